@@ -1,0 +1,303 @@
+//! Buffers: memory of a device, with the memory type and usages it was allocated for, ranges checked
+//! on every access, and host mapping where the memory type allows it.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+
+use crate::device::DeviceId;
+use crate::driver::BufferBackend;
+use crate::error::{Error, Result};
+
+bitflags! {
+    /// Where memory lives and how the host may see it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct MemoryType: u32 {
+        /// Fast for the device; the host cannot map it unless `HOST_VISIBLE` is also set.
+        const DEVICE_LOCAL = 1 << 0;
+        /// The host can map it.
+        const HOST_VISIBLE = 1 << 1;
+        /// Host writes are seen by the device without an explicit flush (and back).
+        const HOST_COHERENT = 1 << 2;
+        /// Host reads are cached (fast to read back).
+        const HOST_CACHED = 1 << 3;
+        /// Device memory the host sees directly (pinned host memory on CUDA).
+        const HOST_LOCAL = Self::HOST_VISIBLE.bits() | Self::HOST_COHERENT.bits();
+    }
+}
+
+bitflags! {
+    /// What a buffer may be used for; using it otherwise is refused at record or submit time.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct BufferUsage: u32 {
+        /// Source of copies, reads and queue reads.
+        const TRANSFER_SOURCE = 1 << 0;
+        /// Target of fills, updates, copies and queue writes.
+        const TRANSFER_TARGET = 1 << 1;
+        /// Bound to dispatches.
+        const DISPATCH_STORAGE = 1 << 2;
+        /// Mapped by the host (needs a `HOST_VISIBLE` memory type).
+        const MAPPING = 1 << 3;
+        /// Both transfer directions.
+        const TRANSFER = Self::TRANSFER_SOURCE.bits() | Self::TRANSFER_TARGET.bits();
+        /// Transfers and dispatches: what device-local buffers usually need.
+        const DEFAULT = Self::TRANSFER.bits() | Self::DISPATCH_STORAGE.bits();
+    }
+}
+
+/// How to allocate a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferParams {
+    /// The memory type it must have.
+    pub memory_type: MemoryType,
+    /// What it will be used for.
+    pub usage: BufferUsage,
+}
+
+impl BufferParams {
+    /// Device-local memory for transfers and dispatches.
+    pub fn device_local() -> Self {
+        BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::DEFAULT }
+    }
+
+    /// Host-visible, coherent memory the host can map, usable for everything.
+    pub fn host_visible() -> Self {
+        BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::DEFAULT | BufferUsage::MAPPING }
+    }
+
+    /// Checks the combination makes sense on its own (not yet against a device).
+    pub fn validate(&self) -> Result<()> {
+        if self.memory_type.is_empty() {
+            return Err(Error::invalid_argument("buffer params: memory type is empty"));
+        }
+        if self.usage.is_empty() {
+            return Err(Error::invalid_argument("buffer params: usage is empty"));
+        }
+        if self.usage.contains(BufferUsage::MAPPING) && !self.memory_type.contains(MemoryType::HOST_VISIBLE) {
+            return Err(Error::invalid_argument(format!(
+                "buffer params: usage MAPPING needs a HOST_VISIBLE memory type, got {:?}",
+                self.memory_type
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer. Cheap to clone; clones are the same memory. The memory is freed when the last handle
+/// and the last queue operation using it are gone.
+#[derive(Clone)]
+pub struct Buffer {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    id: u64,
+    device: DeviceId,
+    size: u64,
+    params: BufferParams,
+    backend: Arc<dyn BufferBackend>,
+}
+
+static NEXT_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Buffer {
+    /// Wraps a driver's allocation. Drivers call this; users allocate through `Device`.
+    pub fn from_backend(device: DeviceId, size: u64, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
+        let id = NEXT_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Buffer { shared: Arc::new(Shared { id, device, size, params, backend }) }
+    }
+
+    /// The id used in messages.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The device the memory belongs to.
+    pub fn device(&self) -> DeviceId {
+        self.shared.device
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.shared.size
+    }
+
+    /// Memory type.
+    pub fn memory_type(&self) -> MemoryType {
+        self.shared.params.memory_type
+    }
+
+    /// Allowed usages.
+    pub fn usage(&self) -> BufferUsage {
+        self.shared.params.usage
+    }
+
+    /// The driver's object.
+    pub fn backend(&self) -> &Arc<dyn BufferBackend> {
+        &self.shared.backend
+    }
+
+    /// Whether two handles are the same buffer.
+    pub fn same_as(&self, other: &Buffer) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// Checks `[offset, offset + length)` lies inside the buffer (`OutOfRange` naming both otherwise).
+    pub fn check_range(&self, offset: u64, length: u64) -> Result<()> {
+        match offset.checked_add(length) {
+            Some(end) if end <= self.shared.size => Ok(()),
+            _ => Err(Error::out_of_range(format!(
+                "buffer {}: range [{offset}, {offset}+{length}) is outside its {} bytes",
+                self.shared.id, self.shared.size
+            ))),
+        }
+    }
+
+    /// Checks the buffer was allocated for `usage` (`PermissionDenied` naming the usage otherwise).
+    pub fn check_usage(&self, usage: BufferUsage) -> Result<()> {
+        if self.usage().contains(usage) {
+            Ok(())
+        } else {
+            Err(Error::permission_denied(format!(
+                "buffer {}: needs usage {usage:?} but was allocated with {:?}",
+                self.shared.id,
+                self.usage()
+            )))
+        }
+    }
+
+    /// Maps `[offset, offset + length)` for the host. Needs a `HOST_VISIBLE` memory type and the
+    /// `MAPPING` usage.
+    pub fn map(&self, offset: u64, length: u64) -> Result<Mapping<'_>> {
+        self.check_range(offset, length)?;
+        if !self.memory_type().contains(MemoryType::HOST_VISIBLE) {
+            return Err(Error::permission_denied(format!(
+                "buffer {}: memory type {:?} is not HOST_VISIBLE and cannot be mapped",
+                self.shared.id,
+                self.memory_type()
+            )));
+        }
+        self.check_usage(BufferUsage::MAPPING)?;
+        let base = self.shared.backend.host_ptr().ok_or_else(|| {
+            Error::failed_precondition(format!(
+                "buffer {}: has no host memory yet (a queue_alloca that has not run?)",
+                self.shared.id
+            ))
+        })?;
+        // SAFETY: the range was checked against the allocation's size, so the offset stays inside it.
+        let ptr = unsafe { base.as_ptr().add(offset as usize) };
+        Ok(Mapping { buffer: self, ptr, len: length as usize })
+    }
+
+    /// Copies `data` into the buffer at `offset` through a mapping.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.map(offset, data.len() as u64)?.write(0, data)
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the buffer through a mapping.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.map(offset, out.len() as u64)?.read(0, out)
+    }
+
+    /// Reads the whole buffer into a new vector.
+    pub fn read_to_vec(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.size() as usize];
+        self.read(0, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("id", &self.shared.id)
+            .field("size", &self.shared.size)
+            .field("memory_type", &self.memory_type())
+            .field("usage", &self.usage())
+            .finish()
+    }
+}
+
+/// A host view of part of a buffer. Reads and writes copy bytes; queue work on the same range must
+/// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
+pub struct Mapping<'a> {
+    buffer: &'a Buffer,
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping<'_> {
+    /// Length of the mapped range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapped range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::out_of_range(format!(
+                "mapping of buffer {}: range [{offset}, {offset}+{len}) is outside the {} mapped bytes",
+                self.buffer.id(),
+                self.len
+            ))),
+        }
+    }
+
+    /// Copies `data` into the mapping at `offset`.
+    pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len())?;
+        // SAFETY: the range is inside the mapping (checked), the mapping inside the allocation, and
+        // `data` is a separate host slice, so the regions do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` out of the mapping into `out`.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len())?;
+        // SAFETY: as in `write`, with source and destination swapped.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// The mapped bytes as a slice.
+    ///
+    /// # Safety
+    /// No queue work may write the range while the slice lives.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the pointer and length describe live mapped memory; the caller excludes writers.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The mapped bytes as a mutable slice.
+    ///
+    /// # Safety
+    /// No queue work may read or write the range while the slice lives.
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; the caller excludes every other access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// A host pointer a driver hands out for host-visible memory.
+pub type HostPtr = NonNull<u8>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_mapping_needs_host_visible() {
+        let bad = BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::MAPPING };
+        assert_eq!(bad.validate().unwrap_err().code(), crate::StatusCode::InvalidArgument);
+        BufferParams::host_visible().validate().unwrap();
+        BufferParams::device_local().validate().unwrap();
+    }
+}

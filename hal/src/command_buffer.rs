@@ -1,0 +1,394 @@
+//! Command buffers: fill, update, copy, dispatch and execution barriers recorded once, checked as
+//! they are recorded, immutable after `end()`, then executed once (one-shot) or many times (reusable).
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::buffer::{Buffer, BufferUsage};
+use crate::device::DeviceId;
+use crate::driver::{DeviceBackend, PreparedCommands};
+use crate::error::{Error, Result};
+use crate::executable::Executable;
+use crate::sync::{Mutex, lock};
+
+/// Whether a command buffer runs once or many times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandBufferMode {
+    /// Executed at most once; a second execute is an error.
+    OneShot,
+    /// Executed any number of times.
+    Reusable,
+}
+
+/// A buffer range bound to a dispatch.
+#[derive(Clone, Debug)]
+pub struct BufferBinding {
+    /// The buffer.
+    pub buffer: Buffer,
+    /// Byte offset of the range (the kernel sees address + offset).
+    pub offset: u64,
+    /// Byte length of the range.
+    pub length: u64,
+}
+
+impl BufferBinding {
+    /// The whole of `buffer`.
+    pub fn whole(buffer: &Buffer) -> Self {
+        BufferBinding { buffer: buffer.clone(), offset: 0, length: buffer.size() }
+    }
+
+    /// `length` bytes of `buffer` from `offset`.
+    pub fn range(buffer: &Buffer, offset: u64, length: u64) -> Self {
+        BufferBinding { buffer: buffer.clone(), offset, length }
+    }
+}
+
+/// One recorded command.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Fill `length` bytes at `offset` with a repeated 1-, 2- or 4-byte pattern.
+    Fill {
+        /// Destination.
+        target: Buffer,
+        /// Byte offset, a multiple of the pattern length.
+        offset: u64,
+        /// Byte length, a multiple of the pattern length.
+        length: u64,
+        /// The pattern in its low `pattern_len` bytes (little-endian).
+        pattern: u32,
+        /// 1, 2 or 4.
+        pattern_len: u8,
+    },
+    /// Copy bytes captured at record time into a buffer.
+    Update {
+        /// Destination.
+        target: Buffer,
+        /// Byte offset.
+        offset: u64,
+        /// The bytes.
+        data: Arc<[u8]>,
+    },
+    /// Copy between buffers (ranges may not overlap within one buffer).
+    Copy {
+        /// Source.
+        source: Buffer,
+        /// Byte offset in `source`.
+        source_offset: u64,
+        /// Destination.
+        target: Buffer,
+        /// Byte offset in `target`.
+        target_offset: u64,
+        /// Bytes to copy.
+        length: u64,
+    },
+    /// Run an entry point over a grid of workgroups.
+    Dispatch {
+        /// The executable.
+        executable: Executable,
+        /// Entry point ordinal.
+        entry_point: u32,
+        /// Workgroups in x, y, z.
+        workgroups: [u32; 3],
+        /// 32-bit constants, in order.
+        constants: SmallVec<[u32; 8]>,
+        /// Buffer bindings, in order.
+        bindings: SmallVec<[BufferBinding; 4]>,
+    },
+    /// Commands after it start only after every command before it has finished.
+    Barrier,
+}
+
+impl Command {
+    /// Checks a transfer command's ranges, alignment and usages (`Fill`, `Update`, `Copy`).
+    pub fn validate_transfer(&self) -> Result<()> {
+        match self {
+            Command::Fill { target, offset, length, pattern_len, .. } => {
+                let p = u64::from(*pattern_len);
+                if !matches!(p, 1 | 2 | 4) {
+                    return Err(Error::invalid_argument(format!(
+                        "fill of buffer {}: pattern length {p} must be 1, 2 or 4",
+                        target.id()
+                    )));
+                }
+                if offset % p != 0 || length % p != 0 {
+                    return Err(Error::invalid_argument(format!(
+                        "fill of buffer {}: offset {offset} and length {length} must be multiples of the \
+                         {p}-byte pattern",
+                        target.id()
+                    )));
+                }
+                target.check_usage(BufferUsage::TRANSFER_TARGET)?;
+                target.check_range(*offset, *length)
+            }
+            Command::Update { target, offset, data } => {
+                target.check_usage(BufferUsage::TRANSFER_TARGET)?;
+                target.check_range(*offset, data.len() as u64)
+            }
+            Command::Copy { source, source_offset, target, target_offset, length } => {
+                source.check_usage(BufferUsage::TRANSFER_SOURCE)?;
+                target.check_usage(BufferUsage::TRANSFER_TARGET)?;
+                source.check_range(*source_offset, *length)?;
+                target.check_range(*target_offset, *length)?;
+                let overlaps = source_offset < &(target_offset + length) && target_offset < &(source_offset + length);
+                if source.same_as(target) && overlaps {
+                    return Err(Error::invalid_argument(format!(
+                        "copy within buffer {}: ranges at {source_offset} and {target_offset} of {length} bytes overlap",
+                        source.id()
+                    )));
+                }
+                Ok(())
+            }
+            Command::Dispatch { .. } | Command::Barrier => Ok(()),
+        }
+    }
+
+    /// The buffers the command touches.
+    pub fn buffers(&self) -> SmallVec<[&Buffer; 4]> {
+        match self {
+            Command::Fill { target, .. } | Command::Update { target, .. } => smallvec::smallvec![target],
+            Command::Copy { source, target, .. } => smallvec::smallvec![source, target],
+            Command::Dispatch { bindings, .. } => bindings.iter().map(|b| &b.buffer).collect(),
+            Command::Barrier => SmallVec::new(),
+        }
+    }
+}
+
+/// A command buffer. Cheap to clone; clones are the same recording.
+///
+/// Record with the methods below, then [`end`](Self::end); submit with [`crate::Queue::execute`].
+#[derive(Clone)]
+pub struct CommandBuffer {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    id: u64,
+    device: DeviceId,
+    mode: CommandBufferMode,
+    backend: Arc<dyn DeviceBackend>,
+    state: Mutex<State>,
+}
+
+enum State {
+    Recording(Vec<Command>),
+    Ended { commands: Arc<[Command]>, prepared: Arc<dyn PreparedCommands>, executions: u64 },
+}
+
+static NEXT_COMMAND_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl CommandBuffer {
+    pub(crate) fn new(device: DeviceId, backend: Arc<dyn DeviceBackend>, mode: CommandBufferMode) -> Self {
+        let id = NEXT_COMMAND_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        CommandBuffer {
+            shared: Arc::new(Shared { id, device, mode, backend, state: Mutex::new(State::Recording(Vec::new())) }),
+        }
+    }
+
+    /// The id used in messages.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// One-shot or reusable.
+    pub fn mode(&self) -> CommandBufferMode {
+        self.shared.mode
+    }
+
+    /// Whether `end()` was called.
+    pub fn is_ended(&self) -> bool {
+        matches!(*lock(&self.shared.state), State::Ended { .. })
+    }
+
+    fn record(&self, command: Command) -> Result<()> {
+        for buffer in command.buffers() {
+            if buffer.device() != self.shared.device {
+                return Err(Error::invalid_argument(format!(
+                    "command buffer {}: buffer {} belongs to another device",
+                    self.shared.id,
+                    buffer.id()
+                )));
+            }
+        }
+        match &mut *lock(&self.shared.state) {
+            State::Recording(commands) => {
+                commands.push(command);
+                Ok(())
+            }
+            State::Ended { .. } => {
+                Err(Error::failed_precondition(format!("command buffer {}: recording after end()", self.shared.id)))
+            }
+        }
+    }
+
+    /// Records a fill of `length` bytes at `offset` with `pattern` (1, 2 or 4 bytes, little-endian in
+    /// the low bytes of the `u32`). Offset and length must be multiples of the pattern length.
+    pub fn fill(&self, target: &Buffer, offset: u64, length: u64, pattern: u32, pattern_len: u8) -> Result<()> {
+        let command = Command::Fill { target: target.clone(), offset, length, pattern, pattern_len };
+        command.validate_transfer()?;
+        self.record(command)
+    }
+
+    /// Records an update: `data` is copied now and written to `target` at `offset` when executed.
+    pub fn update(&self, target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let command = Command::Update { target: target.clone(), offset, data: Arc::from(data) };
+        command.validate_transfer()?;
+        self.record(command)
+    }
+
+    /// Records a copy of `length` bytes.
+    pub fn copy(
+        &self,
+        source: &Buffer,
+        source_offset: u64,
+        target: &Buffer,
+        target_offset: u64,
+        length: u64,
+    ) -> Result<()> {
+        let command =
+            Command::Copy { source: source.clone(), source_offset, target: target.clone(), target_offset, length };
+        command.validate_transfer()?;
+        self.record(command)
+    }
+
+    /// Records a dispatch of entry point `entry_point` over `workgroups`, with `constants` and
+    /// `bindings` matching the entry point's declared ABI.
+    pub fn dispatch(
+        &self,
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BufferBinding],
+    ) -> Result<()> {
+        let info = executable.entry_point_info(entry_point)?;
+        let who = || format!("dispatch of '{}' (executable {})", info.name, executable.id());
+        if executable.device() != self.shared.device {
+            return Err(Error::invalid_argument(format!("{}: executable belongs to another device", who())));
+        }
+        if bindings.len() != info.binding_count {
+            return Err(Error::invalid_argument(format!(
+                "{}: {} bindings given, entry point declares {}",
+                who(),
+                bindings.len(),
+                info.binding_count
+            )));
+        }
+        if constants.len() != info.constant_count {
+            return Err(Error::invalid_argument(format!(
+                "{}: {} constants given, entry point declares {}",
+                who(),
+                constants.len(),
+                info.constant_count
+            )));
+        }
+        if workgroups.contains(&0) {
+            return Err(Error::invalid_argument(format!("{}: workgroup count {workgroups:?} has a zero", who())));
+        }
+        for (index, binding) in bindings.iter().enumerate() {
+            binding
+                .buffer
+                .check_usage(BufferUsage::DISPATCH_STORAGE)
+                .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+            binding
+                .buffer
+                .check_range(binding.offset, binding.length)
+                .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+        }
+        self.record(Command::Dispatch {
+            executable: executable.clone(),
+            entry_point,
+            workgroups,
+            constants: constants.iter().copied().collect(),
+            bindings: bindings.iter().cloned().collect(),
+        })
+    }
+
+    /// Records an execution barrier: later commands start after earlier ones finish.
+    pub fn barrier(&self) -> Result<()> {
+        self.record(Command::Barrier)
+    }
+
+    /// Finishes recording and lets the driver prepare its replayable form. Recording afterwards, or a
+    /// second `end`, is a `FailedPrecondition`.
+    pub fn end(&self) -> Result<()> {
+        let mut state = lock(&self.shared.state);
+        let commands = match &mut *state {
+            State::Recording(commands) => std::mem::take(commands),
+            State::Ended { .. } => {
+                return Err(Error::failed_precondition(format!(
+                    "command buffer {}: end() called twice",
+                    self.shared.id
+                )));
+            }
+        };
+        let commands: Arc<[Command]> = Arc::from(commands);
+        let prepared = match self.shared.backend.prepare_commands(&commands) {
+            Ok(prepared) => prepared,
+            Err(e) => {
+                *state = State::Recording(commands.to_vec());
+                return Err(e.context(format!("command buffer {}", self.shared.id)));
+            }
+        };
+        *state = State::Ended { commands, prepared, executions: 0 };
+        Ok(())
+    }
+
+    /// The recorded commands (empty while recording).
+    pub fn commands(&self) -> Arc<[Command]> {
+        match &*lock(&self.shared.state) {
+            State::Ended { commands, .. } => commands.clone(),
+            State::Recording(_) => Arc::from(Vec::new()),
+        }
+    }
+
+    /// The driver's prepared form, once ended.
+    pub fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
+        match &*lock(&self.shared.state) {
+            State::Ended { prepared, .. } => Some(prepared.clone()),
+            State::Recording(_) => None,
+        }
+    }
+
+    /// Claims one execution: refused before `end()` and for a one-shot buffer already executed.
+    pub(crate) fn begin_execution(&self) -> Result<()> {
+        match &mut *lock(&self.shared.state) {
+            State::Recording(_) => {
+                Err(Error::failed_precondition(format!("command buffer {}: executed before end()", self.shared.id)))
+            }
+            State::Ended { executions, .. } => {
+                if self.shared.mode == CommandBufferMode::OneShot && *executions > 0 {
+                    return Err(Error::failed_precondition(format!(
+                        "command buffer {}: one-shot command buffer executed a second time",
+                        self.shared.id
+                    )));
+                }
+                *executions += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Returns an execution claimed by `begin_execution` whose submission was refused.
+    pub(crate) fn cancel_execution(&self) {
+        if let State::Ended { executions, .. } = &mut *lock(&self.shared.state) {
+            *executions = executions.saturating_sub(1);
+        }
+    }
+
+    /// The device it records for.
+    pub fn device(&self) -> DeviceId {
+        self.shared.device
+    }
+}
+
+impl fmt::Debug for CommandBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CommandBuffer")
+            .field("id", &self.shared.id)
+            .field("mode", &self.shared.mode)
+            .field("ended", &self.is_ended())
+            .finish()
+    }
+}

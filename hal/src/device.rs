@@ -1,0 +1,210 @@
+//! Devices: what a driver created, with its properties, queues, allocator and object factories.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::buffer::{Buffer, BufferParams, MemoryType};
+use crate::command_buffer::{CommandBuffer, CommandBufferMode};
+use crate::driver::DeviceBackend;
+use crate::error::{Error, Result};
+use crate::executable::{Executable, ExecutableSource};
+use crate::queue::Queue;
+use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
+use crate::timeout::Timeout;
+
+/// Identifies a created device (unique in the process), so objects can tell whose they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(u64);
+
+impl DeviceId {
+    /// A fresh id. Drivers call this once per device they create.
+    pub fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        DeviceId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The number, for messages.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "device {}", self.0)
+    }
+}
+
+/// What a device is and what it offers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// The driver's name (`"cpu-sim"`, `"cuda"`).
+    pub driver: String,
+    /// The device's name (`"NVIDIA H100 80GB HBM3"`).
+    pub name: String,
+    /// Index among the driver's devices.
+    pub ordinal: usize,
+    /// Number of queues (each with its own dispatch stream).
+    pub queue_count: usize,
+    /// Memory types it can allocate, most preferred first.
+    pub memory_types: Vec<MemoryType>,
+    /// Largest single allocation in bytes.
+    pub max_allocation_size: u64,
+    /// Largest workgroup (threads in x*y*z).
+    pub max_workgroup_threads: u32,
+    /// Driver-specific properties, name and value (compute capability, memory size, ...).
+    pub properties: Vec<(String, String)>,
+}
+
+/// Occupancy of one pool or queue of a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// What is counted ("events", "pending actions").
+    pub name: &'static str,
+    /// Entries in use now.
+    pub in_use: usize,
+    /// Entries created so far (in use or free for reuse).
+    pub created: usize,
+}
+
+/// Occupancy of a device's pools; all zero in use when the device is idle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceUsage {
+    /// One entry per pool.
+    pub pools: Vec<PoolUsage>,
+}
+
+impl ResourceUsage {
+    /// Whether nothing is in use.
+    pub fn is_idle(&self) -> bool {
+        self.pools.iter().all(|p| p.in_use == 0)
+    }
+}
+
+impl fmt::Display for ResourceUsage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> =
+            self.pools.iter().map(|p| format!("{} {} in use / {} created", p.name, p.in_use, p.created)).collect();
+        f.write_str(&parts.join(", "))
+    }
+}
+
+/// A device. Cheap to clone; clones are the same device.
+#[derive(Clone)]
+pub struct Device {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    id: DeviceId,
+    backend: Arc<dyn DeviceBackend>,
+}
+
+impl Device {
+    /// Wraps a driver's device. `id` must be the one its objects carry.
+    pub fn from_backend(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self {
+        Device { shared: Arc::new(Shared { id, backend }) }
+    }
+
+    /// The id its objects carry.
+    pub fn id(&self) -> DeviceId {
+        self.shared.id
+    }
+
+    /// What it is.
+    pub fn info(&self) -> &DeviceInfo {
+        self.shared.backend.info()
+    }
+
+    /// The driver's object.
+    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+        &self.shared.backend
+    }
+
+    /// Number of queues.
+    pub fn queue_count(&self) -> usize {
+        self.info().queue_count
+    }
+
+    /// Queue `index` (`OutOfRange` for an unknown queue affinity).
+    pub fn queue(&self, index: usize) -> Result<Queue> {
+        if index >= self.queue_count() {
+            return Err(Error::out_of_range(format!(
+                "{}: queue {index} does not exist (it has {})",
+                self.id(),
+                self.queue_count()
+            )));
+        }
+        Ok(Queue::new(self.clone(), index))
+    }
+
+    /// Allocates a buffer of `size` bytes now.
+    pub fn allocate_buffer(&self, params: BufferParams, size: u64) -> Result<Buffer> {
+        self.check_allocation(params, size)?;
+        let backend = self.shared.backend.allocate(params, size)?;
+        Ok(Buffer::from_backend(self.id(), size, params, backend))
+    }
+
+    /// Checks params and size against what the device offers.
+    pub(crate) fn check_allocation(&self, params: BufferParams, size: u64) -> Result<()> {
+        params.validate()?;
+        if size == 0 {
+            return Err(Error::invalid_argument(format!("{}: allocation of 0 bytes", self.id())));
+        }
+        let info = self.info();
+        if size > info.max_allocation_size {
+            return Err(Error::resource_exhausted(format!(
+                "{}: allocation of {size} bytes exceeds the largest allocation of {} bytes",
+                self.id(),
+                info.max_allocation_size
+            )));
+        }
+        if !info.memory_types.iter().any(|t| t.contains(params.memory_type)) {
+            return Err(Error::invalid_argument(format!(
+                "{}: no memory type offers {:?} (it has {:?})",
+                self.id(),
+                params.memory_type,
+                info.memory_types
+            )));
+        }
+        Ok(())
+    }
+
+    /// A timeline semaphore at `initial` that this device's queues wait on and signal device-side.
+    pub fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
+        self.shared.backend.create_semaphore(initial)
+    }
+
+    /// Loads an executable.
+    pub fn load_executable(&self, source: &ExecutableSource) -> Result<Executable> {
+        let backend = self.shared.backend.load_executable(source)?;
+        Ok(Executable::from_backend(self.id(), backend))
+    }
+
+    /// A command buffer to record into.
+    pub fn create_command_buffer(&self, mode: CommandBufferMode) -> Result<CommandBuffer> {
+        Ok(CommandBuffer::new(self.id(), self.shared.backend.clone(), mode))
+    }
+
+    /// Waits on semaphores from the host (any semaphores, this device's or not).
+    pub fn wait_semaphores(&self, mode: WaitMode, list: &[SemaphoreValue], timeout: Timeout) -> Result<()> {
+        wait_semaphores(mode, list, timeout)
+    }
+
+    /// The hang report: every pending action, what it waits on, and the current values.
+    pub fn report(&self) -> String {
+        self.shared.backend.report()
+    }
+
+    /// Pool occupancy.
+    pub fn resource_usage(&self) -> ResourceUsage {
+        self.shared.backend.resource_usage()
+    }
+}
+
+impl fmt::Debug for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} ({} '{}')", self.id(), self.info().driver, self.info().name)?;
+        f.write_str(&self.report())
+    }
+}

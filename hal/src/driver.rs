@@ -1,0 +1,163 @@
+//! The object-safe traits a driver implements. Handles (`Device`, `Buffer`, ...) hold an
+//! `Arc<dyn ...>` of these: one virtual call per API call at this edge, static dispatch inside.
+//!
+//! The handles validate what every driver would validate (ranges, usages, recording state, value
+//! order), so a driver sees only well-formed requests.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::buffer::{Buffer, BufferParams, HostPtr};
+use crate::command_buffer::{Command, CommandBuffer};
+use crate::device::{Device, DeviceInfo, ResourceUsage};
+use crate::error::Result;
+use crate::executable::{EntryPointInfo, ExecutableSource};
+use crate::semaphore::{Semaphore, SemaphoreValue};
+
+/// A driver: a factory of devices, found by name in a [`crate::Registry`].
+pub trait Driver: Send + Sync {
+    /// The name users select it by (`"cpu-sim"`, `"cuda"`).
+    fn name(&self) -> &str;
+
+    /// `Ok` when the driver can create devices here; otherwise `Unavailable` with the reason (no
+    /// libcuda, no GPU). Never panics.
+    fn probe(&self) -> Result<()>;
+
+    /// The devices it can create, with their properties.
+    fn enumerate(&self) -> Result<Vec<DeviceInfo>>;
+
+    /// Creates device `ordinal` (an index into `enumerate`).
+    fn create_device(&self, ordinal: usize) -> Result<Device>;
+}
+
+/// A device's implementation.
+pub trait DeviceBackend: Send + Sync {
+    /// What the device is.
+    fn info(&self) -> &DeviceInfo;
+
+    /// Allocates `size` bytes now. `params` were validated and are among the device's memory types.
+    fn allocate(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>>;
+
+    /// A buffer with no memory yet, for `queue_alloca`: the memory is committed when the alloca runs
+    /// in queue order and released by the matching `queue_dealloca` (or when the last handle drops).
+    fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>>;
+
+    /// A semaphore this device can signal and wait on from its queues.
+    fn create_semaphore(&self, initial: u64) -> Result<Semaphore>;
+
+    /// Loads an executable. `source` names its entry points; the driver checks they exist.
+    fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>>;
+
+    /// Turns a finished recording into what the driver replays (a CUDA graph, a command list).
+    /// Called once, at `CommandBuffer::end`.
+    fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>>;
+
+    /// Enqueues `op` on queue `queue` (validated: in range, buffers of this device, signal values
+    /// ahead of their semaphores). Must not block on device progress.
+    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()>;
+
+    /// Hands any batched submissions of `queue` to the device.
+    fn flush(&self, queue: usize) -> Result<()>;
+
+    /// What every pending action waits on, every in-flight submission: the hang report.
+    fn report(&self) -> String;
+
+    /// Pool and queue occupancy (events, timepoints, pending actions), for leak checks.
+    fn resource_usage(&self) -> ResourceUsage;
+}
+
+/// A buffer's memory.
+pub trait BufferBackend: Send + Sync + Any {
+    /// The host address of byte 0 when the host can reach the memory; `None` for device-only memory
+    /// or a transient buffer whose alloca has not run.
+    fn host_ptr(&self) -> Option<HostPtr>;
+
+    /// The address the device uses for byte 0 (a CUdeviceptr on CUDA), 0 when not committed yet.
+    fn device_address(&self) -> u64;
+
+    /// For downcasting to the driver's type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A loaded executable.
+pub trait ExecutableBackend: Send + Sync + Any {
+    /// Its entry points, in ordinal order.
+    fn entry_points(&self) -> &[EntryPointInfo];
+
+    /// For downcasting to the driver's type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A recorded command buffer in the driver's replayable form.
+pub trait PreparedCommands: Send + Sync + Any {
+    /// For downcasting to the driver's type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Work run on the host in queue order by [`crate::Queue::host_call`]; an `Err` fails the signals.
+pub type HostCall = Box<dyn FnOnce() -> Result<()> + Send>;
+
+/// Where a `queue_read` leaves its bytes.
+pub type ReadTarget = crate::queue::Readback;
+
+/// One queue operation, as handed to [`DeviceBackend::submit`].
+pub enum QueueOp {
+    /// Run a command buffer (ended; one-shot buffers not run before).
+    Execute(CommandBuffer),
+    /// Commit the memory of a transient buffer.
+    Alloca(Buffer),
+    /// Release the memory of a transient buffer.
+    Dealloca(Buffer),
+    /// A single transfer command (fill, update or copy), validated like a recorded one.
+    Transfer(Command),
+    /// Copy host bytes into a buffer.
+    Write {
+        /// The bytes.
+        data: Arc<[u8]>,
+        /// The destination.
+        target: Buffer,
+        /// Byte offset in `target`.
+        offset: u64,
+    },
+    /// Copy a buffer range out to the host.
+    Read {
+        /// The source.
+        source: Buffer,
+        /// Byte offset in `source`.
+        offset: u64,
+        /// Bytes to read.
+        length: u64,
+        /// Where the bytes land once the operation completes.
+        target: ReadTarget,
+    },
+    /// Nothing to run: waits, then signals.
+    Barrier,
+    /// A host function run in queue order.
+    HostCall(HostCall),
+}
+
+impl QueueOp {
+    /// A short name for traces and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            QueueOp::Execute(_) => "execute",
+            QueueOp::Alloca(_) => "alloca",
+            QueueOp::Dealloca(_) => "dealloca",
+            QueueOp::Transfer(Command::Fill { .. }) => "fill",
+            QueueOp::Transfer(Command::Update { .. }) => "update",
+            QueueOp::Transfer(Command::Copy { .. }) => "copy",
+            QueueOp::Transfer(_) => "transfer",
+            QueueOp::Write { .. } => "write",
+            QueueOp::Read { .. } => "read",
+            QueueOp::Barrier => "barrier",
+            QueueOp::HostCall(_) => "host-call",
+        }
+    }
+}
+
+impl fmt::Debug for QueueOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind())
+    }
+}

@@ -1,0 +1,155 @@
+//! The one error type of the HAL: a status code (IREE's codes) and a message naming the object and values.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why an operation failed, in the vocabulary IREE (and absl) use.
+///
+/// The code is what programs branch on; the message is what people read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StatusCode {
+    /// The caller passed a value that can never be valid (a bad flag, a missing binding).
+    InvalidArgument,
+    /// A value is outside a valid range (a buffer range, a queue index, an entry point ordinal).
+    OutOfRange,
+    /// The object is in the wrong state for the call (recording after `end`, signalling backwards).
+    FailedPrecondition,
+    /// A wait's deadline passed before the condition held.
+    DeadlineExceeded,
+    /// The work was aborted, typically because a device fault or a failed dependency stopped it.
+    Aborted,
+    /// The work was cancelled by the user or by teardown.
+    Cancelled,
+    /// Out of memory or out of some other bounded resource.
+    ResourceExhausted,
+    /// The driver, device or library is not there (no GPU, no libcuda, unknown driver name).
+    Unavailable,
+    /// The driver does not implement this operation or format.
+    Unimplemented,
+    /// A bug or broken invariant inside the HAL or a driver.
+    Internal,
+    /// Data was lost or corrupted: a kernel faulted and what it wrote cannot be trusted.
+    DataLoss,
+    /// A named thing (an entry point, a symbol) was not found.
+    NotFound,
+    /// The operation is not allowed on this object (mapping a device-only buffer).
+    PermissionDenied,
+}
+
+impl StatusCode {
+    /// The canonical upper-case name, as IREE prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusCode::InvalidArgument => "INVALID_ARGUMENT",
+            StatusCode::OutOfRange => "OUT_OF_RANGE",
+            StatusCode::FailedPrecondition => "FAILED_PRECONDITION",
+            StatusCode::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            StatusCode::Aborted => "ABORTED",
+            StatusCode::Cancelled => "CANCELLED",
+            StatusCode::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            StatusCode::Unavailable => "UNAVAILABLE",
+            StatusCode::Unimplemented => "UNIMPLEMENTED",
+            StatusCode::Internal => "INTERNAL",
+            StatusCode::DataLoss => "DATA_LOSS",
+            StatusCode::NotFound => "NOT_FOUND",
+            StatusCode::PermissionDenied => "PERMISSION_DENIED",
+        }
+    }
+}
+
+impl fmt::Display for StatusCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error: a [`StatusCode`] and a message such as `"semaphore 7: signal to 3 but value is already 5"`.
+///
+/// Cheap to clone (the message is shared), because one failure is delivered to every waiter of a
+/// failed semaphore.
+#[derive(Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct Error {
+    code: StatusCode,
+    message: Arc<str>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Error({self})")
+    }
+}
+
+impl Error {
+    /// An error with `code` and `message`.
+    pub fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        Error { code, message: Arc::from(message.into()) }
+    }
+
+    /// The status code.
+    pub fn code(&self) -> StatusCode {
+        self.code
+    }
+
+    /// The message, without the code.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error with `context` in front of its message, keeping the code.
+    pub fn context(&self, context: impl fmt::Display) -> Self {
+        Error { code: self.code, message: Arc::from(format!("{context}: {}", self.message)) }
+    }
+}
+
+macro_rules! constructors {
+    ($($fn_name:ident => $code:ident),* $(,)?) => {
+        impl Error {
+            $(
+                #[doc = concat!("An error with status code [`StatusCode::", stringify!($code), "`].")]
+                pub fn $fn_name(message: impl Into<String>) -> Self {
+                    Error::new(StatusCode::$code, message)
+                }
+            )*
+        }
+    };
+}
+
+constructors! {
+    invalid_argument => InvalidArgument,
+    out_of_range => OutOfRange,
+    failed_precondition => FailedPrecondition,
+    deadline_exceeded => DeadlineExceeded,
+    aborted => Aborted,
+    cancelled => Cancelled,
+    resource_exhausted => ResourceExhausted,
+    unavailable => Unavailable,
+    unimplemented => Unimplemented,
+    internal => Internal,
+    data_loss => DataLoss,
+    not_found => NotFound,
+    permission_denied => PermissionDenied,
+}
+
+/// The HAL's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_code_and_message() {
+        let e = Error::failed_precondition("semaphore 7: signal to 3 but value is already 5");
+        assert_eq!(e.code(), StatusCode::FailedPrecondition);
+        assert_eq!(e.to_string(), "FAILED_PRECONDITION: semaphore 7: signal to 3 but value is already 5");
+    }
+
+    #[test]
+    fn context_keeps_code() {
+        let e = Error::data_loss("kernel trapped").context("queue 1");
+        assert_eq!(e.code(), StatusCode::DataLoss);
+        assert_eq!(e.message(), "queue 1: kernel trapped");
+    }
+}

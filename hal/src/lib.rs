@@ -1,0 +1,58 @@
+//! `hal`: an IREE-style hardware abstraction layer with timeline semaphores.
+//!
+//! A compiler or runtime embeds it to run kernels on a device's queues without blocking on device
+//! progress, ordering work across queues, devices and the host with timeline semaphores: `u64`
+//! values that only grow, or a failure that every waiter sees. Drivers (`driver-cpu-sim`,
+//! `driver-cuda`) implement the traits in [`driver`]; users hold the handle types below, which are
+//! cheap to clone, `Send + Sync`, and need no lifetimes.
+//!
+//! ```
+//! use hal::{Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores, Error};
+//! use std::time::Duration;
+//!
+//! // A producer thread advances a timeline; a consumer waits for each step.
+//! let timeline = Semaphore::new(0);
+//! let producer = {
+//!     let timeline = timeline.clone();
+//!     std::thread::spawn(move || {
+//!         for step in 1..=3 {
+//!             timeline.signal(step).unwrap();
+//!         }
+//!     })
+//! };
+//! timeline.wait(3, Timeout::After(Duration::from_secs(5))).unwrap();
+//! producer.join().unwrap();
+//!
+//! // Failure travels to every waiter, with its status.
+//! let other = Semaphore::new(0);
+//! other.fail(Error::data_loss("kernel trapped"));
+//! let list = [SemaphoreValue::new(&timeline, 3), SemaphoreValue::new(&other, 1)];
+//! let err = wait_semaphores(WaitMode::All, &list, Timeout::Infinite).unwrap_err();
+//! assert_eq!(err.code(), StatusCode::DataLoss);
+//! ```
+
+pub mod buffer;
+pub mod command_buffer;
+pub mod device;
+pub mod driver;
+pub mod error;
+pub mod executable;
+pub mod queue;
+pub mod registry;
+pub mod semaphore;
+mod sync;
+pub mod timeout;
+
+pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
+pub use command_buffer::{BufferBinding, Command, CommandBuffer, CommandBufferMode};
+pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
+pub use driver::{Driver, QueueOp};
+pub use error::{Error, Result, StatusCode};
+pub use executable::{
+    EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation,
+    NativeKernel,
+};
+pub use queue::{Queue, Readback};
+pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
+pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
+pub use timeout::Timeout;

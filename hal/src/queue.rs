@@ -1,0 +1,266 @@
+//! Queues: the operations a device runs in order, each gated by a wait list and announcing its
+//! completion through a signal list. Every call checks its arguments here, once for all drivers, and
+//! never blocks on device progress.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::buffer::{Buffer, BufferParams, BufferUsage};
+use crate::command_buffer::{Command, CommandBuffer};
+use crate::device::Device;
+use crate::driver::QueueOp;
+use crate::error::{Error, Result};
+use crate::semaphore::SemaphoreValue;
+use crate::sync::{Mutex, lock};
+
+/// One queue of a device. Cheap to clone.
+#[derive(Clone)]
+pub struct Queue {
+    device: Device,
+    index: usize,
+}
+
+impl Queue {
+    pub(crate) fn new(device: Device, index: usize) -> Self {
+        Queue { device, index }
+    }
+
+    /// The queue's index on its device (its affinity).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Signal values must be ahead of their semaphores; a failed semaphore returns its failure.
+    fn check_signals(&self, signals: &[SemaphoreValue]) -> Result<()> {
+        for entry in signals {
+            let current = entry.semaphore.query()?;
+            if entry.value <= current {
+                return Err(Error::invalid_argument(format!(
+                    "queue {}: signal of semaphore {} to {} but its value is already {current}",
+                    self.index,
+                    entry.semaphore.id(),
+                    entry.value
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_buffer(&self, buffer: &Buffer) -> Result<()> {
+        if buffer.device() != self.device.id() {
+            return Err(Error::invalid_argument(format!(
+                "queue {}: buffer {} belongs to {}, not {}",
+                self.index,
+                buffer.id(),
+                buffer.device(),
+                self.device.id()
+            )));
+        }
+        Ok(())
+    }
+
+    fn submit(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.check_signals(signals)?;
+        let _span = tracing::trace_span!("submit", queue = self.index, op = op.kind()).entered();
+        self.device.backend().submit(self.index, op, waits, signals)
+    }
+
+    /// Runs an ended command buffer once `waits` are reached; applies `signals` when it completes.
+    pub fn execute(
+        &self,
+        waits: &[SemaphoreValue],
+        command_buffer: &CommandBuffer,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        if command_buffer.device() != self.device.id() {
+            return Err(Error::invalid_argument(format!(
+                "queue {}: command buffer {} was recorded for another device",
+                self.index,
+                command_buffer.id()
+            )));
+        }
+        self.check_signals(signals)?;
+        command_buffer.begin_execution()?;
+        let result = self.submit(QueueOp::Execute(command_buffer.clone()), waits, signals);
+        if result.is_err() {
+            command_buffer.cancel_execution();
+        }
+        result
+    }
+
+    /// Returns a buffer of `size` bytes whose memory is committed in queue order once `waits` are
+    /// reached, and usable by work that waits on `signals`. Never blocks the host.
+    pub fn alloca(
+        &self,
+        waits: &[SemaphoreValue],
+        params: BufferParams,
+        size: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<Buffer> {
+        self.device.check_allocation(params, size)?;
+        self.check_signals(signals)?;
+        let backend = self.device.backend().allocate_transient(params, size)?;
+        let buffer = Buffer::from_backend(self.device.id(), size, params, backend);
+        self.submit(QueueOp::Alloca(buffer.clone()), waits, signals)?;
+        Ok(buffer)
+    }
+
+    /// Releases a `queue_alloca` buffer's memory in queue order once `waits` are reached.
+    pub fn dealloca(&self, waits: &[SemaphoreValue], buffer: &Buffer, signals: &[SemaphoreValue]) -> Result<()> {
+        self.check_buffer(buffer)?;
+        self.submit(QueueOp::Dealloca(buffer.clone()), waits, signals)
+    }
+
+    fn transfer(&self, waits: &[SemaphoreValue], command: Command, signals: &[SemaphoreValue]) -> Result<()> {
+        for buffer in command.buffers() {
+            self.check_buffer(buffer)?;
+        }
+        command.validate_transfer()?;
+        self.submit(QueueOp::Transfer(command), waits, signals)
+    }
+
+    /// Fills `length` bytes at `offset` with a 1-, 2- or 4-byte pattern, in queue order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fill(
+        &self,
+        waits: &[SemaphoreValue],
+        target: &Buffer,
+        offset: u64,
+        length: u64,
+        pattern: u32,
+        pattern_len: u8,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.transfer(waits, Command::Fill { target: target.clone(), offset, length, pattern, pattern_len }, signals)
+    }
+
+    /// Writes `data` (copied now) to `target` at `offset`, in queue order.
+    pub fn update(
+        &self,
+        waits: &[SemaphoreValue],
+        data: &[u8],
+        target: &Buffer,
+        offset: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.transfer(waits, Command::Update { target: target.clone(), offset, data: Arc::from(data) }, signals)
+    }
+
+    /// Copies `length` bytes between buffers, in queue order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy(
+        &self,
+        waits: &[SemaphoreValue],
+        source: &Buffer,
+        source_offset: u64,
+        target: &Buffer,
+        target_offset: u64,
+        length: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        let command =
+            Command::Copy { source: source.clone(), source_offset, target: target.clone(), target_offset, length };
+        self.transfer(waits, command, signals)
+    }
+
+    /// Copies host bytes into `target` at `offset`, in queue order (no copy of `data` is made when it
+    /// is already an `Arc<[u8]>`).
+    pub fn write(
+        &self,
+        waits: &[SemaphoreValue],
+        data: impl Into<Arc<[u8]>>,
+        target: &Buffer,
+        offset: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        let data = data.into();
+        self.check_buffer(target)?;
+        target.check_usage(BufferUsage::TRANSFER_TARGET)?;
+        target.check_range(offset, data.len() as u64)?;
+        self.submit(QueueOp::Write { data, target: target.clone(), offset }, waits, signals)
+    }
+
+    /// Copies `length` bytes of `source` at `offset` to the host, in queue order. The bytes are in the
+    /// returned [`Readback`] once `signals` are reached.
+    pub fn read(
+        &self,
+        waits: &[SemaphoreValue],
+        source: &Buffer,
+        offset: u64,
+        length: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<Readback> {
+        self.check_buffer(source)?;
+        source.check_usage(BufferUsage::TRANSFER_SOURCE)?;
+        source.check_range(offset, length)?;
+        let target = Readback::new();
+        self.submit(QueueOp::Read { source: source.clone(), offset, length, target: target.clone() }, waits, signals)?;
+        Ok(target)
+    }
+
+    /// Waits, then signals, running nothing: joins or forks dependencies.
+    pub fn barrier(&self, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.submit(QueueOp::Barrier, waits, signals)
+    }
+
+    /// Runs `call` on a host thread in queue order; an `Err` fails `signals` with it.
+    pub fn host_call(
+        &self,
+        waits: &[SemaphoreValue],
+        call: impl FnOnce() -> Result<()> + Send + 'static,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.submit(QueueOp::HostCall(Box::new(call)), waits, signals)
+    }
+
+    /// Hands batched submissions to the device now.
+    pub fn flush(&self) -> Result<()> {
+        self.device.backend().flush(self.index)
+    }
+}
+
+impl fmt::Debug for Queue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Queue({} queue {})", self.device.id(), self.index)
+    }
+}
+
+/// Where a [`Queue::read`] leaves its bytes once it completes.
+#[derive(Clone)]
+pub struct Readback {
+    bytes: Arc<Mutex<Option<Vec<u8>>>>,
+}
+
+impl Readback {
+    /// An empty readback.
+    pub fn new() -> Self {
+        Readback { bytes: Arc::new(Mutex::new(None)) }
+    }
+
+    /// Stores the bytes (the driver calls this when the read completes).
+    pub fn complete(&self, bytes: Vec<u8>) {
+        *lock(&self.bytes) = Some(bytes);
+    }
+
+    /// Takes the bytes if the read completed (wait on its signal first).
+    pub fn take(&self) -> Option<Vec<u8>> {
+        lock(&self.bytes).take()
+    }
+}
+
+impl Default for Readback {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Readback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Readback")
+    }
+}

@@ -1,0 +1,84 @@
+//! The registry: drivers by name, chosen at run time. `hal` cannot depend on its drivers, so whoever
+//! builds the registry registers them (`driver_cpu_sim::register(&mut registry)`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::device::{Device, DeviceInfo};
+use crate::driver::Driver;
+use crate::error::{Error, Result};
+
+/// The driver used when none is named.
+pub const DEFAULT_DRIVER: &str = "cpu-sim";
+
+/// Drivers by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    drivers: Vec<Arc<dyn Driver>>,
+}
+
+/// A driver's entry in a listing: its name, and its devices or why it has none.
+#[derive(Clone, Debug)]
+pub struct DriverListing {
+    /// The driver's name.
+    pub name: String,
+    /// Its devices, or the reason it is unavailable.
+    pub devices: Result<Vec<DeviceInfo>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Registry::default()
+    }
+
+    /// Adds `driver`. A driver of the same name is replaced.
+    pub fn register(&mut self, driver: Arc<dyn Driver>) {
+        self.drivers.retain(|d| d.name() != driver.name());
+        self.drivers.push(driver);
+    }
+
+    /// The names of the registered drivers, in registration order.
+    pub fn names(&self) -> Vec<String> {
+        self.drivers.iter().map(|d| d.name().to_string()).collect()
+    }
+
+    /// The driver called `name`: `Unavailable` naming the registered ones when there is none.
+    pub fn driver(&self, name: &str) -> Result<&Arc<dyn Driver>> {
+        self.drivers.iter().find(|d| d.name() == name).ok_or_else(|| {
+            Error::unavailable(format!("no driver named '{name}' (registered: {})", self.names().join(", ")))
+        })
+    }
+
+    /// Every driver with its devices or the reason it has none.
+    pub fn list(&self) -> Vec<DriverListing> {
+        self.drivers
+            .iter()
+            .map(|d| DriverListing { name: d.name().to_string(), devices: d.probe().and_then(|()| d.enumerate()) })
+            .collect()
+    }
+
+    /// Creates device `ordinal` of driver `name`.
+    pub fn create_device(&self, name: &str, ordinal: usize) -> Result<Device> {
+        let driver = self.driver(name)?;
+        driver.probe()?;
+        let count = driver.enumerate()?.len();
+        if ordinal >= count {
+            return Err(Error::out_of_range(format!(
+                "driver '{name}': device {ordinal} does not exist (it has {count})"
+            )));
+        }
+        driver.create_device(ordinal)
+    }
+
+    /// Creates device 0 of the default driver ([`DEFAULT_DRIVER`]).
+    pub fn create_default_device(&self) -> Result<Device> {
+        self.create_device(DEFAULT_DRIVER, 0)
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry").field("drivers", &self.names()).finish()
+    }
+}

@@ -1,0 +1,245 @@
+//! Timeline semaphores: a `u64` that only grows, or a failure that stays.
+//!
+//! [`Semaphore`] is the one semaphore type every driver uses. Its pure state lives in [`core`]; host
+//! waits that park a thread are in `wait`, the async wait in `future`. Drivers hang their work on a
+//! semaphore with [`Semaphore::register`] and a [`TimepointListener`].
+
+pub mod core;
+mod future;
+mod wait;
+
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::device::DeviceId;
+use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{Mutex, lock};
+use crate::timeout::Timeout;
+
+pub use self::core::{Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointListener};
+pub use future::WaitFuture;
+pub use wait::{WaitMode, wait_semaphores};
+
+/// How many times a host wait re-reads the value before it parks the thread: about a microsecond,
+/// enough to catch a signal already on its way without burning a core.
+const SPIN_ITERATIONS: u32 = 256;
+
+/// A timeline semaphore. Cheap to clone; clones are the same semaphore.
+///
+/// ```
+/// use hal::{Semaphore, Timeout};
+/// use std::time::Duration;
+///
+/// let sem = Semaphore::new(0);
+/// let signaller = { let sem = sem.clone(); std::thread::spawn(move || sem.signal(2)) };
+/// sem.wait(2, Timeout::After(Duration::from_secs(5))).unwrap();
+/// signaller.join().unwrap().unwrap();
+/// assert_eq!(sem.query().unwrap(), 2);
+/// assert!(sem.signal(1).is_err(), "values only grow");
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    id: u64,
+    /// Mirrors of the state for the lock-free fast path; written only under `state`'s lock.
+    value: AtomicU64,
+    failed: AtomicBool,
+    state: Mutex<TimelineState>,
+    owner: Option<DeviceId>,
+    driver_data: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// Hands out semaphore ids for messages ("semaphore 7"). Plain std: naming is not a race we check.
+static NEXT_SEMAPHORE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+impl Semaphore {
+    /// A host semaphore at `initial`, owned by no device (every device waits on it from the host).
+    pub fn new(initial: u64) -> Self {
+        Self::build(initial, None, None)
+    }
+
+    /// A semaphore owned by `owner`, carrying the driver's per-semaphore data (e.g. the events its
+    /// device recorded for pending signals). Drivers call this from `create_semaphore`.
+    pub fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn Any + Send + Sync>) -> Self {
+        Self::build(initial, Some(owner), Some(data))
+    }
+
+    fn build(initial: u64, owner: Option<DeviceId>, driver_data: Option<Arc<dyn Any + Send + Sync>>) -> Self {
+        let id = NEXT_SEMAPHORE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Semaphore {
+            shared: Arc::new(Shared {
+                id,
+                value: AtomicU64::new(initial),
+                failed: AtomicBool::new(false),
+                state: Mutex::new(TimelineState::new(initial)),
+                owner,
+                driver_data,
+            }),
+        }
+    }
+
+    /// The id used in messages and reports.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The device that created it, if any.
+    pub fn owner(&self) -> Option<DeviceId> {
+        self.shared.owner
+    }
+
+    /// The driver's data attached at creation, if any.
+    pub fn driver_data(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
+        self.shared.driver_data.as_ref()
+    }
+
+    /// Whether two handles are the same semaphore.
+    pub fn same_as(&self, other: &Semaphore) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// The current value, or the failure the semaphore holds.
+    pub fn query(&self) -> Result<u64> {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return Ok(self.shared.value.load(Ordering::Acquire));
+        }
+        lock(&self.shared.state).query()
+    }
+
+    /// Whether `value` is reached, without locking when it is: `Some(Ok)` reached, `Some(Err)` failed,
+    /// `None` not yet.
+    fn check_fast(&self, value: u64) -> Option<Result<()>> {
+        if self.shared.failed.load(Ordering::Acquire) {
+            return Some(lock(&self.shared.state).query().map(|_| ()));
+        }
+        (self.shared.value.load(Ordering::Acquire) >= value).then_some(Ok(()))
+    }
+
+    /// Sets the value to `value` from the host and wakes everything waiting for it.
+    ///
+    /// `FailedPrecondition` (and no change) if `value` is not greater than the current value; the
+    /// failure if the semaphore has failed.
+    pub fn signal(&self, value: u64) -> Result<()> {
+        let resolved = {
+            let mut state = lock(&self.shared.state);
+            let resolved = state.signal(value, &self.name())?;
+            self.shared.value.store(value, Ordering::Release);
+            resolved
+        };
+        for timepoint in resolved {
+            timepoint.notify(Ok(()));
+        }
+        Ok(())
+    }
+
+    /// Fails the semaphore for good with `status`; every waiter (host threads, async tasks, queued
+    /// work) is woken with it. A second failure is ignored; the first is kept.
+    pub fn fail(&self, status: Error) {
+        let resolved = {
+            let mut state = lock(&self.shared.state);
+            let resolved = state.fail(status.clone());
+            self.shared.failed.store(true, Ordering::Release);
+            resolved
+        };
+        // Only the first failure resolves anything, so `status` is the one the semaphore keeps.
+        for timepoint in resolved {
+            timepoint.notify(Err(status.clone()));
+        }
+    }
+
+    /// Blocks until the value is at least `value`, the semaphore fails (its status is returned), or
+    /// the timeout passes (`DeadlineExceeded`). A reached value returns at once without locking.
+    pub fn wait(&self, value: u64, timeout: Timeout) -> Result<()> {
+        wait::wait_one(self, value, timeout)
+    }
+
+    /// A future that resolves when the value is at least `value` (or the semaphore fails). It hangs the
+    /// task's `Waker` on a timepoint: no thread is parked and no async runtime is required.
+    pub fn wait_async(&self, value: u64) -> WaitFuture {
+        WaitFuture::new(self.clone(), value)
+    }
+
+    /// Registers `listener` to be told once the value reaches `value` or the semaphore fails. When that
+    /// is already decided nothing is stored and the outcome is returned instead.
+    pub fn register(&self, value: u64, listener: Arc<dyn TimepointListener>, tag: u64) -> Registration {
+        if let Some(outcome) = self.check_fast(value) {
+            return Registration::Resolved(outcome);
+        }
+        lock(&self.shared.state).register(value, listener, tag)
+    }
+
+    /// Cancels a registration: `true` if it was removed before it resolved (the listener will not be
+    /// called), `false` if it resolved already.
+    pub fn cancel(&self, id: TimepointId) -> bool {
+        lock(&self.shared.state).cancel(id)
+    }
+
+    /// How many timepoints are registered and unresolved (0 when nothing waits).
+    pub fn pending_count(&self) -> usize {
+        lock(&self.shared.state).pending_count()
+    }
+
+    /// One line for hang reports: value or failure, and who waits for which value.
+    pub fn report(&self) -> String {
+        let state = lock(&self.shared.state);
+        let mut line = match state.failure() {
+            Some(failure) => format!("{}: failed ({failure}) at value {}", self.name(), state.last_value()),
+            None => format!("{}: value {}", self.name(), state.last_value()),
+        };
+        if state.pending_count() > 0 {
+            let waiting: Vec<String> =
+                state.pending().map(|t| format!("{} wants {}", t.listener.describe(t.tag), t.value)).collect();
+            line.push_str(&format!("; waiting: {}", waiting.join(", ")));
+        }
+        line
+    }
+
+    fn name(&self) -> SemaphoreName {
+        SemaphoreName(self.shared.id)
+    }
+}
+
+/// Displays as "semaphore N".
+struct SemaphoreName(u64);
+
+impl fmt::Display for SemaphoreName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "semaphore {}", self.0)
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.report())
+    }
+}
+
+/// A semaphore and a value: "wait until `semaphore` reaches `value`" in a wait list, "set `semaphore`
+/// to `value`" in a signal list.
+#[derive(Clone, Debug)]
+pub struct SemaphoreValue {
+    /// The semaphore.
+    pub semaphore: Semaphore,
+    /// The value.
+    pub value: u64,
+}
+
+impl SemaphoreValue {
+    /// Pairs `semaphore` with `value`.
+    pub fn new(semaphore: &Semaphore, value: u64) -> Self {
+        SemaphoreValue { semaphore: semaphore.clone(), value }
+    }
+}
+
+/// An owned wait or signal list, stored without allocating for the common one or two entries.
+pub type SemaphoreList = SmallVec<[SemaphoreValue; 2]>;
+
+#[cfg(test)]
+mod tests;

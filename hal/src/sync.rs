@@ -1,0 +1,27 @@
+//! The one place that names the synchronisation primitives: `std::sync` normally, `loom::sync` under
+//! `--cfg loom`, so the semaphore core that runs in production is the code loom model-checks.
+//!
+//! `Arc` stays `std::sync::Arc` in both builds: reference counts are not the races we check, and loom's
+//! `Arc` cannot hold the unsized listener trait objects the timepoints carry.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard, atomic};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, atomic};
+
+/// Locks `mutex`, ignoring poisoning: our critical sections only update plain state and never panic
+/// half way, so the data behind a poisoned lock is still consistent.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// A hint that we are spinning (a no-op yield under loom so the model can make progress).
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
