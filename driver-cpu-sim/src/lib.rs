@@ -1,1 +1,80 @@
-//! placeholder
+//! `driver-cpu-sim`: the default HAL driver. A CPU device that simulates a GPU: each queue is a stream
+//! (a worker thread running a FIFO), events are completion points, dispatches run their workgroups in
+//! parallel on a pool of host threads. It runs the same scheduler as the CUDA driver, so CI exercises
+//! the code a GPU runs.
+//!
+//! ```
+//! use hal::{Registry, BufferParams, CommandBufferMode, SemaphoreValue, Timeout};
+//!
+//! let mut registry = Registry::new();
+//! driver_cpu_sim::register(&mut registry);
+//! let device = registry.create_default_device().unwrap();
+//! let queue = device.queue(0).unwrap();
+//! let buffer = device.allocate_buffer(BufferParams::host_visible(), 16).unwrap();
+//! let done = device.create_semaphore(0).unwrap();
+//! queue.fill(&[], &buffer, 0, 16, 0xAB, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//! done.wait(1, Timeout::Infinite).unwrap();
+//! assert_eq!(buffer.read_to_vec().unwrap(), vec![0xAB; 16]);
+//! ```
+
+pub mod command_exec;
+pub mod device;
+pub mod event;
+pub mod executable;
+pub mod memory;
+pub mod stream;
+pub mod workgroup_pool;
+
+use std::sync::Arc;
+
+use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
+
+pub use device::{CpuDevice, CpuSimOptions};
+
+/// The name the registry knows this driver by.
+pub const DRIVER_NAME: &str = "cpu-sim";
+
+/// The cpu-sim driver: one device per driver instance, built with its options.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSimDriver {
+    options: CpuSimOptions,
+}
+
+impl CpuSimDriver {
+    /// A driver whose device uses `options`.
+    pub fn with_options(options: CpuSimOptions) -> Self {
+        CpuSimDriver { options }
+    }
+}
+
+impl Driver for CpuSimDriver {
+    fn name(&self) -> &str {
+        DRIVER_NAME
+    }
+
+    fn probe(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn enumerate(&self) -> Result<Vec<DeviceInfo>> {
+        Ok(vec![device::device_info(&self.options)])
+    }
+
+    fn create_device(&self, ordinal: usize) -> Result<Device> {
+        if ordinal != 0 {
+            return Err(Error::out_of_range(format!("cpu-sim: device {ordinal} does not exist (it has 1)")));
+        }
+        let id = DeviceId::next();
+        Ok(Device::from_backend(id, Arc::new(CpuDevice::new(id, &self.options)?)))
+    }
+}
+
+/// Registers the cpu-sim driver with default options.
+pub fn register(registry: &mut Registry) {
+    registry.register(Arc::new(CpuSimDriver::default()));
+}
+
+/// A cpu-sim device with default options, without a registry.
+pub fn create_device() -> Result<Device> {
+    CpuSimDriver::default().create_device(0)
+}

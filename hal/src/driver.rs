@@ -96,7 +96,23 @@ pub trait PreparedCommands: Send + Sync + Any {
 }
 
 /// Work run on the host in queue order by [`crate::Queue::host_call`]; an `Err` fails the signals.
-pub type HostCall = Box<dyn FnOnce() -> Result<()> + Send>;
+/// The cell makes the one-shot closure shareable inside a submission; it is taken once, to run.
+pub struct HostCall(std::sync::Mutex<Option<Box<dyn FnOnce() -> Result<()> + Send>>>);
+
+impl HostCall {
+    /// Wraps `call`.
+    pub fn new(call: impl FnOnce() -> Result<()> + Send + 'static) -> Self {
+        HostCall(std::sync::Mutex::new(Some(Box::new(call))))
+    }
+
+    /// Takes the closure out (once); `None` if it was taken before.
+    pub fn take(&self) -> Option<Box<dyn FnOnce() -> Result<()> + Send>> {
+        match self.0.lock() {
+            Ok(mut call) => call.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+}
 
 /// Where a `queue_read` leaves its bytes.
 pub type ReadTarget = crate::queue::Readback;

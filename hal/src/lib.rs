@@ -39,8 +39,10 @@ pub mod error;
 pub mod executable;
 pub mod queue;
 pub mod registry;
+pub mod scheduler;
 pub mod semaphore;
 mod sync;
+pub mod stream_model;
 pub mod timeout;
 
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};

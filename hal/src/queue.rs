@@ -215,7 +215,7 @@ impl Queue {
         call: impl FnOnce() -> Result<()> + Send + 'static,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.submit(QueueOp::HostCall(Box::new(call)), waits, signals)
+        self.submit(QueueOp::HostCall(crate::driver::HostCall::new(call)), waits, signals)
     }
 
     /// Hands batched submissions to the device now.

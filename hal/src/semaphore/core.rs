@@ -30,10 +30,22 @@ pub trait TimepointListener: Send + Sync {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TimepointId(pub(crate) u64);
 
+/// What a timepoint waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimepointKind {
+    /// The value itself reaching the wanted value (host-visible completion).
+    Reached,
+    /// Work that will signal at least the wanted value being enqueued on a device stream (or the
+    /// value being reached, whichever comes first): what a device-side wait needs to go ahead.
+    Enqueued,
+}
+
 /// A registration: the value waited for and who to tell.
 pub struct Timepoint {
     /// The value the listener waits for.
     pub value: u64,
+    /// What it waits for.
+    pub kind: TimepointKind,
     pub(crate) id: TimepointId,
     pub(crate) listener: Arc<dyn TimepointListener>,
     pub(crate) tag: u64,
@@ -67,6 +79,8 @@ pub enum Registration {
 /// Value, failure and waiting timepoints of one semaphore. See the module docs.
 pub struct TimelineState {
     value: u64,
+    /// The highest value that work enqueued on a device will signal (see [`TimepointKind::Enqueued`]).
+    enqueued: u64,
     failure: Option<Error>,
     /// Sorted by value (stable for equal values), so a signal resolves a prefix.
     timepoints: Vec<Timepoint>,
@@ -76,7 +90,7 @@ pub struct TimelineState {
 impl TimelineState {
     /// A semaphore state at `initial` with no waiters.
     pub fn new(initial: u64) -> Self {
-        TimelineState { value: initial, failure: None, timepoints: Vec::new(), next_id: 0 }
+        TimelineState { value: initial, enqueued: initial, failure: None, timepoints: Vec::new(), next_id: 0 }
     }
 
     /// The current value, or the failure.
@@ -121,6 +135,7 @@ impl TimelineState {
             )));
         }
         self.value = new_value;
+        self.enqueued = self.enqueued.max(new_value);
         let reached = self.timepoints.partition_point(|t| t.value <= new_value);
         Ok(self.timepoints.drain(..reached).collect())
     }
@@ -137,16 +152,57 @@ impl TimelineState {
 
     /// Registers `listener` to hear when the value reaches `value`, unless that is already decided.
     pub fn register(&mut self, value: u64, listener: Arc<dyn TimepointListener>, tag: u64) -> Registration {
+        self.register_kind(TimepointKind::Reached, value, listener, tag)
+    }
+
+    /// Registers `listener` for `kind` at `value`, unless that is already decided.
+    pub fn register_kind(
+        &mut self,
+        kind: TimepointKind,
+        value: u64,
+        listener: Arc<dyn TimepointListener>,
+        tag: u64,
+    ) -> Registration {
         match self.is_reached(value) {
             Ok(false) => {}
             Ok(true) => return Registration::Resolved(Ok(())),
             Err(failure) => return Registration::Resolved(Err(failure)),
         }
+        if kind == TimepointKind::Enqueued && self.enqueued >= value {
+            return Registration::Resolved(Ok(()));
+        }
         let id = TimepointId(self.next_id);
         self.next_id += 1;
         let at = self.timepoints.partition_point(|t| t.value <= value);
-        self.timepoints.insert(at, Timepoint { value, id, listener, tag });
+        self.timepoints.insert(at, Timepoint { value, kind, id, listener, tag });
         Registration::Pending(id)
+    }
+
+    /// Records that device work signalling `value` is enqueued, and returns the `Enqueued`
+    /// timepoints this satisfies. Ignored when not above what was already enqueued, or after failure.
+    pub fn advance_enqueued(&mut self, value: u64) -> Resolved {
+        if self.failure.is_some() || value <= self.enqueued {
+            return Resolved::new();
+        }
+        self.enqueued = value;
+        let end = self.timepoints.partition_point(|t| t.value <= value);
+        let mut resolved = Resolved::new();
+        let mut at = 0;
+        let mut end = end;
+        while at < end {
+            if self.timepoints[at].kind == TimepointKind::Enqueued {
+                resolved.push(self.timepoints.remove(at));
+                end -= 1;
+            } else {
+                at += 1;
+            }
+        }
+        resolved
+    }
+
+    /// The highest value enqueued device work will signal (at least the current value).
+    pub fn enqueued(&self) -> u64 {
+        self.enqueued.max(self.value)
     }
 
     /// Removes a pending timepoint. `true` when it was removed before it resolved (its listener will
@@ -238,6 +294,23 @@ mod tests {
         assert_eq!(s.signal(7, &name()).unwrap_err().code(), crate::StatusCode::DataLoss);
         assert!(matches!(s.register(1, log, 0), Registration::Resolved(Err(_))));
         assert_eq!(s.last_value(), 0);
+    }
+
+    #[test]
+    fn enqueued_resolves_only_enqueued_kind() {
+        let log = Arc::new(Log::default());
+        let mut s = TimelineState::new(0);
+        s.register_kind(TimepointKind::Reached, 2, log.clone(), 0);
+        s.register_kind(TimepointKind::Enqueued, 2, log.clone(), 1);
+        s.register_kind(TimepointKind::Enqueued, 5, log.clone(), 2);
+        let fired = s.advance_enqueued(3);
+        assert_eq!(fired.iter().map(|t| t.tag).collect::<Vec<_>>(), vec![1]);
+        assert!(s.advance_enqueued(3).is_empty(), "not above what was enqueued");
+        assert!(matches!(s.register_kind(TimepointKind::Enqueued, 3, log.clone(), 3), Registration::Resolved(Ok(()))));
+        assert!(matches!(s.register_kind(TimepointKind::Reached, 3, log.clone(), 4), Registration::Pending(_)));
+        assert_eq!(s.query().unwrap(), 0, "enqueuing does not change the value");
+        let fired = s.signal(5, &name()).unwrap();
+        assert_eq!(fired.iter().map(|t| t.tag).collect::<Vec<_>>(), vec![0, 4, 2], "a signal resolves both kinds");
     }
 
     #[test]

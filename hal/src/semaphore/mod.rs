@@ -20,7 +20,9 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 use crate::timeout::Timeout;
 
-pub use self::core::{Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointListener};
+pub use self::core::{
+    Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener,
+};
 pub use future::WaitFuture;
 pub use wait::{WaitMode, wait_semaphores};
 
@@ -173,6 +175,30 @@ impl Semaphore {
             return Registration::Resolved(outcome);
         }
         lock(&self.shared.state).register(value, listener, tag)
+    }
+
+    /// Registers `listener` for `kind` at `value` (see [`TimepointKind`]); drivers use
+    /// `TimepointKind::Enqueued` to learn when a device-side wait can be issued.
+    pub fn register_kind(
+        &self,
+        kind: TimepointKind,
+        value: u64,
+        listener: Arc<dyn TimepointListener>,
+        tag: u64,
+    ) -> Registration {
+        if let Some(outcome) = self.check_fast(value) {
+            return Registration::Resolved(outcome);
+        }
+        lock(&self.shared.state).register_kind(kind, value, listener, tag)
+    }
+
+    /// Records that work signalling `value` is enqueued on a device stream (its event is recorded),
+    /// waking the `Enqueued` timepoints it satisfies. Drivers call this after recording the event.
+    pub fn advance_enqueued(&self, value: u64) {
+        let resolved = lock(&self.shared.state).advance_enqueued(value);
+        for timepoint in resolved {
+            timepoint.notify(Ok(()));
+        }
     }
 
     /// Cancels a registration: `true` if it was removed before it resolved (the listener will not be

@@ -1,0 +1,146 @@
+//! The cpu-sim device: host memory, native executables, and the shared scheduler over cpu-sim
+//! streams (one worker thread per queue) with a device-wide workgroup pool for dispatches.
+
+use std::sync::Arc;
+
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
+use hal::scheduler::Scheduler;
+use hal::{
+    BufferParams, Command, DeviceId, DeviceInfo, ExecutableSource, MemoryType, PoolUsage, ResourceUsage, Result,
+    Semaphore, SemaphoreValue,
+};
+
+use crate::command_exec::CpuPreparedCommands;
+use crate::executable::{MAX_WORKGROUP_THREADS, NativeExecutable};
+use crate::memory::{HostMemory, MemoryBudget};
+use crate::stream::CpuStreams;
+use crate::workgroup_pool::WorkgroupPool;
+
+/// How to build a cpu-sim device.
+#[derive(Clone, Debug)]
+pub struct CpuSimOptions {
+    /// Queues, each with its own stream worker.
+    pub queue_count: usize,
+    /// Threads running a dispatch's workgroups (0: one per available core).
+    pub workgroup_threads: usize,
+    /// Largest single allocation in bytes.
+    pub max_allocation_size: u64,
+    /// Bytes all allocations of the device may hold at once.
+    pub memory_limit: u64,
+}
+
+impl Default for CpuSimOptions {
+    fn default() -> Self {
+        CpuSimOptions { queue_count: 4, workgroup_threads: 0, max_allocation_size: 4 << 30, memory_limit: 8 << 30 }
+    }
+}
+
+/// The memory types cpu-sim offers: device-local (not mappable), host-visible coherent, and both.
+pub fn memory_types() -> Vec<MemoryType> {
+    vec![
+        MemoryType::DEVICE_LOCAL,
+        MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED,
+        MemoryType::DEVICE_LOCAL | MemoryType::HOST_LOCAL,
+    ]
+}
+
+/// The device info a cpu-sim device with `options` reports.
+pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
+    let threads = resolved_threads(options);
+    DeviceInfo {
+        driver: crate::DRIVER_NAME.to_string(),
+        name: format!("cpu-sim ({threads} workgroup threads)"),
+        ordinal: 0,
+        queue_count: options.queue_count,
+        memory_types: memory_types(),
+        max_allocation_size: options.max_allocation_size,
+        max_workgroup_threads: MAX_WORKGROUP_THREADS,
+        properties: vec![
+            ("workgroup_threads".to_string(), threads.to_string()),
+            ("memory_limit".to_string(), options.memory_limit.to_string()),
+        ],
+    }
+}
+
+fn resolved_threads(options: &CpuSimOptions) -> usize {
+    if options.workgroup_threads > 0 {
+        options.workgroup_threads
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2)
+    }
+}
+
+/// A cpu-sim device.
+pub struct CpuDevice {
+    id: DeviceId,
+    info: DeviceInfo,
+    budget: Arc<MemoryBudget>,
+    // Dropped first: drains the streams while memory and executables are still alive.
+    scheduler: Scheduler<CpuStreams>,
+}
+
+impl CpuDevice {
+    /// Starts a device: its workgroup pool, one stream and completion thread per queue.
+    pub fn new(id: DeviceId, options: &CpuSimOptions) -> Result<Self> {
+        let pool = Arc::new(WorkgroupPool::with_threads(resolved_threads(options))?);
+        let scheduler = Scheduler::new(id, CpuStreams::new(pool), options.queue_count)?;
+        Ok(CpuDevice {
+            id,
+            info: device_info(options),
+            budget: Arc::new(MemoryBudget::with_limit(options.memory_limit)),
+            scheduler,
+        })
+    }
+}
+
+impl DeviceBackend for CpuDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn allocate(&self, _params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(HostMemory::new(size, &self.budget)?))
+    }
+
+    fn allocate_transient(&self, _params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(HostMemory::transient(size, &self.budget)))
+    }
+
+    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
+        Ok(self.scheduler.create_semaphore(initial))
+    }
+
+    fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
+        Ok(Arc::new(NativeExecutable::load(source)?))
+    }
+
+    fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>> {
+        Ok(Arc::new(CpuPreparedCommands::new(commands)))
+    }
+
+    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.scheduler.submit(queue, op, waits, signals)
+    }
+
+    fn flush(&self, _queue: usize) -> Result<()> {
+        // Submissions are handed to the streams as they are issued; nothing is batched.
+        Ok(())
+    }
+
+    fn report(&self) -> String {
+        self.scheduler.report()
+    }
+
+    fn resource_usage(&self) -> ResourceUsage {
+        let mut usage = self.scheduler.resource_usage();
+        let bytes = self.budget.in_use() as usize;
+        usage.pools.push(PoolUsage { name: "memory bytes (informational)", in_use: 0, created: bytes });
+        usage
+    }
+}
+
+impl std::fmt::Debug for CpuDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuDevice({})", self.id)
+    }
+}

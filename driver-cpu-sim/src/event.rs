@@ -1,0 +1,91 @@
+//! cpu-sim events: a completion point with CUDA's semantics. Each record bumps the event's epoch and
+//! queues a marker on the stream; the stream's worker marks the epoch complete when it gets there. A
+//! wait or synchronize targets the latest epoch recorded at the time of the call.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// A cpu-sim event. Cheap to clone; clones are the same event.
+#[derive(Clone, Default)]
+pub struct CpuEvent {
+    pub(crate) inner: Arc<EventState>,
+}
+
+#[derive(Default)]
+pub(crate) struct EventState {
+    epochs: Mutex<Epochs>,
+    completed: Condvar,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Epochs {
+    recorded: u64,
+    completed: u64,
+}
+
+impl EventState {
+    fn epochs(&self) -> MutexGuard<'_, Epochs> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a new capture; the stream completes it when it reaches the returned epoch's marker.
+    pub(crate) fn begin_record(&self) -> u64 {
+        let mut epochs = self.epochs();
+        epochs.recorded += 1;
+        epochs.recorded
+    }
+
+    /// The stream reached the marker of `epoch`.
+    pub(crate) fn complete(&self, epoch: u64) {
+        let mut epochs = self.epochs();
+        if epoch > epochs.completed {
+            epochs.completed = epoch;
+        }
+        drop(epochs);
+        self.completed.notify_all();
+    }
+
+    /// The latest recorded epoch (0: never recorded).
+    pub(crate) fn latest(&self) -> u64 {
+        self.epochs().recorded
+    }
+
+    /// Blocks until `epoch` is complete.
+    pub(crate) fn wait_for(&self, epoch: u64) {
+        let mut epochs = self.epochs();
+        while epochs.completed < epoch {
+            epochs = self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Whether the latest capture completed (a never-recorded event counts as complete, as in CUDA).
+    pub(crate) fn is_complete(&self) -> bool {
+        let epochs = self.epochs();
+        epochs.completed >= epochs.recorded
+    }
+}
+
+impl CpuEvent {
+    /// A new, never-recorded event.
+    pub fn new() -> Self {
+        CpuEvent::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_follow_cuda_semantics() {
+        let event = CpuEvent::new();
+        assert!(event.inner.is_complete(), "never recorded counts as complete");
+        let first = event.inner.begin_record();
+        let second = event.inner.begin_record();
+        assert!(!event.inner.is_complete());
+        event.inner.complete(first);
+        assert!(!event.inner.is_complete(), "only the latest capture counts");
+        event.inner.complete(second);
+        assert!(event.inner.is_complete());
+        event.inner.wait_for(second);
+    }
+}

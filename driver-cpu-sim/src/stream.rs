@@ -1,0 +1,188 @@
+//! cpu-sim streams: one worker thread per stream running a FIFO of work, event markers and
+//! event waits, in order, as a GPU stream does. Dispatches fan out over the device's workgroup pool.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use hal::driver::QueueOp;
+use hal::stream_model::{StreamModel, Work};
+use hal::{Error, Result};
+
+use crate::command_exec::{execute_command, execute_commands};
+use crate::event::{CpuEvent, EventState};
+use crate::memory::{commit_buffer, release_buffer};
+use crate::workgroup_pool::WorkgroupPool;
+
+/// The cpu-sim stream model: streams are worker threads, events are completion points.
+pub struct CpuStreams {
+    pool: Arc<WorkgroupPool>,
+}
+
+impl CpuStreams {
+    /// Streams whose dispatches run on `pool`.
+    pub fn new(pool: Arc<WorkgroupPool>) -> Self {
+        CpuStreams { pool }
+    }
+}
+
+/// One in-order stream and its worker thread; dropping it drains the FIFO and joins the worker.
+pub struct CpuStream {
+    shared: Arc<StreamShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+struct StreamShared {
+    items: Mutex<VecDeque<Item>>,
+    more: Condvar,
+}
+
+enum Item {
+    Run(Arc<Work>),
+    Record(Arc<EventState>, u64),
+    Wait(Arc<EventState>, u64),
+    Stop,
+}
+
+impl StreamShared {
+    fn items(&self) -> MutexGuard<'_, VecDeque<Item>> {
+        self.items.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, item: Item) {
+        self.items().push_back(item);
+        self.more.notify_one();
+    }
+}
+
+impl CpuStream {
+    fn start(queue: usize, pool: Arc<WorkgroupPool>) -> Result<Self> {
+        let shared = Arc::new(StreamShared { items: Mutex::new(VecDeque::new()), more: Condvar::new() });
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("cpu-sim-stream-{queue}"))
+            .spawn(move || run_stream(&worker_shared, &pool))
+            .map_err(|e| Error::resource_exhausted(format!("cpu-sim: cannot start stream {queue}: {e}")))?;
+        Ok(CpuStream { shared, worker: Some(worker) })
+    }
+}
+
+impl Drop for CpuStream {
+    fn drop(&mut self) {
+        // Drain: the worker finishes everything queued before `Stop`.
+        self.shared.push(Item::Stop);
+        if let Some(worker) = self.worker.take() {
+            if worker.join().is_err() {
+                tracing::error!("cpu-sim stream worker panicked");
+            }
+        }
+    }
+}
+
+fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
+    loop {
+        let item = {
+            let mut items = shared.items();
+            loop {
+                if let Some(item) = items.pop_front() {
+                    break item;
+                }
+                items = shared.more.wait(items).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        match item {
+            Item::Run(work) => {
+                if let Err(fault) = run_work(&work, pool) {
+                    work.fault.set(fault);
+                }
+            }
+            Item::Record(event, epoch) => event.complete(epoch),
+            Item::Wait(event, epoch) => event.wait_for(epoch),
+            Item::Stop => return,
+        }
+    }
+}
+
+/// Runs one operation; an error becomes the submission's fault.
+fn run_work(work: &Work, pool: &WorkgroupPool) -> Result<()> {
+    if let Some(fault) = work.upstream_fault() {
+        return Err(fault);
+    }
+    match &work.op {
+        QueueOp::Execute(command_buffer) => execute_commands(&command_buffer.commands(), pool),
+        QueueOp::Alloca(buffer) => commit_buffer(buffer),
+        QueueOp::Dealloca(buffer) => release_buffer(buffer),
+        QueueOp::Transfer(command) => execute_command(command, pool),
+        QueueOp::Write { data, target, offset } => {
+            let base = host_ptr(target)?;
+            // SAFETY: hal checked [offset, offset + len) against the buffer's size at submission;
+            // `data` is host memory distinct from the buffer.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base.add(*offset as usize), data.len()) };
+            Ok(())
+        }
+        QueueOp::Read { source, offset, length, target } => {
+            let base = host_ptr(source)?;
+            let mut bytes = vec![0u8; *length as usize];
+            // SAFETY: the range was checked against the buffer's size at submission.
+            unsafe { std::ptr::copy_nonoverlapping(base.add(*offset as usize), bytes.as_mut_ptr(), bytes.len()) };
+            target.complete(bytes);
+            Ok(())
+        }
+        QueueOp::Barrier => Ok(()),
+        QueueOp::HostCall(_) => Err(Error::internal("cpu-sim: a host call reached a stream")),
+    }
+}
+
+fn host_ptr(buffer: &hal::Buffer) -> Result<*mut u8> {
+    buffer.backend().host_ptr().map(|p| p.as_ptr()).ok_or_else(|| {
+        Error::failed_precondition(format!("buffer {}: no memory (its queue_alloca has not run)", buffer.id()))
+    })
+}
+
+impl StreamModel for CpuStreams {
+    type Stream = CpuStream;
+    type Event = CpuEvent;
+
+    fn create_stream(&self, queue: usize) -> Result<CpuStream> {
+        CpuStream::start(queue, self.pool.clone())
+    }
+
+    fn create_event(&self) -> Result<CpuEvent> {
+        Ok(CpuEvent::new())
+    }
+
+    fn record_event(&self, event: &CpuEvent, stream: &CpuStream) -> Result<()> {
+        let epoch = event.inner.begin_record();
+        stream.shared.push(Item::Record(event.inner.clone(), epoch));
+        Ok(())
+    }
+
+    fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
+        let epoch = event.inner.latest();
+        if epoch > 0 {
+            stream.shared.push(Item::Wait(event.inner.clone(), epoch));
+        }
+        Ok(())
+    }
+
+    fn query_event(&self, event: &CpuEvent) -> Result<bool> {
+        Ok(event.inner.is_complete())
+    }
+
+    fn synchronize_event(&self, event: &CpuEvent) -> Result<()> {
+        let epoch = event.inner.latest();
+        event.inner.wait_for(epoch);
+        Ok(())
+    }
+
+    fn enqueue(&self, stream: &CpuStream, work: &Arc<Work>) -> Result<()> {
+        stream.shared.push(Item::Run(work.clone()));
+        Ok(())
+    }
+
+    fn synchronize_stream(&self, stream: &CpuStream) -> Result<()> {
+        let marker = CpuEvent::new();
+        self.record_event(&marker, stream)?;
+        self.synchronize_event(&marker)
+    }
+}

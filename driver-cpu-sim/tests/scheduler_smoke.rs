@@ -1,0 +1,168 @@
+//! End-to-end checks of the shared scheduler on the cpu-sim device: ordering through semaphores,
+//! wait-before-signal, cross-queue chains, failure propagation and the hang report.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hal::{
+    BufferBinding, BufferParams, CommandBufferMode, EntryPointInfo, ExecutableSource, NativeEntryPoint,
+    NativeInvocation, SemaphoreValue as SV, StatusCode, Timeout,
+};
+
+fn device() -> hal::Device {
+    driver_cpu_sim::create_device().expect("cpu-sim device")
+}
+
+const T: Timeout = Timeout::After(Duration::from_secs(10));
+
+#[test]
+fn fill_then_copy_across_queues_in_semaphore_order() {
+    let device = device();
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let a = device.allocate_buffer(BufferParams::host_visible(), 64).unwrap();
+    let b = device.allocate_buffer(BufferParams::host_visible(), 64).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    // Submitted first, runs second: the copy waits for the fill on the other queue.
+    q1.copy(&[SV::new(&s, 1)], &a, 0, &b, 0, 64, &[SV::new(&s, 2)]).unwrap();
+    q0.fill(&[], &a, 0, 64, 0x1234_5678, 4, &[SV::new(&s, 1)]).unwrap();
+    s.wait(2, T).unwrap();
+    let bytes = b.read_to_vec().unwrap();
+    assert_eq!(&bytes[..4], &0x1234_5678u32.to_le_bytes());
+    device.backend().resource_usage();
+}
+
+#[test]
+fn wait_before_signal_is_held_then_released_by_the_host() {
+    let device = device();
+    let q = device.queue(0).unwrap();
+    let buf = device.allocate_buffer(BufferParams::host_visible(), 8).unwrap();
+    let gate = device.create_semaphore(0).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    q.fill(&[SV::new(&gate, 5)], &buf, 0, 8, 7, 1, &[SV::new(&done, 1)]).unwrap();
+    assert!(done.wait(1, Timeout::After(Duration::from_millis(50))).is_err(), "must be held");
+    let report = device.report();
+    assert!(report.contains(&format!("semaphore {} >= 5", gate.id())), "report names the wait: {report}");
+    gate.signal(5).unwrap();
+    done.wait(1, T).unwrap();
+    assert_eq!(buf.read_to_vec().unwrap(), vec![7; 8]);
+}
+
+#[test]
+fn failed_wait_fails_signals_without_running() {
+    let device = device();
+    let q = device.queue(0).unwrap();
+    let buf = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    let gate = device.create_semaphore(0).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    q.fill(&[SV::new(&gate, 1)], &buf, 0, 4, 9, 1, &[SV::new(&done, 1)]).unwrap();
+    gate.fail(hal::Error::data_loss("upstream broke"));
+    let err = done.wait(1, T).unwrap_err();
+    assert_eq!(err.code(), StatusCode::DataLoss);
+    assert_eq!(buf.read_to_vec().unwrap(), vec![0; 4], "the fill never ran");
+}
+
+#[test]
+fn faulting_kernel_fails_its_signals_and_downstream_but_not_other_work() {
+    let device = device();
+    let kernels = ExecutableSource::Native(vec![
+        NativeEntryPoint {
+            info: EntryPointInfo::new("fault", 1, 1, 0),
+            kernel: Arc::new(|_inv: &NativeInvocation<'_>| Err("trap on purpose".to_string())),
+        },
+        NativeEntryPoint {
+            info: EntryPointInfo::new("write_one", 1, 1, 0),
+            kernel: Arc::new(|inv: &NativeInvocation<'_>| {
+                inv.bindings[0].store_u32(0, 1);
+                Ok(())
+            }),
+        },
+    ]);
+    let exe = device.load_executable(&kernels).unwrap();
+    let buf = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    let other = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    let fault_cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    fault_cb.dispatch(&exe, 0, [1, 1, 1], &[], &[BufferBinding::whole(&buf)]).unwrap();
+    fault_cb.end().unwrap();
+    let after_cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    after_cb.dispatch(&exe, 1, [1, 1, 1], &[], &[BufferBinding::whole(&buf)]).unwrap();
+    after_cb.end().unwrap();
+    let other_cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    other_cb.dispatch(&exe, 1, [1, 1, 1], &[], &[BufferBinding::whole(&other)]).unwrap();
+    other_cb.end().unwrap();
+
+    let s = device.create_semaphore(0).unwrap();
+    let t = device.create_semaphore(0).unwrap();
+    let u = device.create_semaphore(0).unwrap();
+    let q0 = device.queue(0).unwrap();
+    let q1 = device.queue(1).unwrap();
+    q0.execute(&[], &fault_cb, &[SV::new(&s, 1)]).unwrap();
+    // Chained device-side on the faulting work's event: must not run.
+    q1.execute(&[SV::new(&s, 1)], &after_cb, &[SV::new(&t, 1)]).unwrap();
+    q0.execute(&[], &other_cb, &[SV::new(&u, 1)]).unwrap();
+    let e = s.wait(1, T).unwrap_err();
+    assert_eq!(e.code(), StatusCode::Aborted, "{e}");
+    assert!(e.message().contains("trap on purpose"), "{e}");
+    assert_eq!(t.wait(1, T).unwrap_err().code(), StatusCode::Aborted);
+    u.wait(1, T).unwrap();
+    assert_eq!(buf.read_to_vec().unwrap(), vec![0; 4], "downstream of the fault did not run");
+    assert_eq!(other.read_to_vec().unwrap(), 1u32.to_le_bytes().to_vec(), "other work kept going");
+}
+
+#[test]
+fn dependent_chain_across_three_queues_and_pools_return_to_idle() {
+    let device = device();
+    let buf = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    // Three rounds of 100 dependent submissions: the whole round is issued at once (each is covered
+    // by the previous one's event), and later rounds reuse the first round's events.
+    let n = 300u64;
+    for i in 0..n {
+        let q = device.queue((i % 3) as usize).unwrap();
+        q.fill(&[SV::new(&s, i)], &buf, 0, 4, i as u32, 4, &[SV::new(&s, i + 1)]).unwrap();
+        if (i + 1) % 100 == 0 {
+            s.wait(i + 1, T).unwrap();
+            device_idle(&device);
+        }
+    }
+    assert_eq!(buf.read_to_vec().unwrap(), ((n - 1) as u32).to_le_bytes().to_vec());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let usage = device.resource_usage();
+        if usage.pools.iter().filter(|p| !p.name.contains("informational")).all(|p| p.in_use == 0) {
+            let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
+            assert!(events.created <= 101, "events are reused across rounds: {usage}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not idle: {usage}\n{}", device.report());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn device_idle(device: &hal::Device) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !device.resource_usage().pools.iter().filter(|p| !p.name.contains("informational")).all(|p| p.in_use == 0) {
+        assert!(std::time::Instant::now() < deadline, "not idle: {}", device.report());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn alloca_read_write_host_call_in_order() {
+    let device = device();
+    let q = device.queue(2).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let buf = q.alloca(&[], BufferParams::device_local(), 16, &[SV::new(&s, 1)]).unwrap();
+    q.write(&[SV::new(&s, 1)], vec![5u8; 16], &buf, 0, &[SV::new(&s, 2)]).unwrap();
+    let back = q.read(&[SV::new(&s, 2)], &buf, 4, 8, &[SV::new(&s, 3)]).unwrap();
+    let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = seen.clone();
+    q.host_call(&[SV::new(&s, 3)], move || {
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }, &[SV::new(&s, 4)])
+    .unwrap();
+    q.dealloca(&[SV::new(&s, 4)], &buf, &[SV::new(&s, 5)]).unwrap();
+    s.wait(5, T).unwrap();
+    assert_eq!(back.take().unwrap(), vec![5u8; 8]);
+    assert!(seen.load(std::sync::atomic::Ordering::SeqCst));
+}

@@ -1,0 +1,108 @@
+//! Completion: one thread per queue blocks on the oldest in-flight event, then retires, in the same
+//! wake-up, every submission whose event has completed (coalesced: no host callback per submission).
+//! Retiring applies the signals (or fails them with the fault), runs host calls in queue order, and
+//! drops the submission's event references so the events return to the pool.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::event_semaphore::SemaphoreEvents;
+use super::{InFlight, Shared};
+use crate::driver::QueueOp;
+use crate::error::{Error, Result};
+use crate::stream_model::StreamModel;
+use crate::sync::atomic::Ordering;
+use crate::sync::lock;
+
+/// The completion thread of `queue`; returns once the device shuts down and nothing is in flight.
+pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
+    let slot = &shared.queues[queue];
+    loop {
+        let front = {
+            let mut inflight = lock(&slot.inflight);
+            loop {
+                if let Some(front) = inflight.front() {
+                    break front.event.clone();
+                }
+                if shared.shutting_down.load(Ordering::Acquire) {
+                    return;
+                }
+                inflight = slot.wake.wait(inflight).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        let mut status = match &front {
+            Some(event) => shared.model.synchronize_event(event.event()),
+            None => Ok(()),
+        };
+        drop(front);
+        // The front is complete; retire it and everything behind it that also is.
+        loop {
+            let Some(entry) = lock(&slot.inflight).pop_front() else { break };
+            retire(shared, entry, status);
+            let next = match lock(&slot.inflight).front() {
+                Some(next) => next.event.clone(),
+                None => break,
+            };
+            status = match next {
+                None => Ok(()),
+                Some(event) => match shared.model.query_event(event.event()) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => break,
+                    Err(fault) => Err(fault),
+                },
+            };
+        }
+    }
+}
+
+/// Applies the outcome of one completed submission.
+fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) {
+    let InFlight { work, event, signals, _wait_events } = entry;
+    let _span = tracing::trace_span!("complete", queue = work.queue, action = work.id, op = work.op.kind()).entered();
+    let mut outcome = status.and_then(|()| match work.fault.get() {
+        Some(fault) => Err(fault),
+        None => shared.model.complete(&work),
+    });
+    if let QueueOp::HostCall(call) = &work.op {
+        outcome = outcome.and_then(|()| match (work.upstream_fault(), call.take()) {
+            (Some(fault), _) => Err(fault),
+            (None, Some(call)) => run_host_call(call),
+            (None, None) => Err(Error::internal(format!("action {}: host call ran twice", work.id))),
+        });
+    }
+    match &outcome {
+        Ok(()) => {
+            for signal in &signals {
+                if let Err(e) = signal.semaphore.signal(signal.value) {
+                    tracing::warn!(action = work.id, %e, "signal after completion refused");
+                }
+            }
+        }
+        Err(status) => {
+            let status = status.context(format!("queue {} action {} ({})", work.queue, work.id, work.op.kind()));
+            for signal in &signals {
+                signal.semaphore.fail(status.clone());
+            }
+        }
+    }
+    for signal in &signals {
+        if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+            table.prune(signal.value);
+        }
+    }
+    drop(event);
+}
+
+fn run_host_call(call: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(result) => result,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_string());
+            Err(Error::aborted(format!("host call panicked: {message}")))
+        }
+    }
+}

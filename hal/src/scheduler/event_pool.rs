@@ -1,0 +1,95 @@
+//! The event pool: events are created on demand and reused, never destroyed while the device lives.
+//!
+//! An [`EventRef`] is a counted reference to a pooled event. The issuing submission, the semaphore
+//! tables that publish it, and every submission whose stream waits on it each hold one; the event
+//! goes back to the free list only when the last reference drops. Submissions drop theirs when they
+//! retire, after their stream has passed the wait, so an event is never re-recorded while a pending
+//! stream-wait may still observe it.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::stream_model::StreamModel;
+use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::sync::{Mutex, lock};
+
+/// A pool of reusable events of one stream model.
+pub struct EventPool<M: StreamModel> {
+    free: Mutex<Vec<Arc<PooledEvent<M>>>>,
+    created: AtomicUsize,
+    in_use: AtomicUsize,
+}
+
+/// An event and the count of references to it while it is out of the pool.
+pub struct PooledEvent<M: StreamModel> {
+    event: M::Event,
+    refs: AtomicUsize,
+}
+
+/// A counted reference to a pooled event; the last one returns the event to the pool.
+pub struct EventRef<M: StreamModel> {
+    entry: Arc<PooledEvent<M>>,
+    pool: Arc<EventPool<M>>,
+}
+
+impl<M: StreamModel> EventPool<M> {
+    /// An empty pool.
+    pub fn new() -> Arc<Self> {
+        Arc::new(EventPool { free: Mutex::new(Vec::new()), created: AtomicUsize::new(0), in_use: AtomicUsize::new(0) })
+    }
+
+    /// A free event, created through `model` when none is free. Allocation-free once warm.
+    pub fn acquire(self: &Arc<Self>, model: &M) -> Result<EventRef<M>> {
+        let reused = lock(&self.free).pop();
+        let entry = match reused {
+            Some(entry) => entry,
+            None => {
+                let event = model.create_event()?;
+                self.created.fetch_add(1, Ordering::Relaxed);
+                Arc::new(PooledEvent { event, refs: AtomicUsize::new(0) })
+            }
+        };
+        entry.refs.store(1, Ordering::Relaxed);
+        self.in_use.fetch_add(1, Ordering::Relaxed);
+        Ok(EventRef { entry, pool: self.clone() })
+    }
+
+    /// Events out of the pool now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// Events created so far.
+    pub fn created(&self) -> usize {
+        self.created.load(Ordering::Relaxed)
+    }
+}
+
+impl<M: StreamModel> EventRef<M> {
+    /// The event.
+    pub fn event(&self) -> &M::Event {
+        &self.entry.event
+    }
+
+    /// Whether two references name the same pooled event.
+    pub fn same_as(&self, other: &EventRef<M>) -> bool {
+        Arc::ptr_eq(&self.entry, &other.entry)
+    }
+}
+
+impl<M: StreamModel> Clone for EventRef<M> {
+    fn clone(&self) -> Self {
+        self.entry.refs.fetch_add(1, Ordering::Relaxed);
+        EventRef { entry: self.entry.clone(), pool: self.pool.clone() }
+    }
+}
+
+impl<M: StreamModel> Drop for EventRef<M> {
+    fn drop(&mut self) {
+        // AcqRel: every use of the event by other holders happens before it is handed out again.
+        if self.entry.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
+            lock(&self.pool.free).push(self.entry.clone());
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! The event-backed part of a device's semaphores: for each signal value whose work is enqueued but
+//! not yet retired, the event recorded right after that work (a device-signal timepoint).
+//!
+//! A device-side wait for `v` uses the event of the *smallest* published value `>= v`. Events are
+//! published only after they are recorded, so no stream ever waits on an unrecorded event; entries
+//! are pruned when the host value passes them, at their submission's retirement.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::event_pool::EventRef;
+use crate::device::DeviceId;
+use crate::semaphore::Semaphore;
+use crate::stream_model::{FaultSlot, StreamModel};
+use crate::sync::{Mutex, lock};
+
+/// The published signal events of one semaphore, attached to it as driver data.
+pub struct SemaphoreEvents<M: StreamModel> {
+    table: Mutex<SmallVec<[SignalEvent<M>; 2]>>,
+}
+
+/// One device-signal timepoint: the event after the work that signals `value`, and that work's fault
+/// slot (a wait on the event must not run if the work faulted).
+pub struct SignalEvent<M: StreamModel> {
+    /// The value the work signals.
+    pub value: u64,
+    /// Recorded after the work.
+    pub event: EventRef<M>,
+    /// The work's fault slot.
+    pub fault: Arc<FaultSlot>,
+}
+
+impl<M: StreamModel> Clone for SignalEvent<M> {
+    fn clone(&self) -> Self {
+        SignalEvent { value: self.value, event: self.event.clone(), fault: self.fault.clone() }
+    }
+}
+
+impl<M: StreamModel> Default for SemaphoreEvents<M> {
+    fn default() -> Self {
+        SemaphoreEvents { table: Mutex::new(SmallVec::new()) }
+    }
+}
+
+impl<M: StreamModel> SemaphoreEvents<M> {
+    /// The table of `semaphore` if `device` owns it and it is event-backed by this stream model.
+    pub fn of(semaphore: &Semaphore, device: DeviceId) -> Option<&SemaphoreEvents<M>> {
+        if semaphore.owner() != Some(device) {
+            return None;
+        }
+        semaphore.driver_data()?.downcast_ref::<SemaphoreEvents<M>>()
+    }
+
+    /// Publishes the event recorded after work that signals `value`.
+    pub fn publish(&self, entry: SignalEvent<M>) {
+        let mut table = lock(&self.table);
+        let at = table.partition_point(|e| e.value <= entry.value);
+        table.insert(at, entry);
+    }
+
+    /// The event of the smallest published value `>= value`.
+    pub fn covering(&self, value: u64) -> Option<SignalEvent<M>> {
+        let table = lock(&self.table);
+        let at = table.partition_point(|e| e.value < value);
+        table.get(at).cloned()
+    }
+
+    /// Drops the entries for values `<= value` (the host value has passed them).
+    pub fn prune(&self, value: u64) {
+        let removed: SmallVec<[SignalEvent<M>; 2]> = {
+            let mut table = lock(&self.table);
+            let end = table.partition_point(|e| e.value <= value);
+            table.drain(..end).collect()
+        };
+        // Event references drop here, outside the table's lock.
+        drop(removed);
+    }
+
+    /// Entries published and not yet pruned.
+    pub fn len(&self) -> usize {
+        lock(&self.table).len()
+    }
+
+    /// Whether nothing is published.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,365 @@
+//! The scheduler, written once over the [`StreamModel`]: every driver that looks like a GPU (CUDA,
+//! the CPU simulator) runs this code.
+//!
+//! The life of one submission (`Queue::execute` -> [`Scheduler::submit`]):
+//! 1. Each wait is checked: reached on the host (nothing to do), covered by an event a device stream
+//!    recorded after the signalling work (a stream-wait will do), failed (the submission's signals
+//!    fail, nothing runs), or neither.
+//! 2. If every wait is reached or covered, the submission is issued at once on the calling thread.
+//!    Otherwise it becomes a pending action ([`pending_actions`]) with one timepoint per open wait,
+//!    and the resolution of its last wait issues it.
+//! 3. Issuing ([`Shared::issue`]) makes the queue's dispatch stream wait on the covering events,
+//!    enqueues the work, records one pooled event after it, publishes that event on every signal
+//!    semaphore this device owns (so waiters elsewhere can chain device-side) and hands the
+//!    submission to the queue's completion thread.
+//! 4. The completion thread ([`completion`]) blocks on the oldest in-flight event and then retires
+//!    every submission whose event has completed in one wake-up (coalesced): signals are applied, or
+//!    failed with the device fault, and events go back to the pool.
+
+mod completion;
+pub mod event_pool;
+pub mod event_semaphore;
+mod pending_actions;
+mod report;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use smallvec::SmallVec;
+
+use self::event_pool::{EventPool, EventRef};
+use self::event_semaphore::{SemaphoreEvents, SignalEvent};
+use self::pending_actions::Action;
+use crate::device::{DeviceId, PoolUsage, ResourceUsage};
+use crate::driver::QueueOp;
+use crate::error::{Error, Result};
+use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
+use crate::stream_model::{FaultSlot, StreamModel, Work};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{Condvar, Mutex, lock};
+
+/// The scheduler of one device. Dropping it drains every queue and stops its threads.
+pub struct Scheduler<M: StreamModel> {
+    shared: Arc<Shared<M>>,
+    completion_threads: Vec<JoinHandle<()>>,
+}
+
+pub(crate) struct Shared<M: StreamModel> {
+    pub(crate) device: DeviceId,
+    pub(crate) model: M,
+    events: Arc<EventPool<M>>,
+    queues: Vec<QueueSlot<M>>,
+    pending: Mutex<HashMap<u64, Arc<Action<M>>>>,
+    next_id: AtomicU64,
+    timepoints: AtomicUsize,
+    shutting_down: AtomicBool,
+}
+
+/// One queue: its dispatch stream and the submissions in flight on it, oldest first.
+struct QueueSlot<M: StreamModel> {
+    stream: M::Stream,
+    /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers.
+    issue_lock: Mutex<()>,
+    inflight: Mutex<VecDeque<InFlight<M>>>,
+    wake: Condvar,
+}
+
+/// A submission on its way through a stream.
+struct InFlight<M: StreamModel> {
+    work: Arc<Work>,
+    /// Recorded after the work; `None` for host calls, which run on the completion thread.
+    event: Option<EventRef<M>>,
+    signals: SemaphoreList,
+    /// Events this submission's stream waits on, held until it retires (see `event_pool`).
+    _wait_events: SmallVec<[EventRef<M>; 2]>,
+}
+
+/// Everything needed to issue a submission whose waits are all resolved.
+pub(crate) struct Issue<M: StreamModel> {
+    pub(crate) queue: usize,
+    pub(crate) op: QueueOp,
+    pub(crate) signals: SemaphoreList,
+    pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
+    pub(crate) upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+}
+
+/// Waits found covered by device events at submission.
+pub(crate) struct Covered<M: StreamModel> {
+    pub(crate) indices: SmallVec<[usize; 2]>,
+    pub(crate) events: SmallVec<[EventRef<M>; 2]>,
+    pub(crate) upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+}
+
+impl<M: StreamModel> Scheduler<M> {
+    /// A scheduler for `device` with `queue_count` queues, each with its own dispatch stream and
+    /// completion thread.
+    pub fn new(device: DeviceId, model: M, queue_count: usize) -> Result<Self> {
+        if queue_count == 0 {
+            return Err(Error::invalid_argument(format!("{device}: a device needs at least one queue")));
+        }
+        let mut queues = Vec::with_capacity(queue_count);
+        for queue in 0..queue_count {
+            let stream = model.create_stream(queue)?;
+            queues.push(QueueSlot {
+                stream,
+                issue_lock: Mutex::new(()),
+                inflight: Mutex::new(VecDeque::new()),
+                wake: Condvar::new(),
+            });
+        }
+        let shared = Arc::new(Shared {
+            device,
+            model,
+            events: EventPool::new(),
+            queues,
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            timepoints: AtomicUsize::new(0),
+            shutting_down: AtomicBool::new(false),
+        });
+        let mut completion_threads = Vec::with_capacity(queue_count);
+        for queue in 0..queue_count {
+            let worker = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("hal-completion-{}-q{queue}", device.get()))
+                .spawn(move || completion::run(&worker, queue));
+            match spawned {
+                Ok(handle) => completion_threads.push(handle),
+                Err(e) => {
+                    let partial = Scheduler { shared, completion_threads };
+                    drop(partial);
+                    return Err(Error::resource_exhausted(format!(
+                        "{device}: cannot start the completion thread of queue {queue}: {e}"
+                    )));
+                }
+            }
+        }
+        Ok(Scheduler { shared, completion_threads })
+    }
+
+    /// The stream model (the driver's backend).
+    pub fn model(&self) -> &M {
+        &self.shared.model
+    }
+
+    /// The dispatch stream of `queue`.
+    pub fn stream(&self, queue: usize) -> &M::Stream {
+        &self.shared.queues[queue].stream
+    }
+
+    /// A semaphore of this device, event-backed: its signals from this device's queues publish
+    /// events that this device's waits use directly.
+    pub fn create_semaphore(&self, initial: u64) -> Semaphore {
+        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(SemaphoreEvents::<M>::default()))
+    }
+
+    /// Submits `op` on `queue`; see the module docs. Never blocks on device progress.
+    pub fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        let shared = &self.shared;
+        if queue >= shared.queues.len() {
+            return Err(Error::out_of_range(format!("{}: queue {queue} does not exist", shared.device)));
+        }
+        if shared.shutting_down.load(Ordering::Acquire) {
+            return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
+        }
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let host_only = matches!(op, QueueOp::HostCall(_));
+        let mut covered =
+            Covered { indices: SmallVec::new(), events: SmallVec::new(), upstream: SmallVec::new() };
+        for (index, wait) in waits.iter().enumerate() {
+            match wait.semaphore.query() {
+                Err(status) => {
+                    tracing::debug!(action = id, %status, "wait semaphore failed at submission");
+                    for signal in signals {
+                        signal.semaphore.fail(status.clone());
+                    }
+                    return Ok(());
+                }
+                Ok(value) if value >= wait.value => covered.indices.push(index),
+                Ok(_) if host_only => {}
+                Ok(_) => {
+                    let table = SemaphoreEvents::<M>::of(&wait.semaphore, shared.device);
+                    if let Some(entry) = table.and_then(|t| t.covering(wait.value)) {
+                        covered.indices.push(index);
+                        covered.events.push(entry.event);
+                        covered.upstream.push(entry.fault);
+                    }
+                }
+            }
+        }
+        let signals: SemaphoreList = signals.iter().cloned().collect();
+        if covered.indices.len() == waits.len() {
+            let issue = Issue { queue, op, signals, wait_events: covered.events, upstream: covered.upstream };
+            shared.issue(id, issue);
+        } else {
+            Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
+        }
+        Ok(())
+    }
+
+    /// Waits until every queue has nothing pending or in flight, or `timeout` passes.
+    pub fn wait_idle(&self, timeout: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let busy = !lock(&self.shared.pending).is_empty()
+                || self.shared.queues.iter().any(|q| !lock(&q.inflight).is_empty());
+            if !busy {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::deadline_exceeded(format!(
+                    "{}: not idle after {timeout:?}:\n{}",
+                    self.shared.device,
+                    self.report()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+
+    /// The hang report: every pending action with what it waits on, and what is in flight per queue.
+    pub fn report(&self) -> String {
+        report::render(&self.shared)
+    }
+
+    /// Occupancy of the event pool, timepoints, pending actions and in-flight submissions.
+    pub fn resource_usage(&self) -> ResourceUsage {
+        let shared = &self.shared;
+        let inflight: usize = shared.queues.iter().map(|q| lock(&q.inflight).len()).sum();
+        let pending = lock(&shared.pending).len();
+        ResourceUsage {
+            pools: vec![
+                PoolUsage { name: "events", in_use: shared.events.in_use(), created: shared.events.created() },
+                PoolUsage {
+                    name: "timepoints",
+                    in_use: shared.timepoints.load(Ordering::Relaxed),
+                    created: shared.timepoints.load(Ordering::Relaxed),
+                },
+                PoolUsage { name: "pending actions", in_use: pending, created: pending },
+                PoolUsage { name: "in-flight submissions", in_use: inflight, created: inflight },
+            ],
+        }
+    }
+}
+
+impl<M: StreamModel> Shared<M> {
+    pub(crate) fn pending_insert(&self, action: &Arc<Action<M>>) {
+        lock(&self.pending).insert(action.id, action.clone());
+    }
+
+    pub(crate) fn pending_remove(&self, id: u64) {
+        let removed = lock(&self.pending).remove(&id);
+        drop(removed);
+    }
+
+    pub(crate) fn pending_get(&self, id: u64) -> Option<Arc<Action<M>>> {
+        lock(&self.pending).get(&id).cloned()
+    }
+
+    pub(crate) fn timepoints_registered(&self) {
+        self.timepoints.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn timepoints_resolved(&self, count: usize) {
+        if count > 0 {
+            self.timepoints.fetch_sub(count, Ordering::Relaxed);
+        }
+    }
+
+    /// Issues a submission whose waits are resolved: see the module docs, step 3.
+    pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
+        let Issue { queue, op, signals, wait_events, upstream } = issue;
+        let slot = &self.queues[queue];
+        let is_host_call = matches!(op, QueueOp::HostCall(_));
+        let work = Arc::new(Work { id, queue, op, fault: Arc::new(FaultSlot::new()), upstream });
+        let _span = tracing::trace_span!("issue", queue, action = id, op = work.op.kind()).entered();
+        // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
+        let mut published: SmallVec<[usize; 2]> = SmallVec::new();
+        let issued = {
+            let _issuing = lock(&slot.issue_lock);
+            let recorded = if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, &work, &wait_events) };
+            match recorded {
+                Ok(event) => {
+                    if let Some(event) = &event {
+                        for (index, signal) in signals.iter().enumerate() {
+                            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
+                                table.publish(SignalEvent {
+                                    value: signal.value,
+                                    event: event.clone(),
+                                    fault: work.fault.clone(),
+                                });
+                                published.push(index);
+                            }
+                        }
+                    }
+                    let entry = InFlight { work: work.clone(), event, signals: signals.clone(), _wait_events: wait_events };
+                    lock(&slot.inflight).push_back(entry);
+                    slot.wake.notify_one();
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        };
+        match issued {
+            Ok(()) => {
+                // Outside the issue lock: waking enqueued-waiters may issue on this same queue.
+                for &index in &published {
+                    signals[index].semaphore.advance_enqueued(signals[index].value);
+                }
+            }
+            Err(status) => {
+                let status = status.context(format!("queue {queue} action {id} ({})", work.op.kind()));
+                tracing::warn!(%status, "issue failed");
+                for signal in &signals {
+                    signal.semaphore.fail(status.clone());
+                }
+            }
+        }
+    }
+
+    /// Stream-waits, enqueues and records; the event recorded after the work.
+    fn enqueue_on_stream(
+        &self,
+        slot: &QueueSlot<M>,
+        work: &Arc<Work>,
+        wait_events: &[EventRef<M>],
+    ) -> Result<Option<EventRef<M>>> {
+        for event in wait_events {
+            self.model.wait_event(&slot.stream, event.event())?;
+        }
+        self.model.enqueue(&slot.stream, work)?;
+        let event = self.events.acquire(&self.model)?;
+        self.model.record_event(event.event(), &slot.stream)?;
+        Ok(Some(event))
+    }
+}
+
+impl<M: StreamModel> Drop for Scheduler<M> {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.shutting_down.store(true, Ordering::Release);
+        // Pending actions can never run now: fail their signals so nobody waits forever.
+        let abandoned: Vec<Arc<Action<M>>> = lock(&shared.pending).values().cloned().collect();
+        for action in abandoned {
+            let status = Error::cancelled(format!(
+                "{}: device destroyed while queue {} action {} was waiting",
+                shared.device, action.queue, action.id
+            ));
+            action.abandon(status, shared);
+        }
+        // Drain every stream before its completion thread stops and the stream is destroyed.
+        for (queue, slot) in shared.queues.iter().enumerate() {
+            if let Err(e) = shared.model.synchronize_stream(&slot.stream) {
+                tracing::warn!(queue, %e, "stream did not drain cleanly at teardown");
+            }
+            let _guard = lock(&slot.inflight);
+            slot.wake.notify_all();
+        }
+        for handle in self.completion_threads.drain(..) {
+            if handle.join().is_err() {
+                tracing::error!("a completion thread panicked");
+            }
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Pending queue actions: submissions held until every wait is reached on the host or covered by a
+//! recorded device event. Each unresolved wait hangs one timepoint on its semaphore with the action as
+//! listener; the resolution that clears the last wait issues the action (on that thread: issuing is a
+//! few non-blocking stream calls); the first failed wait fails the action's signals instead.
+
+use std::sync::{Arc, Weak};
+
+use smallvec::SmallVec;
+
+use super::event_semaphore::SemaphoreEvents;
+use super::{Issue, Shared};
+use crate::driver::QueueOp;
+use crate::error::{Error, Result};
+use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
+use crate::stream_model::{FaultSlot, StreamModel};
+use crate::sync::{Mutex, lock};
+
+use super::event_pool::EventRef;
+
+/// A held submission.
+pub(crate) struct Action<M: StreamModel> {
+    pub(crate) id: u64,
+    pub(crate) queue: usize,
+    pub(crate) waits: SemaphoreList,
+    scheduler: Weak<Shared<M>>,
+    state: Mutex<ActionState<M>>,
+}
+
+struct ActionState<M: StreamModel> {
+    op: Option<QueueOp>,
+    signals: SemaphoreList,
+    /// Unresolved waits, plus one held by the submitter until it finished registering.
+    remaining: usize,
+    /// Issued or failed: later resolutions are ignored.
+    done: bool,
+    resolved: SmallVec<[bool; 2]>,
+    registrations: SmallVec<[(usize, TimepointId); 2]>,
+    wait_events: SmallVec<[EventRef<M>; 2]>,
+    upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+}
+
+/// What resolving one wait decided.
+enum Step<M: StreamModel> {
+    Nothing,
+    Issue(Issue<M>),
+    Fail { signals: SemaphoreList, cancel: SmallVec<[(usize, TimepointId); 2]>, status: Error },
+}
+
+impl<M: StreamModel> Action<M> {
+    /// Holds `op` until its waits resolve. `ready` are the waits already covered at submission.
+    pub(crate) fn hold(
+        shared: &Arc<Shared<M>>,
+        id: u64,
+        queue: usize,
+        op: QueueOp,
+        waits: SemaphoreList,
+        signals: SemaphoreList,
+        covered: super::Covered<M>,
+    ) {
+        let count = waits.len();
+        let mut resolved: SmallVec<[bool; 2]> = SmallVec::from_elem(false, count);
+        for &index in &covered.indices {
+            resolved[index] = true;
+        }
+        let action = Arc::new(Action {
+            id,
+            queue,
+            waits,
+            scheduler: Arc::downgrade(shared),
+            state: Mutex::new(ActionState {
+                op: Some(op),
+                signals,
+                remaining: count - covered.indices.len() + 1,
+                done: false,
+                resolved,
+                registrations: SmallVec::new(),
+                wait_events: covered.events,
+                upstream: covered.upstream,
+            }),
+        });
+        shared.pending_insert(&action);
+        let host_only = action.is_host_only();
+        for index in 0..count {
+            if lock(&action.state).resolved[index] {
+                continue;
+            }
+            let wait = &action.waits[index];
+            let kind = if !host_only && SemaphoreEvents::<M>::of(&wait.semaphore, shared.device).is_some() {
+                TimepointKind::Enqueued
+            } else {
+                TimepointKind::Reached
+            };
+            shared.timepoints_registered();
+            match wait.semaphore.register_kind(kind, wait.value, action.clone(), index as u64) {
+                Registration::Pending(id) => {
+                    let mut state = lock(&action.state);
+                    if state.done {
+                        // Failed meanwhile through another wait: take this one back at once.
+                        drop(state);
+                        if wait.semaphore.cancel(id) {
+                            shared.timepoints_resolved(1);
+                        }
+                        break;
+                    }
+                    state.registrations.push((index, id));
+                }
+                Registration::Resolved(outcome) => {
+                    shared.timepoints_resolved(1);
+                    action.resolve(index, outcome, shared);
+                }
+            }
+        }
+        // Drop the submitter's hold; this may issue the action right here.
+        action.finish_step(shared, None);
+    }
+
+    fn is_host_only(&self) -> bool {
+        matches!(lock(&self.state).op, Some(QueueOp::HostCall(_)))
+    }
+
+    /// Resolves wait `index` with `outcome`.
+    fn resolve(self: &Arc<Self>, index: usize, outcome: Result<()>, shared: &Arc<Shared<M>>) {
+        let wait = &self.waits[index];
+        // An `Enqueued` resolution means an event covers the value, or the value was reached since.
+        let covering = match &outcome {
+            Ok(()) => SemaphoreEvents::<M>::of(&wait.semaphore, shared.device)
+                .filter(|_| !matches!(wait.semaphore.query(), Ok(v) if v >= wait.value))
+                .and_then(|table| table.covering(wait.value)),
+            Err(_) => None,
+        };
+        let outcome = match outcome {
+            Ok(()) if covering.is_none() => match wait.semaphore.query() {
+                Ok(v) if v >= wait.value => Ok(()),
+                Ok(v) => Err(Error::internal(format!(
+                    "action {}: semaphore {} reported {} enqueued but has no event and value {v}",
+                    self.id,
+                    wait.semaphore.id(),
+                    wait.value
+                ))),
+                Err(failure) => Err(failure),
+            },
+            other => other,
+        };
+        let step = {
+            let mut state = lock(&self.state);
+            if state.done || state.resolved[index] {
+                return;
+            }
+            state.resolved[index] = true;
+            state.registrations.retain(|(i, _)| *i != index);
+            match outcome {
+                Err(status) => {
+                    state.done = true;
+                    state.op = None;
+                    Step::Fail {
+                        signals: std::mem::take(&mut state.signals),
+                        cancel: std::mem::take(&mut state.registrations),
+                        status,
+                    }
+                }
+                Ok(()) => {
+                    if let Some(entry) = covering {
+                        state.wait_events.push(entry.event);
+                        state.upstream.push(entry.fault);
+                    }
+                    state.remaining -= 1;
+                    self.take_if_ready(&mut state)
+                }
+            }
+        };
+        self.run_step(step, shared);
+    }
+
+    /// Drops one hold (the submitter's) and issues if nothing else remains.
+    fn finish_step(self: &Arc<Self>, shared: &Arc<Shared<M>>, _unused: Option<()>) {
+        let step = {
+            let mut state = lock(&self.state);
+            if state.done {
+                Step::Nothing
+            } else {
+                state.remaining -= 1;
+                self.take_if_ready(&mut state)
+            }
+        };
+        self.run_step(step, shared);
+    }
+
+    fn take_if_ready(&self, state: &mut ActionState<M>) -> Step<M> {
+        if state.remaining > 0 {
+            return Step::Nothing;
+        }
+        state.done = true;
+        match state.op.take() {
+            Some(op) => Step::Issue(Issue {
+                queue: self.queue,
+                op,
+                signals: std::mem::take(&mut state.signals),
+                wait_events: std::mem::take(&mut state.wait_events),
+                upstream: std::mem::take(&mut state.upstream),
+            }),
+            None => Step::Nothing,
+        }
+    }
+
+    fn run_step(self: &Arc<Self>, step: Step<M>, shared: &Arc<Shared<M>>) {
+        match step {
+            Step::Nothing => {}
+            Step::Issue(issue) => {
+                shared.pending_remove(self.id);
+                shared.issue(self.id, issue);
+            }
+            Step::Fail { signals, cancel, status } => {
+                shared.pending_remove(self.id);
+                let mut cancelled = 0;
+                for (index, id) in cancel {
+                    cancelled += usize::from(self.waits[index].semaphore.cancel(id));
+                }
+                shared.timepoints_resolved(cancelled);
+                tracing::debug!(action = self.id, %status, "wait failed; failing signals without running");
+                for signal in &signals {
+                    signal.semaphore.fail(status.clone());
+                }
+            }
+        }
+    }
+
+    /// Fails the action (teardown): its signals get `status`, its timepoints are cancelled.
+    pub(crate) fn abandon(self: &Arc<Self>, status: Error, shared: &Arc<Shared<M>>) {
+        let step = {
+            let mut state = lock(&self.state);
+            if state.done {
+                return;
+            }
+            state.done = true;
+            state.op = None;
+            Step::Fail {
+                signals: std::mem::take(&mut state.signals),
+                cancel: std::mem::take(&mut state.registrations),
+                status,
+            }
+        };
+        self.run_step(step, shared);
+    }
+
+    /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
+    pub(crate) fn describe_waits(&self) -> Vec<String> {
+        let state = lock(&self.state);
+        let op = state.op.as_ref().map(|op| op.kind()).unwrap_or("(taken)");
+        let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
+        for (index, wait) in self.waits.iter().enumerate() {
+            let now = match wait.semaphore.query() {
+                Ok(v) => format!("value {v}"),
+                Err(e) => format!("failed: {e}"),
+            };
+            let status = if state.resolved[index] { "satisfied" } else { "WAITING" };
+            lines.push(format!("  waits semaphore {} >= {} ({now}) {status}", wait.semaphore.id(), wait.value));
+        }
+        lines
+    }
+}
+
+impl<M: StreamModel> TimepointListener for Action<M> {
+    fn notify(&self, tag: u64, outcome: Result<()>) {
+        let Some(shared) = self.scheduler.upgrade() else {
+            return;
+        };
+        shared.timepoints_resolved(1);
+        let Some(this) = shared.pending_get(self.id) else {
+            return;
+        };
+        this.resolve(tag as usize, outcome, &shared);
+    }
+
+    fn describe(&self, tag: u64) -> String {
+        format!("queue {} action {} (wait {tag})", self.queue, self.id)
+    }
+}

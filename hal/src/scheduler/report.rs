@@ -1,0 +1,27 @@
+//! The hang report: what every pending action waits on (semaphore, wanted value, current value) and
+//! what is in flight on each queue. One call instead of a day with a debugger.
+
+use std::fmt::Write;
+
+use super::Shared;
+use crate::stream_model::StreamModel;
+use crate::sync::lock;
+
+pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
+    let mut out = String::new();
+    let mut pending: Vec<_> = lock(&shared.pending).values().cloned().collect();
+    pending.sort_by_key(|a| a.id);
+    let _ = writeln!(out, "{}: {} pending action(s)", shared.device, pending.len());
+    for action in &pending {
+        for line in action.describe_waits() {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
+    for (queue, slot) in shared.queues.iter().enumerate() {
+        let inflight = lock(&slot.inflight);
+        let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.work.op.kind())).collect();
+        let _ = writeln!(out, "  queue {queue}: {} in flight [{}]", ids.len(), ids.join(", "));
+    }
+    let _ = write!(out, "  events: {} in use / {} created", shared.events.in_use(), shared.events.created());
+    out
+}
