@@ -6,8 +6,8 @@ use std::sync::Arc;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
 use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, DeviceId, DeviceInfo, ExecutableSource, MemoryType, PoolUsage, ResourceUsage, Result,
-    Semaphore, SemaphoreValue,
+    BufferParams, Command, DeviceId, DeviceInfo, ExecutableSource, MemoryType, ResourceUsage, Result, Semaphore,
+    SemaphoreValue,
 };
 
 use crate::command_exec::CpuPreparedCommands;
@@ -115,7 +115,7 @@ impl DeviceBackend for CpuDevice {
     }
 
     fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>> {
-        Ok(Arc::new(CpuPreparedCommands::new(commands)))
+        Ok(Arc::new(CpuPreparedCommands::prepare(commands)?))
     }
 
     fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
@@ -133,8 +133,7 @@ impl DeviceBackend for CpuDevice {
 
     fn resource_usage(&self) -> ResourceUsage {
         let mut usage = self.scheduler.resource_usage();
-        let bytes = self.budget.in_use() as usize;
-        usage.pools.push(PoolUsage { name: "memory bytes (informational)", in_use: 0, created: bytes });
+        usage.memory_in_use = self.budget.in_use();
         usage
     }
 }

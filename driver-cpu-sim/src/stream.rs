@@ -9,7 +9,7 @@ use hal::driver::QueueOp;
 use hal::stream_model::{StreamModel, Work};
 use hal::{Error, Result};
 
-use crate::command_exec::{execute_command, execute_commands};
+use crate::command_exec::{execute_command, execute_commands, read_buffer, write_buffer};
 use crate::event::{CpuEvent, EventState};
 use crate::memory::{commit_buffer, release_buffer};
 use crate::workgroup_pool::WorkgroupPool;
@@ -71,10 +71,10 @@ impl Drop for CpuStream {
     fn drop(&mut self) {
         // Drain: the worker finishes everything queued before `Stop`.
         self.shared.push(Item::Stop);
-        if let Some(worker) = self.worker.take() {
-            if worker.join().is_err() {
-                tracing::error!("cpu-sim stream worker panicked");
-            }
+        if let Some(worker) = self.worker.take()
+            && worker.join().is_err()
+        {
+            tracing::error!("cpu-sim stream worker panicked");
         }
     }
 }
@@ -113,30 +113,14 @@ fn run_work(work: &Work, pool: &WorkgroupPool) -> Result<()> {
         QueueOp::Alloca(buffer) => commit_buffer(buffer),
         QueueOp::Dealloca(buffer) => release_buffer(buffer),
         QueueOp::Transfer(command) => execute_command(command, pool),
-        QueueOp::Write { data, target, offset } => {
-            let base = host_ptr(target)?;
-            // SAFETY: hal checked [offset, offset + len) against the buffer's size at submission;
-            // `data` is host memory distinct from the buffer.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), base.add(*offset as usize), data.len()) };
-            Ok(())
-        }
+        QueueOp::Write { data, target, offset } => write_buffer(target, *offset, data),
         QueueOp::Read { source, offset, length, target } => {
-            let base = host_ptr(source)?;
-            let mut bytes = vec![0u8; *length as usize];
-            // SAFETY: the range was checked against the buffer's size at submission.
-            unsafe { std::ptr::copy_nonoverlapping(base.add(*offset as usize), bytes.as_mut_ptr(), bytes.len()) };
-            target.complete(bytes);
+            target.complete(read_buffer(source, *offset, *length)?);
             Ok(())
         }
         QueueOp::Barrier => Ok(()),
         QueueOp::HostCall(_) => Err(Error::internal("cpu-sim: a host call reached a stream")),
     }
-}
-
-fn host_ptr(buffer: &hal::Buffer) -> Result<*mut u8> {
-    buffer.backend().host_ptr().map(|p| p.as_ptr()).ok_or_else(|| {
-        Error::failed_precondition(format!("buffer {}: no memory (its queue_alloca has not run)", buffer.id()))
-    })
 }
 
 impl StreamModel for CpuStreams {

@@ -128,7 +128,7 @@ fn dependent_chain_across_three_queues_and_pools_return_to_idle() {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         let usage = device.resource_usage();
-        if usage.pools.iter().filter(|p| !p.name.contains("informational")).all(|p| p.in_use == 0) {
+        if usage.is_idle() {
             let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
             assert!(events.created <= 101, "events are reused across rounds: {usage}");
             break;
@@ -140,7 +140,7 @@ fn dependent_chain_across_three_queues_and_pools_return_to_idle() {
 
 fn device_idle(device: &hal::Device) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !device.resource_usage().pools.iter().filter(|p| !p.name.contains("informational")).all(|p| p.in_use == 0) {
+    while !device.resource_usage().is_idle() {
         assert!(std::time::Instant::now() < deadline, "not idle: {}", device.report());
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -156,10 +156,14 @@ fn alloca_read_write_host_call_in_order() {
     let back = q.read(&[SV::new(&s, 2)], &buf, 4, 8, &[SV::new(&s, 3)]).unwrap();
     let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = seen.clone();
-    q.host_call(&[SV::new(&s, 3)], move || {
-        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-        Ok(())
-    }, &[SV::new(&s, 4)])
+    q.host_call(
+        &[SV::new(&s, 3)],
+        move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(())
+        },
+        &[SV::new(&s, 4)],
+    )
     .unwrap();
     q.dealloca(&[SV::new(&s, 4)], &buf, &[SV::new(&s, 5)]).unwrap();
     s.wait(5, T).unwrap();

@@ -72,6 +72,8 @@ pub struct PoolUsage {
 pub struct ResourceUsage {
     /// One entry per pool.
     pub pools: Vec<PoolUsage>,
+    /// Bytes of device memory allocated now (informational: buffers the user holds count here).
+    pub memory_in_use: u64,
 }
 
 impl ResourceUsage {
@@ -85,7 +87,7 @@ impl fmt::Display for ResourceUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> =
             self.pools.iter().map(|p| format!("{} {} in use / {} created", p.name, p.in_use, p.created)).collect();
-        f.write_str(&parts.join(", "))
+        write!(f, "{}; memory {} bytes", parts.join(", "), self.memory_in_use)
     }
 }
 

@@ -97,7 +97,10 @@ pub trait PreparedCommands: Send + Sync + Any {
 
 /// Work run on the host in queue order by [`crate::Queue::host_call`]; an `Err` fails the signals.
 /// The cell makes the one-shot closure shareable inside a submission; it is taken once, to run.
-pub struct HostCall(std::sync::Mutex<Option<Box<dyn FnOnce() -> Result<()> + Send>>>);
+pub struct HostCall(std::sync::Mutex<Option<HostFn>>);
+
+/// The closure of a host call.
+pub type HostFn = Box<dyn FnOnce() -> Result<()> + Send>;
 
 impl HostCall {
     /// Wraps `call`.
@@ -106,7 +109,7 @@ impl HostCall {
     }
 
     /// Takes the closure out (once); `None` if it was taken before.
-    pub fn take(&self) -> Option<Box<dyn FnOnce() -> Result<()> + Send>> {
+    pub fn take(&self) -> Option<HostFn> {
         match self.0.lock() {
             Ok(mut call) => call.take(),
             Err(poisoned) => poisoned.into_inner().take(),

@@ -41,8 +41,8 @@ pub mod queue;
 pub mod registry;
 pub mod scheduler;
 pub mod semaphore;
-mod sync;
 pub mod stream_model;
+mod sync;
 pub mod timeout;
 
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};

@@ -30,29 +30,46 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                 inflight = slot.wake.wait(inflight).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let mut status = match &front {
+        let status = match &front {
             Some(event) => shared.model.synchronize_event(event.event()),
             None => Ok(()),
         };
         drop(front);
-        // The front is complete; retire it and everything behind it that also is.
-        loop {
-            let Some(entry) = lock(&slot.inflight).pop_front() else { break };
-            retire(shared, entry, status);
-            let next = match lock(&slot.inflight).front() {
-                Some(next) => next.event.clone(),
-                None => break,
-            };
-            status = match next {
-                None => Ok(()),
-                Some(event) => match shared.model.query_event(event.event()) {
-                    Ok(true) => Ok(()),
-                    Ok(false) => break,
-                    Err(fault) => Err(fault),
-                },
-            };
-        }
+        retire_completed(shared, queue, Some(status));
     }
+}
+
+/// Retires, oldest first, every in-flight submission of `queue` whose event has completed, and
+/// returns how many. `front` is the already-known status of the oldest one (the thread just blocked
+/// on it); `None` queries it like the rest. Never blocks on the device.
+pub(super) fn retire_completed<M: StreamModel>(shared: &Shared<M>, queue: usize, front: Option<Result<()>>) -> usize {
+    let slot = &shared.queues[queue];
+    let _retiring = lock(&slot.retiring);
+    let mut known = front;
+    let mut retired = 0;
+    loop {
+        let status = match known.take() {
+            Some(status) => status,
+            None => {
+                let next = match lock(&slot.inflight).front() {
+                    Some(next) => next.event.clone(),
+                    None => break,
+                };
+                match next {
+                    None => Ok(()),
+                    Some(event) => match shared.model.query_event(event.event()) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => break,
+                        Err(fault) => Err(fault),
+                    },
+                }
+            }
+        };
+        let Some(entry) = lock(&slot.inflight).pop_front() else { break };
+        retire(shared, entry, status);
+        retired += 1;
+    }
+    retired
 }
 
 /// Applies the outcome of one completed submission.
@@ -93,7 +110,7 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
     drop(event);
 }
 
-fn run_host_call(call: Box<dyn FnOnce() -> Result<()> + Send>) -> Result<()> {
+fn run_host_call(call: crate::driver::HostFn) -> Result<()> {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(result) => result,
         Err(panic) => {

@@ -63,6 +63,8 @@ struct QueueSlot<M: StreamModel> {
     issue_lock: Mutex<()>,
     inflight: Mutex<VecDeque<InFlight<M>>>,
     wake: Condvar,
+    /// Held while retiring, so retirements of one queue apply their signals in stream order.
+    retiring: Mutex<()>,
 }
 
 /// A submission on its way through a stream.
@@ -106,6 +108,7 @@ impl<M: StreamModel> Scheduler<M> {
                 issue_lock: Mutex::new(()),
                 inflight: Mutex::new(VecDeque::new()),
                 wake: Condvar::new(),
+                retiring: Mutex::new(()),
             });
         }
         let shared = Arc::new(Shared {
@@ -119,7 +122,9 @@ impl<M: StreamModel> Scheduler<M> {
             shutting_down: AtomicBool::new(false),
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
-        for queue in 0..queue_count {
+        // Under loom the model drives completion itself (`poll_completions`) from its own threads.
+        let spawn_count = if cfg!(loom) { 0 } else { queue_count };
+        for queue in 0..spawn_count {
             let worker = shared.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("hal-completion-{}-q{queue}", device.get()))
@@ -155,7 +160,13 @@ impl<M: StreamModel> Scheduler<M> {
     }
 
     /// Submits `op` on `queue`; see the module docs. Never blocks on device progress.
-    pub fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    pub fn submit(
+        &self,
+        queue: usize,
+        op: QueueOp,
+        waits: &[SemaphoreValue],
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
         let shared = &self.shared;
         if queue >= shared.queues.len() {
             return Err(Error::out_of_range(format!("{}: queue {queue} does not exist", shared.device)));
@@ -165,8 +176,7 @@ impl<M: StreamModel> Scheduler<M> {
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let host_only = matches!(op, QueueOp::HostCall(_));
-        let mut covered =
-            Covered { indices: SmallVec::new(), events: SmallVec::new(), upstream: SmallVec::new() };
+        let mut covered = Covered { indices: SmallVec::new(), events: SmallVec::new(), upstream: SmallVec::new() };
         for (index, wait) in waits.iter().enumerate() {
             match wait.semaphore.query() {
                 Err(status) => {
@@ -196,6 +206,12 @@ impl<M: StreamModel> Scheduler<M> {
             Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
         }
         Ok(())
+    }
+
+    /// Retires what has completed on `queue` without blocking; returns how many submissions retired.
+    /// The completion threads do this on their own; tests and loom models call it directly.
+    pub fn poll_completions(&self, queue: usize) -> usize {
+        completion::retire_completed(&self.shared, queue, None)
     }
 
     /// Waits until every queue has nothing pending or in flight, or `timeout` passes.
@@ -239,6 +255,7 @@ impl<M: StreamModel> Scheduler<M> {
                 PoolUsage { name: "pending actions", in_use: pending, created: pending },
                 PoolUsage { name: "in-flight submissions", in_use: inflight, created: inflight },
             ],
+            memory_in_use: 0,
         }
     }
 }
@@ -293,7 +310,8 @@ impl<M: StreamModel> Shared<M> {
                             }
                         }
                     }
-                    let entry = InFlight { work: work.clone(), event, signals: signals.clone(), _wait_events: wait_events };
+                    let entry =
+                        InFlight { work: work.clone(), event, signals: signals.clone(), _wait_events: wait_events };
                     lock(&slot.inflight).push_back(entry);
                     slot.wake.notify_one();
                     Ok(())

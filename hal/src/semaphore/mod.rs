@@ -20,9 +20,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 use crate::timeout::Timeout;
 
-pub use self::core::{
-    Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener,
-};
+pub use self::core::{Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener};
 pub use future::WaitFuture;
 pub use wait::{WaitMode, wait_semaphores};
 

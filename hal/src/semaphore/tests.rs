@@ -233,7 +233,11 @@ fn wait_all_needs_every_value_and_any_needs_one() {
     assert_eq!(err.code(), StatusCode::DeadlineExceeded);
     assert_eq!(
         err.message(),
-        format!("wait-all on 2 semaphores timed out: semaphore {} at 1 (want 1), semaphore {} at 0 (want 2)", a.id(), b.id())
+        format!(
+            "wait-all on 2 semaphores timed out: semaphore {} at 1 (want 1), semaphore {} at 0 (want 2)",
+            a.id(),
+            b.id()
+        )
     );
     wait_semaphores(WaitMode::Any, &list, Timeout::Immediate).unwrap();
     b.signal(2).unwrap();
@@ -307,9 +311,15 @@ fn wait_list_returns_the_status_of_a_failed_member() {
     let c = Semaphore::new(0);
     b.fail(Error::aborted("queue 2 faulted"));
     let list = [SemaphoreValue::new(&a, 1), SemaphoreValue::new(&b, 1)];
-    assert_eq!(wait_semaphores(WaitMode::All, &list, Timeout::Infinite).unwrap_err(), Error::aborted("queue 2 faulted"));
+    assert_eq!(
+        wait_semaphores(WaitMode::All, &list, Timeout::Infinite).unwrap_err(),
+        Error::aborted("queue 2 faulted")
+    );
     let list = [SemaphoreValue::new(&c, 1), SemaphoreValue::new(&b, 1)];
-    assert_eq!(wait_semaphores(WaitMode::Any, &list, Timeout::Immediate).unwrap_err(), Error::aborted("queue 2 faulted"));
+    assert_eq!(
+        wait_semaphores(WaitMode::Any, &list, Timeout::Immediate).unwrap_err(),
+        Error::aborted("queue 2 faulted")
+    );
     assert_eq!(
         wait_semaphores(WaitMode::Any, &list, Timeout::After(Duration::from_millis(20))).unwrap_err(),
         Error::aborted("queue 2 faulted")

@@ -1,0 +1,589 @@
+//! Runs recorded commands on the host: what a cpu-sim stream worker does for `queue_execute` and the
+//! single transfer operations.
+//!
+//! Commands of one list run in order, so an execution barrier has nothing left to order. Every
+//! buffer is reached through `BufferBackend::host_ptr` (cpu-sim memory of every type is host memory);
+//! a transient buffer whose alloca has not run has none, which is a `FailedPrecondition`. Ranges are
+//! checked again here, because the pointer arithmetic below relies on them.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use hal::driver::PreparedCommands;
+use hal::{Buffer, BufferBinding, BufferUsage, Command, Error, Executable, NativeBinding, NativeInvocation, Result};
+
+use crate::executable::NativeExecutable;
+use crate::memory::HostMemory;
+use crate::workgroup_pool::{JobFailure, WorkgroupPool};
+
+/// Runs `commands` in order, stopping at the first error, which is returned.
+pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool) -> Result<()> {
+    commands.iter().try_for_each(|command| execute_command(command, pool))
+}
+
+/// Runs one command. Dispatch workgroups run in parallel on `pool`; a kernel's `Err` or panic is an
+/// `Aborted` error naming the entry point and workgroup.
+pub fn execute_command(command: &Command, pool: &WorkgroupPool) -> Result<()> {
+    match command {
+        Command::Fill { target, offset, length, pattern, pattern_len } => {
+            command.validate_transfer()?;
+            let dst = host_range(target, *offset, *length)?;
+            // SAFETY: `dst` addresses `length` bytes of `target` (checked by `host_range`); queue order
+            // keeps other work off this range while the command runs, as on a GPU queue.
+            unsafe { fill(dst, *length as usize, *pattern, usize::from(*pattern_len)) };
+            Ok(())
+        }
+        Command::Update { target, offset, data } => {
+            command.validate_transfer()?;
+            write_buffer(target, *offset, data)
+        }
+        Command::Copy { source, source_offset, target, target_offset, length } => {
+            command.validate_transfer()?;
+            let src = host_range(source, *source_offset, *length)?;
+            let dst = host_range(target, *target_offset, *length)?;
+            // SAFETY: both ranges are `length` bytes inside their buffers (checked); `copy` is a
+            // memmove, so even overlapping ranges (refused by validation) could not cause UB.
+            unsafe { std::ptr::copy(src, dst, *length as usize) };
+            Ok(())
+        }
+        Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
+            dispatch(executable, *entry_point, *workgroups, constants, bindings, pool)
+        }
+        Command::Barrier => Ok(()),
+    }
+}
+
+/// Copies `data` into `target` at `offset` (what `queue_write` and an update run). Unlike
+/// `Buffer::write`, works on every memory type.
+pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
+    let dst = host_range(target, offset, data.len() as u64)?;
+    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked); `data` is separate host memory.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+    Ok(())
+}
+
+/// Copies `length` bytes of `source` at `offset` out (what `queue_read` runs). Unlike `Buffer::read`,
+/// works on every memory type.
+pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>> {
+    let src = host_range(source, offset, length)?;
+    let mut out = vec![0u8; length as usize];
+    // SAFETY: `src` addresses `length` bytes of `source` (checked); `out` is a fresh host vector.
+    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+    Ok(out)
+}
+
+/// The host address of `[offset, offset + length)` of `buffer`, after checking the range.
+fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<*mut u8> {
+    buffer.check_range(offset, length)?;
+    if let Some(memory) = buffer.backend().as_any().downcast_ref::<HostMemory>()
+        && memory.size() < buffer.size()
+    {
+        return Err(Error::internal(format!(
+            "buffer {}: claims {} bytes but its memory holds {}",
+            buffer.id(),
+            buffer.size(),
+            memory.size()
+        )));
+    }
+    let base = buffer.backend().host_ptr().ok_or_else(|| {
+        Error::failed_precondition(format!(
+            "buffer {}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+             queue_dealloca already ran)",
+            buffer.id()
+        ))
+    })?;
+    // SAFETY: `offset + length <= size` (checked above) and the backend's memory holds `size` bytes,
+    // so the offset stays inside the allocation (and fits a usize).
+    Ok(unsafe { base.as_ptr().add(offset as usize) })
+}
+
+/// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian.
+///
+/// # Safety
+/// `dst` is valid for writes of `length` bytes and nothing else accesses them meanwhile;
+/// `pattern_len` is 1, 2 or 4 and divides `length`.
+unsafe fn fill(dst: *mut u8, length: usize, pattern: u32, pattern_len: usize) {
+    let bytes = pattern.to_le_bytes();
+    if pattern_len == 1 {
+        // SAFETY: per the caller.
+        unsafe { std::ptr::write_bytes(dst, bytes[0], length) };
+        return;
+    }
+    // SAFETY: per the caller, the range is writable and exclusively ours for the call.
+    let out = unsafe { std::slice::from_raw_parts_mut(dst, length) };
+    // Seed a prefix that is a multiple of the pattern length, then double it.
+    let seed = length.min(64);
+    for (at, byte) in out[..seed].iter_mut().enumerate() {
+        *byte = bytes[at % pattern_len];
+    }
+    let mut filled = seed;
+    while filled < length {
+        let n = filled.min(length - filled);
+        out.copy_within(..n, filled);
+        filled += n;
+    }
+}
+
+/// The cpu-sim executable behind `executable`, or `InvalidArgument`.
+fn native_executable(executable: &Executable) -> Result<&NativeExecutable> {
+    executable.backend().as_any().downcast_ref::<NativeExecutable>().ok_or_else(|| {
+        Error::invalid_argument(format!("executable {}: was not loaded by the cpu-sim driver", executable.id()))
+    })
+}
+
+/// Workgroup `index` (x fastest) of a grid of `count` workgroups.
+fn workgroup_id(index: u64, count: [u32; 3]) -> [u32; 3] {
+    let [cx, cy, _] = count.map(u64::from);
+    // Each coordinate is below its u32 count, so the casts are exact.
+    [(index % cx) as u32, ((index / cx) % cy) as u32, (index / (cx * cy)) as u32]
+}
+
+fn dispatch(
+    executable: &Executable,
+    entry_point: u32,
+    workgroups: [u32; 3],
+    constants: &[u32],
+    bindings: &[BufferBinding],
+    pool: &WorkgroupPool,
+) -> Result<()> {
+    let native = native_executable(executable)?;
+    let (info, kernel) = native.entry(entry_point).ok_or_else(|| {
+        Error::out_of_range(format!(
+            "executable {}: entry point {entry_point} does not exist (it has {})",
+            executable.id(),
+            executable.entry_points().len()
+        ))
+    })?;
+    let who = format!("dispatch of '{}'", info.name);
+    if bindings.len() != info.binding_count || constants.len() != info.constant_count {
+        return Err(Error::invalid_argument(format!(
+            "{who}: {} bindings and {} constants given, entry point declares {} and {}",
+            bindings.len(),
+            constants.len(),
+            info.binding_count,
+            info.constant_count
+        )));
+    }
+    let total = workgroups.iter().try_fold(1u64, |acc, &n| acc.checked_mul(u64::from(n)));
+    let total = match total {
+        Some(total) if total > 0 => total,
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "{who}: workgroup count {workgroups:?} is empty or too large"
+            )));
+        }
+    };
+    let mut native_bindings = Vec::with_capacity(bindings.len());
+    for (index, binding) in bindings.iter().enumerate() {
+        let ptr = binding
+            .buffer
+            .check_usage(BufferUsage::DISPATCH_STORAGE)
+            .and_then(|()| host_range(&binding.buffer, binding.offset, binding.length))
+            .map_err(|e| e.context(format!("{who} binding {index}")))?;
+        native_bindings.push(NativeBinding { ptr, len: binding.length as usize });
+    }
+    let kernel = kernel.clone();
+    let constants = constants.to_vec();
+    let workgroup_size = info.workgroup_size;
+    let result = pool.run(total, move |index| {
+        let invocation = NativeInvocation {
+            workgroup_id: workgroup_id(index, workgroups),
+            workgroup_count: workgroups,
+            workgroup_size,
+            constants: &constants,
+            bindings: &native_bindings,
+        };
+        kernel(&invocation)
+    });
+    result.map_err(|failure| {
+        let [x, y, z] = workgroup_id(failure.index(), workgroups);
+        match failure {
+            JobFailure::Failed { error, .. } => Error::aborted(format!("{who} workgroup [{x},{y},{z}]: {error}")),
+            JobFailure::Panicked { message, .. } => {
+                Error::aborted(format!("{who} workgroup [{x},{y},{z}]: kernel panicked: {message}"))
+            }
+        }
+    })
+}
+
+/// A recorded command buffer as cpu-sim replays it: the command list itself, checked once at
+/// `end()` so that executions only fail for run-time reasons.
+#[derive(Debug)]
+pub struct CpuPreparedCommands {
+    commands: Arc<[Command]>,
+}
+
+impl CpuPreparedCommands {
+    /// Holds `commands` (what `DeviceBackend::prepare_commands` receives) without checking them;
+    /// [`prepare`](Self::prepare) is the checked form.
+    pub fn new(commands: &[Command]) -> Self {
+        Self::from_arc(Arc::from(commands))
+    }
+
+    /// Holds an existing shared list without checking it.
+    pub fn from_arc(commands: Arc<[Command]>) -> Self {
+        CpuPreparedCommands { commands }
+    }
+
+    /// Holds `commands` after checking that every dispatch uses a cpu-sim executable and an existing
+    /// entry point, so that `end()` reports these and executions fail only for run-time reasons.
+    pub fn prepare(commands: &[Command]) -> Result<Self> {
+        for command in commands {
+            if let Command::Dispatch { executable, entry_point, .. } = command {
+                native_executable(executable)?;
+                executable.entry_point_info(*entry_point)?;
+            }
+        }
+        Ok(Self::new(commands))
+    }
+
+    /// The commands, in order.
+    pub fn commands(&self) -> &Arc<[Command]> {
+        &self.commands
+    }
+
+    /// Runs the commands in order on `pool`, stopping at the first error.
+    pub fn execute(&self, pool: &WorkgroupPool) -> Result<()> {
+        execute_commands(&self.commands, pool)
+    }
+}
+
+impl PreparedCommands for CpuPreparedCommands {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executable::tests::example_library_path;
+    use crate::memory::MemoryBudget;
+    use hal::driver::{BufferBackend, ExecutableBackend};
+    use hal::{BufferParams, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    struct Fixture {
+        device: DeviceId,
+        budget: Arc<MemoryBudget>,
+        pool: WorkgroupPool,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                device: DeviceId::next(),
+                budget: Arc::new(MemoryBudget::unlimited()),
+                pool: WorkgroupPool::with_threads(3).unwrap(),
+            }
+        }
+
+        fn buffer_with(&self, size: u64, params: BufferParams) -> Buffer {
+            let memory = HostMemory::new(size, &self.budget).unwrap();
+            Buffer::from_backend(self.device, size, params, Arc::new(memory))
+        }
+
+        fn buffer(&self, size: u64) -> Buffer {
+            self.buffer_with(size, BufferParams::host_visible())
+        }
+
+        fn transient(&self, size: u64) -> Buffer {
+            let memory = HostMemory::transient(size, &self.budget);
+            Buffer::from_backend(self.device, size, BufferParams::host_visible(), Arc::new(memory))
+        }
+
+        fn executable(&self, source: ExecutableSource) -> Executable {
+            Executable::from_backend(self.device, Arc::new(NativeExecutable::load(&source).unwrap()))
+        }
+
+        fn native(&self, name: &str, workgroup_x: u32, bindings: usize, kernel: NativeKernel) -> Executable {
+            let info = EntryPointInfo::new(name, workgroup_x, bindings, 0);
+            self.executable(ExecutableSource::Native(vec![NativeEntryPoint { info, kernel }]))
+        }
+
+        fn run(&self, command: Command) -> Result<()> {
+            execute_command(&command, &self.pool)
+        }
+    }
+
+    fn dispatch(
+        executable: &Executable,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BufferBinding],
+    ) -> Command {
+        dispatch_of(executable, 0, workgroups, constants, bindings)
+    }
+
+    fn dispatch_of(
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BufferBinding],
+    ) -> Command {
+        Command::Dispatch {
+            executable: executable.clone(),
+            entry_point,
+            workgroups,
+            constants: constants.iter().copied().collect(),
+            bindings: bindings.iter().cloned().collect(),
+        }
+    }
+
+    fn fill(target: &Buffer, offset: u64, length: u64, pattern: u32, pattern_len: u8) -> Command {
+        Command::Fill { target: target.clone(), offset, length, pattern, pattern_len }
+    }
+
+    fn u32s(bytes: &[u8]) -> Vec<u32> {
+        bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+
+    fn f32s(bytes: &[u8]) -> Vec<f32> {
+        u32s(bytes).into_iter().map(f32::from_bits).collect()
+    }
+
+    fn f32_bytes(values: impl IntoIterator<Item = f32>) -> Vec<u8> {
+        values.into_iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn fill_patterns_at_unaligned_legal_offsets() {
+        let f = Fixture::new();
+        let b = f.buffer(512);
+        f.run(fill(&b, 3, 5, 0xAB, 1)).unwrap();
+        f.run(fill(&b, 10, 6, 0xBEEF, 2)).unwrap();
+        // 4-byte pattern at an offset that is 4- but not 8-aligned, longer than the 64-byte seed.
+        f.run(fill(&b, 20, 300, 0x0403_0201, 4)).unwrap();
+        let bytes = b.read_to_vec().unwrap();
+        assert_eq!(&bytes[..3], &[0, 0, 0]);
+        assert_eq!(&bytes[3..8], &[0xAB; 5]);
+        assert_eq!(&bytes[8..10], &[0, 0]);
+        assert_eq!(&bytes[10..16], &[0xEF, 0xBE, 0xEF, 0xBE, 0xEF, 0xBE]);
+        assert_eq!(&bytes[16..20], &[0; 4]);
+        assert!(bytes[20..320].chunks(4).all(|c| c == [1, 2, 3, 4]));
+        assert!(bytes[320..].iter().all(|&b| b == 0));
+        // Misaligned fills are refused, not run.
+        assert_eq!(f.run(fill(&b, 1, 4, 7, 2)).unwrap_err().code(), StatusCode::InvalidArgument);
+        assert_eq!(f.run(fill(&b, 510, 4, 7, 1)).unwrap_err().code(), StatusCode::OutOfRange);
+    }
+
+    #[test]
+    fn update_copy_and_device_local_memory() {
+        let f = Fixture::new();
+        let device_local = f.buffer_with(64, BufferParams::device_local());
+        let host = f.buffer(64);
+        f.run(Command::Update { target: device_local.clone(), offset: 5, data: Arc::from(&[9u8, 8, 7][..]) }).unwrap();
+        f.run(Command::Copy {
+            source: device_local.clone(),
+            source_offset: 4,
+            target: host.clone(),
+            target_offset: 33,
+            length: 5,
+        })
+        .unwrap();
+        assert_eq!(&host.read_to_vec().unwrap()[32..40], &[0, 0, 9, 8, 7, 0, 0, 0]);
+        // Same buffer, disjoint ranges.
+        f.run(Command::Copy {
+            source: host.clone(),
+            source_offset: 32,
+            target: host.clone(),
+            target_offset: 0,
+            length: 8,
+        })
+        .unwrap();
+        assert_eq!(&host.read_to_vec().unwrap()[..8], &[0, 0, 9, 8, 7, 0, 0, 0]);
+        // Device-local memory cannot be mapped but the queue helpers reach it.
+        assert_eq!(device_local.read_to_vec().unwrap_err().code(), StatusCode::PermissionDenied);
+        write_buffer(&device_local, 0, &[1, 2]).unwrap();
+        assert_eq!(read_buffer(&device_local, 0, 8).unwrap(), [1, 2, 0, 0, 0, 9, 8, 7]);
+        assert_eq!(read_buffer(&device_local, 60, 8).unwrap_err().code(), StatusCode::OutOfRange);
+        f.run(Command::Barrier).unwrap();
+    }
+
+    #[test]
+    fn uncommitted_transient_is_failed_precondition() {
+        let f = Fixture::new();
+        let transient = f.transient(64);
+        let err = f.run(fill(&transient, 0, 64, 1, 4)).unwrap_err();
+        assert_eq!(err.code(), StatusCode::FailedPrecondition);
+        assert!(err.message().contains(&format!("buffer {}", transient.id())), "{err}");
+
+        let kernel: NativeKernel = Arc::new(|_: &NativeInvocation<'_>| Ok(()));
+        let exe = f.native("noop", 1, 1, kernel);
+        let err = f.run(dispatch(&exe, [1, 1, 1], &[], &[BufferBinding::whole(&transient)])).unwrap_err();
+        assert_eq!(err.code(), StatusCode::FailedPrecondition);
+        assert!(err.message().starts_with("dispatch of 'noop' binding 0: buffer"), "{err}");
+
+        crate::memory::commit_buffer(&transient).unwrap();
+        f.run(fill(&transient, 0, 64, 1, 4)).unwrap();
+        f.run(dispatch(&exe, [1, 1, 1], &[], &[BufferBinding::whole(&transient)])).unwrap();
+    }
+
+    /// A kernel that stores `x | y << 10 | z << 20` at its linear workgroup index.
+    fn id_writer() -> NativeKernel {
+        Arc::new(|inv: &NativeInvocation<'_>| {
+            let [x, y, z] = inv.workgroup_id;
+            let [cx, cy, _] = inv.workgroup_count;
+            let linear = (x + cx * (y + cy * z)) as usize;
+            if inv.bindings[0].store_u32(linear, x | y << 10 | z << 20) { Ok(()) } else { Err("out of range".into()) }
+        })
+    }
+
+    #[test]
+    fn dispatch_runs_every_workgroup_of_a_3d_grid() {
+        let f = Fixture::new();
+        let grid = [7u32, 5, 3];
+        let total = 7 * 5 * 3;
+        let out = f.buffer(4 * total + 8);
+        let exe = f.native("ids", 1, 1, id_writer());
+        // Bind from byte 4 (not 8-aligned) to check the binding offset reaches the kernel.
+        f.run(dispatch(&exe, grid, &[], &[BufferBinding::range(&out, 4, 4 * total)])).unwrap();
+        let words = u32s(&out.read_to_vec().unwrap());
+        assert_eq!(words[0], 0);
+        let mut expected = Vec::new();
+        for z in 0..3 {
+            for y in 0..5 {
+                for x in 0..7 {
+                    expected.push(x | y << 10 | z << 20);
+                }
+            }
+        }
+        assert_eq!(&words[1..=total as usize], &expected[..]);
+        assert_eq!(words[total as usize + 1], 0);
+    }
+
+    #[test]
+    fn kernel_error_becomes_aborted_and_stops_the_list() {
+        let f = Fixture::new();
+        let kernel: NativeKernel =
+            Arc::new(
+                |inv: &NativeInvocation<'_>| {
+                    if inv.workgroup_id == [1, 2, 0] { Err("value out of bounds".into()) } else { Ok(()) }
+                },
+            );
+        let exe = f.native("checker", 1, 0, kernel);
+        let marker = f.buffer(4);
+        let commands = [fill(&marker, 0, 4, 1, 4), dispatch(&exe, [3, 3, 1], &[], &[]), fill(&marker, 0, 4, 2, 4)];
+        let err = execute_commands(&commands, &f.pool).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Aborted);
+        assert_eq!(err.message(), "dispatch of 'checker' workgroup [1,2,0]: value out of bounds");
+        assert_eq!(u32s(&marker.read_to_vec().unwrap()), [1], "commands after the failure did not run");
+    }
+
+    #[test]
+    fn kernel_panic_becomes_aborted_and_the_pool_goes_on() {
+        let f = Fixture::new();
+        let kernel: NativeKernel = Arc::new(|inv: &NativeInvocation<'_>| {
+            if inv.workgroup_id[0] == 40 {
+                panic!("index {} past the end", inv.workgroup_id[0]);
+            }
+            Ok(())
+        });
+        let exe = f.native("panicky", 1, 0, kernel);
+        let err = f.run(dispatch(&exe, [64, 1, 1], &[], &[])).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Aborted);
+        assert_eq!(err.message(), "dispatch of 'panicky' workgroup [40,0,0]: kernel panicked: index 40 past the end");
+        let out = f.buffer(4 * 8);
+        let ids = f.native("ids", 1, 1, id_writer());
+        f.run(dispatch(&ids, [8, 1, 1], &[], &[BufferBinding::whole(&out)])).unwrap();
+        assert_eq!(u32s(&out.read_to_vec().unwrap()), (0..8).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn pool_is_reused_across_many_dispatches() {
+        let f = Fixture::new();
+        let calls = Arc::new(AtomicU64::new(0));
+        let counter = calls.clone();
+        let kernel: NativeKernel = Arc::new(move |_: &NativeInvocation<'_>| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+        let exe = f.native("count", 1, 0, kernel);
+        let command = dispatch(&exe, [4, 3, 2], &[], &[]);
+        for _ in 0..500 {
+            f.run(command.clone()).unwrap();
+        }
+        assert_eq!(calls.load(Ordering::Relaxed), 500 * 24);
+        assert_eq!(f.pool.thread_count(), 3);
+    }
+
+    #[test]
+    fn dispatch_of_a_foreign_executable_is_refused() {
+        struct Foreign(Vec<EntryPointInfo>);
+        impl ExecutableBackend for Foreign {
+            fn entry_points(&self) -> &[EntryPointInfo] {
+                &self.0
+            }
+            fn as_any(&self) -> &dyn Any {
+                self
+            }
+        }
+        let f = Fixture::new();
+        let exe = Executable::from_backend(f.device, Arc::new(Foreign(vec![EntryPointInfo::new("k", 1, 0, 0)])));
+        let command = dispatch(&exe, [1, 1, 1], &[], &[]);
+        assert_eq!(f.run(command.clone()).unwrap_err().code(), StatusCode::InvalidArgument);
+        let err = CpuPreparedCommands::prepare(&[command]).unwrap_err();
+        assert!(err.message().contains("not loaded by the cpu-sim driver"), "{err}");
+    }
+
+    #[test]
+    fn prepared_commands_replay() {
+        let f = Fixture::new();
+        let out = f.buffer(16);
+        let prepared = CpuPreparedCommands::prepare(&[fill(&out, 0, 16, 3, 4), Command::Barrier]).unwrap();
+        assert_eq!(prepared.commands().len(), 2);
+        let as_trait: Arc<dyn PreparedCommands> = Arc::new(prepared);
+        let prepared = as_trait.as_any().downcast_ref::<CpuPreparedCommands>().unwrap();
+        for _ in 0..3 {
+            prepared.execute(&f.pool).unwrap();
+        }
+        assert_eq!(u32s(&out.read_to_vec().unwrap()), [3; 4]);
+    }
+
+    #[test]
+    fn example_library_kernels_run_on_a_grid() {
+        let f = Fixture::new();
+        let exe = f.executable(ExecutableSource::SharedLibrary(example_library_path()));
+        let ordinal = |name: &str| exe.entry_point(name).unwrap();
+
+        // fill_u32 over a 2x2x2 grid of 64-thread workgroups (512 slots) on 500 elements bound at
+        // byte offset 8: the grid's tail is guarded, and bytes outside the binding stay zero.
+        let n = 500u64;
+        let out = f.buffer(4 * n + 16);
+        let binding = BufferBinding::range(&out, 8, 4 * n);
+        f.run(dispatch_of(&exe, ordinal("fill_u32"), [2, 2, 2], &[0xC0FFEE], &[binding])).unwrap();
+        let words = u32s(&out.read_to_vec().unwrap());
+        assert_eq!(&words[..2], &[0, 0]);
+        assert!(words[2..2 + n as usize].iter().all(|&w| w == 0xC0FFEE));
+        assert_eq!(&words[2 + n as usize..], &[0, 0]);
+
+        // add_f32 then scale_offset_f32 on 1000 elements: 16 workgroups in x.
+        let n = 1000usize;
+        let (a, b, c, d) =
+            (f.buffer(4 * n as u64), f.buffer(4 * n as u64), f.buffer(4 * n as u64), f.buffer(4 * n as u64));
+        a.write(0, &f32_bytes((0..n).map(|i| i as f32))).unwrap();
+        b.write(0, &f32_bytes((0..n).map(|i| 0.5 * i as f32))).unwrap();
+        let bind = |buffers: &[&Buffer]| buffers.iter().map(|b| BufferBinding::whole(b)).collect::<Vec<_>>();
+        let add = dispatch_of(&exe, ordinal("add_f32"), [16, 1, 1], &[], &bind(&[&a, &b, &c]));
+        let constants = [2.0f32.to_bits(), (-1.0f32).to_bits()];
+        let scale = dispatch_of(&exe, ordinal("scale_offset_f32"), [4, 2, 2], &constants, &bind(&[&c, &d]));
+        execute_commands(&[add, Command::Barrier, scale], &f.pool).unwrap();
+        assert_eq!(f32s(&c.read_to_vec().unwrap()), (0..n).map(|i| 1.5 * i as f32).collect::<Vec<_>>());
+        assert_eq!(f32s(&d.read_to_vec().unwrap()), (0..n).map(|i| 3.0 * i as f32 - 1.0).collect::<Vec<_>>());
+
+        // fail_on_purpose fails the dispatch with the kernel's status.
+        let err = f.run(dispatch_of(&exe, ordinal("fail_on_purpose"), [2, 1, 1], &[], &[])).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Aborted);
+        assert!(err.message().starts_with("dispatch of 'fail_on_purpose' workgroup ["), "{err}");
+        assert!(err.message().ends_with("kernel 'fail_on_purpose' returned status 42"), "{err}");
+    }
+
+    #[test]
+    fn host_range_refuses_memory_smaller_than_the_buffer() {
+        let f = Fixture::new();
+        let memory: Arc<dyn BufferBackend> = Arc::new(HostMemory::new(8, &f.budget).unwrap());
+        let lying = Buffer::from_backend(f.device, 64, BufferParams::host_visible(), memory);
+        assert_eq!(read_buffer(&lying, 0, 64).unwrap_err().code(), StatusCode::Internal);
+    }
+}

@@ -1,0 +1,447 @@
+//! Host memory behind cpu-sim buffers: zeroed, 64-byte aligned allocations counted against a
+//! [`MemoryBudget`], and transient buffers for `queue_alloca` whose memory is committed and released
+//! in queue order on a stream worker.
+//!
+//! Every memory type (device-local included) is host memory here, so [`HostMemory::host_ptr`] always
+//! answers once committed; `hal::Buffer::map` is what refuses mapping non-`HOST_VISIBLE` types.
+
+use std::alloc::Layout;
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hal::buffer::HostPtr;
+use hal::driver::BufferBackend;
+use hal::{Buffer, Error, Result};
+
+/// Alignment of every allocation's first byte (a cache line, and enough for any vector load).
+pub const HOST_MEMORY_ALIGNMENT: usize = 64;
+
+/// Bytes in use, the peak, and an optional limit, shared by every allocation of a device.
+///
+/// Allocations reserve their size before asking the system allocator and give it back when freed.
+#[derive(Debug)]
+pub struct MemoryBudget {
+    in_use: AtomicU64,
+    peak: AtomicU64,
+    /// `u64::MAX` means no limit.
+    limit: AtomicU64,
+}
+
+impl MemoryBudget {
+    /// A budget with no limit.
+    pub fn unlimited() -> Self {
+        MemoryBudget { in_use: AtomicU64::new(0), peak: AtomicU64::new(0), limit: AtomicU64::new(u64::MAX) }
+    }
+
+    /// A budget of at most `limit` bytes in use at once.
+    pub fn with_limit(limit: u64) -> Self {
+        let budget = Self::unlimited();
+        budget.set_limit(Some(limit));
+        budget
+    }
+
+    /// Changes the limit (`None`: no limit). Memory already in use stays; only new reservations see it.
+    pub fn set_limit(&self, limit: Option<u64>) {
+        self.limit.store(limit.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The limit, if any.
+    pub fn limit(&self) -> Option<u64> {
+        match self.limit.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            limit => Some(limit),
+        }
+    }
+
+    /// Bytes reserved now.
+    pub fn in_use(&self) -> u64 {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// The most bytes ever reserved at once.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Reserves `size` bytes, or `ResourceExhausted` naming the sizes when the limit would be passed.
+    /// The reservation is given back when the returned guard drops.
+    pub fn reserve(self: &Arc<Self>, size: u64) -> Result<Reservation> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut current = self.in_use.load(Ordering::Relaxed);
+        loop {
+            let next = match current.checked_add(size) {
+                Some(next) if next <= limit => next,
+                _ => {
+                    return Err(Error::resource_exhausted(format!(
+                        "host memory: allocation of {size} bytes with {current} bytes in use exceeds the limit of \
+                         {limit} bytes"
+                    )));
+                }
+            };
+            match self.in_use.compare_exchange_weak(current, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.peak.fetch_max(next, Ordering::Relaxed);
+                    return Ok(Reservation { budget: self.clone(), size });
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+impl Default for MemoryBudget {
+    fn default() -> Self {
+        Self::unlimited()
+    }
+}
+
+/// Bytes reserved in a [`MemoryBudget`]; given back on drop.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<MemoryBudget>,
+    size: u64,
+}
+
+impl Reservation {
+    /// Bytes reserved.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.in_use.fetch_sub(self.size, Ordering::Relaxed);
+    }
+}
+
+/// One zeroed, aligned block from the system allocator, freed on drop.
+#[derive(Debug)]
+struct Allocation {
+    ptr: NonNull<u8>,
+    layout: Layout,
+    _reservation: Reservation,
+}
+
+// SAFETY: the block is owned by this value alone and freed only in `Drop`; the pointer is plain data.
+unsafe impl Send for Allocation {}
+// SAFETY: `&Allocation` exposes only the address; accesses through it are ordered by the queues.
+unsafe impl Sync for Allocation {}
+
+impl Allocation {
+    fn new(size: u64, budget: &Arc<MemoryBudget>) -> Result<Self> {
+        let exhausted = |why: &str| Error::resource_exhausted(format!("host memory: allocation of {size} bytes {why}"));
+        let bytes = usize::try_from(size).map_err(|_| exhausted("does not fit the address space"))?;
+        // A zero-size layout may not be passed to the allocator; hal refuses 0-byte buffers anyway.
+        let layout = Layout::from_size_align(bytes.max(1), HOST_MEMORY_ALIGNMENT)
+            .map_err(|_| exhausted("is larger than the largest possible allocation"))?;
+        let reservation = budget.reserve(size)?;
+        // SAFETY: `layout` has a nonzero size (at least 1 byte, see above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| exhausted("failed: the system allocator is out of memory"))?;
+        Ok(Allocation { ptr, layout, _reservation: reservation })
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed` with exactly `layout` and is freed only here, once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// Where a buffer's memory is in its life.
+#[derive(Debug)]
+enum State {
+    /// A transient buffer whose alloca has not run.
+    Uncommitted,
+    /// Memory is there.
+    Committed(#[expect(dead_code, reason = "held for its Drop, which frees the memory")] Allocation),
+    /// A transient buffer whose dealloca ran.
+    Released,
+}
+
+/// The memory of one cpu-sim buffer: allocated at creation, or transient (committed by the alloca
+/// and released by the dealloca that a stream worker runs in queue order).
+#[derive(Debug)]
+pub struct HostMemory {
+    size: u64,
+    transient: bool,
+    budget: Arc<MemoryBudget>,
+    /// The committed address, null when there is no memory: read without the lock by `host_ptr`.
+    ptr: AtomicPtr<u8>,
+    /// Transitions (commit, release) take this lock, so each happens once.
+    state: Mutex<State>,
+}
+
+impl HostMemory {
+    /// `size` zeroed bytes now, counted against `budget`.
+    pub fn new(size: u64, budget: &Arc<MemoryBudget>) -> Result<Self> {
+        let allocation = Allocation::new(size, budget)?;
+        Ok(HostMemory {
+            size,
+            transient: false,
+            budget: budget.clone(),
+            ptr: AtomicPtr::new(allocation.ptr.as_ptr()),
+            state: Mutex::new(State::Committed(allocation)),
+        })
+    }
+
+    /// A transient buffer of `size` bytes with no memory yet; [`commit`](Self::commit) allocates
+    /// (and counts it against `budget` then).
+    pub fn transient(size: u64, budget: &Arc<MemoryBudget>) -> Self {
+        HostMemory {
+            size,
+            transient: true,
+            budget: budget.clone(),
+            ptr: AtomicPtr::new(std::ptr::null_mut()),
+            state: Mutex::new(State::Uncommitted),
+        }
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether it was created by [`transient`](Self::transient).
+    pub fn is_transient(&self) -> bool {
+        self.transient
+    }
+
+    /// Whether memory is there now.
+    pub fn is_committed(&self) -> bool {
+        !self.ptr.load(Ordering::Acquire).is_null()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Transitions never panic half way, so a poisoned lock still holds a consistent state.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn describe(&self) -> String {
+        let kind = if self.transient { "transient memory" } else { "memory" };
+        format!("{kind} of {} bytes", self.size)
+    }
+
+    /// Allocates a transient buffer's zeroed memory (the alloca running). `FailedPrecondition` when
+    /// not transient, already committed or released; `ResourceExhausted` when the budget or the
+    /// system is out of memory.
+    pub fn commit(&self) -> Result<()> {
+        let mut state = self.state();
+        let refuse = |why: &str| Err(Error::failed_precondition(format!("{}: commit {why}", self.describe())));
+        if !self.transient {
+            return refuse("of a buffer that is not transient (it was allocated at creation)");
+        }
+        match &*state {
+            State::Uncommitted => {}
+            State::Committed(_) => return refuse("a second time (the alloca already ran)"),
+            State::Released => return refuse("after release (the dealloca already ran)"),
+        }
+        let allocation = Allocation::new(self.size, &self.budget)?;
+        // Release: the zeroing done by the allocator is visible to whoever loads the pointer.
+        self.ptr.store(allocation.ptr.as_ptr(), Ordering::Release);
+        *state = State::Committed(allocation);
+        Ok(())
+    }
+
+    /// Frees a transient buffer's memory (the dealloca running). `FailedPrecondition` when not
+    /// transient, not committed yet, or released already.
+    pub fn release(&self) -> Result<()> {
+        let mut state = self.state();
+        let refuse = |why: &str| Err(Error::failed_precondition(format!("{}: release {why}", self.describe())));
+        if !self.transient {
+            return refuse("of a buffer that is not transient (it is freed when its last handle drops)");
+        }
+        match &*state {
+            State::Committed(_) => {}
+            State::Uncommitted => return refuse("before commit (the alloca has not run)"),
+            State::Released => return refuse("a second time (the dealloca already ran)"),
+        }
+        self.ptr.store(std::ptr::null_mut(), Ordering::Release);
+        // Dropping the allocation frees the memory and gives back its reservation.
+        *state = State::Released;
+        Ok(())
+    }
+
+    /// The `HostMemory` behind `buffer`, or `InvalidArgument` when another driver made it.
+    pub fn of(buffer: &Buffer) -> Result<&HostMemory> {
+        buffer.backend().as_any().downcast_ref::<HostMemory>().ok_or_else(|| {
+            Error::invalid_argument(format!("buffer {}: its memory was not allocated by cpu-sim", buffer.id()))
+        })
+    }
+}
+
+impl BufferBackend for HostMemory {
+    fn host_ptr(&self) -> Option<HostPtr> {
+        NonNull::new(self.ptr.load(Ordering::Acquire))
+    }
+
+    fn device_address(&self) -> u64 {
+        self.ptr.load(Ordering::Acquire) as u64
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Commits the memory of transient `buffer` (what `queue_alloca` runs); errors name the buffer.
+pub fn commit_buffer(buffer: &Buffer) -> Result<()> {
+    HostMemory::of(buffer)?.commit().map_err(|e| e.context(format!("buffer {}", buffer.id())))
+}
+
+/// Releases the memory of transient `buffer` (what `queue_dealloca` runs); errors name the buffer.
+pub fn release_buffer(buffer: &Buffer) -> Result<()> {
+    HostMemory::of(buffer)?.release().map_err(|e| e.context(format!("buffer {}", buffer.id())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hal::{BufferParams, DeviceId, StatusCode};
+
+    fn budget() -> Arc<MemoryBudget> {
+        Arc::new(MemoryBudget::unlimited())
+    }
+
+    #[test]
+    fn allocation_is_zeroed_and_aligned() {
+        let budget = budget();
+        let memory = HostMemory::new(1000, &budget).unwrap();
+        let ptr = memory.host_ptr().unwrap();
+        assert_eq!(ptr.as_ptr() as usize % HOST_MEMORY_ALIGNMENT, 0);
+        assert_eq!(memory.device_address(), ptr.as_ptr() as u64);
+        // SAFETY: the allocation holds 1000 bytes and nothing else touches it.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), 1000) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        assert!(memory.is_committed() && !memory.is_transient());
+    }
+
+    #[test]
+    fn budget_counts_in_use_and_peak() {
+        let budget = budget();
+        let a = HostMemory::new(100, &budget).unwrap();
+        let b = HostMemory::new(50, &budget).unwrap();
+        assert_eq!(budget.in_use(), 150);
+        drop(a);
+        assert_eq!(budget.in_use(), 50);
+        assert_eq!(budget.peak(), 150);
+        drop(b);
+        assert_eq!(budget.in_use(), 0);
+    }
+
+    #[test]
+    fn over_limit_is_resource_exhausted_naming_sizes() {
+        let budget = Arc::new(MemoryBudget::with_limit(1024));
+        assert_eq!(budget.limit(), Some(1024));
+        let _a = HostMemory::new(1000, &budget).unwrap();
+        let err = HostMemory::new(100, &budget).unwrap_err();
+        assert_eq!(err.code(), StatusCode::ResourceExhausted);
+        assert!(
+            err.message().contains("100 bytes") && err.message().contains("1000") && err.message().contains("1024")
+        );
+        assert_eq!(budget.in_use(), 1000, "a refused allocation reserves nothing");
+        budget.set_limit(None);
+        let _b = HostMemory::new(100, &budget).unwrap();
+    }
+
+    #[test]
+    fn impossible_sizes_are_errors_not_aborts() {
+        let budget = budget();
+        // Too large for a Layout.
+        let err = HostMemory::new(u64::MAX, &budget).unwrap_err();
+        assert_eq!(err.code(), StatusCode::ResourceExhausted);
+        // A valid Layout the system allocator cannot satisfy (4 EiB).
+        let err = HostMemory::new(1 << 62, &budget).unwrap_err();
+        assert_eq!(err.code(), StatusCode::ResourceExhausted, "{err}");
+        assert_eq!(budget.in_use(), 0, "failed allocations give back their reservation");
+    }
+
+    #[test]
+    fn transient_life_cycle() {
+        let budget = budget();
+        let memory = HostMemory::transient(256, &budget);
+        assert!(memory.host_ptr().is_none());
+        assert_eq!(memory.device_address(), 0);
+        assert_eq!(budget.in_use(), 0, "no memory before the alloca");
+
+        let err = memory.release().unwrap_err();
+        assert_eq!(err.code(), StatusCode::FailedPrecondition);
+        assert!(err.message().contains("before commit"), "{err}");
+
+        memory.commit().unwrap();
+        let ptr = memory.host_ptr().unwrap();
+        assert_eq!(ptr.as_ptr() as usize % HOST_MEMORY_ALIGNMENT, 0);
+        assert_eq!(budget.in_use(), 256);
+        assert_eq!(memory.commit().unwrap_err().code(), StatusCode::FailedPrecondition);
+
+        memory.release().unwrap();
+        assert!(memory.host_ptr().is_none());
+        assert_eq!(budget.in_use(), 0);
+        let err = memory.release().unwrap_err();
+        assert_eq!(err.code(), StatusCode::FailedPrecondition);
+        assert!(err.message().contains("second time"), "{err}");
+        assert_eq!(memory.commit().unwrap_err().code(), StatusCode::FailedPrecondition);
+    }
+
+    #[test]
+    fn transient_commit_respects_budget_and_drop_frees() {
+        let budget = Arc::new(MemoryBudget::with_limit(100));
+        let too_big = HostMemory::transient(200, &budget);
+        assert_eq!(too_big.commit().unwrap_err().code(), StatusCode::ResourceExhausted);
+        assert!(!too_big.is_committed());
+        let fits = HostMemory::transient(100, &budget);
+        fits.commit().unwrap();
+        assert_eq!(budget.in_use(), 100);
+        drop(fits);
+        assert_eq!(budget.in_use(), 0, "dropping a committed transient buffer frees it");
+    }
+
+    #[test]
+    fn resident_memory_refuses_transitions() {
+        let budget = budget();
+        let memory = HostMemory::new(8, &budget).unwrap();
+        assert_eq!(memory.commit().unwrap_err().code(), StatusCode::FailedPrecondition);
+        assert_eq!(memory.release().unwrap_err().code(), StatusCode::FailedPrecondition);
+        assert!(memory.is_committed());
+    }
+
+    #[test]
+    fn buffer_helpers_name_the_buffer() {
+        let budget = budget();
+        let backend = Arc::new(HostMemory::transient(64, &budget));
+        let buffer = Buffer::from_backend(DeviceId::next(), 64, BufferParams::host_visible(), backend);
+        let err = release_buffer(&buffer).unwrap_err();
+        assert!(err.message().starts_with(&format!("buffer {}:", buffer.id())), "{err}");
+        commit_buffer(&buffer).unwrap();
+        buffer.write(0, &[1, 2, 3]).unwrap();
+        let mut out = [0u8; 4];
+        buffer.read(0, &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3, 0]);
+        release_buffer(&buffer).unwrap();
+        assert_eq!(buffer.read(0, &mut out).unwrap_err().code(), StatusCode::FailedPrecondition);
+    }
+
+    #[test]
+    fn commit_on_another_thread_is_seen() {
+        let budget = budget();
+        let memory = Arc::new(HostMemory::transient(4096, &budget));
+        let worker = {
+            let memory = memory.clone();
+            std::thread::spawn(move || memory.commit())
+        };
+        let ptr = loop {
+            if let Some(ptr) = memory.host_ptr() {
+                break ptr;
+            }
+            std::thread::yield_now();
+        };
+        // SAFETY: committed (non-null pointer seen with Acquire), 4096 bytes, nobody else writes.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), 4096) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        worker.join().unwrap().unwrap();
+    }
+}

@@ -1,0 +1,448 @@
+//! A persistent pool of threads that runs the workgroups of a dispatch in parallel.
+//!
+//! [`WorkgroupPool::run`] publishes a job of `total` indices; pool threads and the calling thread
+//! claim chunks of indices from an atomic counter until none are left, and `run` returns when every
+//! claimed chunk is finished. The first failure (an `Err` or a panic, caught) becomes the result and
+//! the indices not yet started are skipped. Several stream workers may call `run` at once: jobs
+//! queue up and the pool threads serve the oldest first, while each caller works on its own.
+//! No thread is spawned per dispatch; the threads are joined when the pool drops.
+
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use hal::Error;
+
+/// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
+const CHUNKS_PER_RUNNER: u64 = 4;
+
+/// Why a job stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobFailure<E> {
+    /// The task returned `Err(error)` for `index`.
+    Failed {
+        /// The index whose task failed.
+        index: u64,
+        /// What it returned.
+        error: E,
+    },
+    /// The task panicked for `index`.
+    Panicked {
+        /// The index whose task panicked.
+        index: u64,
+        /// The panic message (or a placeholder when the payload was not a string).
+        message: String,
+    },
+}
+
+impl<E> JobFailure<E> {
+    /// The index that failed.
+    pub fn index(&self) -> u64 {
+        match self {
+            JobFailure::Failed { index, .. } | JobFailure::Panicked { index, .. } => *index,
+        }
+    }
+}
+
+/// A persistent set of worker threads that run jobs of indexed tasks.
+pub struct WorkgroupPool {
+    shared: Arc<PoolShared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct PoolShared {
+    state: Mutex<PoolState>,
+    /// Signalled when a job is queued or the pool shuts down.
+    work: Condvar,
+}
+
+struct PoolState {
+    jobs: VecDeque<Arc<dyn Runnable>>,
+    shutdown: bool,
+}
+
+impl PoolShared {
+    fn state(&self) -> MutexGuard<'_, PoolState> {
+        // Critical sections only push, pop and flag; a poisoned lock still holds consistent data.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl WorkgroupPool {
+    /// A pool of `available_parallelism` threads (at least 2).
+    pub fn new() -> hal::Result<Self> {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        Self::with_threads(threads)
+    }
+
+    /// A pool of `threads` threads (0 is allowed: callers then run their jobs alone).
+    /// `ResourceExhausted` when the system refuses a thread.
+    pub fn with_threads(threads: usize) -> hal::Result<Self> {
+        let shared = Arc::new(PoolShared {
+            state: Mutex::new(PoolState { jobs: VecDeque::new(), shutdown: false }),
+            work: Condvar::new(),
+        });
+        let mut pool = WorkgroupPool { shared, threads: Vec::with_capacity(threads) };
+        for index in 0..threads {
+            let shared = pool.shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("cpu-sim-workgroup-{index}"))
+                .spawn(move || worker_loop(&shared))
+                .map_err(|e| {
+                    Error::resource_exhausted(format!("workgroup pool: cannot start thread {index} of {threads}: {e}"))
+                })?;
+            // On an early return, dropping `pool` joins the threads started so far.
+            pool.threads.push(spawned);
+        }
+        Ok(pool)
+    }
+
+    /// Number of pool threads (the caller of `run` helps too).
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Runs `task(i)` for every `i` in `0..total`, in parallel, and returns when all have finished or
+    /// were skipped after the first failure, which is returned.
+    pub fn run<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
+        E: Send + 'static,
+    {
+        if total == 0 {
+            return Ok(());
+        }
+        let runners = self.threads.len() as u64 + 1;
+        let chunk = total.div_ceil(runners * CHUNKS_PER_RUNNER).max(1);
+        let job = Arc::new(Job {
+            task,
+            total,
+            chunk,
+            next: AtomicU64::new(0),
+            retired: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            done: Mutex::new(false),
+            finished: Condvar::new(),
+        });
+        let chunks = total.div_ceil(chunk);
+        let helpers = (chunks - 1).min(self.threads.len() as u64);
+        if helpers > 0 {
+            self.shared.state().jobs.push_back(job.clone());
+            for _ in 0..helpers {
+                self.shared.work.notify_one();
+            }
+        }
+        job.work();
+        job.wait();
+        if helpers > 0 {
+            // Do not leave the finished job (and what its task holds) queued until the next wake-up.
+            let queued: Arc<dyn Runnable> = job.clone();
+            self.shared.state().jobs.retain(|other| !Arc::ptr_eq(other, &queued));
+        }
+        job.take_failure()
+    }
+}
+
+impl std::fmt::Debug for WorkgroupPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkgroupPool").field("threads", &self.threads.len()).finish()
+    }
+}
+
+impl Drop for WorkgroupPool {
+    fn drop(&mut self) {
+        self.shared.state().shutdown = true;
+        self.shared.work.notify_all();
+        for thread in self.threads.drain(..) {
+            // A worker never panics (tasks run under catch_unwind); nothing to report if it did.
+            let _ = thread.join();
+        }
+    }
+}
+
+fn worker_loop(shared: &PoolShared) {
+    loop {
+        let job = {
+            let mut state = shared.state();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                while state.jobs.front().is_some_and(|job| !job.has_work()) {
+                    state.jobs.pop_front();
+                }
+                if let Some(job) = state.jobs.front() {
+                    break job.clone();
+                }
+                state = shared.work.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        };
+        job.work();
+    }
+}
+
+/// A job as the pool threads see it.
+trait Runnable: Send + Sync {
+    /// Whether chunks are left to claim.
+    fn has_work(&self) -> bool;
+    /// Claims and runs chunks until none are left.
+    fn work(&self);
+}
+
+struct Job<F, E> {
+    task: F,
+    total: u64,
+    chunk: u64,
+    /// The next unclaimed index (at most `total`).
+    next: AtomicU64,
+    /// Indices finished or skipped; the job is done when it reaches `total`.
+    retired: AtomicU64,
+    /// Set on the first failure: indices not started yet are skipped.
+    failed: AtomicBool,
+    failure: Mutex<Option<JobFailure<E>>>,
+    done: Mutex<bool>,
+    finished: Condvar,
+}
+
+impl<F, E> Job<F, E>
+where
+    F: Fn(u64) -> Result<(), E> + Send + Sync,
+    E: Send,
+{
+    fn record(&self, failure: JobFailure<E>) {
+        let mut slot = self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if slot.is_none() {
+            *slot = Some(failure);
+        }
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Runs `start..end`, stopping at a failure.
+    fn run_range(&self, start: u64, end: u64) {
+        let mut index = start;
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            while index < end && !self.failed.load(Ordering::Relaxed) {
+                (self.task)(index)?;
+                index += 1;
+            }
+            Ok(())
+        }));
+        match outcome {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => self.record(JobFailure::Failed { index, error }),
+            Err(payload) => self.record(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+        }
+    }
+
+    fn retire(&self, count: u64) {
+        // AcqRel: the last retirer sees every other runner's writes, and the waiter sees them through `done`.
+        if self.retired.fetch_add(count, Ordering::AcqRel) + count == self.total {
+            *self.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+            self.finished.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        while !*done {
+            done = self.finished.wait(done).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    fn take_failure(&self) -> Result<(), JobFailure<E>> {
+        match self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+            Some(failure) => Err(failure),
+            None => Ok(()),
+        }
+    }
+}
+
+impl<F, E> Runnable for Job<F, E>
+where
+    F: Fn(u64) -> Result<(), E> + Send + Sync,
+    E: Send,
+{
+    fn has_work(&self) -> bool {
+        self.next.load(Ordering::Relaxed) < self.total
+    }
+
+    fn work(&self) {
+        loop {
+            if self.failed.load(Ordering::Relaxed) {
+                // Claim everything left at once and retire it unrun.
+                let start = self.next.swap(self.total, Ordering::Relaxed);
+                if start < self.total {
+                    self.retire(self.total - start);
+                }
+                return;
+            }
+            // A compare-exchange claim never moves `next` past `total`, so any u64 total works.
+            let claim = self.next.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |start| {
+                (start < self.total).then(|| start + self.chunk.min(self.total - start))
+            });
+            let Ok(start) = claim else { return };
+            let end = start + self.chunk.min(self.total - start);
+            self.run_range(start, end);
+            self.retire(end - start);
+        }
+    }
+}
+
+/// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = payload.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn runs_every_index_once() {
+        let pool = WorkgroupPool::with_threads(3).unwrap();
+        let total = 10_007u64;
+        let seen = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect::<Vec<_>>());
+        let counts = seen.clone();
+        pool.run(total, move |i| {
+            counts[i as usize].fetch_add(1, Ordering::Relaxed);
+            Ok::<(), String>(())
+        })
+        .unwrap();
+        assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn uses_several_threads() {
+        let pool = WorkgroupPool::with_threads(2).unwrap();
+        let threads = Arc::new(Mutex::new(HashSet::new()));
+        let seen = threads.clone();
+        pool.run(64, move |_| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert!(threads.lock().unwrap().len() > 1, "work was not shared");
+    }
+
+    #[test]
+    fn error_stops_the_job_and_is_returned() {
+        let pool = WorkgroupPool::with_threads(2).unwrap();
+        let ran = Arc::new(AtomicU64::new(0));
+        let counter = ran.clone();
+        let total = 1_000_000;
+        let result = pool.run(total, move |i| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            if i == 0 { Err(format!("index {i} failed")) } else { Ok(()) }
+        });
+        assert_eq!(result, Err(JobFailure::Failed { index: 0, error: "index 0 failed".to_owned() }));
+        assert!(ran.load(Ordering::Relaxed) < total, "the rest was not skipped");
+    }
+
+    #[test]
+    fn panic_is_caught_and_pool_survives() {
+        let pool = WorkgroupPool::with_threads(2).unwrap();
+        let result = pool.run(100, |i| {
+            if i == 57 {
+                panic!("workgroup {i} exploded");
+            }
+            Ok::<(), ()>(())
+        });
+        match result {
+            Err(JobFailure::Panicked { index: 57, message }) => assert_eq!(message, "workgroup 57 exploded"),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(pool.run(100, |_| Ok::<(), ()>(())), Ok(()));
+    }
+
+    #[test]
+    fn many_jobs_reuse_the_threads() {
+        let pool = WorkgroupPool::with_threads(3).unwrap();
+        let sum = Arc::new(AtomicU64::new(0));
+        for round in 0..2000u64 {
+            let sum = sum.clone();
+            pool.run(1 + round % 17, move |i| {
+                sum.fetch_add(i + 1, Ordering::Relaxed);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+        }
+        let expected: u64 = (0..2000u64).map(|r| (1 + r % 17) * (2 + r % 17) / 2).sum();
+        assert_eq!(sum.load(Ordering::Relaxed), expected);
+        assert_eq!(pool.thread_count(), 3);
+    }
+
+    #[test]
+    fn concurrent_callers_share_the_pool() {
+        let pool = Arc::new(WorkgroupPool::with_threads(2).unwrap());
+        let callers: Vec<_> = (0..4u64)
+            .map(|caller| {
+                let pool = pool.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        let hits = Arc::new(AtomicU64::new(0));
+                        let counter = hits.clone();
+                        pool.run(50 + caller, move |_| {
+                            counter.fetch_add(1, Ordering::Relaxed);
+                            Ok::<(), ()>(())
+                        })
+                        .unwrap();
+                        assert_eq!(hits.load(Ordering::Relaxed), 50 + caller);
+                    }
+                })
+            })
+            .collect();
+        for caller in callers {
+            caller.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn zero_threads_and_empty_jobs() {
+        let pool = WorkgroupPool::with_threads(0).unwrap();
+        let hits = Arc::new(AtomicU64::new(0));
+        let counter = hits.clone();
+        pool.run(10, move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!(hits.load(Ordering::Relaxed), 10);
+        assert_eq!(pool.run(0, |_| Err::<(), _>("never")), Ok(()));
+    }
+
+    #[test]
+    fn finished_jobs_release_their_task() {
+        let pool = WorkgroupPool::with_threads(2).unwrap();
+        let held = Arc::new(());
+        let captured = held.clone();
+        pool.run(64, move |_| {
+            let _ = &captured;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        // A pool thread may drop its reference just after `run` returns, but none is kept for long.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(&held) > 1 {
+            assert!(std::time::Instant::now() < deadline, "the finished job is still referenced");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn default_pool_has_at_least_two_threads_and_drops() {
+        let pool = WorkgroupPool::new().unwrap();
+        assert!(pool.thread_count() >= 2);
+        drop(pool); // joins; the test would hang otherwise
+    }
+}
