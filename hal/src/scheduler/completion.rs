@@ -22,7 +22,7 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
             let mut inflight = lock(&slot.inflight);
             loop {
                 if let Some(front) = inflight.front() {
-                    break front.event.clone();
+                    break (front.work.id, front.event.clone());
                 }
                 if shared.shutting_down.load(Ordering::Acquire) {
                     return;
@@ -30,40 +30,46 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                 inflight = slot.wake.wait(inflight).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let status = match &front {
+        let (id, event) = front;
+        let status = match &event {
             Some(event) => shared.model.synchronize_event(event.event()),
             None => Ok(()),
         };
-        drop(front);
-        retire_completed(shared, queue, Some(status));
+        drop(event);
+        retire_completed(shared, queue, Some((id, status)), true);
     }
 }
 
 /// Retires, oldest first, every in-flight submission of `queue` whose event has completed, and
-/// returns how many. `front` is the already-known status of the oldest one (the thread just blocked
-/// on it); `None` queries it like the rest. Never blocks on the device.
-pub(super) fn retire_completed<M: StreamModel>(shared: &Shared<M>, queue: usize, front: Option<Result<()>>) -> usize {
+/// returns how many. `front` is the already-known status of the submission with that id (the thread
+/// just blocked on it), used only if it is still the oldest; everything else is queried. Stops at a host call unless `host_calls`. Never blocks on
+/// the device.
+pub(super) fn retire_completed<M: StreamModel>(
+    shared: &Shared<M>,
+    queue: usize,
+    front: Option<(u64, Result<()>)>,
+    host_calls: bool,
+) -> usize {
     let slot = &shared.queues[queue];
     let _retiring = lock(&slot.retiring);
     let mut known = front;
     let mut retired = 0;
     loop {
+        let (id, next) = match lock(&slot.inflight).front() {
+            Some(next) => (next.work.id, next.event.clone()),
+            None => break,
+        };
         let status = match known.take() {
-            Some(status) => status,
-            None => {
-                let next = match lock(&slot.inflight).front() {
-                    Some(next) => next.event.clone(),
-                    None => break,
-                };
-                match next {
-                    None => Ok(()),
-                    Some(event) => match shared.model.query_event(event.event()) {
-                        Ok(true) => Ok(()),
-                        Ok(false) => break,
-                        Err(fault) => Err(fault),
-                    },
-                }
-            }
+            Some((known_id, status)) if known_id == id => status,
+            _ => match next {
+                None if !host_calls => break,
+                None => Ok(()),
+                Some(event) => match shared.model.query_event(event.event()) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => break,
+                    Err(fault) => Err(fault),
+                },
+            },
         };
         let Some(entry) = lock(&slot.inflight).pop_front() else { break };
         retire(shared, entry, status);

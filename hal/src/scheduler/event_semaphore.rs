@@ -5,19 +5,23 @@
 //! published only after they are recorded, so no stream ever waits on an unrecorded event; entries
 //! are pruned when the host value passes them, at their submission's retirement.
 
-use std::sync::Arc;
+use std::any::Any;
+use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
+use super::Shared;
 use super::event_pool::EventRef;
 use crate::device::DeviceId;
-use crate::semaphore::Semaphore;
+use crate::semaphore::{Semaphore, SemaphoreDriverData};
 use crate::stream_model::{FaultSlot, StreamModel};
 use crate::sync::{Mutex, lock};
 
 /// The published signal events of one semaphore, attached to it as driver data.
 pub struct SemaphoreEvents<M: StreamModel> {
     table: Mutex<SmallVec<[SignalEvent<M>; 2]>>,
+    /// The scheduler that publishes here, to help host waits (see `assist_wait`).
+    scheduler: Weak<Shared<M>>,
 }
 
 /// One device-signal timepoint: the event after the work that signals `value`, and that work's fault
@@ -29,21 +33,21 @@ pub struct SignalEvent<M: StreamModel> {
     pub event: EventRef<M>,
     /// The work's fault slot.
     pub fault: Arc<FaultSlot>,
+    /// The queue whose stream recorded the event.
+    pub queue: usize,
 }
 
 impl<M: StreamModel> Clone for SignalEvent<M> {
     fn clone(&self) -> Self {
-        SignalEvent { value: self.value, event: self.event.clone(), fault: self.fault.clone() }
-    }
-}
-
-impl<M: StreamModel> Default for SemaphoreEvents<M> {
-    fn default() -> Self {
-        SemaphoreEvents { table: Mutex::new(SmallVec::new()) }
+        SignalEvent { value: self.value, event: self.event.clone(), fault: self.fault.clone(), queue: self.queue }
     }
 }
 
 impl<M: StreamModel> SemaphoreEvents<M> {
+    pub(crate) fn new(scheduler: Weak<Shared<M>>) -> Self {
+        SemaphoreEvents { table: Mutex::new(SmallVec::new()), scheduler }
+    }
+
     /// The table of `semaphore` if `device` owns it and it is event-backed by this stream model.
     pub fn of(semaphore: &Semaphore, device: DeviceId) -> Option<&SemaphoreEvents<M>> {
         if semaphore.owner() != Some(device) {
@@ -85,5 +89,23 @@ impl<M: StreamModel> SemaphoreEvents<M> {
     /// Whether nothing is published.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    /// Blocks on the event covering `value` and retires its queue's completed submissions on this
+    /// thread, so the waiter wakes straight from the device instead of through the completion thread.
+    fn assist_wait(&self, _semaphore: &Semaphore, value: u64) -> bool {
+        let Some(entry) = self.covering(value) else { return false };
+        let Some(shared) = self.scheduler.upgrade() else { return false };
+        // A fault here is reported by the retirement's own query of the same event.
+        let _ = shared.model.synchronize_event(entry.event.event());
+        drop(entry.event);
+        shared.retire_from_waiter(entry.queue);
+        true
     }
 }

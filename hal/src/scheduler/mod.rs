@@ -156,7 +156,8 @@ impl<M: StreamModel> Scheduler<M> {
     /// A semaphore of this device, event-backed: its signals from this device's queues publish
     /// events that this device's waits use directly.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
-        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(SemaphoreEvents::<M>::default()))
+        let events = SemaphoreEvents::<M>::new(Arc::downgrade(&self.shared));
+        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events))
     }
 
     /// Submits `op` on `queue`; see the module docs. Never blocks on device progress.
@@ -211,7 +212,7 @@ impl<M: StreamModel> Scheduler<M> {
     /// Retires what has completed on `queue` without blocking; returns how many submissions retired.
     /// The completion threads do this on their own; tests and loom models call it directly.
     pub fn poll_completions(&self, queue: usize) -> usize {
-        completion::retire_completed(&self.shared, queue, None)
+        completion::retire_completed(&self.shared, queue, None, true)
     }
 
     /// Waits until every queue has nothing pending or in flight, or `timeout` passes.
@@ -284,6 +285,12 @@ impl<M: StreamModel> Shared<M> {
         }
     }
 
+    /// Retires completed work of `queue` on a host thread that waited for it (a fault is seen again
+    /// by the query). Host calls are left to the completion thread.
+    pub(crate) fn retire_from_waiter(&self, queue: usize) {
+        completion::retire_completed(self, queue, None, false);
+    }
+
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
         let Issue { queue, op, signals, wait_events, upstream } = issue;
@@ -305,6 +312,7 @@ impl<M: StreamModel> Shared<M> {
                                     value: signal.value,
                                     event: event.clone(),
                                     fault: work.fault.clone(),
+                                    queue,
                                 });
                                 published.push(index);
                             }

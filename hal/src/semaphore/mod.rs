@@ -53,7 +53,22 @@ struct Shared {
     failed: AtomicBool,
     state: Mutex<TimelineState>,
     owner: Option<DeviceId>,
-    driver_data: Option<Arc<dyn Any + Send + Sync>>,
+    driver_data: Option<Arc<dyn SemaphoreDriverData>>,
+}
+
+/// What a driver attaches to the semaphores it creates: its per-semaphore state (found again with
+/// `as_any`), and optionally help for host waits.
+pub trait SemaphoreDriverData: Send + Sync + 'static {
+    /// For downcasting to the driver's type.
+    fn as_any(&self) -> &dyn Any;
+
+    /// Called by a host wait for `value` with no deadline before it parks: a driver that knows the
+    /// device work that will signal `value` may wait for it directly and apply its completion on this
+    /// thread, saving the hop through a completion thread. Returns whether it did anything.
+    fn assist_wait(&self, semaphore: &Semaphore, value: u64) -> bool {
+        let _ = (semaphore, value);
+        false
+    }
 }
 
 /// Hands out semaphore ids for messages ("semaphore 7"). Plain std: naming is not a race we check.
@@ -67,11 +82,11 @@ impl Semaphore {
 
     /// A semaphore owned by `owner`, carrying the driver's per-semaphore data (e.g. the events its
     /// device recorded for pending signals). Drivers call this from `create_semaphore`.
-    pub fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn Any + Send + Sync>) -> Self {
+    pub fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn SemaphoreDriverData>) -> Self {
         Self::build(initial, Some(owner), Some(data))
     }
 
-    fn build(initial: u64, owner: Option<DeviceId>, driver_data: Option<Arc<dyn Any + Send + Sync>>) -> Self {
+    fn build(initial: u64, owner: Option<DeviceId>, driver_data: Option<Arc<dyn SemaphoreDriverData>>) -> Self {
         let id = NEXT_SEMAPHORE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Semaphore {
             shared: Arc::new(Shared {
@@ -96,8 +111,16 @@ impl Semaphore {
     }
 
     /// The driver's data attached at creation, if any.
-    pub fn driver_data(&self) -> Option<&Arc<dyn Any + Send + Sync>> {
-        self.shared.driver_data.as_ref()
+    pub fn driver_data(&self) -> Option<&dyn Any> {
+        self.shared.driver_data.as_deref().map(|d| d.as_any())
+    }
+
+    /// Lets the owning driver help a host wait (see [`SemaphoreDriverData::assist_wait`]).
+    pub(crate) fn assist_wait(&self, value: u64) -> bool {
+        match &self.shared.driver_data {
+            Some(data) => data.assist_wait(self, value),
+            None => false,
+        }
     }
 
     /// Whether two handles are the same semaphore.

@@ -159,7 +159,7 @@ fn immediate_timeout_on_an_unreached_value_is_deadline_exceeded_naming_the_semap
     for timeout in [Timeout::Immediate, Timeout::After(Duration::ZERO)] {
         let start = Instant::now();
         let err = sem.wait(4, timeout).unwrap_err();
-        assert!(start.elapsed() < Duration::from_millis(500), "a poll does not block");
+        assert!(start.elapsed() < Duration::from_secs(1), "a poll does not block");
         assert_eq!(err.code(), StatusCode::DeadlineExceeded);
         assert_eq!(err.message(), format!("semaphore {}: wait for 4 timed out at value 1", sem.id()));
     }

@@ -122,6 +122,13 @@ pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> R
     if let Some(outcome) = spin(semaphore, value) {
         return outcome;
     }
+    // With no deadline the owning device may wait for the signalling work itself (no extra hop).
+    if deadline.is_none()
+        && semaphore.assist_wait(value)
+        && let Some(outcome) = semaphore.check_fast(value)
+    {
+        return outcome;
+    }
     let parker = Arc::new(Parker::new(WaitMode::All, 1));
     let id = match semaphore.register(value, parker.clone(), 0) {
         Registration::Resolved(outcome) => return outcome,
