@@ -61,26 +61,36 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-/// Allocations per submission of a chained execute of a reused one-dispatch command buffer.
+/// Heap allocations (on every thread) per submission of a chained execute of a reused one-dispatch
+/// command buffer with inline semaphore lists, counted from the first submit until the device is
+/// idle again, after identical rounds have warmed the pools.
 fn allocations_per_submission(env: &Env) -> hal::Result<f64> {
     let cb = env.dispatches(1)?;
     let q = env.device.queue(0)?;
     let s = env.device.create_semaphore(0)?;
-    let n = 5_000u64;
-    // Warm the pools first.
-    for i in 0..n {
-        q.execute(&[SV::new(&s, i)], &cb, &[SV::new(&s, i + 1)])?;
+    let round = 1_000u64;
+    let mut value = 0;
+    let mut run_round = |count: &mut u64| -> hal::Result<()> {
+        for _ in 0..round {
+            q.execute(&[SV::new(&s, value)], &cb, &[SV::new(&s, value + 1)])?;
+            value += 1;
+        }
+        s.wait(value, Timeout::Infinite)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !env.device.resource_usage().is_idle() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        *count += 1;
+        Ok(())
+    };
+    let mut rounds = 0;
+    for _ in 0..3 {
+        run_round(&mut rounds)?;
     }
-    s.wait(n, Timeout::Infinite)?;
-    let waits: Vec<[SV; 1]> = (n..2 * n).map(|i| [SV::new(&s, i)]).collect();
-    let signals: Vec<[SV; 1]> = (n..2 * n).map(|i| [SV::new(&s, i + 1)]).collect();
     let before = ALLOCATIONS.load(Ordering::Relaxed);
-    for i in 0..n as usize {
-        q.execute(&waits[i], &cb, &signals[i])?;
-    }
+    run_round(&mut rounds)?;
     let after = ALLOCATIONS.load(Ordering::Relaxed);
-    s.wait(2 * n, Timeout::Infinite)?;
-    Ok((after - before) as f64 / n as f64)
+    Ok((after - before) as f64 / round as f64)
 }
 
 /// Runs `count` chained submissions and reports the pools at the end (bounded, back to idle).

@@ -9,12 +9,20 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use hal::driver::PreparedCommands;
 use hal::{Buffer, BufferBinding, BufferUsage, Command, Error, Executable, NativeBinding, NativeInvocation, Result};
 
 use crate::executable::NativeExecutable;
 use crate::memory::HostMemory;
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
+
+/// Bindings kept inline (no allocation) per dispatch.
+const INLINE_BINDINGS: usize = 8;
+
+/// Grids of at most this many workgroups run on the stream thread instead of the pool.
+const INLINE_WORKGROUPS: u64 = 1;
 
 /// Runs `commands` in order, stopping at the first error, which is returned.
 pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool) -> Result<()> {
@@ -154,10 +162,11 @@ fn dispatch(
             executable.entry_points().len()
         ))
     })?;
-    let who = format!("dispatch of '{}'", info.name);
+    let who = || format!("dispatch of '{}'", info.name);
     if bindings.len() != info.binding_count || constants.len() != info.constant_count {
         return Err(Error::invalid_argument(format!(
-            "{who}: {} bindings and {} constants given, entry point declares {} and {}",
+            "{}: {} bindings and {} constants given, entry point declares {} and {}",
+            who(),
             bindings.len(),
             constants.len(),
             info.binding_count,
@@ -169,38 +178,45 @@ fn dispatch(
         Some(total) if total > 0 => total,
         _ => {
             return Err(Error::invalid_argument(format!(
-                "{who}: workgroup count {workgroups:?} is empty or too large"
+                "{}: workgroup count {workgroups:?} is empty or too large",
+                who()
             )));
         }
     };
-    let mut native_bindings = Vec::with_capacity(bindings.len());
+    let mut native_bindings: SmallVec<[NativeBinding; INLINE_BINDINGS]> = SmallVec::new();
     for (index, binding) in bindings.iter().enumerate() {
         let ptr = binding
             .buffer
             .check_usage(BufferUsage::DISPATCH_STORAGE)
             .and_then(|()| host_range(&binding.buffer, binding.offset, binding.length))
-            .map_err(|e| e.context(format!("{who} binding {index}")))?;
+            .map_err(|e| e.context(format!("{} binding {index}", who())))?;
         native_bindings.push(NativeBinding { ptr, len: binding.length as usize });
     }
-    let kernel = kernel.clone();
-    let constants = constants.to_vec();
     let workgroup_size = info.workgroup_size;
-    let result = pool.run(total, move |index| {
+    let run_one = move |index: u64, constants: &[u32], bindings: &[NativeBinding], kernel: &hal::NativeKernel| {
         let invocation = NativeInvocation {
             workgroup_id: workgroup_id(index, workgroups),
             workgroup_count: workgroups,
             workgroup_size,
-            constants: &constants,
-            bindings: &native_bindings,
+            constants,
+            bindings,
         };
         kernel(&invocation)
-    });
+    };
+    let result = if total <= INLINE_WORKGROUPS {
+        // Small grids run on the stream's own thread: no hand-off, no allocation.
+        WorkgroupPool::run_inline(total, |index| run_one(index, constants, &native_bindings, kernel))
+    } else {
+        let kernel = kernel.clone();
+        let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
+        pool.run(total, move |index| run_one(index, &constants, &native_bindings, &kernel))
+    };
     result.map_err(|failure| {
         let [x, y, z] = workgroup_id(failure.index(), workgroups);
         match failure {
-            JobFailure::Failed { error, .. } => Error::aborted(format!("{who} workgroup [{x},{y},{z}]: {error}")),
+            JobFailure::Failed { error, .. } => Error::aborted(format!("{} workgroup [{x},{y},{z}]: {error}", who())),
             JobFailure::Panicked { message, .. } => {
-                Error::aborted(format!("{who} workgroup [{x},{y},{z}]: kernel panicked: {message}"))
+                Error::aborted(format!("{} workgroup [{x},{y},{z}]: kernel panicked: {message}", who()))
             }
         }
     })

@@ -105,7 +105,7 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
 
 /// Runs one operation; an error becomes the submission's fault.
 fn run_work(work: &Work, pool: &WorkgroupPool) -> Result<()> {
-    if let Some(fault) = work.upstream_fault() {
+    if let Some(fault) = work.take_upstream_fault() {
         return Err(fault);
     }
     match &work.op {

@@ -106,6 +106,24 @@ impl WorkgroupPool {
 
     /// Runs `task(i)` for every `i` in `0..total`, in parallel, and returns when all have finished or
     /// were skipped after the first failure, which is returned.
+    /// Runs `task(0..total)` on the calling thread alone, with the same failure reporting as `run`:
+    /// for dispatches too small to be worth waking the pool (no allocation, no hand-off).
+    pub fn run_inline<F, E>(total: u64, task: F) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E>,
+    {
+        for index in 0..total {
+            match catch_unwind(AssertUnwindSafe(|| task(index))) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(JobFailure::Failed { index, error }),
+                Err(payload) => return Err(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `task(0..total)` across the pool's threads and the calling thread; returns once every
+    /// index ran, or with the first failure (remaining indices are skipped).
     pub fn run<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
     where
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,

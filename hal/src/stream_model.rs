@@ -41,9 +41,14 @@ pub trait StreamModel: Send + Sync + 'static {
     /// Blocks the host until `event`'s capture completes; `Err` on a device fault.
     fn synchronize_event(&self, event: &Self::Event) -> Result<()>;
 
+    /// Whether the backend checks `Work::take_upstream_fault` before running work. Backends whose
+    /// faults are sticky for the whole device (CUDA) say `false`: later work fails anyway, and the
+    /// scheduler then keeps no upstream references at all.
+    const CHECKS_UPSTREAM_FAULTS: bool = true;
+
     /// Enqueues the device work of `work.op` on `stream`. A failure found while the work runs later is
-    /// stored in `work.fault`; work whose `upstream` producers faulted must be skipped with their
-    /// status (backends with sticky faults, like CUDA, get this for free).
+    /// stored in `work.fault`; work whose upstream producers faulted (`Work::take_upstream_fault`) must
+    /// be skipped with their status (backends with sticky faults, like CUDA, get this for free).
     fn enqueue(&self, stream: &Self::Stream, work: &Arc<Work>) -> Result<()>;
 
     /// Runs on the completion thread after `work`'s event completed and before its signals are
@@ -81,9 +86,15 @@ impl FaultSlot {
     pub fn get(&self) -> Option<Error> {
         lock(&self.fault).clone()
     }
+
+    /// Empties the slot (for reuse).
+    pub(crate) fn clear(&self) {
+        *lock(&self.fault) = None;
+    }
 }
 
-/// One issued operation, shared by the scheduler and the stream that runs it.
+/// One issued operation, shared by the scheduler and the stream that runs it. The scheduler reuses
+/// these allocations once a submission retires (see `Work::recycle`).
 pub struct Work {
     /// Device-unique submission number (for traces and reports).
     pub id: u64,
@@ -91,16 +102,39 @@ pub struct Work {
     pub queue: usize,
     /// What to run.
     pub op: QueueOp,
-    /// Set by the backend when running the op fails (shared with downstream work that waits on it).
-    pub fault: Arc<FaultSlot>,
-    /// The fault slots of the operations whose events this one waits on: if one faulted, this one
-    /// must not run. Slots, not the operations, so long dependency chains do not keep each other alive.
-    pub upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+    /// Set by the backend when running the op fails (read by downstream work that waits on it).
+    pub fault: FaultSlot,
+    /// The operations whose events this one waits on: if one faulted, this one must not run. Cleared
+    /// when this one retires, so long dependency chains do not keep each other alive.
+    upstream: Mutex<SmallVec<[Arc<Work>; 2]>>,
 }
 
 impl Work {
-    /// The first fault among the upstream producers (checked by backends before running).
-    pub fn upstream_fault(&self) -> Option<Error> {
-        self.upstream.iter().find_map(|slot| slot.get())
+    /// A new operation.
+    pub fn new(id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Self {
+        Work { id, queue, op, fault: FaultSlot::new(), upstream: Mutex::new(upstream) }
+    }
+
+    /// The first fault among the upstream producers. Backends call it once, when the work is about
+    /// to run (every producer has finished by then); it lets go of the producers so their allocations
+    /// can be reused.
+    pub fn take_upstream_fault(&self) -> Option<Error> {
+        let producers = std::mem::take(&mut *lock(&self.upstream));
+        producers.iter().find_map(|w| w.fault.get())
+    }
+
+    /// Drops the references to upstream work (at retirement).
+    pub(crate) fn release_upstream(&self) {
+        let released = std::mem::take(&mut *lock(&self.upstream));
+        drop(released);
+    }
+
+    /// Reuses this allocation for another operation.
+    pub(crate) fn reset(&mut self, id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) {
+        self.id = id;
+        self.queue = queue;
+        self.op = op;
+        self.fault.clear();
+        *lock(&self.upstream) = upstream;
     }
 }

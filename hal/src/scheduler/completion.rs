@@ -10,7 +10,7 @@ use super::event_semaphore::SemaphoreEvents;
 use super::{InFlight, Shared};
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
-use crate::stream_model::StreamModel;
+use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 
@@ -72,14 +72,16 @@ pub(super) fn retire_completed<M: StreamModel>(
             },
         };
         let Some(entry) = lock(&slot.inflight).pop_front() else { break };
-        retire(shared, entry, status);
+        let work = retire(shared, entry, status);
+        shared.recycle_work(work);
         retired += 1;
     }
     retired
 }
 
 /// Applies the outcome of one completed submission.
-fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) {
+/// Returns the work for recycling.
+fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
     let InFlight { work, event, signals, _wait_events } = entry;
     let _span = tracing::trace_span!("complete", queue = work.queue, action = work.id, op = work.op.kind()).entered();
     let mut outcome = status.and_then(|()| match work.fault.get() {
@@ -87,7 +89,7 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
         None => shared.model.complete(&work),
     });
     if let QueueOp::HostCall(call) = &work.op {
-        outcome = outcome.and_then(|()| match (work.upstream_fault(), call.take()) {
+        outcome = outcome.and_then(|()| match (work.take_upstream_fault(), call.take()) {
             (Some(fault), _) => Err(fault),
             (None, Some(call)) => run_host_call(call),
             (None, None) => Err(Error::internal(format!("action {}: host call ran twice", work.id))),
@@ -114,6 +116,7 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
         }
     }
     drop(event);
+    work
 }
 
 fn run_host_call(call: crate::driver::HostFn) -> Result<()> {

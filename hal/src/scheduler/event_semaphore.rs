@@ -14,7 +14,7 @@ use super::Shared;
 use super::event_pool::EventRef;
 use crate::device::DeviceId;
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
-use crate::stream_model::{FaultSlot, StreamModel};
+use crate::stream_model::{StreamModel, Work};
 use crate::sync::{Mutex, lock};
 
 /// The published signal events of one semaphore, attached to it as driver data.
@@ -24,22 +24,22 @@ pub struct SemaphoreEvents<M: StreamModel> {
     scheduler: Weak<Shared<M>>,
 }
 
-/// One device-signal timepoint: the event after the work that signals `value`, and that work's fault
-/// slot (a wait on the event must not run if the work faulted).
+/// One device-signal timepoint: the event after the work that signals `value`, and that work (a wait
+/// on the event must not run if the work faulted).
 pub struct SignalEvent<M: StreamModel> {
     /// The value the work signals.
     pub value: u64,
     /// Recorded after the work.
     pub event: EventRef<M>,
-    /// The work's fault slot.
-    pub fault: Arc<FaultSlot>,
+    /// The work (for its fault slot).
+    pub producer: Arc<Work>,
     /// The queue whose stream recorded the event.
     pub queue: usize,
 }
 
 impl<M: StreamModel> Clone for SignalEvent<M> {
     fn clone(&self) -> Self {
-        SignalEvent { value: self.value, event: self.event.clone(), fault: self.fault.clone(), queue: self.queue }
+        SignalEvent { value: self.value, event: self.event.clone(), producer: self.producer.clone(), queue: self.queue }
     }
 }
 

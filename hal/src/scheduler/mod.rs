@@ -35,7 +35,7 @@ use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
-use crate::stream_model::{FaultSlot, StreamModel, Work};
+use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, lock};
 
@@ -51,6 +51,8 @@ pub(crate) struct Shared<M: StreamModel> {
     events: Arc<EventPool<M>>,
     queues: Vec<QueueSlot<M>>,
     pending: Mutex<HashMap<u64, Arc<Action<M>>>>,
+    /// Retired `Work` allocations for reuse, so a steady stream of submissions does not allocate.
+    spare_work: Mutex<Vec<Arc<Work>>>,
     next_id: AtomicU64,
     timepoints: AtomicUsize,
     shutting_down: AtomicBool,
@@ -83,14 +85,14 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) op: QueueOp,
     pub(crate) signals: SemaphoreList,
     pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+    pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
 }
 
 /// Waits found covered by device events at submission.
 pub(crate) struct Covered<M: StreamModel> {
     pub(crate) indices: SmallVec<[usize; 2]>,
     pub(crate) events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+    pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
 }
 
 impl<M: StreamModel> Scheduler<M> {
@@ -117,6 +119,7 @@ impl<M: StreamModel> Scheduler<M> {
             events: EventPool::new(),
             queues,
             pending: Mutex::new(HashMap::new()),
+            spare_work: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
             timepoints: AtomicUsize::new(0),
             shutting_down: AtomicBool::new(false),
@@ -194,7 +197,7 @@ impl<M: StreamModel> Scheduler<M> {
                     if let Some(entry) = table.and_then(|t| t.covering(wait.value)) {
                         covered.indices.push(index);
                         covered.events.push(entry.event);
-                        covered.upstream.push(entry.fault);
+                        covered.upstream.push(entry.producer);
                     }
                 }
             }
@@ -291,12 +294,39 @@ impl<M: StreamModel> Shared<M> {
         completion::retire_completed(self, queue, None, false);
     }
 
+    /// A `Work`, reusing a retired allocation when one is free.
+    fn new_work(&self, id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Arc<Work> {
+        let spare = lock(&self.spare_work).pop();
+        if let Some(mut work) = spare
+            && let Some(reused) = Arc::get_mut(&mut work)
+        {
+            reused.reset(id, queue, op, upstream);
+            return work;
+        }
+        Arc::new(Work::new(id, queue, op, upstream))
+    }
+
+    /// Takes back a retired `Work` if nothing else refers to it; its op is dropped now either way.
+    pub(crate) fn recycle_work(&self, mut work: Arc<Work>) {
+        // Enough for any realistic number in flight; the pool, like the event pool, never shrinks.
+        const SPARES: usize = 1 << 16;
+        work.release_upstream();
+        if let Some(spent) = Arc::get_mut(&mut work) {
+            spent.op = QueueOp::Barrier;
+            let mut spare = lock(&self.spare_work);
+            if spare.len() < SPARES {
+                spare.push(work);
+            }
+        }
+    }
+
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
         let Issue { queue, op, signals, wait_events, upstream } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
-        let work = Arc::new(Work { id, queue, op, fault: Arc::new(FaultSlot::new()), upstream });
+        let upstream = if M::CHECKS_UPSTREAM_FAULTS { upstream } else { SmallVec::new() };
+        let work = self.new_work(id, queue, op, upstream);
         let _span = tracing::trace_span!("issue", queue, action = id, op = work.op.kind()).entered();
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
@@ -311,7 +341,7 @@ impl<M: StreamModel> Shared<M> {
                                 table.publish(SignalEvent {
                                     value: signal.value,
                                     event: event.clone(),
-                                    fault: work.fault.clone(),
+                                    producer: work.clone(),
                                     queue,
                                 });
                                 published.push(index);

@@ -12,7 +12,7 @@ use super::{Issue, Shared};
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
 use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
-use crate::stream_model::{FaultSlot, StreamModel};
+use crate::stream_model::{StreamModel, Work};
 use crate::sync::{Mutex, lock};
 
 use super::event_pool::EventRef;
@@ -36,7 +36,7 @@ struct ActionState<M: StreamModel> {
     resolved: SmallVec<[bool; 2]>,
     registrations: SmallVec<[(usize, TimepointId); 2]>,
     wait_events: SmallVec<[EventRef<M>; 2]>,
-    upstream: SmallVec<[Arc<FaultSlot>; 2]>,
+    upstream: SmallVec<[Arc<Work>; 2]>,
 }
 
 /// What resolving one wait decided.
@@ -161,7 +161,7 @@ impl<M: StreamModel> Action<M> {
                 Ok(()) => {
                     if let Some(entry) = covering {
                         state.wait_events.push(entry.event);
-                        state.upstream.push(entry.fault);
+                        state.upstream.push(entry.producer);
                     }
                     state.remaining -= 1;
                     self.take_if_ready(&mut state)
