@@ -160,7 +160,7 @@ pub fn wait_any_64(ops: u64) -> Duration {
                 flags.1.notify_all();
                 // Wait for the waiter to consume it before the next round.
                 let mut f = flags.0.lock().unwrap();
-                while f.iter().any(|&v| v == i) {
+                while f.contains(&i) {
                     f = flags.1.wait(f).unwrap();
                 }
             }
