@@ -1,1 +1,164 @@
-//! placeholder
+//! `driver-cuda`: the HAL driver for NVIDIA GPUs, through cudarc's `sys` and `result` layers.
+//!
+//! It runs the same scheduler as `driver-cpu-sim` ([`hal::scheduler`]) over real CUDA streams and
+//! events: one non-blocking `CUstream` per queue, pooled `DISABLE_TIMING` events, device-side waits
+//! (`cuStreamWaitEvent`) between this device's queues, and one completion thread per queue that
+//! retires every finished submission in one wake-up. Multi-command buffers replay as CUDA graphs;
+//! `queue_alloca` uses the device's stream-ordered memory pool. Kernels follow the dispatch ABI in
+//! [`module`].
+//!
+//! Without a GPU or driver library the driver reports `Unavailable` with the reason (it probes for
+//! `libcuda` with libloading before any cudarc call, see [`loader`]) and the registry keeps working:
+//!
+//! ```
+//! use hal::{BufferParams, Registry, SemaphoreValue, Timeout};
+//!
+//! let mut registry = Registry::new();
+//! driver_cuda::register(&mut registry);
+//! match registry.create_device("cuda", 0) {
+//!     Err(reason) => println!("no CUDA here: {reason}"),
+//!     Ok(device) => {
+//!         let queue = device.queue(0).unwrap();
+//!         let buffer = device.allocate_buffer(BufferParams::device_local(), 64).unwrap();
+//!         let done = device.create_semaphore(0).unwrap();
+//!         queue.fill(&[], &buffer, 0, 64, 0xAB, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//!         let bytes = queue.read(&[SemaphoreValue::new(&done, 1)], &buffer, 0, 64, &[SemaphoreValue::new(&done, 2)]).unwrap();
+//!         done.wait(2, Timeout::Infinite).unwrap();
+//!         assert_eq!(bytes.take().unwrap(), vec![0xAB; 64]);
+//!     }
+//! }
+//! ```
+//!
+//! # Device faults
+//! A kernel that traps or touches an illegal address raises a *sticky* error in the CUDA context.
+//! Measured on an H100 (driver 580, CUDA 13.0) by `tests/cuda_fault.rs`, a kernel that executes
+//! `trap`:
+//! - the submission that faulted fails its signal semaphores with `DataLoss` naming the CUDA error
+//!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), about 0.58 s
+//!   after the launch (the driver's fault handling); a watchdog timeout maps to `Aborted`;
+//! - work behind it on the same queue, work on other queues waiting on it, and every later
+//!   submission on any queue fail their signals with `DataLoss` and the same CUDA error; nothing
+//!   hangs, and the submitting calls themselves still return `Ok`;
+//! - every other `hal::Device` of the same GPU in the process fails too (they share the GPU's
+//!   primary context): its allocations return `DataLoss`;
+//! - the process does not abort; host-visible memory stays readable; dropping the faulted devices
+//!   does not hang (about 50-60 ms, teardown errors are logged);
+//! - the GPU stays unusable **for the rest of the process**: once every device and object is
+//!   dropped, creating a new device fails at once with `DataLoss` (`cuDevicePrimaryCtxRetain:
+//!   CUDA_ERROR_LAUNCH_FAILED`), and `cuDevicePrimaryCtxReset` does not change that (also measured).
+//!   As CUDA documents for sticky errors, only a new process gets the GPU back: run kernels you do
+//!   not trust in a child process.
+//!
+//! # Threads and contexts
+//! The scheduler calls into the driver from the submitting thread, from the completion threads,
+//! from host threads waiting with no deadline (they wait on the device event themselves) and from
+//! whichever thread signals a semaphore that releases held work. Each call binds the device's primary
+//! context on that thread (a thread-local check, see [`context`]), and leaves it bound.
+//!
+//! # Completion
+//! Completion threads wait on events as [`CompletionWait`] says; the default spins on
+//! `cuEventQuery` for 100 us (queries 2 us apart, [`CudaOptions::poll_interval`]), then sleeps in
+//! `cuEventSynchronize` on a `BLOCKING_SYNC` event. Measured on the H100 (`tests/cuda_timing.rs`,
+//! medians of 1000-2000 round trips of a one-block kernel; the raw `launch + cuStreamSynchronize`
+//! baseline was 9.3 us in the same process):
+//!
+//! | mode | dependent chain, us/submission | one dispatch, host wait | ten-dispatch graph, host wait | CPU during a 100 ms kernel |
+//! | --- | --- | --- | --- | --- |
+//! | `Spin` | 7.9 | 14.1 us | 18.5 us | 100% of a core per busy queue |
+//! | `Blocking` | 9.6 | 15.9 us | 31.0 us | 1% |
+//! | `SpinThenBlock(100us)`, queries back to back | 9.5 | 15.8 us | 20.5 us | 2% |
+//! | `SpinThenBlock(100us)`, queries 2 us apart (default) | 7.1 | 14.7 us | 19.3 us | 0% |
+//! | `SpinThenBlock(1ms)`, queries 2 us apart | 7.5 | 15.1 us | 21.0 us | 2% |
+//!
+//! (Host waits with no deadline, which wait on the event on the waiting thread. Waits with a deadline
+//! go through the completion thread and a parked host thread; their medians varied between 15 and
+//! 60 us from one device instance to the next of the same configuration, i.e. thread wake-ups on
+//! this VM, not the mode.) Spinning wakes fastest but holds a core for as long as work runs;
+//! blocking alone pays the driver's interrupt path (+15 us on ten dispatches); spinning a bounded
+//! time with paced queries keeps spin latency and submission speed at no measurable CPU cost.
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(target_endian = "big")]
+compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slots; big-endian hosts are not supported");
+
+pub mod command_buffer;
+pub mod context;
+pub mod device;
+pub mod error;
+pub mod event;
+pub mod graph;
+pub mod loader;
+pub mod memory;
+pub mod module;
+pub mod staging;
+pub mod stream;
+
+use std::sync::Arc;
+
+use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
+
+pub use device::{CudaDevice, CudaOptions};
+pub use event::CompletionWait;
+
+/// The name the registry knows this driver by.
+pub const DRIVER_NAME: &str = "cuda";
+
+/// The CUDA driver: one device per GPU, created with its options.
+#[derive(Clone, Debug, Default)]
+pub struct CudaDriver {
+    options: CudaOptions,
+}
+
+impl CudaDriver {
+    /// A driver whose devices use `options`.
+    pub fn with_options(options: CudaOptions) -> Self {
+        CudaDriver { options }
+    }
+
+    /// The options its devices use.
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+}
+
+impl Driver for CudaDriver {
+    fn name(&self) -> &str {
+        DRIVER_NAME
+    }
+
+    fn probe(&self) -> Result<()> {
+        loader::probe().map(|_| ())
+    }
+
+    fn enumerate(&self) -> Result<Vec<DeviceInfo>> {
+        let probe = loader::probe()?;
+        (0..probe.device_count).map(|ordinal| device::device_info(ordinal, &self.options)).collect()
+    }
+
+    fn create_device(&self, ordinal: usize) -> Result<Device> {
+        let probe = loader::probe()?;
+        if ordinal >= probe.device_count {
+            return Err(Error::out_of_range(format!(
+                "cuda: device {ordinal} does not exist (it has {})",
+                probe.device_count
+            )));
+        }
+        if self.options.queue_count == 0 {
+            return Err(Error::invalid_argument("cuda: a device needs at least one queue"));
+        }
+        let id = DeviceId::next();
+        Ok(Device::from_backend(id, Arc::new(CudaDevice::new(id, ordinal, &self.options)?)))
+    }
+}
+
+/// Registers the CUDA driver with default options. Safe without a GPU: the driver then reports
+/// `Unavailable` when asked for devices.
+pub fn register(registry: &mut Registry) {
+    registry.register(Arc::new(CudaDriver::default()));
+}
+
+/// Device `ordinal` with default options, without a registry.
+pub fn create_device(ordinal: usize) -> Result<Device> {
+    CudaDriver::default().create_device(ordinal)
+}

@@ -1,0 +1,239 @@
+//! Recorded command buffers in their replayable CUDA form, prepared once at `end()`.
+//!
+//! Two replay modes:
+//! - **graph**: a buffer of at least `CudaOptions::graph_min_commands` commands becomes an
+//!   instantiated CUDA graph ([`crate::graph`]), relaunched by each execute;
+//! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
+//!   copies). Used for short buffers, for buffers that touch `queue_alloca` buffers (their address
+//!   is known only once the alloca is enqueued), and as the fallback if a graph cannot be built.
+//!
+//! Update payloads are uploaded to one device allocation at `end()`, so an update replays as a
+//! device-to-device copy in both modes and never reads pageable host memory on the stream.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use hal::driver::PreparedCommands;
+use hal::{Buffer, Command, CommandBuffer, Error, Result};
+
+use crate::context::Context;
+use crate::error::check;
+use crate::graph::GraphExec;
+use crate::memory::{CudaMemory, MemoryCounter};
+use crate::module::{CudaExecutable, KernelLaunch};
+use crate::stream::CudaStream;
+
+/// How a prepared buffer replays.
+enum Replay {
+    Graph(GraphExec),
+    Direct,
+}
+
+/// A command buffer prepared for CUDA.
+pub struct CudaPreparedCommands {
+    /// The recording; holds every buffer and executable the replay uses.
+    commands: Arc<[Command]>,
+    /// Update bytes, uploaded once (None when the buffer has no updates).
+    payload: Option<CudaMemory>,
+    /// Per command: where its update bytes start in `payload` (0 for other commands).
+    offsets: Vec<u64>,
+    replay: Replay,
+}
+
+impl CudaPreparedCommands {
+    /// Prepares `commands`: checks executables, uploads update payloads, and builds a graph when the
+    /// buffer has at least `graph_min_commands` commands and no transient buffers.
+    pub fn prepare(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        commands: &[Command],
+        graph_min_commands: usize,
+    ) -> Result<Self> {
+        let mut has_transient = false;
+        let mut payload_bytes = 0u64;
+        let mut offsets = Vec::with_capacity(commands.len());
+        for command in commands {
+            if let Command::Dispatch { executable, entry_point, .. } = command {
+                CudaExecutable::of(executable)?.entry(*entry_point)?;
+            }
+            for buffer in command.buffers() {
+                has_transient |= CudaMemory::of(buffer)?.is_transient();
+            }
+            if let Command::Update { data, .. } = command {
+                offsets.push(payload_bytes);
+                payload_bytes += (data.len() as u64).next_multiple_of(16);
+            } else {
+                offsets.push(0);
+            }
+        }
+        let payload =
+            if payload_bytes > 0 { Some(upload(context, counter, commands, &offsets, payload_bytes)?) } else { None };
+        let payload_address = payload.as_ref().map_or(0, hal::driver::BufferBackend::device_address);
+        let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
+        let replay = if work >= graph_min_commands.max(1) && !has_transient {
+            match GraphExec::build(context, commands, payload_address, &offsets) {
+                Ok(graph) => Replay::Graph(graph),
+                Err(e) => {
+                    tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
+                    Replay::Direct
+                }
+            }
+        } else {
+            Replay::Direct
+        };
+        Ok(CudaPreparedCommands { commands: Arc::from(commands), payload, offsets, replay })
+    }
+
+    /// The prepared form of an ended `command_buffer`.
+    pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<dyn PreparedCommands>> {
+        let prepared = command_buffer.prepared().ok_or_else(|| {
+            Error::failed_precondition(format!("command buffer {}: executed before end()", command_buffer.id()))
+        })?;
+        if prepared.as_any().downcast_ref::<CudaPreparedCommands>().is_none() {
+            return Err(Error::invalid_argument(format!(
+                "command buffer {}: was not prepared by the cuda driver",
+                command_buffer.id()
+            )));
+        }
+        Ok(prepared)
+    }
+
+    /// Whether it replays as a CUDA graph.
+    pub fn is_graph(&self) -> bool {
+        matches!(self.replay, Replay::Graph(_))
+    }
+
+    /// Graph nodes (0 in direct mode).
+    pub fn graph_nodes(&self) -> usize {
+        match &self.replay {
+            Replay::Graph(graph) => graph.node_count(),
+            Replay::Direct => 0,
+        }
+    }
+
+    /// Enqueues one execution on `stream` (the caller has bound the context).
+    pub fn enqueue(&self, stream: &CudaStream) -> Result<()> {
+        match &self.replay {
+            Replay::Graph(graph) => graph.launch(stream),
+            Replay::Direct => {
+                let payload = self.payload.as_ref().map_or(0, hal::driver::BufferBackend::device_address);
+                for (index, command) in self.commands.iter().enumerate() {
+                    let source = match command {
+                        Command::Update { .. } => Some(update_source(payload, &self.offsets, index)?),
+                        _ => None,
+                    };
+                    enqueue_command(command, stream, source)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl PreparedCommands for CudaPreparedCommands {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Uploads every update's bytes into one device allocation (synchronously: this is `end()`, and the
+/// legacy-stream copy does not wait for the queues' streams).
+fn upload(
+    context: &Arc<Context>,
+    counter: &Arc<MemoryCounter>,
+    commands: &[Command],
+    offsets: &[u64],
+    bytes: u64,
+) -> Result<CudaMemory> {
+    let memory = CudaMemory::device(context, counter, bytes)?;
+    let base = hal::driver::BufferBackend::device_address(&memory);
+    for (command, &offset) in commands.iter().zip(offsets) {
+        if let Command::Update { data, .. } = command
+            && !data.is_empty()
+        {
+            // SAFETY: the context is bound (by `CudaMemory::device`); `base + offset` has room for
+            // `data.len()` bytes (offsets were laid out from these lengths); `data` is live host memory.
+            let code = unsafe { sys::cuMemcpyHtoD_v2(base + offset, data.as_ptr().cast(), data.len()) };
+            check(code, "cuMemcpyHtoD")?;
+        }
+    }
+    // A copy from pageable memory may return before its DMA finished; queue streams do not wait for
+    // the legacy stream.
+    crate::memory::legacy_stream_synchronize()?;
+    Ok(memory)
+}
+
+/// The device address of update command `index`'s bytes.
+pub(crate) fn update_source(payload: u64, offsets: &[u64], index: usize) -> Result<u64> {
+    match offsets.get(index) {
+        Some(&offset) if payload != 0 => Ok(payload + offset),
+        _ => Err(Error::internal(format!("cuda command buffer: update {index} has no uploaded payload"))),
+    }
+}
+
+/// The device address of `[offset, offset + length)` of `buffer`, after checking the range and that
+/// the buffer has memory now.
+pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Result<u64> {
+    buffer.check_range(offset, length)?;
+    let base = buffer.backend().device_address();
+    if base == 0 {
+        return Err(Error::failed_precondition(format!(
+            "buffer {}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+             queue_dealloca already ran)",
+            buffer.id()
+        )));
+    }
+    Ok(base + offset)
+}
+
+/// Enqueues one command on `stream` (the caller has bound the context). `update_source` is the
+/// device address of an update's bytes; single `queue_update`s go through staging instead.
+pub fn enqueue_command(command: &Command, cuda_stream: &CudaStream, update_source: Option<u64>) -> Result<()> {
+    let stream = cuda_stream.raw();
+    match command {
+        Command::Fill { target, offset, length, pattern, pattern_len } => {
+            if *length == 0 {
+                return Ok(());
+            }
+            let dst = resolve_address(target, *offset, *length)?;
+            let length = *length as usize;
+            // SAFETY (all three): the context is bound; `dst` addresses `length` bytes of live memory,
+            // aligned to the pattern length (hal checks offsets; allocations are 256-byte aligned).
+            let code = match pattern_len {
+                1 => unsafe { sys::cuMemsetD8Async(dst, *pattern as u8, length, stream) },
+                2 => unsafe { sys::cuMemsetD16Async(dst, *pattern as u16, length / 2, stream) },
+                4 => unsafe { sys::cuMemsetD32Async(dst, *pattern, length / 4, stream) },
+                other => {
+                    return Err(Error::invalid_argument(format!("fill: pattern length {other} must be 1, 2 or 4")));
+                }
+            };
+            check(code, "cuMemsetAsync")
+        }
+        Command::Update { target, offset, data } => {
+            if data.is_empty() {
+                return Ok(());
+            }
+            let source = update_source
+                .ok_or_else(|| Error::internal("cuda: an update reached the stream without uploaded bytes"))?;
+            let dst = resolve_address(target, *offset, data.len() as u64)?;
+            // SAFETY: the context is bound; the source is `data.len()` bytes of the uploaded payload and
+            // the target range as many bytes of live memory (device or mapped pinned).
+            check(unsafe { sys::cuMemcpyAsync(dst, source, data.len(), stream) }, "cuMemcpyAsync")
+        }
+        Command::Copy { source, source_offset, target, target_offset, length } => {
+            if *length == 0 {
+                return Ok(());
+            }
+            let src = resolve_address(source, *source_offset, *length)?;
+            let dst = resolve_address(target, *target_offset, *length)?;
+            // SAFETY: the context is bound; both ranges are `length` bytes of live memory (device or
+            // mapped pinned); cuMemcpyAsync infers each side's memory type from its unified address.
+            check(unsafe { sys::cuMemcpyAsync(dst, src, *length as usize, stream) }, "cuMemcpyAsync")
+        }
+        Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
+            KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?.launch(cuda_stream)
+        }
+        Command::Barrier => Ok(()),
+    }
+}

@@ -1,0 +1,227 @@
+//! The CUDA device: the primary context, memory, modules, command buffers, and the shared scheduler
+//! over [`CudaStreams`] (one non-blocking stream and one completion thread per queue).
+
+use std::ffi::c_char;
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
+use hal::scheduler::Scheduler;
+use hal::{
+    BufferParams, Command, DeviceId, DeviceInfo, Error, ExecutableSource, MemoryType, PoolUsage, ResourceUsage, Result,
+    Semaphore, SemaphoreValue,
+};
+
+use crate::command_buffer::CudaPreparedCommands;
+use crate::context::Context;
+use crate::error::check;
+use crate::event::CompletionWait;
+use crate::memory::{CudaMemory, MemoryCounter};
+use crate::module::CudaExecutable;
+use crate::stream::CudaStreams;
+
+/// How to build a CUDA device.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    /// Queues, each with its own non-blocking stream and completion thread.
+    pub queue_count: usize,
+    /// How completion threads wait for events.
+    pub completion_wait: CompletionWait,
+    /// While a completion wait spins, the time between two `cuEventQuery` calls (each takes driver
+    /// locks that submitting threads need).
+    pub poll_interval: std::time::Duration,
+    /// Command buffers with at least this many commands (barriers not counted) replay as CUDA
+    /// graphs; shorter ones launch directly.
+    pub graph_min_commands: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            queue_count: 4,
+            completion_wait: CompletionWait::default(),
+            poll_interval: std::time::Duration::from_micros(2),
+            graph_min_commands: 2,
+        }
+    }
+}
+
+/// The memory types a CUDA device offers: device-local, and pinned host memory the device maps.
+pub fn memory_types() -> Vec<MemoryType> {
+    vec![MemoryType::DEVICE_LOCAL, MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED]
+}
+
+fn attribute(device: CUdevice, attribute: CUdevice_attribute) -> Result<i32> {
+    let mut value = 0;
+    // SAFETY: cuInit ran (probe); `device` is a valid handle; the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
+    Ok(value)
+}
+
+/// What device `ordinal` is, read without creating a context. The probe must have succeeded.
+pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> {
+    use CUdevice_attribute as A;
+    let mut device: CUdevice = 0;
+    // SAFETY: cuInit ran (probe); the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) }, "cuDeviceGet")?;
+    let mut name = [0 as c_char; 256];
+    // SAFETY: the buffer holds 256 bytes, the length passed.
+    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device) }, "cuDeviceGetName")?;
+    // SAFETY: cuDeviceGetName wrote a NUL-terminated string into the buffer (zeroed beforehand).
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let mut total = 0usize;
+    // SAFETY: as above.
+    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) }, "cuDeviceTotalMem")?;
+    let major = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let sms = attribute(device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let max_threads = attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+    let pools = attribute(device, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
+    let map_host = attribute(device, A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?;
+    let unified = attribute(device, A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?;
+    let pci_bus = attribute(device, A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
+    let driver_version = crate::loader::probe().map(|p| p.driver_version).unwrap_or(0);
+    Ok(DeviceInfo {
+        driver: crate::DRIVER_NAME.to_string(),
+        name,
+        ordinal,
+        queue_count: options.queue_count,
+        memory_types: memory_types(),
+        max_allocation_size: total as u64,
+        max_workgroup_threads: max_threads.max(0) as u32,
+        properties: vec![
+            ("compute_capability".to_string(), format!("{major}.{minor}")),
+            ("multiprocessors".to_string(), sms.to_string()),
+            ("total_memory_bytes".to_string(), total.to_string()),
+            ("max_threads_per_block".to_string(), max_threads.to_string()),
+            ("memory_pools".to_string(), (pools != 0).to_string()),
+            ("can_map_host_memory".to_string(), (map_host != 0).to_string()),
+            ("unified_addressing".to_string(), (unified != 0).to_string()),
+            ("pci_bus_id".to_string(), pci_bus.to_string()),
+            ("driver_version".to_string(), format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10)),
+            ("completion_wait".to_string(), format!("{:?}", options.completion_wait)),
+        ],
+    })
+}
+
+/// A CUDA device.
+pub struct CudaDevice {
+    // Dropped first: fails pending actions, drains the streams, joins the completion threads and
+    // destroys the streams, while memory and modules are still alive.
+    scheduler: Scheduler<CudaStreams>,
+    id: DeviceId,
+    info: DeviceInfo,
+    options: CudaOptions,
+    memory: Arc<MemoryCounter>,
+    context: Arc<Context>,
+}
+
+impl CudaDevice {
+    /// Creates device `ordinal` with `options`. The probe must have succeeded.
+    pub fn new(id: DeviceId, ordinal: usize, options: &CudaOptions) -> Result<Self> {
+        let info = device_info(ordinal, options)?;
+        let property = |name: &str| info.properties.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        if property("memory_pools") != Some("true") {
+            return Err(Error::unavailable(format!(
+                "cuda: device {ordinal} ({}) has no stream-ordered memory pools, which queue_alloca needs",
+                info.name
+            )));
+        }
+        if property("unified_addressing") != Some("true") || property("can_map_host_memory") != Some("true") {
+            return Err(Error::unavailable(format!(
+                "cuda: device {ordinal} ({}) lacks unified addressing or mapped host memory",
+                info.name
+            )));
+        }
+        let context = Context::retain(ordinal)?;
+        let model = CudaStreams::new(&context, options.queue_count, options.completion_wait, options.poll_interval)?;
+        let scheduler = Scheduler::new(id, model, options.queue_count)?;
+        tracing::debug!(%id, ordinal, name = %info.name, "cuda device created");
+        let memory = Arc::new(MemoryCounter::default());
+        Ok(CudaDevice { scheduler, id, info, options: options.clone(), memory, context })
+    }
+
+    /// The options it was created with.
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+
+    /// Its primary context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.context
+    }
+
+    /// Raw stream of `queue`, for interop (e.g. a baseline measured on the same stream).
+    pub fn stream(&self, queue: usize) -> Option<sys::CUstream> {
+        (queue < self.options.queue_count).then(|| self.scheduler.stream(queue).raw())
+    }
+
+    /// Waits until nothing is pending or in flight, or `timeout` passes (tests, teardown).
+    pub fn wait_idle(&self, timeout: std::time::Duration) -> Result<()> {
+        self.scheduler.wait_idle(timeout)
+    }
+}
+
+impl DeviceBackend for CudaDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn allocate(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        let memory = if params.memory_type.contains(MemoryType::HOST_VISIBLE) {
+            CudaMemory::host(&self.context, &self.memory, size)?
+        } else {
+            CudaMemory::device(&self.context, &self.memory, size)?
+        };
+        Ok(Arc::new(memory))
+    }
+
+    fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        let host_visible = params.memory_type.contains(MemoryType::HOST_VISIBLE);
+        Ok(Arc::new(CudaMemory::transient(&self.context, &self.memory, size, host_visible)?))
+    }
+
+    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
+        Ok(self.scheduler.create_semaphore(initial))
+    }
+
+    fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
+        Ok(Arc::new(CudaExecutable::load(&self.context, source, self.info.max_workgroup_threads)?))
+    }
+
+    fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>> {
+        Ok(Arc::new(CudaPreparedCommands::prepare(
+            &self.context,
+            &self.memory,
+            commands,
+            self.options.graph_min_commands,
+        )?))
+    }
+
+    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.scheduler.submit(queue, op, waits, signals)
+    }
+
+    fn flush(&self, _queue: usize) -> Result<()> {
+        // Submissions reach their stream as they are issued; nothing is batched.
+        Ok(())
+    }
+
+    fn report(&self) -> String {
+        self.scheduler.report()
+    }
+
+    fn resource_usage(&self) -> ResourceUsage {
+        let mut usage = self.scheduler.resource_usage();
+        let staging = self.scheduler.model().staging();
+        usage.pools.push(PoolUsage { name: "staging blocks", in_use: staging.in_use(), created: staging.created() });
+        usage.memory_in_use = self.memory.in_use();
+        usage
+    }
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaDevice({} cuda:{} '{}')", self.id, self.info.ordinal, self.info.name)
+    }
+}

@@ -1,0 +1,162 @@
+//! Finding the CUDA driver library before anything touches cudarc.
+//!
+//! cudarc loads `libcuda` lazily and panics when it is missing (even in `device_count`), and it panics
+//! again when a symbol it was asked for is missing from an older driver. So the probe, run once per
+//! process, checks in order: that a `libcuda` opens with libloading (under the names cudarc tries),
+//! that cudarc agrees (`is_culib_present`), that every symbol this driver calls is exported, that
+//! `cuInit` succeeds and that there is at least one device. Any failure is `Unavailable` with the
+//! reason, and no cudarc call is made after it.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::sys;
+use hal::{Error, Result};
+
+use crate::error::to_error;
+
+/// Every driver-API symbol this crate calls through `cudarc::driver::sys` (as cudarc loads them).
+pub const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuDeviceGetDefaultMemPool",
+    "cuMemPoolSetAttribute",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemsetD8_v2",
+    "cuMemHostAlloc",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemFreeHost",
+    "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyAsync",
+    "cuModuleLoadDataEx",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuFuncGetAttribute",
+    "cuLaunchKernel",
+    "cuGraphCreate",
+    "cuGraphAddEmptyNode",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphAddMemsetNode",
+    "cuGraphAddMemcpyNode",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+];
+
+/// What the probe found: the library's name and the driver version, or why CUDA cannot be used.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// The file name that opened (`libcuda.so.1`).
+    pub library: String,
+    /// `cuDriverGetVersion` (e.g. 13000 for CUDA 13.0).
+    pub driver_version: i32,
+    /// `cuDeviceGetCount`.
+    pub device_count: usize,
+}
+
+/// Probes once per process; later calls return the first answer.
+pub fn probe() -> Result<&'static Probe> {
+    static PROBE: OnceLock<Result<Probe>> = OnceLock::new();
+    PROBE.get_or_init(probe_uncached).as_ref().map_err(Clone::clone)
+}
+
+fn probe_uncached() -> Result<Probe> {
+    let mut candidates: Vec<String> = Vec::new();
+    for name in ["cuda", "nvcuda"].iter().flat_map(|l| cudarc::get_lib_name_candidates(l)) {
+        if !candidates.contains(&name) {
+            candidates.push(name);
+        }
+    }
+    let mut first_error: Option<String> = None;
+    let mut opened = None;
+    for name in &candidates {
+        // SAFETY: loading the CUDA driver library runs its initialisers, which have no preconditions
+        // beyond being loaded once per process; the handle is only used to look symbols up.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(library) => {
+                opened = Some((name.clone(), library));
+                break;
+            }
+            Err(e) => {
+                first_error.get_or_insert_with(|| match std::error::Error::source(&e) {
+                    Some(source) => format!("{e}: {source}"),
+                    None => e.to_string(),
+                });
+            }
+        }
+    }
+    let Some((library_name, library)) = opened else {
+        return Err(Error::unavailable(format!(
+            "cuda: the CUDA driver library was not found ({}; also tried {})",
+            first_error.unwrap_or_else(|| "no candidate names".to_string()),
+            candidates.join(", ")
+        )));
+    };
+    let missing: Vec<&str> = REQUIRED_SYMBOLS
+        .iter()
+        .copied()
+        // SAFETY: only the symbol's presence is checked; the pointer is never called through here.
+        .filter(|symbol| unsafe { library.get::<*const ()>(symbol.as_bytes()) }.is_err())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::unavailable(format!(
+            "cuda: {library_name} is too old: it lacks {} (a CUDA 12 or newer driver is needed)",
+            missing.join(", ")
+        )));
+    }
+    // SAFETY: `is_culib_present` only tries to open the library; we just did the same.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::unavailable(format!("cuda: {library_name} opened but cudarc could not load it")));
+    }
+    // SAFETY: the library and every symbol we call are present (checked above); cuInit has no other
+    // precondition and may be called more than once.
+    let init = unsafe { sys::cuInit(0) };
+    if init != sys::CUresult::CUDA_SUCCESS {
+        let error = to_error(init, "cuInit");
+        return Err(Error::unavailable(format!("cuda: the driver did not initialise: {}", error.message())));
+    }
+    let mut version = 0;
+    // SAFETY: cuInit succeeded; the out-pointer is a live local.
+    let code = unsafe { sys::cuDriverGetVersion(&mut version) };
+    crate::error::check(code, "cuDriverGetVersion")?;
+    let mut count = 0;
+    // SAFETY: as above.
+    let code = unsafe { sys::cuDeviceGetCount(&mut count) };
+    crate::error::check(code, "cuDeviceGetCount")?;
+    if count <= 0 {
+        return Err(Error::unavailable(format!(
+            "cuda: {library_name} (driver {}.{}) found no CUDA devices",
+            version / 1000,
+            (version % 1000) / 10
+        )));
+    }
+    // Keep the library loaded for the process: cudarc resolves symbols in its own handle to the same
+    // file, and the driver does not support being unloaded.
+    std::mem::forget(library);
+    Ok(Probe { library: library_name, driver_version: version, device_count: count as usize })
+}

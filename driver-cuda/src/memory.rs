@@ -1,0 +1,339 @@
+//! Buffer memory on a CUDA device.
+//!
+//! - Device-local (`DEVICE_LOCAL`): `cuMemAlloc`, zeroed at allocation; the host cannot map it.
+//! - Host-visible (`HOST_VISIBLE | HOST_COHERENT | HOST_CACHED`): pinned host memory from
+//!   `cuMemHostAlloc(DEVICEMAP | PORTABLE)`, zeroed; the host maps it and kernels reach it through
+//!   its device pointer.
+//! - Transient device-local (`queue_alloca`): no memory until the alloca is enqueued, which calls
+//!   `cuMemAllocFromPoolAsync` on the queue's stream from the device's default memory pool and sets
+//!   the address there and then (stream order makes it usable by work after the alloca); the dealloca
+//!   enqueues `cuMemFreeAsync`. A transient buffer dropped without its dealloca is freed then. Its
+//!   contents start undefined.
+//! - Transient host-visible: CUDA has no stream-ordered pinned allocation, so the pinned memory is
+//!   allocated when the buffer is created (a slow call, but not one that waits on the device) and
+//!   only published (address, mapping) between the alloca and the dealloca in queue order; it is
+//!   freed when the last handle drops.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
+use hal::buffer::HostPtr;
+use hal::driver::BufferBackend;
+use hal::{Buffer, Error, Result};
+
+use crate::context::Context;
+use crate::error::check;
+use crate::stream::CudaStream;
+
+/// Which kind of memory a buffer has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryKind {
+    /// `cuMemAlloc`.
+    Device,
+    /// Pinned, mapped host memory.
+    Host,
+    /// `queue_alloca` memory from the device's memory pool.
+    TransientDevice,
+    /// `queue_alloca` of a host-visible type: pinned at creation, published in queue order.
+    TransientHost,
+}
+
+/// Where a transient buffer is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Uncommitted,
+    Committed,
+    Released,
+}
+
+/// Bytes of memory a device's buffers hold now (device and pinned host memory together).
+#[derive(Debug, Default)]
+pub struct MemoryCounter(AtomicU64);
+
+impl MemoryCounter {
+    /// Bytes held now.
+    pub fn in_use(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The memory of one buffer.
+pub struct CudaMemory {
+    context: Arc<Context>,
+    counter: Arc<MemoryCounter>,
+    /// Bytes this buffer counts in `counter` now.
+    counted: AtomicU64,
+    size: u64,
+    kind: MemoryKind,
+    /// The published device address (0: none now).
+    address: AtomicU64,
+    /// The published host address (null: none now, or device memory).
+    host: AtomicPtr<u8>,
+    /// Pinned memory behind host kinds (null for device kinds), freed on drop.
+    pinned: *mut u8,
+    /// Its device pointer.
+    pinned_address: CUdeviceptr,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw pointers name memory this value owns and frees once in `Drop`; transitions are
+// serialised by `state`, and the published addresses are atomics.
+unsafe impl Send for CudaMemory {}
+// SAFETY: see `Send`.
+unsafe impl Sync for CudaMemory {}
+
+impl CudaMemory {
+    /// `size` zeroed bytes of device memory, counted in `counter`.
+    pub fn device(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
+        context.bind()?;
+        let bytes = to_usize(size)?;
+        let mut address: CUdeviceptr = 0;
+        // SAFETY: the context is bound; the out-pointer is a live local.
+        check(unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }, "cuMemAlloc")
+            .map_err(|e| e.context(format!("device allocation of {size} bytes")))?;
+        let memory = CudaMemory::with(context, counter, size, MemoryKind::Device, address, std::ptr::null_mut(), 0);
+        memory.count(size);
+        // SAFETY: `address` holds `bytes` bytes of device memory just allocated. The memset runs on the
+        // legacy stream, which does not wait for the queues' non-blocking streams.
+        check(unsafe { sys::cuMemsetD8_v2(address, 0, bytes) }, "cuMemsetD8")?;
+        // cuMemsetD8 may return before the memset ran, and queue streams do not wait for the legacy
+        // stream: wait for it here, so the zeroes are in place before any queue uses the buffer.
+        legacy_stream_synchronize()?;
+        Ok(memory)
+    }
+
+    /// `size` zeroed bytes of pinned, mapped host memory, counted in `counter`.
+    pub fn host(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
+        let (pinned, address) = alloc_pinned(context, size)?;
+        let memory = CudaMemory::with(context, counter, size, MemoryKind::Host, address, pinned, address);
+        memory.count(size);
+        Ok(memory)
+    }
+
+    /// A transient buffer of `size` bytes; `host_visible` selects pinned host memory. Counted in
+    /// `counter` while it has memory.
+    pub fn transient(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        size: u64,
+        host_visible: bool,
+    ) -> Result<Self> {
+        let mut memory = if host_visible {
+            let (pinned, address) = alloc_pinned(context, size)?;
+            let memory = CudaMemory::with(context, counter, size, MemoryKind::TransientHost, 0, pinned, address);
+            memory.count(size);
+            memory
+        } else {
+            CudaMemory::with(context, counter, size, MemoryKind::TransientDevice, 0, std::ptr::null_mut(), 0)
+        };
+        *memory.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Uncommitted;
+        Ok(memory)
+    }
+
+    fn count(&self, bytes: u64) {
+        self.counted.fetch_add(bytes, Ordering::Relaxed);
+        self.counter.0.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn uncount(&self) {
+        let bytes = self.counted.swap(0, Ordering::Relaxed);
+        self.counter.0.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn with(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        size: u64,
+        kind: MemoryKind,
+        address: CUdeviceptr,
+        pinned: *mut u8,
+        pinned_address: CUdeviceptr,
+    ) -> Self {
+        let published_host = if address != 0 { pinned } else { std::ptr::null_mut() };
+        CudaMemory {
+            context: context.clone(),
+            counter: counter.clone(),
+            counted: AtomicU64::new(0),
+            size,
+            kind,
+            address: AtomicU64::new(address),
+            host: AtomicPtr::new(published_host),
+            pinned,
+            pinned_address,
+            state: Mutex::new(State::Committed),
+        }
+    }
+
+    /// The `CudaMemory` behind `buffer`, or `InvalidArgument` when another driver made it.
+    pub fn of(buffer: &Buffer) -> Result<&CudaMemory> {
+        buffer.backend().as_any().downcast_ref::<CudaMemory>().ok_or_else(|| {
+            Error::invalid_argument(format!("buffer {}: its memory was not allocated by the cuda driver", buffer.id()))
+        })
+    }
+
+    /// Its kind.
+    pub fn kind(&self) -> MemoryKind {
+        self.kind
+    }
+
+    /// Whether it is a `queue_alloca` buffer (its address is known only once the alloca is enqueued).
+    pub fn is_transient(&self) -> bool {
+        matches!(self.kind, MemoryKind::TransientDevice | MemoryKind::TransientHost)
+    }
+
+    /// Whether it is host memory (pinned).
+    pub fn is_host(&self) -> bool {
+        matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost)
+    }
+
+    /// Size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn refuse(&self, what: &str, why: &str) -> Error {
+        Error::failed_precondition(format!("transient memory of {} bytes: {what} {why}", self.size))
+    }
+
+    /// The alloca, enqueued on `stream`: takes memory from `pool` in stream order and publishes it.
+    /// The caller has bound the context.
+    pub(crate) fn commit_async(&self, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
+        let mut state = self.state();
+        match (*state, self.kind) {
+            (_, MemoryKind::Device | MemoryKind::Host) => {
+                return Err(self.refuse("alloca", "of a buffer that is not transient"));
+            }
+            (State::Committed, _) => return Err(self.refuse("alloca", "a second time (the alloca already ran)")),
+            (State::Released, _) => return Err(self.refuse("alloca", "after its dealloca")),
+            (State::Uncommitted, _) => {}
+        }
+        if self.kind == MemoryKind::TransientHost {
+            self.address.store(self.pinned_address, Ordering::Release);
+            self.host.store(self.pinned, Ordering::Release);
+        } else {
+            let mut address: CUdeviceptr = 0;
+            // SAFETY: the caller bound the context; `stream` and `pool` are live handles of it.
+            let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut address, to_usize(self.size)?, pool, stream.raw()) };
+            check(code, "cuMemAllocFromPoolAsync")
+                .map_err(|e| e.context(format!("queue_alloca of {} bytes", self.size)))?;
+            self.address.store(address, Ordering::Release);
+            self.count(self.size);
+        }
+        *state = State::Committed;
+        Ok(())
+    }
+
+    /// The dealloca, enqueued on `stream`: frees in stream order and unpublishes the address. The
+    /// caller has bound the context.
+    pub fn release_async(&self, stream: &CudaStream) -> Result<()> {
+        let mut state = self.state();
+        match (*state, self.kind) {
+            (_, MemoryKind::Device | MemoryKind::Host) => {
+                return Err(self.refuse("dealloca", "of a buffer that is not transient"));
+            }
+            (State::Uncommitted, _) => return Err(self.refuse("dealloca", "before its alloca")),
+            (State::Released, _) => return Err(self.refuse("dealloca", "a second time")),
+            (State::Committed, _) => {}
+        }
+        let address = self.address.swap(0, Ordering::AcqRel);
+        self.host.store(std::ptr::null_mut(), Ordering::Release);
+        if self.kind == MemoryKind::TransientDevice {
+            // SAFETY: `address` came from cuMemAllocFromPoolAsync and is freed once, in stream order
+            // after every use enqueued before this point.
+            check(unsafe { sys::cuMemFreeAsync(address, stream.raw()) }, "cuMemFreeAsync")?;
+            self.uncount();
+        }
+        *state = State::Released;
+        Ok(())
+    }
+}
+
+/// Waits for the work this driver put on the legacy default stream (zeroing, uploads). It does not
+/// wait for the queues' streams: they are non-blocking.
+pub(crate) fn legacy_stream_synchronize() -> Result<()> {
+    // SAFETY: the null stream is the bound context's legacy default stream.
+    check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize(legacy stream)")
+}
+
+fn to_usize(size: u64) -> Result<usize> {
+    usize::try_from(size)
+        .map_err(|_| Error::resource_exhausted(format!("allocation of {size} bytes does not fit the address space")))
+}
+
+/// Pinned, mapped, zeroed host memory and its device pointer.
+fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdeviceptr)> {
+    context.bind()?;
+    let bytes = to_usize(size)?;
+    let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
+    let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+    // SAFETY: the context is bound; the out-pointer is a live local.
+    check(unsafe { sys::cuMemHostAlloc(&mut raw, bytes, flags) }, "cuMemHostAlloc")
+        .map_err(|e| e.context(format!("host-visible allocation of {size} bytes")))?;
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: `raw` is pinned memory allocated with DEVICEMAP just above.
+    let code = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut address, raw, 0) };
+    if let Err(e) = check(code, "cuMemHostGetDevicePointer") {
+        // SAFETY: `raw` came from cuMemHostAlloc and is not used after this.
+        unsafe { sys::cuMemFreeHost(raw) };
+        return Err(e);
+    }
+    // SAFETY: `raw` holds `bytes` writable bytes that nothing else uses yet.
+    unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes) };
+    Ok((raw.cast(), address))
+}
+
+impl BufferBackend for CudaMemory {
+    fn host_ptr(&self) -> Option<HostPtr> {
+        NonNull::new(self.host.load(Ordering::Acquire))
+    }
+
+    fn device_address(&self) -> u64 {
+        self.address.load(Ordering::Acquire)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaMemory {
+    fn drop(&mut self) {
+        self.uncount();
+        if self.context.bind().is_err() {
+            return;
+        }
+        let state = *self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let result = match self.kind {
+            // SAFETY: allocated by cuMemAlloc in `device`, freed once here; no queue work holds the
+            // buffer any more (submissions keep a handle until they retire).
+            MemoryKind::Device => check(unsafe { sys::cuMemFree_v2(*self.address.get_mut()) }, "cuMemFree"),
+            // SAFETY: allocated by cuMemHostAlloc, freed once here; no queue work holds the buffer.
+            MemoryKind::Host | MemoryKind::TransientHost => {
+                check(unsafe { sys::cuMemFreeHost(self.pinned.cast()) }, "cuMemFreeHost")
+            }
+            MemoryKind::TransientDevice if state == State::Committed => {
+                // SAFETY: pool memory not freed by a dealloca; every submission using it retired, so
+                // freeing on the legacy stream (ordered after nothing of ours) is safe.
+                check(unsafe { sys::cuMemFreeAsync(*self.address.get_mut(), std::ptr::null_mut()) }, "cuMemFreeAsync")
+            }
+            MemoryKind::TransientDevice => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::debug!(%e, size = self.size, "freeing buffer memory failed");
+        }
+    }
+}
+
+impl std::fmt::Debug for CudaMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaMemory").field("kind", &self.kind).field("size", &self.size).finish()
+    }
+}

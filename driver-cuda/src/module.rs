@@ -1,0 +1,305 @@
+//! Executables: PTX, cubin or fatbin loaded with `cuModuleLoadData(Ex)`, one `CUfunction` per declared
+//! entry point, and the dispatch ABI that maps a HAL dispatch onto a kernel launch.
+//!
+//! # Dispatch ABI
+//! The one IREE's compiler emits, so its PTX runs unchanged:
+//! - kernel parameters: one device pointer (`u64`) per binding, in binding order, each the buffer's
+//!   device address plus the binding's offset; then each 32-bit constant, in order;
+//! - grid: the dispatch's workgroup count;
+//! - block: the entry point's declared workgroup size (PTX's `.maxntid` is only a bound, so the size
+//!   is declared when the executable is created and checked against the kernel's limit then);
+//! - no dynamic shared memory.
+//!
+//! For example `extern "C" __global__ void scale(float* in, float* out, unsigned n, float k)` is an
+//! entry point with 2 bindings and 2 constants (`k` passed as its bit pattern).
+
+use std::any::Any;
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{self, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult};
+use hal::driver::ExecutableBackend;
+use hal::{BufferBinding, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
+use smallvec::SmallVec;
+
+use crate::context::Context;
+use crate::error::{check, to_error};
+use crate::stream::CudaStream;
+
+/// A loaded CUDA module and its entry points.
+pub struct CudaExecutable {
+    context: Arc<Context>,
+    module: CUmodule,
+    format: ExecutableFormat,
+    functions: Vec<CUfunction>,
+    entry_points: Vec<EntryPointInfo>,
+}
+
+// SAFETY: module and function handles are driver objects usable from any thread with the context
+// bound; this type never mutates them after loading.
+unsafe impl Send for CudaExecutable {}
+// SAFETY: see `Send`.
+unsafe impl Sync for CudaExecutable {}
+
+/// Bytes of the JIT error log kept for messages.
+const JIT_LOG_BYTES: usize = 8192;
+
+impl CudaExecutable {
+    /// Loads `source` (PTX, cubin or fatbin bytes) and looks up every declared entry point.
+    pub fn load(context: &Arc<Context>, source: &ExecutableSource, max_block_threads: u32) -> Result<Self> {
+        let (format, data, entry_points) = match source {
+            ExecutableSource::Bytes { format, data, entry_points } => (*format, data, entry_points),
+            ExecutableSource::Native(_) | ExecutableSource::SharedLibrary(_) => {
+                return Err(Error::unimplemented(
+                    "cuda: native executables run on cpu-sim only; load PTX, cubin or fatbin",
+                ));
+            }
+        };
+        if entry_points.is_empty() {
+            return Err(Error::invalid_argument("cuda executable: no entry points declared"));
+        }
+        for entry in entry_points {
+            check_workgroup_size(entry, max_block_threads)?;
+        }
+        // PTX must be NUL-terminated text; binary images are copied to an 8-byte aligned buffer.
+        let image: Vec<u64> = match format {
+            ExecutableFormat::Ptx => {
+                let mut text = data.to_vec();
+                if text.last() != Some(&0) {
+                    text.push(0);
+                }
+                if text[..text.len() - 1].contains(&0) {
+                    return Err(Error::invalid_argument("cuda executable: PTX text contains a NUL byte"));
+                }
+                aligned_copy(&text)
+            }
+            ExecutableFormat::Cubin | ExecutableFormat::Fatbin => aligned_copy(data),
+        };
+        context.bind()?;
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [CUjit_option::CU_JIT_ERROR_LOG_BUFFER, CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+        let mut module: CUmodule = std::ptr::null_mut();
+        // SAFETY: the context is bound; `image` is a complete image of `format` (PTX NUL-terminated)
+        // that lives across the call; the option arrays have 2 entries each and the log buffer holds
+        // JIT_LOG_BYTES bytes, as the size option says.
+        let code = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut module,
+                image.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if code != CUresult::CUDA_SUCCESS {
+            let error = to_error(code, "cuModuleLoadDataEx");
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let log = String::from_utf8_lossy(&log[..end]);
+            let log = log.trim();
+            let message = if log.is_empty() {
+                format!("cuda executable ({format:?}): {}", error.message())
+            } else {
+                format!("cuda executable ({format:?}): {}: {log}", error.message())
+            };
+            return Err(Error::new(error.code(), message));
+        }
+        let mut executable = CudaExecutable {
+            context: context.clone(),
+            module,
+            format,
+            functions: Vec::with_capacity(entry_points.len()),
+            entry_points: entry_points.clone(),
+        };
+        for entry in entry_points {
+            let function = executable.function_named(entry)?;
+            executable.functions.push(function);
+        }
+        Ok(executable)
+    }
+
+    fn function_named(&self, entry: &EntryPointInfo) -> Result<CUfunction> {
+        let name = CString::new(entry.name.as_str()).map_err(|_| {
+            Error::invalid_argument(format!("cuda executable: entry point name {:?} contains a NUL byte", entry.name))
+        })?;
+        let mut function: CUfunction = std::ptr::null_mut();
+        // SAFETY: the module is loaded in the bound context; `name` is NUL-terminated.
+        let code = unsafe { sys::cuModuleGetFunction(&mut function, self.module, name.as_ptr()) };
+        match code {
+            CUresult::CUDA_SUCCESS => {}
+            CUresult::CUDA_ERROR_NOT_FOUND => {
+                return Err(Error::not_found(format!(
+                    "cuda executable ({:?}): entry point '{}' is not in the module (is it `extern \"C\"`?)",
+                    self.format, entry.name
+                )));
+            }
+            code => return Err(to_error(code, "cuModuleGetFunction").context(format!("entry point '{}'", entry.name))),
+        }
+        let mut limit = 0i32;
+        let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
+        // SAFETY: `function` was just looked up in a loaded module; the out-pointer is a live local.
+        check(unsafe { sys::cuFuncGetAttribute(&mut limit, attribute, function) }, "cuFuncGetAttribute")?;
+        let threads: u64 = entry.workgroup_size.iter().map(|&n| u64::from(n)).product();
+        if threads > limit.max(0) as u64 {
+            return Err(Error::invalid_argument(format!(
+                "cuda executable: entry point '{}' declares a workgroup of {threads} threads {:?} but the kernel \
+                 allows at most {limit} per block (.maxntid or register use)",
+                entry.name, entry.workgroup_size
+            )));
+        }
+        Ok(function)
+    }
+
+    /// The `CudaExecutable` behind `executable`, or `InvalidArgument`.
+    pub fn of(executable: &Executable) -> Result<&CudaExecutable> {
+        executable.backend().as_any().downcast_ref::<CudaExecutable>().ok_or_else(|| {
+            Error::invalid_argument(format!("executable {}: was not loaded by the cuda driver", executable.id()))
+        })
+    }
+
+    /// The function and ABI of entry point `ordinal`.
+    pub fn entry(&self, ordinal: u32) -> Result<(CUfunction, &EntryPointInfo)> {
+        let at = ordinal as usize;
+        match (self.functions.get(at), self.entry_points.get(at)) {
+            (Some(&function), Some(info)) => Ok((function, info)),
+            _ => Err(Error::out_of_range(format!(
+                "cuda executable: entry point {ordinal} does not exist (it has {})",
+                self.entry_points.len()
+            ))),
+        }
+    }
+
+    /// The format it was loaded from.
+    pub fn format(&self) -> ExecutableFormat {
+        self.format
+    }
+}
+
+fn check_workgroup_size(entry: &EntryPointInfo, max_block_threads: u32) -> Result<()> {
+    let threads: u64 = entry.workgroup_size.iter().map(|&n| u64::from(n)).product();
+    if threads == 0 || threads > u64::from(max_block_threads) {
+        return Err(Error::invalid_argument(format!(
+            "cuda executable: entry point '{}' declares workgroup size {:?} ({threads} threads); the device \
+             allows 1 to {max_block_threads}",
+            entry.name, entry.workgroup_size
+        )));
+    }
+    Ok(())
+}
+
+fn aligned_copy(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    // SAFETY: `words` holds at least `bytes.len()` bytes; the regions are distinct allocations.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), bytes.len()) };
+    words
+}
+
+impl ExecutableBackend for CudaExecutable {
+    fn entry_points(&self) -> &[EntryPointInfo] {
+        &self.entry_points
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for CudaExecutable {
+    fn drop(&mut self) {
+        if self.context.bind().is_err() {
+            return;
+        }
+        // SAFETY: the module is unloaded once; every command buffer or submission that launches its
+        // functions holds the executable, so none is left.
+        let code = unsafe { sys::cuModuleUnload(self.module) };
+        if let Err(e) = check(code, "cuModuleUnload") {
+            tracing::debug!(%e, "unloading a module failed");
+        }
+    }
+}
+
+/// One resolved dispatch: the function, grid, block and parameter values per the ABI.
+pub struct KernelLaunch {
+    /// The kernel.
+    pub function: CUfunction,
+    /// Workgroup count.
+    pub grid: [u32; 3],
+    /// Declared workgroup size.
+    pub block: [u32; 3],
+    /// Binding addresses, then constants (each in its own 8-byte slot, little-endian).
+    values: SmallVec<[u64; 16]>,
+}
+
+impl KernelLaunch {
+    /// Resolves a dispatch: reads each binding's current device address (so a transient buffer must
+    /// be committed by now).
+    pub fn resolve(
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BufferBinding],
+    ) -> Result<Self> {
+        let cuda = CudaExecutable::of(executable)?;
+        let (function, info) = cuda.entry(entry_point)?;
+        if bindings.len() != info.binding_count || constants.len() != info.constant_count {
+            return Err(Error::invalid_argument(format!(
+                "dispatch of '{}': {} bindings and {} constants given, entry point declares {} and {}",
+                info.name,
+                bindings.len(),
+                constants.len(),
+                info.binding_count,
+                info.constant_count
+            )));
+        }
+        let mut values: SmallVec<[u64; 16]> = SmallVec::with_capacity(bindings.len() + constants.len());
+        for (index, binding) in bindings.iter().enumerate() {
+            let base = binding.buffer.backend().device_address();
+            if base == 0 {
+                return Err(Error::failed_precondition(format!(
+                    "dispatch of '{}' binding {index}: buffer {} has no memory (a transient buffer whose \
+                     queue_alloca has not run, or whose queue_dealloca already ran)",
+                    info.name,
+                    binding.buffer.id()
+                )));
+            }
+            values.push(base + binding.offset);
+        }
+        values.extend(constants.iter().map(|&c| u64::from(c)));
+        Ok(KernelLaunch { function, grid: workgroups, block: info.workgroup_size, values })
+    }
+
+    /// Calls `f` with the `kernelParams` array (one pointer per parameter); the pointers are valid
+    /// only during the call, which is when CUDA copies the values.
+    pub fn with_params<R>(&mut self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
+        let mut params: SmallVec<[*mut c_void; 16]> =
+            self.values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
+        f(params.as_mut_ptr())
+    }
+
+    /// Enqueues the launch on `stream` (the caller has bound the context).
+    pub fn launch(&mut self, stream: &CudaStream) -> Result<()> {
+        let (grid, block, function, stream) = (self.grid, self.block, self.function, stream.raw());
+        let code = self.with_params(|params| {
+            // SAFETY: the context is bound; `function` belongs to a module the dispatch's executable
+            // keeps loaded; `params` has one pointer per kernel parameter in ABI order, each to an
+            // 8-byte slot whose low bytes are the value (u64 pointers, u32 constants; little-endian).
+            unsafe {
+                sys::cuLaunchKernel(
+                    function,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    0,
+                    stream,
+                    params,
+                    std::ptr::null_mut(),
+                )
+            }
+        });
+        check(code, "cuLaunchKernel")
+    }
+}

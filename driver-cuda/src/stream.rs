@@ -1,0 +1,293 @@
+//! The stream model on real CUDA: one non-blocking `CUstream` per queue for the device's lifetime,
+//! pooled `CUevent`s, and the mapping of each queue operation onto stream work.
+//!
+//! | operation | on the stream |
+//! | --- | --- |
+//! | execute | `cuGraphLaunch` of the prepared graph, or the commands launched one by one |
+//! | fill | `cuMemsetD8/D16/D32Async` by pattern length |
+//! | update, write | bytes copied into a pinned staging block, then `cuMemcpyAsync` from it |
+//! | copy | `cuMemcpyAsync` |
+//! | read | `cuMemcpyAsync` into a pinned staging block; the completion hands the bytes over |
+//! | alloca / dealloca | `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` with the device's default pool |
+//! | barrier | nothing (the scheduler's event does the ordering) |
+//!
+//! Every method binds the device's context first: the scheduler calls them from any thread.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use cudarc::driver::sys::{self, CUmemPool_attribute, CUmemoryPool, CUstream, CUstream_flags};
+use hal::driver::QueueOp;
+use hal::stream_model::{StreamModel, Work};
+use hal::{Buffer, Command, Error, Result};
+
+use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
+use crate::context::Context;
+use crate::error::check;
+use crate::event::{CompletionWait, CudaEvent};
+use crate::memory::CudaMemory;
+use crate::staging::{StagingBlock, StagingPool};
+
+/// The CUDA stream model of one device.
+pub struct CudaStreams {
+    context: Arc<Context>,
+    wait: CompletionWait,
+    poll_interval: Duration,
+    pool: CUmemoryPool,
+    staging: Arc<StagingPool>,
+    /// Per queue, in stream order: staging blocks of enqueued writes and reads, released when their
+    /// submission completes (and with it everything before it on the stream).
+    staged: Vec<Mutex<VecDeque<Staged>>>,
+}
+
+// SAFETY: the memory pool handle is a driver object used only with the context bound; the rest is
+// `Send + Sync` already.
+unsafe impl Send for CudaStreams {}
+// SAFETY: see `Send`.
+unsafe impl Sync for CudaStreams {}
+
+struct Staged {
+    work: u64,
+    block: StagingBlock,
+}
+
+/// One queue's stream. Drained and destroyed on drop.
+pub struct CudaStream {
+    raw: CUstream,
+    queue: usize,
+    context: Arc<Context>,
+}
+
+// SAFETY: a CUstream is a driver handle; the scheduler serialises the calls that enqueue on one
+// stream (its issue lock), and the driver's stream functions are thread-safe.
+unsafe impl Send for CudaStream {}
+// SAFETY: see `Send`.
+unsafe impl Sync for CudaStream {}
+
+impl CudaStream {
+    /// The stream handle.
+    pub fn raw(&self) -> CUstream {
+        self.raw
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        if let Err(e) = self.context.bind() {
+            tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a stream");
+            return;
+        }
+        // SAFETY: the stream is live; after a fault this returns the sticky error at once.
+        let drained = check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize");
+        // SAFETY: destroyed once; nothing is enqueued on it any more (the scheduler stopped).
+        let destroyed = check(unsafe { sys::cuStreamDestroy_v2(self.raw) }, "cuStreamDestroy");
+        for (what, result) in [("drain", drained), ("destroy", destroyed)] {
+            if let Err(e) = result {
+                tracing::warn!(queue = self.queue, %e, "stream {what} failed at teardown");
+            }
+        }
+    }
+}
+
+impl CudaStreams {
+    /// The model for `queue_count` queues of `context`'s device, waiting for completions as `wait`
+    /// says (polling `poll_interval` apart while spinning). Sets the device's default memory pool to keep freed memory for reuse (by default the
+    /// pool gives it back to the system at each synchronisation, making `queue_alloca` slow).
+    pub fn new(
+        context: &Arc<Context>,
+        queue_count: usize,
+        wait: CompletionWait,
+        poll_interval: Duration,
+    ) -> Result<Self> {
+        context.bind()?;
+        let mut pool: CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: the context is bound; the out-pointer is a live local.
+        check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.device()) }, "cuDeviceGetDefaultMemPool")?;
+        let mut threshold = u64::MAX;
+        let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+        // SAFETY: `pool` is the device's default pool; the attribute takes a u64 through the pointer.
+        let code = unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut threshold as *mut u64).cast()) };
+        check(code, "cuMemPoolSetAttribute")?;
+        Ok(CudaStreams {
+            context: context.clone(),
+            wait,
+            poll_interval,
+            pool,
+            staging: StagingPool::new(context),
+            staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+        })
+    }
+
+    /// The staging pool (for resource usage).
+    pub fn staging(&self) -> &StagingPool {
+        &self.staging
+    }
+
+    /// How completion threads wait.
+    pub fn completion_wait(&self) -> CompletionWait {
+        self.wait
+    }
+
+    fn staged(&self, queue: usize) -> Result<MutexGuard<'_, VecDeque<Staged>>> {
+        let fifo = self
+            .staged
+            .get(queue)
+            .ok_or_else(|| Error::internal(format!("cuda: queue {queue} has no staging list")))?;
+        Ok(fifo.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Copies `data` through a staging block into `target` at `offset`.
+    fn upload(&self, stream: &CudaStream, work: &Work, data: &[u8], target: &Buffer, offset: u64) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let dst = resolve_address(target, offset, data.len() as u64)?;
+        let block = self.staging.acquire(data.len())?;
+        // SAFETY: the block holds at least `data.len()` bytes and is ours until it goes back to the
+        // pool, which happens only after the copy below completed (or now, if it is not enqueued).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), block.as_ptr(), data.len()) };
+        // SAFETY: the context is bound; the block is pinned (a unified address) and `dst` addresses
+        // `data.len()` bytes of live memory.
+        let code = unsafe { sys::cuMemcpyAsync(dst, block.as_ptr() as u64, data.len(), stream.raw) };
+        check(code, "cuMemcpyAsync")?;
+        self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
+        Ok(())
+    }
+
+    /// Copies `length` bytes of `source` at `offset` into a staging block.
+    fn download(&self, stream: &CudaStream, work: &Work, source: &Buffer, offset: u64, length: u64) -> Result<()> {
+        if length == 0 {
+            return Ok(());
+        }
+        let src = resolve_address(source, offset, length)?;
+        let len = usize::try_from(length)
+            .map_err(|_| Error::resource_exhausted(format!("read of {length} bytes does not fit the address space")))?;
+        let block = self.staging.acquire(len)?;
+        // SAFETY: the context is bound; `src` addresses `len` bytes of live memory and the pinned block
+        // holds at least `len` bytes, untouched by the host until the completion.
+        let code = unsafe { sys::cuMemcpyAsync(block.as_ptr() as u64, src, len, stream.raw) };
+        check(code, "cuMemcpyAsync")?;
+        self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
+        Ok(())
+    }
+
+    /// Takes `work`'s staging block; blocks of earlier work on the same stream (completed too, but
+    /// not retired through `complete` because they faulted) are released on the way.
+    fn take_staged(&self, work: &Work) -> Result<StagingBlock> {
+        let mut fifo = self.staged(work.queue)?;
+        while let Some(entry) = fifo.pop_front() {
+            if entry.work == work.id {
+                return Ok(entry.block);
+            }
+        }
+        Err(Error::internal(format!("cuda: queue {} action {}: staging block missing", work.queue, work.id)))
+    }
+}
+
+impl StreamModel for CudaStreams {
+    type Stream = CudaStream;
+    type Event = CudaEvent;
+
+    fn create_stream(&self, queue: usize) -> Result<CudaStream> {
+        self.context.bind()?;
+        let mut raw: CUstream = std::ptr::null_mut();
+        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: the context is bound; the out-pointer is a live local.
+        check(unsafe { sys::cuStreamCreate(&mut raw, flags) }, "cuStreamCreate")
+            .map_err(|e| e.context(format!("stream of queue {queue}")))?;
+        Ok(CudaStream { raw, queue, context: self.context.clone() })
+    }
+
+    fn create_event(&self) -> Result<CudaEvent> {
+        CudaEvent::create(&self.context, self.wait.event_flags())
+    }
+
+    fn record_event(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
+        self.context.bind()?;
+        // SAFETY: both handles are live objects of the bound context.
+        check(unsafe { sys::cuEventRecord(event.raw(), stream.raw) }, "cuEventRecord")?;
+        event.recorded_on(stream.raw);
+        Ok(())
+    }
+
+    fn wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        if event.last_recorded_on(stream.raw) {
+            // Recorded on this very stream: everything enqueued from now on already runs after it.
+            return Ok(());
+        }
+        self.context.bind()?;
+        // SAFETY: both handles are live objects of the bound context; the scheduler only waits on
+        // events that were recorded.
+        check(unsafe { sys::cuStreamWaitEvent(stream.raw, event.raw(), 0) }, "cuStreamWaitEvent")
+    }
+
+    fn query_event(&self, event: &CudaEvent) -> Result<bool> {
+        event.query()
+    }
+
+    fn synchronize_event(&self, event: &CudaEvent) -> Result<()> {
+        event.synchronize(self.wait, self.poll_interval)
+    }
+
+    /// CUDA faults are sticky for the whole context: work behind a faulted producer fails by itself
+    /// (its stream-wait or its own launch reports the fault), so the scheduler keeps no producers.
+    const CHECKS_UPSTREAM_FAULTS: bool = false;
+
+    fn enqueue(&self, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+        self.context.bind()?;
+        match &work.op {
+            QueueOp::Execute(command_buffer) => {
+                let prepared = CudaPreparedCommands::of(command_buffer)?;
+                match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
+                    Some(prepared) => prepared.enqueue(stream),
+                    None => Err(Error::internal("cuda: prepared commands changed type")),
+                }
+            }
+            QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
+                .commit_async(stream, self.pool)
+                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
+            QueueOp::Dealloca(buffer) => {
+                CudaMemory::of(buffer)?.release_async(stream).map_err(|e| e.context(format!("buffer {}", buffer.id())))
+            }
+            QueueOp::Transfer(Command::Update { target, offset, data }) => {
+                self.upload(stream, work, data, target, *offset)
+            }
+            QueueOp::Transfer(command) => enqueue_command(command, stream, None),
+            QueueOp::Write { data, target, offset } => self.upload(stream, work, data, target, *offset),
+            QueueOp::Read { source, offset, length, .. } => self.download(stream, work, source, *offset, *length),
+            QueueOp::Barrier => Ok(()),
+            QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
+        }
+    }
+
+    fn complete(&self, work: &Work) -> Result<()> {
+        match &work.op {
+            QueueOp::Read { length, target, .. } => {
+                if *length == 0 {
+                    target.complete(Vec::new());
+                    return Ok(());
+                }
+                let block = self.take_staged(work)?;
+                let mut bytes = vec![0u8; *length as usize];
+                // SAFETY: the copy into the block completed (this runs after the work's event), and
+                // the block holds at least `length` bytes (acquired for them).
+                unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), bytes.as_mut_ptr(), bytes.len()) };
+                drop(block);
+                target.complete(bytes);
+                Ok(())
+            }
+            QueueOp::Write { data, .. } | QueueOp::Transfer(Command::Update { data, .. }) if !data.is_empty() => {
+                drop(self.take_staged(work)?);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn synchronize_stream(&self, stream: &CudaStream) -> Result<()> {
+        self.context.bind()?;
+        // SAFETY: the stream is a live stream of the bound context.
+        check(unsafe { sys::cuStreamSynchronize(stream.raw) }, "cuStreamSynchronize")
+    }
+}
