@@ -53,23 +53,40 @@ pub(super) fn retire_completed<M: StreamModel>(
     let slot = &shared.queues[queue];
     let _retiring = lock(&slot.retiring);
     let mut known = front;
+    // Entries at the front known to have completed: one query of the newest event covers every
+    // older one on the same stream, so a burst retires with one driver call instead of one each.
+    let mut complete_prefix = 0usize;
     let mut retired = 0;
     loop {
-        let (id, next) = match lock(&slot.inflight).front() {
+        let (id, front_event) = match lock(&slot.inflight).front() {
             Some(next) => (next.work.id, next.event.clone()),
             None => break,
         };
-        let status = match known.take() {
-            Some((known_id, status)) if known_id == id => status,
-            _ => match next {
-                None if !host_calls => break,
-                None => Ok(()),
-                Some(event) => match shared.model.query_event(event.event()) {
-                    Ok(true) => Ok(()),
-                    Ok(false) => break,
-                    Err(fault) => Err(fault),
-                },
-            },
+        if front_event.is_none() && !host_calls {
+            break;
+        }
+        let status = if complete_prefix > 0 {
+            complete_prefix -= 1;
+            Ok(())
+        } else {
+            match (known.take(), front_event) {
+                (Some((known_id, status)), _) if known_id == id => status,
+                (_, None) => Ok(()),
+                (_, Some(event)) => {
+                    let (covered, newest) = newest_event(&slot.inflight);
+                    match newest.map(|newest| shared.model.query_event(newest.event())) {
+                        Some(Ok(true)) => {
+                            complete_prefix = covered - 1;
+                            Ok(())
+                        }
+                        _ => match shared.model.query_event(event.event()) {
+                            Ok(true) => Ok(()),
+                            Ok(false) => break,
+                            Err(fault) => Err(fault),
+                        },
+                    }
+                }
+            }
         };
         let Some(entry) = lock(&slot.inflight).pop_front() else { break };
         let work = retire(shared, entry, status);
@@ -77,6 +94,17 @@ pub(super) fn retire_completed<M: StreamModel>(
         retired += 1;
     }
     retired
+}
+
+/// The newest in-flight event of a queue and how many entries, from the front, it covers.
+fn newest_event<M: StreamModel>(
+    inflight: &crate::sync::Mutex<std::collections::VecDeque<InFlight<M>>>,
+) -> (usize, Option<super::event_pool::EventRef<M>>) {
+    let inflight = lock(inflight);
+    match inflight.iter().rposition(|e| e.event.is_some()) {
+        Some(at) if at > 0 => (at + 1, inflight[at].event.clone()),
+        _ => (0, None),
+    }
 }
 
 /// Applies the outcome of one completed submission.
