@@ -102,10 +102,9 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
     fn assist_wait(&self, _semaphore: &Semaphore, value: u64) -> bool {
         let Some(entry) = self.covering(value) else { return false };
         let Some(shared) = self.scheduler.upgrade() else { return false };
-        // A fault here is reported by the retirement's own query of the same event.
-        let _ = shared.model.synchronize_event(entry.event.event());
+        let status = shared.model.synchronize_event(entry.event.event());
         drop(entry.event);
-        shared.retire_from_waiter(entry.queue);
+        shared.retire_from_waiter(entry.queue, entry.producer.id, status);
         true
     }
 }

@@ -288,10 +288,10 @@ impl<M: StreamModel> Shared<M> {
         }
     }
 
-    /// Retires completed work of `queue` on a host thread that waited for it (a fault is seen again
-    /// by the query). Host calls are left to the completion thread.
-    pub(crate) fn retire_from_waiter(&self, queue: usize) {
-        completion::retire_completed(self, queue, None, false);
+    /// Retires completed work of `queue` on a host thread that just waited for the event of
+    /// submission `id` (with `status`). Host calls are left to the completion thread.
+    pub(crate) fn retire_from_waiter(&self, queue: usize, id: u64, status: Result<()>) {
+        completion::retire_completed(self, queue, Some((id, status)), false);
     }
 
     /// A `Work`, reusing a retired allocation when one is free.
