@@ -1,1 +1,353 @@
-//! placeholder
+//! `ctest`: the HAL conformance test suite (CTS). Every driver must pass it; it is written once,
+//! generic over any device, and checks each line of the contract in `design.md`.
+//!
+//! - A driver supplies a [`Fixture`]: how to create its devices (a [`hal::Registry`] and a driver
+//!   name, or a closure) and a [`KernelCatalogue`] giving the suite's [`Kernel`]s in its own format.
+//!   cpu-sim's catalogue ([`kernels::native::NativeCatalogue`]) lives here; the CUDA sources
+//!   ([`kernels::cuda`]) are here too, compiled by `driver-cuda` with NVRTC.
+//! - The cases are functions of a [`Cx`] (the case's device and fixture), one file per area, listed
+//!   once in `__cts_case_list!`: that list builds the [`CASES`] table and the tests that
+//!   [`instantiate_cts!`] generates, one `#[test]` per case, named `<driver>::<area>::<case>`.
+//! - After every case the runner checks each device the case used is back to idle (see
+//!   [`runner::run_case`]); a case that leaks fails.
+//! - [`runner::run_suite`] prints a table of case, result and time (the `ctest` binary's output).
+//!
+//! ```no_run
+//! // tests/cts.rs of a driver crate:
+//! ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim());
+//! ```
+
+pub mod check;
+pub mod context;
+pub mod fixture;
+pub mod isolate;
+pub mod kernels;
+pub mod runner;
+
+mod allocator;
+mod buffer_mapping;
+mod command_buffer;
+mod device;
+mod dispatch;
+mod executable;
+mod failure;
+mod queue_ops;
+mod resources;
+mod semaphore;
+mod submission;
+
+pub use check::{CaseError, CaseResult, Context as _};
+pub use context::{Cx, LONG, SHORT, sv};
+pub use fixture::Fixture;
+pub use kernels::{Kernel, KernelCatalogue};
+pub use runner::{Case, CaseReport, Outcome, Summary, run_case, run_suite, run_suite_with, run_test};
+
+/// Every case, by area: the one list the case table and the instantiated tests come from. A case
+/// function missing here is dead code (a warning, an error under `-D warnings`); a name here without
+/// its function does not compile.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cts_case_list {
+    ($($mode:tt)*) => {
+        $crate::__cts_expand! {
+            [$($mode)*]
+            device {
+                registry_lists_drivers,
+                listing_matches_device,
+                default_device,
+                create_device_by_name,
+                unknown_driver_unavailable,
+                unknown_ordinal_out_of_range,
+                properties,
+                queues_by_index,
+                device_identity,
+                idle_when_created,
+                create_semaphore_initial_values,
+                two_devices_work_independently,
+            }
+            allocator {
+                every_memory_type_and_usage,
+                zero_size_invalid_argument,
+                over_max_resource_exhausted,
+                huge_resource_exhausted,
+                empty_params_invalid_argument,
+                mapping_needs_host_visible,
+                unoffered_memory_type_invalid_argument,
+                odd_sizes,
+                many_small_buffers,
+                buffer_identity,
+                large_buffer,
+                memory_is_released,
+            }
+            buffer_mapping {
+                write_read_whole,
+                sub_range_write_read,
+                map_sub_range,
+                mapping_access_out_of_range,
+                map_out_of_range,
+                buffer_read_write_out_of_range,
+                map_empty_at_end,
+                map_device_local_refused,
+                map_without_mapping_usage_refused,
+                every_host_visible_type_maps,
+                host_writes_visible_to_device,
+                device_writes_visible_to_host,
+                two_mappings_at_once,
+            }
+            command_buffer {
+                empty_command_buffer,
+                record_after_end_refused,
+                end_twice_refused,
+                execute_before_end_refused,
+                one_shot_twice_refused,
+                refused_execute_keeps_one_shot,
+                reusable_executed_many_times,
+                reusable_concurrent_on_queues,
+                fill_1_byte_unaligned,
+                fill_2_byte_unaligned,
+                fill_4_byte_unaligned,
+                fill_pattern_low_bytes_only,
+                fill_misaligned_offset_refused,
+                fill_misaligned_length_refused,
+                fill_bad_pattern_length_refused,
+                fill_out_of_range_refused,
+                transfer_usage_refused,
+                update_sub_range,
+                update_captures_data,
+                update_out_of_range_refused,
+                copy_whole,
+                copy_sub_ranges,
+                copy_same_buffer_disjoint,
+                copy_same_buffer_overlap_refused,
+                copy_out_of_range_refused,
+                barrier_orders_transfers,
+                other_device_buffer_refused,
+                other_device_command_buffer_refused,
+                large_fill,
+                recorded_commands_listed,
+                device_local_transfers,
+            }
+            dispatch {
+                fill_u32_constant,
+                add_f32_bindings,
+                scale_offset_constants,
+                binding_offsets,
+                bindings_share_a_buffer,
+                wrong_binding_count_refused,
+                wrong_constant_count_refused,
+                zero_workgroups_refused,
+                entry_point_ordinal_out_of_range,
+                binding_out_of_range_refused,
+                binding_usage_refused,
+                grid_1d_many,
+                grid_2d,
+                grid_3d,
+                grid_3d_large,
+                grid_tall,
+                large_dispatch,
+                per_entry_workgroup_size,
+                pipeline_with_barriers,
+                many_dispatches_one_command_buffer,
+                independent_dispatches,
+                pipeline_across_submissions,
+                dispatch_device_local,
+                dispatch_on_every_queue,
+                other_device_executable_refused,
+            }
+            executable {
+                catalogue_loads_with_abi,
+                entry_point_by_name,
+                entry_point_unknown_not_found,
+                entry_point_ordinal_out_of_range,
+                several_entry_points,
+                executable_identity,
+                command_buffer_keeps_executable,
+                load_twice,
+                shared_by_many_command_buffers,
+                unloadable_sources_refused,
+            }
+            semaphore {
+                query_after_create,
+                signal_up,
+                signal_same_value_refused,
+                signal_down_refused,
+                signal_to_max,
+                fail_then_query,
+                fail_then_wait,
+                fail_then_signal,
+                fail_twice_keeps_first,
+                fail_keeps_any_status,
+                fail_wakes_waiters,
+                wait_reached,
+                wait_immediate_timeout,
+                wait_relative_timeout,
+                wait_absolute_timeout,
+                wait_signalled_later,
+                wait_signalled_beyond,
+                wait_infinite_signalled,
+                signal_wakes_only_reached,
+                timeout_leaves_no_timepoints,
+                wait_all_not_all_signalled,
+                wait_all_signalled_later,
+                wait_any,
+                wait_all_with_failure,
+                wait_any_with_failure,
+                empty_lists,
+                single_and_duplicate_entries,
+                ping_pong_threads,
+                many_threads_one_value,
+                many_threads_many_values,
+                simultaneous_multi_waits,
+                concurrent_signals_monotonic,
+                semaphores_independent,
+                host_semaphore_contract,
+                async_wait_reached,
+                async_wait_signalled,
+                async_wait_failure,
+                async_wait_dropped,
+                async_wait_many,
+            }
+            submission {
+                execute_empty_lists,
+                signal_only,
+                wait_before_signal_host,
+                wait_before_signal_beyond,
+                wait_already_reached,
+                several_waits_and_signals,
+                chain_across_queues,
+                chain_across_queues_reversed,
+                fan_out_fan_in,
+                hundreds_in_flight,
+                pending_cascade,
+                submission_does_not_block,
+                host_semaphores_in_lists,
+                other_device_semaphore_wait,
+                signal_not_ahead_refused,
+                signal_failed_semaphore_refused,
+                other_device_buffer_refused,
+                hang_report_names_wait,
+                same_queue_timeline,
+                wait_on_later_submission,
+                flush_every_queue,
+                signal_after_work,
+            }
+            queue_ops {
+                fill_patterns,
+                fill_refused,
+                update,
+                update_refused,
+                copy,
+                copy_refused,
+                write,
+                write_refused,
+                read,
+                read_refused,
+                write_read_device_local,
+                transfers_on_every_queue,
+                alloca_dealloca_ordering,
+                alloca_across_queues,
+                alloca_used_by_dispatch,
+                alloca_waits_and_refusals,
+                alloca_many_cycles,
+                barrier_joins,
+                barrier_forks,
+                host_call_in_order,
+                host_call_wait_before_signal,
+                host_call_error_fails_signals,
+                host_call_signals_host_semaphore,
+            }
+            failure {
+                failed_wait_fails_dependants,
+                failed_before_submission,
+                failure_propagates_down_chain,
+                one_failed_wait_of_several,
+                failure_reaches_host_waiters,
+                failure_does_not_stop_other_work,
+                failure_after_completion_is_harmless,
+                failure_across_devices,
+                failed_alloca_chain,
+                fault_fails_exactly_its_signals,
+                fault_fails_dependants,
+                fault_fails_chained_dependants,
+                device_works_after_fault,
+                repeated_faults,
+            }
+            resources {
+                pools_listed,
+                usage_reports_pending_work,
+                idle_after_work,
+                idle_after_failures,
+                pools_reused,
+                no_timepoints_left,
+                dropped_handles_in_flight,
+                many_semaphores,
+                drop_device_with_pending_work,
+                drop_device_with_work_in_flight,
+                semaphore_outlives_device,
+            }
+        }
+    };
+}
+
+/// Expands the case list into the case table (`[table]`) or into one `#[test]` per case
+/// (`[tests <module> <fixture closure>]`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cts_expand {
+    ([table] $($area:ident { $($case:ident),* $(,)? })*) => {
+        /// Every case of the suite, in area order.
+        pub static CASES: &[$crate::Case] = &[
+            $($($crate::Case { area: stringify!($area), name: stringify!($case), run: $crate::$area::$case },)*)*
+        ];
+    };
+    ([tests $module:ident $fixture:expr] $($area:ident { $($case:ident),* $(,)? })*) => {
+        #[allow(unused_imports)]
+        mod $module {
+            use super::*;
+
+            fn fixture() -> $crate::Fixture {
+                let make = $fixture;
+                make()
+            }
+
+            /// The libtest name of a generated test (its module path without the crate).
+            fn test_name(path: &str, case: &str) -> String {
+                let path = path.split_once("::").map_or(path, |(_, rest)| rest);
+                format!("{path}::{case}")
+            }
+
+            $(
+                mod $area {
+                    $(
+                        #[test]
+                        fn $case() {
+                            let name = super::test_name(module_path!(), stringify!($case));
+                            $crate::run_test(super::fixture, &name, stringify!($area), stringify!($case));
+                        }
+                    )*
+                }
+            )*
+        }
+    };
+}
+
+__cts_case_list!(table);
+
+/// Generates the whole suite as ordinary tests, one `#[test]` per case, in a module `$module`:
+/// `cargo test` names a failing case `$module::<area>::<case>`. `$fixture` is a closure (or fn)
+/// returning the driver's [`Fixture`]; it is called once per test. Invoke it once, in a test file of
+/// the driver's crate (with ctest as a dev-dependency):
+///
+/// ```no_run
+/// ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim());
+/// ```
+///
+/// Run one area with `cargo test --test <file> <module>::semaphore::`. Each test runs its case in a
+/// child process (the same test binary) so a crash fails only that test; `CTEST_ISOLATE=0` runs
+/// them in-process.
+#[macro_export]
+macro_rules! instantiate_cts {
+    ($module:ident, $fixture:expr $(,)?) => {
+        $crate::__cts_case_list!(tests $module $fixture);
+    };
+}

@@ -92,8 +92,14 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
         };
         match item {
             Item::Run(work) => {
-                if let Err(fault) = run_work(&work, pool) {
-                    work.fault.set(fault);
+                // Work behind a faulted producer does not run and carries the producer's status.
+                match work.take_upstream_fault() {
+                    Some(upstream) => work.fault.set(upstream),
+                    None => {
+                        if let Err(fault) = run_work(&work, pool) {
+                            work.fail(fault);
+                        }
+                    }
                 }
             }
             Item::Record(event, epoch) => event.complete(epoch),
@@ -105,9 +111,6 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
 
 /// Runs one operation; an error becomes the submission's fault.
 fn run_work(work: &Work, pool: &WorkgroupPool) -> Result<()> {
-    if let Some(fault) = work.take_upstream_fault() {
-        return Err(fault);
-    }
     match &work.op {
         QueueOp::Execute(command_buffer) => execute_commands(&command_buffer.commands(), pool),
         QueueOp::Alloca(buffer) => commit_buffer(buffer),

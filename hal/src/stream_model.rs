@@ -123,6 +123,17 @@ impl Work {
         producers.iter().find_map(|w| w.fault.get())
     }
 
+    /// Records that running this work failed with `error` (named after this submission). Backends
+    /// call this; an upstream fault is passed on unchanged with `fault.set`.
+    pub fn fail(&self, error: Error) {
+        self.fault.set(self.describe_fault(error));
+    }
+
+    /// `error` prefixed with this submission's queue, id and kind.
+    pub fn describe_fault(&self, error: Error) -> Error {
+        error.context(format!("queue {} action {} ({})", self.queue, self.id, self.op.kind()))
+    }
+
     /// Drops the references to upstream work (at retirement).
     pub(crate) fn release_upstream(&self) {
         let released = std::mem::take(&mut *lock(&self.upstream));

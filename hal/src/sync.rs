@@ -6,8 +6,12 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard, atomic};
+#[cfg(loom)]
+pub(crate) use loom::thread_local;
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard, atomic};
+#[cfg(not(loom))]
+pub(crate) use std::thread_local;
 
 /// Locks `mutex`, ignoring poisoning: our critical sections only update plain state and never panic
 /// half way, so the data behind a poisoned lock is still consistent.

@@ -112,14 +112,19 @@ fn newest_event<M: StreamModel>(
 fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
     let InFlight { work, event, signals, _wait_events } = entry;
     let _span = tracing::trace_span!("complete", queue = work.queue, action = work.id, op = work.op.kind()).entered();
-    let mut outcome = status.and_then(|()| match work.fault.get() {
-        Some(fault) => Err(fault),
-        None => shared.model.complete(&work),
-    });
+    // Faults in the slot already name their submission (`Work::fail`) or are an upstream status
+    // passed on unchanged; everything found here is named now.
+    let mut outcome = match status {
+        Err(fault) => Err(work.describe_fault(fault)),
+        Ok(()) => match work.fault.get() {
+            Some(fault) => Err(fault),
+            None => shared.model.complete(&work).map_err(|e| work.describe_fault(e)),
+        },
+    };
     if let QueueOp::HostCall(call) = &work.op {
         outcome = outcome.and_then(|()| match (work.take_upstream_fault(), call.take()) {
             (Some(fault), _) => Err(fault),
-            (None, Some(call)) => run_host_call(call),
+            (None, Some(call)) => run_host_call(call).map_err(|e| work.describe_fault(e)),
             (None, None) => Err(Error::internal(format!("action {}: host call ran twice", work.id))),
         });
     }
@@ -132,7 +137,6 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
             }
         }
         Err(status) => {
-            let status = status.context(format!("queue {} action {} ({})", work.queue, work.id, work.op.kind()));
             for signal in &signals {
                 signal.semaphore.fail(status.clone());
             }

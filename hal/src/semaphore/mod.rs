@@ -9,6 +9,8 @@ mod future;
 mod wait;
 
 use std::any::Any;
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
@@ -156,9 +158,7 @@ impl Semaphore {
             self.shared.value.store(value, Ordering::Release);
             resolved
         };
-        for timepoint in resolved {
-            timepoint.notify(Ok(()));
-        }
+        deliver(resolved, Ok(()));
         Ok(())
     }
 
@@ -172,9 +172,7 @@ impl Semaphore {
             resolved
         };
         // Only the first failure resolves anything, so `status` is the one the semaphore keeps.
-        for timepoint in resolved {
-            timepoint.notify(Err(status.clone()));
-        }
+        deliver(resolved, Err(status));
     }
 
     /// Blocks until the value is at least `value`, the semaphore fails (its status is returned), or
@@ -217,9 +215,7 @@ impl Semaphore {
     /// waking the `Enqueued` timepoints it satisfies. Drivers call this after recording the event.
     pub fn advance_enqueued(&self, value: u64) {
         let resolved = lock(&self.shared.state).advance_enqueued(value);
-        for timepoint in resolved {
-            timepoint.notify(Ok(()));
-        }
+        deliver(resolved, Ok(()));
     }
 
     /// Cancels a registration: `true` if it was removed before it resolved (the listener will not be
@@ -250,6 +246,61 @@ impl Semaphore {
 
     fn name(&self) -> SemaphoreName {
         SemaphoreName(self.shared.id)
+    }
+}
+
+crate::sync::thread_local! {
+    /// Notifications raised while this thread is already notifying, delivered by the outermost
+    /// `deliver` in a loop (see there).
+    static DELIVERY: RefCell<Delivery> = RefCell::new(Delivery { active: false, queue: VecDeque::new() });
+}
+
+struct Delivery {
+    active: bool,
+    queue: VecDeque<(Timepoint, Result<()>)>,
+}
+
+/// Tells resolved timepoints their outcome. A listener may signal another semaphore from inside its
+/// notification (a released action issues and publishes its own signals, which release the next
+/// action, ...): those nested notifications are queued and delivered here in a loop, so a chain of a
+/// million held submissions released by one host signal runs in constant stack.
+fn deliver(resolved: Resolved, outcome: Result<()>) {
+    if resolved.is_empty() {
+        return;
+    }
+    let mut resolved = Some(resolved);
+    let nested = DELIVERY.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.active {
+            for timepoint in resolved.take().into_iter().flatten() {
+                d.queue.push_back((timepoint, outcome.clone()));
+            }
+            true
+        } else {
+            d.active = true;
+            false
+        }
+    });
+    if nested {
+        return;
+    }
+    /// Clears the active flag even if a listener panics, so later deliveries are not lost.
+    struct Active;
+    impl Drop for Active {
+        fn drop(&mut self) {
+            DELIVERY.with(|d| {
+                let mut d = d.borrow_mut();
+                d.active = false;
+                d.queue.clear();
+            });
+        }
+    }
+    let _active = Active;
+    for timepoint in resolved.into_iter().flatten() {
+        timepoint.notify(outcome.clone());
+    }
+    while let Some((timepoint, outcome)) = DELIVERY.with(|d| d.borrow_mut().queue.pop_front()) {
+        timepoint.notify(outcome);
     }
 }
 

@@ -1,0 +1,93 @@
+//! The kernel catalogue: the kernels the suite needs, named by meaning, each with an ABI the suite
+//! fixes (entry point names, bindings, constants, workgroup size). A driver supplies each one in its
+//! own format through a [`KernelCatalogue`]; the suite checks the loaded entry points against the
+//! ABI before using them.
+//!
+//! Element-wise kernels index element `workgroup_id.x * workgroup_size.x + local_x` of each binding
+//! (`blockIdx.x * blockDim.x + threadIdx.x` in CUDA) and are dispatched with `[n / size, 1, 1]`
+//! workgroups over exactly `n` elements, so no kernel needs a bound check (IREE's ABI passes none).
+//! Floating-point cases use values whose results are exact, so fused multiply-add and separate
+//! multiply and add agree.
+
+pub mod cuda;
+pub mod native;
+
+use hal::{EntryPointInfo, ExecutableSource, Result};
+
+/// Threads per workgroup of the element-wise kernels.
+pub const ELEMENTWISE_WORKGROUP: u32 = 64;
+
+/// Threads per workgroup of [`Kernel::MultiEntry`]'s `mul_u32` (differs on purpose, so a driver
+/// that ignores per-entry workgroup sizes is caught).
+pub const MUL_WORKGROUP: u32 = 32;
+
+/// What [`Kernel::GridIds`] writes for workgroup `(x, y, z)`: a marker bit and the packed id.
+pub fn grid_id_value(x: u32, y: u32, z: u32) -> u32 {
+    0x8000_0000 | x | (y << 10) | (z << 20)
+}
+
+/// A kernel the suite needs, by meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `fill_u32(out: u32[], value: u32)`: `out[i] = value`. 1 binding, 1 constant, workgroup 64.
+    FillU32,
+    /// `add_f32(a: f32[], b: f32[], out: f32[])`: `out[i] = a[i] + b[i]`. 3 bindings, 0 constants,
+    /// workgroup 64.
+    AddF32,
+    /// `scale_offset_f32(data: f32[], scale: u32, offset: u32)`, constants are `f32` bits:
+    /// `data[i] = data[i] * scale + offset` in place. 1 binding, 2 constants, workgroup 64.
+    ScaleOffsetF32,
+    /// Three entry points over one `u32` binding, in this ordinal order:
+    /// `set_index(data)`: `data[i] = i` (0 constants, workgroup 64);
+    /// `add_u32(data, c)`: `data[i] += c` (1 constant, workgroup 64);
+    /// `mul_u32(data, c)`: `data[i] *= c` (1 constant, workgroup [`MUL_WORKGROUP`]).
+    MultiEntry,
+    /// `grid_ids(out: u32[])`: workgroup `(x, y, z)` of a grid `(cx, cy, cz)` writes
+    /// [`grid_id_value`]`(x, y, z)` at `x + y*cx + z*cx*cy`. 1 binding, 0 constants, workgroup 1.
+    GridIds,
+    /// `fault(data: u32[])`: fails on purpose (cpu-sim: returns an error; CUDA: `__trap()`) and writes
+    /// nothing. 1 binding, 0 constants, workgroup 1.
+    Fault,
+}
+
+impl Kernel {
+    /// Every kernel of the catalogue.
+    pub const ALL: [Kernel; 6] =
+        [Kernel::FillU32, Kernel::AddF32, Kernel::ScaleOffsetF32, Kernel::MultiEntry, Kernel::GridIds, Kernel::Fault];
+
+    /// A short name (also the program name a compiled catalogue may use).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::FillU32 => "fill_u32",
+            Kernel::AddF32 => "add_f32",
+            Kernel::ScaleOffsetF32 => "scale_offset_f32",
+            Kernel::MultiEntry => "multi_entry",
+            Kernel::GridIds => "grid_ids",
+            Kernel::Fault => "fault",
+        }
+    }
+
+    /// The ABI: entry points in ordinal order, with workgroup sizes, binding and constant counts.
+    pub fn entry_points(self) -> Vec<EntryPointInfo> {
+        let e = ELEMENTWISE_WORKGROUP;
+        match self {
+            Kernel::FillU32 => vec![EntryPointInfo::new("fill_u32", e, 1, 1)],
+            Kernel::AddF32 => vec![EntryPointInfo::new("add_f32", e, 3, 0)],
+            Kernel::ScaleOffsetF32 => vec![EntryPointInfo::new("scale_offset_f32", e, 1, 2)],
+            Kernel::MultiEntry => vec![
+                EntryPointInfo::new("set_index", e, 1, 0),
+                EntryPointInfo::new("add_u32", e, 1, 1),
+                EntryPointInfo::new("mul_u32", MUL_WORKGROUP, 1, 1),
+            ],
+            Kernel::GridIds => vec![EntryPointInfo::new("grid_ids", 1, 1, 0)],
+            Kernel::Fault => vec![EntryPointInfo::new("fault", 1, 1, 0)],
+        }
+    }
+}
+
+/// A driver's kernels: the [`ExecutableSource`] of each catalogue kernel, in the driver's format,
+/// declaring exactly [`Kernel::entry_points`].
+pub trait KernelCatalogue: Send + Sync {
+    /// The source of `kernel` (an error if the driver cannot provide it).
+    fn source(&self, kernel: Kernel) -> Result<ExecutableSource>;
+}

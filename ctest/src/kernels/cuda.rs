@@ -1,0 +1,121 @@
+//! The CUDA catalogue's sources: each kernel as CUDA C with `extern "C"` entry points that follow
+//! the dispatch ABI (one pointer per binding, then each 32-bit constant). `driver-cuda` compiles them
+//! to PTX with NVRTC at run time and hands the PTX in through [`CudaCatalogue`]; ctest itself does not
+//! depend on any CUDA crate.
+//!
+//! ```ignore
+//! // In driver-cuda's tests/cts.rs:
+//! ctest::instantiate_cts!(cuda, || {
+//!     let catalogue = ctest::kernels::cuda::CudaCatalogue::new(|source, program| {
+//!         driver_cuda::compile_ptx(source, program) // NVRTC: CUDA C -> PTX text
+//!     });
+//!     let mut registry = hal::Registry::new();
+//!     driver_cuda::register(&mut registry);
+//!     ctest::Fixture::from_registry(registry, "cuda", catalogue).with_shared_device()
+//! });
+//! ```
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use hal::{ExecutableFormat, ExecutableSource, Result};
+
+use super::{Kernel, KernelCatalogue};
+
+/// The CUDA C source of `kernel`; its entry points are those of [`Kernel::entry_points`].
+pub fn cuda_source(kernel: Kernel) -> &'static str {
+    match kernel {
+        Kernel::FillU32 => FILL_U32,
+        Kernel::AddF32 => ADD_F32,
+        Kernel::ScaleOffsetF32 => SCALE_OFFSET_F32,
+        Kernel::MultiEntry => MULTI_ENTRY,
+        Kernel::GridIds => GRID_IDS,
+        Kernel::Fault => FAULT,
+    }
+}
+
+const FILL_U32: &str = r#"
+extern "C" __global__ void fill_u32(unsigned int* out, unsigned int value) {
+    out[blockIdx.x * blockDim.x + threadIdx.x] = value;
+}
+"#;
+
+const ADD_F32: &str = r#"
+extern "C" __global__ void add_f32(const float* a, const float* b, float* out) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = a[i] + b[i];
+}
+"#;
+
+const SCALE_OFFSET_F32: &str = r#"
+extern "C" __global__ void scale_offset_f32(float* data, unsigned int scale, unsigned int offset) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    data[i] = data[i] * __uint_as_float(scale) + __uint_as_float(offset);
+}
+"#;
+
+const MULTI_ENTRY: &str = r#"
+extern "C" __global__ void set_index(unsigned int* data) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    data[i] = i;
+}
+extern "C" __global__ void add_u32(unsigned int* data, unsigned int c) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    data[i] += c;
+}
+extern "C" __global__ void mul_u32(unsigned int* data, unsigned int c) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    data[i] *= c;
+}
+"#;
+
+const GRID_IDS: &str = r#"
+extern "C" __global__ void grid_ids(unsigned int* out) {
+    unsigned int linear = blockIdx.x + blockIdx.y * gridDim.x + blockIdx.z * gridDim.x * gridDim.y;
+    out[linear] = 0x80000000u | blockIdx.x | (blockIdx.y << 10) | (blockIdx.z << 20);
+}
+"#;
+
+const FAULT: &str = r#"
+extern "C" __global__ void fault(unsigned int* data) {
+    __trap();
+}
+"#;
+
+/// Compiles CUDA C (`source`) named `program` to PTX text.
+type Compile = dyn Fn(&str, &str) -> Result<Vec<u8>> + Send + Sync;
+
+/// A catalogue of PTX compiled from [`cuda_source`] by a driver-supplied compiler (NVRTC), each
+/// kernel compiled once and kept.
+pub struct CudaCatalogue {
+    compile: Arc<Compile>,
+    compiled: Mutex<HashMap<Kernel, Arc<[u8]>>>,
+}
+
+impl CudaCatalogue {
+    /// A catalogue whose PTX comes from `compile(source, program_name)`.
+    pub fn new(compile: impl Fn(&str, &str) -> Result<Vec<u8>> + Send + Sync + 'static) -> Self {
+        CudaCatalogue { compile: Arc::new(compile), compiled: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl KernelCatalogue for CudaCatalogue {
+    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+        let cached = self.compiled.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel).cloned();
+        let data = match cached {
+            Some(data) => data,
+            None => {
+                let data: Arc<[u8]> = Arc::from((self.compile)(cuda_source(kernel), kernel.name())?);
+                self.compiled.lock().unwrap_or_else(|p| p.into_inner()).insert(kernel, data.clone());
+                data
+            }
+        };
+        Ok(ExecutableSource::Bytes { format: ExecutableFormat::Ptx, data, entry_points: kernel.entry_points() })
+    }
+}
+
+impl std::fmt::Debug for CudaCatalogue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CudaCatalogue")
+    }
+}

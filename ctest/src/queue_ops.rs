@@ -1,0 +1,384 @@
+//! Queue operations other than execute: fill, update, copy, read and write in queue order with their
+//! checks; alloca and dealloca ordering; barriers that join and fork; host calls.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use hal::{BufferBinding, BufferParams, BufferUsage, CommandBufferMode, MemoryType, StatusCode};
+
+use crate::check::{CaseResult, Context, expect_code, expect_same_status};
+use crate::context::{Cx, from_bytes, ramp, sv};
+use crate::kernels::Kernel;
+use crate::{ensure, ensure_eq};
+
+fn cleared(cx: &Cx, size: u64, byte: u8) -> Result<hal::Buffer, crate::CaseError> {
+    let buffer = cx.host_buffer(size)?;
+    buffer.write(0, &vec![byte; size as usize]).ctx("background write")?;
+    Ok(buffer)
+}
+
+/// Queue fills with 1-, 2- and 4-byte patterns at unaligned-but-legal offsets.
+pub(crate) fn fill_patterns(cx: &Cx) -> CaseResult {
+    let buffer = cleared(cx, 32, 0xEE)?;
+    let s = cx.sem(0)?;
+    let q = cx.queue(0);
+    q.fill(&[], &buffer, 1, 3, 0xA1, 1, &[sv(&s, 1)]).ctx("1-byte fill")?;
+    q.fill(&[sv(&s, 1)], &buffer, 6, 4, 0xB2C3, 2, &[sv(&s, 2)]).ctx("2-byte fill")?;
+    q.fill(&[sv(&s, 2)], &buffer, 12, 8, 0xD4E5_F607, 4, &[sv(&s, 3)]).ctx("4-byte fill")?;
+    cx.wait(&s, 3)?;
+    let mut expected = vec![0xEE; 32];
+    expected[1..4].fill(0xA1);
+    expected[6..10].copy_from_slice(&[0xC3, 0xB2, 0xC3, 0xB2]);
+    for at in [12, 16] {
+        expected[at..at + 4].copy_from_slice(&0xD4E5_F607u32.to_le_bytes());
+    }
+    ensure_eq!(cx.bytes(&buffer)?, expected, "after three queue fills");
+    Ok(())
+}
+
+/// Misaligned queue fills are `InvalidArgument`, out-of-range ones `OutOfRange`; nothing signals.
+pub(crate) fn fill_refused(cx: &Cx) -> CaseResult {
+    let buffer = cleared(cx, 32, 0)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    let signals = [sv(&done, 1)];
+    expect_code(q.fill(&[], &buffer, 2, 4, 1, 4, &signals), StatusCode::InvalidArgument, "4-byte fill at 2")?;
+    expect_code(q.fill(&[], &buffer, 0, 3, 1, 2, &signals), StatusCode::InvalidArgument, "2-byte fill of 3 bytes")?;
+    expect_code(q.fill(&[], &buffer, 0, 4, 1, 3, &signals), StatusCode::InvalidArgument, "3-byte pattern")?;
+    expect_code(q.fill(&[], &buffer, 28, 8, 1, 4, &signals), StatusCode::OutOfRange, "fill across the end")?;
+    cx.still_pending(&done, 1, "after refused fills")?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 32], "buffer after refused fills");
+    Ok(())
+}
+
+/// A queue update writes its bytes (copied at the call) at any offset.
+pub(crate) fn update(cx: &Cx) -> CaseResult {
+    let buffer = cleared(cx, 32, 0xEE)?;
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    let mut data = ramp(1, 9);
+    cx.queue(0).update(&[sv(&gate, 1)], &data, &buffer, 3, &[sv(&done, 1)]).ctx("update")?;
+    let original = data.clone();
+    data.fill(0);
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&done, 1)?;
+    let mut expected = vec![0xEE; 32];
+    expected[3..12].copy_from_slice(&original);
+    ensure_eq!(cx.bytes(&buffer)?, expected, "after an update of 3..12");
+    Ok(())
+}
+
+/// A queue update outside the buffer is `OutOfRange`.
+pub(crate) fn update_refused(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(16)?;
+    let done = cx.sem(0)?;
+    let result = cx.queue(0).update(&[], &[1; 8], &buffer, 12, &[sv(&done, 1)]);
+    expect_code(result, StatusCode::OutOfRange, "update across the end")?;
+    cx.still_pending(&done, 1, "after a refused update")
+}
+
+/// A queue copy between sub-ranges at odd offsets.
+pub(crate) fn copy(cx: &Cx) -> CaseResult {
+    let source = cx.host_buffer(64)?;
+    source.write(0, &ramp(0x20, 64)).ctx("write")?;
+    let target = cleared(cx, 64, 0xEE)?;
+    let done = cx.sem(0)?;
+    cx.queue(1).copy(&[], &source, 5, &target, 9, 21, &[sv(&done, 1)]).ctx("copy")?;
+    cx.wait(&done, 1)?;
+    let mut expected = vec![0xEE; 64];
+    expected[9..30].copy_from_slice(&ramp(0x25, 21));
+    ensure_eq!(cx.bytes(&target)?, expected, "after a copy 5..26 -> 9..30");
+    Ok(())
+}
+
+/// Overlapping same-buffer copies are `InvalidArgument`; ranges outside are `OutOfRange`.
+pub(crate) fn copy_refused(cx: &Cx) -> CaseResult {
+    let a = cx.host_buffer(64)?;
+    let b = cx.host_buffer(16)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    let signals = [sv(&done, 1)];
+    expect_code(q.copy(&[], &a, 0, &a, 8, 16, &signals), StatusCode::InvalidArgument, "overlapping copy")?;
+    expect_code(q.copy(&[], &a, 0, &b, 0, 32, &signals), StatusCode::OutOfRange, "copy past the target")?;
+    expect_code(q.copy(&[], &b, 8, &a, 0, 16, &signals), StatusCode::OutOfRange, "copy past the source")?;
+    cx.still_pending(&done, 1, "after refused copies")
+}
+
+/// A queue write puts host bytes at an offset (from a `Vec` and from an `Arc<[u8]>`).
+pub(crate) fn write(cx: &Cx) -> CaseResult {
+    let buffer = cleared(cx, 64, 0)?;
+    let s = cx.sem(0)?;
+    cx.queue(0).write(&[], ramp(1, 10), &buffer, 7, &[sv(&s, 1)]).ctx("write from a Vec")?;
+    let shared: Arc<[u8]> = Arc::from(ramp(100, 8));
+    cx.queue(1).write(&[sv(&s, 1)], shared.clone(), &buffer, 40, &[sv(&s, 2)]).ctx("write from an Arc")?;
+    cx.wait(&s, 2)?;
+    let mut expected = vec![0; 64];
+    expected[7..17].copy_from_slice(&ramp(1, 10));
+    expected[40..48].copy_from_slice(&shared);
+    ensure_eq!(cx.bytes(&buffer)?, expected, "after two queue writes");
+    Ok(())
+}
+
+/// Queue writes outside the buffer are `OutOfRange`; without `TRANSFER_TARGET`, `PermissionDenied`.
+pub(crate) fn write_refused(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(16)?;
+    let read_only =
+        cx.buffer(BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::TRANSFER_SOURCE }, 16)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    expect_code(
+        q.write(&[], vec![1u8; 8], &buffer, 12, &[sv(&done, 1)]),
+        StatusCode::OutOfRange,
+        "write across the end",
+    )?;
+    expect_code(
+        q.write(&[], vec![1u8; 4], &read_only, 0, &[sv(&done, 1)]),
+        StatusCode::PermissionDenied,
+        "write without TRANSFER_TARGET",
+    )?;
+    cx.still_pending(&done, 1, "after refused writes")
+}
+
+/// A queue read leaves nothing until it completes, then the bytes of its range.
+pub(crate) fn read(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(64)?;
+    buffer.write(0, &ramp(0, 64)).ctx("write")?;
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    let back = cx.queue(2).read(&[sv(&gate, 1)], &buffer, 13, 20, &[sv(&done, 1)]).ctx("read")?;
+    cx.still_pending(&done, 1, "before the gate opens")?;
+    ensure!(back.take().is_none(), "a held read already has bytes");
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(back.take(), Some(ramp(13, 20)), "bytes read");
+    Ok(())
+}
+
+/// Queue reads outside the buffer are `OutOfRange`; without `TRANSFER_SOURCE`, `PermissionDenied`.
+pub(crate) fn read_refused(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(16)?;
+    let write_only =
+        cx.buffer(BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::TRANSFER_TARGET }, 16)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    expect_code(q.read(&[], &buffer, 8, 9, &[sv(&done, 1)]), StatusCode::OutOfRange, "read across the end")?;
+    expect_code(
+        q.read(&[], &write_only, 0, 4, &[sv(&done, 1)]),
+        StatusCode::PermissionDenied,
+        "read without TRANSFER_SOURCE",
+    )?;
+    cx.still_pending(&done, 1, "after refused reads")
+}
+
+/// Write then read back device-local memory, the host never mapping it.
+pub(crate) fn write_read_device_local(cx: &Cx) -> CaseResult {
+    let buffer = cx.device_buffer(4096)?;
+    let s = cx.sem(0)?;
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    cx.queue(0).write(&[], data.clone(), &buffer, 0, &[sv(&s, 1)]).ctx("write")?;
+    let back = cx.queue(1).read(&[sv(&s, 1)], &buffer, 0, 4096, &[sv(&s, 2)]).ctx("read")?;
+    cx.wait(&s, 2)?;
+    ensure!(back.take() == Some(data), "device-local bytes did not round-trip");
+    Ok(())
+}
+
+/// Every transfer runs on every queue.
+pub(crate) fn transfers_on_every_queue(cx: &Cx) -> CaseResult {
+    for q in 0..cx.device().queue_count() {
+        let (a, b) = (cx.host_buffer(16)?, cx.host_buffer(16)?);
+        let s = cx.sem(0)?;
+        let queue = cx.queue(q);
+        queue.fill(&[], &a, 0, 16, q as u32, 1, &[sv(&s, 1)]).ctx("fill")?;
+        queue.update(&[sv(&s, 1)], &[0xFF], &a, 0, &[sv(&s, 2)]).ctx("update")?;
+        queue.copy(&[sv(&s, 2)], &a, 0, &b, 0, 16, &[sv(&s, 3)]).ctx("copy")?;
+        let back = queue.read(&[sv(&s, 3)], &b, 0, 2, &[sv(&s, 4)]).ctx("read")?;
+        cx.wait(&s, 4)?;
+        ensure_eq!(back.take(), Some(vec![0xFF, q as u8]), "queue {q}'s first two bytes");
+    }
+    Ok(())
+}
+
+/// Alloca, write, read and dealloca submitted before the gate that starts them, in order through
+/// one semaphore; the data round-trips.
+pub(crate) fn alloca_dealloca_ordering(cx: &Cx) -> CaseResult {
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let q = cx.queue(0);
+    let buffer = q.alloca(&[sv(&gate, 1)], BufferParams::device_local(), 256, &[sv(&s, 1)]).ctx("alloca")?;
+    ensure_eq!(buffer.size(), 256, "alloca size");
+    ensure_eq!(buffer.device(), cx.device().id(), "alloca device");
+    q.write(&[sv(&s, 1)], ramp(5, 256), &buffer, 0, &[sv(&s, 2)]).ctx("write")?;
+    let back = q.read(&[sv(&s, 2)], &buffer, 0, 256, &[sv(&s, 3)]).ctx("read")?;
+    q.dealloca(&[sv(&s, 3)], &buffer, &[sv(&s, 4)]).ctx("dealloca")?;
+    cx.still_pending(&s, 1, "before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, 4)?;
+    ensure_eq!(back.take(), Some(ramp(5, 256)), "bytes through the alloca buffer");
+    Ok(())
+}
+
+/// Alloca and dealloca on different queues, the buffer used on a third.
+pub(crate) fn alloca_across_queues(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    let buffer = cx.queue(0).alloca(&[], BufferParams::device_local(), 64, &[sv(&s, 1)]).ctx("alloca")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 64, 0x3C, 1, &[sv(&s, 2)]).ctx("fill")?;
+    let back = cx.queue(2).read(&[sv(&s, 2)], &buffer, 0, 64, &[sv(&s, 3)]).ctx("read")?;
+    cx.queue(3).dealloca(&[sv(&s, 3)], &buffer, &[sv(&s, 4)]).ctx("dealloca")?;
+    cx.wait(&s, 4)?;
+    ensure_eq!(back.take(), Some(vec![0x3C; 64]), "bytes");
+    Ok(())
+}
+
+/// An alloca buffer bound to a dispatch.
+pub(crate) fn alloca_used_by_dispatch(cx: &Cx) -> CaseResult {
+    let exe = cx.load(Kernel::FillU32)?;
+    let s = cx.sem(0)?;
+    let q = cx.queue(1);
+    let buffer = q.alloca(&[], BufferParams::device_local(), 256, &[sv(&s, 1)]).ctx("alloca")?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.dispatch(&exe, 0, [1, 1, 1], &[0x0A110CA], &[BufferBinding::whole(&buffer)]).ctx("dispatch")?;
+    cb.end().ctx("end")?;
+    q.execute(&[sv(&s, 1)], &cb, &[sv(&s, 2)]).ctx("execute")?;
+    let back = q.read(&[sv(&s, 2)], &buffer, 0, 256, &[sv(&s, 3)]).ctx("read")?;
+    q.dealloca(&[sv(&s, 3)], &buffer, &[sv(&s, 4)]).ctx("dealloca")?;
+    cx.wait(&s, 4)?;
+    ensure_eq!(from_bytes(&back.take().unwrap_or_default()), vec![0x0A110CA; 64], "dispatched words");
+    Ok(())
+}
+
+/// An alloca waits for its waits and returns at once; zero and huge sizes are refused at the call.
+pub(crate) fn alloca_waits_and_refusals(cx: &Cx) -> CaseResult {
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let q = cx.queue(0);
+    let start = std::time::Instant::now();
+    let buffer = q.alloca(&[sv(&gate, 1)], BufferParams::device_local(), 64, &[sv(&s, 1)]).ctx("alloca")?;
+    ensure!(start.elapsed() < std::time::Duration::from_secs(1), "alloca blocked the host");
+    cx.still_pending(&s, 1, "alloca before its wait")?;
+    expect_code(
+        q.alloca(&[], BufferParams::device_local(), 0, &[sv(&s, 9)]),
+        StatusCode::InvalidArgument,
+        "alloca of 0",
+    )?;
+    let huge = q.alloca(&[], BufferParams::device_local(), u64::MAX, &[sv(&s, 9)]);
+    expect_code(huge, StatusCode::ResourceExhausted, "alloca of u64::MAX")?;
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&s, 1)?;
+    q.dealloca(&[sv(&s, 1)], &buffer, &[sv(&s, 2)]).ctx("dealloca")?;
+    cx.wait(&s, 2)
+}
+
+/// A hundred alloca / use / dealloca cycles in one chain.
+pub(crate) fn alloca_many_cycles(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    let mut reads = Vec::new();
+    for i in 0..100u64 {
+        let q = cx.queue(i as usize);
+        let v = 4 * i;
+        let buffer = q.alloca(&[sv(&s, v)], BufferParams::device_local(), 4096, &[sv(&s, v + 1)]).ctx("alloca")?;
+        q.fill(&[sv(&s, v + 1)], &buffer, 0, 4096, i as u32, 4, &[sv(&s, v + 2)]).ctx("fill")?;
+        reads.push(q.read(&[sv(&s, v + 2)], &buffer, 4092, 4, &[sv(&s, v + 3)]).ctx("read")?);
+        q.dealloca(&[sv(&s, v + 3)], &buffer, &[sv(&s, v + 4)]).ctx("dealloca")?;
+    }
+    cx.wait(&s, 400)?;
+    for (i, back) in reads.iter().enumerate() {
+        ensure_eq!(back.take(), Some((i as u32).to_le_bytes().to_vec()), "cycle {i}'s last word");
+    }
+    Ok(())
+}
+
+/// A barrier joins several waits into one signal.
+pub(crate) fn barrier_joins(cx: &Cx) -> CaseResult {
+    let waits: Vec<hal::Semaphore> = (0..3).map(|_| cx.sem(0)).collect::<Result<_, _>>()?;
+    let joined = cx.sem(0)?;
+    let list: Vec<_> = waits.iter().map(|s| sv(s, 1)).collect();
+    cx.queue(1).barrier(&list, &[sv(&joined, 1)]).ctx("barrier")?;
+    for (i, s) in waits.iter().enumerate() {
+        cx.still_pending(&joined, 1, &format!("with {i} of 3 waits reached"))?;
+        cx.queue(i).barrier(&[], &[sv(s, 1)]).ctx("signalling barrier")?;
+    }
+    cx.wait(&joined, 1)
+}
+
+/// A barrier forks one wait into several signals.
+pub(crate) fn barrier_forks(cx: &Cx) -> CaseResult {
+    let gate = cx.sem(0)?;
+    let forks: Vec<hal::Semaphore> = (0..3).map(|_| cx.sem(0)).collect::<Result<_, _>>()?;
+    let list: Vec<_> = forks.iter().enumerate().map(|(i, s)| sv(s, i as u64 + 1)).collect();
+    cx.queue(0).barrier(&[sv(&gate, 1)], &list).ctx("barrier")?;
+    cx.still_pending(&forks[0], 1, "before the gate")?;
+    gate.signal(1).ctx("signal")?;
+    for (i, s) in forks.iter().enumerate() {
+        cx.wait(s, i as u64 + 1)?;
+    }
+    Ok(())
+}
+
+/// Host calls run in semaphore order, interleaved with device work whose results they see.
+pub(crate) fn host_call_in_order(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(4)?;
+    let s = cx.sem(0)?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..10u64 {
+        let q = cx.queue(i as usize);
+        q.fill(&[sv(&s, 2 * i)], &buffer, 0, 4, i as u32 * 10, 4, &[sv(&s, 2 * i + 1)]).ctx("fill")?;
+        let (seen, buffer) = (seen.clone(), buffer.clone());
+        let call = move || {
+            let mut word = [0u8; 4];
+            buffer.read(0, &mut word)?;
+            seen.lock().unwrap_or_else(|p| p.into_inner()).push((i, u32::from_le_bytes(word)));
+            Ok(())
+        };
+        q.host_call(&[sv(&s, 2 * i + 1)], call, &[sv(&s, 2 * i + 2)]).ctx("host_call")?;
+    }
+    cx.wait(&s, 20)?;
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let expected: Vec<(u64, u32)> = (0..10).map(|i| (i, i as u32 * 10)).collect();
+    ensure_eq!(seen, expected, "(call, word it saw)");
+    Ok(())
+}
+
+/// A host call submitted before its wait is signalled runs once, after it.
+pub(crate) fn host_call_wait_before_signal(cx: &Cx) -> CaseResult {
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    let runs = Arc::new(AtomicU32::new(0));
+    let counter = runs.clone();
+    let call = move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    };
+    cx.queue(0).host_call(&[sv(&gate, 1)], call, &[sv(&done, 1)]).ctx("host_call")?;
+    cx.still_pending(&done, 1, "host call before its wait")?;
+    ensure_eq!(runs.load(Ordering::SeqCst), 0, "runs before the signal");
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(runs.load(Ordering::SeqCst), 1, "runs after the signal");
+    Ok(())
+}
+
+/// A host call's `Err` fails its signals with that status, and work waiting on them.
+pub(crate) fn host_call_error_fails_signals(cx: &Cx) -> CaseResult {
+    let (s, t, after) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let buffer = cleared(cx, 8, 0)?;
+    let cause = hal::Error::data_loss("ctest: host call failed on purpose");
+    let returned = cause.clone();
+    cx.queue(0).host_call(&[], move || Err(returned), &[sv(&s, 1), sv(&t, 5)]).ctx("host_call")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 8, 1, 1, &[sv(&after, 1)]).ctx("dependent fill")?;
+    for (sem, value) in [(&s, 1), (&t, 5), (&after, 1)] {
+        let e = cx.wait_failed(sem, value, StatusCode::DataLoss)?;
+        expect_same_status(&e, &cause, &format!("semaphore {}", sem.id()))?;
+    }
+    std::thread::sleep(crate::SHORT);
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 8], "the dependent fill did not run");
+    Ok(())
+}
+
+/// A host call may signal a semaphore that releases other queue work.
+pub(crate) fn host_call_signals_host_semaphore(cx: &Cx) -> CaseResult {
+    let gate = hal::Semaphore::new(0);
+    let (started, done) = (cx.sem(0)?, cx.sem(0)?);
+    let buffer = cleared(cx, 8, 0)?;
+    cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 8, 0x66, 1, &[sv(&done, 1)]).ctx("fill held on the gate")?;
+    let opener = gate.clone();
+    cx.queue(0).host_call(&[], move || opener.signal(1), &[sv(&started, 1)]).ctx("host_call")?;
+    cx.wait(&started, 1)?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0x66; 8], "buffer");
+    Ok(())
+}

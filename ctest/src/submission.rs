@@ -1,0 +1,377 @@
+//! Submissions: wait and signal lists on queue operations. Empty lists, wait-before-signal, chains
+//! across queues, fan-out and fan-in, hundreds of submissions in flight or pending, foreign
+//! semaphores and buffers, bad signal values, and the hang report.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hal::{BufferBinding, BufferParams, CommandBufferMode, Semaphore, StatusCode};
+
+use crate::check::{CaseResult, Context, expect_code};
+use crate::context::{Cx, LONG, ramp, sv};
+use crate::kernels::{ELEMENTWISE_WORKGROUP, Kernel};
+use crate::{ensure, ensure_eq};
+
+/// An execute with no waits and no signals runs (seen by polling its output).
+pub(crate) fn execute_empty_lists(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(16)?;
+    buffer.write(0, &[0; 16]).ctx("clear")?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.fill(&buffer, 0, 16, 0x42, 1).ctx("fill")?;
+    cb.end().ctx("end")?;
+    cx.queue(0).execute(&[], &cb, &[]).ctx("execute with empty lists")?;
+    let deadline = Instant::now() + LONG;
+    while cx.bytes(&buffer)? != vec![0x42; 16] {
+        ensure!(Instant::now() < deadline, "the command buffer never ran\n{}", cx.device().report());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Operations with only a signal list signal it.
+pub(crate) fn signal_only(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    cx.queue(0).barrier(&[], &[sv(&s, 1)]).ctx("barrier")?;
+    cx.wait(&s, 1)?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.end().ctx("end")?;
+    cx.queue(1).execute(&[], &cb, &[sv(&s, 2)]).ctx("execute")?;
+    cx.wait(&s, 2)?;
+    cx.queue(0).barrier(&[], &[sv(&s, 100)]).ctx("barrier to 100")?;
+    cx.wait(&s, 100)?;
+    cx.expect_value(&s, 100, "after a signal to 100")
+}
+
+/// Work submitted before the host signals its wait is held, then runs when the host signals.
+pub(crate) fn wait_before_signal_host(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(16)?;
+    buffer.write(0, &[0; 16]).ctx("clear")?;
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 16, 0x77, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.still_pending(&done, 1, "before the host signal")?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 16], "buffer before the host signal");
+    gate.signal(1).ctx("host signal")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0x77; 16], "buffer after the host signal");
+    Ok(())
+}
+
+/// A wait for 3 is released by a host signal to 7, not by one to 2.
+pub(crate) fn wait_before_signal_beyond(cx: &Cx) -> CaseResult {
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    cx.queue(0).barrier(&[sv(&gate, 3)], &[sv(&done, 1)]).ctx("barrier")?;
+    gate.signal(2).ctx("signal(2)")?;
+    cx.still_pending(&done, 1, "with the wait at 2 of 3")?;
+    gate.signal(7).ctx("signal(7)")?;
+    cx.wait(&done, 1)
+}
+
+/// A wait already reached at submission does not hold the work.
+pub(crate) fn wait_already_reached(cx: &Cx) -> CaseResult {
+    let (gate, done) = (cx.sem(5)?, cx.sem(0)?);
+    let buffer = cx.host_buffer(8)?;
+    cx.queue(0).fill(&[sv(&gate, 3), sv(&gate, 5)], &buffer, 0, 8, 1, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![1; 8], "buffer");
+    Ok(())
+}
+
+/// Several waits (signalled by the host in any order) and several signals on one operation.
+pub(crate) fn several_waits_and_signals(cx: &Cx) -> CaseResult {
+    let waits: Vec<Semaphore> = (0..3).map(|_| cx.sem(0)).collect::<Result<_, _>>()?;
+    let signals: Vec<Semaphore> = (0..3).map(|_| cx.sem(10)).collect::<Result<_, _>>()?;
+    let wait_list: Vec<_> = waits.iter().map(|s| sv(s, 2)).collect();
+    let signal_list: Vec<_> = signals.iter().enumerate().map(|(i, s)| sv(s, 11 + i as u64)).collect();
+    cx.queue(0).barrier(&wait_list, &signal_list).ctx("barrier")?;
+    waits[2].signal(2).ctx("signal")?;
+    waits[0].signal(5).ctx("signal")?;
+    cx.still_pending(&signals[0], 11, "with one wait open")?;
+    waits[1].signal(2).ctx("signal")?;
+    for (i, s) in signals.iter().enumerate() {
+        cx.wait(s, 11 + i as u64)?;
+        cx.expect_value(s, 11 + i as u64, "signalled value")?;
+    }
+    Ok(())
+}
+
+/// A chain through every queue, each step waiting on the previous one's signal.
+fn chain(cx: &Cx, reverse: bool) -> CaseResult {
+    let queues = cx.device().queue_count().max(4);
+    let buffers: Vec<hal::Buffer> = (0..=queues).map(|_| cx.host_buffer(64)).collect::<Result<_, _>>()?;
+    let data = ramp(11, 64);
+    buffers[0].write(0, &data).ctx("write")?;
+    for b in &buffers[1..] {
+        b.write(0, &[0; 64]).ctx("clear")?;
+    }
+    let s = cx.sem(0)?;
+    let mut order: Vec<usize> = (0..queues).collect();
+    if reverse {
+        order.reverse();
+    }
+    for i in order {
+        let q = cx.queue(i);
+        q.copy(&[sv(&s, i as u64)], &buffers[i], 0, &buffers[i + 1], 0, 64, &[sv(&s, i as u64 + 1)])
+            .ctx(format!("copy on queue {i}"))?;
+    }
+    cx.wait(&s, queues as u64)?;
+    ensure_eq!(cx.bytes(&buffers[queues])?, data, "bytes at the end of the chain");
+    Ok(())
+}
+
+/// A chain across queues, submitted in order.
+pub(crate) fn chain_across_queues(cx: &Cx) -> CaseResult {
+    chain(cx, false)
+}
+
+/// A chain across queues, submitted last step first (every step but the first waits before its
+/// signal exists).
+pub(crate) fn chain_across_queues_reversed(cx: &Cx) -> CaseResult {
+    chain(cx, true)
+}
+
+/// One producer, eight consumers on every queue, one join.
+pub(crate) fn fan_out_fan_in(cx: &Cx) -> CaseResult {
+    let source = cx.host_buffer(8 * 64)?;
+    let target = cx.host_buffer(8 * 64)?;
+    target.write(0, &[0; 512]).ctx("clear")?;
+    let produced = cx.sem(0)?;
+    let consumed: Vec<Semaphore> = (0..8).map(|_| cx.sem(0)).collect::<Result<_, _>>()?;
+    let joined = cx.sem(0)?;
+    // The join and the consumers are submitted before the producer.
+    let join_waits: Vec<_> = consumed.iter().map(|s| sv(s, 1)).collect();
+    cx.queue(3).barrier(&join_waits, &[sv(&joined, 1)]).ctx("join barrier")?;
+    for (i, s) in consumed.iter().enumerate() {
+        let at = i as u64 * 64;
+        cx.queue(i).copy(&[sv(&produced, 1)], &source, at, &target, at, 64, &[sv(s, 1)]).ctx("consumer copy")?;
+    }
+    cx.queue(0).write(&[], ramp(1, 512), &source, 0, &[sv(&produced, 1)]).ctx("producer write")?;
+    cx.wait(&joined, 1)?;
+    ensure_eq!(cx.bytes(&target)?, ramp(1, 512), "fanned-in bytes");
+    Ok(())
+}
+
+/// 300 dependent dispatches in flight across the queues at once.
+pub(crate) fn hundreds_in_flight(cx: &Cx) -> CaseResult {
+    let exe = cx.load(Kernel::MultiEntry)?;
+    let add = exe.entry_point("add_u32").ctx("add_u32")?;
+    let data = cx.host_buffer_u32(&[0; 64])?;
+    let cb = cx.command_buffer(CommandBufferMode::Reusable)?;
+    cb.dispatch(&exe, add, [64 / ELEMENTWISE_WORKGROUP, 1, 1], &[1], &[BufferBinding::whole(&data)]).ctx("dispatch")?;
+    cb.end().ctx("end")?;
+    let s = cx.sem(0)?;
+    for i in 0..300u64 {
+        cx.queue(i as usize).execute(&[sv(&s, i)], &cb, &[sv(&s, i + 1)]).ctx(format!("execute {i}"))?;
+    }
+    cx.wait(&s, 300)?;
+    ensure_eq!(cx.words(&data)?, vec![300; 64], "after 300 dependent +1");
+    Ok(())
+}
+
+/// 1000 submissions pending on one another (submitted last first), released in one cascade when
+/// the host opens the gate: the release must not recurse once per link.
+pub(crate) fn pending_cascade(cx: &Cx) -> CaseResult {
+    let n = 1000u64;
+    let gate = cx.sem(0)?;
+    let s = cx.sem(0)?;
+    let buffer = cx.host_buffer(n * 4)?;
+    buffer.write(0, &vec![0; n as usize * 4]).ctx("clear")?;
+    for i in (0..n).rev() {
+        let waits = [sv(&gate, 1), sv(&s, i)];
+        cx.queue(i as usize).fill(&waits, &buffer, i * 4, 4, i as u32 + 1, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+    }
+    cx.still_pending(&s, 1, "before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, n)?;
+    ensure_eq!(cx.words(&buffer)?, (1..=n as u32).collect::<Vec<u32>>(), "each fill ran");
+    Ok(())
+}
+
+/// Submitting never blocks on device progress: 200 held submissions are accepted quickly.
+pub(crate) fn submission_does_not_block(cx: &Cx) -> CaseResult {
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let buffer = cx.host_buffer(4)?;
+    let start = Instant::now();
+    for i in 0..200u64 {
+        let waits = [sv(&gate, 1), sv(&s, i)];
+        cx.queue(i as usize).fill(&waits, &buffer, 0, 4, i as u32, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+    }
+    let took = start.elapsed();
+    ensure!(took < Duration::from_secs(2), "200 held submissions took {took:?} to submit");
+    cx.still_pending(&s, 1, "before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, 200)?;
+    ensure_eq!(cx.words(&buffer)?, vec![199], "last fill wins");
+    Ok(())
+}
+
+/// A host semaphore (owned by no device) in a wait list and in a signal list.
+pub(crate) fn host_semaphores_in_lists(cx: &Cx) -> CaseResult {
+    let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
+    let buffer = cx.host_buffer(8)?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 8, 3, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.still_pending(&done, 1, "before the host semaphore is signalled")?;
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![3; 8], "buffer");
+    Ok(())
+}
+
+/// A semaphore of another device, signalled by that device's queue, gates work here.
+pub(crate) fn other_device_semaphore_wait(cx: &Cx) -> CaseResult {
+    let other = cx.other_device()?;
+    let (gate, theirs) = (cx.sem(0)?, other.create_semaphore(0).ctx("semaphore on the other device")?);
+    let done = cx.sem(0)?;
+    let buffer = cx.host_buffer(8)?;
+    cx.queue(0).fill(&[sv(&theirs, 1)], &buffer, 0, 8, 9, 1, &[sv(&done, 1)]).ctx("fill waiting on the other")?;
+    other.queue(0).ctx("queue")?.barrier(&[sv(&gate, 1)], &[sv(&theirs, 1)]).ctx("barrier on the other")?;
+    cx.still_pending(&done, 1, "before the other device signals")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![9; 8], "buffer");
+    Ok(())
+}
+
+/// A signal value not ahead of its semaphore is `InvalidArgument` for every operation, and nothing
+/// changes: no other signal of the list, no bytes, no host call.
+pub(crate) fn signal_not_ahead_refused(cx: &Cx) -> CaseResult {
+    let behind = cx.sem(5)?;
+    let ahead = cx.sem(0)?;
+    let buffer = cx.host_buffer(16)?;
+    let other = cx.host_buffer(16)?;
+    buffer.write(0, &[0; 16]).ctx("clear")?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.fill(&buffer, 0, 16, 1, 1).ctx("fill")?;
+    cb.end().ctx("end")?;
+    let ran = Arc::new(AtomicBool::new(false));
+    let q = cx.queue(0);
+    let code = StatusCode::InvalidArgument;
+    for value in [5, 4, 0] {
+        let signals = [sv(&ahead, 1), sv(&behind, value)];
+        let what = |op: &str| format!("{op} signalling {value} at 5");
+        expect_code(q.execute(&[], &cb, &signals), code, &what("execute"))?;
+        expect_code(q.fill(&[], &buffer, 0, 16, 1, 1, &signals), code, &what("fill"))?;
+        expect_code(q.update(&[], &[1; 4], &buffer, 0, &signals), code, &what("update"))?;
+        expect_code(q.copy(&[], &other, 0, &buffer, 0, 16, &signals), code, &what("copy"))?;
+        expect_code(q.write(&[], vec![1u8; 4], &buffer, 0, &signals), code, &what("write"))?;
+        expect_code(q.read(&[], &buffer, 0, 4, &signals), code, &what("read"))?;
+        expect_code(q.barrier(&[], &signals), code, &what("barrier"))?;
+        expect_code(q.alloca(&[], BufferParams::device_local(), 64, &signals), code, &what("alloca"))?;
+        let flag = ran.clone();
+        let call = move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        };
+        expect_code(q.host_call(&[], call, &signals), code, &what("host_call"))?;
+    }
+    cx.still_pending(&ahead, 1, "the other signal of refused submissions")?;
+    cx.expect_value(&behind, 5, "the semaphore behind")?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 16], "buffer after refused submissions");
+    ensure!(!ran.load(Ordering::SeqCst), "a refused host call ran");
+    let done = cx.sem(0)?;
+    q.execute(&[], &cb, &[sv(&done, 1)]).ctx("the one-shot command buffer is still unused")?;
+    cx.wait(&done, 1)
+}
+
+/// A failed semaphore in a signal list refuses the submission with its failure; nothing runs.
+pub(crate) fn signal_failed_semaphore_refused(cx: &Cx) -> CaseResult {
+    let broken = cx.sem(0)?;
+    broken.fail(hal::Error::data_loss("ctest: broken before the submission"));
+    let buffer = cx.host_buffer(8)?;
+    buffer.write(0, &[0; 8]).ctx("clear")?;
+    let result = cx.queue(0).fill(&[], &buffer, 0, 8, 1, 1, &[sv(&broken, 1)]);
+    expect_code(result, StatusCode::DataLoss, "fill signalling a failed semaphore")?;
+    std::thread::sleep(crate::SHORT);
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 8], "buffer");
+    Ok(())
+}
+
+/// Buffers of another device are refused (`InvalidArgument`) by every queue operation; nothing is
+/// signalled.
+pub(crate) fn other_device_buffer_refused(cx: &Cx) -> CaseResult {
+    let other = cx.other_device()?;
+    let foreign = other.allocate_buffer(BufferParams::host_visible(), 64).ctx("allocate on the other device")?;
+    let mine = cx.host_buffer(64)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    let signals = [sv(&done, 1)];
+    let code = StatusCode::InvalidArgument;
+    expect_code(q.fill(&[], &foreign, 0, 4, 1, 4, &signals), code, "fill")?;
+    expect_code(q.update(&[], &[1], &foreign, 0, &signals), code, "update")?;
+    expect_code(q.copy(&[], &foreign, 0, &mine, 0, 4, &signals), code, "copy from")?;
+    expect_code(q.copy(&[], &mine, 0, &foreign, 0, 4, &signals), code, "copy to")?;
+    expect_code(q.write(&[], vec![1u8; 4], &foreign, 0, &signals), code, "write")?;
+    expect_code(q.read(&[], &foreign, 0, 4, &signals), code, "read")?;
+    expect_code(q.dealloca(&[], &foreign, &signals), code, "dealloca")?;
+    cx.still_pending(&done, 1, "after refused submissions")
+}
+
+/// The hang report names a wait no one has signalled (`semaphore <id> >= <value>`), until it is.
+pub(crate) fn hang_report_names_wait(cx: &Cx) -> CaseResult {
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    let buffer = cx.host_buffer(8)?;
+    cx.queue(0).fill(&[sv(&gate, 42)], &buffer, 0, 8, 1, 1, &[sv(&done, 1)]).ctx("fill")?;
+    let needle = format!("semaphore {} >= 42", gate.id());
+    let report = cx.device().report();
+    ensure!(report.contains(&needle), "the report lacks '{needle}':\n{report}");
+    gate.signal(42).ctx("signal")?;
+    cx.wait(&done, 1)?;
+    let deadline = Instant::now() + LONG;
+    while cx.device().report().contains(&needle) {
+        ensure!(Instant::now() < deadline, "the report still names the released wait:\n{}", cx.device().report());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Signals of one semaphore from successive operations on one queue arrive in order.
+pub(crate) fn same_queue_timeline(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    let buffer = cx.host_buffer(4)?;
+    for i in 0..20u64 {
+        cx.queue(0).fill(&[sv(&s, i)], &buffer, 0, 4, i as u32, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+    }
+    for i in 1..=20 {
+        cx.wait(&s, i)?;
+    }
+    ensure_eq!(cx.words(&buffer)?, vec![19], "last fill wins");
+    Ok(())
+}
+
+/// A wait on a value that an operation on another queue signals, submitted afterwards.
+pub(crate) fn wait_on_later_submission(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    let buffer = cx.host_buffer(8)?;
+    buffer.write(0, &[0; 8]).ctx("clear")?;
+    cx.queue(0).fill(&[sv(&s, 1)], &buffer, 0, 8, 2, 1, &[sv(&s, 2)]).ctx("second step")?;
+    cx.queue(1).fill(&[], &buffer, 0, 8, 1, 1, &[sv(&s, 1)]).ctx("first step")?;
+    cx.wait(&s, 2)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![2; 8], "second step ran last");
+    Ok(())
+}
+
+/// `flush` is accepted on every queue, with work held and in flight.
+pub(crate) fn flush_every_queue(cx: &Cx) -> CaseResult {
+    let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
+    cx.queue(0).barrier(&[sv(&gate, 1)], &[sv(&done, 1)]).ctx("barrier")?;
+    for q in 0..cx.device().queue_count() {
+        cx.queue(q).flush().ctx(format!("flush queue {q}"))?;
+    }
+    gate.signal(1).ctx("signal")?;
+    cx.wait(&done, 1)
+}
+
+/// Signals are applied only after the work: a waiter sees the whole of a 16 MiB fill.
+pub(crate) fn signal_after_work(cx: &Cx) -> CaseResult {
+    let size = 16u64 << 20;
+    let buffer = cx.host_buffer(size)?;
+    for round in 1..=3u32 {
+        let done = cx.sem(0)?;
+        cx.queue(round as usize).fill(&[], &buffer, 0, size, round, 4, &[sv(&done, 1)]).ctx("fill")?;
+        cx.wait(&done, 1)?;
+        let mut tail = [0u8; 4];
+        buffer.read(size - 4, &mut tail).ctx("read of the last word")?;
+        ensure_eq!(u32::from_le_bytes(tail), round, "last word once the fill's signal is reached (round {round})");
+    }
+    Ok(())
+}
