@@ -111,7 +111,7 @@ impl<M: StreamModel> Action<M> {
             }
         }
         // Drop the submitter's hold; this may issue the action right here.
-        action.finish_step(shared, None);
+        action.finish_step(shared);
     }
 
     fn is_host_only(&self) -> bool {
@@ -149,15 +149,7 @@ impl<M: StreamModel> Action<M> {
             state.resolved[index] = true;
             state.registrations.retain(|(i, _)| *i != index);
             match outcome {
-                Err(status) => {
-                    state.done = true;
-                    state.op = None;
-                    Step::Fail {
-                        signals: std::mem::take(&mut state.signals),
-                        cancel: std::mem::take(&mut state.registrations),
-                        status,
-                    }
-                }
+                Err(status) => Self::take_failure(&mut state, status),
                 Ok(()) => {
                     if let Some(entry) = covering {
                         state.wait_events.push(entry.event);
@@ -172,7 +164,7 @@ impl<M: StreamModel> Action<M> {
     }
 
     /// Drops one hold (the submitter's) and issues if nothing else remains.
-    fn finish_step(self: &Arc<Self>, shared: &Arc<Shared<M>>, _unused: Option<()>) {
+    fn finish_step(self: &Arc<Self>, shared: &Arc<Shared<M>>) {
         let step = {
             let mut state = lock(&self.state);
             if state.done {
@@ -231,15 +223,20 @@ impl<M: StreamModel> Action<M> {
             if state.done {
                 return;
             }
-            state.done = true;
-            state.op = None;
-            Step::Fail {
-                signals: std::mem::take(&mut state.signals),
-                cancel: std::mem::take(&mut state.registrations),
-                status,
-            }
+            Self::take_failure(&mut state, status)
         };
         self.run_step(step, shared);
+    }
+
+    /// Marks the action done without running it and takes what failing it needs.
+    fn take_failure(state: &mut ActionState<M>, status: Error) -> Step<M> {
+        state.done = true;
+        state.op = None;
+        Step::Fail {
+            signals: std::mem::take(&mut state.signals),
+            cancel: std::mem::take(&mut state.registrations),
+            status,
+        }
     }
 
     /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
