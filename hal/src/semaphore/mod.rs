@@ -250,6 +250,8 @@ impl Semaphore {
 }
 
 crate::sync::thread_local! {
+    // Not `const`-initialised: loom's `thread_local!` does not accept that form.
+    #[allow(clippy::missing_const_for_thread_local)]
     /// Notifications raised while this thread is already notifying, delivered by the outermost
     /// `deliver` in a loop (see there).
     static DELIVERY: RefCell<Delivery> = RefCell::new(Delivery { active: false, queue: VecDeque::new() });

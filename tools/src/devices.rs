@@ -1,0 +1,80 @@
+//! `hal devices`: every driver of the registry with its devices and their properties, or the reason
+//! it is unavailable.
+
+use std::fmt::Write;
+
+use hal::{DeviceInfo, MemoryType, Registry};
+
+/// The listing `hal devices` prints: one block per driver of `registry`, or one line with the reason
+/// it has no devices.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    for listing in registry.list() {
+        match &listing.devices {
+            Ok(devices) => {
+                let _ = writeln!(out, "{}: {} device(s)", listing.name, devices.len());
+                for info in devices {
+                    render_device(&mut out, info);
+                }
+            }
+            Err(reason) => {
+                let _ = writeln!(out, "{}: unavailable: {reason}", listing.name);
+            }
+        }
+    }
+    out
+}
+
+fn render_device(out: &mut String, info: &DeviceInfo) {
+    let _ = writeln!(out, "  device {}: {}", info.ordinal, info.name);
+    let _ = writeln!(out, "    queues:                {}", info.queue_count);
+    let types: Vec<String> = info.memory_types.iter().map(|t| memory_type_name(*t)).collect();
+    let _ = writeln!(out, "    memory types:          {}", types.join("; "));
+    let _ = writeln!(out, "    max allocation:        {}", bytes(info.max_allocation_size));
+    let _ = writeln!(out, "    max workgroup threads: {}", info.max_workgroup_threads);
+    for (name, value) in &info.properties {
+        let _ = writeln!(out, "    {:<22} {value}", format!("{name}:"));
+    }
+}
+
+/// `DEVICE_LOCAL | HOST_VISIBLE | ...`, flag names joined.
+fn memory_type_name(memory_type: MemoryType) -> String {
+    let names: Vec<&str> = memory_type.iter_names().map(|(name, _)| name).filter(|n| *n != "HOST_LOCAL").collect();
+    names.join(" | ")
+}
+
+/// A byte count with a binary unit.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {} ({n} bytes)", UNITS[unit]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_cpu_sim_with_properties_and_cuda_either_way() {
+        let text = render(&crate::registry());
+        assert!(text.starts_with("cpu-sim: 1 device(s)"), "{text}");
+        assert!(text.contains("queues:"), "{text}");
+        assert!(text.contains("workgroup_threads:"), "{text}");
+        assert!(text.contains("\ncuda: unavailable: ") || text.contains("\ncuda: "), "{text}");
+    }
+
+    #[test]
+    fn memory_types_and_sizes_read_well() {
+        assert_eq!(
+            memory_type_name(MemoryType::DEVICE_LOCAL | MemoryType::HOST_VISIBLE),
+            "DEVICE_LOCAL | HOST_VISIBLE"
+        );
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(4 << 30), "4.0 GiB (4294967296 bytes)");
+    }
+}

@@ -1,0 +1,238 @@
+//! The stencil kernel, `jacobi_step`, in each driver's format with one ABI (the HAL's dispatch
+//! ABI): bindings `src`, `dst` (a half's ping-pong buffers, each `rows + 2` rows of `width` f32:
+//! a halo row, the half's rows, a halo row), then the 32-bit constants `width`, `rows`,
+//! `row_offset` (the global row of the half's first row) and `total_rows` (the whole grid's rows).
+//! The grid is `[ceil(width / 256), rows, 1]` workgroups of 256 x 1 x 1 threads: one thread per
+//! cell, one workgroup row per grid row. Each cell of the half's rows gets the average of its four
+//! neighbours; cells on the grid's border keep their value (a fixed-temperature boundary).
+//!
+//! Every driver computes [`stencil_point`]'s exact operations in the same order (the PTX uses
+//! `add.rn`/`mul.rn`, which are never fused into an FMA), so results match the CPU reference bit for
+//! bit.
+
+use std::sync::Arc;
+
+use hal::{
+    EntryPointInfo, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation, Result,
+};
+
+/// The entry point's name in every format.
+pub const ENTRY_POINT: &str = "jacobi_step";
+
+/// Threads per workgroup (x); the workgroup is `[WORKGROUP_X, 1, 1]`.
+pub const WORKGROUP_X: u32 = 256;
+
+/// Buffer bindings per dispatch: `src`, `dst`.
+pub const BINDINGS: usize = 2;
+
+/// 32-bit constants per dispatch: `width`, `rows`, `row_offset`, `total_rows`.
+pub const CONSTANTS: usize = 4;
+
+/// One cell's new value from its four neighbours: the one formula the kernels and the CPU reference
+/// share, operation for operation.
+#[inline]
+pub fn stencil_point(up: f32, down: f32, left: f32, right: f32) -> f32 {
+    ((up + down) + (left + right)) * 0.25
+}
+
+/// Whether the cell at `row`, `col` of a `total_rows` x `width` grid is on the fixed border.
+#[inline]
+pub fn is_border(row: u32, col: u32, total_rows: u32, width: u32) -> bool {
+    row == 0 || row + 1 == total_rows || col == 0 || col + 1 == width
+}
+
+/// The workgroup count of a dispatch over a half of `rows` rows of `width` cells.
+pub fn workgroups(width: u32, rows: u32) -> [u32; 3] {
+    [width.div_ceil(WORKGROUP_X), rows, 1]
+}
+
+/// The entry point's ABI.
+pub fn entry_point_info() -> EntryPointInfo {
+    EntryPointInfo::new(ENTRY_POINT, WORKGROUP_X, BINDINGS, CONSTANTS)
+}
+
+/// The executable for a device of `driver`: PTX for `cuda`, native kernels otherwise (cpu-sim).
+pub fn source_for(driver: &str) -> ExecutableSource {
+    match driver {
+        "cuda" => ExecutableSource::Bytes {
+            format: ExecutableFormat::Ptx,
+            data: Arc::from(JACOBI_PTX.as_bytes()),
+            entry_points: vec![entry_point_info()],
+        },
+        _ => native_source(),
+    }
+}
+
+/// The cpu-sim executable: [`jacobi_workgroup`] as a native kernel.
+pub fn native_source() -> ExecutableSource {
+    ExecutableSource::Native(vec![NativeEntryPoint { info: entry_point_info(), kernel: Arc::new(jacobi_workgroup) }])
+}
+
+/// One workgroup of `jacobi_step` on cpu-sim: the cells `workgroup_id.x * 256 ..` of row
+/// `workgroup_id.y + 1` of the half (what the PTX's 256 threads of that block do).
+pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), String> {
+    let (&[src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
+        return Err(format!(
+            "{ENTRY_POINT}: needs {BINDINGS} bindings and {CONSTANTS} constants, got {} and {}",
+            inv.bindings.len(),
+            inv.constants.len()
+        ));
+    };
+    let local = inv.workgroup_id[1];
+    if local >= rows {
+        return Ok(());
+    }
+    let row = local as usize + 1;
+    let global_row = row_offset + local;
+    let w = width as usize;
+    let first_col = inv.workgroup_id[0].saturating_mul(inv.workgroup_size[0]);
+    let end_col = first_col.saturating_add(inv.workgroup_size[0]).min(width);
+    for col in first_col..end_col {
+        let at = row * w + col as usize;
+        let value = if is_border(global_row, col, total_rows, width) {
+            load(&src, at)?
+        } else {
+            stencil_point(load(&src, at - w)?, load(&src, at + w)?, load(&src, at - 1)?, load(&src, at + 1)?)
+        };
+        if !dst.store_f32(at, value) {
+            return Err(out_of_range(&dst, at));
+        }
+    }
+    Ok(())
+}
+
+fn load(binding: &NativeBinding, at: usize) -> std::result::Result<f32, String> {
+    binding.load_f32(at).ok_or_else(|| out_of_range(binding, at))
+}
+
+fn out_of_range(binding: &NativeBinding, at: usize) -> String {
+    format!("{ENTRY_POINT}: element {at} is outside its {}-element binding", binding.len_u32())
+}
+
+/// Checks the PTX declares the entry point with the ABI's parameter count (a cheap guard for edits
+/// of the hand-written text; the CUDA driver does the real check when it loads it).
+pub fn check_ptx_abi() -> Result<()> {
+    let entry = format!(".visible .entry {ENTRY_POINT}(");
+    let Some(start) = JACOBI_PTX.find(&entry) else {
+        return Err(hal::Error::internal(format!("stencil PTX: no entry point {ENTRY_POINT}")));
+    };
+    let params = JACOBI_PTX[start..].split(')').next().unwrap_or("");
+    let (pointers, words) = (params.matches(".param .u64").count(), params.matches(".param .u32").count());
+    if (pointers, words) != (BINDINGS, CONSTANTS) {
+        return Err(hal::Error::internal(format!(
+            "stencil PTX: {pointers} pointer and {words} u32 parameters, the ABI has {BINDINGS} and {CONSTANTS}"
+        )));
+    }
+    Ok(())
+}
+
+/// `jacobi_step` in PTX for CUDA (`sm_80` and later), written by hand: one thread per cell, the same
+/// ABI and arithmetic as [`jacobi_workgroup`].
+pub const JACOBI_PTX: &str = r#".version 7.0
+.target sm_80
+.address_size 64
+
+// jacobi_step(src, dst, width, rows, row_offset, total_rows)
+// thread (blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y) updates column col of the half's row
+// blockIdx.y + 1; rows 0 and rows + 1 of a half are its halo rows.
+.visible .entry jacobi_step(
+    .param .u64 src,
+    .param .u64 dst,
+    .param .u32 width,
+    .param .u32 rows,
+    .param .u32 row_offset,
+    .param .u32 total_rows
+)
+.maxntid 256, 1, 1
+{
+    .reg .pred  %p<8>;
+    .reg .b32   %r<16>;
+    .reg .f32   %f<10>;
+    .reg .b64   %rd<12>;
+
+    ld.param.u64        %rd1, [src];
+    ld.param.u64        %rd2, [dst];
+    ld.param.u32        %r1, [width];
+    ld.param.u32        %r2, [rows];
+    ld.param.u32        %r3, [row_offset];
+    ld.param.u32        %r4, [total_rows];
+    cvta.to.global.u64  %rd1, %rd1;
+    cvta.to.global.u64  %rd2, %rd2;
+
+    // col = blockIdx.x * blockDim.x + threadIdx.x; threads past the last column do nothing
+    mov.u32             %r5, %ctaid.x;
+    mov.u32             %r6, %ntid.x;
+    mov.u32             %r7, %tid.x;
+    mad.lo.u32          %r8, %r5, %r6, %r7;
+    setp.ge.u32         %p1, %r8, %r1;
+    @%p1 bra            DONE;
+
+    // local = blockIdx.y (the half's row - 1); global row = row_offset + local
+    mov.u32             %r9, %ctaid.y;
+    setp.ge.u32         %p2, %r9, %r2;
+    @%p2 bra            DONE;
+    add.u32             %r10, %r9, 1;
+    add.u32             %r11, %r3, %r9;
+
+    // at = (local + 1) * width + col; byte addresses of src[at] and dst[at]
+    mad.lo.u32          %r12, %r10, %r1, %r8;
+    mul.wide.u32        %rd3, %r12, 4;
+    add.s64             %rd4, %rd1, %rd3;
+    add.s64             %rd5, %rd2, %rd3;
+
+    // border cells (first/last row of the grid, first/last column) keep their value
+    setp.eq.u32         %p3, %r11, 0;
+    add.u32             %r13, %r11, 1;
+    setp.eq.u32         %p4, %r13, %r4;
+    or.pred             %p3, %p3, %p4;
+    setp.eq.u32         %p5, %r8, 0;
+    or.pred             %p3, %p3, %p5;
+    add.u32             %r14, %r8, 1;
+    setp.eq.u32         %p6, %r14, %r1;
+    or.pred             %p3, %p3, %p6;
+    @%p3 bra            BORDER;
+
+    // ((up + down) + (left + right)) * 0.25, rounded to nearest at every step (no FMA)
+    mul.wide.u32        %rd6, %r1, 4;
+    sub.s64             %rd7, %rd4, %rd6;
+    add.s64             %rd8, %rd4, %rd6;
+    ld.global.f32       %f1, [%rd7];
+    ld.global.f32       %f2, [%rd8];
+    ld.global.f32       %f3, [%rd4+-4];
+    ld.global.f32       %f4, [%rd4+4];
+    add.rn.f32          %f5, %f1, %f2;
+    add.rn.f32          %f6, %f3, %f4;
+    add.rn.f32          %f7, %f5, %f6;
+    mul.rn.f32          %f8, %f7, 0f3E800000;
+    st.global.f32       [%rd5], %f8;
+    bra.uni             DONE;
+
+BORDER:
+    ld.global.f32       %f9, [%rd4];
+    st.global.f32       [%rd5], %f9;
+
+DONE:
+    ret;
+}
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_declares_the_abi() {
+        check_ptx_abi().unwrap();
+        assert!(JACOBI_PTX.contains(".maxntid 256, 1, 1"));
+        assert!(!JACOBI_PTX.contains("fma"), "no fused multiply-add: results must match the CPU bit for bit");
+    }
+
+    #[test]
+    fn formula_and_border() {
+        assert_eq!(stencil_point(1.0, 2.0, 3.0, 4.0), 2.5);
+        assert!(is_border(0, 5, 10, 10) && is_border(9, 5, 10, 10) && is_border(5, 0, 10, 10));
+        assert!(is_border(5, 9, 10, 10) && !is_border(5, 5, 10, 10));
+        assert_eq!(workgroups(512, 256), [2, 256, 1]);
+        assert_eq!(workgroups(257, 3), [2, 3, 1]);
+    }
+}

@@ -1,0 +1,504 @@
+//! The `--trace` timeline: a [`tracing_subscriber::Layer`] that records the HAL's spans and events,
+//! and a writer of Chrome trace JSON (the `traceEvents` format that Perfetto and `chrome://tracing`
+//! open).
+//!
+//! What is recorded, with timestamps in microseconds since the recorder was made:
+//! - the HAL's spans `submit` (the calling thread, in `Queue`), `issue` (waits satisfied or covered
+//!   by device events: the work goes onto the queue's stream) and `complete` (the queue's completion
+//!   thread retires it and applies its signals), each with its fields `queue`, `action`, `op`, as
+//!   `"X"` events with `tid` = queue index, one process per span name;
+//! - semaphore values reached ([`crate::probe`] events) as `"C"` counter events, one track per
+//!   semaphore;
+//! - other HAL events (warnings, failures) as `"i"` instant events;
+//! - slices a caller adds with [`TraceRecorder::add_slice`] (`hal run` adds one per submission on
+//!   its queue's track in the "device queues" process).
+//!
+//! ```
+//! use tools::trace::TraceRecorder;
+//! let recorder = TraceRecorder::new();
+//! recorder.add_slice(0, "dispatch", std::time::Duration::ZERO, std::time::Duration::from_micros(5));
+//! let json = recorder.chrome_json();
+//! assert!(json.starts_with("{\"traceEvents\":["));
+//! ```
+
+use std::fmt::{self, Write as _};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record as SpanValues};
+use tracing::subscriber::Interest;
+use tracing::{Event, Metadata, Subscriber};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::probe::SEMAPHORE_TARGET;
+
+/// Process id of the per-submission slices a caller adds (and of the semaphore counters).
+pub const PID_QUEUES: u32 = 1;
+/// Process id of the `submit` spans.
+pub const PID_SUBMIT: u32 = 2;
+/// Process id of the `issue` spans.
+pub const PID_ISSUE: u32 = 3;
+/// Process id of the `complete` spans.
+pub const PID_COMPLETE: u32 = 4;
+/// Process id of everything else the HAL emits (events, spans of other names).
+pub const PID_OTHER: u32 = 5;
+/// The `tid` of spans and events that name no queue.
+pub const TID_NO_QUEUE: u64 = 1000;
+
+/// Everything one run recorded. Cheap to clone; clones share the records.
+#[derive(Clone)]
+pub struct TraceRecorder {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    epoch: Instant,
+    records: Mutex<Vec<Record>>,
+}
+
+/// One recorded thing.
+#[derive(Clone, Debug)]
+enum Record {
+    Slice { pid: u32, tid: u64, name: String, start: Duration, end: Duration, args: Vec<(&'static str, Value)> },
+    Counter { name: String, at: Duration, value: u64 },
+    Instant { pid: u32, tid: u64, name: String, at: Duration, args: Vec<(&'static str, Value)> },
+}
+
+/// A field value as it goes into `args`.
+#[derive(Clone, Debug)]
+enum Value {
+    Number(u64),
+    Text(String),
+}
+
+impl TraceRecorder {
+    /// An empty recorder; its epoch (time zero of the trace) is now.
+    pub fn new() -> Self {
+        TraceRecorder { inner: Arc::new(Inner { epoch: Instant::now(), records: Mutex::new(Vec::new()) }) }
+    }
+
+    /// Time zero of the trace.
+    pub fn epoch(&self) -> Instant {
+        self.inner.epoch
+    }
+
+    fn records(&self) -> MutexGuard<'_, Vec<Record>> {
+        // Pushes only: a poisoned lock still holds whole records.
+        self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Duration {
+        self.inner.epoch.elapsed()
+    }
+
+    /// Adds a slice `name` on queue `queue`'s track of the "device queues" process, from `start` to
+    /// `end` (times since [`epoch`](Self::epoch)).
+    pub fn add_slice(&self, queue: u64, name: &str, start: Duration, end: Duration) {
+        self.records().push(Record::Slice {
+            pid: PID_QUEUES,
+            tid: queue,
+            name: name.to_string(),
+            start,
+            end: end.max(start),
+            args: Vec::new(),
+        });
+    }
+
+    /// The layer to install on a `tracing_subscriber` registry.
+    pub fn layer(&self) -> ChromeLayer {
+        ChromeLayer { recorder: self.clone() }
+    }
+
+    /// Installs a registry with this recorder's layer as the process-wide `tracing` subscriber (the
+    /// HAL's completion and stream threads emit spans too, so a thread-local default would miss
+    /// them). Fails if a global subscriber is already set.
+    pub fn install_global(&self) -> Result<(), String> {
+        let subscriber = tracing_subscriber::registry().with(self.layer());
+        tracing::subscriber::set_global_default(subscriber)
+            .map_err(|e| format!("cannot install the trace recorder: {e}"))
+    }
+
+    /// How many spans named `name` were recorded on each queue, as (queue, count), by queue.
+    pub fn span_counts(&self, name: &str) -> Vec<(u64, usize)> {
+        let pid = pid_of_span(name);
+        let mut counts: Vec<(u64, usize)> = Vec::new();
+        for record in self.records().iter() {
+            if let Record::Slice { pid: p, tid, name: n, .. } = record
+                && *p == pid
+                && n == name
+            {
+                match counts.iter_mut().find(|(q, _)| q == tid) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((*tid, 1)),
+                }
+            }
+        }
+        counts.sort();
+        counts
+    }
+
+    /// The Chrome trace JSON of everything recorded so far, events in time order.
+    pub fn chrome_json(&self) -> String {
+        let mut records = self.records().clone();
+        records.sort_by_key(|r| match r {
+            Record::Slice { start, .. } => *start,
+            Record::Counter { at, .. } | Record::Instant { at, .. } => *at,
+        });
+        let mut out = String::with_capacity(64 + records.len() * 160);
+        out.push_str("{\"traceEvents\":[");
+        let mut first = true;
+        let mut sep = |out: &mut String| {
+            if !std::mem::take(&mut first) {
+                out.push(',');
+            }
+            out.push('\n');
+        };
+        for (pid, name) in [
+            (PID_QUEUES, "device queues (per submission: ready -> signal reached)"),
+            (PID_SUBMIT, "hal submit (calling thread)"),
+            (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
+            (PID_COMPLETE, "hal complete (completion thread applies signals)"),
+            (PID_OTHER, "hal events"),
+        ] {
+            sep(&mut out);
+            let _ = write!(
+                out,
+                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":{}}}}}",
+                Json(name)
+            );
+            sep(&mut out);
+            let _ = write!(
+                out,
+                "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"sort_index\":{pid}}}}}"
+            );
+        }
+        let mut threads: Vec<(u32, u64)> = Vec::new();
+        for record in &records {
+            match record {
+                Record::Slice { pid, tid, .. } | Record::Instant { pid, tid, .. } => {
+                    if !threads.contains(&(*pid, *tid)) {
+                        threads.push((*pid, *tid));
+                    }
+                }
+                Record::Counter { .. } => {}
+            }
+        }
+        threads.sort();
+        for (pid, tid) in threads {
+            let name = if tid == TID_NO_QUEUE { "no queue".to_string() } else { format!("queue {tid}") };
+            sep(&mut out);
+            let _ = write!(
+                out,
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
+                Json(&name)
+            );
+        }
+        for record in &records {
+            sep(&mut out);
+            match record {
+                Record::Slice { pid, tid, name, start, end, args } => {
+                    let _ = write!(
+                        out,
+                        "{{\"name\":{},\"cat\":\"hal\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":{}}}",
+                        Json(name),
+                        Micros(*start),
+                        Micros(end.saturating_sub(*start)),
+                        Args(args)
+                    );
+                }
+                Record::Counter { name, at, value } => {
+                    let _ = write!(
+                        out,
+                        "{{\"name\":{},\"cat\":\"semaphore\",\"ph\":\"C\",\"pid\":{PID_QUEUES},\"tid\":0,\"ts\":{},\"args\":{{\"value\":{value}}}}}",
+                        Json(name),
+                        Micros(*at)
+                    );
+                }
+                Record::Instant { pid, tid, name, at, args } => {
+                    let _ = write!(
+                        out,
+                        "{{\"name\":{},\"cat\":\"hal\",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":{}}}",
+                        Json(name),
+                        Micros(*at),
+                        Args(args)
+                    );
+                }
+            }
+        }
+        out.push_str("\n],\"displayTimeUnit\":\"ms\"}\n");
+        out
+    }
+
+    /// Writes [`chrome_json`](Self::chrome_json) to `path`.
+    pub fn write_chrome_json(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::write(path, self.chrome_json())
+    }
+}
+
+impl Default for TraceRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for TraceRecorder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TraceRecorder({} records)", self.records().len())
+    }
+}
+
+fn pid_of_span(name: &str) -> u32 {
+    match name {
+        "submit" => PID_SUBMIT,
+        "issue" => PID_ISSUE,
+        "complete" => PID_COMPLETE,
+        _ => PID_OTHER,
+    }
+}
+
+/// Whether a callsite is the HAL's (or the tools' own probes): everything else is ignored.
+fn wanted(metadata: &Metadata<'_>) -> bool {
+    let target = metadata.target();
+    target == "hal" || target.starts_with("hal::") || target.starts_with("driver_") || target == SEMAPHORE_TARGET
+}
+
+/// The layer: records spans and events into its [`TraceRecorder`].
+pub struct ChromeLayer {
+    recorder: TraceRecorder,
+}
+
+/// What the layer keeps in a span's extensions while it is open.
+struct OpenSpan {
+    fields: Fields,
+    entered: Option<Duration>,
+}
+
+/// The fields the HAL puts on its spans and events.
+#[derive(Default)]
+struct Fields {
+    queue: Option<u64>,
+    action: Option<u64>,
+    op: Option<String>,
+    semaphore: Option<u64>,
+    value: Option<u64>,
+    label: Option<String>,
+    message: Option<String>,
+    other: Vec<(&'static str, Value)>,
+}
+
+impl Fields {
+    fn args(&self) -> Vec<(&'static str, Value)> {
+        let mut args = Vec::new();
+        if let Some(action) = self.action {
+            args.push(("action", Value::Number(action)));
+        }
+        if let Some(op) = &self.op {
+            args.push(("op", Value::Text(op.clone())));
+        }
+        args.extend(self.other.iter().cloned());
+        args
+    }
+}
+
+impl Visit for Fields {
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        match field.name() {
+            "queue" => self.queue = Some(value),
+            "action" => self.action = Some(value),
+            "semaphore" => self.semaphore = Some(value),
+            "value" => self.value = Some(value),
+            name => self.other.push((name, Value::Number(value))),
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        match u64::try_from(value) {
+            Ok(value) => self.record_u64(field, value),
+            Err(_) => self.other.push((field.name(), Value::Text(value.to_string()))),
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        match field.name() {
+            "op" => self.op = Some(value.to_string()),
+            "label" => self.label = Some(value.to_string()),
+            "message" => self.message = Some(value.to_string()),
+            name => self.other.push((name, Value::Text(value.to_string()))),
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.record_str(field, &format!("{value:?}"));
+    }
+}
+
+impl<S> Layer<S> for ChromeLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        if wanted(metadata) { Interest::always() } else { Interest::never() }
+    }
+
+    fn enabled(&self, metadata: &Metadata<'_>, _ctx: Context<'_, S>) -> bool {
+        wanted(metadata)
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut fields = Fields::default();
+        attrs.record(&mut fields);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(OpenSpan { fields, entered: None });
+        }
+    }
+
+    fn on_record(&self, id: &Id, values: &SpanValues<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(open) = span.extensions_mut().get_mut::<OpenSpan>()
+        {
+            values.record(&mut open.fields);
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id)
+            && let Some(open) = span.extensions_mut().get_mut::<OpenSpan>()
+        {
+            open.entered.get_or_insert(self.recorder.now());
+        }
+    }
+
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let end = self.recorder.now();
+        let Some(span) = ctx.span(id) else { return };
+        let mut extensions = span.extensions_mut();
+        let Some(open) = extensions.get_mut::<OpenSpan>() else { return };
+        let Some(start) = open.entered.take() else { return };
+        let name = span.name();
+        let record = Record::Slice {
+            pid: pid_of_span(name),
+            tid: open.fields.queue.unwrap_or(TID_NO_QUEUE),
+            name: name.to_string(),
+            start,
+            end,
+            args: open.fields.args(),
+        };
+        drop(extensions);
+        self.recorder.records().push(record);
+    }
+
+    fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
+        let at = self.recorder.now();
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let record = match (fields.semaphore, fields.value) {
+            (Some(semaphore), Some(value)) => {
+                let name = match &fields.label {
+                    Some(label) => format!("{label} (semaphore {semaphore})"),
+                    None => format!("semaphore {semaphore}"),
+                };
+                Record::Counter { name, at, value }
+            }
+            _ => {
+                let mut args = fields.args();
+                args.push(("level", Value::Text(event.metadata().level().to_string())));
+                if let Some(semaphore) = fields.semaphore {
+                    args.push(("semaphore", Value::Number(semaphore)));
+                }
+                if let Some(label) = &fields.label {
+                    args.push(("label", Value::Text(label.clone())));
+                }
+                let name = fields.message.clone().unwrap_or_else(|| event.metadata().name().to_string());
+                Record::Instant { pid: PID_OTHER, tid: fields.queue.unwrap_or(TID_NO_QUEUE), name, at, args }
+            }
+        };
+        self.recorder.records().push(record);
+    }
+}
+
+/// A string as a JSON string literal.
+struct Json<'a>(&'a str);
+
+impl fmt::Display for Json<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_char('"')?;
+        for c in self.0.chars() {
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        f.write_char('"')
+    }
+}
+
+/// A duration as microseconds with nanosecond precision (the unit of `ts` and `dur`).
+struct Micros(Duration);
+
+impl fmt::Display for Micros {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let nanos = self.0.as_nanos();
+        write!(f, "{}.{:03}", nanos / 1000, nanos % 1000)
+    }
+}
+
+/// An `args` object.
+struct Args<'a>(&'a [(&'static str, Value)]);
+
+impl fmt::Display for Args<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_char('{')?;
+        for (i, (name, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_char(',')?;
+            }
+            match value {
+                Value::Number(n) => write!(f, "{}:{n}", Json(name))?,
+                Value::Text(s) => write!(f, "{}:{}", Json(name), Json(s))?,
+            }
+        }
+        f.write_char('}')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(Json("a\"b\\c\nd\u{1}").to_string(), "\"a\\\"b\\\\c\\nd\\u0001\"");
+        assert_eq!(Micros(Duration::from_nanos(1_234_567)).to_string(), "1234.567");
+    }
+
+    #[test]
+    fn records_hal_spans_and_probe_counters_with_a_scoped_subscriber() {
+        let recorder = TraceRecorder::new();
+        let subscriber = tracing_subscriber::registry().with(recorder.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            {
+                let _span = tracing::trace_span!(target: "hal::queue", "submit", queue = 1u64, op = "copy").entered();
+            }
+            tracing::trace!(target: SEMAPHORE_TARGET, semaphore = 7u64, label = "q0", value = 3u64);
+            tracing::warn!(target: "hal::scheduler", queue = 0u64, "issue failed");
+            tracing::info!(target: "elsewhere", "ignored");
+        });
+        assert_eq!(recorder.span_counts("submit"), vec![(1, 1)]);
+        let json = recorder.chrome_json();
+        assert!(json.contains("\"name\":\"submit\",\"cat\":\"hal\",\"ph\":\"X\",\"pid\":2,\"tid\":1"), "{json}");
+        assert!(json.contains("\"op\":\"copy\""), "{json}");
+        assert!(json.contains("\"name\":\"q0 (semaphore 7)\",\"cat\":\"semaphore\",\"ph\":\"C\""), "{json}");
+        assert!(json.contains("\"args\":{\"value\":3}"), "{json}");
+        assert!(json.contains("\"name\":\"issue failed\""), "{json}");
+        assert!(!json.contains("ignored"), "{json}");
+    }
+}
