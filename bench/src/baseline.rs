@@ -19,6 +19,11 @@ impl Counter {
         self.changed.notify_all();
     }
 
+    fn add(&self, amount: u64) {
+        *self.value.lock().unwrap() += amount;
+        self.changed.notify_all();
+    }
+
     fn wait_for(&self, value: u64) {
         let mut v = self.value.lock().unwrap();
         while *v < value {
@@ -114,6 +119,35 @@ pub fn ping_pong(ops: u64) -> Duration {
     elapsed
 }
 
+/// `rounds` of fan-out/fan-in in lockstep: the calling thread publishes a round, each of
+/// `consumers` threads waits for it and reports back, and the calling thread waits for all of them
+/// (one producer, K consumers, one joiner, through mutex+condvar counters).
+pub fn fan_out_in(consumers: usize, rounds: u64) -> Duration {
+    let produced = Arc::new(Counter::default());
+    let consumed = Arc::new(Counter::default());
+    let threads: Vec<_> = (0..consumers)
+        .map(|_| {
+            let (produced, consumed) = (produced.clone(), consumed.clone());
+            thread::spawn(move || {
+                for r in 1..=rounds {
+                    produced.wait_for(r);
+                    consumed.add(1);
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    for r in 1..=rounds {
+        produced.set(r);
+        consumed.wait_for(r * consumers as u64);
+    }
+    let elapsed = start.elapsed();
+    for t in threads {
+        let _ = t.join();
+    }
+    elapsed
+}
+
 /// Hand one job to a worker thread and wait for it, `ops` times (a host round trip).
 pub fn round_trip(ops: u64) -> Duration {
     let worker = Worker::start();
@@ -206,5 +240,6 @@ mod tests {
         assert!(round_trip(10) > Duration::ZERO);
         assert!(round_trip_mpsc(10) > Duration::ZERO);
         assert!(wait_any_64(10) > Duration::ZERO);
+        assert!(fan_out_in(3, 10) > Duration::ZERO);
     }
 }

@@ -1,5 +1,7 @@
 //! `bench`: the HAL's workloads on any driver, each beside a baseline measured in the same run, as
-//! a table of ratios (and JSON, and an SVG plot).
+//! a table of ratios (and JSON, and an SVG plot). On CUDA the baselines are the same patterns issued
+//! straight through cudarc ([`cuda_baseline`]) and each ratio is shown beside its target; on cpu-sim
+//! they are host hand-offs through `Mutex` + `Condvar` ([`baseline`]).
 //!
 //! ```no_run
 //! let device = driver_cpu_sim::create_device().unwrap();
@@ -9,6 +11,7 @@
 //! ```
 
 pub mod baseline;
+pub mod cuda_baseline;
 pub mod report;
 pub mod stats;
 pub mod workloads;

@@ -4,13 +4,16 @@ use std::fmt::Write;
 
 use crate::workloads::Row;
 
-/// A fixed-width table: workload, HAL median (p10-p90), baseline median, ratio.
+/// A fixed-width table: workload, unit, HAL median (p10-p90), baseline median and what it is, ratio,
+/// and the target where the row has one (`ok` or `MISSED`).
 pub fn table(rows: &[Row]) -> String {
+    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).max(8);
+    let base_w = rows.iter().filter_map(|r| r.baseline.as_ref().map(|(n, _)| n.len())).max().unwrap_or(11).max(11);
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<46} {:>22} {:>10}  {:<30} {:>7}",
-        "workload", "hal median (p10-p90)", "baseline", "baseline is", "ratio"
+        "{:<name_w$}  {:<13} {:>24} {:>10}  {:<base_w$} {:>7}  target",
+        "workload", "unit", "hal median (p10-p90)", "baseline", "baseline is", "ratio"
     );
     for row in rows {
         let hal = format!("{:.2} ({:.2}-{:.2})", row.hal.median(), row.hal.p10(), row.hal.p90());
@@ -19,11 +22,31 @@ pub fn table(rows: &[Row]) -> String {
             None => ("-".to_string(), "-"),
         };
         let ratio = row.ratio().map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".to_string());
-        let _ = writeln!(out, "{:<46} {:>22} {:>10}  {:<30} {:>7}", row.name, hal, base, base_name, ratio);
+        let _ = writeln!(
+            out,
+            "{:<name_w$}  {:<13} {:>24} {:>10}  {:<base_w$} {:>7}  {}",
+            row.name,
+            row.unit,
+            hal,
+            base,
+            base_name,
+            ratio,
+            target_text(row)
+        );
     }
     let _ =
-        write!(out, "(times in {} unless the workload says otherwise)", rows.first().map(|r| r.unit).unwrap_or("us"));
+        write!(out, "(medians of {} trials, microseconds per unit)", rows.first().map_or(0, |r| r.hal.us_per_op.len()));
     out
+}
+
+/// `<= 1.25x ok`, `<= 1.25x MISSED`, or empty without a target.
+pub fn target_text(row: &Row) -> String {
+    match (row.target, row.meets_target()) {
+        (Some(target), Some(true)) => format!("<= {target:.2}x ok"),
+        (Some(target), Some(false)) => format!("<= {target:.2}x MISSED"),
+        (Some(target), None) => format!("<= {target:.2}x (no baseline)"),
+        (None, _) => String::new(),
+    }
 }
 
 fn json_str(s: &str) -> String {
@@ -69,6 +92,12 @@ pub fn json(device: &str, rows: &[Row], extra: &[(String, String)]) -> String {
                 row.hal.median() / b.median()
             );
         }
+        if let Some(target) = row.target {
+            let _ = write!(out, ", \"target\": {target:.2}");
+            if let Some(met) = row.meets_target() {
+                let _ = write!(out, ", \"meets_target\": {met}");
+            }
+        }
         out.push('}');
         out.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
     }
@@ -78,10 +107,10 @@ pub fn json(device: &str, rows: &[Row], extra: &[(String, String)]) -> String {
 
 /// A horizontal bar chart (log scale) of HAL medians beside baseline medians.
 pub fn svg(title: &str, rows: &[Row]) -> String {
-    let row_h = 34.0;
-    let left = 330.0;
-    let width = 900.0;
-    let plot_w = width - left - 90.0;
+    let row_h = 38.0;
+    let left = 400.0;
+    let width = 1100.0;
+    let plot_w = width - left - 200.0;
     let height = 60.0 + row_h * rows.len() as f64 + 30.0;
     let max = rows
         .iter()
@@ -103,9 +132,32 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
         left + 200.0,
         left + 216.0
     );
+    let _ = writeln!(out, r#"<text x="{}" y="41">ratio (target)</text>"#, width - 190.0);
     for (i, row) in rows.iter().enumerate() {
         let y = 55.0 + row_h * i as f64;
-        let _ = writeln!(out, r#"<text x="10" y="{}">{}</text>"#, y + 16.0, xml(&row.name));
+        let _ = writeln!(out, r#"<text x="10" y="{}">{}</text>"#, y + 12.0, xml(&row.name));
+        if let Some((name, _)) = &row.baseline {
+            let _ = writeln!(
+                out,
+                r##"<text x="10" y="{}" font-size="10" fill="#666666">vs {}</text>"##,
+                y + 25.0,
+                xml(name)
+            );
+        }
+        if let Some(ratio) = row.ratio() {
+            let color = match row.meets_target() {
+                Some(false) => "#b00020",
+                Some(true) => "#1b7f3b",
+                None => "#000000",
+            };
+            let _ = writeln!(
+                out,
+                r##"<text x="{}" y="{}" fill="{color}">{ratio:.2}x {}</text>"##,
+                width - 190.0,
+                y + 17.0,
+                xml(&target_text(row))
+            );
+        }
         let h = row.hal.median();
         let _ = writeln!(
             out,

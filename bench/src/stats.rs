@@ -20,6 +20,24 @@ impl Samples {
         Samples { us_per_op }
     }
 
+    /// Like [`Samples::collect`] for a trial that can fail: the first error ends the run and is
+    /// returned.
+    pub fn try_collect<E>(
+        warmup: usize,
+        trials: usize,
+        ops: u64,
+        mut trial: impl FnMut(u64) -> Result<Duration, E>,
+    ) -> Result<Samples, E> {
+        for _ in 0..warmup {
+            trial(ops)?;
+        }
+        let mut us_per_op = Vec::with_capacity(trials);
+        for _ in 0..trials {
+            us_per_op.push(trial(ops)?.as_secs_f64() * 1e6 / ops as f64);
+        }
+        Ok(Samples { us_per_op })
+    }
+
     /// Like `collect`, for a trial that times itself per operation (e.g. only the latency part).
     pub fn from_values(values: Vec<f64>) -> Samples {
         Samples { us_per_op: values }

@@ -1,17 +1,20 @@
-//! The workloads, each run on a HAL device, with the host baseline it is judged against.
+//! The workloads, each run on a HAL device, with the baseline it is judged against: on CUDA the same
+//! pattern through cudarc's `sys` layer ([`crate::cuda_baseline`]), elsewhere (and for the
+//! semaphore-only workloads) the same hand-off between host threads ([`crate::baseline`]).
 
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use hal::{
-    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Executable,
+    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Error, Executable,
     ExecutableFormat, ExecutableSource, NativeEntryPoint, NativeInvocation, Result, Semaphore, SemaphoreValue as SV,
     Timeout, WaitMode,
 };
 
 use crate::baseline;
-use crate::stats::{Samples, time};
+use crate::cuda_baseline::RawCuda;
+use crate::stats::Samples;
 
 /// How much work each workload does.
 #[derive(Clone, Copy, Debug)]
@@ -49,16 +52,56 @@ pub struct Row {
     pub hal: Samples,
     /// The baseline's name and times.
     pub baseline: Option<(&'static str, Samples)>,
+    /// The most the ratio may be (the CUDA driver's targets, issue 6), where one is set.
+    pub target: Option<f64>,
 }
 
 impl Row {
+    /// A row without a target.
+    pub fn new(
+        name: impl Into<String>,
+        unit: &'static str,
+        hal: Samples,
+        baseline: Option<(&'static str, Samples)>,
+    ) -> Self {
+        Row { name: name.into(), unit, hal, baseline, target: None }
+    }
+
+    /// The same row with `target` as the most its ratio may be.
+    pub fn with_target(mut self, target: Option<f64>) -> Self {
+        self.target = target;
+        self
+    }
+
     /// HAL median over baseline median.
     pub fn ratio(&self) -> Option<f64> {
         self.baseline.as_ref().map(|(_, b)| self.hal.median() / b.median())
     }
+
+    /// Whether the ratio is within the target (`None` without a target or a baseline).
+    pub fn meets_target(&self) -> Option<bool> {
+        Some(self.ratio()? <= self.target?)
+    }
 }
 
-/// PTX of the `touch` kernel (one binding, one constant): writes the constant to word 0.
+/// The CUDA driver's targets (issue 6): the most each HAL workload may cost as a multiple of its
+/// raw-CUDA baseline measured in the same run.
+pub mod targets {
+    /// Dependent chain of single-dispatch executes vs launch + `cuEventRecord`.
+    pub const CHAIN: f64 = 1.25;
+    /// Cross-queue ping-pong hop vs launch, record, other stream waits.
+    pub const PING_PONG: f64 = 1.3;
+    /// Host wait round trip vs launch + `cuStreamSynchronize`.
+    pub const ROUND_TRIP: f64 = 1.5;
+    /// Ten-dispatch command buffer vs a raw ten-kernel graph launch.
+    pub const TEN_DISPATCH_GRAPH: f64 = 1.2;
+    /// `queue_alloca` + `queue_dealloca` vs `cuMemAllocAsync` + `cuMemFreeAsync`.
+    pub const ALLOCA: f64 = 1.3;
+}
+
+/// PTX of the `touch` kernel (one binding, one constant): writes the constant to word 0. The HAL
+/// workloads on CUDA and the raw-CUDA baselines ([`crate::cuda_baseline`]) load this same text, so
+/// both sides launch the identical kernel (one block of one thread).
 pub const TOUCH_PTX: &str = r#".version 7.0
 .target sm_80
 .address_size 64
@@ -87,7 +130,7 @@ pub struct Env {
 fn touch_source(driver: &str) -> ExecutableSource {
     let info = EntryPointInfo::new("touch", 1, 1, 1);
     match driver {
-        "cuda" => ExecutableSource::Bytes {
+        driver_cuda::DRIVER_NAME => ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(TOUCH_PTX.as_bytes()),
             entry_points: vec![info],
@@ -125,141 +168,205 @@ impl Env {
         Ok(cb)
     }
 
-    fn semaphore(&self) -> Semaphore {
-        self.device.create_semaphore(0).expect("semaphore")
+    fn semaphore(&self) -> Result<Semaphore> {
+        self.device.create_semaphore(0)
     }
 }
 
+/// The deadline of waits that are not themselves measured as "no deadline".
 const LONG: Timeout = Timeout::After(Duration::from_secs(60));
 
+/// Kernels per command buffer (and per raw graph) of the command-buffer workloads.
+pub const GRAPH_SIZES: [usize; 3] = [1, 10, 100];
+
+/// Size of each `queue_alloca` (and raw stream-ordered allocation).
+pub const ALLOCA_BYTES: u64 = 4096;
+
+/// How long a run of submissions took: until the last one completed, and in the submitting calls
+/// alone (the rest is the device, or the host path, catching up).
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    /// From the first submission until the last one's signal was observed.
+    pub total: Duration,
+    /// From the first submission until the last submitting call returned.
+    pub submit: Duration,
+}
+
 /// N executes of `cb` on queue 0, each waiting on value i and signalling i+1.
-pub fn chain(env: &Env, cb: &CommandBuffer, ops: u64) -> Duration {
-    let q = env.device.queue(0).expect("queue 0");
-    let s = env.semaphore();
-    time(|| {
-        for i in 0..ops {
-            q.execute(&[SV::new(&s, i)], cb, &[SV::new(&s, i + 1)]).expect("execute");
-        }
-        s.wait(ops, LONG).expect("chain wait");
-    })
+pub fn chain(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Timing> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        q.execute(&[SV::new(&s, i)], cb, &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
 }
 
 /// N executes of `cb` with no waits (throughput).
-pub fn independent(env: &Env, cb: &CommandBuffer, ops: u64) -> Duration {
-    let q = env.device.queue(0).expect("queue 0");
-    let s = env.semaphore();
-    time(|| {
-        for i in 0..ops {
-            q.execute(&[], cb, &[SV::new(&s, i + 1)]).expect("execute");
-        }
-        s.wait(ops, LONG).expect("independent wait");
-    })
+pub fn independent(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Timing> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        q.execute(&[], cb, &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
 }
 
-/// A dependent chain alternating between queues 0 and 1: every hop crosses queues.
-pub fn ping_pong(env: &Env, ops: u64) -> Duration {
-    let queues = [env.device.queue(0).expect("queue 0"), env.device.queue(1).expect("queue 1")];
-    let s = env.semaphore();
-    time(|| {
-        for i in 0..ops {
-            queues[(i % 2) as usize].execute(&[SV::new(&s, i)], &env.empty, &[SV::new(&s, i + 1)]).expect("execute");
-        }
-        s.wait(ops, LONG).expect("ping-pong wait");
-    })
+/// A dependent chain of executes of `cb` alternating between queues 0 and 1: every hop crosses
+/// queues.
+pub fn ping_pong(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Timing> {
+    let queues = [env.device.queue(0)?, env.device.queue(1)?];
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        queues[(i % 2) as usize].execute(&[SV::new(&s, i)], cb, &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
 }
 
-/// Submit, then wait on the host, N times; also returns the CPU time the host thread burned.
-pub fn round_trip(env: &Env, cb: &CommandBuffer, ops: u64) -> (Duration, Option<Duration>) {
-    let q = env.device.queue(0).expect("queue 0");
-    let s = env.semaphore();
+/// `rounds` of fan-out/fan-in: a producer execute on queue 0, one consumer execute on each of
+/// queues 1..=`consumers` waiting on it, and a joiner on queue 0 waiting on every consumer; the
+/// next round's producer waits on the joiner.
+pub fn fan_out_in(env: &Env, cb: &CommandBuffer, consumers: usize, rounds: u64) -> Result<Timing> {
+    let q0 = env.device.queue(0)?;
+    let queues = (1..=consumers).map(|k| env.device.queue(k)).collect::<Result<Vec<_>>>()?;
+    let (produced, joined) = (env.semaphore()?, env.semaphore()?);
+    let consumed = (0..consumers).map(|_| env.semaphore()).collect::<Result<Vec<_>>>()?;
+    let mut joins: Vec<SV> = Vec::with_capacity(consumers);
+    let start = Instant::now();
+    for r in 1..=rounds {
+        q0.execute(&[SV::new(&joined, r - 1)], cb, &[SV::new(&produced, r)])?;
+        for (q, c) in queues.iter().zip(&consumed) {
+            q.execute(&[SV::new(&produced, r)], cb, &[SV::new(c, r)])?;
+        }
+        joins.clear();
+        joins.extend(consumed.iter().map(|c| SV::new(c, r)));
+        q0.execute(&joins, cb, &[SV::new(&joined, r)])?;
+    }
+    let submit = start.elapsed();
+    joined.wait(rounds, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
+}
+
+/// Submit `cb`, then wait on the host with `timeout`, N times; also returns the CPU time the host
+/// thread burned. (`Timeout::Infinite` lets a driver wait on its device event on the waiting
+/// thread; a finite deadline waits for the driver's completion path.)
+pub fn round_trip(env: &Env, cb: &CommandBuffer, timeout: Timeout, ops: u64) -> Result<(Duration, Option<Duration>)> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
     let cpu_before = thread_cpu_time();
-    let wall = time(|| {
-        for i in 0..ops {
-            q.execute(&[], cb, &[SV::new(&s, i + 1)]).expect("execute");
-            s.wait(i + 1, LONG).expect("round-trip wait");
-        }
-    });
+    let start = Instant::now();
+    for i in 0..ops {
+        q.execute(&[], cb, &[SV::new(&s, i + 1)])?;
+        s.wait(i + 1, timeout)?;
+    }
+    let wall = start.elapsed();
     let cpu = cpu_before.and_then(|before| thread_cpu_time().map(|after| after.saturating_sub(before)));
-    (wall, cpu)
+    Ok((wall, cpu))
 }
 
-/// Work submitted against a value the host signals later: time from the host's signal to the
-/// work's completion being visible, averaged per release.
-pub fn deferred_release(env: &Env, ops: u64) -> Duration {
-    let q = env.device.queue(0).expect("queue 0");
+/// Work (`cb`) submitted against a value the host signals later: time from the host's signal to
+/// the work's completion being visible (a wait with no deadline), summed over the releases.
+pub fn deferred_release(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Duration> {
+    let q = env.device.queue(0)?;
     let gate = Semaphore::new(0);
-    let done = env.semaphore();
+    let done = env.semaphore()?;
     let mut total = Duration::ZERO;
     for i in 1..=ops {
-        q.execute(&[SV::new(&gate, i)], &env.empty, &[SV::new(&done, i)]).expect("execute");
+        q.execute(&[SV::new(&gate, i)], cb, &[SV::new(&done, i)])?;
         let start = Instant::now();
-        gate.signal(i).expect("gate signal");
-        done.wait(i, LONG).expect("release wait");
+        gate.signal(i)?;
+        done.wait(i, Timeout::Infinite)?;
         total += start.elapsed();
     }
-    total
+    Ok(total)
 }
 
-/// `queue_alloca` + `queue_dealloca` pairs, chained on one semaphore.
-pub fn alloca_dealloca(env: &Env, ops: u64) -> Duration {
-    let q = env.device.queue(0).expect("queue 0");
-    let s = env.semaphore();
-    time(|| {
-        for i in 0..ops {
-            let b = q
-                .alloca(&[SV::new(&s, 2 * i)], BufferParams::device_local(), 4096, &[SV::new(&s, 2 * i + 1)])
-                .expect("alloca");
-            q.dealloca(&[SV::new(&s, 2 * i + 1)], &b, &[SV::new(&s, 2 * i + 2)]).expect("dealloca");
-        }
-        s.wait(2 * ops, LONG).expect("alloca wait");
-    })
+/// `queue_alloca` + `queue_dealloca` pairs of `size` bytes, chained on one semaphore.
+pub fn alloca_dealloca(env: &Env, size: u64, ops: u64) -> Result<Timing> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        let b = q.alloca(&[SV::new(&s, 2 * i)], BufferParams::device_local(), size, &[SV::new(&s, 2 * i + 1)])?;
+        q.dealloca(&[SV::new(&s, 2 * i + 1)], &b, &[SV::new(&s, 2 * i + 2)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(2 * ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
+}
+
+/// Joins a helper thread, turning its panic into an error.
+fn join(handle: thread::JoinHandle<Result<()>>) -> Result<()> {
+    handle.join().unwrap_or_else(|_| Err(Error::internal("bench helper thread panicked")))
 }
 
 /// Host signal/wait ping-pong between two threads on two semaphores.
-pub fn semaphore_ping_pong(ops: u64) -> Duration {
+pub fn semaphore_ping_pong(ops: u64) -> Result<Duration> {
     let a = Semaphore::new(0);
     let b = Semaphore::new(0);
     let other = {
         let (a, b) = (a.clone(), b.clone());
-        thread::spawn(move || {
+        thread::spawn(move || -> Result<()> {
             for i in 1..=ops {
-                a.wait(i, LONG).expect("ping");
-                b.signal(i).expect("pong");
+                a.wait(i, LONG)?;
+                b.signal(i)?;
             }
+            Ok(())
         })
     };
-    let elapsed = time(|| {
-        for i in 1..=ops {
-            a.signal(i).expect("ping");
-            b.wait(i, LONG).expect("pong");
-        }
+    let start = Instant::now();
+    let mine = (1..=ops).try_for_each(|i| {
+        a.signal(i)?;
+        b.wait(i, LONG)
     });
-    let _ = other.join();
-    elapsed / 2
+    let elapsed = start.elapsed();
+    if let Err(e) = &mine {
+        // Wake the other thread at once instead of letting it time out.
+        a.fail(e.clone());
+    }
+    let theirs = join(other);
+    mine?;
+    theirs?;
+    Ok(elapsed / 2)
 }
 
 /// Wait-any over 64 semaphores, one of which another thread signals each round.
-pub fn wait_any_64(ops: u64) -> Duration {
+pub fn wait_any_64(ops: u64) -> Result<Duration> {
     let sems: Vec<Semaphore> = (0..64).map(|_| Semaphore::new(0)).collect();
     let ack = Semaphore::new(0);
     let signaller = {
         let (sems, ack) = (sems.clone(), ack.clone());
-        thread::spawn(move || {
+        thread::spawn(move || -> Result<()> {
             for i in 1..=ops {
-                sems[(i as usize * 7) % 64].signal(i).expect("signal");
-                ack.wait(i, LONG).expect("ack");
+                sems[(i as usize * 7) % 64].signal(i)?;
+                ack.wait(i, LONG)?;
             }
+            Ok(())
         })
     };
-    let elapsed = time(|| {
-        for i in 1..=ops {
-            let list: Vec<SV> = sems.iter().map(|s| SV::new(s, i)).collect();
-            hal::wait_semaphores(WaitMode::Any, &list, LONG).expect("wait-any");
-            ack.signal(i).expect("ack");
-        }
+    let start = Instant::now();
+    let mine = (1..=ops).try_for_each(|i| {
+        let list: Vec<SV> = sems.iter().map(|s| SV::new(s, i)).collect();
+        hal::wait_semaphores(WaitMode::Any, &list, LONG)?;
+        ack.signal(i)
     });
-    let _ = signaller.join();
-    elapsed
+    let elapsed = start.elapsed();
+    if let Err(e) = &mine {
+        ack.fail(e.clone());
+    }
+    let theirs = join(signaller);
+    mine?;
+    theirs?;
+    Ok(elapsed)
 }
 
 /// CPU time of the calling thread, from `/proc/thread-self/schedstat` (Linux); `None` elsewhere.
@@ -269,106 +376,228 @@ fn thread_cpu_time() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
-/// Runs every workload on `env` and returns the rows.
+/// Which baselines a run pairs the HAL rows with.
+enum Baselines {
+    /// Host hand-offs (`Mutex` + `Condvar`, `mpsc`, the global allocator): cpu-sim.
+    Host,
+    /// The same patterns through cudarc's `sys` layer (semaphore-only rows keep host baselines).
+    Cuda(RawCuda),
+}
+
+/// Warm-up and trial counts, shared by every row.
+#[derive(Clone, Copy)]
+struct Trials {
+    warmup: usize,
+    trials: usize,
+}
+
+impl Trials {
+    fn hal(self, ops: u64, trial: impl FnMut(u64) -> Result<Duration>) -> Result<Samples> {
+        Samples::try_collect(self.warmup, self.trials, ops, trial)
+    }
+
+    /// Like `hal` for a workload that also reports its submitting time: the samples of the total,
+    /// and a note with the median submitting time per operation.
+    fn hal_split(self, ops: u64, mut trial: impl FnMut(u64) -> Result<Timing>) -> Result<(Samples, String)> {
+        let mut submit = Vec::new();
+        let samples = Samples::try_collect(self.warmup, self.trials, ops, |ops| {
+            let timing = trial(ops)?;
+            submit.push(timing.submit.as_secs_f64() * 1e6 / ops as f64);
+            Ok(timing.total)
+        })?;
+        let submit = Samples::from_values(submit.split_off(self.warmup.min(submit.len())));
+        Ok((samples, format!(" (submit {:.2})", submit.median())))
+    }
+
+    fn host(self, name: &'static str, ops: u64, trial: impl FnMut(u64) -> Duration) -> Option<(&'static str, Samples)> {
+        Some((name, Samples::collect(self.warmup, self.trials, ops, trial)))
+    }
+
+    fn cuda(
+        self,
+        name: &'static str,
+        ops: u64,
+        trial: impl FnMut(u64) -> Result<Duration>,
+    ) -> Result<Option<(&'static str, Samples)>> {
+        Ok(Some((name, Samples::try_collect(self.warmup, self.trials, ops, trial)?)))
+    }
+}
+
+/// Runs every workload on `env` and returns the rows. On the CUDA driver each HAL row is paired
+/// with its raw-CUDA baseline ([`crate::cuda_baseline`]) and carries its target (see [`targets`]);
+/// on other drivers, and for the semaphore-only rows, with a host hand-off ([`baseline`]).
 pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Result<Vec<Row>> {
+    let info = env.device.info();
+    let baselines = if info.driver == driver_cuda::DRIVER_NAME {
+        Baselines::Cuda(RawCuda::new(info.ordinal, info.queue_count.max(2), &GRAPH_SIZES)?)
+    } else {
+        Baselines::Host
+    };
+    let cuda = |target: f64| match baselines {
+        Baselines::Cuda(_) => Some(target),
+        Baselines::Host => None,
+    };
     let mut rows = Vec::new();
     let one = env.dispatches(1)?;
-    let (w, t, n, rt) = (sizes.warmup, sizes.trials, sizes.ops, sizes.round_trips);
+    let tr = Trials { warmup: sizes.warmup, trials: sizes.trials };
+    let (n, rt) = (sizes.ops, sizes.round_trips);
 
     progress("dependent chain");
-    rows.push(Row {
-        name: "dependent chain, empty execute".into(),
-        unit: "us/submission",
-        hal: Samples::collect(w, t, n, |ops| chain(env, &env.empty, ops)),
-        baseline: Some(("mutex+condvar worker FIFO", Samples::collect(w, t, n, baseline::chain))),
-    });
-    rows.push(Row {
-        name: "dependent chain, 1 dispatch".into(),
-        unit: "us/submission",
-        hal: Samples::collect(w, t, n, |ops| chain(env, &one, ops)),
-        baseline: Some(("mutex+condvar worker FIFO", Samples::collect(w, t, n, baseline::chain))),
-    });
-    progress("independent stream");
-    rows.push(Row {
-        name: "independent submissions, 1 dispatch".into(),
-        unit: "us/submission",
-        hal: Samples::collect(w, t, n, |ops| independent(env, &one, ops)),
-        baseline: Some(("mutex+condvar worker FIFO", Samples::collect(w, t, n, baseline::chain))),
-    });
-    progress("cross-queue ping-pong");
-    rows.push(Row {
-        name: "cross-queue ping-pong hop".into(),
-        unit: "us/hop",
-        hal: Samples::collect(w, t, n, |ops| ping_pong(env, ops)),
-        baseline: Some(("mutex+condvar two threads", Samples::collect(w, t, n, baseline::ping_pong))),
-    });
-    progress("host round trip");
-    let mut cpu_share = Vec::new();
-    let hal_rt = Samples::collect(w, t, rt, |ops| {
-        let (wall, cpu) = round_trip(env, &one, ops);
-        if let Some(cpu) = cpu {
-            cpu_share.push(cpu.as_secs_f64() / wall.as_secs_f64());
-        }
-        wall
-    });
-    let cpu_note = if cpu_share.is_empty() {
-        String::new()
-    } else {
-        cpu_share.sort_by(|a, b| a.total_cmp(b));
-        format!(" (waiter CPU {:.0}%)", cpu_share[cpu_share.len() / 2] * 100.0)
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("cuEventRecord per op, one stream", n, |ops| raw.record_chain(ops))?,
+        Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
     };
-    rows.push(Row {
-        name: format!("host round trip, 1 dispatch{cpu_note}"),
-        unit: "us/round trip",
-        hal: hal_rt,
-        baseline: Some(("mutex+condvar round trip", Samples::collect(w, t, rt, baseline::round_trip))),
-    });
-    rows.push(Row {
-        name: "host round trip, mpsc baseline".into(),
-        unit: "us/round trip",
-        hal: Samples::collect(w, t, rt, |ops| round_trip(env, &one, ops).0),
-        baseline: Some(("std mpsc round trip", Samples::collect(w, t, rt, baseline::round_trip_mpsc))),
-    });
+    let (hal, note) = tr.hal_split(n, |ops| chain(env, &env.empty, ops))?;
+    rows.push(Row::new(format!("dependent chain, empty execute{note}"), "us/submission", hal, base));
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("launch + cuEventRecord, one stream", n, |ops| raw.launch_record_chain(ops))?,
+        Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
+    };
+    let (hal, note) = tr.hal_split(n, |ops| chain(env, &one, ops))?;
+    rows.push(
+        Row::new(format!("dependent chain, 1 dispatch{note}"), "us/submission", hal, base)
+            .with_target(cuda(targets::CHAIN)),
+    );
+
+    progress("independent stream");
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("cuLaunchKernel per op, one stream", n, |ops| raw.launches(ops))?,
+        Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
+    };
+    let (hal, note) = tr.hal_split(n, |ops| independent(env, &one, ops))?;
+    rows.push(Row::new(format!("independent submissions, 1 dispatch{note}"), "us/submission", hal, base));
+
+    progress("cross-queue ping-pong");
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("launch, record, other stream waits", n, |ops| raw.ping_pong(ops))?,
+        Baselines::Host => tr.host("mutex+condvar two threads", n, baseline::ping_pong),
+    };
+    let (hal, note) = tr.hal_split(n, |ops| ping_pong(env, &one, ops))?;
+    rows.push(
+        Row::new(format!("cross-queue ping-pong hop, 1 dispatch{note}"), "us/hop", hal, base)
+            .with_target(cuda(targets::PING_PONG)),
+    );
+
+    let consumers = info.queue_count.saturating_sub(1).min(7);
+    if consumers > 0 {
+        progress("fan-out/fan-in");
+        let rounds = (n / 4).max(50);
+        let base = match &baselines {
+            Baselines::Cuda(raw) => {
+                tr.cuda("record; streams wait, launch, record; join", rounds, |r| raw.fan_out_in(consumers, r))?
+            }
+            Baselines::Host => {
+                tr.host("mutex+condvar threads, lockstep", rounds, |r| baseline::fan_out_in(consumers, r))
+            }
+        };
+        let (hal, note) = tr.hal_split(rounds, |r| fan_out_in(env, &one, consumers, r))?;
+        rows.push(Row::new(format!("fan-out/fan-in 1->{consumers}->1, 1 dispatch each{note}"), "us/round", hal, base));
+    }
+
+    progress("host round trip");
+    for (timeout, label) in [(Timeout::Infinite, "no deadline"), (LONG, "60 s deadline")] {
+        let mut cpu_share = Vec::new();
+        let hal_rt = tr.hal(rt, |ops| {
+            let (wall, cpu) = round_trip(env, &one, timeout, ops)?;
+            if let Some(cpu) = cpu {
+                cpu_share.push(cpu.as_secs_f64() / wall.as_secs_f64());
+            }
+            Ok(wall)
+        })?;
+        let cpu_note = if cpu_share.is_empty() {
+            String::new()
+        } else {
+            cpu_share.sort_by(|a, b| a.total_cmp(b));
+            format!(", waiter CPU {:.0}%", cpu_share[cpu_share.len() / 2] * 100.0)
+        };
+        let base = match &baselines {
+            Baselines::Cuda(raw) => tr.cuda("launch + cuStreamSynchronize", rt, |ops| raw.launch_sync(ops))?,
+            Baselines::Host => tr.host("mutex+condvar round trip", rt, baseline::round_trip),
+        };
+        rows.push(
+            Row::new(format!("host round trip, 1 dispatch ({label}{cpu_note})"), "us/round trip", hal_rt, base)
+                .with_target(cuda(targets::ROUND_TRIP)),
+        );
+    }
+    if let Baselines::Host = baselines {
+        rows.push(Row::new(
+            "host round trip, 1 dispatch (mpsc baseline)",
+            "us/round trip",
+            tr.hal(rt, |ops| Ok(round_trip(env, &one, Timeout::Infinite, ops)?.0))?,
+            tr.host("std mpsc round trip", rt, baseline::round_trip_mpsc),
+        ));
+    }
+
     progress("deferred release");
-    rows.push(Row {
-        name: "host signal -> released work done".into(),
-        unit: "us/release",
-        hal: Samples::collect(w, t, rt, |ops| deferred_release(env, ops)),
-        baseline: Some(("mutex+condvar round trip", Samples::collect(w, t, rt, baseline::round_trip))),
-    });
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("launch + cuStreamSynchronize", rt, |ops| raw.launch_sync(ops))?,
+        Baselines::Host => tr.host("mutex+condvar round trip", rt, baseline::round_trip),
+    };
+    rows.push(Row::new(
+        "host signal -> released 1-dispatch work done",
+        "us/release",
+        tr.hal(rt, |ops| deferred_release(env, &one, ops))?,
+        base,
+    ));
+
     progress("command buffers");
-    for dispatches in [1usize, 10, 100] {
+    for dispatches in GRAPH_SIZES {
         let cb = env.dispatches(dispatches)?;
         let ops = (n / dispatches as u64).max(50);
-        rows.push(Row {
-            name: format!("{dispatches}-dispatch command buffer, chained"),
-            unit: "us/execute",
-            hal: Samples::collect(w, t, ops, |ops| chain(env, &cb, ops)),
-            baseline: None,
-        });
+        let (base, target) = match &baselines {
+            Baselines::Cuda(raw) => {
+                let name = match dispatches {
+                    1 => "cuGraphLaunch 1-kernel graph, back to back",
+                    10 => "cuGraphLaunch 10-kernel graph, back to back",
+                    _ => "cuGraphLaunch 100-kernel graph, back to back",
+                };
+                let target = (dispatches == 10).then_some(targets::TEN_DISPATCH_GRAPH);
+                (tr.cuda(name, ops, |ops| raw.graph_chain(dispatches, ops))?, target)
+            }
+            Baselines::Host => (None, None),
+        };
+        let (hal, note) = tr.hal_split(ops, |ops| chain(env, &cb, ops))?;
+        rows.push(
+            Row::new(format!("{dispatches}-dispatch command buffer, chained{note}"), "us/execute", hal, base)
+                .with_target(target),
+        );
+        if let (Baselines::Cuda(raw), 10) = (&baselines, dispatches) {
+            rows.push(Row::new(
+                "10-dispatch command buffer, host round trip (no deadline)",
+                "us/round trip",
+                tr.hal(rt, |ops| Ok(round_trip(env, &cb, Timeout::Infinite, ops)?.0))?,
+                tr.cuda("cuGraphLaunch 10-kernel graph + cuStreamSynchronize", rt, |ops| raw.graph_sync(10, ops))?,
+            ));
+        }
     }
+
     progress("alloca/dealloca");
-    rows.push(Row {
-        name: "queue_alloca + queue_dealloca (4 KiB)".into(),
-        unit: "us/pair",
-        hal: Samples::collect(w, t, n, |ops| alloca_dealloca(env, ops)),
-        baseline: Some((
-            "global allocator alloc+free",
-            Samples::collect(w, t, n, |ops| baseline::alloc_free(ops, 4096)),
-        )),
-    });
+    let base = match &baselines {
+        Baselines::Cuda(raw) => tr.cuda("cuMemAllocFromPoolAsync + cuMemFreeAsync", n, |ops| {
+            raw.alloc_free_async(ALLOCA_BYTES as usize, ops)
+        })?,
+        Baselines::Host => {
+            tr.host("global allocator alloc+free", n, |ops| baseline::alloc_free(ops, ALLOCA_BYTES as usize))
+        }
+    };
+    let (hal, note) = tr.hal_split(n, |ops| alloca_dealloca(env, ALLOCA_BYTES, ops))?;
+    rows.push(
+        Row::new(format!("queue_alloca + queue_dealloca (4 KiB){note}"), "us/pair", hal, base)
+            .with_target(cuda(targets::ALLOCA)),
+    );
+
     progress("semaphores");
-    rows.push(Row {
-        name: "semaphore ping-pong (host threads)".into(),
-        unit: "us/hop",
-        hal: Samples::collect(w, t, n, semaphore_ping_pong),
-        baseline: Some(("mutex+condvar two threads", Samples::collect(w, t, n, baseline::ping_pong))),
-    });
-    rows.push(Row {
-        name: "wait-any over 64 semaphores".into(),
-        unit: "us/wake",
-        hal: Samples::collect(w, t, rt, wait_any_64),
-        baseline: Some(("mutex+condvar flag array", Samples::collect(w, t, rt, baseline::wait_any_64))),
-    });
+    rows.push(Row::new(
+        "semaphore ping-pong (host threads)",
+        "us/hop",
+        tr.hal(n, semaphore_ping_pong)?,
+        tr.host("mutex+condvar two threads", n, baseline::ping_pong),
+    ));
+    rows.push(Row::new(
+        "wait-any over 64 semaphores",
+        "us/wake",
+        tr.hal(rt, wait_any_64)?,
+        tr.host("mutex+condvar flag array", rt, baseline::wait_any_64),
+    ));
     Ok(rows)
 }

@@ -1,0 +1,466 @@
+//! Raw-CUDA baselines: the HAL workloads' patterns issued straight through cudarc's `sys` layer, in
+//! the same process and on the same primary context as the HAL device, with the same `touch` kernel
+//! ([`TOUCH_PTX`], one block of one thread). A CUDA row of the report is judged by its ratio to one
+//! of these.
+//!
+//! Every method runs `ops` operations and returns the time until all of them completed on the GPU
+//! (the HAL side waits on its last signal, the raw side synchronizes its stream), except the round
+//! trips, which are a host wait per operation on both sides.
+//!
+//! Every driver function called here is in [`driver_cuda::loader::REQUIRED_SYMBOLS`] (see
+//! [`SYMBOLS`]): the driver's probe has checked that libcuda exports it, so no call here can make
+//! cudarc panic on a missing symbol. [`RawCuda::new`] runs that probe first, so without a GPU it
+//! returns `Unavailable` and makes no cudarc call.
+
+use std::ffi::{CString, c_void};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys::{
+    self, CUDA_KERNEL_NODE_PARAMS_v2, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec,
+    CUgraphNode, CUmemoryPool, CUmodule, CUstream,
+};
+use driver_cuda::error::check;
+use hal::{Driver, Error, Result};
+
+use crate::workloads::TOUCH_PTX;
+
+/// The driver-API functions this module calls (each is in `driver_cuda::loader::REQUIRED_SYMBOLS`;
+/// a test checks it).
+pub const SYMBOLS: &[&str] = &[
+    "cuDeviceGet",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuDeviceGetDefaultMemPool",
+    "cuModuleLoadDataEx",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuLaunchKernel",
+    "cuGraphCreate",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+];
+
+/// An instantiated graph of `kernels` dependent `touch` kernels.
+struct Graph {
+    kernels: usize,
+    graph: CUgraph,
+    exec: CUgraphExec,
+}
+
+/// The objects the baselines reuse: the device's primary context (retained), the `touch` kernel, a
+/// 4 KiB device buffer it writes, non-blocking streams with one event each, the device's default
+/// memory pool (the one `queue_alloca` uses), and graphs of dependent `touch` kernels.
+///
+/// Not `Send`: use it on the thread that created it (it binds the context there).
+pub struct RawCuda {
+    device: CUdevice,
+    context: CUcontext,
+    module: CUmodule,
+    touch: CUfunction,
+    data: CUdeviceptr,
+    pool: CUmemoryPool,
+    streams: Vec<CUstream>,
+    events: Vec<CUevent>,
+    graphs: Vec<Graph>,
+}
+
+const DISABLE_TIMING: u32 = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+const NON_BLOCKING: u32 = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+const WAIT_DEFAULT: u32 = sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT as u32;
+
+impl RawCuda {
+    /// Sets up on GPU `ordinal` with `streams` streams (at least 2) and one graph of dependent
+    /// `touch` kernels per entry of `graph_kernels`. `Unavailable` without CUDA.
+    pub fn new(ordinal: usize, streams: usize, graph_kernels: &[usize]) -> Result<Self> {
+        let probe = driver_cuda::CudaDriver::default();
+        probe.probe()?;
+        let mut device: CUdevice = 0;
+        // SAFETY: the probe succeeded, so cuInit ran; the out-pointer is a live local.
+        check(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) }, "cuDeviceGet")?;
+        let mut context: CUcontext = std::ptr::null_mut();
+        // SAFETY: `device` is a valid device handle; the out-pointer is a live local.
+        check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
+        // From here on `Drop` releases whatever was created, also when a later step fails.
+        let mut raw = RawCuda {
+            device,
+            context,
+            module: std::ptr::null_mut(),
+            touch: std::ptr::null_mut(),
+            data: 0,
+            pool: std::ptr::null_mut(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            graphs: Vec::new(),
+        };
+        raw.bind()?;
+        let image = CString::new(TOUCH_PTX).map_err(|_| Error::internal("TOUCH_PTX contains a NUL byte"))?;
+        // SAFETY: the context is current; `image` is NUL-terminated PTX that lives across the call;
+        // no JIT options are passed (null arrays with a count of 0).
+        let code = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw.module,
+                image.as_ptr().cast(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(code, "cuModuleLoadDataEx")?;
+        let name = CString::new("touch").map_err(|_| Error::internal("kernel name"))?;
+        // SAFETY: the module is loaded in the current context; `name` is NUL-terminated.
+        check(unsafe { sys::cuModuleGetFunction(&mut raw.touch, raw.module, name.as_ptr()) }, "cuModuleGetFunction")?;
+        // SAFETY: the context is current; the out-pointer is a field of a live value.
+        check(unsafe { sys::cuMemAlloc_v2(&mut raw.data, 4096) }, "cuMemAlloc")?;
+        // SAFETY: `device` is valid; the out-pointer is a field of a live value.
+        check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw.pool, device) }, "cuDeviceGetDefaultMemPool")?;
+        for _ in 0..streams.max(2) {
+            let mut stream: CUstream = std::ptr::null_mut();
+            // SAFETY: the context is current; the out-pointer is a live local.
+            check(unsafe { sys::cuStreamCreate(&mut stream, NON_BLOCKING) }, "cuStreamCreate")?;
+            raw.streams.push(stream);
+            let mut event: CUevent = std::ptr::null_mut();
+            // SAFETY: as above.
+            check(unsafe { sys::cuEventCreate(&mut event, DISABLE_TIMING) }, "cuEventCreate")?;
+            raw.events.push(event);
+        }
+        for &kernels in graph_kernels {
+            raw.add_graph(kernels)?;
+        }
+        Ok(raw)
+    }
+
+    /// Streams (and events) it has.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Makes the context current on this thread (outside the timed part of every method).
+    fn bind(&self) -> Result<()> {
+        // SAFETY: `context` is a retained primary context, alive while `self` is.
+        check(unsafe { sys::cuCtxSetCurrent(self.context) }, "cuCtxSetCurrent")
+    }
+
+    /// Builds and instantiates an explicit graph of `kernels` `touch` nodes, each depending on the
+    /// one before (the shape of the HAL's command buffer of dispatches separated by barriers).
+    fn add_graph(&mut self, kernels: usize) -> Result<()> {
+        let mut graph: CUgraph = std::ptr::null_mut();
+        // SAFETY: the context is current; the out-pointer is a live local.
+        check(unsafe { sys::cuGraphCreate(&mut graph, 0) }, "cuGraphCreate")?;
+        // Owned by `self` from here, so `Drop` destroys it if a later step fails.
+        self.graphs.push(Graph { kernels, graph, exec: std::ptr::null_mut() });
+        let mut previous: CUgraphNode = std::ptr::null_mut();
+        for i in 0..kernels {
+            let (mut data, mut value) = (self.data, i as u64);
+            let mut params = [(&mut data as *mut u64).cast::<c_void>(), (&mut value as *mut u64).cast::<c_void>()];
+            let node_params = CUDA_KERNEL_NODE_PARAMS_v2 {
+                func: self.touch,
+                gridDimX: 1,
+                gridDimY: 1,
+                gridDimZ: 1,
+                blockDimX: 1,
+                blockDimY: 1,
+                blockDimZ: 1,
+                sharedMemBytes: 0,
+                kernelParams: params.as_mut_ptr(),
+                extra: std::ptr::null_mut(),
+                kern: std::ptr::null_mut(),
+                ctx: std::ptr::null_mut(),
+            };
+            let deps: &[CUgraphNode] = if i == 0 { &[] } else { std::slice::from_ref(&previous) };
+            let mut node: CUgraphNode = std::ptr::null_mut();
+            // SAFETY: the graph is live and `deps` are its nodes; `params` points at one 8-byte slot
+            // per kernel parameter (the pointer, then the u32 constant in the low bytes, as the
+            // HAL's dispatch ABI passes it), which CUDA copies during the call.
+            let code =
+                unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &node_params) };
+            check(code, "cuGraphAddKernelNode")?;
+            previous = node;
+        }
+        let mut exec: CUgraphExec = std::ptr::null_mut();
+        // SAFETY: the graph is complete and live; the out-pointer is a live local.
+        check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
+        if let Some(last) = self.graphs.last_mut() {
+            last.exec = exec;
+        }
+        Ok(())
+    }
+
+    fn graph_exec(&self, kernels: usize) -> Result<CUgraphExec> {
+        self.graphs
+            .iter()
+            .find(|g| g.kernels == kernels)
+            .map(|g| g.exec)
+            .ok_or_else(|| Error::invalid_argument(format!("raw CUDA baseline: no {kernels}-kernel graph was built")))
+    }
+
+    /// Enqueues `touch(data, value)` as one block of one thread on stream `s`.
+    #[inline]
+    fn launch(&self, s: usize, value: u32) -> Result<()> {
+        let (mut data, mut value) = (self.data, u64::from(value));
+        let mut params = [(&mut data as *mut u64).cast::<c_void>(), (&mut value as *mut u64).cast::<c_void>()];
+        // SAFETY: the context is current (bound by the calling method); `touch` takes (u32*, u32) and
+        // `params` points at live 8-byte slots holding them (the u32 in the low bytes); `data` is a
+        // live 4 KiB allocation.
+        let code = unsafe {
+            sys::cuLaunchKernel(
+                self.touch,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                self.streams[s],
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(code, "cuLaunchKernel")
+    }
+
+    /// Records event `e` on stream `s`.
+    #[inline]
+    fn record(&self, e: usize, s: usize) -> Result<()> {
+        // SAFETY: live event and stream of the current context.
+        check(unsafe { sys::cuEventRecord(self.events[e], self.streams[s]) }, "cuEventRecord")
+    }
+
+    /// Makes stream `s` wait for the last recording of event `e`.
+    #[inline]
+    fn wait(&self, s: usize, e: usize) -> Result<()> {
+        // SAFETY: live stream and event of the current context; `e` has been recorded.
+        check(unsafe { sys::cuStreamWaitEvent(self.streams[s], self.events[e], WAIT_DEFAULT) }, "cuStreamWaitEvent")
+    }
+
+    /// Blocks until stream `s` has drained.
+    #[inline]
+    fn sync(&self, s: usize) -> Result<()> {
+        // SAFETY: live stream of the current context.
+        check(unsafe { sys::cuStreamSynchronize(self.streams[s]) }, "cuStreamSynchronize")
+    }
+
+    /// Binds the context, runs `body` under the clock, and returns its time.
+    fn timed(&self, body: impl FnOnce() -> Result<()>) -> Result<Duration> {
+        self.bind()?;
+        let start = Instant::now();
+        body()?;
+        Ok(start.elapsed())
+    }
+
+    /// `cuEventRecord` per operation on one stream, then a stream synchronize (the raw cost of an
+    /// empty dependent submission).
+    pub fn record_chain(&self, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for _ in 0..ops {
+                self.record(0, 0)?;
+            }
+            self.sync(0)
+        })
+    }
+
+    /// Launch + `cuEventRecord` per operation on one stream, then a stream synchronize (the design's
+    /// "launch+record", the baseline of a dependent chain of single-dispatch submissions).
+    pub fn launch_record_chain(&self, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for i in 0..ops {
+                self.launch(0, i as u32)?;
+                self.record(0, 0)?;
+            }
+            self.sync(0)
+        })
+    }
+
+    /// Launches alone on one stream, then a stream synchronize (the baseline of independent
+    /// submissions).
+    pub fn launches(&self, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for i in 0..ops {
+                self.launch(0, i as u32)?;
+            }
+            self.sync(0)
+        })
+    }
+
+    /// A dependent chain alternating between two streams: launch, record, and the other stream
+    /// waits on that event before its own launch (every hop crosses streams).
+    pub fn ping_pong(&self, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for i in 0..ops {
+                let s = (i % 2) as usize;
+                if i > 0 {
+                    self.wait(s, 1 - s)?;
+                }
+                self.launch(s, i as u32)?;
+                self.record(s, s)?;
+            }
+            self.sync(0)?;
+            self.sync(1)
+        })
+    }
+
+    /// `rounds` of fan-out/fan-in over `consumers` extra streams: a producer launch and record on
+    /// stream 0, each consumer stream waits on it, launches and records, and stream 0 waits on
+    /// every consumer before the joiner's launch (the next round's producer follows it in order).
+    pub fn fan_out_in(&self, consumers: usize, rounds: u64) -> Result<Duration> {
+        if consumers == 0 || consumers >= self.streams.len() {
+            return Err(Error::invalid_argument(format!(
+                "raw CUDA fan-out: {consumers} consumers need as many streams besides stream 0 (it has {})",
+                self.streams.len()
+            )));
+        }
+        self.timed(|| {
+            for r in 0..rounds {
+                self.launch(0, r as u32)?;
+                self.record(0, 0)?;
+                for k in 1..=consumers {
+                    self.wait(k, 0)?;
+                    self.launch(k, r as u32)?;
+                    self.record(k, k)?;
+                }
+                for k in 1..=consumers {
+                    self.wait(0, k)?;
+                }
+                self.launch(0, r as u32)?;
+            }
+            self.sync(0)
+        })
+    }
+
+    /// Launch + `cuStreamSynchronize`, `ops` times (the baseline of a host round trip).
+    pub fn launch_sync(&self, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for i in 0..ops {
+                self.launch(0, i as u32)?;
+                self.sync(0)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `cuGraphLaunch` of the `kernels`-kernel graph `ops` times back to back on one stream, then a
+    /// stream synchronize (the baseline of a chain of executes of a multi-dispatch command buffer).
+    pub fn graph_chain(&self, kernels: usize, ops: u64) -> Result<Duration> {
+        let exec = self.graph_exec(kernels)?;
+        self.timed(|| {
+            for _ in 0..ops {
+                // SAFETY: live executable graph and stream of the current context; launches of it
+                // come from this thread only.
+                check(unsafe { sys::cuGraphLaunch(exec, self.streams[0]) }, "cuGraphLaunch")?;
+            }
+            self.sync(0)
+        })
+    }
+
+    /// `cuGraphLaunch` of the `kernels`-kernel graph + `cuStreamSynchronize`, `ops` times.
+    pub fn graph_sync(&self, kernels: usize, ops: u64) -> Result<Duration> {
+        let exec = self.graph_exec(kernels)?;
+        self.timed(|| {
+            for _ in 0..ops {
+                // SAFETY: as in `graph_chain`.
+                check(unsafe { sys::cuGraphLaunch(exec, self.streams[0]) }, "cuGraphLaunch")?;
+                self.sync(0)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `cuMemAllocFromPoolAsync` from the device's default pool (what `cuMemAllocAsync` uses, and
+    /// what `queue_alloca` uses) + `cuMemFreeAsync` of `size` bytes on one stream, `ops` pairs,
+    /// then a stream synchronize.
+    pub fn alloc_free_async(&self, size: usize, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for _ in 0..ops {
+                let mut ptr: CUdeviceptr = 0;
+                // SAFETY: live pool and stream of the current context; the out-pointer is a live local.
+                let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool, self.streams[0]) };
+                check(code, "cuMemAllocFromPoolAsync")?;
+                // SAFETY: `ptr` was just allocated in stream order on this stream and is not used again.
+                check(unsafe { sys::cuMemFreeAsync(ptr, self.streams[0]) }, "cuMemFreeAsync")?;
+            }
+            self.sync(0)
+        })
+    }
+}
+
+impl Drop for RawCuda {
+    fn drop(&mut self) {
+        // Teardown errors are ignored: nothing can be done about them here, and a faulted context
+        // returns its sticky error from every call.
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY (this block): every handle below was created by `new` in this context and is
+        // destroyed once; the streams are drained first, so no work uses them any more.
+        unsafe {
+            for &stream in &self.streams {
+                sys::cuStreamSynchronize(stream);
+            }
+            for graph in &self.graphs {
+                if !graph.exec.is_null() {
+                    sys::cuGraphExecDestroy(graph.exec);
+                }
+                sys::cuGraphDestroy(graph.graph);
+            }
+            for &event in &self.events {
+                sys::cuEventDestroy_v2(event);
+            }
+            for &stream in &self.streams {
+                sys::cuStreamDestroy_v2(stream);
+            }
+            if self.data != 0 {
+                sys::cuMemFree_v2(self.data);
+            }
+            if !self.module.is_null() {
+                sys::cuModuleUnload(self.module);
+            }
+            sys::cuDevicePrimaryCtxRelease_v2(self.device);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_symbol_is_checked_by_the_probe() {
+        for symbol in SYMBOLS {
+            assert!(
+                driver_cuda::loader::REQUIRED_SYMBOLS.contains(symbol),
+                "{symbol} is not in driver_cuda::loader::REQUIRED_SYMBOLS"
+            );
+        }
+    }
+
+    #[test]
+    fn without_cuda_it_is_unavailable_not_a_panic() {
+        match RawCuda::new(0, 2, &[1, 10]) {
+            Ok(raw) => {
+                // A GPU is here: the baselines must run.
+                assert!(raw.launch_record_chain(10).is_ok());
+                assert!(raw.graph_chain(10, 2).is_ok());
+                assert!(raw.alloc_free_async(4096, 10).is_ok());
+            }
+            Err(e) => {
+                println!("CUDA not available ({e}); raw baselines NOT run");
+                assert_eq!(e.code(), hal::StatusCode::Unavailable);
+            }
+        }
+    }
+}
