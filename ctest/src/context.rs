@@ -29,11 +29,23 @@ pub struct Cx {
     fixture: Fixture,
     device: Device,
     others: Arc<Mutex<Vec<Device>>>,
+    notes: Arc<Mutex<Vec<String>>>,
 }
 
 impl Cx {
-    pub(crate) fn new(fixture: Fixture, device: Device, others: Arc<Mutex<Vec<Device>>>) -> Self {
-        Cx { fixture, device, others }
+    pub(crate) fn new(
+        fixture: Fixture,
+        device: Device,
+        others: Arc<Mutex<Vec<Device>>>,
+        notes: Arc<Mutex<Vec<String>>>,
+    ) -> Self {
+        Cx { fixture, device, others, notes }
+    }
+
+    /// Adds a note to the case's report (shown beside PASS in the runner's table and printed by the
+    /// generated test): e.g. which variant of a case ran.
+    pub fn note(&self, text: impl Into<String>) {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner()).push(text.into());
     }
 
     /// The fixture (driver under test).

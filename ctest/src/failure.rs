@@ -1,16 +1,29 @@
 //! Failure: a failed wait fails the work behind it (which does not run) with the same status, down
 //! whole chains and across queues and devices; a faulting kernel fails exactly its signals, and the
 //! device keeps working.
+//!
+//! On a driver whose faults are sticky ([`crate::Fixture::with_sticky_faults`], CUDA) the fault cases
+//! that need the device to go on after a fault check the sticky contract instead (see [`sticky`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use hal::{BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Error, StatusCode, Timeout, WaitMode};
 
-use crate::check::{CaseResult, Context, FAULT_CODES, expect_code, expect_one_of, expect_same_status};
+use crate::check::{CaseError, CaseResult, Context, FAULT_CODES, expect_code, expect_one_of, expect_same_status};
 use crate::context::{Cx, LONG, SHORT, sv};
 use crate::kernels::Kernel;
 use crate::{ensure, ensure_eq};
+
+/// Checks `e` is a fault status (`Aborted` or `DataLoss`) that names the device error when the
+/// fixture declares what such a name contains ([`crate::Fixture::with_fault_marker`]).
+fn expect_fault(cx: &Cx, e: &Error, what: &str) -> CaseResult {
+    expect_one_of::<()>(Err(e.clone()), FAULT_CODES, what)?;
+    if let Some(marker) = cx.fixture().fault_marker() {
+        ensure!(e.message().contains(marker), "{what}: the status does not name the device error ('{marker}'): {e}");
+    }
+    Ok(())
+}
 
 fn cleared(cx: &Cx, size: u64) -> Result<hal::Buffer, crate::CaseError> {
     let buffer = cx.host_buffer(size)?;
@@ -187,6 +200,9 @@ pub(crate) fn failed_alloca_chain(cx: &Cx) -> CaseResult {
 /// A faulting kernel fails exactly its own signal semaphores with a fault status; concurrent
 /// independent work and other semaphores are untouched.
 pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> CaseResult {
+    if cx.fixture().faults_are_sticky() {
+        return sticky::variant(cx, sticky::fault_fails_exactly_its_signals);
+    }
     let fault = fault_command_buffer(cx)?;
     let buffer = cleared(cx, 256)?;
     let fill = fill_command_buffer(cx, &buffer, 0x1234)?;
@@ -194,7 +210,7 @@ pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> CaseResult {
     cx.queue(0).execute(&[], &fault, &[sv(&s1, 1), sv(&s2, 3)]).ctx("execute fault")?;
     cx.queue(1).execute(&[], &fill, &[sv(&ok, 1)]).ctx("execute independent fill")?;
     let e1 = cx.wait_any_failure(&s1, 1)?;
-    expect_one_of::<()>(Err(e1.clone()), FAULT_CODES, "first signal of the faulting work")?;
+    expect_fault(cx, &e1, "first signal of the faulting work")?;
     let e2 = cx.wait_any_failure(&s2, 3)?;
     ensure_eq!(e2.code(), e1.code(), "second signal's status");
     cx.wait(&ok, 1)?;
@@ -204,6 +220,9 @@ pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> CaseResult {
 
 /// Work waiting on a faulting kernel's signal fails with the same status and does not run.
 pub(crate) fn fault_fails_dependants(cx: &Cx) -> CaseResult {
+    if cx.fixture().faults_are_sticky() {
+        return sticky::variant(cx, sticky::fault_fails_dependants);
+    }
     let fault = fault_command_buffer(cx)?;
     let buffer = cleared(cx, 256)?;
     let fill = fill_command_buffer(cx, &buffer, 0x99)?;
@@ -212,7 +231,7 @@ pub(crate) fn fault_fails_dependants(cx: &Cx) -> CaseResult {
     cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;
     cx.queue(0).execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
     let cause = cx.wait_any_failure(&s, 1)?;
-    expect_one_of::<()>(Err(cause.clone()), FAULT_CODES, "the fault's signal")?;
+    expect_fault(cx, &cause, "the fault's signal")?;
     let e = cx.wait_any_failure(&t, 1)?;
     expect_same_status(&e, &cause, "the dependant's signal")?;
     ensure_eq!(cx.words(&buffer)?, vec![0; 64], "buffer (the dependant did not run)");
@@ -221,6 +240,9 @@ pub(crate) fn fault_fails_dependants(cx: &Cx) -> CaseResult {
 
 /// Work chained device-side right behind a faulting kernel (submitted after it) fails too.
 pub(crate) fn fault_fails_chained_dependants(cx: &Cx) -> CaseResult {
+    if cx.fixture().faults_are_sticky() {
+        return sticky::variant(cx, sticky::fault_fails_chained_dependants);
+    }
     let fault = fault_command_buffer(cx)?;
     let buffer = cleared(cx, 256)?;
     let fill = fill_command_buffer(cx, &buffer, 0x98)?;
@@ -236,6 +258,9 @@ pub(crate) fn fault_fails_chained_dependants(cx: &Cx) -> CaseResult {
 
 /// After a fault the device keeps working: dispatches on the faulting queue and on the others.
 pub(crate) fn device_works_after_fault(cx: &Cx) -> CaseResult {
+    if cx.fixture().faults_are_sticky() {
+        return sticky::variant(cx, sticky::device_after_fault);
+    }
     let fault = fault_command_buffer(cx)?;
     let s = cx.sem(0)?;
     cx.queue(0).execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
@@ -253,6 +278,9 @@ pub(crate) fn device_works_after_fault(cx: &Cx) -> CaseResult {
 
 /// Twenty faults in a row, interleaved with good work: each fault fails only its own signal.
 pub(crate) fn repeated_faults(cx: &Cx) -> CaseResult {
+    if cx.fixture().faults_are_sticky() {
+        return sticky::variant(cx, sticky::repeated_faults);
+    }
     let buffer = cleared(cx, 256)?;
     for round in 0..20u32 {
         let fault = fault_command_buffer(cx)?;
@@ -265,4 +293,222 @@ pub(crate) fn repeated_faults(cx: &Cx) -> CaseResult {
         ensure_eq!(cx.words(&buffer)?[0], round, "round {round}'s fill");
     }
     Ok(())
+}
+
+/// The fault cases on a driver whose faults are sticky ([`crate::Fixture::with_sticky_faults`]): a
+/// fault poisons the whole device (on CUDA, the GPU's context for the rest of the process), so "the
+/// device keeps working after a fault" cannot hold, and is not pretended. What these variants check
+/// instead (the sticky contract):
+/// - the faulting submission's signals fail with a fault status (`Aborted` or `DataLoss`) naming
+///   the device error, and nothing else is failed by it that was not submitted to the device;
+/// - work depending on the fault fails with the same code, also naming the device error, and does
+///   not run (its message may be its own observation of the sticky error rather than the
+///   producer's: on a poisoned device every stream reports the fault by itself);
+/// - work right behind the fault and every later device submission on every queue fails with a
+///   status within [`LONG`] (refused at the call, or its signals failed): none hangs, none
+///   completes, and the process does not abort;
+/// - the device's pools come back to idle, staging memory of the work caught by the fault included.
+///
+/// Each variant says that it ran: a note beside PASS, or a failure message starting with
+/// `sticky-fault variant:`.
+pub(crate) mod sticky {
+    use hal::Semaphore;
+
+    use super::*;
+    use crate::runner::{IDLE_LIMIT, check_idle};
+
+    /// Runs a sticky variant; what it saw becomes the case's note.
+    pub(crate) fn variant(cx: &Cx, run: fn(&Cx) -> Result<String, CaseError>) -> CaseResult {
+        match run(cx) {
+            Ok(seen) => {
+                cx.note(format!("sticky-fault variant: {seen}"));
+                Ok(())
+            }
+            Err(CaseError::Fail(message)) => Err(CaseError::Fail(format!("sticky-fault variant: {message}"))),
+            Err(skip) => Err(skip),
+        }
+    }
+
+    /// A submission caught by a sticky fault: refused at the call, or its signal fails within
+    /// [`LONG`] (reaching the value fails the case). Returns the status.
+    fn expect_failure(
+        cx: &Cx,
+        what: &str,
+        submitted: hal::Result<()>,
+        signal: &Semaphore,
+        value: u64,
+    ) -> Result<Error, CaseError> {
+        match submitted {
+            Err(refused) => Ok(refused),
+            Ok(()) => cx.wait_any_failure(signal, value).map_err(|e| match e {
+                CaseError::Fail(message) => CaseError::Fail(format!("{what}: {message}")),
+                skip => skip,
+            }),
+        }
+    }
+
+    /// A dependant's status: the fault's code, naming the device error. Says whether it carries the
+    /// fault's own message or the device's sticky error as the dependant's stream saw it.
+    fn same_fault(cx: &Cx, seen: &Error, cause: &Error, what: &str) -> Result<&'static str, CaseError> {
+        ensure_eq!(seen.code(), cause.code(), "{what}: status code (the fault's is '{cause}', got '{seen}')");
+        expect_fault(cx, seen, what)?;
+        Ok(if seen.message().contains(cause.message()) {
+            "with the fault's status"
+        } else {
+            "with the same code and device error, as its own stream saw it"
+        })
+    }
+
+    fn idle(cx: &Cx, what: &str) -> CaseResult {
+        match check_idle(std::slice::from_ref(cx.device()), IDLE_LIMIT) {
+            None => Ok(()),
+            Some(leak) => Err(CaseError::Fail(format!("{what}: not idle: {leak}"))),
+        }
+    }
+
+    /// The fault fails exactly its own signals; independent work submitted beside it shares the
+    /// poisoned device, so it completes (if it ran before the fault) or fails with a fault status.
+    pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> Result<String, CaseError> {
+        let fault = fault_command_buffer(cx)?;
+        let buffer = cleared(cx, 256)?;
+        let fill = fill_command_buffer(cx, &buffer, 0x1234)?;
+        let (s1, s2, ok, untouched) = (cx.sem(0)?, cx.sem(2)?, cx.sem(0)?, cx.sem(0)?);
+        cx.queue(0).execute(&[], &fault, &[sv(&s1, 1), sv(&s2, 3)]).ctx("execute fault")?;
+        cx.queue(1).execute(&[], &fill, &[sv(&ok, 1)]).ctx("execute independent fill")?;
+        let e1 = cx.wait_any_failure(&s1, 1)?;
+        expect_fault(cx, &e1, "first signal of the faulting work")?;
+        let e2 = cx.wait_any_failure(&s2, 3)?;
+        expect_same_status(&e2, &e1, "second signal of the faulting work")?;
+        let independent = match ok.wait(1, Timeout::After(LONG)) {
+            Ok(()) => {
+                ensure_eq!(cx.words(&buffer)?, vec![0x1234; 64], "the independent fill (completed)");
+                "completed before the fault"
+            }
+            Err(e) if e.code() == StatusCode::DeadlineExceeded => {
+                return Err(CaseError::Fail(format!(
+                    "the independent fill neither completed nor failed: {e}\n{}",
+                    cx.device().report()
+                )));
+            }
+            Err(e) => {
+                expect_fault(cx, &e, "the independent fill, failed by the sticky fault")?;
+                "failed with the sticky fault"
+            }
+        };
+        cx.expect_value(&untouched, 0, "a semaphore no one signals")?;
+        idle(cx, "after the fault")?;
+        Ok(format!("the fault failed exactly its 2 signals ({e1}); the independent fill beside it {independent}"))
+    }
+
+    /// A dependant held on the host until the fault's signal is enqueued fails with the fault's
+    /// code and does not run.
+    pub(crate) fn fault_fails_dependants(cx: &Cx) -> Result<String, CaseError> {
+        dependant(cx, true)
+    }
+
+    /// A dependant submitted after the fault (chained device-side) fails with the fault's code
+    /// and does not run.
+    pub(crate) fn fault_fails_chained_dependants(cx: &Cx) -> Result<String, CaseError> {
+        dependant(cx, false)
+    }
+
+    fn dependant(cx: &Cx, submitted_first: bool) -> Result<String, CaseError> {
+        let fault = fault_command_buffer(cx)?;
+        let buffer = cleared(cx, 256)?;
+        let fill = fill_command_buffer(cx, &buffer, 0x99)?;
+        let (s, t) = (cx.sem(0)?, cx.sem(0)?);
+        if submitted_first {
+            cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;
+            cx.queue(0).execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
+        } else {
+            cx.queue(0).execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
+            cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;
+        }
+        let cause = cx.wait_any_failure(&s, 1)?;
+        expect_fault(cx, &cause, "the fault's signal")?;
+        let e = cx.wait_any_failure(&t, 1)?;
+        let how = same_fault(cx, &e, &cause, "the dependant's signal")?;
+        ensure_eq!(cx.words(&buffer)?, vec![0; 64], "buffer (the dependant did not run)");
+        idle(cx, "after the fault")?;
+        Ok(format!("the fault failed its signal ({cause}); the dependant failed {how} ({e}) and did not run"))
+    }
+
+    /// After the fault: staged transfers right behind it on its queue, and a dispatch and a fill on
+    /// every queue, all fail within the bound and none runs; the pools return to idle.
+    pub(crate) fn device_after_fault(cx: &Cx) -> Result<String, CaseError> {
+        // Everything the later work needs is made first: a poisoned device may refuse allocations
+        // and executable loads as well.
+        let fault = fault_command_buffer(cx)?;
+        let queues = cx.device().queue_count();
+        let mut later = Vec::with_capacity(queues);
+        for q in 0..queues {
+            let buffer = cleared(cx, 256)?;
+            let fill = fill_command_buffer(cx, &buffer, q as u32 + 7)?;
+            later.push((buffer, fill));
+        }
+        let staged = cleared(cx, 64)?;
+        let (s, wrote, read) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+        let q0 = cx.queue(0);
+        let start = std::time::Instant::now();
+        q0.execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
+        // Right behind the fault on its queue (enqueued before the fault shows, most likely): a
+        // write and a read through the driver's staging memory, which must come back to its pool.
+        let write = q0.write(&[], vec![0xAB; 64], &staged, 0, &[sv(&wrote, 1)]);
+        let (read_submitted, back) = match q0.read(&[], &staged, 0, 64, &[sv(&read, 1)]) {
+            Ok(back) => (Ok(()), Some(back)),
+            Err(e) => (Err(e), None),
+        };
+        let cause = cx.wait_any_failure(&s, 1)?;
+        let seen_after = start.elapsed();
+        expect_fault(cx, &cause, "the fault's signal")?;
+        expect_failure(cx, "a queue write behind the fault", write, &wrote, 1)?;
+        expect_failure(cx, "a queue read behind the fault", read_submitted, &read, 1)?;
+        ensure!(back.is_none_or(|b| b.take().is_none()), "a read behind the fault produced bytes");
+        ensure_eq!(cx.bytes(&staged)?, vec![0; 64], "buffer written behind the fault");
+        let mut example = None;
+        for (q, (buffer, fill)) in later.iter().enumerate() {
+            let (done, filled) = (cx.sem(0)?, cx.sem(0)?);
+            let executed = cx.queue(q).execute(&[], fill, &[sv(&done, 1)]);
+            let e = expect_failure(cx, &format!("a dispatch on queue {q} after the fault"), executed, &done, 1)?;
+            let queued = cx.queue(q).fill(&[], buffer, 0, 256, 0xEE, 1, &[sv(&filled, 1)]);
+            expect_failure(cx, &format!("a queue fill on queue {q} after the fault"), queued, &filled, 1)?;
+            ensure_eq!(cx.words(buffer)?, vec![0; 64], "queue {q}'s buffer (nothing runs after the fault)");
+            example.get_or_insert(e);
+        }
+        idle(cx, "after the fault and the work that failed behind it")?;
+        let example = example.map_or_else(String::new, |e| format!(" (e.g. {e})"));
+        Ok(format!(
+            "the fault failed its signal after {seen_after:?} ({cause}); the write and read behind it and a \
+             dispatch and a fill on each of {queues} queue(s) afterwards failed{example}; nothing ran; pools idle"
+        ))
+    }
+
+    /// Twenty faults in a row, each followed by a fill on its queue: the first fault poisons the
+    /// device; every fault and fill fails within the bound instead of hanging, and none runs.
+    pub(crate) fn repeated_faults(cx: &Cx) -> Result<String, CaseError> {
+        let buffer = cleared(cx, 256)?;
+        let mut rounds = Vec::with_capacity(20);
+        for round in 0..20u32 {
+            rounds.push((fault_command_buffer(cx)?, fill_command_buffer(cx, &buffer, round + 1)?));
+        }
+        let mut first = None;
+        for (round, (fault, fill)) in rounds.iter().enumerate() {
+            let (bad, good) = (cx.sem(0)?, cx.sem(0)?);
+            let q = cx.queue(round);
+            let faulted = q.execute(&[], fault, &[sv(&bad, 1)]);
+            let filled = q.execute(&[], fill, &[sv(&good, 1)]);
+            let e = expect_failure(cx, &format!("round {round}'s fault"), faulted, &bad, 1)?;
+            if round == 0 {
+                expect_fault(cx, &e, "the first fault's signal")?;
+            }
+            first.get_or_insert(e);
+            expect_failure(cx, &format!("round {round}'s fill, behind a fault"), filled, &good, 1)?;
+        }
+        ensure_eq!(cx.words(&buffer)?, vec![0; 64], "buffer (no fill runs on the poisoned device)");
+        idle(cx, "after 20 faults")?;
+        let first = first.map_or_else(String::new, |e| e.to_string());
+        Ok(format!(
+            "the first fault failed its signal ({first}); all 20 faults and the fills behind them failed, none ran; pools idle"
+        ))
+    }
 }

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use hal::{Device, Error, Registry, Result};
+use hal::{Device, Error, ExecutableSource, Registry, Result};
 
-use crate::kernels::KernelCatalogue;
+use crate::kernels::{Kernel, KernelCatalogue};
 
 /// Creates a device of the driver under test.
 type DeviceFactory = Arc<dyn Fn() -> Result<Device> + Send + Sync>;
@@ -27,6 +27,12 @@ pub struct Fixture {
     catalogue: Arc<dyn KernelCatalogue>,
     /// `Some` when every case shares one device (created on first use).
     shared: Option<Arc<OnceLock<Device>>>,
+    /// Whether a device fault poisons the device for good (see [`Fixture::with_sticky_faults`]).
+    sticky_faults: bool,
+    /// Text every fault status must contain (see [`Fixture::with_fault_marker`]).
+    fault_marker: Option<String>,
+    /// `Some(notice)` when the driver cannot run here (see [`Fixture::not_available`]).
+    unavailable: Option<String>,
 }
 
 impl Fixture {
@@ -44,6 +50,9 @@ impl Fixture {
             factory,
             catalogue: Arc::new(catalogue),
             shared: None,
+            sticky_faults: false,
+            fault_marker: None,
+            unavailable: None,
         }
     }
 
@@ -59,7 +68,64 @@ impl Fixture {
             factory: Arc::new(create),
             catalogue: Arc::new(catalogue),
             shared: None,
+            sticky_faults: false,
+            fault_marker: None,
+            unavailable: None,
         }
+    }
+
+    /// A driver that cannot run on this machine (no hardware, no driver library): every case is
+    /// skipped with `notice`, and each test [`instantiate_cts!`](crate::instantiate_cts) generates
+    /// prints `notice` and passes without running its case. `notice` should say plainly that the
+    /// suite did not run, e.g. `"CUDA not available: <reason>; CUDA CTS NOT run"`.
+    ///
+    /// ```
+    /// let fixture = ctest::Fixture::not_available("gpu", "GPU not available: no driver; GPU CTS NOT run");
+    /// assert!(fixture.unavailable().is_some());
+    /// assert!(fixture.create_device().is_err());
+    /// ```
+    pub fn not_available(driver: &str, notice: impl Into<String>) -> Self {
+        let notice = notice.into();
+        let reason = notice.clone();
+        let mut fixture =
+            Fixture::from_fn(driver, move || Err(Error::unavailable(reason.clone())), Unavailable(notice.clone()));
+        fixture.unavailable = Some(notice);
+        fixture
+    }
+
+    /// Declares that a device fault (the catalogue's `Fault` kernel) poisons the device for good, as
+    /// on CUDA, where a trapping kernel leaves the context unusable until the process exits. The
+    /// fault cases whose non-sticky contract needs the device to keep working after a fault then
+    /// check the sticky contract instead (see `docs/conformance.md`): the faulting submission's
+    /// signals fail with a fault status, every later device submission on every queue fails with a
+    /// status within a bounded time, nothing hangs or aborts, and the pools return to idle. Each of
+    /// those cases says that its sticky variant ran (in its failure message, or in a note when it
+    /// passes).
+    pub fn with_sticky_faults(mut self) -> Self {
+        self.sticky_faults = true;
+        self
+    }
+
+    /// Whether faults are sticky for this driver (default `false`).
+    pub fn faults_are_sticky(&self) -> bool {
+        self.sticky_faults
+    }
+
+    /// Text every fault status (of the `Fault` kernel and of work failed by it) must contain, so the
+    /// cases check that the driver names the device error (CUDA: `"CUDA_ERROR_"`).
+    pub fn with_fault_marker(mut self, marker: impl Into<String>) -> Self {
+        self.fault_marker = Some(marker.into());
+        self
+    }
+
+    /// The text fault statuses must contain, if the driver declared one.
+    pub fn fault_marker(&self) -> Option<&str> {
+        self.fault_marker.as_deref()
+    }
+
+    /// `Some(notice)` when the driver cannot run here (see [`Fixture::not_available`]).
+    pub fn unavailable(&self) -> Option<&str> {
+        self.unavailable.as_deref()
     }
 
     /// The cpu-sim driver, through a registry holding it, with the native catalogue.
@@ -126,6 +192,18 @@ impl fmt::Debug for Fixture {
             .field("driver", &self.driver)
             .field("registry", &self.registry)
             .field("shared_device", &self.shared.is_some())
+            .field("sticky_faults", &self.sticky_faults)
+            .field("fault_marker", &self.fault_marker)
+            .field("unavailable", &self.unavailable)
             .finish()
+    }
+}
+
+/// The catalogue of a driver that is not available: every kernel is `Unavailable`.
+struct Unavailable(String);
+
+impl KernelCatalogue for Unavailable {
+    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+        Err(Error::unavailable(format!("{}: no {kernel:?} kernel", self.0)))
     }
 }

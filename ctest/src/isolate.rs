@@ -19,6 +19,8 @@ pub const ISOLATE_ENV: &str = "CTEST_ISOLATE";
 
 const BEGIN: &str = "CTEST-OUTCOME-BEGIN";
 const END: &str = "CTEST-OUTCOME-END";
+/// Starts a line carrying one of the case's notes (printed before the outcome).
+const NOTE: &str = "CTEST-NOTE ";
 
 /// Whether this process is a child started by [`run_in_child`].
 pub fn is_child() -> bool {
@@ -37,6 +39,9 @@ pub fn print_outcome(report: &CaseReport) {
         Outcome::Fail(message) => ("FAIL", message.clone()),
         Outcome::Skip(reason) => ("SKIP", reason.clone()),
     };
+    for note in &report.notes {
+        println!("\n{NOTE}{}", note.replace('\n', " "));
+    }
     println!("\n{BEGIN} {kind} {}\n{text}\n{END}", report.elapsed.as_nanos());
 }
 
@@ -44,7 +49,7 @@ pub fn print_outcome(report: &CaseReport) {
 /// child with [`CHILD_ENV`] set, killing it after [`CASE_TIME_LIMIT`] and a margin.
 pub fn run_in_child(mut command: Command, case: &'static Case) -> CaseReport {
     let start = Instant::now();
-    let report = |outcome| CaseReport { case, outcome, elapsed: start.elapsed() };
+    let report = |outcome| CaseReport { case, outcome, elapsed: start.elapsed(), notes: Vec::new() };
     command.env(CHILD_ENV, "1").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = match command.spawn() {
         Ok(child) => child,
@@ -66,7 +71,7 @@ pub fn run_in_child(mut command: Command, case: &'static Case) -> CaseReport {
     };
     let [stdout, stderr] = readers.map(|r| r.and_then(|h| h.join().ok()).unwrap_or_default());
     if let Some(parsed) = parse_outcome(&stdout) {
-        return CaseReport { case, outcome: parsed.0, elapsed: parsed.1 };
+        return CaseReport { case, outcome: parsed.0, elapsed: parsed.1, notes: parse_notes(&stdout) };
     }
     let how = match status {
         Some(status) => format!("the case's process died ({status})"),
@@ -101,6 +106,12 @@ fn parse_outcome(stdout: &str) -> Option<(Outcome, Duration)> {
     Some((outcome, elapsed))
 }
 
+/// The notes the child printed before its outcome.
+fn parse_notes(stdout: &str) -> Vec<String> {
+    let end = stdout.rfind(BEGIN).unwrap_or(stdout.len());
+    stdout[..end].lines().filter_map(|line| line.strip_prefix(NOTE)).map(str::to_string).collect()
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -119,5 +130,12 @@ mod tests {
         let (outcome, _) = parse_outcome(&format!("{BEGIN} PASS 1\n\n{END}\n")).expect("parsed");
         assert_eq!(outcome, Outcome::Pass);
         assert!(parse_outcome("thread panicked\n").is_none(), "no markers: the child died");
+    }
+
+    #[test]
+    fn notes_come_back_with_the_outcome() {
+        let stdout = format!("noise\n\n{NOTE}sticky variant\n\n{NOTE}second\n\n{BEGIN} PASS 1\n\n{END}\n");
+        assert_eq!(parse_notes(&stdout), vec!["sticky variant".to_string(), "second".to_string()]);
+        assert!(parse_notes(&format!("{BEGIN} PASS 1\n\n{END}\n")).is_empty());
     }
 }

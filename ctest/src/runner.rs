@@ -82,6 +82,8 @@ pub struct CaseReport {
     pub outcome: Outcome,
     /// Time spent, leak check included.
     pub elapsed: Duration,
+    /// What the case noted about how it ran (e.g. which variant), see [`Cx::note`].
+    pub notes: Vec<String>,
 }
 
 /// How long a case may run before it counts as hung (its thread is abandoned).
@@ -94,13 +96,22 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(2);
 /// to idle (a pool still in use after [`IDLE_LIMIT`] fails the case). Never panics.
 pub fn run_case(fixture: &Fixture, case: &'static Case) -> CaseReport {
     let start = Instant::now();
-    let report = |outcome| CaseReport { case, outcome, elapsed: start.elapsed() };
+    let notes = Arc::new(Mutex::new(Vec::new()));
+    let report = |outcome| CaseReport {
+        case,
+        outcome,
+        elapsed: start.elapsed(),
+        notes: std::mem::take(&mut *notes.lock().unwrap_or_else(|p| p.into_inner())),
+    };
+    if let Some(notice) = fixture.unavailable() {
+        return report(Outcome::Skip(notice.to_string()));
+    }
     let device = match fixture.case_device() {
         Ok(device) => device,
         Err(e) => return report(Outcome::Fail(format!("creating the device: {e}"))),
     };
     let others = Arc::new(Mutex::new(Vec::new()));
-    let cx = Cx::new(fixture.clone(), device.clone(), others.clone());
+    let cx = Cx::new(fixture.clone(), device.clone(), others.clone(), notes.clone());
     let (done, result) = mpsc::channel();
     let run = case.run;
     let spawned = std::thread::Builder::new().name(format!("ctest {}", case.id())).spawn(move || {
@@ -177,24 +188,33 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 /// Runs case `area::name` as the test `test_name` (its libtest name): panics with the failure
 /// message; a skip passes with a note. `instantiate_cts!` generates one `#[test]` calling this per
 /// case. Unless `CTEST_ISOLATE=0`, the case runs in a child process (this test binary, re-run for
-/// exactly `test_name`), so a crash fails only this test.
+/// exactly `test_name`), so a crash fails only this test. A fixture that is
+/// [not available](Fixture::not_available) prints its notice and passes without running the case.
 pub fn run_test(fixture: impl FnOnce() -> Fixture, test_name: &str, area: &str, name: &str) {
     let Some(case) = find(area, name) else {
         panic!("ctest has no case {area}::{name}");
     };
+    let fixture = fixture();
+    if let Some(notice) = fixture.unavailable() {
+        println!("{notice} ({area}::{name})");
+        return;
+    }
     let report = if crate::isolate::isolation_wanted() {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut command = std::process::Command::new(exe);
         command.args([test_name, "--exact", "--nocapture", "--test-threads=1"]);
         crate::isolate::run_in_child(command, case)
     } else {
-        let report = run_case(&fixture(), case);
+        let report = run_case(&fixture, case);
         if crate::isolate::is_child() {
             crate::isolate::print_outcome(&report);
             return;
         }
         report
     };
+    for note in &report.notes {
+        println!("ctest {area}::{name}: {note}");
+    }
     match report.outcome {
         Outcome::Pass => {}
         Outcome::Skip(reason) => eprintln!("ctest {area}::{name} skipped: {reason}"),
@@ -255,7 +275,10 @@ pub fn run_suite_with(
         let result = match &report.outcome {
             Outcome::Pass => {
                 entry.0 += 1;
-                "PASS".to_string()
+                match report.notes.is_empty() {
+                    true => "PASS".to_string(),
+                    false => format!("PASS ({})", report.notes.join("; ")),
+                }
             }
             Outcome::Fail(message) => {
                 entry.1 += 1;

@@ -71,7 +71,10 @@ impl Drop for CpuStream {
     fn drop(&mut self) {
         // Drain: the worker finishes everything queued before `Stop`.
         self.shared.push(Item::Stop);
+        // The worker itself may drop the last handle to its device (it ran work holding the last
+        // reference): it then stops at `Stop` on its own and must not join itself.
         if let Some(worker) = self.worker.take()
+            && worker.thread().id() != std::thread::current().id()
             && worker.join().is_err()
         {
             tracing::error!("cpu-sim stream worker panicked");

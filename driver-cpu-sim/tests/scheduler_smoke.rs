@@ -170,3 +170,39 @@ fn alloca_read_write_host_call_in_order() {
     assert_eq!(back.take().unwrap(), vec![5u8; 8]);
     assert!(seen.load(std::sync::atomic::Ordering::SeqCst));
 }
+
+/// A dependent chain striped over four queues with multi-workgroup dispatches, repeated: retirement
+/// across queues (producers first) must neither hang nor deadlock, and a device dropped while its
+/// last work retires must not join its own threads.
+#[test]
+fn chain_over_four_queues_with_dispatches_never_hangs() {
+    for round in 0..15 {
+        let device = device();
+        let add = ExecutableSource::Native(vec![NativeEntryPoint {
+            info: EntryPointInfo::new("add", 16, 1, 1),
+            kernel: Arc::new(|inv: &NativeInvocation<'_>| {
+                let base = inv.workgroup_id[0] as usize * 16;
+                for i in base..base + 16 {
+                    let v = inv.bindings[0].load_u32(i).ok_or("out of range")?;
+                    inv.bindings[0].store_u32(i, v + inv.constants[0]);
+                }
+                Ok(())
+            }),
+        }]);
+        let exe = device.load_executable(&add).unwrap();
+        let data = device.allocate_buffer(BufferParams::host_visible(), 256).unwrap();
+        let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+        cb.dispatch(&exe, 0, [4, 1, 1], &[1], &[BufferBinding::whole(&data)]).unwrap();
+        cb.end().unwrap();
+        let s = device.create_semaphore(0).unwrap();
+        for i in 0..300u64 {
+            device.queue((i % 4) as usize).unwrap().execute(&[SV::new(&s, i)], &cb, &[SV::new(&s, i + 1)]).unwrap();
+        }
+        if let Err(e) = s.wait(300, T) {
+            panic!("round {round}: {e}\n{}", device.report());
+        }
+        let words: Vec<u32> =
+            data.read_to_vec().unwrap().chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(words, vec![300; 64], "round {round}");
+    }
+}

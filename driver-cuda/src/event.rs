@@ -32,7 +32,14 @@ pub enum CompletionWait {
     Blocking,
     /// Poll `cuEventQuery` for up to the duration, then block (`BLOCKING_SYNC` events).
     SpinThenBlock(Duration),
+    /// Poll `cuEventQuery` for up to the duration, then keep polling with sleeps that grow to
+    /// [`MAX_POLL_SLEEP`] between queries; plain events (no interrupt-armed `BLOCKING_SYNC` records).
+    PollThenSleep(Duration),
 }
+
+/// The longest sleep between two queries of [`CompletionWait::PollThenSleep`]: bounds the extra
+/// wake-up latency of long-running work.
+pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
 
 impl Default for CompletionWait {
     /// Spin for 100 us, then block: on the H100 it woke about as fast as spinning for short work and
@@ -47,13 +54,17 @@ impl CompletionWait {
     pub fn event_flags(self) -> u32 {
         let disable_timing = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         match self {
-            CompletionWait::Spin => disable_timing,
+            CompletionWait::Spin | CompletionWait::PollThenSleep(_) => disable_timing,
             CompletionWait::Blocking | CompletionWait::SpinThenBlock(_) => {
                 disable_timing | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
             }
         }
     }
 }
+
+/// How long a host thread waiting for a semaphore value polls its event back to back before waiting
+/// like a completion thread: someone is waiting for exactly this event, so wake-up latency matters.
+pub const HOST_WAIT_SPIN: Duration = Duration::from_micros(200);
 
 /// A CUDA event of one context. Destroyed on drop.
 pub struct CudaEvent {
@@ -107,9 +118,39 @@ impl CudaEvent {
         }
     }
 
+    /// Blocks a host thread waiting for a semaphore value: polls for [`HOST_WAIT_SPIN`], then waits as
+    /// `mode` says.
+    pub fn wait_for_host(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < HOST_WAIT_SPIN {
+            if self.query()? {
+                return Ok(());
+            }
+        }
+        self.synchronize(mode, poll_interval)
+    }
+
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
     /// `poll_interval` apart: each `cuEventQuery` takes driver locks the submitting threads need too.
     pub fn synchronize(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
+        if let CompletionWait::PollThenSleep(budget) = mode {
+            let start = Instant::now();
+            let mut sleep = Duration::from_micros(10);
+            loop {
+                if self.query()? {
+                    return Ok(());
+                }
+                let polled = Instant::now();
+                if polled.duration_since(start) < budget {
+                    while polled.elapsed() < poll_interval {
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    std::thread::sleep(sleep);
+                    sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+                }
+            }
+        }
         if let CompletionWait::SpinThenBlock(budget) = mode {
             let start = Instant::now();
             loop {

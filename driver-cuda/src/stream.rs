@@ -230,6 +230,10 @@ impl StreamModel for CudaStreams {
         event.synchronize(self.wait, self.poll_interval)
     }
 
+    fn host_wait(&self, event: &CudaEvent) -> Result<()> {
+        event.wait_for_host(self.wait, self.poll_interval)
+    }
+
     /// CUDA faults are sticky for the whole context: work behind a faulted producer fails by itself
     /// (its stream-wait or its own launch reports the fault), so the scheduler keeps no producers.
     const CHECKS_UPSTREAM_FAULTS: bool = false;
@@ -282,6 +286,15 @@ impl StreamModel for CudaStreams {
                 Ok(())
             }
             _ => Ok(()),
+        }
+    }
+
+    /// A transfer caught by a device fault never completes (the fault is sticky: its copy will not
+    /// run), so its staging block goes back to the pool now. Without this the block stayed on loan
+    /// until a later transfer of the same queue completed, which never happens on a poisoned context.
+    fn discard(&self, work: &Work) {
+        if let Ok(mut fifo) = self.staged(work.queue) {
+            fifo.retain(|entry| entry.work != work.id);
         }
     }
 

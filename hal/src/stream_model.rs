@@ -13,6 +13,7 @@ use smallvec::SmallVec;
 
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// What a GPU-like backend exposes. All methods are called with the scheduler's per-queue issue lock
@@ -43,8 +44,17 @@ pub trait StreamModel: Send + Sync + 'static {
 
     /// Whether the backend checks `Work::take_upstream_fault` before running work. Backends whose
     /// faults are sticky for the whole device (CUDA) say `false`: later work fails anyway, and the
-    /// scheduler then keeps no upstream references at all.
+    /// scheduler then hands the work no upstream references (it still keeps the producers on other
+    /// queues with the submission, to retire them first: see `completion`).
     const CHECKS_UPSTREAM_FAULTS: bool = true;
+
+    /// Blocks a host thread that waits for a semaphore value until `event`'s capture completes (the
+    /// waiter then retires the work itself). Backends may wait differently here than on completion
+    /// threads, e.g. poll harder because someone is waiting for exactly this. Defaults to
+    /// `synchronize_event`.
+    fn host_wait(&self, event: &Self::Event) -> Result<()> {
+        self.synchronize_event(event)
+    }
 
     /// Enqueues the device work of `work.op` on `stream`. A failure found while the work runs later is
     /// stored in `work.fault`; work whose upstream producers faulted (`Work::take_upstream_fault`) must
@@ -56,6 +66,13 @@ pub trait StreamModel: Send + Sync + 'static {
     fn complete(&self, work: &Work) -> Result<()> {
         let _ = work;
         Ok(())
+    }
+
+    /// Runs on the completion thread instead of [`complete`](Self::complete) when `work`'s event
+    /// reported a fault: none of the work runs any more, so what `enqueue` set aside for it (e.g. a
+    /// staging block) can be released. The default does nothing.
+    fn discard(&self, work: &Work) {
+        let _ = work;
     }
 
     /// Blocks until everything enqueued on `stream` completed (teardown only).
@@ -107,12 +124,25 @@ pub struct Work {
     /// The operations whose events this one waits on: if one faulted, this one must not run. Cleared
     /// when this one retires, so long dependency chains do not keep each other alive.
     upstream: Mutex<SmallVec<[Arc<Work>; 2]>>,
+    /// Set once the scheduler retired it (outcome applied to its signals).
+    retired: AtomicBool,
 }
 
 impl Work {
     /// A new operation.
     pub fn new(id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Self {
-        Work { id, queue, op, fault: FaultSlot::new(), upstream: Mutex::new(upstream) }
+        Work { id, queue, op, fault: FaultSlot::new(), upstream: Mutex::new(upstream), retired: AtomicBool::new(false) }
+    }
+
+    /// Whether the scheduler has retired it: its completion effects (a read's bytes, a host call)
+    /// happened and its signals were applied or failed.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Marks it retired (the scheduler, after applying its outcome).
+    pub(crate) fn mark_retired(&self) {
+        self.retired.store(true, Ordering::Release);
     }
 
     /// The first fault among the upstream producers. Backends call it once, when the work is about
@@ -147,5 +177,6 @@ impl Work {
         self.op = op;
         self.fault.clear();
         *lock(&self.upstream) = upstream;
+        self.retired.store(false, Ordering::Relaxed);
     }
 }

@@ -12,7 +12,8 @@ use crate::driver::QueueOp;
 use crate::error::{Error, Result};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
-use crate::sync::lock;
+use crate::sync::{MutexGuard, lock};
+use std::sync::TryLockError;
 
 /// The completion thread of `queue`; returns once the device shuts down and nothing is in flight.
 pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
@@ -50,14 +51,31 @@ pub(super) fn retire_completed<M: StreamModel>(
     front: Option<(u64, Result<()>)>,
     host_calls: bool,
 ) -> usize {
+    let retiring = lock(&shared.queues[queue].retiring);
+    retire_completed_locked(shared, queue, front, host_calls, None, retiring)
+}
+
+/// [`retire_completed`] with `queue`'s retiring lock already taken.
+fn retire_completed_locked<M: StreamModel>(
+    shared: &Shared<M>,
+    queue: usize,
+    front: Option<(u64, Result<()>)>,
+    host_calls: bool,
+    until: Option<&Work>,
+    _retiring: MutexGuard<'_, ()>,
+) -> usize {
     let slot = &shared.queues[queue];
-    let _retiring = lock(&slot.retiring);
     let mut known = front;
     // Entries at the front known to have completed: one query of the newest event covers every
     // older one on the same stream, so a burst retires with one driver call instead of one each.
     let mut complete_prefix = 0usize;
     let mut retired = 0;
     loop {
+        // Retiring for a dependant stops at its producer: retiring more could need producers whose
+        // queues this thread already holds further up.
+        if until.is_some_and(Work::is_retired) {
+            break;
+        }
         let (id, front_event) = match lock(&slot.inflight).front() {
             Some(next) => (next.work.id, next.event.clone()),
             None => break,
@@ -110,12 +128,17 @@ fn newest_event<M: StreamModel>(
 /// Applies the outcome of one completed submission.
 /// Returns the work for recycling.
 fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
-    let InFlight { work, event, signals, _wait_events } = entry;
+    let InFlight { work, event, signals, _wait_events, producers } = entry;
     let _span = tracing::trace_span!("complete", queue = work.queue, action = work.id, op = work.op.kind()).entered();
+    retire_producers_first(shared, &producers);
+    drop(producers);
     // Faults in the slot already name their submission (`Work::fail`) or are an upstream status
     // passed on unchanged; everything found here is named now.
     let mut outcome = match status {
-        Err(fault) => Err(work.describe_fault(fault)),
+        Err(fault) => {
+            shared.model.discard(&work);
+            Err(work.describe_fault(fault))
+        }
         Ok(()) => match work.fault.get() {
             Some(fault) => Err(fault),
             None => shared.model.complete(&work).map_err(|e| work.describe_fault(e)),
@@ -148,7 +171,48 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
         }
     }
     drop(event);
+    work.mark_retired();
     work
+}
+
+/// Waits until every producer on another queue (work whose event this submission's stream waited
+/// on) has retired, retiring their queues' completed work on this thread when no other thread is.
+///
+/// Completion threads retire their queues independently, so without this a dependant could apply
+/// its signals (say `s = 24`) before its producer on another queue retired: a host that saw `s >= 19`
+/// through the larger value would find the producer's effects (a read's bytes) not there yet. The
+/// producers completed on the device before this submission did, so this waits only for another
+/// thread that is retiring them now, never for the device. It cannot deadlock: a thread holding
+/// another queue's retiring lock waits in turn only for work issued before its own (nested
+/// retirement stops at the producer it was for), and issue order has no cycles.
+fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Arc<Work>]) {
+    for producer in producers {
+        while !producer.is_retired() {
+            let slot = &shared.queues[producer.queue];
+            match slot.retiring.try_lock() {
+                Ok(guard) => {
+                    retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
+                }
+                Err(TryLockError::Poisoned(poisoned)) => {
+                    let guard = poisoned.into_inner();
+                    retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
+                }
+                Err(TryLockError::WouldBlock) => {}
+            }
+            if !producer.is_retired() {
+                // Another thread retires that queue now, or a host call ahead of the producer waits
+                // for its completion thread.
+                yield_now();
+            }
+        }
+    }
+}
+
+fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
 }
 
 fn run_host_call(call: crate::driver::HostFn) -> Result<()> {

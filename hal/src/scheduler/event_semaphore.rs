@@ -6,9 +6,8 @@
 //! are pruned when the host value passes them, at their submission's retirement.
 
 use std::any::Any;
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
-
-use smallvec::SmallVec;
 
 use super::Shared;
 use super::event_pool::EventRef;
@@ -19,7 +18,9 @@ use crate::sync::{Mutex, lock};
 
 /// The published signal events of one semaphore, attached to it as driver data.
 pub struct SemaphoreEvents<M: StreamModel> {
-    table: Mutex<SmallVec<[SignalEvent<M>; 2]>>,
+    /// Sorted by value; a deque because entries are added at the back and pruned from the front (a
+    /// dependent chain keeps thousands here).
+    table: Mutex<VecDeque<SignalEvent<M>>>,
     /// The scheduler that publishes here, to help host waits (see `assist_wait`).
     scheduler: Weak<Shared<M>>,
 }
@@ -45,7 +46,7 @@ impl<M: StreamModel> Clone for SignalEvent<M> {
 
 impl<M: StreamModel> SemaphoreEvents<M> {
     pub(crate) fn new(scheduler: Weak<Shared<M>>) -> Self {
-        SemaphoreEvents { table: Mutex::new(SmallVec::new()), scheduler }
+        SemaphoreEvents { table: Mutex::new(VecDeque::new()), scheduler }
     }
 
     /// The table of `semaphore` if `device` owns it and it is event-backed by this stream model.
@@ -72,13 +73,11 @@ impl<M: StreamModel> SemaphoreEvents<M> {
 
     /// Drops the entries for values `<= value` (the host value has passed them).
     pub fn prune(&self, value: u64) {
-        let removed: SmallVec<[SignalEvent<M>; 2]> = {
-            let mut table = lock(&self.table);
-            let end = table.partition_point(|e| e.value <= value);
-            table.drain(..end).collect()
-        };
-        // Event references drop here, outside the table's lock.
-        drop(removed);
+        // The event references drop under the table's lock (they only take the event pool's lock,
+        // which never waits on a table), so pruning allocates nothing.
+        let mut table = lock(&self.table);
+        let end = table.partition_point(|e| e.value <= value);
+        table.drain(..end);
     }
 
     /// Entries published and not yet pruned.
@@ -102,7 +101,7 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
     fn assist_wait(&self, _semaphore: &Semaphore, value: u64) -> bool {
         let Some(entry) = self.covering(value) else { return false };
         let Some(shared) = self.scheduler.upgrade() else { return false };
-        let status = shared.model.synchronize_event(entry.event.event());
+        let status = shared.model.host_wait(entry.event.event());
         drop(entry.event);
         shared.retire_from_waiter(entry.queue, entry.producer.id, status);
         true

@@ -77,6 +77,9 @@ struct InFlight<M: StreamModel> {
     signals: SemaphoreList,
     /// Events this submission's stream waits on, held until it retires (see `event_pool`).
     _wait_events: SmallVec<[EventRef<M>; 2]>,
+    /// The submissions on other queues whose events this one's stream waits on. They completed on
+    /// the device before this one, and are retired on the host before it too (see `completion`).
+    producers: SmallVec<[Arc<Work>; 2]>,
 }
 
 /// Everything needed to issue a submission whose waits are all resolved.
@@ -325,6 +328,7 @@ impl<M: StreamModel> Shared<M> {
         let Issue { queue, op, signals, wait_events, upstream } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
+        let producers: SmallVec<[Arc<Work>; 2]> = upstream.iter().filter(|p| p.queue != queue).cloned().collect();
         let upstream = if M::CHECKS_UPSTREAM_FAULTS { upstream } else { SmallVec::new() };
         let work = self.new_work(id, queue, op, upstream);
         let _span = tracing::trace_span!("issue", queue, action = id, op = work.op.kind()).entered();
@@ -348,8 +352,13 @@ impl<M: StreamModel> Shared<M> {
                             }
                         }
                     }
-                    let entry =
-                        InFlight { work: work.clone(), event, signals: signals.clone(), _wait_events: wait_events };
+                    let entry = InFlight {
+                        work: work.clone(),
+                        event,
+                        signals: signals.clone(),
+                        _wait_events: wait_events,
+                        producers,
+                    };
                     lock(&slot.inflight).push_back(entry);
                     slot.wake.notify_one();
                     Ok(())
@@ -413,6 +422,12 @@ impl<M: StreamModel> Drop for Scheduler<M> {
             slot.wake.notify_all();
         }
         for handle in self.completion_threads.drain(..) {
+            // The last handle to a device may drop on one of its own completion threads (it retired
+            // work holding the last reference): that thread finishes its loop by itself and must not
+            // join itself.
+            if handle.thread().id() == std::thread::current().id() {
+                continue;
+            }
             if handle.join().is_err() {
                 tracing::error!("a completion thread panicked");
             }

@@ -1,0 +1,78 @@
+//! The conformance suite (`ctest`) on CUDA: one test per case, named `cuda::<area>::<case>`, each
+//! run in its own child process (a trapping kernel poisons the GPU for the rest of its process).
+//!
+//! The kernels are ctest's CUDA catalogue (`ctest::kernels::cuda`): CUDA C compiled to PTX with NVRTC
+//! (through cudarc) once per process. The fixture declares CUDA's faults sticky, so the fault cases
+//! check the sticky contract (see `docs/conformance.md`), and that fault statuses name the CUDA error.
+//!
+//! Without a GPU or driver library every test prints `CUDA not available: <reason>; CUDA CTS NOT run`
+//! and passes. On the GPU machine (NVRTC found as `libnvrtc.so`, see `devbin/run.sh`):
+//!
+//! ```sh
+//! cargo test -p driver-cuda --release --test cts -- --test-threads=4
+//! cargo test -p driver-cuda --release --test cts cuda::dispatch::          # one area
+//! CTEST_ISOLATE=0 cargo test -p driver-cuda --release --test cts -- --test-threads=1   # in-process
+//! ```
+
+use std::sync::{Arc, OnceLock};
+
+use ctest::kernels::cuda::CudaCatalogue;
+use ctest::{Fixture, Kernel, KernelCatalogue};
+use driver_cuda::context::Context;
+use hal::{Driver, Error, ExecutableSource, Result};
+
+/// Compiles `source` (CUDA C) named `program` to PTX with NVRTC.
+fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {
+    // SAFETY: only tries to open the NVRTC library (cudarc panics on first use when it is missing).
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(Error::unavailable(format!(
+            "NVRTC (libnvrtc.so) not found: cannot compile ctest's CUDA kernel '{program}'"
+        )));
+    }
+    let options = cudarc::nvrtc::CompileOptions { name: Some(format!("{program}.cu")), ..Default::default() };
+    match cudarc::nvrtc::compile_ptx_with_opts(source, options) {
+        Ok(ptx) => Ok(ptx.to_src().into_bytes()),
+        Err(e) => Err(Error::invalid_argument(format!("NVRTC could not compile ctest's kernel '{program}': {e}"))),
+    }
+}
+
+/// The catalogue shared by every case of this process, so each kernel is compiled once.
+struct SharedCatalogue(&'static CudaCatalogue);
+
+impl KernelCatalogue for SharedCatalogue {
+    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+        self.0.source(kernel)
+    }
+}
+
+fn catalogue() -> SharedCatalogue {
+    static CATALOGUE: OnceLock<CudaCatalogue> = OnceLock::new();
+    SharedCatalogue(CATALOGUE.get_or_init(|| CudaCatalogue::new(compile_ptx)))
+}
+
+/// In a process that runs cases (a child, or every case with `CTEST_ISOLATE=0`), keeps the GPU's
+/// primary context retained for the process, so the devices of consecutive cases do not each create
+/// and destroy it. Devices still get their own streams, events, pools and threads.
+fn keep_primary_context() {
+    static CONTEXT: OnceLock<Option<Arc<Context>>> = OnceLock::new();
+    if !ctest::isolate::isolation_wanted() {
+        CONTEXT.get_or_init(|| Context::retain(0).ok());
+    }
+}
+
+fn cuda_fixture() -> Fixture {
+    if let Err(reason) = driver_cuda::CudaDriver::default().probe() {
+        return Fixture::not_available(
+            driver_cuda::DRIVER_NAME,
+            format!("CUDA not available: {reason}; CUDA CTS NOT run"),
+        );
+    }
+    keep_primary_context();
+    let mut registry = hal::Registry::new();
+    driver_cuda::register(&mut registry);
+    Fixture::from_registry(registry, driver_cuda::DRIVER_NAME, catalogue())
+        .with_sticky_faults()
+        .with_fault_marker("CUDA_ERROR_")
+}
+
+ctest::instantiate_cts!(cuda, cuda_fixture);
