@@ -40,7 +40,7 @@ impl Default for CudaOptions {
         CudaOptions {
             queue_count: 4,
             completion_wait: CompletionWait::default(),
-            poll_interval: std::time::Duration::from_micros(2),
+            poll_interval: std::time::Duration::from_micros(10),
             graph_min_commands: 2,
         }
     }

@@ -56,26 +56,26 @@
 //! context on that thread (a thread-local check, see [`context`]), and leaves it bound.
 //!
 //! # Completion
-//! Completion threads wait on events as [`CompletionWait`] says; the default spins on
-//! `cuEventQuery` for 100 us (queries 2 us apart, [`CudaOptions::poll_interval`]), then sleeps in
-//! `cuEventSynchronize` on a `BLOCKING_SYNC` event. Measured on the H100 (`tests/cuda_timing.rs`,
-//! medians of 1000-2000 round trips of a one-block kernel; the raw `launch + cuStreamSynchronize`
-//! baseline was 9.3 us in the same process):
+//! Completion threads wait on events as [`CompletionWait`] says; the default polls `cuEventQuery`
+//! every 10 us ([`CudaOptions::poll_interval`]) for 100 us, then keeps polling with sleeps growing to
+//! 100 us, on plain (`DISABLE_TIMING`) events. Host threads that wait with no deadline poll their own
+//! event back to back for 200 us first (`StreamModel::host_wait`). Measured on the H100 by
+//! `examples/completion_modes.rs` (one process; medians of 5 trials of 20000 submissions or 1000
+//! round trips of a one-block kernel; 2026-11-23, second of two runs):
 //!
-//! | mode | dependent chain, us/submission | one dispatch, host wait | ten-dispatch graph, host wait | CPU during a 100 ms kernel |
+//! | mode | chain us/submission | cross-queue hop us | round trip, no deadline | round trip, deadline |
 //! | --- | --- | --- | --- | --- |
-//! | `Spin` | 7.9 | 14.1 us | 18.5 us | 100% of a core per busy queue |
-//! | `Blocking` | 9.6 | 15.9 us | 31.0 us | 1% |
-//! | `SpinThenBlock(100us)`, queries back to back | 9.5 | 15.8 us | 20.5 us | 2% |
-//! | `SpinThenBlock(100us)`, queries 2 us apart (default) | 7.1 | 14.7 us | 19.3 us | 0% |
-//! | `SpinThenBlock(1ms)`, queries 2 us apart | 7.5 | 15.1 us | 21.0 us | 2% |
+//! | raw launch + record, plain event / `BLOCKING_SYNC` event | 4.00 / 5.49 | | | |
+//! | `SpinThenBlock(100us)`, queries 2 us apart | 9.29 | 11.14 | 22.56 | 26.44 |
+//! | `Spin` (a core per busy queue) | 7.77 | 9.17 | 16.07 | 16.20 |
+//! | `PollThenSleep(100us)`, queries 2 us apart | 7.87 | 9.53 | 20.50 | 24.51 |
+//! | `PollThenSleep(100us)`, queries 10 us apart (default) | 7.84 | 9.59 | 15.44 | 15.36 |
+//! | `PollThenSleep(100us)`, queries 20 us apart | 7.63 | 9.67 | 15.56 | 15.53 |
+//! | `PollThenSleep(0)` (sleeps only) | 7.17 | 9.53 | 16.54 | 18.40 |
 //!
-//! (Host waits with no deadline, which wait on the event on the waiting thread. Waits with a deadline
-//! go through the completion thread and a parked host thread; their medians varied between 15 and
-//! 60 us from one device instance to the next of the same configuration, i.e. thread wake-ups on
-//! this VM, not the mode.) Spinning wakes fastest but holds a core for as long as work runs;
-//! blocking alone pays the driver's interrupt path (+15 us on ten dispatches); spinning a bounded
-//! time with paced queries keeps spin latency and submission speed at no measurable CPU cost.
+//! A `BLOCKING_SYNC` event costs about 1.2-1.5 us more to record, on every submission; paced polling
+//! keeps the completion thread off the driver's locks that the submitting thread needs. Run-to-run
+//! noise on this VM is about 20% (the first run had `SpinThenBlock` at 7.5 / 8.4 / 16.0).
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
