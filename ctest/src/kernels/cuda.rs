@@ -4,15 +4,14 @@
 //! depend on any CUDA crate.
 //!
 //! ```ignore
-//! // In driver-cuda's tests/cts.rs:
-//! ctest::instantiate_cts!(cuda, || {
-//!     let catalogue = ctest::kernels::cuda::CudaCatalogue::new(|source, program| {
-//!         driver_cuda::compile_ptx(source, program) // NVRTC: CUDA C -> PTX text
-//!     });
+//! // In driver-cuda's tests/cts.rs (compile_ptx: NVRTC through cudarc, CUDA C -> PTX text):
+//! fn cuda_fixture() -> ctest::Fixture {
+//!     let catalogue = ctest::kernels::cuda::CudaCatalogue::new(compile_ptx);
 //!     let mut registry = hal::Registry::new();
 //!     driver_cuda::register(&mut registry);
-//!     ctest::Fixture::from_registry(registry, "cuda", catalogue).with_shared_device()
-//! });
+//!     ctest::Fixture::from_registry(registry, "cuda", catalogue).with_sticky_faults()
+//! }
+//! ctest::instantiate_cts!(cuda, cuda_fixture);
 //! ```
 
 use std::collections::HashMap;
