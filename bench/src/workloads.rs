@@ -102,20 +102,7 @@ pub mod targets {
 /// PTX of the `touch` kernel (one binding, one constant): writes the constant to word 0. The HAL
 /// workloads on CUDA and the raw-CUDA baselines ([`crate::cuda_baseline`]) load this same text, so
 /// both sides launch the identical kernel (one block of one thread).
-pub const TOUCH_PTX: &str = r#".version 7.0
-.target sm_80
-.address_size 64
-.visible .entry touch(.param .u64 out, .param .u32 value)
-{
-    .reg .b64 %rd<3>;
-    .reg .b32 %r<2>;
-    ld.param.u64 %rd1, [out];
-    ld.param.u32 %r1, [value];
-    cvta.to.global.u64 %rd2, %rd1;
-    st.global.u32 [%rd2], %r1;
-    ret;
-}
-"#;
+pub const TOUCH_PTX: &str = include_str!("touch.ptx");
 
 /// The device and the objects every workload reuses.
 pub struct Env {

@@ -13,20 +13,8 @@ use hal::{
     SemaphoreValue as SV, Timeout,
 };
 
-const PTX: &str = r#".version 7.0
-.target sm_80
-.address_size 64
-.visible .entry touch(.param .u64 out, .param .u32 value)
-{
-    .reg .b64 %rd<3>;
-    .reg .b32 %r<2>;
-    ld.param.u64 %rd1, [out];
-    ld.param.u32 %r1, [value];
-    cvta.to.global.u64 %rd2, %rd1;
-    st.global.u32 [%rd2], %r1;
-    ret;
-}
-"#;
+/// The same `touch` kernel the bench uses, so both measure identical launches.
+const PTX: &str = include_str!("../../bench/src/touch.ptx");
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

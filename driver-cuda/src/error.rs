@@ -22,22 +22,10 @@ fn error_string(code: CUresult) -> Option<String> {
     DriverError(code).error_string().ok().map(|s| s.to_string_lossy().into_owned())
 }
 
-/// Whether `code` is a device fault that poisons the context (every later call fails with it).
+/// Whether `code` is a device fault that poisons the context (every later call fails with it):
+/// exactly the codes [`status_code`] reports as `DataLoss` or `Aborted`.
 pub fn is_sticky(code: CUresult) -> bool {
-    matches!(
-        code,
-        E::CUDA_ERROR_ILLEGAL_ADDRESS
-            | E::CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | E::CUDA_ERROR_LAUNCH_FAILED
-            | E::CUDA_ERROR_MISALIGNED_ADDRESS
-            | E::CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | E::CUDA_ERROR_INVALID_PC
-            | E::CUDA_ERROR_HARDWARE_STACK_ERROR
-            | E::CUDA_ERROR_ASSERT
-            | E::CUDA_ERROR_ECC_UNCORRECTABLE
-            | E::CUDA_ERROR_LAUNCH_TIMEOUT
-            | E::CUDA_ERROR_CONTEXT_IS_DESTROYED
-    )
+    matches!(status_code(code), StatusCode::DataLoss | StatusCode::Aborted)
 }
 
 /// The HAL status code for `code`.
