@@ -110,7 +110,8 @@ pub struct Env {
     pub device: Device,
     buffer: Buffer,
     executable: Executable,
-    empty: CommandBuffer,
+    /// A reusable command buffer with no commands.
+    pub empty: CommandBuffer,
 }
 
 /// The `touch` kernel in the device's format.

@@ -50,8 +50,15 @@ impl StreamShared {
     }
 
     fn push(&self, item: Item) {
-        self.items().push_back(item);
-        self.more.notify_one();
+        let mut items = self.items();
+        // The worker sleeps on `more` only when it found the FIFO empty: only the push that ends an
+        // empty stretch needs the notify (a system call).
+        let was_empty = items.is_empty();
+        items.push_back(item);
+        drop(items);
+        if was_empty {
+            self.more.notify_one();
+        }
     }
 }
 

@@ -152,13 +152,10 @@ fn main() {
     }
     let base = CudaOptions::default();
     let modes = [
-        ("SpinThenBlock(100us) poll 2us", CompletionWait::SpinThenBlock(Duration::from_micros(100)), 2),
         ("Spin", CompletionWait::Spin, 2),
-        ("PollThenSleep(100us) poll 2us", CompletionWait::PollThenSleep(Duration::from_micros(100)), 2),
-        ("PollThenSleep(100us) poll 10us", CompletionWait::PollThenSleep(Duration::from_micros(100)), 10),
-        ("PollThenSleep(100us) poll 20us", CompletionWait::PollThenSleep(Duration::from_micros(100)), 20),
-        ("PollThenSleep(0) (sleeps only)", CompletionWait::PollThenSleep(Duration::ZERO), 2),
         ("SpinThenBlock(100us) poll 10us", CompletionWait::SpinThenBlock(Duration::from_micros(100)), 10),
+        ("PollThenSleep(100us) poll 10us", CompletionWait::PollThenSleep(Duration::from_micros(100)), 10),
+        ("HostCallback (callback stream)", CompletionWait::HostCallback, 10),
     ];
     for (label, mode, poll) in modes {
         let options = CudaOptions { completion_wait: mode, poll_interval: Duration::from_micros(poll), ..base.clone() };

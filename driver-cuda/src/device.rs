@@ -33,6 +33,10 @@ pub struct CudaOptions {
     /// Command buffers with at least this many commands (barriers not counted) replay as CUDA
     /// graphs; shorter ones launch directly.
     pub graph_min_commands: usize,
+    /// Time every submission on the device with a pair of timing events; the time appears as
+    /// `device_ns` on the submission's `complete` span (see [`crate::timing`]). Costs two event
+    /// records per submission.
+    pub submission_timings: bool,
 }
 
 impl Default for CudaOptions {
@@ -42,7 +46,57 @@ impl Default for CudaOptions {
             completion_wait: CompletionWait::default(),
             poll_interval: std::time::Duration::from_micros(10),
             graph_min_commands: 2,
+            submission_timings: false,
         }
+    }
+}
+
+/// The environment variable that picks [`CudaOptions::completion_wait`] for [`CudaOptions::from_env`].
+pub const ENV_COMPLETION: &str = "HAL_CUDA_COMPLETION";
+/// The environment variable that turns on [`CudaOptions::submission_timings`] (`1`) in
+/// [`CudaOptions::from_env`].
+pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
+
+impl CudaOptions {
+    /// The defaults, changed by the environment: `HAL_CUDA_COMPLETION` = `poll` (the default),
+    /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`.
+    /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
+    /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
+    pub fn from_env() -> Result<Self> {
+        let completion = std::env::var(ENV_COMPLETION).ok();
+        let timings = std::env::var(ENV_TIMINGS).ok();
+        CudaOptions::from_values(completion.as_deref(), timings.as_deref())
+    }
+
+    /// The defaults changed by the values of `HAL_CUDA_COMPLETION` and `HAL_CUDA_TIMINGS` (`None`: the
+    /// variable is not set); see [`from_env`](Self::from_env).
+    pub fn from_values(completion: Option<&str>, timings: Option<&str>) -> Result<Self> {
+        let mut options = CudaOptions::default();
+        if let Some(value) = completion {
+            options.completion_wait = match value {
+                "poll" => CompletionWait::default(),
+                "spin" => CompletionWait::Spin,
+                "blocking" => CompletionWait::Blocking,
+                "spin-then-block" => CompletionWait::SpinThenBlock(std::time::Duration::from_micros(100)),
+                "host-callback" => CompletionWait::HostCallback,
+                other => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_COMPLETION}='{other}' is not one of poll, spin, blocking, spin-then-block, \
+                         host-callback"
+                    )));
+                }
+            };
+        }
+        if let Some(value) = timings {
+            options.submission_timings = match value {
+                "1" => true,
+                "0" => false,
+                other => {
+                    return Err(Error::invalid_argument(format!("cuda: {ENV_TIMINGS}='{other}' is not 0 or 1")));
+                }
+            };
+        }
+        Ok(options)
     }
 }
 
@@ -134,7 +188,7 @@ impl CudaDevice {
             )));
         }
         let context = Context::retain(ordinal)?;
-        let model = CudaStreams::new(&context, options.queue_count, options.completion_wait, options.poll_interval)?;
+        let model = CudaStreams::new(&context, options)?;
         let scheduler = Scheduler::new(id, model, options.queue_count)?;
         tracing::debug!(%id, ordinal, name = %info.name, "cuda device created");
         let memory = Arc::new(MemoryCounter::default());
@@ -154,6 +208,14 @@ impl CudaDevice {
     /// Raw stream of `queue`, for interop (e.g. a baseline measured on the same stream).
     pub fn stream(&self, queue: usize) -> Option<sys::CUstream> {
         (queue < self.options.queue_count).then(|| self.scheduler.stream(queue).raw())
+    }
+
+    /// Host callbacks the driver has run to wake completion threads, over all queues (only
+    /// `CompletionWait::HostCallback` launches any).
+    pub fn completion_callbacks(&self) -> u64 {
+        (0..self.options.queue_count)
+            .filter_map(|queue| self.scheduler.stream(queue).callback().map(|c| c.callbacks_run()))
+            .sum()
     }
 
     /// Waits until nothing is pending or in flight, or `timeout` passes (tests, teardown).
@@ -215,6 +277,10 @@ impl DeviceBackend for CudaDevice {
         let mut usage = self.scheduler.resource_usage();
         let staging = self.scheduler.model().staging();
         usage.pools.push(PoolUsage { name: "staging blocks", in_use: staging.in_use(), created: staging.created() });
+        if let Some(timer) = self.scheduler.model().timer() {
+            let (created, in_use) = timer.usage();
+            usage.pools.push(PoolUsage { name: "timing events", in_use, created });
+        }
         usage.memory_in_use = self.memory.in_use();
         usage
     }
@@ -223,5 +289,32 @@ impl DeviceBackend for CudaDevice {
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CudaDevice({} cuda:{} '{}')", self.id, self.info.ordinal, self.info.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hal::StatusCode;
+
+    #[test]
+    fn options_from_environment_values() {
+        let defaults = CudaOptions::from_values(None, None).unwrap();
+        assert_eq!(defaults.completion_wait, CompletionWait::default());
+        assert!(!defaults.submission_timings);
+        let callback = CudaOptions::from_values(Some("host-callback"), Some("1")).unwrap();
+        assert_eq!(callback.completion_wait, CompletionWait::HostCallback);
+        assert!(callback.submission_timings);
+        assert_eq!(CudaOptions::from_values(Some("spin"), Some("0")).unwrap().completion_wait, CompletionWait::Spin);
+        assert_eq!(CudaOptions::from_values(Some("blocking"), None).unwrap().completion_wait, CompletionWait::Blocking);
+    }
+
+    #[test]
+    fn bad_environment_values_are_named_errors() {
+        let e = CudaOptions::from_values(Some("callback"), None).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument);
+        assert!(e.message().contains("HAL_CUDA_COMPLETION='callback'"), "{e}");
+        let e = CudaOptions::from_values(None, Some("yes")).unwrap_err();
+        assert!(e.message().contains("HAL_CUDA_TIMINGS='yes'"), "{e}");
     }
 }

@@ -35,6 +35,10 @@ pub enum CompletionWait {
     /// Poll `cuEventQuery` for up to the duration, then keep polling with sleeps that grow to
     /// [`MAX_POLL_SLEEP`] between queries; plain events (no interrupt-armed `BLOCKING_SYNC` records).
     PollThenSleep(Duration),
+    /// A host function on a per-queue callback stream wakes the thread (`cuLaunchHostFunc` after a
+    /// `cuStreamWaitEvent`; at most one outstanding per queue, see [`crate::host_callback`]). Host
+    /// threads that wait for a value poll as `PollThenSleep(100us)` does.
+    HostCallback,
 }
 
 /// The longest sleep between two queries of [`CompletionWait::PollThenSleep`]: bounds the extra
@@ -56,7 +60,7 @@ impl CompletionWait {
     pub fn event_flags(self) -> u32 {
         let disable_timing = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         match self {
-            CompletionWait::Spin | CompletionWait::PollThenSleep(_) => disable_timing,
+            CompletionWait::Spin | CompletionWait::PollThenSleep(_) | CompletionWait::HostCallback => disable_timing,
             CompletionWait::Blocking | CompletionWait::SpinThenBlock(_) => {
                 disable_timing | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
             }
@@ -135,6 +139,10 @@ impl CudaEvent {
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
     /// `poll_interval` apart: each `cuEventQuery` takes driver locks the submitting threads need too.
     pub fn synchronize(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
+        let mode = match mode {
+            CompletionWait::HostCallback => CompletionWait::PollThenSleep(Duration::from_micros(100)),
+            other => other,
+        };
         if let CompletionWait::PollThenSleep(budget) = mode {
             let start = Instant::now();
             let mut sleep = Duration::from_micros(10);

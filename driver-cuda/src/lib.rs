@@ -88,17 +88,19 @@ pub mod device;
 pub mod error;
 pub mod event;
 pub mod graph;
+pub mod host_callback;
 pub mod loader;
 pub mod memory;
 pub mod module;
 pub mod staging;
 pub mod stream;
+pub mod timing;
 
 use std::sync::Arc;
 
 use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
 
-pub use device::{CudaDevice, CudaOptions};
+pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_TIMINGS};
 pub use event::CompletionWait;
 
 /// The name the registry knows this driver by.
@@ -108,12 +110,31 @@ pub const DRIVER_NAME: &str = "cuda";
 #[derive(Clone, Debug, Default)]
 pub struct CudaDriver {
     options: CudaOptions,
+    /// Why the options could not be read from the environment ([`CudaDriver::from_env`]); every
+    /// device request answers with it.
+    options_error: Option<Error>,
 }
 
 impl CudaDriver {
     /// A driver whose devices use `options`.
     pub fn with_options(options: CudaOptions) -> Self {
-        CudaDriver { options }
+        CudaDriver { options, options_error: None }
+    }
+
+    /// A driver whose devices use [`CudaOptions::from_env`]; a bad variable is reported by `probe`,
+    /// `enumerate` and `create_device`.
+    pub fn from_env() -> Self {
+        match CudaOptions::from_env() {
+            Ok(options) => CudaDriver::with_options(options),
+            Err(e) => CudaDriver { options: CudaOptions::default(), options_error: Some(e) },
+        }
+    }
+
+    fn check_options(&self) -> Result<()> {
+        match &self.options_error {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
     }
 
     /// The options its devices use.
@@ -128,15 +149,18 @@ impl Driver for CudaDriver {
     }
 
     fn probe(&self) -> Result<()> {
+        self.check_options()?;
         loader::probe().map(|_| ())
     }
 
     fn enumerate(&self) -> Result<Vec<DeviceInfo>> {
+        self.check_options()?;
         let probe = loader::probe()?;
         (0..probe.device_count).map(|ordinal| device::device_info(ordinal, &self.options)).collect()
     }
 
     fn create_device(&self, ordinal: usize) -> Result<Device> {
+        self.check_options()?;
         let probe = loader::probe()?;
         if ordinal >= probe.device_count {
             return Err(Error::out_of_range(format!(
@@ -152,13 +176,14 @@ impl Driver for CudaDriver {
     }
 }
 
-/// Registers the CUDA driver with default options. Safe without a GPU: the driver then reports
-/// `Unavailable` when asked for devices.
+/// Registers the CUDA driver with [`CudaOptions::from_env`] (the defaults unless `HAL_CUDA_*`
+/// variables say otherwise). Safe without a GPU: the driver then reports `Unavailable` when asked for
+/// devices.
 pub fn register(registry: &mut Registry) {
-    registry.register(Arc::new(CudaDriver::default()));
+    registry.register(Arc::new(CudaDriver::from_env()));
 }
 
-/// Device `ordinal` with default options, without a registry.
+/// Device `ordinal` with [`CudaOptions::from_env`], without a registry.
 pub fn create_device(ordinal: usize) -> Result<Device> {
-    CudaDriver::default().create_device(ordinal)
+    CudaDriver::from_env().create_device(ordinal)
 }

@@ -24,10 +24,13 @@ use hal::{Buffer, Command, Error, Result};
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
 use crate::context::Context;
+use crate::device::CudaOptions;
 use crate::error::check;
 use crate::event::{CompletionWait, CudaEvent};
+use crate::host_callback::CallbackStream;
 use crate::memory::CudaMemory;
 use crate::staging::{StagingBlock, StagingPool};
+use crate::timing::SubmissionTimer;
 
 /// The CUDA stream model of one device.
 pub struct CudaStreams {
@@ -39,6 +42,8 @@ pub struct CudaStreams {
     /// Per queue, in stream order: staging blocks of enqueued writes and reads, released when their
     /// submission completes (and with it everything before it on the stream).
     staged: Vec<Mutex<VecDeque<Staged>>>,
+    /// Brackets each submission with timing events (`CudaOptions::submission_timings`).
+    timer: Option<SubmissionTimer>,
 }
 
 // SAFETY: the memory pool handle is a driver object used only with the context bound; the rest is
@@ -56,6 +61,9 @@ struct Staged {
 pub struct CudaStream {
     raw: CUstream,
     queue: usize,
+    /// The queue's callback stream, in `CompletionWait::HostCallback` mode only. Dropped after the
+    /// dispatch stream drained.
+    callback: Option<CallbackStream>,
     context: Arc<Context>,
 }
 
@@ -69,6 +77,11 @@ impl CudaStream {
     /// The stream handle.
     pub fn raw(&self) -> CUstream {
         self.raw
+    }
+
+    /// The queue's callback stream (`CompletionWait::HostCallback` only).
+    pub fn callback(&self) -> Option<&CallbackStream> {
+        self.callback.as_ref()
     }
 }
 
@@ -91,15 +104,11 @@ impl Drop for CudaStream {
 }
 
 impl CudaStreams {
-    /// The model for `queue_count` queues of `context`'s device, waiting for completions as `wait`
-    /// says (polling `poll_interval` apart while spinning). Sets the device's default memory pool to keep freed memory for reuse (by default the
-    /// pool gives it back to the system at each synchronisation, making `queue_alloca` slow).
-    pub fn new(
-        context: &Arc<Context>,
-        queue_count: usize,
-        wait: CompletionWait,
-        poll_interval: Duration,
-    ) -> Result<Self> {
+    /// The model for `options.queue_count` queues of `context`'s device: completion threads wait as
+    /// `options.completion_wait` says, and submissions are timed if `options.submission_timings`. Sets
+    /// the device's default memory pool to keep freed memory for reuse (by default the pool gives it
+    /// back to the system at each synchronisation, making `queue_alloca` slow).
+    pub fn new(context: &Arc<Context>, options: &CudaOptions) -> Result<Self> {
         context.bind()?;
         let mut pool: CUmemoryPool = std::ptr::null_mut();
         // SAFETY: the context is bound; the out-pointer is a live local.
@@ -109,14 +118,21 @@ impl CudaStreams {
         // SAFETY: `pool` is the device's default pool; the attribute takes a u64 through the pointer.
         let code = unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut threshold as *mut u64).cast()) };
         check(code, "cuMemPoolSetAttribute")?;
+        let queue_count = options.queue_count;
         Ok(CudaStreams {
             context: context.clone(),
-            wait,
-            poll_interval,
+            wait: options.completion_wait,
+            poll_interval: options.poll_interval,
             pool,
             staging: StagingPool::new(context),
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+            timer: options.submission_timings.then(|| SubmissionTimer::new(context, queue_count)),
         })
+    }
+
+    /// The submission timer, when timings are on (for resource usage).
+    pub fn timer(&self) -> Option<&SubmissionTimer> {
+        self.timer.as_ref()
     }
 
     /// The staging pool (for resource usage).
@@ -183,6 +199,59 @@ impl CudaStreams {
         }
         Err(Error::internal(format!("cuda: queue {} action {}: staging block missing", work.queue, work.id)))
     }
+
+    /// Enqueues `work`'s operation on `stream` (the context is bound).
+    fn enqueue_op(&self, stream: &CudaStream, work: &Work) -> Result<()> {
+        match &work.op {
+            QueueOp::Execute(command_buffer) => {
+                let prepared = CudaPreparedCommands::of(command_buffer)?;
+                match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
+                    Some(prepared) => prepared.enqueue(stream),
+                    None => Err(Error::internal("cuda: prepared commands changed type")),
+                }
+            }
+            QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
+                .commit_async(stream, self.pool)
+                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
+            QueueOp::Dealloca(buffer) => {
+                CudaMemory::of(buffer)?.release_async(stream).map_err(|e| e.context(format!("buffer {}", buffer.id())))
+            }
+            QueueOp::Transfer(Command::Update { target, offset, data }) => {
+                self.upload(stream, work, data, target, *offset)
+            }
+            QueueOp::Transfer(command) => enqueue_command(command, stream, None),
+            QueueOp::Write { data, target, offset } => self.upload(stream, work, data, target, *offset),
+            QueueOp::Read { source, offset, length, .. } => self.download(stream, work, source, *offset, *length),
+            QueueOp::Barrier => Ok(()),
+            QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
+        }
+    }
+
+    /// What happens on the host when `work` completed: a read hands over its staged bytes, a write
+    /// gives its staging block back.
+    fn complete_op(&self, work: &Work) -> Result<()> {
+        match &work.op {
+            QueueOp::Read { length, target, .. } => {
+                if *length == 0 {
+                    target.complete(Vec::new());
+                    return Ok(());
+                }
+                let block = self.take_staged(work)?;
+                let mut bytes = vec![0u8; *length as usize];
+                // SAFETY: the copy into the block completed (this runs after the work's event), and
+                // the block holds at least `length` bytes (acquired for them).
+                unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), bytes.as_mut_ptr(), bytes.len()) };
+                drop(block);
+                target.complete(bytes);
+                Ok(())
+            }
+            QueueOp::Write { data, .. } | QueueOp::Transfer(Command::Update { data, .. }) if !data.is_empty() => {
+                drop(self.take_staged(work)?);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 impl StreamModel for CudaStreams {
@@ -196,7 +265,12 @@ impl StreamModel for CudaStreams {
         // SAFETY: the context is bound; the out-pointer is a live local.
         check(unsafe { sys::cuStreamCreate(&mut raw, flags) }, "cuStreamCreate")
             .map_err(|e| e.context(format!("stream of queue {queue}")))?;
-        Ok(CudaStream { raw, queue, context: self.context.clone() })
+        let mut stream = CudaStream { raw, queue, callback: None, context: self.context.clone() };
+        if self.wait == CompletionWait::HostCallback {
+            // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
+            stream.callback = Some(CallbackStream::create(&self.context, queue)?);
+        }
+        Ok(stream)
     }
 
     fn create_event(&self) -> Result<CudaEvent> {
@@ -230,6 +304,13 @@ impl StreamModel for CudaStreams {
         event.synchronize(self.wait, self.poll_interval)
     }
 
+    fn await_completion(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+        match &stream.callback {
+            Some(callback) => callback.wait(event),
+            None => event.synchronize(self.wait, self.poll_interval),
+        }
+    }
+
     fn host_wait(&self, event: &CudaEvent) -> Result<()> {
         event.wait_for_host(self.wait, self.poll_interval)
     }
@@ -240,53 +321,26 @@ impl StreamModel for CudaStreams {
 
     fn enqueue(&self, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         self.context.bind()?;
-        match &work.op {
-            QueueOp::Execute(command_buffer) => {
-                let prepared = CudaPreparedCommands::of(command_buffer)?;
-                match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
-                    Some(prepared) => prepared.enqueue(stream),
-                    None => Err(Error::internal("cuda: prepared commands changed type")),
-                }
+        let Some(timer) = &self.timer else { return self.enqueue_op(stream, work) };
+        let start = timer.start(stream)?;
+        match self.enqueue_op(stream, work) {
+            Ok(()) => timer.finish(stream, work.queue, work.id, start),
+            Err(e) => {
+                timer.abandon(start);
+                Err(e)
             }
-            QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
-                .commit_async(stream, self.pool)
-                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
-            QueueOp::Dealloca(buffer) => {
-                CudaMemory::of(buffer)?.release_async(stream).map_err(|e| e.context(format!("buffer {}", buffer.id())))
-            }
-            QueueOp::Transfer(Command::Update { target, offset, data }) => {
-                self.upload(stream, work, data, target, *offset)
-            }
-            QueueOp::Transfer(command) => enqueue_command(command, stream, None),
-            QueueOp::Write { data, target, offset } => self.upload(stream, work, data, target, *offset),
-            QueueOp::Read { source, offset, length, .. } => self.download(stream, work, source, *offset, *length),
-            QueueOp::Barrier => Ok(()),
-            QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
         }
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
-        match &work.op {
-            QueueOp::Read { length, target, .. } => {
-                if *length == 0 {
-                    target.complete(Vec::new());
-                    return Ok(());
-                }
-                let block = self.take_staged(work)?;
-                let mut bytes = vec![0u8; *length as usize];
-                // SAFETY: the copy into the block completed (this runs after the work's event), and
-                // the block holds at least `length` bytes (acquired for them).
-                unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), bytes.as_mut_ptr(), bytes.len()) };
-                drop(block);
-                target.complete(bytes);
-                Ok(())
+        if let Some(timer) = &self.timer {
+            match timer.elapsed(work.queue, work.id) {
+                Ok(Some(elapsed)) => work.set_device_time(elapsed),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(action = work.id, %e, "no device time for this submission"),
             }
-            QueueOp::Write { data, .. } | QueueOp::Transfer(Command::Update { data, .. }) if !data.is_empty() => {
-                drop(self.take_staged(work)?);
-                Ok(())
-            }
-            _ => Ok(()),
         }
+        self.complete_op(work)
     }
 
     /// A transfer caught by a device fault never completes (the fault is sticky: its copy will not
@@ -295,6 +349,9 @@ impl StreamModel for CudaStreams {
     fn discard(&self, work: &Work) {
         if let Ok(mut fifo) = self.staged(work.queue) {
             fifo.retain(|entry| entry.work != work.id);
+        }
+        if let Some(timer) = &self.timer {
+            timer.discard(work.queue, work.id);
         }
     }
 

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// What a GPU-like backend exposes. All methods are called with the scheduler's per-queue issue lock
@@ -41,6 +41,14 @@ pub trait StreamModel: Send + Sync + 'static {
 
     /// Blocks the host until `event`'s capture completes; `Err` on a device fault.
     fn synchronize_event(&self, event: &Self::Event) -> Result<()>;
+
+    /// Blocks the completion thread of `stream`'s queue until `event`'s capture completes; `Err` on a
+    /// device fault. Backends can wake the thread their own way here (CUDA: a host callback on a
+    /// second stream). Defaults to `synchronize_event`.
+    fn await_completion(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
+        let _ = stream;
+        self.synchronize_event(event)
+    }
 
     /// Whether the backend checks `Work::take_upstream_fault` before running work. Backends whose
     /// faults are sticky for the whole device (CUDA) say `false`: later work fails anyway, and the
@@ -126,12 +134,40 @@ pub struct Work {
     upstream: Mutex<SmallVec<[Arc<Work>; 2]>>,
     /// Set once the scheduler retired it (outcome applied to its signals).
     retired: AtomicBool,
+    /// Nanoseconds the device spent on it, when the backend measures that (`NO_DEVICE_TIME`: not).
+    device_time_ns: AtomicU64,
 }
+
+/// `Work::device_time_ns` when nothing was measured.
+const NO_DEVICE_TIME: u64 = u64::MAX;
 
 impl Work {
     /// A new operation.
     pub fn new(id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Self {
-        Work { id, queue, op, fault: FaultSlot::new(), upstream: Mutex::new(upstream), retired: AtomicBool::new(false) }
+        Work {
+            id,
+            queue,
+            op,
+            fault: FaultSlot::new(),
+            upstream: Mutex::new(upstream),
+            retired: AtomicBool::new(false),
+            device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
+        }
+    }
+
+    /// Records how long the device took to run this work (backends that time submissions call it
+    /// from `StreamModel::complete`; the scheduler puts it on the `complete` span as `device_ns`).
+    pub fn set_device_time(&self, elapsed: std::time::Duration) {
+        let ns = u64::try_from(elapsed.as_nanos()).unwrap_or(NO_DEVICE_TIME - 1).min(NO_DEVICE_TIME - 1);
+        self.device_time_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// How long the device took to run this work, if the backend measured it.
+    pub fn device_time(&self) -> Option<std::time::Duration> {
+        match self.device_time_ns.load(Ordering::Relaxed) {
+            NO_DEVICE_TIME => None,
+            ns => Some(std::time::Duration::from_nanos(ns)),
+        }
     }
 
     /// Whether the scheduler has retired it: its completion effects (a read's bytes, a host call)
@@ -178,5 +214,6 @@ impl Work {
         self.fault.clear();
         *lock(&self.upstream) = upstream;
         self.retired.store(false, Ordering::Relaxed);
+        self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
     }
 }

@@ -44,7 +44,28 @@ pub fn registry() -> Registry {
     registry
 }
 
+/// [`registry`], with CUDA devices that time every submission on the GPU
+/// (`CudaOptions::submission_timings`): `hal run --trace` puts those times on the timeline.
+pub fn registry_with_device_timings() -> Registry {
+    let mut registry = Registry::new();
+    driver_cpu_sim::register(&mut registry);
+    match driver_cuda::CudaOptions::from_env() {
+        Ok(options) => {
+            let options = driver_cuda::CudaOptions { submission_timings: true, ..options };
+            registry.register(std::sync::Arc::new(driver_cuda::CudaDriver::with_options(options)));
+        }
+        // Keeps the error: the driver reports it when asked for a device.
+        Err(_) => driver_cuda::register(&mut registry),
+    }
+    registry
+}
+
 /// Creates device 0 of driver `name` from [`registry`], with an error that names the driver.
 pub fn open_device(name: &str) -> hal::Result<hal::Device> {
     registry().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
+}
+
+/// [`open_device`] from [`registry_with_device_timings`].
+pub fn open_device_with_timings(name: &str) -> hal::Result<hal::Device> {
+    registry_with_device_timings().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
 }

@@ -131,7 +131,12 @@ fn run(driver: &str, config: &Config, trace: Option<PathBuf>) -> Result<ExitCode
         }
         None => None,
     };
-    let device = tools::open_device(driver).map_err(|e| e.to_string())?;
+    // A traced run also times each submission on the device where the driver can (CUDA events).
+    let device = match &trace {
+        Some(_) => tools::open_device_with_timings(driver),
+        None => tools::open_device(driver),
+    }
+    .map_err(|e| e.to_string())?;
     let mut progress = Progress::new("hal run", u64::from(config.steps), "steps");
     let report = stencil::run(&device, config, recorder.as_ref(), &mut |done| progress.update(done));
     progress.finish();

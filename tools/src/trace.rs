@@ -6,7 +6,9 @@
 //! - the HAL's spans `submit` (the calling thread, in `Queue`), `issue` (waits satisfied or covered
 //!   by device events: the work goes onto the queue's stream) and `complete` (the queue's completion
 //!   thread retires it and applies its signals), each with its fields `queue`, `action`, `op`, as
-//!   `"X"` events with `tid` = queue index, one process per span name;
+//!   `"X"` events with `tid` = queue index, one process per span name; a `complete` span also carries
+//!   `device_ns`, the time the GPU spent on the submission, when the driver timed it (`hal run
+//!   --trace` turns CUDA's submission timings on);
 //! - semaphore values reached ([`crate::probe`] events) as `"C"` counter events, one track per
 //!   semaphore;
 //! - other HAL events (warnings, failures) as `"i"` instant events;

@@ -33,7 +33,7 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
         };
         let (id, event) = front;
         let status = match &event {
-            Some(event) => shared.model.synchronize_event(event.event()),
+            Some(event) => shared.model.await_completion(&slot.stream, event.event()),
             None => Ok(()),
         };
         drop(event);
@@ -129,7 +129,14 @@ fn newest_event<M: StreamModel>(
 /// Returns the work for recycling.
 fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
     let InFlight { work, event, signals, _wait_events, producers } = entry;
-    let _span = tracing::trace_span!("complete", queue = work.queue, action = work.id, op = work.op.kind()).entered();
+    let span = tracing::trace_span!(
+        "complete",
+        queue = work.queue,
+        action = work.id,
+        op = work.op.kind(),
+        device_ns = tracing::field::Empty
+    )
+    .entered();
     retire_producers_first(shared, &producers);
     drop(producers);
     // Faults in the slot already name their submission (`Work::fail`) or are an upstream status
@@ -144,6 +151,9 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
             None => shared.model.complete(&work).map_err(|e| work.describe_fault(e)),
         },
     };
+    if let Some(elapsed) = work.device_time() {
+        span.record("device_ns", u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+    }
     if let QueueOp::HostCall(call) = &work.op {
         outcome = outcome.and_then(|()| match (work.take_upstream_fault(), call.take()) {
             (Some(fault), _) => Err(fault),

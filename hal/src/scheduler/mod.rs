@@ -359,8 +359,15 @@ impl<M: StreamModel> Shared<M> {
                         _wait_events: wait_events,
                         producers,
                     };
-                    lock(&slot.inflight).push_back(entry);
-                    slot.wake.notify_one();
+                    let mut inflight = lock(&slot.inflight);
+                    // The completion thread sleeps on `wake` only when it found nothing in flight, so
+                    // only the push that ends an empty stretch needs the (system call) notify.
+                    let was_empty = inflight.is_empty();
+                    inflight.push_back(entry);
+                    drop(inflight);
+                    if was_empty {
+                        slot.wake.notify_one();
+                    }
                     Ok(())
                 }
                 Err(e) => Err(e),

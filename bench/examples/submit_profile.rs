@@ -1,0 +1,43 @@
+//! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`) or
+//! alternating between queues 0 and 1 (`hop`), of an empty command buffer or one dispatch.
+//!
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop] [empty|dispatch] [N]`
+//! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
+
+use std::time::Instant;
+
+use bench::workloads::{Env, chain, ping_pong};
+use hal::Registry;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
+    let (driver, workload, kind) = (arg(0, "cpu-sim"), arg(1, "chain"), arg(2, "empty"));
+    let ops: u64 = arg(3, "200000").parse().map_err(|e| format!("N: {e}"))?;
+    let mut registry = Registry::new();
+    driver_cpu_sim::register(&mut registry);
+    driver_cuda::register(&mut registry);
+    let device = registry.create_device(&driver, 0).map_err(|e| e.to_string())?;
+    let env = Env::new(device).map_err(|e| e.to_string())?;
+    let cb = match kind.as_str() {
+        "empty" => env.empty.clone(),
+        "dispatch" => env.dispatches(1).map_err(|e| e.to_string())?,
+        other => return Err(format!("unknown command buffer '{other}' (empty|dispatch)")),
+    };
+    let run = |ops| match workload.as_str() {
+        "chain" => chain(&env, &cb, ops),
+        "hop" => ping_pong(&env, &cb, ops),
+        other => Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop)"))),
+    };
+    run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled
+    let start = Instant::now();
+    let timing = run(ops).map_err(|e| e.to_string())?;
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / ops as f64;
+    println!(
+        "{driver} {workload} {kind}: {:.2} us/submission ({:.2} us submitting), {ops} in {:.2} s",
+        per(timing.total),
+        per(timing.submit),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
