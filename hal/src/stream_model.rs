@@ -217,3 +217,24 @@ impl Work {
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_time_is_recorded_and_cleared_on_reuse() {
+        let mut work = Work::new(1, 0, QueueOp::Barrier, SmallVec::new());
+        assert_eq!(work.device_time(), None, "nothing measured yet");
+        work.set_device_time(std::time::Duration::from_micros(250));
+        assert_eq!(work.device_time(), Some(std::time::Duration::from_micros(250)));
+        // Longer than u64 nanoseconds can hold: saturates, never reads as "not measured".
+        work.set_device_time(std::time::Duration::from_secs(u64::MAX));
+        assert!(work.device_time().is_some());
+        work.fail(Error::internal("boom"));
+        work.reset(2, 1, QueueOp::Barrier, SmallVec::new());
+        assert_eq!(work.device_time(), None, "a reused Work starts unmeasured");
+        assert!(work.fault.get().is_none(), "and without a fault");
+        assert_eq!((work.id, work.queue), (2, 1));
+    }
+}

@@ -503,4 +503,25 @@ mod tests {
         assert!(json.contains("\"name\":\"issue failed\""), "{json}");
         assert!(!json.contains("ignored"), "{json}");
     }
+
+    #[test]
+    fn device_time_recorded_on_a_complete_span_reaches_its_args() {
+        let recorder = TraceRecorder::new();
+        let subscriber = tracing_subscriber::registry().with(recorder.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            // As the scheduler does: the field is declared empty and recorded once the device time is known.
+            let span = tracing::trace_span!(
+                target: "hal::scheduler::completion",
+                "complete",
+                queue = 0u64,
+                action = 9u64,
+                device_ns = tracing::field::Empty
+            )
+            .entered();
+            span.record("device_ns", 12_345u64);
+        });
+        let json = recorder.chrome_json();
+        assert!(json.contains("\"name\":\"complete\""), "{json}");
+        assert!(json.contains("\"device_ns\":12345"), "{json}");
+    }
 }
