@@ -14,6 +14,11 @@ use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
 use crate::sync::{MutexGuard, lock};
 use std::sync::TryLockError;
+use std::time::{Duration, Instant};
+
+/// How long an idle completion thread watches for the next submission before it sleeps: a queue fed
+/// continuously never makes its submitting thread pay for a wake-up (a system call per issue).
+const IDLE_WATCH: Duration = Duration::from_micros(50);
 
 /// The completion thread of `queue`; returns once the device shuts down and nothing is in flight.
 pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
@@ -21,6 +26,7 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
     loop {
         let front = {
             let mut inflight = lock(&slot.inflight);
+            let mut idle_since: Option<Instant> = None;
             loop {
                 if let Some(front) = inflight.front() {
                     break (front.work.id, front.event.clone());
@@ -28,7 +34,23 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                 if shared.shutting_down.load(Ordering::Acquire) {
                     return;
                 }
+                let idle_since = *idle_since.get_or_insert_with(Instant::now);
+                if idle_since.elapsed() < IDLE_WATCH {
+                    let seen = slot.issued.load(Ordering::Acquire);
+                    drop(inflight);
+                    while slot.issued.load(Ordering::Acquire) == seen
+                        && idle_since.elapsed() < IDLE_WATCH
+                        && !shared.shutting_down.load(Ordering::Acquire)
+                    {
+                        // Politely: on a busy machine the submitting thread may need this core.
+                        std::thread::yield_now();
+                    }
+                    inflight = lock(&slot.inflight);
+                    continue;
+                }
+                slot.sleeping.store(true, Ordering::Relaxed);
                 inflight = slot.wake.wait(inflight).unwrap_or_else(|p| p.into_inner());
+                slot.sleeping.store(false, Ordering::Relaxed);
             }
         };
         let (id, event) = front;

@@ -64,6 +64,12 @@ struct QueueSlot<M: StreamModel> {
     /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers.
     issue_lock: Mutex<()>,
     inflight: Mutex<VecDeque<InFlight<M>>>,
+    /// Submissions pushed onto `inflight` so far: an idle completion thread watches it without the
+    /// lock before going to sleep (see `completion::run`).
+    issued: AtomicU64,
+    /// Set, under the `inflight` lock, while the completion thread sleeps on `wake`: only then does
+    /// an issue need the notify (a system call).
+    sleeping: AtomicBool,
     wake: Condvar,
     /// Held while retiring, so retirements of one queue apply their signals in stream order.
     retiring: Mutex<()>,
@@ -112,6 +118,8 @@ impl<M: StreamModel> Scheduler<M> {
                 stream,
                 issue_lock: Mutex::new(()),
                 inflight: Mutex::new(VecDeque::new()),
+                issued: AtomicU64::new(0),
+                sleeping: AtomicBool::new(false),
                 wake: Condvar::new(),
                 retiring: Mutex::new(()),
             });
@@ -360,12 +368,12 @@ impl<M: StreamModel> Shared<M> {
                         producers,
                     };
                     let mut inflight = lock(&slot.inflight);
-                    // The completion thread sleeps on `wake` only when it found nothing in flight, so
-                    // only the push that ends an empty stretch needs the (system call) notify.
-                    let was_empty = inflight.is_empty();
                     inflight.push_back(entry);
+                    slot.issued.fetch_add(1, Ordering::Release);
+                    // `sleeping` changes only under this lock, so this read cannot miss a sleeper.
+                    let asleep = slot.sleeping.load(Ordering::Relaxed);
                     drop(inflight);
-                    if was_empty {
+                    if asleep {
                         slot.wake.notify_one();
                     }
                     Ok(())
