@@ -66,6 +66,8 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuGraphLaunch",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
+    "cuLaunchHostFunc",
+    "cuEventElapsedTime",
 ];
 
 /// What the probe found: the library's name and the driver version, or why CUDA cannot be used.
@@ -159,4 +161,29 @@ fn probe_uncached() -> Result<Probe> {
     // file, and the driver does not support being unloaded.
     std::mem::forget(library);
     Ok(Probe { library: library_name, driver_version: version, device_count: count as usize })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::REQUIRED_SYMBOLS;
+
+    /// Every driver function this crate calls is checked by the probe: cudarc panics on a missing one.
+    #[test]
+    fn every_driver_call_in_the_crate_is_probed() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut called = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&src).expect("the crate's sources") {
+            let path = entry.expect("a source entry").path();
+            let text = std::fs::read_to_string(&path).expect("a readable source");
+            for piece in text.split("sys::").skip(1) {
+                let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if name.starts_with("cu") && piece[name.len()..].starts_with('(') {
+                    called.insert(name);
+                }
+            }
+        }
+        assert!(called.contains("cuLaunchKernel") && called.len() > 30, "the scan found the calls: {called:?}");
+        let missing: Vec<_> = called.iter().filter(|name| !REQUIRED_SYMBOLS.contains(&name.as_str())).collect();
+        assert!(missing.is_empty(), "called but not probed: {missing:?}");
+    }
 }
