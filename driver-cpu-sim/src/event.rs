@@ -20,6 +20,11 @@ pub(crate) struct EventState {
 struct Epochs {
     recorded: u64,
     completed: u64,
+    /// The stream of the latest record (0: never recorded), so a wait by that same stream, already
+    /// ordered behind the capture, can be skipped (as `driver-cuda` does).
+    recorded_on: usize,
+    /// Threads blocked in `wait_for`: `complete` notifies (a system call) only when there are some.
+    waiters: usize,
 }
 
 impl EventState {
@@ -28,9 +33,11 @@ impl EventState {
     }
 
     /// Starts a new capture; the stream completes it when it reaches the returned epoch's marker.
-    pub(crate) fn begin_record(&self) -> u64 {
+    /// `stream` is the recording stream's id (non-zero, see `recorded_on`).
+    pub(crate) fn begin_record(&self, stream: usize) -> u64 {
         let mut epochs = self.epochs();
         epochs.recorded += 1;
+        epochs.recorded_on = stream;
         epochs.recorded
     }
 
@@ -40,20 +47,26 @@ impl EventState {
         if epoch > epochs.completed {
             epochs.completed = epoch;
         }
+        let waiters = epochs.waiters;
         drop(epochs);
-        self.completed.notify_all();
+        if waiters > 0 {
+            self.completed.notify_all();
+        }
     }
 
-    /// The latest recorded epoch (0: never recorded).
-    pub(crate) fn latest(&self) -> u64 {
-        self.epochs().recorded
+    /// The latest recorded epoch (0: never recorded) and the stream that recorded it.
+    pub(crate) fn latest(&self) -> (u64, usize) {
+        let epochs = self.epochs();
+        (epochs.recorded, epochs.recorded_on)
     }
 
     /// Blocks until `epoch` is complete.
     pub(crate) fn wait_for(&self, epoch: u64) {
         let mut epochs = self.epochs();
         while epochs.completed < epoch {
+            epochs.waiters += 1;
             epochs = self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner());
+            epochs.waiters -= 1;
         }
     }
 
@@ -79,13 +92,29 @@ mod tests {
     fn epochs_follow_cuda_semantics() {
         let event = CpuEvent::new();
         assert!(event.inner.is_complete(), "never recorded counts as complete");
-        let first = event.inner.begin_record();
-        let second = event.inner.begin_record();
+        let first = event.inner.begin_record(1);
+        let second = event.inner.begin_record(1);
         assert!(!event.inner.is_complete());
         event.inner.complete(first);
         assert!(!event.inner.is_complete(), "only the latest capture counts");
         event.inner.complete(second);
         assert!(event.inner.is_complete());
         event.inner.wait_for(second);
+    }
+
+    #[test]
+    fn a_waiter_blocked_before_completion_is_woken() {
+        let event = CpuEvent::new();
+        let epoch = event.inner.begin_record(7);
+        assert_eq!(event.inner.latest(), (epoch, 7));
+        let waiter = {
+            let event = event.clone();
+            std::thread::spawn(move || event.inner.wait_for(epoch))
+        };
+        // Let the waiter block (if it has not, `complete` finds no waiter and it returns at once).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        event.inner.complete(epoch);
+        waiter.join().unwrap();
+        assert_eq!(event.inner.epochs().waiters, 0);
     }
 }

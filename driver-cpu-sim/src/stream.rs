@@ -63,6 +63,11 @@ impl StreamShared {
 }
 
 impl CpuStream {
+    /// An id unique among live streams, never 0: the address of its shared state.
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
     fn start(queue: usize, pool: Arc<WorkgroupPool>) -> Result<Self> {
         let shared = Arc::new(StreamShared { items: Mutex::new(VecDeque::new()), more: Condvar::new() });
         let worker_shared = shared.clone();
@@ -149,14 +154,16 @@ impl StreamModel for CpuStreams {
     }
 
     fn record_event(&self, event: &CpuEvent, stream: &CpuStream) -> Result<()> {
-        let epoch = event.inner.begin_record();
+        let epoch = event.inner.begin_record(stream.id());
         stream.shared.push(Item::Record(event.inner.clone(), epoch));
         Ok(())
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
-        let epoch = event.inner.latest();
-        if epoch > 0 {
+        let (epoch, recorded_on) = event.inner.latest();
+        // Never recorded: nothing to wait for (CUDA's rule). Recorded on this very stream: everything
+        // pushed from now on already runs after the marker.
+        if epoch > 0 && recorded_on != stream.id() {
             stream.shared.push(Item::Wait(event.inner.clone(), epoch));
         }
         Ok(())
@@ -167,7 +174,7 @@ impl StreamModel for CpuStreams {
     }
 
     fn synchronize_event(&self, event: &CpuEvent) -> Result<()> {
-        let epoch = event.inner.latest();
+        let (epoch, _) = event.inner.latest();
         event.inner.wait_for(epoch);
         Ok(())
     }
