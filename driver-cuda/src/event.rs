@@ -12,6 +12,8 @@
 //!
 //! - [`CompletionWait::PollThenSleep`] (the default): plain events polled, then polled with growing
 //!   sleeps; the device-run measurement chose it (numbers on `CompletionWait::default`).
+//! - [`CompletionWait::HostCallback`]: plain events; a host function on a per-queue callback stream
+//!   wakes the thread (see [`crate::host_callback`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};

@@ -76,6 +76,29 @@
 //! A `BLOCKING_SYNC` event costs about 1.2-1.5 us more to record, on every submission; paced polling
 //! keeps the completion thread off the driver's locks that the submitting thread needs. Run-to-run
 //! noise on this VM is about 20% (the first run had `SpinThenBlock` at 7.5 / 8.4 / 16.0).
+//!
+//! [`CompletionWait::HostCallback`] is the design's other candidate: each queue gets a callback stream
+//! that waits on the event and runs one host function (`cuLaunchHostFunc`), which wakes the
+//! completion thread; at most one callback is outstanding per queue and each retires everything that
+//! completed (see [`host_callback`]). It is built and tested, but has not yet been measured on a GPU
+//! against the default (the table above predates it); `examples/completion_modes.rs` includes it.
+//!
+//! # Choosing options without a rebuild
+//! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
+//!
+//! | variable | values | option |
+//! | --- | --- | --- |
+//! | `HAL_CUDA_COMPLETION` | `poll` (default), `spin`, `blocking`, `spin-then-block`, `host-callback` | [`CudaOptions::completion_wait`] |
+//! | `HAL_CUDA_TIMINGS` | `0` (default), `1` | [`CudaOptions::submission_timings`] |
+//!
+//! An unknown value makes the driver answer every device request with `InvalidArgument` naming the
+//! variable and the value.
+//!
+//! # Device timings per submission
+//! With [`CudaOptions::submission_timings`] each submission is bracketed by two timing events, and the
+//! time the GPU spent on it appears as `device_ns` on its `complete` tracing span ([`timing`]); `hal
+//! run --trace` turns it on and puts the figure on the timeline. It costs two event records per
+//! submission.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
