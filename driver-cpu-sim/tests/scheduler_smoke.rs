@@ -206,3 +206,30 @@ fn chain_over_four_queues_with_dispatches_never_hangs() {
         assert_eq!(words, vec![300; 64], "round {round}");
     }
 }
+
+/// Completion threads sleep once a queue has been idle for a while (and only then need a wake-up from
+/// the submitting thread): submissions arriving just before, around and well after that moment must
+/// all be retired. Deadline waits do not retire work themselves, so each relies on the completion
+/// thread noticing its submission.
+#[test]
+fn submissions_after_idle_gaps_wake_the_completion_thread() {
+    let device = device();
+    let queues: Vec<_> = (0..2).map(|i| device.queue(i).unwrap()).collect();
+    let buf = device.allocate_buffer(BufferParams::host_visible(), 64).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let gaps_us = [0u64, 10, 30, 45, 50, 55, 70, 100, 500, 2000];
+    let mut value = 0u64;
+    for round in 0..3 {
+        for (i, &gap) in gaps_us.iter().enumerate() {
+            std::thread::sleep(Duration::from_micros(gap));
+            let queue = &queues[(round + i) % 2];
+            queue.fill(&[SV::new(&s, value)], &buf, 0, 64, value as u32, 4, &[SV::new(&s, value + 1)]).unwrap();
+            value += 1;
+            let started = std::time::Instant::now();
+            s.wait(value, Timeout::After(Duration::from_secs(5)))
+                .unwrap_or_else(|e| panic!("submission {value} after a {gap} us gap was not retired: {e}"));
+            assert!(started.elapsed() < Duration::from_secs(1), "retired late after a {gap} us gap");
+        }
+    }
+    assert_eq!(&buf.read_to_vec().unwrap()[..4], &(value as u32 - 1).to_le_bytes());
+}
