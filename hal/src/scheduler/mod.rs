@@ -6,13 +6,13 @@
 //!    recorded after the signalling work (a stream-wait will do), failed (the submission's signals
 //!    fail, nothing runs), or neither.
 //! 2. If every wait is reached or covered, the submission is issued at once on the calling thread.
-//!    Otherwise it becomes a pending action ([`pending_actions`]) with one timepoint per open wait,
+//!    Otherwise it becomes a pending action (`pending_actions`) with one timepoint per open wait,
 //!    and the resolution of its last wait issues it.
-//! 3. Issuing ([`Shared::issue`]) makes the queue's dispatch stream wait on the covering events,
+//! 3. Issuing (`Shared::issue`) makes the queue's dispatch stream wait on the covering events,
 //!    enqueues the work, records one pooled event after it, publishes that event on every signal
 //!    semaphore this device owns (so waiters elsewhere can chain device-side) and hands the
 //!    submission to the queue's completion thread.
-//! 4. The completion thread ([`completion`]) blocks on the oldest in-flight event and then retires
+//! 4. The completion thread (`completion`) blocks on the oldest in-flight event and then retires
 //!    every submission whose event has completed in one wake-up (coalesced): signals are applied, or
 //!    failed with the device fault, and events go back to the pool.
 
