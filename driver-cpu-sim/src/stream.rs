@@ -52,7 +52,9 @@ impl StreamShared {
     fn push(&self, item: Item) {
         let mut items = self.items();
         // The worker sleeps on `more` only when it found the FIFO empty: only the push that ends an
-        // empty stretch needs the notify (a system call).
+        // empty stretch needs the notify (a system call). Workers do not watch for work before they
+        // sleep (as the scheduler's completion threads do): tried on the 2-core development machine,
+        // two watching workers took a cross-queue ping-pong from about 3 to 12 us per hop.
         let was_empty = items.is_empty();
         items.push_back(item);
         drop(items);
