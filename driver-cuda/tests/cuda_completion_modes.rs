@@ -62,7 +62,9 @@ fn host_callbacks_retire_bursts_and_report_nothing_lost() {
     let callbacks = backend.completion_callbacks();
     println!("{submissions} submissions retired through {callbacks} host callbacks");
     assert!(callbacks > 0, "completion went through host callbacks");
-    assert!(callbacks < submissions, "one callback retires every completed submission: {callbacks}");
+    // One outstanding per queue, each retiring everything completed: never more callbacks than
+    // submissions (fewer whenever the GPU runs ahead of the callbacks).
+    assert!(callbacks <= submissions, "at most one callback per completion wait: {callbacks}");
 
     // A lone submission, waited on with a deadline: one callback wakes its queue.
     let before = backend.completion_callbacks();
