@@ -14,21 +14,9 @@ const WORDS: usize = 32;
 const OPS: usize = 150;
 const ROUNDS: u64 = 40;
 
-/// splitmix64: small, seedable, good enough to pick ops.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "../../hal/tests/support/splitmix.rs"]
+mod splitmix;
+use splitmix::Rng;
 
 #[derive(Clone, Debug)]
 enum Op {

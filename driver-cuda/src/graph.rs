@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUgraph, CUgraphExec, CUgraphNode,
-    CUmemorytype,
+    CUmemorytype, CUresult,
 };
 use hal::{Command, Result};
 use smallvec::SmallVec;
@@ -57,9 +57,18 @@ impl Drop for Builder {
 }
 
 impl Builder {
-    fn added(&mut self, node: CUgraphNode) {
+    /// Adds one node through `add` (given the node out-pointer, the graph and the current
+    /// dependencies), checks its result as `call`, and makes the node part of the current segment.
+    fn add_node(
+        &mut self,
+        call: &str,
+        add: impl FnOnce(&mut CUgraphNode, CUgraph, &[CUgraphNode]) -> CUresult,
+    ) -> Result<()> {
+        let mut node: CUgraphNode = std::ptr::null_mut();
+        check(add(&mut node, self.graph, &self.deps), call)?;
         self.segment.push(node);
         self.nodes += 1;
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<()> {
@@ -86,51 +95,38 @@ impl Builder {
 
     fn add_kernel(&mut self, mut launch: KernelLaunch) -> Result<()> {
         let (function, grid, block) = (launch.function, launch.grid, launch.block);
-        let mut node: CUgraphNode = std::ptr::null_mut();
-        let (graph, deps) = (self.graph, &self.deps);
-        let code = launch.with_params(|params| {
-            let node_params = CUDA_KERNEL_NODE_PARAMS_v2 {
-                func: function,
-                gridDimX: grid[0],
-                gridDimY: grid[1],
-                gridDimZ: grid[2],
-                blockDimX: block[0],
-                blockDimY: block[1],
-                blockDimZ: block[2],
-                sharedMemBytes: 0,
-                kernelParams: params,
-                extra: std::ptr::null_mut(),
-                kern: std::ptr::null_mut(),
-                ctx: std::ptr::null_mut(),
-            };
-            // SAFETY: the graph is live and `deps` are its nodes; `params` points at one value per
-            // kernel parameter (ABI order), which CUDA copies into the node during this call.
-            unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &node_params) }
-        });
-        check(code, "cuGraphAddKernelNode")?;
-        self.added(node);
-        Ok(())
+        self.add_node("cuGraphAddKernelNode", |node, graph, deps| {
+            launch.with_params(|params| {
+                let node_params = CUDA_KERNEL_NODE_PARAMS_v2 {
+                    func: function,
+                    gridDimX: grid[0],
+                    gridDimY: grid[1],
+                    gridDimZ: grid[2],
+                    blockDimX: block[0],
+                    blockDimY: block[1],
+                    blockDimZ: block[2],
+                    sharedMemBytes: 0,
+                    kernelParams: params,
+                    extra: std::ptr::null_mut(),
+                    kern: std::ptr::null_mut(),
+                    ctx: std::ptr::null_mut(),
+                };
+                // SAFETY: the graph is live and `deps` are its nodes; `params` points at one value per
+                // kernel parameter (ABI order), which CUDA copies into the node during this call.
+                unsafe { sys::cuGraphAddKernelNode_v2(node, graph, deps.as_ptr(), deps.len(), &node_params) }
+            })
+        })
     }
 
     fn add_memset(&mut self, dst: u64, value: u32, element_size: u32, count: usize) -> Result<()> {
         let params =
             CUDA_MEMSET_NODE_PARAMS { dst, pitch: 0, value, elementSize: element_size, width: count, height: 1 };
-        let mut node: CUgraphNode = std::ptr::null_mut();
-        // SAFETY: the graph is live and `deps` are its nodes; `dst` addresses `count` elements of
-        // memory the command buffer keeps alive; the context handle is ours.
-        let code = unsafe {
-            sys::cuGraphAddMemsetNode(
-                &mut node,
-                self.graph,
-                self.deps.as_ptr(),
-                self.deps.len(),
-                &params,
-                self.context.raw(),
-            )
-        };
-        check(code, "cuGraphAddMemsetNode")?;
-        self.added(node);
-        Ok(())
+        let context = self.context.raw();
+        self.add_node("cuGraphAddMemsetNode", |node, graph, deps| {
+            // SAFETY: the graph is live and `deps` are its nodes; `dst` addresses `count` elements of
+            // memory the command buffer keeps alive; the context handle is ours.
+            unsafe { sys::cuGraphAddMemsetNode(node, graph, deps.as_ptr(), deps.len(), &params, context) }
+        })
     }
 
     fn add_copy(&mut self, src: u64, dst: u64, length: usize) -> Result<()> {
@@ -161,22 +157,12 @@ impl Builder {
             Height: 1,
             Depth: 1,
         };
-        let mut node: CUgraphNode = std::ptr::null_mut();
-        // SAFETY: the graph is live and `deps` are its nodes; both addresses are unified (device or
-        // mapped pinned) addresses of `length` bytes that the command buffer keeps alive.
-        let code = unsafe {
-            sys::cuGraphAddMemcpyNode(
-                &mut node,
-                self.graph,
-                self.deps.as_ptr(),
-                self.deps.len(),
-                &params,
-                self.context.raw(),
-            )
-        };
-        check(code, "cuGraphAddMemcpyNode")?;
-        self.added(node);
-        Ok(())
+        let context = self.context.raw();
+        self.add_node("cuGraphAddMemcpyNode", |node, graph, deps| {
+            // SAFETY: the graph is live and `deps` are its nodes; both addresses are unified (device or
+            // mapped pinned) addresses of `length` bytes that the command buffer keeps alive.
+            unsafe { sys::cuGraphAddMemcpyNode(node, graph, deps.as_ptr(), deps.len(), &params, context) }
+        })
     }
 }
 

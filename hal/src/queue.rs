@@ -66,6 +66,12 @@ impl Queue {
 
     fn submit(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.check_signals(signals)?;
+        self.submit_checked(op, waits, signals)
+    }
+
+    /// [`submit`](Self::submit) for callers that already checked `signals` (before claiming something
+    /// the submission would have to give back).
+    fn submit_checked(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         let _span = tracing::trace_span!("submit", queue = self.index, op = op.kind()).entered();
         self.device.backend().submit(self.index, op, waits, signals)
     }
@@ -86,7 +92,7 @@ impl Queue {
         }
         self.check_signals(signals)?;
         command_buffer.begin_execution()?;
-        let result = self.submit(QueueOp::Execute(command_buffer.clone()), waits, signals);
+        let result = self.submit_checked(QueueOp::Execute(command_buffer.clone()), waits, signals);
         if result.is_err() {
             command_buffer.cancel_execution();
         }
@@ -106,7 +112,7 @@ impl Queue {
         self.check_signals(signals)?;
         let backend = self.device.backend().allocate_transient(params, size)?;
         let buffer = Buffer::from_backend(self.device.id(), size, params, backend);
-        self.submit(QueueOp::Alloca(buffer.clone()), waits, signals)?;
+        self.submit_checked(QueueOp::Alloca(buffer.clone()), waits, signals)?;
         Ok(buffer)
     }
 

@@ -35,33 +35,9 @@ const LONG_WAIT_LIMIT: Duration = Duration::from_secs(5);
 /// on it and the failure has to wake them.
 const STALL_BEFORE_FAILURE: Duration = Duration::from_millis(50);
 
-/// splitmix64: small, fast, and good enough to pick operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn index(&mut self, n: usize) -> usize {
-        self.below(n as u64) as usize
-    }
-
-    /// A generator for thread `stream`, independent of the others.
-    fn fork(seed: u64, stream: u64) -> Rng {
-        let mut rng = Rng(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        rng.next();
-        rng
-    }
-}
+#[path = "support/splitmix.rs"]
+mod splitmix;
+use splitmix::Rng;
 
 /// What happened to one semaphore's failure, recorded by its owner before it calls `fail`.
 #[derive(Clone)]
