@@ -107,13 +107,18 @@ mod tests {
         let event = CpuEvent::new();
         let epoch = event.inner.begin_record(7);
         assert_eq!(event.inner.latest(), (epoch, 7));
+        let (done, woken) = std::sync::mpsc::channel();
         let waiter = {
             let event = event.clone();
-            std::thread::spawn(move || event.inner.wait_for(epoch))
+            std::thread::spawn(move || {
+                event.inner.wait_for(epoch);
+                let _ = done.send(());
+            })
         };
         // Let the waiter block (if it has not, `complete` finds no waiter and it returns at once).
         std::thread::sleep(std::time::Duration::from_millis(20));
         event.inner.complete(epoch);
+        woken.recv_timeout(std::time::Duration::from_secs(5)).expect("the blocked waiter was woken");
         waiter.join().unwrap();
         assert_eq!(event.inner.epochs().waiters, 0);
     }
