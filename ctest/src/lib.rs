@@ -182,6 +182,7 @@ macro_rules! __cts_case_list {
                 wait_immediate_timeout,
                 wait_relative_timeout,
                 wait_absolute_timeout,
+                deadline_wait_on_inflight_work,
                 wait_signalled_later,
                 wait_signalled_beyond,
                 wait_infinite_signalled,

@@ -199,6 +199,45 @@ pub(crate) fn wait_absolute_timeout(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Waits with a deadline on device work still in flight (a chain of large fills): each returns
+/// by its deadline (`DeadlineExceeded`) or with the value reached, never much later; the chain then
+/// completes, and the timed-out waits leave nothing registered.
+pub(crate) fn deadline_wait_on_inflight_work(cx: &Cx) -> CaseResult {
+    const BYTES: u64 = 4 << 20;
+    const STEPS: u64 = 24;
+    let target = cx.device_buffer(BYTES)?;
+    let cb = cx.command_buffer(hal::CommandBufferMode::Reusable)?;
+    for pattern in 0..16u32 {
+        cb.fill(&target, 0, BYTES, pattern, 4).ctx("record fill")?;
+    }
+    cb.end().ctx("end")?;
+    let s = cx.sem(0)?;
+    let q = cx.queue(0);
+    for step in 0..STEPS {
+        q.execute(&[sv(&s, step)], &cb, &[sv(&s, step + 1)]).ctx(format!("execute {step}"))?;
+    }
+    let (mut timed_out, start) = (0, Instant::now());
+    loop {
+        let asked = Instant::now();
+        let deadline = asked + Duration::from_micros(300);
+        match s.wait(STEPS, Timeout::At(deadline)) {
+            Ok(()) => break,
+            Err(e) if e.code() == StatusCode::DeadlineExceeded => timed_out += 1,
+            Err(e) => return Err(CaseError::Fail(format!("wait with a deadline failed: {e}"))),
+        }
+        let late = Instant::now().saturating_duration_since(deadline);
+        ensure!(late < Duration::from_millis(200), "a wait returned {late:?} after its deadline");
+        ensure!(start.elapsed() < LONG, "the chain did not complete in {LONG:?} ({timed_out} waits timed out)");
+    }
+    let took = start.elapsed();
+    cx.note(format!("{timed_out} waits of 300 us timed out before the chain completed in {took:?}"));
+    // A wait that ignored its deadline would have blocked until the chain completed.
+    ensure!(timed_out > 0 || took < Duration::from_millis(20), "no wait timed out, yet the chain took {took:?}");
+    cx.expect_value(&s, STEPS, "after the chain")?;
+    ensure_eq!(s.pending_count(), 0, "timepoints left after timed-out waits");
+    Ok(())
+}
+
 /// A wait is released by a signal from another thread.
 pub(crate) fn wait_signalled_later(cx: &Cx) -> CaseResult {
     let s = cx.sem(0)?;

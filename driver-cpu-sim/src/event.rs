@@ -3,6 +3,7 @@
 //! wait or synchronize targets the latest epoch recorded at the time of the call.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 /// A cpu-sim event. Cheap to clone; clones are the same event.
 #[derive(Clone, Default)]
@@ -62,12 +63,31 @@ impl EventState {
 
     /// Blocks until `epoch` is complete.
     pub(crate) fn wait_for(&self, epoch: u64) {
+        self.wait_until(epoch, None);
+    }
+
+    /// Blocks until `epoch` is complete or `deadline` passes; whether it completed.
+    pub(crate) fn wait_until(&self, epoch: u64, deadline: Option<Instant>) -> bool {
         let mut epochs = self.epochs();
         while epochs.completed < epoch {
             epochs.waiters += 1;
-            epochs = self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner());
+            epochs = match deadline {
+                None => self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        epochs.waiters -= 1;
+                        return false;
+                    }
+                    match self.completed.wait_timeout(epochs, left) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
+                }
+            };
             epochs.waiters -= 1;
         }
+        true
     }
 
     /// Whether the latest capture completed (a never-recorded event counts as complete, as in CUDA).

@@ -181,6 +181,11 @@ impl StreamModel for CpuStreams {
         Ok(())
     }
 
+    fn host_wait(&self, event: &CpuEvent, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
+        let (epoch, _) = event.inner.latest();
+        event.inner.wait_until(epoch, deadline).then_some(Ok(()))
+    }
+
     fn enqueue(&self, stream: &CpuStream, work: &Arc<Work>) -> Result<()> {
         stream.shared.push(Item::Run(work.clone()));
         Ok(())

@@ -127,15 +127,35 @@ impl CudaEvent {
     }
 
     /// Blocks a host thread waiting for a semaphore value: polls for [`HOST_WAIT_SPIN`], then waits as
-    /// `mode` says.
-    pub fn wait_for_host(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
+    /// `mode` says; with a `deadline`, polls with growing sleeps until it passes (`None` then), since
+    /// `cuEventSynchronize` cannot time out.
+    pub fn wait_for_host(
+        &self,
+        mode: CompletionWait,
+        poll_interval: Duration,
+        deadline: Option<Instant>,
+    ) -> Option<Result<()>> {
         let start = Instant::now();
         while start.elapsed() < HOST_WAIT_SPIN {
-            if self.query()? {
-                return Ok(());
+            match self.query() {
+                Ok(false) => {}
+                Ok(true) => return Some(Ok(())),
+                Err(fault) => return Some(Err(fault)),
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return None;
             }
         }
-        self.synchronize(mode, poll_interval)
+        match deadline {
+            None => Some(self.synchronize(mode, poll_interval)),
+            Some(deadline) => {
+                let budget = match mode {
+                    CompletionWait::PollThenSleep(budget) => budget,
+                    _ => Duration::from_micros(100),
+                };
+                self.poll_then_sleep(budget, poll_interval, Some(deadline))
+            }
+        }
     }
 
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
@@ -146,22 +166,9 @@ impl CudaEvent {
             other => other,
         };
         if let CompletionWait::PollThenSleep(budget) = mode {
-            let start = Instant::now();
-            let mut sleep = Duration::from_micros(10);
-            loop {
-                if self.query()? {
-                    return Ok(());
-                }
-                let polled = Instant::now();
-                if polled.duration_since(start) < budget {
-                    while polled.elapsed() < poll_interval {
-                        std::hint::spin_loop();
-                    }
-                } else {
-                    std::thread::sleep(sleep);
-                    sleep = (sleep * 2).min(MAX_POLL_SLEEP);
-                }
-            }
+            return self
+                .poll_then_sleep(budget, poll_interval, None)
+                .unwrap_or_else(|| Err(hal::Error::internal("cuda: an event wait without a deadline timed out")));
         }
         if let CompletionWait::SpinThenBlock(budget) = mode {
             let start = Instant::now();
@@ -181,6 +188,40 @@ impl CudaEvent {
         self.context.bind()?;
         // SAFETY: `raw` is a live event of the bound context.
         check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+    }
+
+    /// Polls every `poll_interval` for `budget`, then with sleeps growing to [`MAX_POLL_SLEEP`], until
+    /// the capture completed (or faulted) or `deadline` passed (`None`).
+    fn poll_then_sleep(
+        &self,
+        budget: Duration,
+        poll_interval: Duration,
+        deadline: Option<Instant>,
+    ) -> Option<Result<()>> {
+        let start = Instant::now();
+        let mut sleep = Duration::from_micros(10);
+        loop {
+            match self.query() {
+                Ok(false) => {}
+                Ok(true) => return Some(Ok(())),
+                Err(fault) => return Some(Err(fault)),
+            }
+            let polled = Instant::now();
+            let left = match deadline {
+                Some(deadline) if polled >= deadline => return None,
+                Some(deadline) => deadline - polled,
+                None => Duration::MAX,
+            };
+            if polled.duration_since(start) < budget {
+                let pause = poll_interval.min(left);
+                while polled.elapsed() < pause {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::sleep(sleep.min(left));
+                sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+            }
+        }
     }
 }
 

@@ -57,11 +57,16 @@ pub trait StreamModel: Send + Sync + 'static {
     const CHECKS_UPSTREAM_FAULTS: bool = true;
 
     /// Blocks a host thread that waits for a semaphore value until `event`'s capture completes (the
-    /// waiter then retires the work itself). Backends may wait differently here than on completion
-    /// threads, e.g. poll harder because someone is waiting for exactly this. Defaults to
-    /// `synchronize_event`.
-    fn host_wait(&self, event: &Self::Event) -> Result<()> {
-        self.synchronize_event(event)
+    /// waiter then retires the work itself), or until `deadline` passes: `None` then, and the waiter
+    /// falls back to parking on the semaphore. Backends may wait differently here than on completion
+    /// threads, e.g. poll harder because someone is waiting for exactly this. The default waits with
+    /// `synchronize_event` when there is no deadline and leaves waits with a deadline to the
+    /// semaphore (`None` at once).
+    fn host_wait(&self, event: &Self::Event, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
+        match deadline {
+            None => Some(self.synchronize_event(event)),
+            Some(_) => None,
+        }
     }
 
     /// Enqueues the device work of `work.op` on `stream`. A failure found while the work runs later is

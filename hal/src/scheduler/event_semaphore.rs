@@ -8,6 +8,7 @@
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use super::Shared;
 use super::event_pool::EventRef;
@@ -96,12 +97,13 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         self
     }
 
-    /// Blocks on the event covering `value` and retires its queue's completed submissions on this
-    /// thread, so the waiter wakes straight from the device instead of through the completion thread.
-    fn assist_wait(&self, _semaphore: &Semaphore, value: u64) -> bool {
+    /// Blocks on the event covering `value` (until `deadline` at most) and retires its queue's
+    /// completed submissions on this thread, so the waiter wakes straight from the device instead of
+    /// through the completion thread.
+    fn assist_wait(&self, _semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
         let Some(entry) = self.covering(value) else { return false };
         let Some(shared) = self.scheduler.upgrade() else { return false };
-        let status = shared.model.host_wait(entry.event.event());
+        let Some(status) = shared.model.host_wait(entry.event.event(), deadline) else { return false };
         drop(entry.event);
         shared.retire_from_waiter(entry.queue, entry.producer.id, status);
         true

@@ -13,6 +13,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -64,11 +65,12 @@ pub trait SemaphoreDriverData: Send + Sync + 'static {
     /// For downcasting to the driver's type.
     fn as_any(&self) -> &dyn Any;
 
-    /// Called by a host wait for `value` with no deadline before it parks: a driver that knows the
-    /// device work that will signal `value` may wait for it directly and apply its completion on this
-    /// thread, saving the hop through a completion thread. Returns whether it did anything.
-    fn assist_wait(&self, semaphore: &Semaphore, value: u64) -> bool {
-        let _ = (semaphore, value);
+    /// Called by a host wait for `value` before it parks: a driver that knows the device work that
+    /// will signal `value` may wait for it directly, until `deadline` at most, and apply its
+    /// completion on this thread, saving the hop through a completion thread. Returns whether it
+    /// applied anything (`false` also when the deadline passed first).
+    fn assist_wait(&self, semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
+        let _ = (semaphore, value, deadline);
         false
     }
 }
@@ -118,9 +120,9 @@ impl Semaphore {
     }
 
     /// Lets the owning driver help a host wait (see [`SemaphoreDriverData::assist_wait`]).
-    pub(crate) fn assist_wait(&self, value: u64) -> bool {
+    pub(crate) fn assist_wait(&self, value: u64, deadline: Option<Instant>) -> bool {
         match &self.shared.driver_data {
-            Some(data) => data.assist_wait(self, value),
+            Some(data) => data.assist_wait(self, value, deadline),
             None => false,
         }
     }

@@ -122,9 +122,9 @@ pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> R
     if let Some(outcome) = spin(semaphore, value) {
         return outcome;
     }
-    // With no deadline the owning device may wait for the signalling work itself (no extra hop).
-    if deadline.is_none()
-        && semaphore.assist_wait(value)
+    // The owning device may wait for the signalling work itself (no hop through its completion
+    // thread), until the deadline at most.
+    if semaphore.assist_wait(value, deadline)
         && let Some(outcome) = semaphore.check_fast(value)
     {
         return outcome;
