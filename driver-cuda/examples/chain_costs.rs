@@ -36,8 +36,6 @@ enum Neighbour {
     Query(Duration),
     /// Pops everything the submitter pushed onto a shared `Mutex<VecDeque>`, then a pause.
     Lock(Duration),
-    /// Both: query, and on completion pop (what the completion thread does).
-    QueryThenLock(Duration),
 }
 
 #[derive(Clone, Copy)]
@@ -111,14 +109,6 @@ fn raw(neighbour: Neighbour, launch: bool) -> Result<f64, String> {
                             queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
                             pause(d);
                         }
-                        Neighbour::QueryThenLock(d) => {
-                            if at != usize::MAX
-                                && sys::cuEventQuery(events[at % EVENTS] as sys::CUevent) == sys::CUresult::CUDA_SUCCESS
-                            {
-                                queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
-                            }
-                            pause(d);
-                        }
                     }
                 }
             })
@@ -148,7 +138,7 @@ fn raw(neighbour: Neighbour, launch: bool) -> Result<f64, String> {
                     )?;
                 }
                 check(sys::cuEventRecord(events[i % EVENTS] as sys::CUevent, h.stream), "record")?;
-                if matches!(neighbour, Neighbour::Lock(_) | Neighbour::QueryThenLock(_)) {
+                if matches!(neighbour, Neighbour::Lock(_)) {
                     queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(i);
                 }
                 newest.store(i, Ordering::Release);
@@ -204,16 +194,9 @@ fn main() {
     }
     let us = Duration::from_micros;
     println!("raw, us per op (median of 5 x {N})          record only   launch + record");
-    for neighbour in [
-        Neighbour::None,
-        Neighbour::Query(us(10)),
-        Neighbour::Query(us(0)),
-        Neighbour::Query(us(100)),
-        Neighbour::Lock(us(10)),
-        Neighbour::Lock(us(0)),
-        Neighbour::QueryThenLock(us(10)),
-        Neighbour::None,
-    ] {
+    for neighbour in
+        [Neighbour::None, Neighbour::Query(us(10)), Neighbour::Query(us(0)), Neighbour::Lock(us(0)), Neighbour::None]
+    {
         let record = raw(neighbour, false).map_or_else(|e| e, |t| format!("{t:.2}"));
         let launch = raw(neighbour, true).map_or_else(|e| e, |t| format!("{t:.2}"));
         println!("  neighbour {:<34} {record:>10}   {launch:>10}", format!("{neighbour:?}"));
@@ -222,10 +205,10 @@ fn main() {
     println!("hal, us per submission                        chain empty   chain 1-dispatch   hop 1-dispatch");
     let modes = [
         ("PollThenSleep(100us), poll 10us (default)", CompletionWait::PollThenSleep(us(100)), 10),
+        ("PollThenSleep(100us), poll 20us", CompletionWait::PollThenSleep(us(100)), 20),
         ("PollThenSleep(100us), poll 50us", CompletionWait::PollThenSleep(us(100)), 50),
         ("PollThenSleep(0), sleeps 10..100us", CompletionWait::PollThenSleep(us(0)), 10),
         ("Spin (cuEventSynchronize)", CompletionWait::Spin, 10),
-        ("Blocking", CompletionWait::Blocking, 10),
         ("PollThenSleep(100us), poll 10us (again)", CompletionWait::PollThenSleep(us(100)), 10),
     ];
     for (label, mode, poll) in modes {

@@ -190,8 +190,12 @@ impl CudaEvent {
         check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
     }
 
-    /// Polls every `poll_interval` for `budget`, then with sleeps growing to [`MAX_POLL_SLEEP`], until
-    /// the capture completed (or faulted) or `deadline` passed (`None`).
+    /// Pauses, then queries: every `poll_interval` for `budget`, then with sleeps growing to
+    /// [`MAX_POLL_SLEEP`], until the capture completed (or faulted) or `deadline` passed (`None`).
+    ///
+    /// It pauses before the first query because every caller has just queried (a completion thread
+    /// found this event pending while retiring; a host waiter spun on it): querying again at once
+    /// would only take the driver lock that the submitting thread's next launch needs.
     fn poll_then_sleep(
         &self,
         budget: Duration,
@@ -201,25 +205,25 @@ impl CudaEvent {
         let start = Instant::now();
         let mut sleep = Duration::from_micros(10);
         loop {
-            match self.query() {
-                Ok(false) => {}
-                Ok(true) => return Some(Ok(())),
-                Err(fault) => return Some(Err(fault)),
-            }
-            let polled = Instant::now();
+            let paused = Instant::now();
             let left = match deadline {
-                Some(deadline) if polled >= deadline => return None,
-                Some(deadline) => deadline - polled,
+                Some(deadline) if paused >= deadline => return None,
+                Some(deadline) => deadline - paused,
                 None => Duration::MAX,
             };
-            if polled.duration_since(start) < budget {
+            if paused.duration_since(start) < budget {
                 let pause = poll_interval.min(left);
-                while polled.elapsed() < pause {
+                while paused.elapsed() < pause {
                     std::hint::spin_loop();
                 }
             } else {
                 std::thread::sleep(sleep.min(left));
                 sleep = (sleep * 2).min(MAX_POLL_SLEEP);
+            }
+            match self.query() {
+                Ok(false) => {}
+                Ok(true) => return Some(Ok(())),
+                Err(fault) => return Some(Err(fault)),
             }
         }
     }

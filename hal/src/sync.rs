@@ -29,3 +29,18 @@ pub(crate) fn spin_hint() {
     #[cfg(not(loom))]
     std::hint::spin_loop();
 }
+
+/// Keeps `T` on cache lines of its own (128 bytes: a line and the neighbour Intel prefetches with
+/// it). Fields written by a submitting thread and fields written by a completion thread must not
+/// share a line: each write would take the line away from the other core (false sharing).
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct CachePadded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for CachePadded<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}

@@ -91,6 +91,9 @@ fn retire_completed_locked<M: StreamModel>(
     // Entries at the front known to have completed: one query of the newest event covers every
     // older one on the same stream, so a burst retires with one driver call instead of one each.
     let mut complete_prefix = 0usize;
+    // Set once this pass found the newest event pending: asking again in the same pass would only
+    // add driver calls (each takes locks the submitting threads need).
+    let mut newest_pending = false;
     let mut retired = 0;
     loop {
         // Retiring for a dependant stops at its producer: retiring more could need producers whose
@@ -113,17 +116,18 @@ fn retire_completed_locked<M: StreamModel>(
                 (Some((known_id, status)), _) if known_id == id => status,
                 (_, None) => Ok(()),
                 (_, Some(event)) => {
-                    let (covered, newest) = newest_event(&slot.inflight);
-                    match newest.map(|newest| shared.model.query_event(newest.event())) {
-                        Some(Ok(true)) => {
-                            complete_prefix = covered - 1;
-                            Ok(())
-                        }
-                        _ => match shared.model.query_event(event.event()) {
+                    let (covered, newest) = if newest_pending { (0, None) } else { newest_event(&slot.inflight) };
+                    let newest_status = newest.map(|newest| shared.model.query_event(newest.event()));
+                    if let Some(Ok(true)) = newest_status {
+                        complete_prefix = covered - 1;
+                        Ok(())
+                    } else {
+                        newest_pending |= matches!(newest_status, Some(Ok(false)));
+                        match shared.model.query_event(event.event()) {
                             Ok(true) => Ok(()),
                             Ok(false) => break,
                             Err(fault) => Err(fault),
-                        },
+                        }
                     }
                 }
             }

@@ -6,36 +6,40 @@
 //! retire, after their stream has passed the wait, so an event is never re-recorded while a pending
 //! stream-wait may still observe it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::error::Result;
 use crate::stream_model::StreamModel;
 use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::sync::{Mutex, lock};
+use crate::sync::{CachePadded, Mutex, lock};
 
 /// A pool of reusable events of one stream model.
 pub struct EventPool<M: StreamModel> {
-    free: Mutex<Vec<Arc<PooledEvent<M>>>>,
-    created: AtomicUsize,
-    in_use: AtomicUsize,
+    /// Pushed by the thread that drops an event's last reference (usually a completion thread),
+    /// popped by issuing threads.
+    free: CachePadded<Mutex<Vec<Arc<PooledEvent<M>>>>>,
+    /// Written only by the issuing thread that creates an event (rare once warm).
+    created: CachePadded<AtomicUsize>,
 }
 
 /// An event and the count of references to it while it is out of the pool.
 pub struct PooledEvent<M: StreamModel> {
     event: M::Event,
     refs: AtomicUsize,
+    /// Where the event goes back. Weak, and held here rather than in every reference: cloning a
+    /// reference then touches only this entry's cache line, not a count every thread shares.
+    pool: Weak<EventPool<M>>,
 }
 
 /// A counted reference to a pooled event; the last one returns the event to the pool.
 pub struct EventRef<M: StreamModel> {
     entry: Arc<PooledEvent<M>>,
-    pool: Arc<EventPool<M>>,
 }
 
 impl<M: StreamModel> EventPool<M> {
     /// An empty pool.
     pub fn new() -> Arc<Self> {
-        Arc::new(EventPool { free: Mutex::new(Vec::new()), created: AtomicUsize::new(0), in_use: AtomicUsize::new(0) })
+        Arc::new(EventPool { free: CachePadded(Mutex::new(Vec::new())), created: CachePadded(AtomicUsize::new(0)) })
     }
 
     /// A free event, created through `model` when none is free. Allocation-free once warm.
@@ -46,17 +50,19 @@ impl<M: StreamModel> EventPool<M> {
             None => {
                 let event = model.create_event()?;
                 self.created.fetch_add(1, Ordering::Relaxed);
-                Arc::new(PooledEvent { event, refs: AtomicUsize::new(0) })
+                Arc::new(PooledEvent { event, refs: AtomicUsize::new(0), pool: Arc::downgrade(self) })
             }
         };
         entry.refs.store(1, Ordering::Relaxed);
-        self.in_use.fetch_add(1, Ordering::Relaxed);
-        Ok(EventRef { entry, pool: self.clone() })
+        Ok(EventRef { entry })
     }
 
     /// Events out of the pool now.
     pub fn in_use(&self) -> usize {
-        self.in_use.load(Ordering::Relaxed)
+        // Read `free` first: an event created between the two reads counts as in use, never as a
+        // negative count.
+        let free = lock(&self.free).len();
+        self.created().saturating_sub(free)
     }
 
     /// Events created so far.
@@ -80,16 +86,18 @@ impl<M: StreamModel> EventRef<M> {
 impl<M: StreamModel> Clone for EventRef<M> {
     fn clone(&self) -> Self {
         self.entry.refs.fetch_add(1, Ordering::Relaxed);
-        EventRef { entry: self.entry.clone(), pool: self.pool.clone() }
+        EventRef { entry: self.entry.clone() }
     }
 }
 
 impl<M: StreamModel> Drop for EventRef<M> {
     fn drop(&mut self) {
         // AcqRel: every use of the event by other holders happens before it is handed out again.
-        if self.entry.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
-            lock(&self.pool.free).push(self.entry.clone());
+        if self.entry.refs.fetch_sub(1, Ordering::AcqRel) == 1
+            && let Some(pool) = self.entry.pool.upgrade()
+        {
+            lock(&pool.free).push(self.entry.clone());
         }
+        // With the pool gone (the device dropped), the event is destroyed with its last `Arc`.
     }
 }

@@ -39,6 +39,17 @@ pub struct SignalEvent<M: StreamModel> {
     pub queue: usize,
 }
 
+/// How a published event covers a device-side wait.
+pub enum Cover<M: StreamModel> {
+    /// Recorded on the waiting queue's own stream: stream order already runs the wait's work after
+    /// it, so no event is held (holding one would only cost reference counting shared with the
+    /// completion thread). Carries the producer when the caller asked for it (drivers that check
+    /// upstream faults).
+    InStreamOrder(Option<Arc<Work>>),
+    /// Recorded on another queue's stream: the waiting stream must wait on the event.
+    Event(SignalEvent<M>),
+}
+
 impl<M: StreamModel> Clone for SignalEvent<M> {
     fn clone(&self) -> Self {
         SignalEvent { value: self.value, event: self.event.clone(), producer: self.producer.clone(), queue: self.queue }
@@ -70,6 +81,19 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         let table = lock(&self.table);
         let at = table.partition_point(|e| e.value < value);
         table.get(at).cloned()
+    }
+
+    /// How a wait for `value` by `queue`'s stream is covered, if a published event covers it, cloning
+    /// only what the wait needs (see [`Cover`]).
+    pub fn cover(&self, value: u64, queue: usize, same_queue_producer: bool) -> Option<Cover<M>> {
+        let table = lock(&self.table);
+        let at = table.partition_point(|e| e.value < value);
+        let entry = table.get(at)?;
+        Some(if entry.queue == queue {
+            Cover::InStreamOrder(same_queue_producer.then(|| entry.producer.clone()))
+        } else {
+            Cover::Event(entry.clone())
+        })
     }
 
     /// Drops the entries for values `<= value` (the host value has passed them).

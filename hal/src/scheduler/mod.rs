@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use smallvec::SmallVec;
 
 use self::event_pool::{EventPool, EventRef};
-use self::event_semaphore::{SemaphoreEvents, SignalEvent};
+use self::event_semaphore::{Cover, SemaphoreEvents, SignalEvent};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::QueueOp;
@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{Condvar, Mutex, lock};
+use crate::sync::{CachePadded, Condvar, Mutex, lock};
 
 /// The scheduler of one device. Dropping it drains every queue and stops its threads.
 pub struct Scheduler<M: StreamModel> {
@@ -50,29 +50,36 @@ pub(crate) struct Shared<M: StreamModel> {
     pub(crate) model: M,
     events: Arc<EventPool<M>>,
     queues: Vec<QueueSlot<M>>,
-    pending: Mutex<HashMap<u64, Arc<Action<M>>>>,
+    pending: CachePadded<Mutex<HashMap<u64, Arc<Action<M>>>>>,
     /// Retired `Work` allocations for reuse, so a steady stream of submissions does not allocate.
-    spare_work: Mutex<Vec<Arc<Work>>>,
-    next_id: AtomicU64,
-    timepoints: AtomicUsize,
+    /// Pushed by completion threads, popped by issuers.
+    spare_work: CachePadded<Mutex<Vec<Arc<Work>>>>,
+    /// Written by every submission: on a line of its own, away from what completion threads write.
+    next_id: CachePadded<AtomicU64>,
+    timepoints: CachePadded<AtomicUsize>,
     shutting_down: AtomicBool,
 }
 
 /// One queue: its dispatch stream and the submissions in flight on it, oldest first.
+///
+/// Issuing threads and the completion thread both touch a slot for every submission. Fields one
+/// side writes sit on cache lines of their own (`CachePadded`), so neither side's writes take the
+/// other's lines away: on the H100 host such transfers were most of the scheduler's cost per
+/// submission (`examples/chain_costs.rs`, perf annotate).
 struct QueueSlot<M: StreamModel> {
     stream: M::Stream,
     /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers.
-    issue_lock: Mutex<()>,
-    inflight: Mutex<VecDeque<InFlight<M>>>,
+    issue_lock: CachePadded<Mutex<()>>,
+    inflight: CachePadded<Mutex<VecDeque<InFlight<M>>>>,
     /// Submissions pushed onto `inflight` so far: an idle completion thread watches it without the
     /// lock before going to sleep (see `completion::run`).
-    issued: AtomicU64,
+    issued: CachePadded<AtomicU64>,
     /// Set, under the `inflight` lock, while the completion thread sleeps on `wake`: only then does
     /// an issue need the notify (a system call).
-    sleeping: AtomicBool,
+    sleeping: CachePadded<AtomicBool>,
     wake: Condvar,
     /// Held while retiring, so retirements of one queue apply their signals in stream order.
-    retiring: Mutex<()>,
+    retiring: CachePadded<Mutex<()>>,
 }
 
 /// A submission on its way through a stream.
@@ -116,12 +123,12 @@ impl<M: StreamModel> Scheduler<M> {
             let stream = model.create_stream(queue)?;
             queues.push(QueueSlot {
                 stream,
-                issue_lock: Mutex::new(()),
-                inflight: Mutex::new(VecDeque::new()),
-                issued: AtomicU64::new(0),
-                sleeping: AtomicBool::new(false),
+                issue_lock: CachePadded(Mutex::new(())),
+                inflight: CachePadded(Mutex::new(VecDeque::new())),
+                issued: CachePadded(AtomicU64::new(0)),
+                sleeping: CachePadded(AtomicBool::new(false)),
                 wake: Condvar::new(),
-                retiring: Mutex::new(()),
+                retiring: CachePadded(Mutex::new(())),
             });
         }
         let shared = Arc::new(Shared {
@@ -129,10 +136,10 @@ impl<M: StreamModel> Scheduler<M> {
             model,
             events: EventPool::new(),
             queues,
-            pending: Mutex::new(HashMap::new()),
-            spare_work: Mutex::new(Vec::new()),
-            next_id: AtomicU64::new(1),
-            timepoints: AtomicUsize::new(0),
+            pending: CachePadded(Mutex::new(HashMap::new())),
+            spare_work: CachePadded(Mutex::new(Vec::new())),
+            next_id: CachePadded(AtomicU64::new(1)),
+            timepoints: CachePadded(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
@@ -205,10 +212,17 @@ impl<M: StreamModel> Scheduler<M> {
                 Ok(_) if host_only => {}
                 Ok(_) => {
                     let table = SemaphoreEvents::<M>::of(&wait.semaphore, shared.device);
-                    if let Some(entry) = table.and_then(|t| t.covering(wait.value)) {
-                        covered.indices.push(index);
-                        covered.events.push(entry.event);
-                        covered.upstream.push(entry.producer);
+                    match table.and_then(|t| t.cover(wait.value, queue, M::CHECKS_UPSTREAM_FAULTS)) {
+                        Some(Cover::InStreamOrder(producer)) => {
+                            covered.indices.push(index);
+                            covered.upstream.extend(producer);
+                        }
+                        Some(Cover::Event(entry)) => {
+                            covered.indices.push(index);
+                            covered.events.push(entry.event);
+                            covered.upstream.push(entry.producer);
+                        }
+                        None => {}
                     }
                 }
             }
