@@ -51,37 +51,39 @@
 //!
 //! # Threads and contexts
 //! The scheduler calls into the driver from the submitting thread, from the completion threads,
-//! from host threads waiting with no deadline (they wait on the device event themselves) and from
-//! whichever thread signals a semaphore that releases held work. Each call binds the device's primary
-//! context on that thread (a thread-local check, see [`context`]), and leaves it bound.
+//! from host threads waiting for a semaphore value (they wait on the device event themselves, until
+//! their deadline if they have one) and from whichever thread signals a semaphore that releases held
+//! work. Each call binds the device's primary context on that thread (a thread-local check, see
+//! [`context`]), and leaves it bound.
 //!
 //! # Completion
 //! Completion threads wait on events as [`CompletionWait`] says; the default polls `cuEventQuery`
 //! every 10 us ([`CudaOptions::poll_interval`]) for 100 us, then keeps polling with sleeps growing to
-//! 100 us, on plain (`DISABLE_TIMING`) events. Host threads that wait with no deadline poll their own
-//! event back to back for 200 us first (`StreamModel::host_wait`). Measured on the H100 by
-//! `examples/completion_modes.rs` (one process; medians of 5 trials of 20000 submissions or 1000
-//! round trips of a one-block kernel; 2026-11-23, second of two runs):
+//! 100 us, on plain (`DISABLE_TIMING`) events. Host threads that wait for a value poll their own
+//! event back to back for 200 us first (`StreamModel::host_wait`).
+//!
+//! **Host callbacks against a polling completion thread.** [`CompletionWait::HostCallback`] is the
+//! design's other candidate: each queue gets a callback stream that waits on the event and runs one
+//! host function (`cuLaunchHostFunc`), which wakes the completion thread; at most one callback is
+//! outstanding per queue and each retires everything that completed (see [`host_callback`]). Measured
+//! on the H100 by `examples/completion_modes.rs` (one process; medians of 5 trials of 20000
+//! submissions or 1000 round trips of a one-block kernel; 2026-11-23, commit `a06cda0`):
 //!
 //! | mode | chain us/submission | cross-queue hop us | round trip, no deadline | round trip, deadline |
 //! | --- | --- | --- | --- | --- |
-//! | raw launch + record, plain event / `BLOCKING_SYNC` event | 4.00 / 5.49 | | | |
-//! | `SpinThenBlock(100us)`, queries 2 us apart | 9.29 | 11.14 | 22.56 | 26.44 |
-//! | `Spin` (a core per busy queue) | 7.77 | 9.17 | 16.07 | 16.20 |
-//! | `PollThenSleep(100us)`, queries 2 us apart | 7.87 | 9.53 | 20.50 | 24.51 |
-//! | `PollThenSleep(100us)`, queries 10 us apart (default) | 7.84 | 9.59 | 15.44 | 15.36 |
-//! | `PollThenSleep(100us)`, queries 20 us apart | 7.63 | 9.67 | 15.56 | 15.53 |
-//! | `PollThenSleep(0)` (sleeps only) | 7.17 | 9.53 | 16.54 | 18.40 |
+//! | raw launch + record, plain event / `BLOCKING_SYNC` event | 3.11-3.64 / 3.93-4.66 | | | |
+//! | `Spin` (a core per busy queue) | 6.81 | 9.94 | 11.73 | 11.51 |
+//! | `SpinThenBlock(100us)`, queries 10 us apart | 6.72 | 9.35 | 15.02 | 27.22 |
+//! | `PollThenSleep(100us)`, queries 10 us apart (**default**) | **5.15** | **6.81** | 14.28 | 24.63 |
+//! | `HostCallback` | 8.55 | 15.97 | 14.29 | 38.92 |
 //!
-//! A `BLOCKING_SYNC` event costs about 1.2-1.5 us more to record, on every submission; paced polling
-//! keeps the completion thread off the driver's locks that the submitting thread needs. Run-to-run
-//! noise on this VM is about 20% (the first run had `SpinThenBlock` at 7.5 / 8.4 / 16.0).
-//!
-//! [`CompletionWait::HostCallback`] is the design's other candidate: each queue gets a callback stream
-//! that waits on the event and runs one host function (`cuLaunchHostFunc`), which wakes the
-//! completion thread; at most one callback is outstanding per queue and each retires everything that
-//! completed (see [`host_callback`]). It is built and tested, but has not yet been measured on a GPU
-//! against the default (the table above predates it); `examples/completion_modes.rs` includes it.
+//! The callback loses wherever submissions come back to back (a 2000-submission burst took 1744
+//! callbacks: they coalesce, but each costs a stream-wait, a host function and a thread wake-up), so
+//! polling stays the default. A `BLOCKING_SYNC` event costs about 0.3-1.5 us more to record, on every
+//! submission; paced polling keeps the completion thread off the driver lock that the submitting
+//! thread's launches need (a thread querying back to back raised raw launch + record from 3.9-4.0 to
+//! 5.1 us in `examples/chain_costs.rs`). Run-to-run noise on that VM is about 20%. The benchmark
+//! figures and a profile are in `docs/benchmarks.md`.
 //!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
