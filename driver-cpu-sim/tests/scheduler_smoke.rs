@@ -130,7 +130,10 @@ fn dependent_chain_across_three_queues_and_pools_return_to_idle() {
         let usage = device.resource_usage();
         if usage.is_idle() {
             let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
-            assert!(events.created <= 101, "events are reused across rounds: {usage}");
+            // At most 100 in flight per round, plus free events an issuer took into its queue's
+            // cache in a batch (up to 32 per queue) while another queue had to create some: far
+            // below the 300 that no reuse across rounds would need.
+            assert!(events.created <= 100 + 3 * 32, "events are reused across rounds: {usage}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "not idle: {usage}\n{}", device.report());

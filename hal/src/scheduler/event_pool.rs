@@ -31,6 +31,34 @@ pub struct PooledEvent<M: StreamModel> {
     pool: Weak<EventPool<M>>,
 }
 
+/// Free events an issuer took from the pool in one batch (see `EventPool::acquire`).
+pub struct EventCache<M: StreamModel> {
+    free: Vec<Arc<PooledEvent<M>>>,
+}
+
+impl<M: StreamModel> EventCache<M> {
+    /// An empty cache.
+    pub fn new() -> Self {
+        EventCache { free: Vec::new() }
+    }
+
+    /// Events in the cache.
+    pub fn len(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.free.is_empty()
+    }
+}
+
+impl<M: StreamModel> Default for EventCache<M> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A counted reference to a pooled event; the last one returns the event to the pool.
 pub struct EventRef<M: StreamModel> {
     entry: Arc<PooledEvent<M>>,
@@ -42,9 +70,15 @@ impl<M: StreamModel> EventPool<M> {
         Arc::new(EventPool { free: CachePadded(Mutex::new(Vec::new())), created: CachePadded(AtomicUsize::new(0)) })
     }
 
-    /// A free event, created through `model` when none is free. Allocation-free once warm.
-    pub fn acquire(self: &Arc<Self>, model: &M) -> Result<EventRef<M>> {
-        let reused = lock(&self.free).pop();
+    /// A free event from `cache`, which is refilled from the pool with up to `REFILL` events at a
+    /// time; created through `model` when none is free. Allocation-free once warm.
+    pub fn acquire(self: &Arc<Self>, cache: &mut EventCache<M>, model: &M) -> Result<EventRef<M>> {
+        if cache.free.is_empty() {
+            let mut free = lock(&self.free);
+            let keep = free.len().saturating_sub(super::REFILL);
+            cache.free.extend(free.drain(keep..));
+        }
+        let reused = cache.free.pop();
         let entry = match reused {
             Some(entry) => entry,
             None => {
@@ -57,12 +91,13 @@ impl<M: StreamModel> EventPool<M> {
         Ok(EventRef { entry })
     }
 
-    /// Events out of the pool now.
-    pub fn in_use(&self) -> usize {
+    /// Events out of the pool now: held by submissions or semaphores (events an issuer keeps in its
+    /// cache do not count; `cached` says how many that is).
+    pub fn in_use(&self, cached: usize) -> usize {
         // Read `free` first: an event created between the two reads counts as in use, never as a
         // negative count.
         let free = lock(&self.free).len();
-        self.created().saturating_sub(free)
+        self.created().saturating_sub(free + cached)
     }
 
     /// Events created so far.

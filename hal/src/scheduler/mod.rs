@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 
 use smallvec::SmallVec;
 
-use self::event_pool::{EventPool, EventRef};
+use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Cover, SemaphoreEvents, SignalEvent};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
@@ -38,6 +38,9 @@ use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{CachePadded, Condvar, Mutex, lock};
+
+/// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
+const REFILL: usize = 32;
 
 /// The scheduler of one device. Dropping it drains every queue and stops its threads.
 pub struct Scheduler<M: StreamModel> {
@@ -68,8 +71,9 @@ pub(crate) struct Shared<M: StreamModel> {
 /// submission (`examples/chain_costs.rs`, perf annotate).
 struct QueueSlot<M: StreamModel> {
     stream: M::Stream,
-    /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers.
-    issue_lock: CachePadded<Mutex<()>>,
+    /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers, and
+    /// holds the allocations issuers of this queue reuse.
+    issuer: CachePadded<Mutex<IssuerCache<M>>>,
     inflight: CachePadded<Mutex<VecDeque<InFlight<M>>>>,
     /// Submissions pushed onto `inflight` so far: an idle completion thread watches it without the
     /// lock before going to sleep (see `completion::run`).
@@ -80,6 +84,14 @@ struct QueueSlot<M: StreamModel> {
     wake: Condvar,
     /// Held while retiring, so retirements of one queue apply their signals in stream order.
     retiring: CachePadded<Mutex<()>>,
+}
+
+/// `Work` allocations and free events taken from the device-wide lists in batches, so an issue
+/// reuses them without touching a list that completion threads push onto (one lock and one cache-line
+/// transfer per batch instead of per submission).
+struct IssuerCache<M: StreamModel> {
+    work: Vec<Arc<Work>>,
+    events: EventCache<M>,
 }
 
 /// A submission on its way through a stream.
@@ -123,7 +135,7 @@ impl<M: StreamModel> Scheduler<M> {
             let stream = model.create_stream(queue)?;
             queues.push(QueueSlot {
                 stream,
-                issue_lock: CachePadded(Mutex::new(())),
+                issuer: CachePadded(Mutex::new(IssuerCache { work: Vec::new(), events: EventCache::new() })),
                 inflight: CachePadded(Mutex::new(VecDeque::new())),
                 issued: CachePadded(AtomicU64::new(0)),
                 sleeping: CachePadded(AtomicBool::new(false)),
@@ -275,7 +287,7 @@ impl<M: StreamModel> Scheduler<M> {
         let pending = lock(&shared.pending).len();
         ResourceUsage {
             pools: vec![
-                PoolUsage { name: "events", in_use: shared.events.in_use(), created: shared.events.created() },
+                PoolUsage { name: "events", in_use: shared.events_in_use(), created: shared.events.created() },
                 PoolUsage {
                     name: "timepoints",
                     in_use: shared.timepoints.load(Ordering::Relaxed),
@@ -303,6 +315,12 @@ impl<M: StreamModel> Shared<M> {
         lock(&self.pending).get(&id).cloned()
     }
 
+    /// Events held by submissions or semaphores (not those free in the pool or in an issuer's cache).
+    pub(crate) fn events_in_use(&self) -> usize {
+        let cached: usize = self.queues.iter().map(|q| lock(&q.issuer).events.len()).sum();
+        self.events.in_use(cached)
+    }
+
     pub(crate) fn timepoints_registered(&self) {
         self.timepoints.fetch_add(1, Ordering::Relaxed);
     }
@@ -319,10 +337,22 @@ impl<M: StreamModel> Shared<M> {
         completion::retire_completed(self, queue, Some((id, status)), false);
     }
 
-    /// A `Work`, reusing a retired allocation when one is free.
-    fn new_work(&self, id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Arc<Work> {
-        let spare = lock(&self.spare_work).pop();
-        if let Some(mut work) = spare
+    /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
+    /// [`REFILL`] spares at a time.
+    fn new_work(
+        &self,
+        cache: &mut Vec<Arc<Work>>,
+        id: u64,
+        queue: usize,
+        op: QueueOp,
+        upstream: SmallVec<[Arc<Work>; 2]>,
+    ) -> Arc<Work> {
+        if cache.is_empty() {
+            let mut spare = lock(&self.spare_work);
+            let keep = spare.len().saturating_sub(REFILL);
+            cache.extend(spare.drain(keep..));
+        }
+        if let Some(mut work) = cache.pop()
             && let Some(reused) = Arc::get_mut(&mut work)
         {
             reused.reset(id, queue, op, upstream);
@@ -331,7 +361,8 @@ impl<M: StreamModel> Shared<M> {
         Arc::new(Work::new(id, queue, op, upstream))
     }
 
-    /// Takes back a retired `Work` if nothing else refers to it; its op is dropped now either way.
+    /// Takes back a retired `Work` if nothing else refers to it (onto the device-wide list, from
+    /// which issuers refill their queue's cache); its op is dropped now either way.
     pub(crate) fn recycle_work(&self, mut work: Arc<Work>) {
         // Enough for any realistic number in flight; the pool, like the event pool, never shrinks.
         const SPARES: usize = 1 << 16;
@@ -352,13 +383,15 @@ impl<M: StreamModel> Shared<M> {
         let is_host_call = matches!(op, QueueOp::HostCall(_));
         let producers: SmallVec<[Arc<Work>; 2]> = upstream.iter().filter(|p| p.queue != queue).cloned().collect();
         let upstream = if M::CHECKS_UPSTREAM_FAULTS { upstream } else { SmallVec::new() };
-        let work = self.new_work(id, queue, op, upstream);
-        let _span = tracing::trace_span!("issue", queue, action = id, op = work.op.kind()).entered();
+        let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
+        let mut issuer = lock(&slot.issuer);
+        let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
+        let work = self.new_work(spare_work, id, queue, op, upstream);
         let issued = {
-            let _issuing = lock(&slot.issue_lock);
-            let recorded = if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, &work, &wait_events) };
+            let recorded =
+                if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, spare_events, &work, &wait_events) };
             match recorded {
                 Ok(event) => {
                     if let Some(event) = &event {
@@ -395,6 +428,7 @@ impl<M: StreamModel> Shared<M> {
                 Err(e) => Err(e),
             }
         };
+        drop(issuer);
         match issued {
             Ok(()) => {
                 // Outside the issue lock: waking enqueued-waiters may issue on this same queue.
@@ -416,6 +450,7 @@ impl<M: StreamModel> Shared<M> {
     fn enqueue_on_stream(
         &self,
         slot: &QueueSlot<M>,
+        spare_events: &mut EventCache<M>,
         work: &Arc<Work>,
         wait_events: &[EventRef<M>],
     ) -> Result<Option<EventRef<M>>> {
@@ -423,7 +458,7 @@ impl<M: StreamModel> Shared<M> {
             self.model.wait_event(&slot.stream, event.event())?;
         }
         self.model.enqueue(&slot.stream, work)?;
-        let event = self.events.acquire(&self.model)?;
+        let event = self.events.acquire(spare_events, &self.model)?;
         self.model.record_event(event.event(), &slot.stream)?;
         Ok(Some(event))
     }

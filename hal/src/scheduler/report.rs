@@ -22,6 +22,6 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
         let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.work.op.kind())).collect();
         let _ = writeln!(out, "  queue {queue}: {} in flight [{}]", ids.len(), ids.join(", "));
     }
-    let _ = write!(out, "  events: {} in use / {} created", shared.events.in_use(), shared.events.created());
+    let _ = write!(out, "  events: {} in use / {} created", shared.events_in_use(), shared.events.created());
     out
 }
