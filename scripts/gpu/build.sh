@@ -11,8 +11,22 @@ for l in sys.stdin:
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['kind']==['test']:
         shutil.copy(m['executable'], 'devbin/'+m['target']['name']); print('devbin/'+m['target']['name'])
 "
-cp target/release/examples/completion_modes target/release/examples/submit_profile target/release/bench target/release/hal devbin/
+cp target/release/examples/completion_modes target/release/examples/chain_costs target/release/examples/submit_profile \
+   target/release/bench target/release/hal devbin/
 rm -f devbin/cuda_timing; cp scripts/gpu/*.sh devbin/
-strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/cuda_completion_modes devbin/completion_modes devbin/submit_profile devbin/bench devbin/hal
+strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/cuda_completion_modes devbin/completion_modes \
+   devbin/chain_costs devbin/submit_profile devbin/bench devbin/hal
+# Unstripped (symbols and line tables) for perf on the device machine; reports are read here too,
+# since the binary's path is the same.
+cp target/release/examples/submit_profile devbin/submit_profile_sym
 git rev-parse --short HEAD > devbin/COMMIT
 du -sh devbin
+# perf and the libraries it needs, for profile.sh (the device machine has no perf). Carry devperf/
+# beside devbin/ (together about 56 MiB of the 64 MiB a run may carry).
+if [ -x /usr/bin/perf ]; then
+  mkdir -p devperf/lib && cp /usr/bin/perf devperf/
+  for lib in $(ldd /usr/bin/perf | awk '/=>/ {print $3}'); do
+    case $(basename "$lib") in libc.so.6|libm.so.6|libstdc++.so.6|libgcc_s.so.1) ;; *) cp -L "$lib" devperf/lib/ ;; esac
+  done
+  du -sh devperf
+fi

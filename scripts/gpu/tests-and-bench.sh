@@ -12,6 +12,7 @@ t cuda_device_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_device --te
 t cuda_fault ./devbin/cuda_fault --nocapture
 t cuda_fault_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_fault --nocapture
 echo "=== completion_modes"; timeout 200 ./devbin/completion_modes 2>&1 | tee $OUT/completion_modes.txt
+echo "=== chain_costs"; timeout 200 ./devbin/chain_costs 2>&1 | tee $OUT/chain_costs.txt
 echo "=== submit_profile"
 for mode in poll host-callback spin; do for w in "chain dispatch" "hop dispatch" "chain empty"; do
   HAL_CUDA_COMPLETION=$mode timeout 30 ./devbin/submit_profile cuda $w 100000 2>&1 | sed "s/^/$mode: /"; done; done | tee $OUT/submit_profile.txt
