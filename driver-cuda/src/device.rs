@@ -56,24 +56,26 @@ pub const ENV_COMPLETION: &str = "HAL_CUDA_COMPLETION";
 /// The environment variable that turns on [`CudaOptions::submission_timings`] (`1`) in
 /// [`CudaOptions::from_env`].
 pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
+/// The environment variable that sets [`CudaOptions::poll_interval`], in microseconds (1 to 10000),
+/// for [`CudaOptions::from_env`].
+pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
 
 impl CudaOptions {
     /// The defaults, changed by the environment: `HAL_CUDA_COMPLETION` = `poll` (the default),
-    /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`.
+    /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`;
+    /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10).
     /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
     /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
     pub fn from_env() -> Result<Self> {
-        let completion = std::env::var(ENV_COMPLETION).ok();
-        let timings = std::env::var(ENV_TIMINGS).ok();
-        CudaOptions::from_values(completion.as_deref(), timings.as_deref())
+        CudaOptions::from_lookup(|name| std::env::var(name).ok())
     }
 
-    /// The defaults changed by the values of `HAL_CUDA_COMPLETION` and `HAL_CUDA_TIMINGS` (`None`: the
-    /// variable is not set); see [`from_env`](Self::from_env).
-    pub fn from_values(completion: Option<&str>, timings: Option<&str>) -> Result<Self> {
+    /// The defaults changed by the variables `lookup` finds (`None`: not set); see
+    /// [`from_env`](Self::from_env).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
         let mut options = CudaOptions::default();
-        if let Some(value) = completion {
-            options.completion_wait = match value {
+        if let Some(value) = lookup(ENV_COMPLETION) {
+            options.completion_wait = match value.as_str() {
                 "poll" => CompletionWait::default(),
                 "spin" => CompletionWait::Spin,
                 "blocking" => CompletionWait::Blocking,
@@ -87,14 +89,24 @@ impl CudaOptions {
                 }
             };
         }
-        if let Some(value) = timings {
-            options.submission_timings = match value {
+        if let Some(value) = lookup(ENV_TIMINGS) {
+            options.submission_timings = match value.as_str() {
                 "1" => true,
                 "0" => false,
                 other => {
                     return Err(Error::invalid_argument(format!("cuda: {ENV_TIMINGS}='{other}' is not 0 or 1")));
                 }
             };
+        }
+        if let Some(value) = lookup(ENV_POLL_US) {
+            match value.parse::<u64>() {
+                Ok(us @ 1..=10_000) => options.poll_interval = std::time::Duration::from_micros(us),
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_POLL_US}='{value}' is not a number of microseconds from 1 to 10000"
+                    )));
+                }
+            }
         }
         Ok(options)
     }
@@ -154,6 +166,7 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
             ("pci_bus_id".to_string(), pci_bus.to_string()),
             ("driver_version".to_string(), format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10)),
             ("completion_wait".to_string(), format!("{:?}", options.completion_wait)),
+            ("poll_interval_us".to_string(), options.poll_interval.as_micros().to_string()),
         ],
     })
 }
@@ -297,24 +310,37 @@ mod tests {
     use super::*;
     use hal::StatusCode;
 
+    /// `from_lookup` over a fixed list of variables.
+    fn options(vars: &[(&str, &str)]) -> Result<CudaOptions> {
+        CudaOptions::from_lookup(|name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+    }
+
     #[test]
     fn options_from_environment_values() {
-        let defaults = CudaOptions::from_values(None, None).unwrap();
+        let defaults = options(&[]).unwrap();
         assert_eq!(defaults.completion_wait, CompletionWait::default());
         assert!(!defaults.submission_timings);
-        let callback = CudaOptions::from_values(Some("host-callback"), Some("1")).unwrap();
+        assert_eq!(defaults.poll_interval, std::time::Duration::from_micros(10));
+        let callback = options(&[(ENV_COMPLETION, "host-callback"), (ENV_TIMINGS, "1")]).unwrap();
         assert_eq!(callback.completion_wait, CompletionWait::HostCallback);
         assert!(callback.submission_timings);
-        assert_eq!(CudaOptions::from_values(Some("spin"), Some("0")).unwrap().completion_wait, CompletionWait::Spin);
-        assert_eq!(CudaOptions::from_values(Some("blocking"), None).unwrap().completion_wait, CompletionWait::Blocking);
+        let spin = options(&[(ENV_COMPLETION, "spin"), (ENV_TIMINGS, "0")]).unwrap();
+        assert_eq!(spin.completion_wait, CompletionWait::Spin);
+        assert_eq!(options(&[(ENV_COMPLETION, "blocking")]).unwrap().completion_wait, CompletionWait::Blocking);
+        let slow = options(&[(ENV_POLL_US, "50")]).unwrap();
+        assert_eq!(slow.poll_interval, std::time::Duration::from_micros(50));
     }
 
     #[test]
     fn bad_environment_values_are_named_errors() {
-        let e = CudaOptions::from_values(Some("callback"), None).unwrap_err();
+        let e = options(&[(ENV_COMPLETION, "callback")]).unwrap_err();
         assert_eq!(e.code(), StatusCode::InvalidArgument);
         assert!(e.message().contains("HAL_CUDA_COMPLETION='callback'"), "{e}");
-        let e = CudaOptions::from_values(None, Some("yes")).unwrap_err();
+        let e = options(&[(ENV_TIMINGS, "yes")]).unwrap_err();
         assert!(e.message().contains("HAL_CUDA_TIMINGS='yes'"), "{e}");
+        for bad in ["0", "10001", "fast", "-5"] {
+            let e = options(&[(ENV_POLL_US, bad)]).unwrap_err();
+            assert!(e.message().contains(&format!("HAL_CUDA_POLL_US='{bad}'")), "{e}");
+        }
     }
 }
