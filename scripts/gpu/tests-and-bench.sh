@@ -14,8 +14,8 @@ t cuda_fault_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_fault --noca
 echo "=== completion_modes"; timeout 200 ./devbin/completion_modes 2>&1 | tee $OUT/completion_modes.txt
 echo "=== chain_costs"; timeout 200 ./devbin/chain_costs 2>&1 | tee $OUT/chain_costs.txt
 echo "=== submit_profile"
-for mode in poll host-callback spin; do for w in "chain dispatch" "hop dispatch" "chain empty"; do
-  HAL_CUDA_COMPLETION=$mode timeout 30 ./devbin/submit_profile cuda $w 100000 2>&1 | sed "s/^/$mode: /"; done; done | tee $OUT/submit_profile.txt
+for cfg in poll:10 poll:50 host-callback:10 spin:10; do for w in "chain dispatch" "hop dispatch" "chain empty"; do
+  HAL_CUDA_COMPLETION=${cfg%:*} HAL_CUDA_POLL_US=${cfg#*:} timeout 30 ./devbin/submit_profile cuda $w 100000 2>&1 | sed "s/^/$cfg: /"; done; done | tee $OUT/submit_profile.txt
 echo "=== bench full"; timeout 240 ./devbin/bench --driver cuda --json $OUT/bench-cuda.json --svg $OUT/bench-cuda.svg > $OUT/bench-cuda.txt 2>$OUT/bench-cuda.err; echo "bench exit $?"; cat $OUT/bench-cuda.txt
 echo "=== hal run --trace"; timeout 60 ./devbin/hal run --driver cuda --trace $OUT/trace.json 2>&1 | tail -12
 python3 -c "
