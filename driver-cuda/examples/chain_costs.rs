@@ -12,20 +12,17 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUevent_flags};
 use driver_cuda::{CompletionWait, CudaDriver, CudaOptions};
-use hal::{
-    BufferBinding, BufferParams, CommandBufferMode, Driver, EntryPointInfo, ExecutableFormat, ExecutableSource,
-    SemaphoreValue as SV, Timeout,
-};
+use hal::{Driver, SemaphoreValue as SV, Timeout};
 
 /// The same `touch` kernel the bench uses.
 const PTX: &str = include_str!("../../bench/src/touch.ptx");
 const N: usize = 20_000;
 const EVENTS: usize = 256;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+#[path = "support/raw_touch.rs"]
+mod raw_touch;
+
+use raw_touch::{RawTouch, check, median, touch_command_buffer};
 
 /// What the second thread does while the first launches and records.
 #[derive(Clone, Copy, Debug)]
@@ -38,140 +35,99 @@ enum Neighbour {
     Lock(Duration),
 }
 
-#[derive(Clone, Copy)]
-struct Handles {
-    f: sys::CUfunction,
-    stream: sys::CUstream,
-    ctx: sys::CUcontext,
-    out: u64,
-}
-// SAFETY: driver handles, used from threads that bound the context first.
-unsafe impl Send for Handles {}
-// SAFETY: see `Send`.
-unsafe impl Sync for Handles {}
+/// Event handles as integers, so the second thread can share them.
+struct Events(Vec<usize>);
 
-fn check(code: sys::CUresult, what: &str) -> Result<(), String> {
-    if code == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(format!("{what}: {code:?}")) }
+impl Events {
+    fn get(&self, i: usize) -> sys::CUevent {
+        self.0[i % EVENTS] as sys::CUevent
+    }
 }
 
 fn raw(neighbour: Neighbour, launch: bool) -> Result<f64, String> {
-    // SAFETY (whole block): plain driver calls on the primary context, bound on each thread that
-    // calls; every handle is created here and destroyed after both threads finished; kernel
-    // parameters point at live locals.
-    unsafe {
-        let mut dev = 0;
-        check(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet")?;
-        let mut ctx = std::ptr::null_mut();
-        check(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), "retain")?;
-        check(sys::cuCtxSetCurrent(ctx), "set current")?;
-        let ptx = std::ffi::CString::new(PTX).map_err(|x| x.to_string())?;
-        let mut module = std::ptr::null_mut();
-        check(sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast()), "load")?;
-        let mut f = std::ptr::null_mut();
-        check(sys::cuModuleGetFunction(&mut f, module, c"touch".as_ptr()), "function")?;
-        let mut out = 0;
-        check(sys::cuMemAlloc_v2(&mut out, 256), "alloc")?;
-        let mut stream = std::ptr::null_mut();
-        check(sys::cuStreamCreate(&mut stream, 1), "stream")?;
-        let mut events = Vec::new();
-        for _ in 0..EVENTS {
-            let mut ev = std::ptr::null_mut();
-            check(sys::cuEventCreate(&mut ev, CUevent_flags::CU_EVENT_DISABLE_TIMING as u32), "event")?;
-            events.push(ev as usize);
-        }
-        let events = Arc::new(events);
-        let h = Handles { f, stream, ctx, out };
-        let newest = Arc::new(AtomicUsize::new(usize::MAX));
-        let queue = Arc::new(Mutex::new(VecDeque::<usize>::with_capacity(4096)));
-        let stop = Arc::new(AtomicBool::new(false));
-        let second = {
-            let (events, newest, queue, stop) = (events.clone(), newest.clone(), queue.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let h = h;
-                sys::cuCtxSetCurrent(h.ctx);
-                let pause = |d: Duration| {
-                    let t = Instant::now();
-                    while t.elapsed() < d {
-                        std::hint::spin_loop();
-                    }
-                };
-                while !stop.load(Ordering::Relaxed) {
-                    let at = newest.load(Ordering::Acquire);
-                    match neighbour {
-                        Neighbour::None => return,
-                        Neighbour::Query(d) => {
-                            if at != usize::MAX {
-                                sys::cuEventQuery(events[at % EVENTS] as sys::CUevent);
-                            }
-                            pause(d);
-                        }
-                        Neighbour::Lock(d) => {
-                            queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
-                            pause(d);
-                        }
-                    }
-                }
-            })
-        };
-        let mut value = 7u32;
-        let mut params = [(&mut out as *mut u64).cast::<std::ffi::c_void>(), (&mut value as *mut u32).cast()];
-        let mut v = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            for i in 0..N {
-                if launch {
-                    check(
-                        sys::cuLaunchKernel(
-                            h.f,
-                            1,
-                            1,
-                            1,
-                            1,
-                            1,
-                            1,
-                            0,
-                            h.stream,
-                            params.as_mut_ptr(),
-                            std::ptr::null_mut(),
-                        ),
-                        "launch",
-                    )?;
-                }
-                check(sys::cuEventRecord(events[i % EVENTS] as sys::CUevent, h.stream), "record")?;
-                if matches!(neighbour, Neighbour::Lock(_)) {
-                    queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(i);
-                }
-                newest.store(i, Ordering::Release);
-            }
-            check(sys::cuStreamSynchronize(h.stream), "sync")?;
-            v.push(t.elapsed().as_secs_f64() * 1e6 / N as f64);
-        }
-        stop.store(true, Ordering::Relaxed);
-        let _ = second.join();
-        for ev in events.iter() {
-            sys::cuEventDestroy_v2(*ev as sys::CUevent);
-        }
-        sys::cuStreamDestroy_v2(h.stream);
-        sys::cuMemFree_v2(h.out);
-        sys::cuModuleUnload(module);
-        sys::cuDevicePrimaryCtxRelease_v2(dev);
-        Ok(median(v))
+    let raw = RawTouch::new(PTX)?;
+    let mut events = Vec::new();
+    for _ in 0..EVENTS {
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: the context is bound on this thread; the out-pointer is a live local.
+        check(unsafe { sys::cuEventCreate(&mut ev, CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) }, "event")?;
+        events.push(ev as usize);
     }
+    let events = Arc::new(Events(events));
+    let ctx = raw.ctx as usize;
+    let newest = Arc::new(AtomicUsize::new(usize::MAX));
+    let queue = Arc::new(Mutex::new(VecDeque::<usize>::with_capacity(4096)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let second = {
+        let (events, newest, queue, stop) = (events.clone(), newest.clone(), queue.clone(), stop.clone());
+        std::thread::spawn(move || {
+            // SAFETY: the context outlives this thread (joined before `raw` drops).
+            unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) };
+            let pause = |d: Duration| {
+                let t = Instant::now();
+                while t.elapsed() < d {
+                    std::hint::spin_loop();
+                }
+            };
+            while !stop.load(Ordering::Relaxed) {
+                let at = newest.load(Ordering::Acquire);
+                match neighbour {
+                    Neighbour::None => return,
+                    Neighbour::Query(d) => {
+                        if at != usize::MAX {
+                            // SAFETY: the events live until this thread is joined.
+                            unsafe { sys::cuEventQuery(events.get(at)) };
+                        }
+                        pause(d);
+                    }
+                    Neighbour::Lock(d) => {
+                        queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                        pause(d);
+                    }
+                }
+            }
+        })
+    };
+    let mut v = Vec::new();
+    let mut outcome = Ok(());
+    for _ in 0..5 {
+        let t = Instant::now();
+        for i in 0..N {
+            if launch && let Err(e) = raw.launch() {
+                outcome = Err(e);
+                break;
+            }
+            // SAFETY: the event and the stream are live.
+            if let Err(e) = check(unsafe { sys::cuEventRecord(events.get(i), raw.stream) }, "record") {
+                outcome = Err(e);
+                break;
+            }
+            if matches!(neighbour, Neighbour::Lock(_)) {
+                queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(i);
+            }
+            newest.store(i, Ordering::Release);
+        }
+        // SAFETY: the stream is live.
+        if let Err(e) = check(unsafe { sys::cuStreamSynchronize(raw.stream) }, "sync") {
+            outcome = Err(e);
+        }
+        v.push(t.elapsed().as_secs_f64() * 1e6 / N as f64);
+        if outcome.is_err() {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = second.join();
+    for i in 0..EVENTS {
+        // SAFETY: created above, idle after the synchronize, no longer queried; destroyed once.
+        unsafe { sys::cuEventDestroy_v2(events.get(i)) };
+    }
+    outcome.map(|()| median(v))
 }
 
 fn hal_chain(options: CudaOptions, dispatch: bool, hop: bool) -> Result<f64, hal::Error> {
     let device = CudaDriver::with_options(options).create_device(0)?;
-    let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
-    if dispatch {
-        let exe = device.load_executable(&ExecutableSource::Bytes {
-            format: ExecutableFormat::Ptx,
-            data: Arc::from(PTX.as_bytes()),
-            entry_points: vec![EntryPointInfo::new("touch", 1, 1, 1)],
-        })?;
-        let buf = device.allocate_buffer(BufferParams::device_local(), 256)?;
-        cb.dispatch(&exe, 0, [1, 1, 1], &[7], &[BufferBinding::range(&buf, 0, 4)])?;
-    }
-    cb.end()?;
+    let cb = touch_command_buffer(&device, PTX, dispatch)?;
     let queues = [device.queue(0)?, device.queue(1)?];
     let mut v = Vec::new();
     for _ in 0..5 {

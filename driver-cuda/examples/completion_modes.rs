@@ -3,35 +3,23 @@
 //!
 //! `cargo run --release -p driver-cuda --example completion_modes` (needs a GPU).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUevent_flags};
 use driver_cuda::{CompletionWait, CudaDriver, CudaOptions};
-use hal::{
-    BufferBinding, BufferParams, CommandBufferMode, Driver, EntryPointInfo, ExecutableFormat, ExecutableSource,
-    SemaphoreValue as SV, Timeout,
-};
+use hal::{Driver, SemaphoreValue as SV, Timeout};
 
 /// The same `touch` kernel the bench uses, so both measure identical launches.
 const PTX: &str = include_str!("../../bench/src/touch.ptx");
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
+#[path = "support/raw_touch.rs"]
+mod raw_touch;
+
+use raw_touch::{RawTouch, check, median, touch_command_buffer};
 
 fn hal_costs(label: &str, options: CudaOptions) -> Result<(), hal::Error> {
     let device = CudaDriver::with_options(options).create_device(0)?;
-    let exe = device.load_executable(&ExecutableSource::Bytes {
-        format: ExecutableFormat::Ptx,
-        data: Arc::from(PTX.as_bytes()),
-        entry_points: vec![EntryPointInfo::new("touch", 1, 1, 1)],
-    })?;
-    let buf = device.allocate_buffer(BufferParams::device_local(), 256)?;
-    let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
-    cb.dispatch(&exe, 0, [1, 1, 1], &[7], &[BufferBinding::range(&buf, 0, 4)])?;
-    cb.end()?;
+    let cb = touch_command_buffer(&device, PTX, true)?;
     let q0 = device.queue(0)?;
     let q1 = device.queue(1)?;
     let n = 20_000u64;
@@ -81,56 +69,31 @@ fn hal_costs(label: &str, options: CudaOptions) -> Result<(), hal::Error> {
 }
 
 fn raw(flags: u32, label: &str) -> Result<(), String> {
-    let e = |c: sys::CUresult, what: &str| {
-        if c == sys::CUresult::CUDA_SUCCESS { Ok(()) } else { Err(format!("{what}: {c:?}")) }
-    };
-    // SAFETY (whole block): plain driver calls on a primary context bound to this thread; every
-    // handle is created here and used only while alive; kernel parameters point at live locals.
-    unsafe {
-        let mut dev = 0;
-        e(sys::cuDeviceGet(&mut dev, 0), "cuDeviceGet")?;
-        let mut ctx = std::ptr::null_mut();
-        e(sys::cuDevicePrimaryCtxRetain(&mut ctx, dev), "retain")?;
-        e(sys::cuCtxSetCurrent(ctx), "set current")?;
-        let ptx = std::ffi::CString::new(PTX).map_err(|x| x.to_string())?;
-        let mut module = std::ptr::null_mut();
-        e(sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast()), "load")?;
-        let mut f = std::ptr::null_mut();
-        e(sys::cuModuleGetFunction(&mut f, module, c"touch".as_ptr()), "function")?;
-        let mut out = 0;
-        e(sys::cuMemAlloc_v2(&mut out, 256), "alloc")?;
-        let mut stream = std::ptr::null_mut();
-        e(sys::cuStreamCreate(&mut stream, 1), "stream")?;
-        let mut events = Vec::new();
-        for _ in 0..64 {
-            let mut ev = std::ptr::null_mut();
-            e(sys::cuEventCreate(&mut ev, flags), "event")?;
-            events.push(ev);
+    let raw = RawTouch::new(PTX)?;
+    let mut events = Vec::new();
+    for _ in 0..64 {
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: the context is bound on this thread; the out-pointer is a live local.
+        check(unsafe { sys::cuEventCreate(&mut ev, flags) }, "event")?;
+        events.push(ev);
+    }
+    let n = 20_000;
+    let mut v = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for i in 0..n {
+            raw.launch()?;
+            // SAFETY: the event and stream are live.
+            check(unsafe { sys::cuEventRecord(events[i % 64], raw.stream) }, "record")?;
         }
-        let mut value = 7u32;
-        let mut params = [(&mut out as *mut u64).cast::<std::ffi::c_void>(), (&mut value as *mut u32).cast()];
-        let n = 20_000;
-        let mut v = Vec::new();
-        for _ in 0..5 {
-            let t = Instant::now();
-            for i in 0..n {
-                e(
-                    sys::cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, params.as_mut_ptr(), std::ptr::null_mut()),
-                    "launch",
-                )?;
-                e(sys::cuEventRecord(events[i % 64], stream), "record")?;
-            }
-            e(sys::cuStreamSynchronize(stream), "sync")?;
-            v.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
-        }
-        println!("raw launch + record, {label:<22} {:>6.2} us", median(v));
-        for ev in events {
-            sys::cuEventDestroy_v2(ev);
-        }
-        sys::cuStreamDestroy_v2(stream);
-        sys::cuMemFree_v2(out);
-        sys::cuModuleUnload(module);
-        sys::cuDevicePrimaryCtxRelease_v2(dev);
+        // SAFETY: the stream is live.
+        check(unsafe { sys::cuStreamSynchronize(raw.stream) }, "sync")?;
+        v.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+    }
+    println!("raw launch + record, {label:<22} {:>6.2} us", median(v));
+    for ev in events {
+        // SAFETY: created above, idle after the synchronize, destroyed once.
+        unsafe { sys::cuEventDestroy_v2(ev) };
     }
     Ok(())
 }

@@ -126,6 +126,15 @@ impl CudaEvent {
         }
     }
 
+    /// One query, as a wait sees it: `Some` once the capture completed (`Ok`) or the device faulted.
+    fn settled(&self) -> Option<Result<()>> {
+        match self.query() {
+            Ok(true) => Some(Ok(())),
+            Ok(false) => None,
+            Err(fault) => Some(Err(fault)),
+        }
+    }
+
     /// Blocks a host thread waiting for a semaphore value: polls for [`HOST_WAIT_SPIN`], then waits as
     /// `mode` says; with a `deadline`, polls with growing sleeps until it passes (`None` then), since
     /// `cuEventSynchronize` cannot time out.
@@ -137,10 +146,8 @@ impl CudaEvent {
     ) -> Option<Result<()>> {
         let start = Instant::now();
         while start.elapsed() < HOST_WAIT_SPIN {
-            match self.query() {
-                Ok(false) => {}
-                Ok(true) => return Some(Ok(())),
-                Err(fault) => return Some(Err(fault)),
+            if let Some(outcome) = self.settled() {
+                return Some(outcome);
             }
             if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return None;
@@ -220,10 +227,8 @@ impl CudaEvent {
                 std::thread::sleep(sleep.min(left));
                 sleep = (sleep * 2).min(MAX_POLL_SLEEP);
             }
-            match self.query() {
-                Ok(false) => {}
-                Ok(true) => return Some(Ok(())),
-                Err(fault) => return Some(Err(fault)),
+            if let Some(outcome) = self.settled() {
+                return Some(outcome);
             }
         }
     }
