@@ -1,7 +1,9 @@
 //! Randomized DAG stress of the scheduler on cpu-sim: random fills, updates and copies over a few
 //! buffers, spread over 3 queues, ordered only by per-buffer timeline semaphores, submitted in a
 //! random order (wait-before-signal everywhere) with some gated on host signals that arrive while
-//! submitting. The buffers must end equal to a sequential oracle that ran the ops in program order.
+//! submitting, while host threads wait on random values with short deadlines. The buffers must end
+//! equal to a sequential oracle that ran the ops in program order, and a wait may return `Ok` only
+//! once its value is reached.
 //!
 //! The seed is printed; replay one with `HAL_DAG_SEED=<seed> cargo test -p driver-cpu-sim --test dag_stress`.
 
@@ -101,6 +103,31 @@ fn run_round(seed: u64) {
         planned.push((op, waits, signals, gated, rng.below(3) as usize));
     }
 
+    // Host waiters with short random deadlines race the completion threads for the same work (a
+    // waiter whose value's work is enqueued waits on its event and retires it on its own thread).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiters: Vec<_> = (0..2u64)
+        .map(|w| {
+            let (timelines, stop) = (timelines.clone(), stop.clone());
+            let mut rng = Rng(seed ^ (0x9e37_79b9 + w));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let b = rng.below(BUFFERS as u64) as usize;
+                    let Some(value) = counts[b].checked_sub(rng.below(counts[b].max(1))) else { continue };
+                    let timeout = Timeout::After(Duration::from_micros(rng.below(300)));
+                    match timelines[b].wait(value, timeout) {
+                        Ok(()) => {
+                            let now = timelines[b].query().unwrap_or_else(|e| panic!("seed {seed}: query: {e}"));
+                            assert!(now >= value, "seed {seed}: wait for {value} returned Ok at {now}");
+                        }
+                        Err(e) if e.code() == hal::StatusCode::DeadlineExceeded => {}
+                        Err(e) => panic!("seed {seed}: a wait with a deadline failed: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+
     // Submit in a random order; gated ops also wait on host signals that arrive as we go.
     let mut order: Vec<usize> = (0..OPS).collect();
     for i in (1..order.len()).rev() {
@@ -143,6 +170,10 @@ fn run_round(seed: u64) {
     let finals: Vec<SV> = (0..BUFFERS).map(|b| SV::new(&timelines[b], counts[b])).collect();
     if let Err(e) = hal::wait_semaphores(hal::WaitMode::All, &finals, Timeout::After(Duration::from_secs(20))) {
         panic!("seed {seed}: DAG did not finish: {e}\n{}", device.report());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for waiter in waiters {
+        waiter.join().unwrap_or_else(|_| panic!("seed {seed}: a host waiter panicked"));
     }
     for b in 0..BUFFERS {
         let bytes = buffers[b].read_to_vec().unwrap();
