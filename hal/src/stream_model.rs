@@ -117,9 +117,9 @@ impl FaultSlot {
         lock(&self.fault).clone()
     }
 
-    /// Empties the slot (for reuse).
-    pub(crate) fn clear(&self) {
-        *lock(&self.fault) = None;
+    /// Empties the slot (for reuse; exclusive access, so no lock is taken).
+    pub(crate) fn clear(&mut self) {
+        *self.fault.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -216,8 +216,9 @@ impl Work {
         self.id = id;
         self.queue = queue;
         self.op = op;
+        // `&mut self`: the reused allocation is ours alone, so its locks need not be taken.
         self.fault.clear();
-        *lock(&self.upstream) = upstream;
+        *self.upstream.get_mut().unwrap_or_else(|p| p.into_inner()) = upstream;
         self.retired.store(false, Ordering::Relaxed);
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
     }
