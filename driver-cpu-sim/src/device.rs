@@ -6,8 +6,8 @@ use std::sync::Arc;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
 use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, DeviceId, DeviceInfo, ExecutableSource, MemoryType, ResourceUsage, Result, Semaphore,
-    SemaphoreValue,
+    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, ExecutableSource, MemoryType, ResourceUsage,
+    Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_exec::CpuPreparedCommands;
@@ -114,7 +114,7 @@ impl DeviceBackend for CpuDevice {
         Ok(Arc::new(NativeExecutable::load(source)?))
     }
 
-    fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>> {
+    fn prepare_commands(&self, commands: &[Command], _mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>> {
         Ok(Arc::new(CpuPreparedCommands::prepare(commands)?))
     }
 

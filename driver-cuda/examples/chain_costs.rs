@@ -1,7 +1,8 @@
 //! Where the time of a dependent chain of submissions goes: raw `launch + cuEventRecord` alone, then
 //! with a second thread doing what a completion thread does to the submitting one (querying the
 //! newest event, taking a lock the submitter takes), beside the HAL's chain with completion threads
-//! polling at different rates.
+//! polling at different rates, and with a one-dispatch buffer replayed as a graph or launched
+//! directly.
 //!
 //! `cargo run --release -p driver-cuda --example chain_costs` (needs a GPU).
 
@@ -176,5 +177,16 @@ fn main() {
             })
             .collect();
         println!("  {label:<44} {:>10}   {:>16}   {:>14}", row[0], row[1], row[2]);
+    }
+    println!(
+        "hal, one-dispatch reusable buffer replayed as   chain 1-dispatch   hop 1-dispatch   (default completion)"
+    );
+    for (label, reusable_graph_min_commands) in [("a one-node graph (default)", 1), ("a direct launch", 2)] {
+        let options = CudaOptions { reusable_graph_min_commands, ..base.clone() };
+        let row: Vec<String> = [false, true]
+            .into_iter()
+            .map(|hop| hal_chain(options.clone(), true, hop).map_or_else(|e| e.to_string(), |t| format!("{t:.2}")))
+            .collect();
+        println!("  {label:<44} {:>16}   {:>14}", row[0], row[1]);
     }
 }

@@ -1,11 +1,14 @@
 //! Recorded command buffers in their replayable CUDA form, prepared once at `end()`.
 //!
 //! Two replay modes:
-//! - **graph**: a buffer of at least `CudaOptions::graph_min_commands` commands becomes an
-//!   instantiated CUDA graph ([`crate::graph`]), relaunched by each execute;
+//! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
+//!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
+//!   becomes an instantiated CUDA graph ([`crate::graph`]), relaunched by each execute: on the H100
+//!   a one-kernel graph launch costs less than the kernel launch itself;
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
-//!   copies). Used for short buffers, for buffers that touch `queue_alloca` buffers (their address
-//!   is known only once the alloca is enqueued), and as the fallback if a graph cannot be built.
+//!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
+//!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
+//!   known only once the alloca is enqueued), and as the fallback if a graph cannot be built.
 //!
 //! Update payloads are uploaded to one device allocation at `end()`, so an update replays as a
 //! device-to-device copy in both modes and never reads pageable host memory on the stream.

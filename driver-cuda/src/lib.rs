@@ -3,7 +3,7 @@
 //! It runs the same scheduler as `driver-cpu-sim` ([`hal::scheduler`]) over real CUDA streams and
 //! events: one non-blocking `CUstream` per queue, pooled `DISABLE_TIMING` events, device-side waits
 //! (`cuStreamWaitEvent`) between this device's queues, and one completion thread per queue that
-//! retires every finished submission in one wake-up. Multi-command buffers replay as CUDA graphs;
+//! retires every finished submission in one wake-up. Reusable command buffers replay as CUDA graphs;
 //! `queue_alloca` uses the device's stream-ordered memory pool. Kernels follow the dispatch ABI in
 //! [`module`].
 //!

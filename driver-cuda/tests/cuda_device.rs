@@ -125,6 +125,22 @@ fn dispatches_follow_the_abi() {
     assert!(words[2..2 + n as usize].iter().all(|&w| w == 0xC0FFEE));
     assert_eq!(&words[2 + n as usize..], &[0, 0]);
 
+    // The same dispatch in a reusable buffer replays as a one-node graph, executed twice.
+    let again = device_buffer(&device, 4 * n + 16);
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    cb.dispatch(&exe, ep("fill_u32"), [2, 1, 1], &[n as u32, 0xBEEF], &[BufferBinding::range(&again, 8, 4 * n)])
+        .unwrap();
+    cb.end().unwrap();
+    assert!(is_graph(&cb), "a reusable buffer of one command replays as a graph");
+    let r = device.create_semaphore(0).unwrap();
+    q.execute(&[], &cb, &[SV::new(&r, 1)]).unwrap();
+    q.execute(&[SV::new(&r, 1)], &cb, &[SV::new(&r, 2)]).unwrap();
+    r.wait(2, T).unwrap();
+    let words = u32s(&read_back(&device, &again));
+    assert_eq!(&words[..2], &[0, 0]);
+    assert!(words[2..2 + n as usize].iter().all(|&w| w == 0xBEEF));
+    assert_eq!(&words[2 + n as usize..], &[0, 0]);
+
     // add_f32 then scale_offset_f32 (float constants as bits, a 3-D grid) in one graph.
     let n = 1000usize;
     let bytes = 4 * n as u64;

@@ -124,8 +124,13 @@ fn completion_mode(options: CudaOptions) {
 /// dispatches launched directly (`graph_min_commands: usize::MAX`): execute + host wait with no
 /// deadline, median and p90.
 fn graph_against_direct() {
-    for (label, graph_min_commands) in [("graph", CudaOptions::default().graph_min_commands), ("direct", usize::MAX)] {
-        let options = CudaOptions { graph_min_commands, ..CudaOptions::default() };
+    let default = CudaOptions::default();
+    let thresholds = [
+        ("graph", default.graph_min_commands, default.reusable_graph_min_commands),
+        ("direct", usize::MAX, usize::MAX),
+    ];
+    for (label, graph_min_commands, reusable_graph_min_commands) in thresholds {
+        let options = CudaOptions { graph_min_commands, reusable_graph_min_commands, ..CudaOptions::default() };
         let device = CudaDriver::with_options(options).create_device(0).unwrap();
         let exe = kernels(&device).unwrap();
         let data = device.allocate_buffer(BufferParams::device_local(), 1024).unwrap();

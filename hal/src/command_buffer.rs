@@ -324,7 +324,7 @@ impl CommandBuffer {
             }
         };
         let commands: Arc<[Command]> = Arc::from(commands);
-        let prepared = match self.shared.backend.prepare_commands(&commands) {
+        let prepared = match self.shared.backend.prepare_commands(&commands, self.shared.mode) {
             Ok(prepared) => prepared,
             Err(e) => {
                 *state = State::Recording(commands.to_vec());

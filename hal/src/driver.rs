@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::buffer::{Buffer, BufferParams, HostPtr};
-use crate::command_buffer::{Command, CommandBuffer};
+use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
@@ -50,8 +50,9 @@ pub trait DeviceBackend: Send + Sync {
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>>;
 
     /// Turns a finished recording into what the driver replays (a CUDA graph, a command list).
-    /// Called once, at `CommandBuffer::end`.
-    fn prepare_commands(&self, commands: &[Command]) -> Result<Arc<dyn PreparedCommands>>;
+    /// Called once, at `CommandBuffer::end`; `mode` says whether it will be executed once or many
+    /// times (a driver may prepare a reusable buffer more thoroughly).
+    fn prepare_commands(&self, commands: &[Command], mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>>;
 
     /// Enqueues `op` on queue `queue` (validated: in range, buffers of this device, signal values
     /// ahead of their semaphores). Must not block on device progress.
