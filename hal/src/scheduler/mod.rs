@@ -316,8 +316,18 @@ impl<M: StreamModel> Shared<M> {
     }
 
     /// Events held by submissions or semaphores (not those free in the pool or in an issuer's cache).
+    /// Never blocks: an issuer busy in a driver call (perhaps the hang being reported) has its cached
+    /// events counted as in use until it is done.
     pub(crate) fn events_in_use(&self) -> usize {
-        let cached: usize = self.queues.iter().map(|q| lock(&q.issuer).events.len()).sum();
+        let cached: usize = self
+            .queues
+            .iter()
+            .map(|q| match q.issuer.try_lock() {
+                Ok(issuer) => issuer.events.len(),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().events.len(),
+                Err(std::sync::TryLockError::WouldBlock) => 0,
+            })
+            .sum();
         self.events.in_use(cached)
     }
 
