@@ -424,18 +424,15 @@ impl<M: StreamModel> Shared<M> {
                         _wait_events: wait_events,
                         producers,
                     };
-                    let mut inflight = lock(&slot.inflight);
-                    inflight.push_back(entry);
-                    slot.issued.fetch_add(1, Ordering::Release);
-                    // `sleeping` changes only under this lock, so this read cannot miss a sleeper.
-                    let asleep = slot.sleeping.load(Ordering::Relaxed);
-                    drop(inflight);
-                    if asleep {
-                        slot.wake.notify_one();
-                    }
+                    push_inflight(slot, entry);
                     Ok(())
                 }
-                Err(e) => Err(e),
+                Err(e) => {
+                    if !wait_events.is_empty() {
+                        self.fence_failed_issue(slot, spare_events, &work, wait_events, producers, &e);
+                    }
+                    Err(e)
+                }
             }
         };
         drop(issuer);
@@ -456,6 +453,37 @@ impl<M: StreamModel> Shared<M> {
         }
     }
 
+    /// After an issue that failed once its stream may already hold waits on `wait_events` (a wait
+    /// was enqueued, then the work or the record failed): records a fence event after those waits
+    /// and keeps the wait events, in an in-flight entry with no signals, until the stream has passed
+    /// the fence. Without it the events could go back to the pool, and be recorded again, while a
+    /// pending stream-wait may still observe them. A stream that cannot even record the fence (a
+    /// device fault) will run nothing more, so then nothing needs keeping.
+    fn fence_failed_issue(
+        &self,
+        slot: &QueueSlot<M>,
+        spare_events: &mut EventCache<M>,
+        work: &Arc<Work>,
+        wait_events: SmallVec<[EventRef<M>; 2]>,
+        producers: SmallVec<[Arc<Work>; 2]>,
+        status: &Error,
+    ) {
+        let Ok(fence) = self.events.acquire(spare_events, &self.model) else { return };
+        if self.model.record_event(fence.event(), &slot.stream).is_err() {
+            return;
+        }
+        // Retires as failed: its (empty) signal list is all it would apply.
+        work.fail(status.clone());
+        let entry = InFlight {
+            work: work.clone(),
+            event: Some(fence),
+            signals: SemaphoreList::new(),
+            _wait_events: wait_events,
+            producers,
+        };
+        push_inflight(slot, entry);
+    }
+
     /// Stream-waits, enqueues and records; the event recorded after the work.
     fn enqueue_on_stream(
         &self,
@@ -471,6 +499,20 @@ impl<M: StreamModel> Shared<M> {
         let event = self.events.acquire(spare_events, &self.model)?;
         self.model.record_event(event.event(), &slot.stream)?;
         Ok(Some(event))
+    }
+}
+
+/// Hands an issued submission to its queue's completion thread (called with the issue lock held, so
+/// the FIFO is in stream order).
+fn push_inflight<M: StreamModel>(slot: &QueueSlot<M>, entry: InFlight<M>) {
+    let mut inflight = lock(&slot.inflight);
+    inflight.push_back(entry);
+    slot.issued.fetch_add(1, Ordering::Release);
+    // `sleeping` changes only under this lock, so this read cannot miss a sleeper.
+    let asleep = slot.sleeping.load(Ordering::Relaxed);
+    drop(inflight);
+    if asleep {
+        slot.wake.notify_one();
     }
 }
 

@@ -1,0 +1,134 @@
+//! A stream model for scheduler tests: work "completes" in record order up to a point the test
+//! sets, queries are counted, enqueues can be made to fail, and the completion threads are held at a
+//! gate so that only the test's `poll_completions` retires (until the gate opens at teardown).
+//! Shared by the scheduler tests through `#[path]`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use hal::scheduler::Scheduler;
+use hal::stream_model::{StreamModel, Work};
+use hal::{DeviceId, Error, Result};
+
+/// One stream whose work completes in order up to a point the test sets.
+pub struct ManualStreams {
+    /// Records so far; record number `n` completes once `completed >= n`.
+    recorded: AtomicU64,
+    completed: AtomicU64,
+    /// When set, every query reports this fault (a sticky device fault).
+    pub fault: AtomicBool,
+    /// When set, every enqueue fails (after the stream-waits the scheduler enqueued before it).
+    pub fail_enqueue: AtomicBool,
+    queries: AtomicUsize,
+    /// Holds the completion thread in `await_completion` until teardown.
+    gate: (Mutex<bool>, Condvar),
+}
+
+pub struct ManualEvent {
+    /// The record number of the latest record.
+    record: AtomicU64,
+}
+
+impl ManualStreams {
+    pub fn complete_up_to(&self, record: u64) {
+        self.completed.store(record, Ordering::SeqCst);
+    }
+
+    #[allow(dead_code)] // not every test counts queries
+    pub fn take_queries(&self) -> usize {
+        self.queries.swap(0, Ordering::SeqCst)
+    }
+
+    /// Completes everything and lets the completion threads run (teardown).
+    pub fn open_gate(&self) {
+        self.complete_up_to(u64::MAX);
+        self.release_completion_threads();
+    }
+
+    /// Lets the completion threads wait for (and retire) work as it completes.
+    pub fn release_completion_threads(&self) {
+        *self.gate.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.gate.1.notify_all();
+    }
+}
+
+impl StreamModel for ManualStreams {
+    type Stream = ();
+    type Event = ManualEvent;
+
+    fn create_stream(&self, _queue: usize) -> Result<()> {
+        Ok(())
+    }
+    fn create_event(&self) -> Result<ManualEvent> {
+        Ok(ManualEvent { record: AtomicU64::new(0) })
+    }
+    fn record_event(&self, event: &ManualEvent, _stream: &()) -> Result<()> {
+        event.record.store(self.recorded.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn wait_event(&self, _stream: &(), _event: &ManualEvent) -> Result<()> {
+        Ok(())
+    }
+    fn query_event(&self, event: &ManualEvent) -> Result<bool> {
+        self.queries.fetch_add(1, Ordering::SeqCst);
+        if self.fault.load(Ordering::SeqCst) {
+            return Err(Error::data_loss("manual fault"));
+        }
+        Ok(event.record.load(Ordering::SeqCst) <= self.completed.load(Ordering::SeqCst))
+    }
+    fn synchronize_event(&self, event: &ManualEvent) -> Result<()> {
+        while !self.query_event(event)? {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        Ok(())
+    }
+    fn await_completion(&self, _stream: &(), event: &ManualEvent) -> Result<()> {
+        let mut open = self.gate.0.lock().unwrap();
+        while !*open {
+            open = self.gate.1.wait(open).unwrap();
+        }
+        drop(open);
+        self.synchronize_event(event)
+    }
+    fn enqueue(&self, _stream: &(), _work: &Arc<Work>) -> Result<()> {
+        if self.fail_enqueue.load(Ordering::SeqCst) {
+            return Err(Error::resource_exhausted("manual enqueue failure"));
+        }
+        Ok(())
+    }
+    fn synchronize_stream(&self, _stream: &()) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The scheduler under test. Dropping it (also when an assertion fails) first lets its completion
+/// thread through the gate, so a failing test fails instead of hanging in the scheduler's teardown.
+pub struct Tested(pub Scheduler<ManualStreams>);
+
+impl std::ops::Deref for Tested {
+    type Target = Scheduler<ManualStreams>;
+
+    fn deref(&self) -> &Scheduler<ManualStreams> {
+        &self.0
+    }
+}
+
+impl Drop for Tested {
+    fn drop(&mut self) {
+        self.0.model().open_gate();
+    }
+}
+
+/// A scheduler of `queues` queues over a fresh model.
+pub fn scheduler(queues: usize) -> Tested {
+    let model = ManualStreams {
+        recorded: AtomicU64::new(0),
+        completed: AtomicU64::new(0),
+        fault: AtomicBool::new(false),
+        fail_enqueue: AtomicBool::new(false),
+        queries: AtomicUsize::new(0),
+        gate: (Mutex::new(false), Condvar::new()),
+    };
+    Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
+}
