@@ -41,6 +41,15 @@ fn fault_command_buffer(cx: &Cx) -> Result<CommandBuffer, crate::CaseError> {
     Ok(cb)
 }
 
+/// The three pieces of most fault cases: a faulting command buffer, a cleared 256-byte buffer and a
+/// command buffer that fills it with `value`.
+fn fault_and_fill(cx: &Cx, value: u32) -> Result<(CommandBuffer, hal::Buffer, CommandBuffer), crate::CaseError> {
+    let fault = fault_command_buffer(cx)?;
+    let buffer = cleared(cx, 256)?;
+    let fill = fill_command_buffer(cx, &buffer, value)?;
+    Ok((fault, buffer, fill))
+}
+
 /// A one-shot command buffer filling `buffer` with `value` through the fill kernel.
 fn fill_command_buffer(cx: &Cx, buffer: &hal::Buffer, value: u32) -> Result<CommandBuffer, crate::CaseError> {
     let exe = cx.load(Kernel::FillU32)?;
@@ -203,9 +212,7 @@ pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> CaseResult {
     if cx.fixture().faults_are_sticky() {
         return sticky::variant(cx, sticky::fault_fails_exactly_its_signals);
     }
-    let fault = fault_command_buffer(cx)?;
-    let buffer = cleared(cx, 256)?;
-    let fill = fill_command_buffer(cx, &buffer, 0x1234)?;
+    let (fault, buffer, fill) = fault_and_fill(cx, 0x1234)?;
     let (s1, s2, ok, untouched) = (cx.sem(0)?, cx.sem(2)?, cx.sem(0)?, cx.sem(0)?);
     cx.queue(0).execute(&[], &fault, &[sv(&s1, 1), sv(&s2, 3)]).ctx("execute fault")?;
     cx.queue(1).execute(&[], &fill, &[sv(&ok, 1)]).ctx("execute independent fill")?;
@@ -223,9 +230,7 @@ pub(crate) fn fault_fails_dependants(cx: &Cx) -> CaseResult {
     if cx.fixture().faults_are_sticky() {
         return sticky::variant(cx, sticky::fault_fails_dependants);
     }
-    let fault = fault_command_buffer(cx)?;
-    let buffer = cleared(cx, 256)?;
-    let fill = fill_command_buffer(cx, &buffer, 0x99)?;
+    let (fault, buffer, fill) = fault_and_fill(cx, 0x99)?;
     let (s, t) = (cx.sem(0)?, cx.sem(0)?);
     // Submitted before the fault: held on the host until the fault's signal resolves.
     cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;
@@ -243,9 +248,7 @@ pub(crate) fn fault_fails_chained_dependants(cx: &Cx) -> CaseResult {
     if cx.fixture().faults_are_sticky() {
         return sticky::variant(cx, sticky::fault_fails_chained_dependants);
     }
-    let fault = fault_command_buffer(cx)?;
-    let buffer = cleared(cx, 256)?;
-    let fill = fill_command_buffer(cx, &buffer, 0x98)?;
+    let (fault, buffer, fill) = fault_and_fill(cx, 0x98)?;
     let (s, t) = (cx.sem(0)?, cx.sem(0)?);
     cx.queue(0).execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
     cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;
@@ -369,9 +372,7 @@ pub(crate) mod sticky {
     /// The fault fails exactly its own signals; independent work submitted beside it shares the
     /// poisoned device, so it completes (if it ran before the fault) or fails with a fault status.
     pub(crate) fn fault_fails_exactly_its_signals(cx: &Cx) -> Result<String, CaseError> {
-        let fault = fault_command_buffer(cx)?;
-        let buffer = cleared(cx, 256)?;
-        let fill = fill_command_buffer(cx, &buffer, 0x1234)?;
+        let (fault, buffer, fill) = fault_and_fill(cx, 0x1234)?;
         let (s1, s2, ok, untouched) = (cx.sem(0)?, cx.sem(2)?, cx.sem(0)?, cx.sem(0)?);
         cx.queue(0).execute(&[], &fault, &[sv(&s1, 1), sv(&s2, 3)]).ctx("execute fault")?;
         cx.queue(1).execute(&[], &fill, &[sv(&ok, 1)]).ctx("execute independent fill")?;
@@ -413,9 +414,7 @@ pub(crate) mod sticky {
     }
 
     fn dependant(cx: &Cx, submitted_first: bool) -> Result<String, CaseError> {
-        let fault = fault_command_buffer(cx)?;
-        let buffer = cleared(cx, 256)?;
-        let fill = fill_command_buffer(cx, &buffer, 0x99)?;
+        let (fault, buffer, fill) = fault_and_fill(cx, 0x99)?;
         let (s, t) = (cx.sem(0)?, cx.sem(0)?);
         if submitted_first {
             cx.queue(1).execute(&[sv(&s, 1)], &fill, &[sv(&t, 1)]).ctx("dependent execute")?;

@@ -144,15 +144,17 @@ impl CudaEvent {
         poll_interval: Duration,
         deadline: Option<Instant>,
     ) -> Option<Result<()>> {
-        let start = Instant::now();
-        while start.elapsed() < HOST_WAIT_SPIN {
+        let spin_end = Instant::now() + HOST_WAIT_SPIN;
+        let stop = deadline.map_or(spin_end, |deadline| deadline.min(spin_end));
+        loop {
             if let Some(outcome) = self.settled() {
                 return Some(outcome);
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return None;
+            if Instant::now() >= stop {
+                break;
             }
         }
+        // A deadline that stopped the spin has passed: `poll_then_sleep` returns `None` at once.
         match deadline {
             None => Some(self.synchronize(mode, poll_interval)),
             Some(deadline) => {

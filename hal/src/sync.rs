@@ -22,6 +22,23 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
+/// Locks `mutex` if nobody holds it (`None` otherwise), ignoring poisoning as [`lock`] does.
+pub(crate) fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Moves up to `batch` values from the back of the shared list `from` into `into` (one lock for
+/// the batch): how issuers refill their caches of spare records and free events.
+pub(crate) fn take_batch<T>(from: &Mutex<Vec<T>>, into: &mut Vec<T>, batch: usize) {
+    let mut shared = lock(from);
+    let keep = shared.len().saturating_sub(batch);
+    into.extend(shared.drain(keep..));
+}
+
 /// A hint that we are spinning (a no-op yield under loom so the model can make progress).
 pub(crate) fn spin_hint() {
     #[cfg(loom)]

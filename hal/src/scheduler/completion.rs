@@ -13,8 +13,7 @@ use crate::driver::QueueOp;
 use crate::error::{Error, Result};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
-use crate::sync::{MutexGuard, lock};
-use std::sync::TryLockError;
+use crate::sync::{MutexGuard, lock, try_lock};
 use std::time::{Duration, Instant};
 
 /// How long an idle completion thread watches for the next submission before it sleeps: a queue fed
@@ -284,15 +283,8 @@ fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Arc<W
     for producer in producers {
         while !producer.is_retired() {
             let slot = &shared.queues[producer.queue];
-            match slot.retiring.try_lock() {
-                Ok(guard) => {
-                    retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
-                }
-                Err(TryLockError::Poisoned(poisoned)) => {
-                    let guard = poisoned.into_inner();
-                    retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
-                }
-                Err(TryLockError::WouldBlock) => {}
+            if let Some(guard) = try_lock(&slot.retiring) {
+                retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
             }
             if !producer.is_retired() {
                 // Another thread retires that queue now, or a host call ahead of the producer waits

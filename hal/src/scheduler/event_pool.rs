@@ -11,7 +11,7 @@ use std::sync::{Arc, Weak};
 use crate::error::Result;
 use crate::stream_model::StreamModel;
 use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::sync::{CachePadded, Mutex, lock};
+use crate::sync::{CachePadded, Mutex, lock, take_batch};
 
 /// A pool of reusable events of one stream model.
 pub struct EventPool<M: StreamModel> {
@@ -74,9 +74,7 @@ impl<M: StreamModel> EventPool<M> {
     /// time; created through `model` when none is free. Allocation-free once warm.
     pub fn acquire(self: &Arc<Self>, cache: &mut EventCache<M>, model: &M) -> Result<EventRef<M>> {
         if cache.free.is_empty() {
-            let mut free = lock(&self.free);
-            let keep = free.len().saturating_sub(super::REFILL);
-            cache.free.extend(free.drain(keep..));
+            take_batch(&self.free, &mut cache.free, super::REFILL);
         }
         let reused = cache.free.pop();
         let entry = match reused {

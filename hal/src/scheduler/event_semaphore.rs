@@ -76,23 +76,27 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         table.insert(at, entry);
     }
 
-    /// The event of the smallest published value `>= value`.
-    pub fn covering(&self, value: u64) -> Option<SignalEvent<M>> {
+    /// Applies `f` to the entry of the smallest published value `>= value`, under the table's lock.
+    fn with_covering<R>(&self, value: u64, f: impl FnOnce(&SignalEvent<M>) -> R) -> Option<R> {
         let table = lock(&self.table);
         let at = table.partition_point(|e| e.value < value);
-        table.get(at).cloned()
+        table.get(at).map(f)
+    }
+
+    /// The event of the smallest published value `>= value`.
+    pub fn covering(&self, value: u64) -> Option<SignalEvent<M>> {
+        self.with_covering(value, SignalEvent::clone)
     }
 
     /// How a wait for `value` by `queue`'s stream is covered, if a published event covers it, cloning
     /// only what the wait needs (see [`Cover`]).
     pub fn cover(&self, value: u64, queue: usize, same_queue_producer: bool) -> Option<Cover<M>> {
-        let table = lock(&self.table);
-        let at = table.partition_point(|e| e.value < value);
-        let entry = table.get(at)?;
-        Some(if entry.queue == queue {
-            Cover::InStreamOrder(same_queue_producer.then(|| entry.producer.clone()))
-        } else {
-            Cover::Event(entry.clone())
+        self.with_covering(value, |entry| {
+            if entry.queue == queue {
+                Cover::InStreamOrder(same_queue_producer.then(|| entry.producer.clone()))
+            } else {
+                Cover::Event(entry.clone())
+            }
         })
     }
 

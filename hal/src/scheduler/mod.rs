@@ -37,7 +37,7 @@ use crate::error::{Error, Result};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{CachePadded, Condvar, Mutex, lock};
+use crate::sync::{CachePadded, Condvar, Mutex, lock, take_batch, try_lock};
 
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
 const REFILL: usize = 32;
@@ -319,15 +319,8 @@ impl<M: StreamModel> Shared<M> {
     /// Never blocks: an issuer busy in a driver call (perhaps the hang being reported) has its cached
     /// events counted as in use until it is done.
     pub(crate) fn events_in_use(&self) -> usize {
-        let cached: usize = self
-            .queues
-            .iter()
-            .map(|q| match q.issuer.try_lock() {
-                Ok(issuer) => issuer.events.len(),
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner().events.len(),
-                Err(std::sync::TryLockError::WouldBlock) => 0,
-            })
-            .sum();
+        let cached: usize =
+            self.queues.iter().map(|q| try_lock(&q.issuer).map_or(0, |issuer| issuer.events.len())).sum();
         self.events.in_use(cached)
     }
 
@@ -358,9 +351,7 @@ impl<M: StreamModel> Shared<M> {
         upstream: SmallVec<[Arc<Work>; 2]>,
     ) -> Arc<Work> {
         if cache.is_empty() {
-            let mut spare = lock(&self.spare_work);
-            let keep = spare.len().saturating_sub(REFILL);
-            cache.extend(spare.drain(keep..));
+            take_batch(&self.spare_work, cache, REFILL);
         }
         if let Some(mut work) = cache.pop()
             && let Some(reused) = Arc::get_mut(&mut work)
