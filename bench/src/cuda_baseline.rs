@@ -396,6 +396,25 @@ impl RawCuda {
             self.sync(0)
         })
     }
+
+    /// [`alloc_free_async`](Self::alloc_free_async) with a `cuEventRecord` after each operation: the
+    /// least a runtime whose every stream-ordered operation signals a timeline semaphore must issue
+    /// (one event per signal), so the bound under any `queue_alloca` + `queue_dealloca` pair.
+    pub fn alloc_free_async_recorded(&self, size: usize, ops: u64) -> Result<Duration> {
+        self.timed(|| {
+            for _ in 0..ops {
+                let mut ptr: CUdeviceptr = 0;
+                // SAFETY: as in `alloc_free_async`.
+                let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool, self.streams[0]) };
+                check(code, "cuMemAllocFromPoolAsync")?;
+                self.record(0, 0)?;
+                // SAFETY: as in `alloc_free_async`.
+                check(unsafe { sys::cuMemFreeAsync(ptr, self.streams[0]) }, "cuMemFreeAsync")?;
+                self.record(1, 0)?;
+            }
+            self.sync(0)
+        })
+    }
 }
 
 impl Drop for RawCuda {

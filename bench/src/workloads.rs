@@ -570,9 +570,17 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     };
     let (hal, note) = tr.hal_split(n, |ops| alloca_dealloca(env, ALLOCA_BYTES, ops))?;
     rows.push(
-        Row::new(format!("queue_alloca + queue_dealloca (4 KiB){note}"), "us/pair", hal, base)
+        Row::new(format!("queue_alloca + queue_dealloca (4 KiB){note}"), "us/pair", hal.clone(), base)
             .with_target(cuda(targets::ALLOCA)),
     );
+    if let Baselines::Cuda(raw) = &baselines {
+        // The same HAL figures against the bound of any timeline-semaphore runtime: each of the two
+        // operations signals, so each records an event.
+        let bound = tr.cuda("alloc, cuEventRecord, free, cuEventRecord", n, |ops| {
+            raw.alloc_free_async_recorded(ALLOCA_BYTES as usize, ops)
+        })?;
+        rows.push(Row::new("queue_alloca + queue_dealloca vs an event per op", "us/pair", hal, bound));
+    }
 
     progress("semaphores");
     rows.push(Row::new(

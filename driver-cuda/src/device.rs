@@ -66,11 +66,17 @@ pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
 /// The environment variable that sets [`CudaOptions::poll_interval`], in microseconds (1 to 10000),
 /// for [`CudaOptions::from_env`].
 pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
+/// The environment variable that sets the polling budget of
+/// [`CompletionWait::PollThenSleep`](crate::CompletionWait::PollThenSleep), in microseconds (0 to
+/// 10000: how long a completion thread queries `poll_interval` apart before it sleeps between
+/// queries), for [`CudaOptions::from_env`]. It applies to the `poll` completion only.
+pub const ENV_POLL_BUDGET_US: &str = "HAL_CUDA_POLL_BUDGET_US";
 
 impl CudaOptions {
     /// The defaults, changed by the environment: `HAL_CUDA_COMPLETION` = `poll` (the default),
     /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`;
-    /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10).
+    /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10);
+    /// `HAL_CUDA_POLL_BUDGET_US` = microseconds a `poll` completion thread queries before it sleeps.
     /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
     /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
     pub fn from_env() -> Result<Self> {
@@ -111,6 +117,24 @@ impl CudaOptions {
                 _ => {
                     return Err(Error::invalid_argument(format!(
                         "cuda: {ENV_POLL_US}='{value}' is not a number of microseconds from 1 to 10000"
+                    )));
+                }
+            }
+        }
+        if let Some(value) = lookup(ENV_POLL_BUDGET_US) {
+            let budget = match value.parse::<u64>() {
+                Ok(us @ 0..=10_000) => std::time::Duration::from_micros(us),
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_POLL_BUDGET_US}='{value}' is not a number of microseconds from 0 to 10000"
+                    )));
+                }
+            };
+            match options.completion_wait {
+                CompletionWait::PollThenSleep(_) => options.completion_wait = CompletionWait::PollThenSleep(budget),
+                other => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_POLL_BUDGET_US}='{value}' applies to the poll completion, not {other:?}"
                     )));
                 }
             }
@@ -335,6 +359,8 @@ mod tests {
         assert_eq!(options(&[(ENV_COMPLETION, "blocking")]).unwrap().completion_wait, CompletionWait::Blocking);
         let slow = options(&[(ENV_POLL_US, "50")]).unwrap();
         assert_eq!(slow.poll_interval, std::time::Duration::from_micros(50));
+        let sleepy = options(&[(ENV_POLL_BUDGET_US, "0")]).unwrap();
+        assert_eq!(sleepy.completion_wait, CompletionWait::PollThenSleep(std::time::Duration::ZERO));
     }
 
     #[test]
@@ -348,5 +374,9 @@ mod tests {
             let e = options(&[(ENV_POLL_US, bad)]).unwrap_err();
             assert!(e.message().contains(&format!("HAL_CUDA_POLL_US='{bad}'")), "{e}");
         }
+        let e = options(&[(ENV_POLL_BUDGET_US, "10001")]).unwrap_err();
+        assert!(e.message().contains("HAL_CUDA_POLL_BUDGET_US='10001'"), "{e}");
+        let e = options(&[(ENV_COMPLETION, "spin"), (ENV_POLL_BUDGET_US, "0")]).unwrap_err();
+        assert!(e.message().contains("applies to the poll completion, not Spin"), "{e}");
     }
 }

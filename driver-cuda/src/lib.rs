@@ -93,6 +93,7 @@
 //! | `HAL_CUDA_COMPLETION` | `poll` (default), `spin`, `blocking`, `spin-then-block`, `host-callback` | [`CudaOptions::completion_wait`] |
 //! | `HAL_CUDA_TIMINGS` | `0` (default), `1` | [`CudaOptions::submission_timings`] |
 //! | `HAL_CUDA_POLL_US` | microseconds, 1 to 10000 (default 10) | [`CudaOptions::poll_interval`] |
+//! | `HAL_CUDA_POLL_BUDGET_US` | microseconds, 0 to 10000 (default 100); `poll` only | the budget of [`CompletionWait::PollThenSleep`] |
 //!
 //! An unknown value makes the driver answer every device request with `InvalidArgument` naming the
 //! variable and the value.
@@ -126,7 +127,7 @@ use std::sync::Arc;
 
 use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
 
-pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_POLL_US, ENV_TIMINGS};
+pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
 pub use event::CompletionWait;
 
 /// The name the registry knows this driver by.
