@@ -161,12 +161,12 @@ fn main() {
     let base = CudaOptions::default();
     println!("hal, us per submission                        chain empty   chain 1-dispatch   hop 1-dispatch");
     let modes = [
-        ("PollThenSleep(100us), poll 10us (default)", CompletionWait::PollThenSleep(us(100)), 10),
+        ("PollThenSleep(0), sleeps 10..100us (default)", CompletionWait::PollThenSleep(us(0)), 10),
+        ("PollThenSleep(100us), poll 10us", CompletionWait::PollThenSleep(us(100)), 10),
         ("PollThenSleep(100us), poll 20us", CompletionWait::PollThenSleep(us(100)), 20),
         ("PollThenSleep(100us), poll 50us", CompletionWait::PollThenSleep(us(100)), 50),
-        ("PollThenSleep(0), sleeps 10..100us", CompletionWait::PollThenSleep(us(0)), 10),
         ("Spin (cuEventSynchronize)", CompletionWait::Spin, 10),
-        ("PollThenSleep(100us), poll 10us (again)", CompletionWait::PollThenSleep(us(100)), 10),
+        ("PollThenSleep(0), sleeps 10..100us (again)", CompletionWait::PollThenSleep(us(0)), 10),
     ];
     for (label, mode, poll) in modes {
         let options = CudaOptions { completion_wait: mode, poll_interval: us(poll), ..base.clone() };

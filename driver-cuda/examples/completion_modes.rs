@@ -118,6 +118,7 @@ fn main() {
         ("Spin", CompletionWait::Spin, 2),
         ("SpinThenBlock(100us) poll 10us", CompletionWait::SpinThenBlock(Duration::from_micros(100)), 10),
         ("PollThenSleep(100us) poll 10us", CompletionWait::PollThenSleep(Duration::from_micros(100)), 10),
+        ("PollThenSleep(0) (default)", CompletionWait::PollThenSleep(Duration::ZERO), 10),
         ("HostCallback (callback stream)", CompletionWait::HostCallback, 10),
     ];
     for (label, mode, poll) in modes {

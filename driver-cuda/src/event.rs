@@ -48,12 +48,15 @@ pub enum CompletionWait {
 pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
 
 impl Default for CompletionWait {
-    /// Poll every 10 us for 100 us, then poll with sleeps growing to 100 us, on plain events. On the
-    /// H100 (examples/completion_modes.rs, 2026-11-23) it beat `Spin`, `SpinThenBlock` and
-    /// `HostCallback` on the dependent chain (5.15 us per submission against 6.72-8.55) and the
-    /// cross-queue hop (6.81 us against 9.35-15.97); the crate docs have the table.
+    /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
+    /// queries, on plain events. On the H100 (bench, commit `8909929`, one process each) it beat the
+    /// earlier default, `PollThenSleep(100us)` with queries 10 us apart, or matched it: cross-queue hop
+    /// 4.65 us against 5.77, host round trip 10.48 against 12.89, empty chain 1.45 against 1.85, fan-out
+    /// 1->3->1 25.98 against 26.10, and the same 1-dispatch chain (3.50 against 3.49). Fewer queries
+    /// leave the driver lock to the submitting threads; host waiters query their own event, so the
+    /// completion thread's later wake-up costs them nothing. The crate docs have the table.
     fn default() -> Self {
-        CompletionWait::PollThenSleep(Duration::from_micros(100))
+        CompletionWait::PollThenSleep(Duration::ZERO)
     }
 }
 

@@ -57,9 +57,9 @@
 //! [`context`]), and leaves it bound.
 //!
 //! # Completion
-//! Completion threads wait on events as [`CompletionWait`] says; the default polls `cuEventQuery`
-//! every 10 us ([`CudaOptions::poll_interval`]) for 100 us, then keeps polling with sleeps growing to
-//! 100 us, on plain (`DISABLE_TIMING`) events. Host threads that wait for a value poll their own
+//! Completion threads wait on events as [`CompletionWait`] says; the default, `PollThenSleep(0)`,
+//! queries `cuEventQuery` with sleeps growing from 10 us to 100 us between queries, on plain
+//! (`DISABLE_TIMING`) events (a budget above zero first polls every [`CudaOptions::poll_interval`]). Host threads that wait for a value poll their own
 //! event back to back for 200 us first (`StreamModel::host_wait`).
 //!
 //! **Host callbacks against a polling completion thread.** [`CompletionWait::HostCallback`] is the
@@ -93,7 +93,7 @@
 //! | `HAL_CUDA_COMPLETION` | `poll` (default), `spin`, `blocking`, `spin-then-block`, `host-callback` | [`CudaOptions::completion_wait`] |
 //! | `HAL_CUDA_TIMINGS` | `0` (default), `1` | [`CudaOptions::submission_timings`] |
 //! | `HAL_CUDA_POLL_US` | microseconds, 1 to 10000 (default 10) | [`CudaOptions::poll_interval`] |
-//! | `HAL_CUDA_POLL_BUDGET_US` | microseconds, 0 to 10000 (default 100); `poll` only | the budget of [`CompletionWait::PollThenSleep`] |
+//! | `HAL_CUDA_POLL_BUDGET_US` | microseconds, 0 (default) to 10000; `poll` only | the budget of [`CompletionWait::PollThenSleep`] |
 //!
 //! An unknown value makes the driver answer every device request with `InvalidArgument` naming the
 //! variable and the value.
