@@ -11,7 +11,8 @@ timeout 330 bash devbin/tests-and-bench.sh > $OUT/tests-and-bench.log 2>&1; echo
 timeout 200 bash devbin/cts-both-modes.sh > $OUT/cts-both-modes.log 2>&1; echo "cts-both-modes exit $?"
 echo "=== bench full, HAL_CUDA_POLL_BUDGET_US=100 (the earlier default: a 100 us polling phase)"
 HAL_CUDA_POLL_BUDGET_US=100 timeout 120 ./devbin/bench --driver cuda > $OUT/bench-cuda-budget100.txt 2>&1; echo "bench budget100 exit $?"
-if [ -x devperf/perf ]; then timeout 60 bash devbin/profile.sh chain dispatch > $OUT/profile.log 2>&1; echo "profile exit $?"; fi
+if [ -x devperf/perf ]; then timeout 60 bash devbin/profile.sh chain dispatch > $OUT/profile.log 2>&1; echo "profile exit $?"
+  timeout 60 bash devbin/profile.sh chain empty > $OUT/profile-empty.log 2>&1; echo "profile empty exit $?"; fi
 echo "===== summary"
 grep -E "^=== .* exit|test result" $OUT/tests-and-bench.log | grep -v "exit 0$" | grep -vE "ok\. [0-9]+ passed; 0 failed" || true
 grep -E "MISSED|ok$|completion_wait|allocations per|chained submissions in|vs an event per op|empty execute" $OUT/bench-cuda.txt 2>/dev/null | cut -c1-150
