@@ -367,6 +367,21 @@ impl RawCuda {
         })
     }
 
+    /// `cuGraphLaunch` of the `kernels`-kernel graph + `cuEventRecord` per op on one stream, then a
+    /// stream synchronize: launch + record when the launch is a graph, as the HAL replays a reusable
+    /// one-dispatch command buffer.
+    pub fn graph_record_chain(&self, kernels: usize, ops: u64) -> Result<Duration> {
+        let exec = self.graph_exec(kernels)?;
+        self.timed(|| {
+            for _ in 0..ops {
+                // SAFETY: as in `graph_chain`.
+                check(unsafe { sys::cuGraphLaunch(exec, self.streams[0]) }, "cuGraphLaunch")?;
+                self.record(0, 0)?;
+            }
+            self.sync(0)
+        })
+    }
+
     /// `cuGraphLaunch` of the `kernels`-kernel graph + `cuStreamSynchronize`, `ops` times.
     pub fn graph_sync(&self, kernels: usize, ops: u64) -> Result<Duration> {
         let exec = self.graph_exec(kernels)?;

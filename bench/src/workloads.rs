@@ -443,9 +443,15 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     };
     let (hal, note) = tr.hal_split(n, |ops| chain(env, &one, ops))?;
     rows.push(
-        Row::new(format!("dependent chain, 1 dispatch{note}"), "us/submission", hal, base)
+        Row::new(format!("dependent chain, 1 dispatch{note}"), "us/submission", hal.clone(), base)
             .with_target(cuda(targets::CHAIN)),
     );
+    if let Baselines::Cuda(raw) = &baselines {
+        // The HAL replays a reusable one-dispatch buffer as a one-node graph: the same figures against
+        // the raw pattern that does the same.
+        let graph = tr.cuda("cuGraphLaunch 1-kernel graph + cuEventRecord", n, |ops| raw.graph_record_chain(1, ops))?;
+        rows.push(Row::new("dependent chain, 1 dispatch vs graph + record", "us/submission", hal, graph));
+    }
 
     progress("independent stream");
     let base = match &baselines {
