@@ -67,7 +67,7 @@ pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
 /// for [`CudaOptions::from_env`].
 pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
 /// The environment variable that sets the polling budget of
-/// [`CompletionWait::PollThenSleep`](crate::CompletionWait::PollThenSleep), in microseconds (0 to
+/// [`CompletionWait::PollThenSleep`], in microseconds (0 to
 /// 10000: how long a completion thread queries `poll_interval` apart before it sleeps between
 /// queries), for [`CudaOptions::from_env`]. It applies to the `poll` completion only.
 pub const ENV_POLL_BUDGET_US: &str = "HAL_CUDA_POLL_BUDGET_US";
