@@ -399,33 +399,33 @@ impl RawCuda {
     /// what `queue_alloca` uses) + `cuMemFreeAsync` of `size` bytes on one stream, `ops` pairs,
     /// then a stream synchronize.
     pub fn alloc_free_async(&self, size: usize, ops: u64) -> Result<Duration> {
-        self.timed(|| {
-            for _ in 0..ops {
-                let mut ptr: CUdeviceptr = 0;
-                // SAFETY: live pool and stream of the current context; the out-pointer is a live local.
-                let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool, self.streams[0]) };
-                check(code, "cuMemAllocFromPoolAsync")?;
-                // SAFETY: `ptr` was just allocated in stream order on this stream and is not used again.
-                check(unsafe { sys::cuMemFreeAsync(ptr, self.streams[0]) }, "cuMemFreeAsync")?;
-            }
-            self.sync(0)
-        })
+        self.alloc_free_pairs(size, ops, false)
     }
 
     /// [`alloc_free_async`](Self::alloc_free_async) with a `cuEventRecord` after each operation: the
     /// least a runtime whose every stream-ordered operation signals a timeline semaphore must issue
     /// (one event per signal), so the bound under any `queue_alloca` + `queue_dealloca` pair.
     pub fn alloc_free_async_recorded(&self, size: usize, ops: u64) -> Result<Duration> {
+        self.alloc_free_pairs(size, ops, true)
+    }
+
+    /// `ops` stream-ordered alloc + free pairs on stream 0, each operation followed by a record when
+    /// `record` is set, then a stream synchronize.
+    fn alloc_free_pairs(&self, size: usize, ops: u64, record: bool) -> Result<Duration> {
         self.timed(|| {
             for _ in 0..ops {
                 let mut ptr: CUdeviceptr = 0;
-                // SAFETY: as in `alloc_free_async`.
+                // SAFETY: live pool and stream of the current context; the out-pointer is a live local.
                 let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut ptr, size, self.pool, self.streams[0]) };
                 check(code, "cuMemAllocFromPoolAsync")?;
-                self.record(0, 0)?;
-                // SAFETY: as in `alloc_free_async`.
+                if record {
+                    self.record(0, 0)?;
+                }
+                // SAFETY: `ptr` was just allocated in stream order on this stream and is not used again.
                 check(unsafe { sys::cuMemFreeAsync(ptr, self.streams[0]) }, "cuMemFreeAsync")?;
-                self.record(1, 0)?;
+                if record {
+                    self.record(1, 0)?;
+                }
             }
             self.sync(0)
         })

@@ -112,24 +112,10 @@ impl CudaOptions {
             };
         }
         if let Some(value) = lookup(ENV_POLL_US) {
-            match value.parse::<u64>() {
-                Ok(us @ 1..=10_000) => options.poll_interval = std::time::Duration::from_micros(us),
-                _ => {
-                    return Err(Error::invalid_argument(format!(
-                        "cuda: {ENV_POLL_US}='{value}' is not a number of microseconds from 1 to 10000"
-                    )));
-                }
-            }
+            options.poll_interval = micros(ENV_POLL_US, &value, 1)?;
         }
         if let Some(value) = lookup(ENV_POLL_BUDGET_US) {
-            let budget = match value.parse::<u64>() {
-                Ok(us @ 0..=10_000) => std::time::Duration::from_micros(us),
-                _ => {
-                    return Err(Error::invalid_argument(format!(
-                        "cuda: {ENV_POLL_BUDGET_US}='{value}' is not a number of microseconds from 0 to 10000"
-                    )));
-                }
-            };
+            let budget = micros(ENV_POLL_BUDGET_US, &value, 0)?;
             match options.completion_wait {
                 CompletionWait::PollThenSleep(_) => options.completion_wait = CompletionWait::PollThenSleep(budget),
                 other => {
@@ -140,6 +126,17 @@ impl CudaOptions {
             }
         }
         Ok(options)
+    }
+}
+
+/// `value` of the variable `name` as microseconds from `min` to 10000, or an `InvalidArgument`
+/// naming both.
+fn micros(name: &str, value: &str, min: u64) -> Result<std::time::Duration> {
+    match value.parse::<u64>() {
+        Ok(us) if (min..=10_000).contains(&us) => Ok(std::time::Duration::from_micros(us)),
+        _ => Err(Error::invalid_argument(format!(
+            "cuda: {name}='{value}' is not a number of microseconds from {min} to 10000"
+        ))),
     }
 }
 
