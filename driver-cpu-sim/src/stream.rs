@@ -181,9 +181,25 @@ impl StreamModel for CpuStreams {
         Ok(())
     }
 
-    fn host_wait(&self, event: &CpuEvent, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
+    fn host_wait(
+        &self,
+        event: &CpuEvent,
+        deadline: Option<std::time::Instant>,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        // Waits in slices so a value reached another way (a host signal) wakes the waiter promptly.
+        const SLICE: std::time::Duration = std::time::Duration::from_micros(500);
         let (epoch, _) = event.inner.latest();
-        event.inner.wait_until(epoch, deadline).then_some(Ok(()))
+        loop {
+            let slice_end = std::time::Instant::now() + SLICE;
+            let until = deadline.map_or(slice_end, |deadline| deadline.min(slice_end));
+            if event.inner.wait_until(epoch, Some(until)) {
+                return Some(Ok(()));
+            }
+            if stop() || deadline.is_some_and(|deadline| std::time::Instant::now() >= deadline) {
+                return None;
+            }
+        }
     }
 
     fn enqueue(&self, stream: &CpuStream, work: &Arc<Work>) -> Result<()> {

@@ -146,28 +146,29 @@ impl CudaEvent {
         mode: CompletionWait,
         poll_interval: Duration,
         deadline: Option<Instant>,
+        stop: &dyn Fn() -> bool,
     ) -> Option<Result<()>> {
         let spin_end = Instant::now() + HOST_WAIT_SPIN;
-        let stop = deadline.map_or(spin_end, |deadline| deadline.min(spin_end));
+        let spin_stop = deadline.map_or(spin_end, |deadline| deadline.min(spin_end));
         loop {
             if let Some(outcome) = self.settled() {
                 return Some(outcome);
             }
-            if Instant::now() >= stop {
+            if stop() {
+                return None;
+            }
+            if Instant::now() >= spin_stop {
                 break;
             }
         }
-        // A deadline that stopped the spin has passed: `poll_then_sleep` returns `None` at once.
-        match deadline {
-            None => Some(self.synchronize(mode, poll_interval)),
-            Some(deadline) => {
-                let budget = match mode {
-                    CompletionWait::PollThenSleep(budget) => budget,
-                    _ => Duration::from_micros(100),
-                };
-                self.poll_then_sleep(budget, poll_interval, Some(deadline))
-            }
-        }
+        // Polling (not a blocking synchronize, whatever the completion mode) so that `stop` is
+        // asked between queries: the value may be reached another way (a host signal). A deadline
+        // that stopped the spin has passed: `poll_then_sleep` returns `None` at once.
+        let budget = match mode {
+            CompletionWait::PollThenSleep(budget) => budget,
+            _ => Duration::from_micros(100),
+        };
+        self.poll_then_sleep(budget, poll_interval, deadline, stop)
     }
 
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
@@ -179,7 +180,7 @@ impl CudaEvent {
         };
         if let CompletionWait::PollThenSleep(budget) = mode {
             return self
-                .poll_then_sleep(budget, poll_interval, None)
+                .poll_then_sleep(budget, poll_interval, None, &|| false)
                 .unwrap_or_else(|| Err(hal::Error::internal("cuda: an event wait without a deadline timed out")));
         }
         if let CompletionWait::SpinThenBlock(budget) = mode {
@@ -203,7 +204,8 @@ impl CudaEvent {
     }
 
     /// Pauses, then queries: every `poll_interval` for `budget`, then with sleeps growing to
-    /// [`MAX_POLL_SLEEP`], until the capture completed (or faulted) or `deadline` passed (`None`).
+    /// [`MAX_POLL_SLEEP`], until the capture completed (or faulted), or `deadline` passed or `stop()`
+    /// said to give up (`None`).
     ///
     /// It pauses before the first query because every caller has just queried (a completion thread
     /// found this event pending while retiring; a host waiter spun on it): querying again at once
@@ -213,6 +215,7 @@ impl CudaEvent {
         budget: Duration,
         poll_interval: Duration,
         deadline: Option<Instant>,
+        stop: &dyn Fn() -> bool,
     ) -> Option<Result<()>> {
         let start = Instant::now();
         let mut sleep = Duration::from_micros(10);
@@ -234,6 +237,9 @@ impl CudaEvent {
             }
             if let Some(outcome) = self.settled() {
                 return Some(outcome);
+            }
+            if stop() {
+                return None;
             }
         }
     }

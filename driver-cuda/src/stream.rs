@@ -311,8 +311,13 @@ impl StreamModel for CudaStreams {
         }
     }
 
-    fn host_wait(&self, event: &CudaEvent, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
-        event.wait_for_host(self.wait, self.poll_interval, deadline)
+    fn host_wait(
+        &self,
+        event: &CudaEvent,
+        deadline: Option<std::time::Instant>,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        event.wait_for_host(self.wait, self.poll_interval, deadline, stop)
     }
 
     /// CUDA faults are sticky for the whole context: work behind a faulted producer fails by itself

@@ -2,7 +2,7 @@
 //! they are recorded, immutable after `end()`, then executed once (one-shot) or many times (reusable).
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
@@ -167,7 +167,9 @@ struct Shared {
     id: u64,
     device: DeviceId,
     mode: CommandBufferMode,
-    backend: Arc<dyn DeviceBackend>,
+    /// Weak: held work keeps command buffers alive, and a command buffer that kept its device alive
+    /// would keep held work from being cancelled when the device's last handle drops.
+    backend: Weak<dyn DeviceBackend>,
     state: Mutex<State>,
 }
 
@@ -179,7 +181,7 @@ enum State {
 static NEXT_COMMAND_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl CommandBuffer {
-    pub(crate) fn new(device: DeviceId, backend: Arc<dyn DeviceBackend>, mode: CommandBufferMode) -> Self {
+    pub(crate) fn new(device: DeviceId, backend: Weak<dyn DeviceBackend>, mode: CommandBufferMode) -> Self {
         let id = NEXT_COMMAND_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         CommandBuffer {
             shared: Arc::new(Shared { id, device, mode, backend, state: Mutex::new(State::Recording(Vec::new())) }),
@@ -324,7 +326,14 @@ impl CommandBuffer {
             }
         };
         let commands: Arc<[Command]> = Arc::from(commands);
-        let prepared = match self.shared.backend.prepare_commands(&commands, self.shared.mode) {
+        let Some(backend) = self.shared.backend.upgrade() else {
+            *state = State::Recording(commands.to_vec());
+            return Err(Error::failed_precondition(format!(
+                "command buffer {}: {} was destroyed",
+                self.shared.id, self.shared.device
+            )));
+        };
+        let prepared = match backend.prepare_commands(&commands, self.shared.mode) {
             Ok(prepared) => prepared,
             Err(e) => {
                 *state = State::Recording(commands.to_vec());

@@ -185,7 +185,7 @@ impl Device {
 
     /// A command buffer to record into.
     pub fn create_command_buffer(&self, mode: CommandBufferMode) -> Result<CommandBuffer> {
-        Ok(CommandBuffer::new(self.id(), self.shared.backend.clone(), mode))
+        Ok(CommandBuffer::new(self.id(), Arc::downgrade(&self.shared.backend), mode))
     }
 
     /// Waits on semaphores from the host (any semaphores, this device's or not).

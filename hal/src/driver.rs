@@ -13,6 +13,7 @@ use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
+use crate::queue::HostCallFlags;
 use crate::semaphore::{Semaphore, SemaphoreValue};
 
 /// A driver: a factory of devices, found by name in a [`crate::Registry`].
@@ -98,23 +99,36 @@ pub trait PreparedCommands: Send + Sync + Any {
 
 /// Work run on the host in queue order by [`crate::Queue::host_call`]; an `Err` fails the signals.
 /// The cell makes the one-shot closure shareable inside a submission; it is taken once, to run.
-pub struct HostCall(std::sync::Mutex<Option<HostFn>>);
+pub struct HostCall {
+    call: std::sync::Mutex<Option<HostFn>>,
+    flags: HostCallFlags,
+}
 
 /// The closure of a host call.
 pub type HostFn = Box<dyn FnOnce() -> Result<()> + Send>;
 
 impl HostCall {
-    /// Wraps `call`.
-    pub fn new(call: impl FnOnce() -> Result<()> + Send + 'static) -> Self {
-        HostCall(std::sync::Mutex::new(Some(Box::new(call))))
+    /// Wraps `call`, run as `flags` say.
+    pub fn new(call: impl FnOnce() -> Result<()> + Send + 'static, flags: HostCallFlags) -> Self {
+        HostCall { call: std::sync::Mutex::new(Some(Box::new(call))), flags }
     }
 
     /// Takes the closure out (once); `None` if it was taken before.
     pub fn take(&self) -> Option<HostFn> {
-        match self.0.lock() {
+        match self.call.lock() {
             Ok(mut call) => call.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         }
+    }
+
+    /// How it runs.
+    pub fn flags(&self) -> HostCallFlags {
+        self.flags
+    }
+
+    /// Whether later work on its queue waits until it returns (no [`HostCallFlags::NON_BLOCKING`]).
+    pub fn is_blocking(&self) -> bool {
+        !self.flags.contains(HostCallFlags::NON_BLOCKING)
     }
 }
 

@@ -135,6 +135,15 @@ constructors! {
 /// The HAL's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The message of a caught panic (`&str` or `String` payloads; anything else is "unknown panic").
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

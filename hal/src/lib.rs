@@ -54,7 +54,7 @@ pub use executable::{
     EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation,
     NativeKernel,
 };
-pub use queue::{Queue, Readback};
+pub use queue::{HostCallFlags, Queue, Readback};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;

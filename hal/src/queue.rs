@@ -13,6 +13,16 @@ use crate::error::{Error, Result};
 use crate::semaphore::SemaphoreValue;
 use crate::sync::{Mutex, lock};
 
+bitflags::bitflags! {
+    /// How a [`Queue::host_call_with`] runs.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct HostCallFlags: u32 {
+        /// Later work on the queue need not wait for the call to return (it still starts after
+        /// its waits and after the work submitted before it).
+        const NON_BLOCKING = 1 << 0;
+    }
+}
+
 /// One queue of a device. Cheap to clone.
 #[derive(Clone)]
 pub struct Queue {
@@ -214,14 +224,31 @@ impl Queue {
         self.submit(QueueOp::Barrier, waits, signals)
     }
 
-    /// Runs `call` on a host thread in queue order; an `Err` fails `signals` with it.
+    /// Runs `call` on a host thread once `waits` are reached and the work submitted before it on
+    /// this queue has completed; an `Err` (or a panic) fails `signals` with it. Later work on this
+    /// queue starts only after the call returns (IREE's meaning), except what the call submits
+    /// itself: it may submit to and wait on any queue, its own included. The call runs on a thread
+    /// of the HAL's, never under a scheduler lock; it may block, though nothing behind it on this
+    /// queue runs meanwhile. [`host_call_with`](Self::host_call_with) takes flags.
     pub fn host_call(
         &self,
         waits: &[SemaphoreValue],
         call: impl FnOnce() -> Result<()> + Send + 'static,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.submit(QueueOp::HostCall(crate::driver::HostCall::new(call)), waits, signals)
+        self.host_call_with(waits, call, signals, HostCallFlags::empty())
+    }
+
+    /// [`host_call`](Self::host_call) with `flags`: [`HostCallFlags::NON_BLOCKING`] lets later work
+    /// on this queue run while the call runs.
+    pub fn host_call_with(
+        &self,
+        waits: &[SemaphoreValue],
+        call: impl FnOnce() -> Result<()> + Send + 'static,
+        signals: &[SemaphoreValue],
+        flags: HostCallFlags,
+    ) -> Result<()> {
+        self.submit(QueueOp::HostCall(crate::driver::HostCall::new(call, flags)), waits, signals)
     }
 
     /// Hands batched submissions to the device now.

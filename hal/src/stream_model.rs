@@ -57,15 +57,23 @@ pub trait StreamModel: Send + Sync + 'static {
     const CHECKS_UPSTREAM_FAULTS: bool = true;
 
     /// Blocks a host thread that waits for a semaphore value until `event`'s capture completes (the
-    /// waiter then retires the work itself), or until `deadline` passes: `None` then, and the waiter
-    /// falls back to parking on the semaphore. Backends may wait differently here than on completion
-    /// threads, e.g. poll harder because someone is waiting for exactly this. The default waits with
-    /// `synchronize_event` when there is no deadline and leaves waits with a deadline to the
-    /// semaphore (`None` at once).
-    fn host_wait(&self, event: &Self::Event, deadline: Option<std::time::Instant>) -> Option<Result<()>> {
+    /// waiter then retires the work itself), until `deadline` passes, or until `stop()` says the
+    /// waiter no longer needs the event (the value was reached another way, e.g. by a host signal):
+    /// `None` in the last two cases, and the waiter falls back to parking on the semaphore.
+    /// Implementations must call `stop` every few tens of microseconds to a millisecond while they
+    /// wait, so such a waiter wakes promptly. Backends may wait differently here than on completion
+    /// threads, e.g. poll harder because someone is waiting for exactly this. The default cannot be
+    /// interrupted: it blocks in `synchronize_event` only when there is no deadline and `stop()` is
+    /// false, and leaves everything else to the semaphore (`None` at once).
+    fn host_wait(
+        &self,
+        event: &Self::Event,
+        deadline: Option<std::time::Instant>,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
         match deadline {
-            None => Some(self.synchronize_event(event)),
-            Some(_) => None,
+            None if !stop() => Some(self.synchronize_event(event)),
+            _ => None,
         }
     }
 

@@ -1,16 +1,19 @@
 //! Completion: one thread per queue blocks on the oldest in-flight event, then retires, in the same
 //! wake-up, every submission whose event has completed (coalesced: no host callback per submission).
-//! Retiring applies the signals (or fails them with the fault), runs host calls in queue order, and
-//! drops the submission's event references so the events return to the pool.
+//! Retiring applies the signals (or fails them with the fault), hands host calls whose turn has come
+//! to their threads (`host_calls`), and drops the submission's event references so the events return
+//! to the pool. Listeners woken by the signals (wakers, released actions) run after the retiring lock
+//! is released (`defer_delivery`), never under it.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::event_pool::EventRef;
 use super::event_semaphore::SemaphoreEvents;
+use super::host_calls::Job;
 use super::{InFlight, Shared};
 use crate::driver::QueueOp;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::semaphore::{SemaphoreValue, defer_delivery};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
 use crate::sync::{MutexGuard, lock, try_lock};
@@ -22,6 +25,7 @@ const IDLE_WATCH: Duration = Duration::from_micros(50);
 
 /// The completion thread of `queue`; returns once the device shuts down and nothing is in flight.
 pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
+    super::mark_scheduler_thread();
     let slot = &shared.queues[queue];
     loop {
         let front = {
@@ -59,22 +63,64 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
             None => Ok(()),
         };
         drop(event);
-        retire_completed(shared, queue, Some((id, status)), true);
+        retire_completed(shared, queue, Some((id, status)));
     }
 }
 
 /// Retires, oldest first, every in-flight submission of `queue` whose event has completed, and
 /// returns how many. `front` is the already-known status of the submission with that id (the thread
-/// just blocked on it), used only if it is still the oldest; everything else is queried. Stops at a host call unless `host_calls`. Never blocks on
-/// the device.
+/// just blocked on it), used only if it is still the oldest; everything else is queried. Never
+/// blocks on the device.
 pub(super) fn retire_completed<M: StreamModel>(
     shared: &Shared<M>,
     queue: usize,
     front: Option<(u64, Result<()>)>,
-    host_calls: bool,
 ) -> usize {
-    let retiring = lock(&shared.queues[queue].retiring);
-    retire_completed_locked(shared, queue, front, host_calls, None, retiring)
+    defer_delivery(|| {
+        let _here = RetiringHere::enter();
+        let retiring = lock(&shared.queues[queue].retiring);
+        retire_completed_locked(shared, queue, front, None, retiring)
+    })
+}
+
+/// [`retire_completed`] for a host waiter: only if no other thread is retiring `queue` now (the
+/// waiter then parks on its semaphore, and that thread's retirement wakes it), so a wait with a
+/// deadline never queues behind another thread's retirement.
+pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: usize, front: (u64, Result<()>)) {
+    defer_delivery(|| {
+        let _here = RetiringHere::enter();
+        if let Some(retiring) = try_lock(&shared.queues[queue].retiring) {
+            retire_completed_locked(shared, queue, Some(front), None, retiring);
+        }
+    });
+}
+
+crate::sync::thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    /// How deep this thread is in retirements (see [`retiring_here`]).
+    static RETIRING: std::cell::Cell<usize> = std::cell::Cell::new(0);
+}
+
+/// Whether this thread is inside a retirement (holding a retiring lock, or about to): a device
+/// dropped here must not wait for its completion threads (see `teardown`).
+pub(super) fn retiring_here() -> bool {
+    RETIRING.with(std::cell::Cell::get) > 0
+}
+
+/// Marks this thread as retiring while it lives.
+struct RetiringHere;
+
+impl RetiringHere {
+    fn enter() -> Self {
+        RETIRING.with(|r| r.set(r.get() + 1));
+        RetiringHere
+    }
+}
+
+impl Drop for RetiringHere {
+    fn drop(&mut self) {
+        RETIRING.with(|r| r.set(r.get().saturating_sub(1)));
+    }
 }
 
 /// [`retire_completed`] with `queue`'s retiring lock already taken.
@@ -82,7 +128,6 @@ fn retire_completed_locked<M: StreamModel>(
     shared: &Shared<M>,
     queue: usize,
     front: Option<(u64, Result<()>)>,
-    host_calls: bool,
     until: Option<&Work>,
     _retiring: MutexGuard<'_, ()>,
 ) -> usize {
@@ -103,9 +148,6 @@ fn retire_completed_locked<M: StreamModel>(
             Some(next) => (next.work.id, next.event.clone()),
             None => break,
         };
-        if front_event.is_none() && !host_calls {
-            break;
-        }
         let status = if complete_prefix > 0 {
             complete_prefix -= 1;
             Ok(())
@@ -209,10 +251,10 @@ fn newer_event<M: StreamModel>(
     (at > 0).then(|| (at + 1, entry.work.id, event))
 }
 
-/// Applies the outcome of one completed submission.
-/// Returns the work for recycling.
+/// Applies the outcome of one completed submission (a host call is handed to its thread, which
+/// applies the outcome once the call returns). Returns the work for recycling.
 fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
-    let InFlight { work, event, signals, _wait_events, producers } = entry;
+    let InFlight { work, event, signals, waited, _wait_events, producers } = entry;
     let span = tracing::trace_span!(
         "complete",
         queue = work.queue,
@@ -238,35 +280,61 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
     if let Some(elapsed) = work.device_time() {
         span.record("device_ns", u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
     }
+    // A wait the device went past on an event may since have failed on the host (the work it waited
+    // for never signalled): the work ran, but its signals carry the failure, never success.
+    if outcome.is_ok()
+        && let Some(failure) = waited.iter().find_map(|w| w.semaphore.failed_short_of(w.value))
+    {
+        outcome = Err(failure);
+    }
     if let QueueOp::HostCall(call) = &work.op {
-        outcome = outcome.and_then(|()| match (work.take_upstream_fault(), call.take()) {
-            (Some(fault), _) => Err(fault),
-            (None, Some(call)) => run_host_call(call).map_err(|e| work.describe_fault(e)),
-            (None, None) => Err(Error::internal(format!("action {}: host call ran twice", work.id))),
-        });
-    }
-    match &outcome {
-        Ok(()) => {
-            for signal in &signals {
-                if let Err(e) = signal.semaphore.signal(signal.value) {
-                    tracing::warn!(action = work.id, %e, "signal after completion refused");
-                }
+        let outcome = outcome.and_then(|()| work.take_upstream_fault().map_or(Ok(()), Err));
+        let job = Job {
+            device: shared.device.get(),
+            queue: work.queue,
+            action: work.id,
+            call: call.take(),
+            outcome,
+            signals,
+            gates: shared.queues[work.queue].gates.clone(),
+        };
+        shared.host_calls.run(job);
+    } else {
+        apply_outcome(&signals, outcome, work.id);
+        for signal in &signals {
+            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+                table.prune(signal.value);
             }
-        }
-        Err(status) => {
-            for signal in &signals {
-                signal.semaphore.fail(status.clone());
-            }
-        }
-    }
-    for signal in &signals {
-        if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
-            table.prune(signal.value);
         }
     }
     drop(event);
     work.mark_retired();
     work
+}
+
+/// Applies a finished submission's outcome to its signals: each is signalled, or failed with the
+/// status. A signal behind the value its semaphore already reached (unordered submissions signalled
+/// it, and a later value completed first) changes nothing a waiter can see, as values only grow,
+/// but is never dropped in silence: it is logged and counted on the semaphore
+/// ([`crate::Semaphore::behind_signals`], and its report line).
+pub(super) fn apply_outcome(signals: &[SemaphoreValue], outcome: Result<()>, action: u64) {
+    match outcome {
+        Ok(()) => {
+            for signal in signals {
+                if let Err(refused) = signal.semaphore.signal(signal.value)
+                    && signal.semaphore.query().is_ok()
+                {
+                    signal.semaphore.note_behind_signal();
+                    tracing::warn!(action, %refused, "a signal completed behind the value already reached");
+                }
+            }
+        }
+        Err(status) => {
+            for signal in signals {
+                signal.semaphore.fail(status.clone());
+            }
+        }
+    }
 }
 
 /// Waits until every producer on another queue (work whose event this submission's stream waited
@@ -284,7 +352,7 @@ fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Arc<W
         while !producer.is_retired() {
             let slot = &shared.queues[producer.queue];
             if let Some(guard) = try_lock(&slot.retiring) {
-                retire_completed_locked(shared, producer.queue, None, false, Some(producer), guard);
+                retire_completed_locked(shared, producer.queue, None, Some(producer), guard);
             }
             if !producer.is_retired() {
                 // Another thread retires that queue now, or a host call ahead of the producer waits
@@ -300,18 +368,4 @@ fn yield_now() {
     loom::thread::yield_now();
     #[cfg(not(loom))]
     std::thread::yield_now();
-}
-
-fn run_host_call(call: crate::driver::HostFn) -> Result<()> {
-    match catch_unwind(AssertUnwindSafe(call)) {
-        Ok(result) => result,
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".to_string());
-            Err(Error::aborted(format!("host call panicked: {message}")))
-        }
-    }
 }

@@ -125,13 +125,17 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         self
     }
 
-    /// Blocks on the event covering `value` (until `deadline` at most) and retires its queue's
-    /// completed submissions on this thread, so the waiter wakes straight from the device instead of
-    /// through the completion thread.
-    fn assist_wait(&self, _semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
+    /// Blocks on the event covering `value` (until `deadline` at most, and no longer than the value
+    /// stays unreached: a host signal may reach it first) and retires its queue's completed
+    /// submissions on this thread, so the waiter wakes straight from the device instead of through
+    /// the completion thread.
+    fn assist_wait(&self, semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
         let Some(entry) = self.covering(value) else { return false };
         let Some(shared) = self.scheduler.upgrade() else { return false };
-        let Some(status) = shared.model.host_wait(entry.event.event(), deadline) else { return false };
+        let reached_otherwise = || semaphore.check_fast(value).is_some();
+        let Some(status) = shared.model.host_wait(entry.event.event(), deadline, &reached_otherwise) else {
+            return false;
+        };
         drop(entry.event);
         shared.retire_from_waiter(entry.queue, entry.producer.id, status);
         true

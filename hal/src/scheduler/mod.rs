@@ -19,8 +19,10 @@
 mod completion;
 pub mod event_pool;
 pub mod event_semaphore;
+mod host_calls;
 mod pending_actions;
 mod report;
+mod teardown;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use smallvec::SmallVec;
 
 use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Cover, SemaphoreEvents, SignalEvent};
+use self::host_calls::{Gates, HostCallRunner};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::QueueOp;
@@ -61,6 +64,8 @@ pub(crate) struct Shared<M: StreamModel> {
     next_id: CachePadded<AtomicU64>,
     timepoints: CachePadded<AtomicUsize>,
     shutting_down: AtomicBool,
+    /// Runs host calls on threads of their own.
+    host_calls: Arc<HostCallRunner>,
 }
 
 /// One queue: its dispatch stream and the submissions in flight on it, oldest first.
@@ -84,6 +89,8 @@ struct QueueSlot<M: StreamModel> {
     wake: Condvar,
     /// Held while retiring, so retirements of one queue apply their signals in stream order.
     retiring: CachePadded<Mutex<()>>,
+    /// Blocking host calls not yet returned: later submissions to this queue wait for them.
+    gates: Arc<Gates>,
 }
 
 /// `Work` allocations and free events taken from the device-wide lists in batches, so an issue
@@ -100,6 +107,9 @@ struct InFlight<M: StreamModel> {
     /// Recorded after the work; `None` for host calls, which run on the completion thread.
     event: Option<EventRef<M>>,
     signals: SemaphoreList,
+    /// The waits the device went past on an event (not reached on the host at issue): if one fails
+    /// before it is reached, the signals carry that failure (see `completion::retire`).
+    waited: SemaphoreList,
     /// Events this submission's stream waits on, held until it retires (see `event_pool`).
     _wait_events: SmallVec<[EventRef<M>; 2]>,
     /// The submissions on other queues whose events this one's stream waits on. They completed on
@@ -112,13 +122,16 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) queue: usize,
     pub(crate) op: QueueOp,
     pub(crate) signals: SemaphoreList,
+    pub(crate) waited: SemaphoreList,
     pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
     pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
 }
 
-/// Waits found covered by device events at submission.
+/// Waits resolved at submission: reached on the host, or covered by device events.
 pub(crate) struct Covered<M: StreamModel> {
     pub(crate) indices: SmallVec<[usize; 2]>,
+    /// The covered (not reached) ones.
+    pub(crate) waited: SemaphoreList,
     pub(crate) events: SmallVec<[EventRef<M>; 2]>,
     pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
 }
@@ -141,6 +154,7 @@ impl<M: StreamModel> Scheduler<M> {
                 sleeping: CachePadded(AtomicBool::new(false)),
                 wake: Condvar::new(),
                 retiring: CachePadded(Mutex::new(())),
+                gates: Arc::new(Gates::default()),
             });
         }
         let shared = Arc::new(Shared {
@@ -153,6 +167,7 @@ impl<M: StreamModel> Scheduler<M> {
             next_id: CachePadded(AtomicU64::new(1)),
             timepoints: CachePadded(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
+            host_calls: HostCallRunner::new(device.get()),
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
         // Under loom the model drives completion itself (`poll_completions`) from its own threads.
@@ -209,12 +224,32 @@ impl<M: StreamModel> Scheduler<M> {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        // Behind a blocking host call of this queue, work waits until the call returned.
+        let slot = &shared.queues[queue];
+        let mut gated: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
+        let waits = if slot.gates.add_waits(shared.device.get(), queue, &mut gated) {
+            gated.extend(waits.iter().cloned());
+            &gated[..]
+        } else {
+            waits
+        };
+        if let QueueOp::HostCall(call) = &op
+            && call.is_blocking()
+        {
+            slot.gates.open(id);
+        }
         let host_only = matches!(op, QueueOp::HostCall(_));
-        let mut covered = Covered { indices: SmallVec::new(), events: SmallVec::new(), upstream: SmallVec::new() };
+        let mut covered = Covered {
+            indices: SmallVec::new(),
+            waited: SmallVec::new(),
+            events: SmallVec::new(),
+            upstream: SmallVec::new(),
+        };
         for (index, wait) in waits.iter().enumerate() {
             match wait.semaphore.query() {
                 Err(status) => {
                     tracing::debug!(action = id, %status, "wait semaphore failed at submission");
+                    slot.gates.release(id);
                     for signal in signals {
                         signal.semaphore.fail(status.clone());
                     }
@@ -227,10 +262,12 @@ impl<M: StreamModel> Scheduler<M> {
                     match table.and_then(|t| t.cover(wait.value, queue, M::CHECKS_UPSTREAM_FAULTS)) {
                         Some(Cover::InStreamOrder(producer)) => {
                             covered.indices.push(index);
+                            covered.waited.push(wait.clone());
                             covered.upstream.extend(producer);
                         }
                         Some(Cover::Event(entry)) => {
                             covered.indices.push(index);
+                            covered.waited.push(wait.clone());
                             covered.events.push(entry.event);
                             covered.upstream.push(entry.producer);
                         }
@@ -241,7 +278,14 @@ impl<M: StreamModel> Scheduler<M> {
         }
         let signals: SemaphoreList = signals.iter().cloned().collect();
         if covered.indices.len() == waits.len() {
-            let issue = Issue { queue, op, signals, wait_events: covered.events, upstream: covered.upstream };
+            let issue = Issue {
+                queue,
+                op,
+                signals,
+                waited: covered.waited,
+                wait_events: covered.events,
+                upstream: covered.upstream,
+            };
             shared.issue(id, issue);
         } else {
             Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
@@ -252,7 +296,7 @@ impl<M: StreamModel> Scheduler<M> {
     /// Retires what has completed on `queue` without blocking; returns how many submissions retired.
     /// The completion threads do this on their own; tests and loom models call it directly.
     pub fn poll_completions(&self, queue: usize) -> usize {
-        completion::retire_completed(&self.shared, queue, None, true)
+        completion::retire_completed(&self.shared, queue, None)
     }
 
     /// Waits until every queue has nothing pending or in flight, or `timeout` passes.
@@ -335,9 +379,9 @@ impl<M: StreamModel> Shared<M> {
     }
 
     /// Retires completed work of `queue` on a host thread that just waited for the event of
-    /// submission `id` (with `status`). Host calls are left to the completion thread.
+    /// submission `id` (with `status`), unless another thread is retiring it now.
     pub(crate) fn retire_from_waiter(&self, queue: usize, id: u64, status: Result<()>) {
-        completion::retire_completed(self, queue, Some((id, status)), false);
+        completion::try_retire_completed(self, queue, (id, status));
     }
 
     /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
@@ -379,7 +423,7 @@ impl<M: StreamModel> Shared<M> {
 
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, wait_events, upstream } = issue;
+        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
         let producers: SmallVec<[Arc<Work>; 2]> = upstream.iter().filter(|p| p.queue != queue).cloned().collect();
@@ -412,6 +456,7 @@ impl<M: StreamModel> Shared<M> {
                         work: work.clone(),
                         event,
                         signals: signals.clone(),
+                        waited,
                         _wait_events: wait_events,
                         producers,
                     };
@@ -469,6 +514,7 @@ impl<M: StreamModel> Shared<M> {
             work: work.clone(),
             event: Some(fence),
             signals: SemaphoreList::new(),
+            waited: SemaphoreList::new(),
             _wait_events: wait_events,
             producers,
         };
@@ -509,35 +555,23 @@ fn push_inflight<M: StreamModel>(slot: &QueueSlot<M>, entry: InFlight<M>) {
 
 impl<M: StreamModel> Drop for Scheduler<M> {
     fn drop(&mut self) {
-        let shared = &self.shared;
-        shared.shutting_down.store(true, Ordering::Release);
-        // Pending actions can never run now: fail their signals so nobody waits forever.
-        let abandoned: Vec<Arc<Action<M>>> = lock(&shared.pending).values().cloned().collect();
-        for action in abandoned {
-            let status = Error::cancelled(format!(
-                "{}: device destroyed while queue {} action {} was waiting",
-                shared.device, action.queue, action.id
-            ));
-            action.abandon(status, shared);
-        }
-        // Drain every stream before its completion thread stops and the stream is destroyed.
-        for (queue, slot) in shared.queues.iter().enumerate() {
-            if let Err(e) = shared.model.synchronize_stream(&slot.stream) {
-                tracing::warn!(queue, %e, "stream did not drain cleanly at teardown");
-            }
-            let _guard = lock(&slot.inflight);
-            slot.wake.notify_all();
-        }
-        for handle in self.completion_threads.drain(..) {
-            // The last handle to a device may drop on one of its own completion threads (it retired
-            // work holding the last reference): that thread finishes its loop by itself and must not
-            // join itself.
-            if handle.thread().id() == std::thread::current().id() {
-                continue;
-            }
-            if handle.join().is_err() {
-                tracing::error!("a completion thread panicked");
-            }
-        }
+        teardown::shut_down(&self.shared, std::mem::take(&mut self.completion_threads));
     }
+}
+
+crate::sync::thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    /// Set on the threads a scheduler starts (completion, host calls): a device dropped there must
+    /// not wait for its other threads, which may be waiting for this one.
+    static SCHEDULER_THREAD: std::cell::Cell<bool> = std::cell::Cell::new(false);
+}
+
+/// Marks the calling thread as one a scheduler started.
+pub(crate) fn mark_scheduler_thread() {
+    SCHEDULER_THREAD.with(|t| t.set(true));
+}
+
+/// Whether the calling thread is one a scheduler started.
+pub(crate) fn on_scheduler_thread() -> bool {
+    SCHEDULER_THREAD.with(std::cell::Cell::get)
 }

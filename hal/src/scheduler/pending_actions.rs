@@ -35,6 +35,8 @@ struct ActionState<M: StreamModel> {
     done: bool,
     resolved: SmallVec<[bool; 2]>,
     registrations: SmallVec<[(usize, TimepointId); 2]>,
+    /// Waits resolved by a device event rather than on the host (see `InFlight::waited`).
+    waited: SemaphoreList,
     wait_events: SmallVec<[EventRef<M>; 2]>,
     upstream: SmallVec<[Arc<Work>; 2]>,
 }
@@ -43,7 +45,14 @@ struct ActionState<M: StreamModel> {
 enum Step<M: StreamModel> {
     Nothing,
     Issue(Issue<M>),
-    Fail { signals: SemaphoreList, cancel: SmallVec<[(usize, TimepointId); 2]>, status: Error },
+    /// The op comes along so that it is dropped outside the action's lock (it may hold user code:
+    /// a host call's closure, whose drop may even drop the last handle of the device).
+    Fail {
+        op: Option<QueueOp>,
+        signals: SemaphoreList,
+        cancel: SmallVec<[(usize, TimepointId); 2]>,
+        status: Error,
+    },
 }
 
 impl<M: StreamModel> Action<M> {
@@ -74,6 +83,7 @@ impl<M: StreamModel> Action<M> {
                 done: false,
                 resolved,
                 registrations: SmallVec::new(),
+                waited: covered.waited,
                 wait_events: covered.events,
                 upstream: covered.upstream,
             }),
@@ -152,6 +162,7 @@ impl<M: StreamModel> Action<M> {
                 Err(status) => Self::take_failure(&mut state, status),
                 Ok(()) => {
                     if let Some(entry) = covering {
+                        state.waited.push(wait.clone());
                         state.wait_events.push(entry.event);
                         state.upstream.push(entry.producer);
                     }
@@ -187,6 +198,7 @@ impl<M: StreamModel> Action<M> {
                 queue: self.queue,
                 op,
                 signals: std::mem::take(&mut state.signals),
+                waited: std::mem::take(&mut state.waited),
                 wait_events: std::mem::take(&mut state.wait_events),
                 upstream: std::mem::take(&mut state.upstream),
             }),
@@ -201,8 +213,10 @@ impl<M: StreamModel> Action<M> {
                 shared.pending_remove(self.id);
                 shared.issue(self.id, issue);
             }
-            Step::Fail { signals, cancel, status } => {
+            Step::Fail { op, signals, cancel, status } => {
                 shared.pending_remove(self.id);
+                shared.queues[self.queue].gates.release(self.id);
+                drop(op);
                 let mut cancelled = 0;
                 for (index, id) in cancel {
                     cancelled += usize::from(self.waits[index].semaphore.cancel(id));
@@ -231,8 +245,8 @@ impl<M: StreamModel> Action<M> {
     /// Marks the action done without running it and takes what failing it needs.
     fn take_failure(state: &mut ActionState<M>, status: Error) -> Step<M> {
         state.done = true;
-        state.op = None;
         Step::Fail {
+            op: state.op.take(),
             signals: std::mem::take(&mut state.signals),
             cancel: std::mem::take(&mut state.registrations),
             status,
@@ -240,7 +254,8 @@ impl<M: StreamModel> Action<M> {
     }
 
     /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
-    pub(crate) fn describe_waits(&self) -> Vec<String> {
+    /// `gate_of` names the blocking host call a wait stands for, if it is a gate.
+    pub(crate) fn describe_waits(&self, gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<u64>) -> Vec<String> {
         let state = lock(&self.state);
         let op = state.op.as_ref().map(|op| op.kind()).unwrap_or("(taken)");
         let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
@@ -250,6 +265,10 @@ impl<M: StreamModel> Action<M> {
                 Err(e) => format!("failed: {e}"),
             };
             let status = if state.resolved[index] { "satisfied" } else { "WAITING" };
+            if let Some(call) = gate_of(&wait.semaphore) {
+                lines.push(format!("  waits until host call action {call} of queue {} returns {status}", self.queue));
+                continue;
+            }
             lines.push(format!("  waits semaphore {} >= {} ({now}) {status}", wait.semaphore.id(), wait.value));
         }
         lines

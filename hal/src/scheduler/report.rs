@@ -13,9 +13,17 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     pending.sort_by_key(|a| a.id);
     let _ = writeln!(out, "{}: {} pending action(s)", shared.device, pending.len());
     for action in &pending {
-        for line in action.describe_waits() {
+        let gates = &shared.queues[action.queue].gates;
+        for line in action.describe_waits(&|semaphore| gates.action_of(semaphore)) {
             let _ = writeln!(out, "  {line}");
         }
+    }
+    for (queue, action) in shared.host_calls.running() {
+        let _ = writeln!(
+            out,
+            "  host call action {action} of queue {queue}: running (user code; a call that waits forever for \
+             something only later work provides is a deadlock of the program's)"
+        );
     }
     for (queue, slot) in shared.queues.iter().enumerate() {
         let inflight = lock(&slot.inflight);

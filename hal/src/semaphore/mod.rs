@@ -54,6 +54,8 @@ struct Shared {
     /// Mirrors of the state for the lock-free fast path; written only under `state`'s lock.
     value: AtomicU64,
     failed: AtomicBool,
+    /// Queue signals that completed behind the value already reached (see `behind_signals`).
+    behind: AtomicU64,
     state: Mutex<TimelineState>,
     owner: Option<DeviceId>,
     driver_data: Option<Arc<dyn SemaphoreDriverData>>,
@@ -97,6 +99,7 @@ impl Semaphore {
                 id,
                 value: AtomicU64::new(initial),
                 failed: AtomicBool::new(false),
+                behind: AtomicU64::new(0),
                 state: Mutex::new(TimelineState::new(initial)),
                 owner,
                 driver_data,
@@ -142,7 +145,7 @@ impl Semaphore {
 
     /// Whether `value` is reached, without locking when it is: `Some(Ok)` reached, `Some(Err)` failed,
     /// `None` not yet.
-    fn check_fast(&self, value: u64) -> Option<Result<()>> {
+    pub(crate) fn check_fast(&self, value: u64) -> Option<Result<()>> {
         if self.shared.failed.load(Ordering::Acquire) {
             return Some(lock(&self.shared.state).query().map(|_| ()));
         }
@@ -175,6 +178,16 @@ impl Semaphore {
         };
         // Only the first failure resolves anything, so `status` is the one the semaphore keeps.
         deliver(resolved, Err(status));
+    }
+
+    /// The failure, if the semaphore failed before it reached `value`: work that waited for `value`
+    /// on the device (issued before the failure) must then not report success.
+    pub(crate) fn failed_short_of(&self, value: u64) -> Option<Error> {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let state = lock(&self.shared.state);
+        state.failure().filter(|_| state.last_value() < value).cloned()
     }
 
     /// Blocks until the value is at least `value`, the semaphore fails (its status is returned), or
@@ -231,6 +244,18 @@ impl Semaphore {
         lock(&self.shared.state).pending_count()
     }
 
+    /// How many queue signals completed behind the value already reached: submissions that signal
+    /// this semaphore without being ordered with each other, where a later value completed first.
+    /// Waiters see no difference (values only grow), but a count above 0 usually means a missing
+    /// dependency in the program.
+    pub fn behind_signals(&self) -> u64 {
+        self.shared.behind.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_behind_signal(&self) {
+        self.shared.behind.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// One line for hang reports: value or failure, and who waits for which value.
     pub fn report(&self) -> String {
         let state = lock(&self.shared.state);
@@ -238,6 +263,10 @@ impl Semaphore {
             Some(failure) => format!("{}: failed ({failure}) at value {}", self.name(), state.last_value()),
             None => format!("{}: value {}", self.name(), state.last_value()),
         };
+        let behind = self.behind_signals();
+        if behind > 0 {
+            line.push_str(&format!("; {behind} queue signal(s) completed behind the value reached"));
+        }
         if state.pending_count() > 0 {
             let waiting: Vec<String> =
                 state.pending().map(|t| format!("{} wants {}", t.listener.describe(t.tag), t.value)).collect();
@@ -288,23 +317,57 @@ fn deliver(resolved: Resolved, outcome: Result<()>) {
     if nested {
         return;
     }
-    /// Clears the active flag even if a listener panics, so later deliveries are not lost.
-    struct Active;
-    impl Drop for Active {
-        fn drop(&mut self) {
-            DELIVERY.with(|d| {
-                let mut d = d.borrow_mut();
-                d.active = false;
-                d.queue.clear();
-            });
-        }
-    }
-    let _active = Active;
+    let _active = ActiveDelivery;
     for timepoint in resolved.into_iter().flatten() {
-        timepoint.notify(outcome.clone());
+        notify_guarded(timepoint, outcome.clone());
     }
+    drain_delivery_queue();
+}
+
+/// Runs `f` with every notification it raises on this thread held back, then delivers them once
+/// `f` returned: the scheduler retires work under its locks inside `f`, and listeners (wakers,
+/// released actions, user code) must never run under those locks. Inside another delivery (or
+/// another `defer_delivery`) the notifications simply join the outer queue.
+pub(crate) fn defer_delivery<R>(f: impl FnOnce() -> R) -> R {
+    let outermost = DELIVERY.with(|d| {
+        let mut d = d.borrow_mut();
+        !std::mem::replace(&mut d.active, true)
+    });
+    if !outermost {
+        return f();
+    }
+    let _active = ActiveDelivery;
+    let result = f();
+    drain_delivery_queue();
+    result
+}
+
+/// Clears the active flag when the outermost delivery ends, even if something panics, so later
+/// deliveries on this thread are not lost.
+struct ActiveDelivery;
+
+impl Drop for ActiveDelivery {
+    fn drop(&mut self) {
+        DELIVERY.with(|d| {
+            let mut d = d.borrow_mut();
+            d.active = false;
+            d.queue.clear();
+        });
+    }
+}
+
+fn drain_delivery_queue() {
     while let Some((timepoint, outcome)) = DELIVERY.with(|d| d.borrow_mut().queue.pop_front()) {
-        timepoint.notify(outcome);
+        notify_guarded(timepoint, outcome);
+    }
+}
+
+/// Tells one listener, containing a panic: a panicking waker or listener must not stop delivery
+/// to the others, nor kill the thread delivering (a completion thread, a signaller).
+fn notify_guarded(timepoint: Timepoint, outcome: Result<()>) {
+    let who = timepoint.value;
+    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| timepoint.notify(outcome))) {
+        tracing::error!(value = who, panic = %crate::error::panic_message(&*panic), "a semaphore listener panicked");
     }
 }
 
