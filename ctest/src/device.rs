@@ -94,6 +94,14 @@ pub(crate) fn properties(cx: &Cx) -> CaseResult {
     ensure!(cx.offers(MemoryType::HOST_LOCAL), "no HOST_VISIBLE | HOST_COHERENT memory type: {:?}", info.memory_types);
     ensure!(info.max_allocation_size >= 1 << 20, "largest allocation {} is under 1 MiB", info.max_allocation_size);
     ensure!(info.max_workgroup_threads >= 64, "max_workgroup_threads {} < 64", info.max_workgroup_threads);
+    // The catalogue's grids (sides up to 4096) and workgroups (up to 64 in x) must fit.
+    ensure!(
+        info.max_workgroup_count.iter().all(|&n| n >= 4096),
+        "max_workgroup_count {:?} has an axis under 4096",
+        info.max_workgroup_count
+    );
+    ensure!(info.max_workgroup_size[0] >= 64, "max_workgroup_size {:?}: x under 64", info.max_workgroup_size);
+    ensure!(info.max_workgroup_size.iter().all(|&n| n >= 1), "max_workgroup_size {:?}", info.max_workgroup_size);
     for (name, _) in &info.properties {
         ensure!(!name.is_empty(), "a property without a name: {:?}", info.properties);
     }

@@ -134,6 +134,42 @@ pub(crate) fn zero_workgroups_refused(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Finding 9 (unbounded work): a workgroup count beyond the device's per-axis limit
+/// (`DeviceInfo::max_workgroup_count`) is `OutOfRange` at record time, naming the axis, the count and
+/// the limit, and nothing is recorded; a count at the limit is recorded.
+pub(crate) fn unbounded_work_grid_beyond_limit_refused(cx: &Cx) -> CaseResult {
+    let fill = cx.load(Kernel::FillU32)?;
+    let b = cx.host_buffer(256)?;
+    let binding = [BufferBinding::whole(&b)];
+    let limits = cx.device().info().max_workgroup_count;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    let e = expect_code(
+        cb.dispatch(&fill, 0, [u32::MAX, u32::MAX, 1], &[1], &binding),
+        StatusCode::OutOfRange,
+        "grid [u32::MAX, u32::MAX, 1]",
+    )?;
+    let (count, limit) = (u32::MAX, limits[0]);
+    ensure!(
+        limit == u32::MAX || e.message().contains(&format!("x = {count} exceeds the device's limit of {limit}")),
+        "message names the axis, count and limit: {e}"
+    );
+    for (axis, name) in ["x", "y", "z"].iter().enumerate() {
+        let Some(over) = limits[axis].checked_add(1) else { continue };
+        let mut grid = [1u32; 3];
+        grid[axis] = over;
+        let e = expect_code(cb.dispatch(&fill, 0, grid, &[1], &binding), StatusCode::OutOfRange, &format!("{grid:?}"))?;
+        let named = format!("{name} = {over} exceeds the device's limit of {}", limits[axis]);
+        ensure!(e.message().contains(&named), "grid {grid:?}: message should say '{named}': {e}");
+    }
+    cb.dispatch(&fill, 0, [1, 1, 1], &[1], &binding).ctx("grid [1, 1, 1]")?;
+    cb.end().ctx("end")?;
+    ensure_eq!(cb.commands().len(), 1, "only the [1, 1, 1] dispatch recorded");
+    // At the limit on every axis: accepted at record time (never ended nor executed here).
+    let at_limit = cx.command_buffer(CommandBufferMode::OneShot)?;
+    at_limit.dispatch(&fill, 0, limits, &[1], &binding).ctx("grid at the limits")?;
+    Ok(())
+}
+
 /// An entry point ordinal the executable lacks is `OutOfRange`.
 pub(crate) fn entry_point_ordinal_out_of_range(cx: &Cx) -> CaseResult {
     let fill = cx.load(Kernel::FillU32)?;

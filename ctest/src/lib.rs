@@ -136,6 +136,7 @@ macro_rules! __cts_case_list {
                 wrong_binding_count_refused,
                 wrong_constant_count_refused,
                 zero_workgroups_refused,
+                unbounded_work_grid_beyond_limit_refused,
                 entry_point_ordinal_out_of_range,
                 binding_out_of_range_refused,
                 binding_usage_refused,

@@ -5,6 +5,10 @@
 //! buffer is reached through `BufferBackend::host_ptr` (cpu-sim memory of every type is host memory);
 //! a transient buffer whose alloca has not run has none, which is a `FailedPrecondition`. Ranges are
 //! checked again here, because the pointer arithmetic below relies on them.
+//!
+//! A submission whose cancel was requested ([`Work::request_cancel`]) stops between commands and
+//! between a dispatch's workgroups, with `Cancelled`: a grid of billions of workgroups does not keep
+//! a torn-down device busy.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -12,6 +16,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use hal::driver::PreparedCommands;
+use hal::stream_model::Work;
 use hal::{Buffer, BufferBinding, BufferUsage, Command, Error, Executable, NativeBinding, NativeInvocation, Result};
 
 use crate::executable::NativeExecutable;
@@ -24,14 +29,58 @@ const INLINE_BINDINGS: usize = 8;
 /// Grids of at most this many workgroups run on the stream thread instead of the pool.
 const INLINE_WORKGROUPS: u64 = 1;
 
-/// Runs `commands` in order, stopping at the first error, which is returned.
-pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool) -> Result<()> {
-    commands.iter().try_for_each(|command| execute_command(command, pool))
+/// How running commands learn that their submission was cancelled: the submission's [`Work`], or
+/// nothing for commands run outside one.
+#[derive(Clone, Default)]
+pub struct CancelSignal(Option<Arc<Work>>);
+
+impl CancelSignal {
+    /// Never cancelled.
+    pub fn never() -> Self {
+        CancelSignal(None)
+    }
+
+    /// Cancelled when `work`'s cancel is requested.
+    pub fn of(work: &Arc<Work>) -> Self {
+        CancelSignal(Some(work.clone()))
+    }
+
+    /// Whether a cancel was requested (one atomic load).
+    pub fn requested(&self) -> bool {
+        self.0.as_ref().is_some_and(|work| work.cancel_requested())
+    }
+}
+
+/// Runs `commands` in order, stopping at the first error, which is returned, or with `Cancelled`
+/// before the next command once `cancel` is requested.
+pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
+    for (index, command) in commands.iter().enumerate() {
+        if cancel.requested() {
+            return Err(Error::cancelled(format!(
+                "cancelled before command {index} of {} ({})",
+                commands.len(),
+                command_name(command)
+            )));
+        }
+        execute_command(command, pool, cancel)?;
+    }
+    Ok(())
+}
+
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Fill { .. } => "fill",
+        Command::Update { .. } => "update",
+        Command::Copy { .. } => "copy",
+        Command::Dispatch { .. } => "dispatch",
+        Command::Barrier => "barrier",
+    }
 }
 
 /// Runs one command. Dispatch workgroups run in parallel on `pool`; a kernel's `Err` or panic is an
-/// `Aborted` error naming the entry point and workgroup.
-pub fn execute_command(command: &Command, pool: &WorkgroupPool) -> Result<()> {
+/// `Aborted` error naming the entry point and workgroup; a dispatch whose `cancel` is requested
+/// stops between workgroups with `Cancelled`.
+pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
     match command {
         Command::Fill { target, offset, length, pattern, pattern_len } => {
             command.validate_transfer()?;
@@ -55,7 +104,7 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool) -> Result<()> {
             Ok(())
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
-            dispatch(executable, *entry_point, *workgroups, constants, bindings, pool)
+            dispatch(executable, *entry_point, *workgroups, constants, bindings, pool, cancel)
         }
         Command::Barrier => Ok(()),
     }
@@ -146,6 +195,14 @@ fn workgroup_id(index: u64, count: [u32; 3]) -> [u32; 3] {
     [(index % cx) as u32, ((index / cx) % cy) as u32, (index / (cx * cy)) as u32]
 }
 
+/// Why a workgroup task stopped the dispatch.
+enum WorkgroupStop {
+    /// The kernel returned this error.
+    Kernel(String),
+    /// The submission's cancel was requested before this workgroup started.
+    Cancelled,
+}
+
 fn dispatch(
     executable: &Executable,
     entry_point: u32,
@@ -153,6 +210,7 @@ fn dispatch(
     constants: &[u32],
     bindings: &[BufferBinding],
     pool: &WorkgroupPool,
+    cancel: &CancelSignal,
 ) -> Result<()> {
     let native = native_executable(executable)?;
     let (info, kernel) = native.entry(entry_point).ok_or_else(|| {
@@ -193,7 +251,15 @@ fn dispatch(
         native_bindings.push(NativeBinding { ptr, len: binding.length as usize });
     }
     let workgroup_size = info.workgroup_size;
-    let run_one = move |index: u64, constants: &[u32], bindings: &[NativeBinding], kernel: &hal::NativeKernel| {
+    let run_one = move |index: u64,
+                        constants: &[u32],
+                        bindings: &[NativeBinding],
+                        kernel: &hal::NativeKernel,
+                        cancel: &CancelSignal| {
+        // One relaxed load per workgroup: a cancelled grid stops within one workgroup per runner.
+        if cancel.requested() {
+            return Err(WorkgroupStop::Cancelled);
+        }
         let invocation = NativeInvocation {
             workgroup_id: workgroup_id(index, workgroups),
             workgroup_count: workgroups,
@@ -201,20 +267,27 @@ fn dispatch(
             constants,
             bindings,
         };
-        kernel(&invocation)
+        kernel(&invocation).map_err(WorkgroupStop::Kernel)
     };
     let result = if total <= INLINE_WORKGROUPS {
         // Small grids run on the stream's own thread: no hand-off, no allocation.
-        WorkgroupPool::run_inline(total, |index| run_one(index, constants, &native_bindings, kernel))
+        WorkgroupPool::run_inline(total, |index| run_one(index, constants, &native_bindings, kernel, cancel))
     } else {
         let kernel = kernel.clone();
         let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
-        pool.run(total, move |index| run_one(index, &constants, &native_bindings, &kernel))
+        let cancel = cancel.clone();
+        pool.run(total, move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel))
     };
     result.map_err(|failure| {
         let [x, y, z] = workgroup_id(failure.index(), workgroups);
         match failure {
-            JobFailure::Failed { error, .. } => Error::aborted(format!("{} workgroup [{x},{y},{z}]: {error}", who())),
+            JobFailure::Failed { error: WorkgroupStop::Kernel(error), .. } => {
+                Error::aborted(format!("{} workgroup [{x},{y},{z}]: {error}", who()))
+            }
+            JobFailure::Failed { error: WorkgroupStop::Cancelled, .. } => Error::cancelled(format!(
+                "{} over {workgroups:?} workgroups: cancelled, stopped before workgroup [{x},{y},{z}]",
+                who()
+            )),
             JobFailure::Panicked { message, .. } => {
                 Error::aborted(format!("{} workgroup [{x},{y},{z}]: kernel panicked: {message}", who()))
             }
@@ -258,9 +331,9 @@ impl CpuPreparedCommands {
         &self.commands
     }
 
-    /// Runs the commands in order on `pool`, stopping at the first error.
-    pub fn execute(&self, pool: &WorkgroupPool) -> Result<()> {
-        execute_commands(&self.commands, pool)
+    /// Runs the commands in order on `pool`, stopping at the first error or once `cancel` is requested.
+    pub fn execute(&self, pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
+        execute_commands(&self.commands, pool, cancel)
     }
 }
 
@@ -318,7 +391,7 @@ mod tests {
         }
 
         fn run(&self, command: Command) -> Result<()> {
-            execute_command(&command, &self.pool)
+            execute_command(&command, &self.pool, &CancelSignal::never())
         }
     }
 
@@ -481,7 +554,7 @@ mod tests {
         let exe = f.native("checker", 1, 0, kernel);
         let marker = f.buffer(4);
         let commands = [fill(&marker, 0, 4, 1, 4), dispatch(&exe, [3, 3, 1], &[], &[]), fill(&marker, 0, 4, 2, 4)];
-        let err = execute_commands(&commands, &f.pool).unwrap_err();
+        let err = execute_commands(&commands, &f.pool, &CancelSignal::never()).unwrap_err();
         assert_eq!(err.code(), StatusCode::Aborted);
         assert_eq!(err.message(), "dispatch of 'checker' workgroup [1,2,0]: value out of bounds");
         assert_eq!(u32s(&marker.read_to_vec().unwrap()), [1], "commands after the failure did not run");
@@ -552,7 +625,7 @@ mod tests {
         let as_trait: Arc<dyn PreparedCommands> = Arc::new(prepared);
         let prepared = as_trait.as_any().downcast_ref::<CpuPreparedCommands>().unwrap();
         for _ in 0..3 {
-            prepared.execute(&f.pool).unwrap();
+            prepared.execute(&f.pool, &CancelSignal::never()).unwrap();
         }
         assert_eq!(u32s(&out.read_to_vec().unwrap()), [3; 4]);
     }
@@ -584,7 +657,7 @@ mod tests {
         let add = dispatch_of(&exe, ordinal("add_f32"), [16, 1, 1], &[], &bind(&[&a, &b, &c]));
         let constants = [2.0f32.to_bits(), (-1.0f32).to_bits()];
         let scale = dispatch_of(&exe, ordinal("scale_offset_f32"), [4, 2, 2], &constants, &bind(&[&c, &d]));
-        execute_commands(&[add, Command::Barrier, scale], &f.pool).unwrap();
+        execute_commands(&[add, Command::Barrier, scale], &f.pool, &CancelSignal::never()).unwrap();
         assert_eq!(f32s(&c.read_to_vec().unwrap()), (0..n).map(|i| 1.5 * i as f32).collect::<Vec<_>>());
         assert_eq!(f32s(&d.read_to_vec().unwrap()), (0..n).map(|i| 3.0 * i as f32 - 1.0).collect::<Vec<_>>());
 
@@ -593,6 +666,72 @@ mod tests {
         assert_eq!(err.code(), StatusCode::Aborted);
         assert!(err.message().starts_with("dispatch of 'fail_on_purpose' workgroup ["), "{err}");
         assert!(err.message().ends_with("kernel 'fail_on_purpose' returned status 42"), "{err}");
+    }
+
+    /// A kernel that sleeps 1 ms per workgroup and counts the workgroups it ran.
+    fn slow_counter(ran: &Arc<AtomicU64>) -> NativeKernel {
+        let ran = ran.clone();
+        Arc::new(move |_: &NativeInvocation<'_>| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            Ok(())
+        })
+    }
+
+    fn barrier_work() -> Arc<Work> {
+        Arc::new(Work::new(1, 0, hal::driver::QueueOp::Barrier, SmallVec::new()))
+    }
+
+    /// Finding 9 (unbounded work): a dispatch of 100 000 workgroups of 1 ms (25 s on 4 runners)
+    /// stops within a few workgroups per runner once its submission's cancel is requested.
+    #[test]
+    fn unbounded_work_dispatch_stops_soon_after_cancel() {
+        let f = Fixture::new();
+        let ran = Arc::new(AtomicU64::new(0));
+        let exe = f.native("slow", 1, 0, slow_counter(&ran));
+        let work = barrier_work();
+        let canceller = {
+            let work = work.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                work.request_cancel();
+                std::time::Instant::now()
+            })
+        };
+        let command = dispatch(&exe, [100_000, 1, 1], &[], &[]);
+        let err = execute_command(&command, &f.pool, &CancelSignal::of(&work)).unwrap_err();
+        let stopped = std::time::Instant::now();
+        let cancelled_at = canceller.join().unwrap();
+        assert_eq!(err.code(), StatusCode::Cancelled, "{err}");
+        assert!(err.message().starts_with("dispatch of 'slow' over [100000, 1, 1] workgroups: cancelled"), "{err}");
+        let late = stopped.saturating_duration_since(cancelled_at);
+        assert!(late < std::time::Duration::from_millis(500), "stopped {late:?} after the cancel request");
+        let ran = ran.load(Ordering::Relaxed);
+        assert!(ran < 10_000, "{ran} workgroups ran of 100000");
+
+        // The one-workgroup path (on the calling thread) checks too.
+        let ran_inline = Arc::new(AtomicU64::new(0));
+        let one = f.native("one", 1, 0, slow_counter(&ran_inline));
+        let err = execute_command(&dispatch(&one, [1, 1, 1], &[], &[]), &f.pool, &CancelSignal::of(&work)).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Cancelled, "{err}");
+        assert_eq!(ran_inline.load(Ordering::Relaxed), 0);
+    }
+
+    /// Finding 9 (unbounded work): a cancelled command list stops before its next command.
+    #[test]
+    fn unbounded_work_cancelled_list_stops_before_the_next_command() {
+        let f = Fixture::new();
+        let marker = f.buffer(4);
+        let work = barrier_work();
+        work.request_cancel();
+        let commands = [fill(&marker, 0, 4, 1, 4), Command::Barrier];
+        let err = execute_commands(&commands, &f.pool, &CancelSignal::of(&work)).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Cancelled);
+        assert_eq!(err.message(), "cancelled before command 0 of 2 (fill)");
+        assert_eq!(u32s(&marker.read_to_vec().unwrap()), [0], "the fill did not run");
+        // Without a cancel request the same list runs.
+        execute_commands(&commands, &f.pool, &CancelSignal::of(&barrier_work())).unwrap();
+        assert_eq!(u32s(&marker.read_to_vec().unwrap()), [1]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use hal::{
 };
 
 use crate::command_exec::CpuPreparedCommands;
-use crate::executable::{MAX_WORKGROUP_THREADS, NativeExecutable};
+use crate::executable::{MAX_WORKGROUP_COUNT, MAX_WORKGROUP_SIZE, MAX_WORKGROUP_THREADS, NativeExecutable};
 use crate::memory::{HostMemory, MemoryBudget};
 use crate::stream::CpuStreams;
 use crate::workgroup_pool::WorkgroupPool;
@@ -55,6 +55,8 @@ pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
         memory_types: memory_types(),
         max_allocation_size: options.max_allocation_size,
         max_workgroup_threads: MAX_WORKGROUP_THREADS,
+        max_workgroup_size: MAX_WORKGROUP_SIZE,
+        max_workgroup_count: MAX_WORKGROUP_COUNT,
         properties: vec![
             ("workgroup_threads".to_string(), threads.to_string()),
             ("memory_limit".to_string(), options.memory_limit.to_string()),

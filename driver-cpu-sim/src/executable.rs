@@ -23,7 +23,8 @@
 //! (and every kernel closure taken from it) lives.
 //!
 //! Entry points of either source are checked: at least one, names non-empty and unique, each
-//! workgroup dimension nonzero and at most [`MAX_WORKGROUP_THREADS`] threads in all.
+//! workgroup dimension nonzero and within [`MAX_WORKGROUP_SIZE`], and at most
+//! [`MAX_WORKGROUP_THREADS`] threads in all.
 
 use std::any::Any;
 use std::collections::HashSet;
@@ -39,6 +40,14 @@ use hal::{
 
 /// The largest workgroup (x*y*z threads) an entry point may declare.
 pub const MAX_WORKGROUP_THREADS: u32 = 1024;
+
+/// The largest workgroup size per axis an entry point may declare (CUDA's block limits, so what
+/// loads here also fits a GPU).
+pub const MAX_WORKGROUP_SIZE: [u32; 3] = [1024, 1024, 64];
+
+/// The largest workgroup count per axis of a dispatch (CUDA's grid limits: the device info reports
+/// them and `CommandBuffer::dispatch` refuses more).
+pub const MAX_WORKGROUP_COUNT: [u32; 3] = [(1 << 31) - 1, 65535, 65535];
 
 /// The most entries a library's table may declare (a sanity bound against garbage counts).
 const MAX_TABLE_ENTRIES: u32 = 1 << 16;
@@ -176,11 +185,19 @@ fn validate_entry_points(entry_points: &[EntryPointInfo], origin: &str) -> hal::
             )));
         }
         let size = info.workgroup_size;
+        for (axis, (&n, &limit)) in ["x", "y", "z"].iter().zip(size.iter().zip(&MAX_WORKGROUP_SIZE)) {
+            if n == 0 || n > limit {
+                return Err(Error::invalid_argument(format!(
+                    "{origin}: entry point '{}' has workgroup size {size:?}; {axis} = {n} must be 1 to {limit}",
+                    info.name
+                )));
+            }
+        }
         let threads = size.iter().try_fold(1u32, |acc, &n| acc.checked_mul(n));
-        if size.contains(&0) || threads.is_none_or(|t| t > MAX_WORKGROUP_THREADS) {
+        if threads.is_none_or(|t| t > MAX_WORKGROUP_THREADS) {
             return Err(Error::invalid_argument(format!(
-                "{origin}: entry point '{}' has workgroup size {size:?}; each dimension must be nonzero and \
-                 x*y*z at most {MAX_WORKGROUP_THREADS}",
+                "{origin}: entry point '{}' has workgroup size {size:?}; x*y*z must be at most \
+                 {MAX_WORKGROUP_THREADS}",
                 info.name
             )));
         }
@@ -323,12 +340,15 @@ pub(crate) mod tests {
         assert_eq!(exe.entry(1).unwrap().0.name, "b");
         assert!(exe.entry(2).is_none() && exe.library_path().is_none());
 
-        let cases: [(Vec<NativeEntryPoint>, &str); 5] = [
+        let cases: [(Vec<NativeEntryPoint>, &str); 7] = [
             (vec![], "no entry points"),
             (vec![native("", [1; 3])], "empty name"),
             (vec![native("a", [1; 3]), native("a", [2, 1, 1])], "more than once"),
-            (vec![native("a", [4, 0, 1])], "workgroup size"),
+            (vec![native("a", [4, 0, 1])], "y = 0 must be 1 to 1024"),
             (vec![native("a", [1024, 2, 1])], "at most 1024"),
+            // Per axis, CUDA's block limits, even when x*y*z fits.
+            (vec![native("a", [1, 1, 65])], "z = 65 must be 1 to 64"),
+            (vec![native("a", [u32::MAX, u32::MAX, u32::MAX])], "x = 4294967295 must be 1 to 1024"),
         ];
         for (entries, expected) in cases {
             let err = NativeExecutable::from_native(&entries).unwrap_err();

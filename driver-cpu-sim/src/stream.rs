@@ -9,7 +9,7 @@ use hal::driver::QueueOp;
 use hal::stream_model::{StreamModel, Work};
 use hal::{Error, Result};
 
-use crate::command_exec::{execute_command, execute_commands, read_buffer, write_buffer};
+use crate::command_exec::{CancelSignal, execute_command, execute_commands, read_buffer, write_buffer};
 use crate::event::{CpuEvent, EventState};
 use crate::memory::{commit_buffer, release_buffer};
 use crate::workgroup_pool::WorkgroupPool;
@@ -109,9 +109,11 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
         };
         match item {
             Item::Run(work) => {
-                // Work behind a faulted producer does not run and carries the producer's status.
+                // Work behind a faulted producer does not run and carries the producer's status;
+                // cancelled work does not start.
                 match work.take_upstream_fault() {
                     Some(upstream) => work.fault.set(upstream),
+                    None if work.cancel_requested() => work.fail(Error::cancelled("cancelled before it started")),
                     None => {
                         if let Err(fault) = run_work(&work, pool) {
                             work.fail(fault);
@@ -127,12 +129,12 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
 }
 
 /// Runs one operation; an error becomes the submission's fault.
-fn run_work(work: &Work, pool: &WorkgroupPool) -> Result<()> {
+fn run_work(work: &Arc<Work>, pool: &WorkgroupPool) -> Result<()> {
     match &work.op {
-        QueueOp::Execute(command_buffer) => execute_commands(&command_buffer.commands(), pool),
+        QueueOp::Execute(command_buffer) => execute_commands(&command_buffer.commands(), pool, &CancelSignal::of(work)),
         QueueOp::Alloca(buffer) => commit_buffer(buffer),
         QueueOp::Dealloca(buffer) => release_buffer(buffer),
-        QueueOp::Transfer(command) => execute_command(command, pool),
+        QueueOp::Transfer(command) => execute_command(command, pool, &CancelSignal::of(work)),
         QueueOp::Write { data, target, offset } => write_buffer(target, *offset, data),
         QueueOp::Read { source, offset, length, target } => {
             target.complete(read_buffer(source, *offset, *length)?);
@@ -211,5 +213,97 @@ impl StreamModel for CpuStreams {
         let marker = CpuEvent::new();
         self.record_event(&marker, stream)?;
         self.synchronize_event(&marker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::executable::NativeExecutable;
+    use crate::memory::{HostMemory, MemoryBudget};
+    use hal::{
+        Buffer, BufferParams, Command, DeviceId, EntryPointInfo, Executable, ExecutableSource, NativeEntryPoint,
+        NativeInvocation, NativeKernel, StatusCode,
+    };
+    use smallvec::SmallVec;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    fn streams() -> (CpuStreams, CpuStream) {
+        let model = CpuStreams::new(Arc::new(WorkgroupPool::with_threads(2).unwrap()));
+        let stream = model.create_stream(0).unwrap();
+        (model, stream)
+    }
+
+    fn work(op: QueueOp) -> Arc<Work> {
+        Arc::new(Work::new(7, 0, op, SmallVec::new()))
+    }
+
+    /// Finding 9 (unbounded work): work whose cancel was requested before it reached the front of its
+    /// stream does not start, and fails with `Cancelled` naming the submission.
+    #[test]
+    fn unbounded_work_cancelled_work_does_not_start() {
+        let (model, stream) = streams();
+        let device = DeviceId::next();
+        let memory = HostMemory::new(16, &Arc::new(MemoryBudget::unlimited())).unwrap();
+        let target = Buffer::from_backend(device, 16, BufferParams::host_visible(), Arc::new(memory));
+        let fill = work(QueueOp::Transfer(Command::Fill {
+            target: target.clone(),
+            offset: 0,
+            length: 16,
+            pattern: 0xAB,
+            pattern_len: 1,
+        }));
+        fill.request_cancel();
+        model.enqueue(&stream, &fill).unwrap();
+        model.synchronize_stream(&stream).unwrap();
+        let fault = fill.fault.get().expect("the cancelled work failed");
+        assert_eq!(fault.code(), StatusCode::Cancelled);
+        assert_eq!(fault.message(), "queue 0 action 7 (fill): cancelled before it started");
+        assert_eq!(target.read_to_vec().unwrap(), vec![0; 16], "the fill did not run");
+    }
+
+    /// Finding 9 (unbounded work): a dispatch of 100 000 workgroups of 1 ms running on a stream stops
+    /// soon after its work's cancel is requested, and the stream goes on with later work.
+    #[test]
+    fn unbounded_work_cancel_stops_a_running_dispatch() {
+        let (model, stream) = streams();
+        let ran = Arc::new(AtomicU64::new(0));
+        let counter = ran.clone();
+        let kernel: NativeKernel = Arc::new(move |_: &NativeInvocation<'_>| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(1));
+            Ok(())
+        });
+        let entry = NativeEntryPoint { info: EntryPointInfo::new("slow", 1, 0, 0), kernel };
+        let native = NativeExecutable::load(&ExecutableSource::Native(vec![entry])).unwrap();
+        let executable = Executable::from_backend(DeviceId::next(), Arc::new(native));
+        let dispatch = work(QueueOp::Transfer(Command::Dispatch {
+            executable,
+            entry_point: 0,
+            workgroups: [100_000, 1, 1],
+            constants: SmallVec::new(),
+            bindings: SmallVec::new(),
+        }));
+        model.enqueue(&stream, &dispatch).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while ran.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "the dispatch never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        dispatch.request_cancel();
+        let cancelled_at = Instant::now();
+        model.synchronize_stream(&stream).unwrap();
+        let late = cancelled_at.elapsed();
+        assert!(late < Duration::from_millis(500), "stream drained {late:?} after the cancel request");
+        let fault = dispatch.fault.get().expect("the cancelled dispatch failed");
+        assert_eq!(fault.code(), StatusCode::Cancelled, "{fault}");
+        assert!(fault.message().contains("dispatch of 'slow' over [100000, 1, 1] workgroups: cancelled"), "{fault}");
+        assert!(ran.load(Ordering::Relaxed) < 10_000);
+        // Later work on the stream still runs.
+        let barrier = work(QueueOp::Barrier);
+        model.enqueue(&stream, &barrier).unwrap();
+        model.synchronize_stream(&stream).unwrap();
+        assert!(barrier.fault.get().is_none());
     }
 }

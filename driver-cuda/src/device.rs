@@ -170,6 +170,23 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
     let minor = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sms = attribute(device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let max_threads = attribute(device, A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?;
+    let limits = |attributes: [CUdevice_attribute; 3]| -> Result<[u32; 3]> {
+        let mut out = [0u32; 3];
+        for (slot, attribute_id) in out.iter_mut().zip(attributes) {
+            *slot = u32::try_from(attribute(device, attribute_id)?).unwrap_or(0);
+        }
+        Ok(out)
+    };
+    let max_block = limits([
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+        A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+    ])?;
+    let max_grid = limits([
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+        A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+    ])?;
     let pools = attribute(device, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)?;
     let map_host = attribute(device, A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?;
     let unified = attribute(device, A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?;
@@ -183,6 +200,8 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
         memory_types: memory_types(),
         max_allocation_size: total as u64,
         max_workgroup_threads: max_threads.max(0) as u32,
+        max_workgroup_size: max_block,
+        max_workgroup_count: max_grid,
         properties: vec![
             ("compute_capability".to_string(), format!("{major}.{minor}")),
             ("multiprocessors".to_string(), sms.to_string()),
@@ -289,7 +308,7 @@ impl DeviceBackend for CudaDevice {
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
-        Ok(Arc::new(CudaExecutable::load(&self.context, source, self.info.max_workgroup_threads)?))
+        Ok(Arc::new(CudaExecutable::load(&self.context, source, &self.info)?))
     }
 
     fn prepare_commands(&self, commands: &[Command], mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>> {

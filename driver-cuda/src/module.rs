@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult};
 use hal::driver::ExecutableBackend;
-use hal::{BufferBinding, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
+use hal::{BufferBinding, DeviceInfo, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
 use smallvec::SmallVec;
 
 use crate::context::Context;
@@ -46,7 +46,9 @@ const JIT_LOG_BYTES: usize = 8192;
 
 impl CudaExecutable {
     /// Loads `source` (PTX, cubin or fatbin bytes) and looks up every declared entry point.
-    pub fn load(context: &Arc<Context>, source: &ExecutableSource, max_block_threads: u32) -> Result<Self> {
+    /// Declared workgroup sizes are checked against `device`'s block limits (per axis and in all)
+    /// before anything is loaded.
+    pub fn load(context: &Arc<Context>, source: &ExecutableSource, device: &DeviceInfo) -> Result<Self> {
         let (format, data, entry_points) = match source {
             ExecutableSource::Bytes { format, data, entry_points } => (*format, data, entry_points),
             ExecutableSource::Native(_) | ExecutableSource::SharedLibrary(_) => {
@@ -59,7 +61,7 @@ impl CudaExecutable {
             return Err(Error::invalid_argument("cuda executable: no entry points declared"));
         }
         for entry in entry_points {
-            check_workgroup_size(entry, max_block_threads)?;
+            check_workgroup_size(entry, device.max_workgroup_size, device.max_workgroup_threads)?;
         }
         // PTX must be NUL-terminated text; binary images are copied to an 8-byte aligned buffer.
         let image: Vec<u64> = match format {
@@ -139,6 +141,7 @@ impl CudaExecutable {
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
         // SAFETY: `function` was just looked up in a loaded module; the out-pointer is a live local.
         check(unsafe { sys::cuFuncGetAttribute(&mut limit, attribute, function) }, "cuFuncGetAttribute")?;
+        // Sizes were checked per axis at load, so the product fits a u64.
         let threads: u64 = entry.workgroup_size.iter().map(|&n| u64::from(n)).product();
         if threads > limit.max(0) as u64 {
             return Err(Error::invalid_argument(format!(
@@ -175,13 +178,26 @@ impl CudaExecutable {
     }
 }
 
-fn check_workgroup_size(entry: &EntryPointInfo, max_block_threads: u32) -> Result<()> {
-    let threads: u64 = entry.workgroup_size.iter().map(|&n| u64::from(n)).product();
-    if threads == 0 || threads > u64::from(max_block_threads) {
+/// Checks `entry`'s declared workgroup size against the device's block limits: each axis within
+/// `max_size`, and at most `max_threads` threads in all.
+fn check_workgroup_size(entry: &EntryPointInfo, max_size: [u32; 3], max_threads: u32) -> Result<()> {
+    let size = entry.workgroup_size;
+    for (axis, (&n, &limit)) in ["x", "y", "z"].iter().zip(size.iter().zip(&max_size)) {
+        if n == 0 || n > limit {
+            return Err(Error::invalid_argument(format!(
+                "cuda executable: entry point '{}' declares workgroup size {size:?}; {axis} = {n} but the \
+                 device allows 1 to {limit}",
+                entry.name
+            )));
+        }
+    }
+    // Checked: three u32 factors can exceed a u64.
+    let threads = size.iter().try_fold(1u64, |acc, &n| acc.checked_mul(u64::from(n)));
+    if threads.is_none_or(|t| t > u64::from(max_threads)) {
         return Err(Error::invalid_argument(format!(
-            "cuda executable: entry point '{}' declares workgroup size {:?} ({threads} threads); the device \
-             allows 1 to {max_block_threads}",
-            entry.name, entry.workgroup_size
+            "cuda executable: entry point '{}' declares workgroup size {size:?}; the device allows at most \
+             {max_threads} threads in all",
+            entry.name
         )));
     }
     Ok(())
@@ -301,5 +317,36 @@ impl KernelLaunch {
             }
         });
         check(code, "cuLaunchKernel")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hal::StatusCode;
+
+    fn entry(size: [u32; 3]) -> EntryPointInfo {
+        EntryPointInfo { name: "k".to_owned(), workgroup_size: size, binding_count: 0, constant_count: 0 }
+    }
+
+    #[test]
+    fn workgroup_size_checked_per_axis_and_in_all() {
+        let (limits, threads) = ([1024, 1024, 64], 1024);
+        assert!(check_workgroup_size(&entry([32, 8, 4]), limits, threads).is_ok());
+        let cases: [([u32; 3], &str); 4] = [
+            ([1, 1, 65], "z = 65 but the device allows 1 to 64"),
+            ([0, 1, 1], "x = 0"),
+            ([1024, 2, 1], "at most 1024 threads"),
+            // Above the limit on every axis: refused, never an overflowing product.
+            ([u32::MAX; 3], "x = 4294967295"),
+        ];
+        for (size, expected) in cases {
+            let err = check_workgroup_size(&entry(size), limits, threads).unwrap_err();
+            assert_eq!(err.code(), StatusCode::InvalidArgument);
+            assert!(err.message().contains(expected), "{err} should mention {expected:?}");
+        }
+        // With limits that let every axis through, the product still must not overflow.
+        let err = check_workgroup_size(&entry([u32::MAX; 3]), [u32::MAX; 3], threads).unwrap_err();
+        assert!(err.message().contains("at most 1024 threads"), "{err}");
     }
 }

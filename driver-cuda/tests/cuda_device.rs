@@ -38,6 +38,9 @@ fn probe_and_device_info() {
         println!("cuda device {}: {} {:?}", info.ordinal, info.name, info.properties);
         assert_eq!(info.driver, "cuda");
         assert!(info.max_workgroup_threads >= 1024);
+        // Every GPU since compute capability 3.0 has these grid and block limits.
+        assert_eq!(info.max_workgroup_count, [(1 << 31) - 1, 65535, 65535]);
+        assert_eq!(info.max_workgroup_size, [1024, 1024, 64]);
         let cc = info.properties.iter().find(|(n, _)| n == "compute_capability").unwrap();
         assert!(cc.1.contains('.'));
         assert!(info.properties.iter().any(|(n, v)| n == "multiprocessors" && v.parse::<u32>().unwrap() > 0));

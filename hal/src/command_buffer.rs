@@ -131,6 +131,7 @@ impl Command {
                 target.check_usage(BufferUsage::TRANSFER_TARGET)?;
                 source.check_range(*source_offset, *length)?;
                 target.check_range(*target_offset, *length)?;
+                // Both ranges fit their buffers (checked above), so the ends cannot overflow.
                 let overlaps = source_offset < &(target_offset + length) && target_offset < &(source_offset + length);
                 if source.same_as(target) && overlaps {
                     return Err(Error::invalid_argument(format!(
@@ -255,7 +256,9 @@ impl CommandBuffer {
     }
 
     /// Records a dispatch of entry point `entry_point` over `workgroups`, with `constants` and
-    /// `bindings` matching the entry point's declared ABI.
+    /// `bindings` matching the entry point's declared ABI. A workgroup count of zero on an axis is
+    /// `InvalidArgument`; one beyond the device's `DeviceInfo::max_workgroup_count` on an axis is
+    /// `OutOfRange`.
     pub fn dispatch(
         &self,
         executable: &Executable,
@@ -287,6 +290,16 @@ impl CommandBuffer {
         }
         if workgroups.contains(&0) {
             return Err(Error::invalid_argument(format!("{}: workgroup count {workgroups:?} has a zero", who())));
+        }
+        let limits = self.shared.backend.info().max_workgroup_count;
+        for (axis, (&count, &limit)) in ["x", "y", "z"].iter().zip(workgroups.iter().zip(&limits)) {
+            if count > limit {
+                return Err(Error::out_of_range(format!(
+                    "{}: workgroup count {axis} = {count} exceeds the device's limit of {limit} \
+                     (count {workgroups:?}, limits {limits:?})",
+                    who()
+                )));
+            }
         }
         for (index, binding) in bindings.iter().enumerate() {
             binding

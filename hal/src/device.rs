@@ -52,6 +52,12 @@ pub struct DeviceInfo {
     pub max_allocation_size: u64,
     /// Largest workgroup (threads in x*y*z).
     pub max_workgroup_threads: u32,
+    /// Largest workgroup size per axis (x, y, z), checked when an executable declaring its entry
+    /// points' sizes is loaded (CUDA: `MAX_BLOCK_DIM_X/Y/Z`, 1024 x 1024 x 64 on current GPUs).
+    pub max_workgroup_size: [u32; 3],
+    /// Largest workgroup count of a dispatch per axis (x, y, z); a dispatch beyond it is refused when
+    /// recorded (CUDA: `MAX_GRID_DIM_X/Y/Z`, 2^31-1 x 65535 x 65535 on current GPUs).
+    pub max_workgroup_count: [u32; 3],
     /// Driver-specific properties, name and value (compute capability, memory size, ...).
     pub properties: Vec<(String, String)>,
 }

@@ -147,6 +147,9 @@ pub struct Work {
     upstream: Mutex<SmallVec<[Arc<Work>; 2]>>,
     /// Set once the scheduler retired it (outcome applied to its signals).
     retired: AtomicBool,
+    /// Set when the work should stop early (device teardown, a failed signal semaphore); backends
+    /// that can stop between pieces of work poll it (see `Work::cancel_requested`).
+    cancel: AtomicBool,
     /// Nanoseconds the device spent on it, when the backend measures that (`NO_DEVICE_TIME`: not).
     device_time_ns: AtomicU64,
 }
@@ -164,8 +167,22 @@ impl Work {
             fault: FaultSlot::new(),
             upstream: Mutex::new(upstream),
             retired: AtomicBool::new(false),
+            cancel: AtomicBool::new(false),
             device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
         }
+    }
+
+    /// Asks the backend to stop this work as soon as it can: work not started yet does not run, and a
+    /// running dispatch stops between workgroups; either way the work fails with `Cancelled`. Only a
+    /// request: a backend that cannot interrupt (a launched CUDA kernel) finishes the work.
+    pub fn request_cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`request_cancel`](Self::request_cancel) was called. One relaxed load: cheap enough to
+    /// ask between workgroups.
+    pub fn cancel_requested(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
     }
 
     /// Records how long the device took to run this work (backends that time submissions call it
@@ -228,6 +245,7 @@ impl Work {
         self.fault.clear();
         *self.upstream.get_mut().unwrap_or_else(|p| p.into_inner()) = upstream;
         self.retired.store(false, Ordering::Relaxed);
+        self.cancel.store(false, Ordering::Relaxed);
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
     }
 }
@@ -250,5 +268,16 @@ mod tests {
         assert_eq!(work.device_time(), None, "a reused Work starts unmeasured");
         assert!(work.fault.get().is_none(), "and without a fault");
         assert_eq!((work.id, work.queue), (2, 1));
+    }
+
+    #[test]
+    fn cancel_request_is_seen_and_cleared_on_reuse() {
+        let mut work = Work::new(1, 0, QueueOp::Barrier, SmallVec::new());
+        assert!(!work.cancel_requested(), "a new Work is not cancelled");
+        work.request_cancel();
+        work.request_cancel(); // idempotent
+        assert!(work.cancel_requested());
+        work.reset(2, 0, QueueOp::Barrier, SmallVec::new());
+        assert!(!work.cancel_requested(), "a reused Work starts without a cancel request");
     }
 }

@@ -32,6 +32,8 @@ fn render_device(out: &mut String, info: &DeviceInfo) {
     let _ = writeln!(out, "    memory types:          {}", types.join("; "));
     let _ = writeln!(out, "    max allocation:        {}", bytes(info.max_allocation_size));
     let _ = writeln!(out, "    max workgroup threads: {}", info.max_workgroup_threads);
+    let _ = writeln!(out, "    max workgroup size:    {:?}", info.max_workgroup_size);
+    let _ = writeln!(out, "    max workgroup count:   {:?}", info.max_workgroup_count);
     for (name, value) in &info.properties {
         let _ = writeln!(out, "    {:<22} {value}", format!("{name}:"));
     }
