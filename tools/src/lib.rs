@@ -5,7 +5,8 @@
 //! - [`stencil`] is the main job (`hal run`): a 2-D Jacobi heat stencil split over two queues whose
 //!   halo exchanges are ordered by timeline semaphores, checked against a CPU reference.
 //! - [`trace`] is the `--trace` timeline: a `tracing_subscriber::Layer` that records the HAL's
-//!   `submit` / `issue` / `complete` spans and writes Chrome trace (Perfetto) JSON.
+//!   `submit` / `issue` / `complete` spans and writes Chrome trace (Perfetto) JSON, to a
+//!   [`trace_file`] opened before the run.
 //! - [`probe`] timestamps the values a semaphore reaches (the completion of each submission as the
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
 //! - [`progress`] is the one-line progress display of long runs.
@@ -19,6 +20,7 @@ pub mod probe;
 pub mod progress;
 pub mod stencil;
 pub mod trace;
+pub mod trace_file;
 
 #[doc = include_str!("../../README.md")]
 pub mod readme {}

@@ -7,8 +7,9 @@
 //! [`SEMAPHORE_TARGET`], fields `semaphore`, `label`, `value`), which the trace layer turns into a
 //! counter track per semaphore.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hal::semaphore::{Registration, TimepointListener};
@@ -17,11 +18,17 @@ use hal::{Result, Semaphore};
 /// The `tracing` target of the events a probe emits when a value is reached.
 pub const SEMAPHORE_TARGET: &str = "tools::semaphore";
 
-/// Records when each watched value of one semaphore (among `first..=last`) was reached.
+/// Most values a probe keeps stamps for at once (8 bytes each): a value watched further than this
+/// above the first kept one is not stamped, rather than growing the probe without bound.
+pub const MAX_KEPT: usize = 1 << 26;
+
+/// Records when each watched value of one semaphore was reached.
 ///
 /// Watch a value right before submitting the work that signals it ([`SemaphoreProbe::watch`]): a
 /// semaphore keeps its waiting timepoints in a sorted list, so watching thousands of future values at
-/// once would make every signal slower.
+/// once would make every signal slower. The probe keeps one stamp per value from the lowest not
+/// forgotten ([`SemaphoreProbe::forget_below`]) to the highest watched, growing as values are
+/// watched: watch values close together, and forget the ones no longer needed.
 #[derive(Clone)]
 pub struct SemaphoreProbe {
     semaphore: Semaphore,
@@ -32,43 +39,86 @@ struct ProbeListener {
     semaphore: u64,
     label: Arc<str>,
     epoch: Instant,
-    first: u64,
-    /// Per value, nanoseconds since `epoch` plus one when reached; 0 while not reached.
-    reached: Vec<AtomicU64>,
+    stamps: Mutex<Stamps>,
     failed: AtomicBool,
 }
 
+/// Stamps of consecutive values: `times[i]` is value `first + i`'s time in nanoseconds since the
+/// epoch plus one, or 0 while not reached.
+struct Stamps {
+    first: u64,
+    times: VecDeque<u64>,
+}
+
+impl Stamps {
+    /// The slot of `value`, if it is kept.
+    fn slot(&mut self, value: u64) -> Option<&mut u64> {
+        let index = usize::try_from(value.checked_sub(self.first)?).ok()?;
+        self.times.get_mut(index)
+    }
+}
+
 impl SemaphoreProbe {
-    /// A probe for values `first..=last` of `semaphore`, watching none yet; times are measured from
+    /// A probe of `semaphore`'s values from `first` on, watching none yet; times are measured from
     /// `epoch`. `label` names the semaphore in traces ("queue 0 timeline").
-    pub fn new(semaphore: &Semaphore, label: &str, first: u64, last: u64, epoch: Instant) -> SemaphoreProbe {
-        let count = last.saturating_sub(first).saturating_add(1) as usize;
+    pub fn new(semaphore: &Semaphore, label: &str, first: u64, epoch: Instant) -> SemaphoreProbe {
         let listener = Arc::new(ProbeListener {
             semaphore: semaphore.id(),
             label: Arc::from(label),
             epoch,
-            first,
-            reached: (0..count).map(|_| AtomicU64::new(0)).collect(),
+            stamps: Mutex::new(Stamps { first, times: VecDeque::new() }),
             failed: AtomicBool::new(false),
         });
         SemaphoreProbe { semaphore: semaphore.clone(), listener }
     }
 
-    /// Watches `value`: it is stamped when the semaphore reaches it (now, if it already has).
+    /// Watches `value`: it is stamped when the semaphore reaches it (now, if it already has). A value
+    /// below the probe's first kept value, or [`MAX_KEPT`] or more above it, is not stamped.
     pub fn watch(&self, value: u64) {
+        {
+            // Room first, and the lock released before registering: a value already reached
+            // notifies on this thread.
+            let mut stamps = self.listener.stamps();
+            let wanted = value.checked_sub(stamps.first).and_then(|i| usize::try_from(i).ok()).map(|i| i + 1);
+            if let Some(wanted) = wanted.filter(|&w| w <= MAX_KEPT && w > stamps.times.len()) {
+                stamps.times.resize(wanted, 0);
+            }
+        }
         match self.semaphore.register(value, self.listener.clone(), value) {
             Registration::Resolved(outcome) => self.listener.notify(value, outcome),
             Registration::Pending(_) => {}
         }
     }
 
-    /// When `value` was reached (since the epoch), or `None` if it has not been (or is not watched).
+    /// When `value` was reached (since the epoch), or `None` if it has not been (or is not kept).
     pub fn reached_at(&self, value: u64) -> Option<Duration> {
-        let index = value.checked_sub(self.listener.first)? as usize;
-        match self.listener.reached.get(index)?.load(Ordering::Acquire) {
+        match *self.listener.stamps().slot(value)? {
             0 => None,
             stamp => Some(Duration::from_nanos(stamp - 1)),
         }
+    }
+
+    /// Drops the stamps of values below `value`, which [`reached_at`](Self::reached_at) no longer
+    /// answers; a long run calls it as it goes, so the probe keeps only the values still in use.
+    pub fn forget_below(&self, value: u64) {
+        let mut stamps = self.listener.stamps();
+        if value <= stamps.first {
+            return;
+        }
+        let gone = usize::try_from(value - stamps.first).map_or(usize::MAX, |n| n.min(stamps.times.len()));
+        stamps.times.drain(..gone);
+        stamps.first = value;
+    }
+
+    /// The lowest value whose stamp the probe keeps (values below it were forgotten, or precede the
+    /// probe).
+    pub fn first_kept(&self) -> u64 {
+        self.listener.stamps().first
+    }
+
+    /// How many values' stamps the probe keeps now (reached or not).
+    pub fn kept(&self) -> usize {
+        self.listener.stamps().times.len()
     }
 
     /// Whether the semaphore failed while watched.
@@ -82,13 +132,20 @@ impl SemaphoreProbe {
     }
 }
 
+impl ProbeListener {
+    fn stamps(&self) -> MutexGuard<'_, Stamps> {
+        // Whole-value stores only: a poisoned lock still holds consistent stamps.
+        self.stamps.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 impl TimepointListener for ProbeListener {
     fn notify(&self, tag: u64, outcome: Result<()>) {
         let nanos = self.epoch.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64;
         match outcome {
             Ok(()) => {
-                if let Some(slot) = tag.checked_sub(self.first).and_then(|i| self.reached.get(i as usize)) {
-                    slot.store(nanos + 1, Ordering::Release);
+                if let Some(slot) = self.stamps().slot(tag) {
+                    *slot = nanos + 1;
                 }
                 tracing::trace!(target: SEMAPHORE_TARGET, semaphore = self.semaphore, label = &*self.label, value = tag);
             }
@@ -119,7 +176,7 @@ mod tests {
     fn stamps_values_as_they_are_signalled() {
         let epoch = Instant::now();
         let sem = Semaphore::new(1);
-        let probe = SemaphoreProbe::new(&sem, "test", 1, 3, epoch);
+        let probe = SemaphoreProbe::new(&sem, "test", 1, epoch);
         (1..=3).for_each(|v| probe.watch(v));
         assert!(probe.reached_at(1).is_some(), "already reached at watch time");
         assert!(probe.reached_at(2).is_none());
@@ -127,6 +184,7 @@ mod tests {
         let (two, three) = (probe.reached_at(2).unwrap(), probe.reached_at(3).unwrap());
         assert!(two >= probe.reached_at(1).unwrap() && three >= two);
         assert!(probe.reached_at(4).is_none() && probe.reached_at(0).is_none(), "outside the watched range");
+        assert_eq!(probe.kept(), 3);
         assert!(!probe.failed());
         assert_eq!(sem.pending_count(), 0, "every timepoint resolved");
     }
@@ -134,10 +192,33 @@ mod tests {
     #[test]
     fn records_failure() {
         let sem = Semaphore::new(0);
-        let probe = SemaphoreProbe::new(&sem, "test", 1, 2, Instant::now());
+        let probe = SemaphoreProbe::new(&sem, "test", 1, Instant::now());
         probe.watch(1);
         sem.fail(hal::Error::aborted("boom"));
         assert!(probe.failed());
         assert!(probe.reached_at(1).is_none());
+    }
+
+    #[test]
+    fn keeps_only_the_values_not_forgotten() {
+        let sem = Semaphore::new(0);
+        let probe = SemaphoreProbe::new(&sem, "test", 1, Instant::now());
+        probe.watch(u64::MAX);
+        probe.watch(1 + MAX_KEPT as u64);
+        assert_eq!(probe.kept(), 0, "far values are not kept, and not allocated for");
+        for value in 1..=1000 {
+            probe.watch(value);
+            sem.signal(value).unwrap();
+            probe.forget_below(value.saturating_sub(3).max(1));
+            assert!(probe.kept() <= 4, "kept {} at value {value}", probe.kept());
+        }
+        assert!(probe.reached_at(1000).is_some() && probe.reached_at(997).is_some());
+        assert!(probe.reached_at(996).is_none(), "forgotten");
+        probe.forget_below(2000);
+        assert_eq!((probe.kept(), probe.first_kept()), (0, 2000));
+        probe.watch(1500);
+        assert_eq!(probe.kept(), 0, "below the first kept value: not stamped");
+        probe.watch(2001);
+        assert_eq!(probe.kept(), 2);
     }
 }

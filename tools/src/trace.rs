@@ -24,7 +24,6 @@
 //! ```
 
 use std::fmt::{self, Write as _};
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -233,11 +232,6 @@ impl TraceRecorder {
         }
         out.push_str("\n],\"displayTimeUnit\":\"ms\"}\n");
         out
-    }
-
-    /// Writes [`chrome_json`](Self::chrome_json) to `path`.
-    pub fn write_chrome_json(&self, path: &Path) -> std::io::Result<()> {
-        std::fs::write(path, self.chrome_json())
     }
 }
 

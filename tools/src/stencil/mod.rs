@@ -23,6 +23,7 @@ pub mod reference;
 pub mod timeline;
 
 use std::fmt::Write as _;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,9 +32,8 @@ use hal::{
     Result, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitMode, wait_semaphores,
 };
 
-use crate::probe::SemaphoreProbe;
 use crate::trace::TraceRecorder;
-use timeline::{Submission, busy_per_half};
+use timeline::Ledger;
 
 /// The largest max abs error (against the CPU reference) that passes. The kernels compute the same
 /// f32 operations in the same order, so the error is 0 in practice.
@@ -44,6 +44,14 @@ pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 /// Submissions of each half before its first step: the two ping-pong buffers' uploads.
 const UPLOADS: u64 = 2;
+
+/// The grid sides a run accepts. At the largest, the grid is 1 GiB of f32 and the host holds a few
+/// copies of it (the initial grid, the CPU reference's two, the readback).
+pub const SIZES: RangeInclusive<u32> = 4..=16384;
+
+/// The most steps a run takes: 4 submissions each, so 40 million submissions, minutes on a GPU and
+/// hours on cpu-sim (a longer run is a soak test, which this job is not).
+pub const MAX_STEPS: u32 = 10_000_000;
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,10 +71,21 @@ impl Default for Config {
 }
 
 impl Config {
-    /// Checks the sizes: `4 <= size <= 16384`, `window >= 1`.
+    /// Checks the sizes: `size` in [`SIZES`], `steps <= MAX_STEPS`, `window >= 1`.
     pub fn validate(&self) -> Result<()> {
-        if !(4..=16384).contains(&self.size) {
-            return Err(Error::invalid_argument(format!("grid size {} must be between 4 and 16384", self.size)));
+        if !SIZES.contains(&self.size) {
+            return Err(Error::invalid_argument(format!(
+                "grid size {} must be between {} and {}",
+                self.size,
+                SIZES.start(),
+                SIZES.end()
+            )));
+        }
+        if self.steps > MAX_STEPS {
+            return Err(Error::invalid_argument(format!(
+                "{} steps are more than the {MAX_STEPS} a run takes",
+                self.steps
+            )));
         }
         if self.window == 0 {
             return Err(Error::invalid_argument("window must be at least 1 step"));
@@ -158,8 +177,8 @@ impl Report {
             "  submissions:  {} ({} stencil dispatches, {} halo copies, {} uploads, {} readbacks); host waited {} \
              time(s) (window of {} steps)",
             self.submissions,
-            2 * c.steps,
-            2 * c.steps,
+            2 * u64::from(c.steps),
+            2 * u64::from(c.steps),
             2 * UPLOADS,
             2,
             self.host_waits,
@@ -214,39 +233,6 @@ fn halo_value(k: u32) -> u64 {
     UPLOADS + 2 * u64::from(k) + 2
 }
 
-/// The run's bookkeeping: each timeline's probe and the log of submissions.
-struct Ledger {
-    epoch: Instant,
-    timelines: [Semaphore; 2],
-    probes: [SemaphoreProbe; 2],
-    log: Vec<Submission>,
-}
-
-impl Ledger {
-    /// Submits work of `half` with `call(waits, signals)`, signalling `signal` on the half's
-    /// timeline, and logs it. The probe watches `signal` before the work exists, so its stamp is
-    /// exact.
-    fn submit<T>(
-        &mut self,
-        half: usize,
-        (label, step): (&'static str, Option<u32>),
-        waits: &[SV],
-        signal: u64,
-        call: impl FnOnce(&[SV], &[SV]) -> Result<T>,
-    ) -> Result<T> {
-        let signals = [SV::new(&self.timelines[half], signal)];
-        self.probes[half].watch(signal);
-        let submitted = self.epoch.elapsed();
-        let out = call(waits, &signals)?;
-        let waits = waits
-            .iter()
-            .filter_map(|w| self.timelines.iter().position(|t| t.same_as(&w.semaphore)).map(|t| (t, w.value)))
-            .collect();
-        self.log.push(Submission { half, label, step, submitted, waits, signal });
-        Ok(out)
-    }
-}
-
 /// Runs the job on queues 0 and 1 of `device`, calling `progress` with the steps completed now and
 /// then; adds one slice per submission to `trace` when given. `Err` when the device fails or hangs;
 /// a wrong result is `Ok` with a failing [`Report::passed`].
@@ -266,6 +252,16 @@ pub fn run(
         )));
     }
     let n = config.size;
+    let half_buffer = half_buffer_bytes(n, n - n / 2);
+    if half_buffer > device.info().max_allocation_size {
+        return Err(Error::resource_exhausted(format!(
+            "grid size {n} needs buffers of {half_buffer} bytes, more than the {} bytes driver '{}' device '{}' \
+             allocates at once",
+            device.info().max_allocation_size,
+            device.info().driver,
+            device.info().name
+        )));
+    }
     let executable = device
         .load_executable(&kernels::source_for(&device.info().driver))
         .map_err(|e| e.context("loading the stencil kernel"))?;
@@ -275,15 +271,12 @@ pub fn run(
         [make_half(device, &executable, 0, n, 0, split)?, make_half(device, &executable, 1, n, split, n - split)?];
     let final_value = UPLOADS + 2 * u64::from(config.steps) + 1;
     let epoch = trace.map_or_else(Instant::now, TraceRecorder::epoch);
-    let probe = |h: &Half| {
-        SemaphoreProbe::new(&h.timeline, &format!("queue {} timeline", h.queue.index()), 1, final_value, epoch)
-    };
-    let mut ledger = Ledger {
+    let mut ledger = Ledger::new(
         epoch,
-        timelines: [halves[0].timeline.clone(), halves[1].timeline.clone()],
-        probes: [probe(&halves[0]), probe(&halves[1])],
-        log: Vec::with_capacity(4 * config.steps as usize + 6),
-    };
+        [halves[0].timeline.clone(), halves[1].timeline.clone()],
+        [halves[0].queue.index(), halves[1].queue.index()],
+        trace,
+    );
     let started = epoch.elapsed();
 
     // Uploads: both ping-pong buffers of each half start as the half's rows with their halo rows.
@@ -330,6 +323,9 @@ pub fn run(
             let list = [SV::new(&halves[0].timeline, behind), SV::new(&halves[1].timeline, behind)];
             wait_with_progress(device, &halves, &list, config.steps, progress)?;
             host_waits += 1;
+            // Later submissions wait on this step's values or later ones.
+            let next = stencil_value(submitted) - 1;
+            ledger.fold_completed([next, next]);
         }
     }
 
@@ -345,12 +341,13 @@ pub fn run(
     }
     let list = [SV::new(&halves[0].timeline, final_value), SV::new(&halves[1].timeline, final_value)];
     wait_with_progress(device, &halves, &list, config.steps, progress)?;
-    let Ledger { probes, log, .. } = ledger;
-    let finished = probes.iter().filter_map(|p| p.reached_at(final_value)).max().unwrap_or_else(|| epoch.elapsed());
+    let finished =
+        (0..2).filter_map(|half| ledger.reached_at(half, final_value)).max().unwrap_or_else(|| epoch.elapsed());
     let wall = finished.saturating_sub(started);
     progress(u64::from(config.steps));
+    let (busy, submissions) = ledger.finish();
 
-    let mut result = Vec::with_capacity((n * n) as usize);
+    let mut result = Vec::with_capacity(cells(n));
     for (index, readback) in readbacks.iter().enumerate() {
         let bytes = readback
             .take()
@@ -361,19 +358,6 @@ pub fn run(
     let expected = reference::solve(n, config.steps);
     let reference_time = reference_started.elapsed();
 
-    let busy = busy_per_half(&log, &probes);
-    if let Some(trace) = trace {
-        for submission in &log {
-            if let Some(interval) = submission.interval(&probes) {
-                let name = match submission.step {
-                    Some(step) => format!("{} {step}", submission.label),
-                    None => submission.label.to_string(),
-                };
-                let queue = halves[submission.half].queue.index() as u64;
-                trace.add_slice(queue, &name, interval.ready, interval.done);
-            }
-        }
-    }
     Ok(Report {
         config: *config,
         device: format!("driver '{}' device '{}'", device.info().driver, device.info().name),
@@ -381,7 +365,7 @@ pub fn run(
         max_abs_error: reference::max_abs_error(&result, &expected),
         wall,
         reference_time,
-        submissions: log.len(),
+        submissions,
         host_waits,
         queues: halves
             .iter()
@@ -391,10 +375,20 @@ pub fn run(
     })
 }
 
+/// Cells in an `n` x `n` grid (`n` in [`SIZES`], so at most 2^28).
+fn cells(n: u32) -> usize {
+    n as usize * n as usize
+}
+
+/// Bytes of one of a half's buffers: its `rows` and two halo rows of an `n`-wide grid.
+fn half_buffer_bytes(n: u32, rows: u32) -> u64 {
+    (u64::from(rows) + 2) * row_bytes(n)
+}
+
 /// A half's buffer contents: rows `offset - 1 ..= offset + rows` of `grid` (zeros outside it).
 fn half_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
     let w = n as usize;
-    let mut bytes = Vec::with_capacity((rows as usize + 2) * w * 4);
+    let mut bytes = Vec::with_capacity(half_buffer_bytes(n, rows) as usize);
     for local in 0..rows as i64 + 2 {
         let global = i64::from(offset) + local - 1;
         if (0..i64::from(n)).contains(&global) {
@@ -409,7 +403,7 @@ fn half_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
 
 /// Allocates a half's buffers and records its two reusable step command buffers.
 fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, offset: u32, rows: u32) -> Result<Half> {
-    let bytes = (u64::from(rows) + 2) * row_bytes(n);
+    let bytes = half_buffer_bytes(n, rows);
     let buffers = [
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
@@ -525,5 +519,18 @@ mod tests {
     fn bad_sizes_are_refused() {
         assert_eq!(Config { size: 2, ..Config::default() }.validate().unwrap_err().code(), StatusCode::InvalidArgument);
         assert!(Config { window: 0, ..Config::default() }.validate().is_err());
+        assert!(Config { steps: MAX_STEPS, ..Config::default() }.validate().is_ok());
+        let error = Config { steps: u32::MAX, ..Config::default() }.validate().unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument);
+        assert!(error.message().contains("4294967295 steps"), "{error}");
+    }
+
+    #[test]
+    fn a_grid_larger_than_the_device_allocates_is_refused() {
+        let options = driver_cpu_sim::CpuSimOptions { max_allocation_size: 1 << 10, ..Default::default() };
+        let device = hal::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).unwrap();
+        let error = run(&device, &Config { size: 64, steps: 1, window: 4 }, None, &mut |_| {}).unwrap_err();
+        assert_eq!(error.code(), StatusCode::ResourceExhausted);
+        assert!(error.message().contains("grid size 64 needs buffers of 8704 bytes"), "{error}");
     }
 }
