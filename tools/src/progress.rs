@@ -46,7 +46,12 @@ impl Progress {
     /// The text of the line for `done` units.
     pub fn line(&self, done: u64) -> String {
         let done = done.min(self.total);
-        let filled = if self.total == 0 { BAR_WIDTH } else { (done as usize * BAR_WIDTH) / self.total as usize };
+        // In u128: `done * BAR_WIDTH` overflows u64 for totals near u64::MAX.
+        let filled = if self.total == 0 {
+            BAR_WIDTH
+        } else {
+            (u128::from(done) * BAR_WIDTH as u128 / u128::from(self.total)) as usize
+        };
         format!(
             "{} [{}{}] {done}/{} {}",
             self.label,
@@ -84,5 +89,7 @@ mod tests {
         assert_eq!(progress.line(0), format!("run [{}] 0/200 steps", "-".repeat(30)));
         assert_eq!(progress.line(100), format!("run [{}{}] 100/200 steps", "#".repeat(15), "-".repeat(15)));
         assert_eq!(progress.line(500), format!("run [{}] 200/200 steps", "#".repeat(30)));
+        let huge = Progress::with_output("run", u64::MAX, "steps", false);
+        assert!(huge.line(u64::MAX / 2).contains(&format!("[{}{}]", "#".repeat(14), "-".repeat(16))));
     }
 }
