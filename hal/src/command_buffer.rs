@@ -171,6 +171,8 @@ struct Shared {
     /// Weak: held work keeps command buffers alive, and a command buffer that kept its device alive
     /// would keep held work from being cancelled when the device's last handle drops.
     backend: Weak<dyn DeviceBackend>,
+    /// The device's per-axis dispatch limits, read at creation (the device may be gone later).
+    max_workgroup_count: [u32; 3],
     state: Mutex<State>,
 }
 
@@ -182,10 +184,22 @@ enum State {
 static NEXT_COMMAND_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl CommandBuffer {
-    pub(crate) fn new(device: DeviceId, backend: Weak<dyn DeviceBackend>, mode: CommandBufferMode) -> Self {
+    pub(crate) fn new(
+        device: DeviceId,
+        backend: Weak<dyn DeviceBackend>,
+        max_workgroup_count: [u32; 3],
+        mode: CommandBufferMode,
+    ) -> Self {
         let id = NEXT_COMMAND_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         CommandBuffer {
-            shared: Arc::new(Shared { id, device, mode, backend, state: Mutex::new(State::Recording(Vec::new())) }),
+            shared: Arc::new(Shared {
+                id,
+                device,
+                mode,
+                backend,
+                max_workgroup_count,
+                state: Mutex::new(State::Recording(Vec::new())),
+            }),
         }
     }
 
@@ -291,7 +305,7 @@ impl CommandBuffer {
         if workgroups.contains(&0) {
             return Err(Error::invalid_argument(format!("{}: workgroup count {workgroups:?} has a zero", who())));
         }
-        let limits = self.shared.backend.info().max_workgroup_count;
+        let limits = self.shared.max_workgroup_count;
         for (axis, (&count, &limit)) in ["x", "y", "z"].iter().zip(workgroups.iter().zip(&limits)) {
             if count > limit {
                 return Err(Error::out_of_range(format!(

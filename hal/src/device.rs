@@ -191,7 +191,8 @@ impl Device {
 
     /// A command buffer to record into.
     pub fn create_command_buffer(&self, mode: CommandBufferMode) -> Result<CommandBuffer> {
-        Ok(CommandBuffer::new(self.id(), Arc::downgrade(&self.shared.backend), mode))
+        let limits = self.info().max_workgroup_count;
+        Ok(CommandBuffer::new(self.id(), Arc::downgrade(&self.shared.backend), limits, mode))
     }
 
     /// Waits on semaphores from the host (any semaphores, this device's or not).

@@ -281,10 +281,9 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
         span.record("device_ns", u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
     }
     // A wait the device went past on an event may since have failed on the host (the work it waited
-    // for never signalled): the work ran, but its signals carry the failure, never success.
-    if outcome.is_ok()
-        && let Some(failure) = waited.iter().find_map(|w| w.semaphore.failed_short_of(w.value))
-    {
+    // for never signalled): the work ran, or stopped because its producer was cancelled, but its
+    // signals carry that semaphore's failure, as those of held work do.
+    if let Some(failure) = waited.iter().find_map(|w| w.semaphore.failed_short_of(w.value)) {
         outcome = Err(failure);
     }
     if let QueueOp::HostCall(call) = &work.op {

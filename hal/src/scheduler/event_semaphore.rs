@@ -125,6 +125,15 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         self
     }
 
+    /// Asks the work in flight that would signal this semaphore to stop early: its signals could
+    /// only carry a failure now (a cpu-sim dispatch stops between workgroups; a GPU cannot stop
+    /// launched work, and finishes it).
+    fn failed(&self) {
+        for entry in lock(&self.table).iter() {
+            entry.producer.request_cancel();
+        }
+    }
+
     /// Blocks on the event covering `value` (until `deadline` at most, and no longer than the value
     /// stays unreached: a host signal may reach it first) and retires its queue's completed
     /// submissions on this thread, so the waiter wakes straight from the device instead of through

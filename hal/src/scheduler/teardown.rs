@@ -31,6 +31,13 @@ pub(super) fn shut_down<M: StreamModel>(shared: &Arc<Shared<M>>, completion_thre
     for slot in &shared.queues {
         slot.gates.release_all();
     }
+    // Work on the streams is abandoned too: a driver that can stop it early does (cpu-sim between
+    // workgroups), so teardown never waits for work nobody can observe any more.
+    for slot in &shared.queues {
+        for entry in lock(&slot.inflight).iter() {
+            entry.work.request_cancel();
+        }
+    }
     let may_wait = !on_scheduler_thread() && !completion::retiring_here();
     for (queue, slot) in shared.queues.iter().enumerate() {
         // Drain every stream before its completion thread stops and the stream is destroyed.

@@ -75,6 +75,10 @@ pub trait SemaphoreDriverData: Send + Sync + 'static {
         let _ = (semaphore, value, deadline);
         false
     }
+
+    /// Called once, when the semaphore fails: work in flight that would signal it has lost its
+    /// purpose, and a driver may ask it to stop early (see `Work::request_cancel`).
+    fn failed(&self) {}
 }
 
 /// Hands out semaphore ids for messages ("semaphore 7"). Plain std: naming is not a race we check.
@@ -170,12 +174,16 @@ impl Semaphore {
     /// Fails the semaphore for good with `status`; every waiter (host threads, async tasks, queued
     /// work) is woken with it. A second failure is ignored; the first is kept.
     pub fn fail(&self, status: Error) {
-        let resolved = {
+        let (first, resolved) = {
             let mut state = lock(&self.shared.state);
+            let first = state.failure().is_none();
             let resolved = state.fail(status.clone());
             self.shared.failed.store(true, Ordering::Release);
-            resolved
+            (first, resolved)
         };
+        if first && let Some(data) = &self.shared.driver_data {
+            data.failed();
+        }
         // Only the first failure resolves anything, so `status` is the one the semaphore keeps.
         deliver(resolved, Err(status));
     }
