@@ -436,3 +436,38 @@ pub(crate) fn device_local_transfers(cx: &Cx) -> CaseResult {
     ensure_eq!(cx.queue_read(&b, 0, 64)?, expected, "b read back");
     Ok(())
 }
+
+/// Fill, update and copy recorded in a command buffer on transient (`queue_alloca`) buffers:
+/// recorded while the allocas are still held (no memory yet), executed on another queue once they
+/// ran, read back on a third, deallocated on a fourth; the bytes around each range are untouched.
+pub(crate) fn transfers_on_transient_buffers(cx: &Cx) -> CaseResult {
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let params = BufferParams::device_local();
+    let a = cx.queue(0).alloca(&[sv(&gate, 1)], params, 256, &[sv(&s, 1)]).ctx("alloca a")?;
+    let b = cx.queue(0).alloca(&[sv(&s, 1)], params, 256, &[sv(&s, 2)]).ctx("alloca b")?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.fill(&a, 0, 256, 0xEEEE_EEEE, 4).ctx("fill a")?;
+    cb.fill(&b, 0, 256, 0x77, 1).ctx("fill b")?;
+    cb.barrier().ctx("barrier")?;
+    cb.fill(&a, 6, 10, 0xC1C2, 2).ctx("fill a sub-range")?;
+    cb.update(&a, 17, &ramp(1, 13)).ctx("update a")?;
+    cb.barrier().ctx("barrier")?;
+    cb.copy(&a, 5, &b, 99, 40).ctx("copy a -> b")?;
+    cb.end().ctx("end")?;
+    cx.queue(1).execute(&[sv(&s, 2)], &cb, &[sv(&s, 3)]).ctx("execute")?;
+    let back_a = cx.queue(2).read(&[sv(&s, 3)], &a, 0, 256, &[sv(&s, 4)]).ctx("read a")?;
+    let back_b = cx.queue(2).read(&[sv(&s, 4)], &b, 0, 256, &[sv(&s, 5)]).ctx("read b")?;
+    cx.queue(3).dealloca(&[sv(&s, 5)], &a, &[sv(&s, 6)]).ctx("dealloca a")?;
+    cx.queue(3).dealloca(&[sv(&s, 6)], &b, &[sv(&s, 7)]).ctx("dealloca b")?;
+    cx.still_pending(&s, 1, "before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, 7)?;
+    let mut expected_a = vec![0xEE; 256];
+    expected_a[6..16].copy_from_slice(&[0xC2, 0xC1, 0xC2, 0xC1, 0xC2, 0xC1, 0xC2, 0xC1, 0xC2, 0xC1]);
+    expected_a[17..30].copy_from_slice(&ramp(1, 13));
+    let mut expected_b = vec![0x77; 256];
+    expected_b[99..139].copy_from_slice(&expected_a[5..45]);
+    ensure_eq!(back_a.take(), Some(expected_a), "transient buffer a");
+    ensure_eq!(back_b.take(), Some(expected_b), "transient buffer b");
+    Ok(())
+}

@@ -298,6 +298,95 @@ pub(crate) fn repeated_faults(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Waits for `semaphore` to fail with the status of `cause`; reaching `value` instead is a failure
+/// that says so.
+fn expect_carried_failure(cx: &Cx, semaphore: &hal::Semaphore, value: u64, cause: &Error, what: &str) -> CaseResult {
+    match semaphore.wait(value, Timeout::After(LONG)) {
+        Ok(()) => Err(CaseError::Fail(format!(
+            "{what}: semaphore {} reached {value} (success) although the work waited on a semaphore that failed \
+             with '{cause}' before that work completed",
+            semaphore.id()
+        ))),
+        Err(e) if e.code() == StatusCode::DeadlineExceeded => Err(CaseError::Fail(format!(
+            "{what}: semaphore {} neither reached {value} nor failed: {e}\n{}",
+            semaphore.id(),
+            cx.device().report()
+        ))),
+        Err(e) => expect_same_status(&e, cause, what),
+    }
+}
+
+/// The host fails `s` while the work that waits on it is queued and held: its producer on queue 0
+/// waits on a host semaphore not yet signalled, a dependant on queue 1 waits on `s`, and a second
+/// dependant on queue 2 waits on the first. Both dependants fail with `s`'s status and do not run;
+/// the producer, released afterwards, runs (its own wait did not fail) and leaves `s` failed.
+pub(crate) fn fail_with_dependants_held(cx: &Cx) -> CaseResult {
+    let hold = hal::Semaphore::new(0);
+    let (s, t, u, produced) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let (source, target) = (cleared(cx, 64)?, cleared(cx, 64)?);
+    cx.queue(0).fill(&[sv(&hold, 1)], &source, 0, 64, 0xAA, 1, &[sv(&s, 1), sv(&produced, 1)]).ctx("producer")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBB, 1, &[sv(&t, 1)]).ctx("dependant")?;
+    cx.queue(2).barrier(&[sv(&t, 1)], &[sv(&u, 1)]).ctx("transitive dependant")?;
+    cx.still_pending(&t, 1, "the dependant before anything happens")?;
+    let cause = Error::data_loss("ctest: s failed while its dependants were queued");
+    s.fail(cause.clone());
+    expect_carried_failure(cx, &t, 1, &cause, "the dependant's signal")?;
+    expect_carried_failure(cx, &u, 1, &cause, "the transitive dependant's signal")?;
+    hold.signal(1).ctx("release the producer")?;
+    cx.wait(&produced, 1)?;
+    ensure_eq!(cx.bytes(&source)?, vec![0xAA; 64], "the producer's bytes (its wait did not fail)");
+    ensure_eq!(cx.bytes(&target)?, vec![0; 64], "the dependant's target (it must not run)");
+    let e = expect_code(s.query(), StatusCode::DataLoss, "s after its producer completed")?;
+    expect_same_status(&e, &cause, "s after its producer completed")
+}
+
+/// The host fails `s` while its producer (large fills on queue 0) is still running on the device
+/// and the work that waits on it is already issued device-side (a fill on queue 1 waiting on the
+/// producer's event, and a barrier on queue 2 waiting on that fill's). Every signal of work that
+/// waited on `s`, directly or transitively, must carry `s`'s failure, never success.
+///
+/// KNOWN BUG at 29a64f7 ("Failing a semaphore does not stop queued work"): work already issued with a
+/// device-side wait on `s` still signals success after the host fails `s`; this case fails on that
+/// code (the dependant's signal reaches 1) until the lead's fix lands.
+pub(crate) fn fail_with_dependants_issued(cx: &Cx) -> CaseResult {
+    const SIZE: u64 = 32 << 20;
+    let busy = cx.device_buffer(SIZE)?;
+    let target = cleared(cx, 64)?;
+    // The producer must still be running when the host fails `s`: if the device was faster, run
+    // again with four times the work.
+    for fills in [4u32, 16, 64] {
+        let producer = cx.command_buffer(CommandBufferMode::OneShot)?;
+        for i in 0..fills {
+            producer.fill(&busy, 0, SIZE, i, 1).ctx("record a fill")?;
+        }
+        producer.end().ctx("end")?;
+        let (s, t, u, producer_done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+        // `producer_done` first: a driver applying signals in list order reaches it before `s`.
+        let signals = [sv(&producer_done, 1), sv(&s, 1)];
+        cx.queue(0).execute(&[], &producer, &signals).ctx("producer")?;
+        cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBB, 1, &[sv(&t, 1)]).ctx("dependant")?;
+        cx.queue(2).barrier(&[sv(&t, 1)], &[sv(&u, 1)]).ctx("transitive dependant")?;
+        let cause = Error::data_loss("ctest: s failed while its producer was running");
+        let before = s.query().ctx("query s")?;
+        if before == 0 {
+            s.fail(cause.clone());
+        }
+        // Only a failure that certainly came before the producer completed decides the case.
+        if before != 0 || producer_done.query().ctx("query producer_done")? != 0 {
+            cx.wait(&producer_done, 1)?;
+            let _ = u.wait(1, Timeout::After(LONG));
+            continue;
+        }
+        cx.note(format!("s failed while {fills} fills of 32 MiB ran"));
+        expect_carried_failure(cx, &t, 1, &cause, "the issued dependant's signal")?;
+        expect_carried_failure(cx, &u, 1, &cause, "the issued transitive dependant's signal")?;
+        cx.wait(&producer_done, 1)?;
+        let e = expect_code(s.query(), StatusCode::DataLoss, "s after its producer completed")?;
+        return expect_same_status(&e, &cause, "s after its producer completed");
+    }
+    crate::check::skip("the device ran 64 fills of 32 MiB before the host could fail the semaphore; not checked")
+}
+
 /// The fault cases on a driver whose faults are sticky ([`crate::Fixture::with_sticky_faults`]): a
 /// fault poisons the whole device (on CUDA, the GPU's context for the rest of the process), so "the
 /// device keeps working after a fault" cannot hold, and is not pretended. What these variants check

@@ -7,6 +7,9 @@ use hal::{Device, Error, ExecutableSource, Registry, Result};
 
 use crate::kernels::{Kernel, KernelCatalogue};
 
+/// The memory limit (and largest allocation) of the devices of [`Fixture::cpu_sim`]: 64 MiB.
+pub const CPU_SIM_MEMORY_LIMIT: u64 = 64 << 20;
+
 /// Creates a device of the driver under test.
 type DeviceFactory = Arc<dyn Fn() -> Result<Device> + Send + Sync>;
 
@@ -128,11 +131,20 @@ impl Fixture {
         self.unavailable.as_deref()
     }
 
-    /// The cpu-sim driver, through a registry holding it, with the native catalogue.
+    /// The cpu-sim driver, through a registry holding it, with the native catalogue. Its devices
+    /// have a memory limit and a largest allocation of [`CPU_SIM_MEMORY_LIMIT`] (instead of
+    /// cpu-sim's default 8 GiB and 4 GiB), small enough for
+    /// `queue_ops::alloca_waits_for_dealloca_under_pressure` to fill quickly (cpu-sim zeroes every
+    /// allocation).
     #[cfg(feature = "cpu-sim")]
     pub fn cpu_sim() -> Self {
         let mut registry = Registry::new();
-        driver_cpu_sim::register(&mut registry);
+        let options = driver_cpu_sim::CpuSimOptions {
+            memory_limit: CPU_SIM_MEMORY_LIMIT,
+            max_allocation_size: CPU_SIM_MEMORY_LIMIT,
+            ..driver_cpu_sim::CpuSimOptions::default()
+        };
+        registry.register(Arc::new(driver_cpu_sim::CpuSimDriver::with_options(options)));
         Fixture::from_registry(registry, driver_cpu_sim::DRIVER_NAME, crate::kernels::native::NativeCatalogue)
     }
 

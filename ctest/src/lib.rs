@@ -35,6 +35,7 @@ mod queue_ops;
 mod resources;
 mod semaphore;
 mod submission;
+mod transfers;
 
 pub use check::{CaseError, CaseResult, Context as _};
 pub use context::{Cx, LONG, SHORT, sv};
@@ -126,6 +127,7 @@ macro_rules! __cts_case_list {
                 large_fill,
                 recorded_commands_listed,
                 device_local_transfers,
+                transfers_on_transient_buffers,
             }
             dispatch {
                 fill_u32_constant,
@@ -208,6 +210,8 @@ macro_rules! __cts_case_list {
                 async_wait_failure,
                 async_wait_dropped,
                 async_wait_many,
+                wait_all_mixed_device_and_host,
+                wait_any_mixed_device_and_host,
             }
             submission {
                 execute_empty_lists,
@@ -232,6 +236,10 @@ macro_rules! __cts_case_list {
                 wait_on_later_submission,
                 flush_every_queue,
                 signal_after_work,
+                wait_released_by_larger_signal_held,
+                wait_covered_by_larger_signal_issued,
+                queue_signal_and_wait_at_max,
+                rapid_one_shot_cycles,
             }
             queue_ops {
                 fill_patterns,
@@ -257,6 +265,17 @@ macro_rules! __cts_case_list {
                 host_call_wait_before_signal,
                 host_call_error_fails_signals,
                 host_call_signals_host_semaphore,
+                alloca_reuse_across_queues,
+                alloca_waits_for_dealloca_under_pressure,
+                host_call_signals_later_from_thread,
+            }
+            transfers {
+                fill_size_classes,
+                copy_size_classes,
+                command_buffer_size_classes,
+                staging_sized_transfers,
+                copies_in_flight,
+                zero_length_transfers,
             }
             failure {
                 failed_wait_fails_dependants,
@@ -273,6 +292,8 @@ macro_rules! __cts_case_list {
                 fault_fails_chained_dependants,
                 device_works_after_fault,
                 repeated_faults,
+                fail_with_dependants_held,
+                fail_with_dependants_issued,
             }
             resources {
                 pools_listed,

@@ -382,3 +382,135 @@ pub(crate) fn host_call_signals_host_semaphore(cx: &Cx) -> CaseResult {
     ensure_eq!(cx.bytes(&buffer)?, vec![0x66; 8], "buffer");
     Ok(())
 }
+
+/// Memory given back by a dealloca on one queue must not reach an alloca on another queue before
+/// that dealloca runs. Queue 0 allocas a buffer, fills it with a pattern, keeps its stream busy
+/// (large fills), then reads the buffer and deallocas it, all in stream order; meanwhile queue 1,
+/// unordered with queue 0, allocas buffers of the same size and fills them with another byte. If
+/// queue 0's memory were handed to queue 1 early, queue 0's read would see queue 1's byte.
+pub(crate) fn alloca_reuse_across_queues(cx: &Cx) -> CaseResult {
+    const SIZE: u64 = 64 << 10;
+    const BUSY: u64 = 16 << 20;
+    let busy = cx.device_buffer(BUSY)?;
+    let (a, b) = (cx.sem(0)?, cx.sem(0)?);
+    let q0 = cx.queue(0);
+    let mine = q0.alloca(&[], BufferParams::device_local(), SIZE, &[sv(&a, 1)]).ctx("alloca on queue 0")?;
+    q0.fill(&[sv(&a, 1)], &mine, 0, SIZE, 0xA5, 1, &[sv(&a, 2)]).ctx("pattern on queue 0")?;
+    for i in 0..4u64 {
+        q0.fill(&[sv(&a, 2 + i)], &busy, 0, BUSY, i as u32, 1, &[sv(&a, 3 + i)]).ctx("busy fill on queue 0")?;
+    }
+    let pending = q0.read(&[sv(&a, 6)], &mine, 0, SIZE, &[sv(&a, 7)]).ctx("read on queue 0")?;
+    q0.dealloca(&[sv(&a, 7)], &mine, &[sv(&a, 8)]).ctx("dealloca on queue 0")?;
+    // Queue 1: allocas of the same size, in no order with queue 0.
+    let q1 = cx.queue(1);
+    let mut theirs = Vec::new();
+    for i in 0..8u64 {
+        let buffer = q1.alloca(&[sv(&b, 3 * i)], BufferParams::device_local(), SIZE, &[sv(&b, 3 * i + 1)]);
+        let buffer = buffer.ctx(format!("alloca {i} on queue 1"))?;
+        q1.fill(&[sv(&b, 3 * i + 1)], &buffer, 0, SIZE, 0x5A, 1, &[sv(&b, 3 * i + 2)]).ctx("fill on queue 1")?;
+        let back = q1.read(&[sv(&b, 3 * i + 2)], &buffer, 0, SIZE, &[sv(&b, 3 * i + 3)]).ctx("read on queue 1")?;
+        theirs.push((buffer, back));
+    }
+    cx.wait(&b, 24)?;
+    cx.wait(&a, 8)?;
+    ensure!(
+        pending.take() == Some(vec![0xA5; SIZE as usize]),
+        "queue 0's alloca buffer was overwritten before its dealloca"
+    );
+    for (i, (buffer, back)) in theirs.iter().enumerate() {
+        ensure!(back.take() == Some(vec![0x5A; SIZE as usize]), "queue 1's alloca buffer {i} lost its bytes");
+        let last = 24 + i as u64;
+        q1.dealloca(&[sv(&b, last)], buffer, &[sv(&b, last + 1)]).ctx("dealloca on queue 1")?;
+    }
+    cx.wait(&b, 32)
+}
+
+/// The device's memory limit, when it reports one (`memory_limit` in its properties).
+fn memory_limit(cx: &Cx) -> Option<u64> {
+    let info = cx.device().info();
+    info.properties.iter().find(|(name, _)| name == "memory_limit").and_then(|(_, value)| value.parse().ok())
+}
+
+/// Under memory pressure an alloca ordered after a dealloca gets the memory that dealloca gave
+/// back. Each alloca takes just over half of the device's memory limit, so no two fit at once;
+/// three alloca / fill / read / dealloca rounds on alternating queues, each alloca waiting on the
+/// previous dealloca's signal, are all submitted behind a gate before any runs, then complete.
+pub(crate) fn alloca_waits_for_dealloca_under_pressure(cx: &Cx) -> CaseResult {
+    const MOST: u64 = 1 << 30;
+    let Some(limit) = memory_limit(cx) else {
+        return crate::check::skip("the device reports no memory_limit: it cannot be put under memory pressure");
+    };
+    if limit > MOST {
+        return crate::check::skip(format!(
+            "the device's memory limit ({limit} bytes) is above {MOST} bytes: too large to fill in a fast case"
+        ));
+    }
+    let size = limit / 2 + 1;
+    if size > cx.device().info().max_allocation_size {
+        return crate::check::skip("half the memory limit is above the largest allocation");
+    }
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let mut reads = Vec::new();
+    for round in 0..3u64 {
+        let q = cx.queue(round as usize);
+        let v = 4 * round;
+        let waits = [sv(&gate, 1), sv(&s, v)];
+        let buffer = q.alloca(&waits, BufferParams::device_local(), size, &[sv(&s, v + 1)]).ctx("alloca")?;
+        q.fill(&[sv(&s, v + 1)], &buffer, size - 4096, 4096, round as u32 + 1, 1, &[sv(&s, v + 2)]).ctx("fill")?;
+        reads.push(q.read(&[sv(&s, v + 2)], &buffer, size - 16, 16, &[sv(&s, v + 3)]).ctx("read")?);
+        q.dealloca(&[sv(&s, v + 3)], &buffer, &[sv(&s, v + 4)]).ctx("dealloca")?;
+    }
+    cx.still_pending(&s, 1, "before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, 12)?;
+    for (round, back) in reads.iter().enumerate() {
+        ensure_eq!(back.take(), Some(vec![round as u8 + 1; 16]), "round {round}'s bytes");
+    }
+    cx.note(format!("3 allocas of {size} bytes under a limit of {limit}"));
+    Ok(())
+}
+
+/// A host call that hands its work to a thread of its own, which signals a semaphore later: the
+/// host call returns at once and its queue keeps going (later work on it completes while the
+/// semaphore is still unsignalled); when the thread signals, host waiters and queue work waiting
+/// on that semaphore wake.
+pub(crate) fn host_call_signals_later_from_thread(cx: &Cx) -> CaseResult {
+    let (later, called, after, woken) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let go = hal::Semaphore::new(0);
+    let buffer = cleared(cx, 16, 0)?;
+    let spawned: Arc<Mutex<Option<std::thread::JoinHandle<hal::Result<()>>>>> = Arc::new(Mutex::new(None));
+    let call = {
+        let (later, go, spawned) = (later.clone(), go.clone(), spawned.clone());
+        move || {
+            let handle = std::thread::spawn(move || {
+                go.wait(1, hal::Timeout::After(crate::LONG))?;
+                later.signal(1)
+            });
+            *spawned.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+            Ok(())
+        }
+    };
+    let q0 = cx.queue(0);
+    q0.host_call(&[], call, &[sv(&called, 1)]).ctx("host_call")?;
+    q0.fill(&[sv(&called, 1)], &buffer, 0, 8, 0x11, 1, &[sv(&after, 1)]).ctx("work after the host call")?;
+    cx.queue(1).fill(&[sv(&later, 1)], &buffer, 8, 8, 0x22, 1, &[sv(&woken, 1)]).ctx("work waiting on the thread")?;
+    let waiter = {
+        let later = later.clone();
+        std::thread::spawn(move || later.wait(1, hal::Timeout::After(crate::LONG)))
+    };
+    cx.wait(&called, 1)?;
+    cx.wait(&after, 1)?;
+    cx.still_pending(&later, 1, "the semaphore the thread signals")?;
+    ensure!(!waiter.is_finished(), "a host waiter on the thread's semaphore returned early");
+    cx.still_pending(&woken, 1, "queue work waiting on the thread's semaphore")?;
+    go.signal(1).ctx("let the thread signal")?;
+    waiter.join().map_err(|_| "the host waiter panicked")?.ctx("host waiter on the thread's semaphore")?;
+    cx.wait(&woken, 1)?;
+    let handle = spawned.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let handle = handle.ok_or("the host call did not record its thread")?;
+    handle.join().map_err(|_| "the signalling thread panicked")?.ctx("the thread's signal")?;
+    let mut expected = vec![0x11; 8];
+    expected.extend([0x22; 8]);
+    ensure_eq!(cx.bytes(&buffer)?, expected, "bytes of the work before and after the thread's signal");
+    Ok(())
+}

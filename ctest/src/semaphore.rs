@@ -694,3 +694,91 @@ pub(crate) fn async_wait_many(cx: &Cx) -> CaseResult {
     }
     Ok(())
 }
+
+/// Checks a waiter thread is still blocked (for [`SHORT`]).
+fn still_waiting<T>(waiter: &JoinHandle<T>, what: &str) -> crate::CaseResult {
+    std::thread::sleep(SHORT);
+    ensure!(!waiter.is_finished(), "{what}: the wait returned too early");
+    Ok(())
+}
+
+/// Wait-all on a list mixing device semaphores signalled by queue work (one on the device side
+/// after a device wait), a device semaphore signalled by the host, and host semaphores (one
+/// signalled by queue work, one by another thread): it returns only once every entry is reached,
+/// whichever side reaches it (also through `Device::wait_semaphores`).
+pub(crate) fn wait_all_mixed_device_and_host(cx: &Cx) -> CaseResult {
+    let (gate, by_queue, by_host) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let (host_by_queue, host_by_thread) = (Semaphore::new(0), Semaphore::new(0));
+    cx.queue(0).barrier(&[sv(&gate, 1)], &[sv(&by_queue, 3)]).ctx("barrier signalling a device semaphore")?;
+    cx.queue(1).barrier(&[sv(&by_queue, 3)], &[sv(&host_by_queue, 1)]).ctx("barrier signalling a host semaphore")?;
+    let list = vec![sv(&by_queue, 3), sv(&by_host, 2), sv(&host_by_queue, 1), sv(&host_by_thread, 7)];
+    let waiters: Vec<_> = [false, true]
+        .into_iter()
+        .map(|through_device| {
+            let (list, device) = (list.clone(), cx.device().clone());
+            std::thread::spawn(move || {
+                if through_device {
+                    device.wait_semaphores(WaitMode::All, &list, Timeout::After(LONG))
+                } else {
+                    wait_semaphores(WaitMode::All, &list, Timeout::After(LONG))
+                }
+            })
+        })
+        .collect();
+    still_waiting(&waiters[0], "wait-all with nothing reached")?;
+    by_host.signal(2).ctx("host signal of a device semaphore")?;
+    still_waiting(&waiters[0], "wait-all with one of four reached")?;
+    let signaller = {
+        let s = host_by_thread.clone();
+        std::thread::spawn(move || s.signal(7))
+    };
+    join(signaller)?.ctx("host semaphore signalled by another thread")?;
+    still_waiting(&waiters[1], "wait-all with two of four reached")?;
+    expect_code(wait_semaphores(WaitMode::All, &list, Timeout::Immediate), StatusCode::DeadlineExceeded, "poll")?;
+    gate.signal(1).ctx("open the gate of the queue work")?;
+    for waiter in waiters {
+        join(waiter)?.ctx("wait-all once the queue work signalled")?;
+    }
+    cx.expect_value(&by_queue, 3, "the device semaphore signalled by a queue")?;
+    ensure_eq!(host_by_queue.query().ctx("query")?, 1, "the host semaphore signalled by a queue");
+    wait_semaphores(WaitMode::All, &list, Timeout::Immediate).ctx("wait-all when all reached")
+}
+
+/// Wait-any on lists mixing device and host semaphores: released by queue work signalling a device
+/// semaphore (the host entries untouched), by another thread signalling a host semaphore (the queue
+/// work still held), and by queue work signalling a host semaphore.
+pub(crate) fn wait_any_mixed_device_and_host(cx: &Cx) -> CaseResult {
+    let (gate_a, gate_b, gate_c) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let (device_a, device_b) = (cx.sem(0)?, cx.sem(0)?);
+    let (host_a, host_b, host_c) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+    cx.queue(0).barrier(&[sv(&gate_a, 1)], &[sv(&device_a, 1)]).ctx("barrier a")?;
+    cx.queue(1).barrier(&[sv(&gate_b, 1)], &[sv(&device_b, 1)]).ctx("barrier b")?;
+    cx.queue(2).barrier(&[sv(&gate_c, 1)], &[sv(&host_c, 4)]).ctx("barrier c")?;
+    let spawn_any = |list: Vec<hal::SemaphoreValue>| {
+        std::thread::spawn(move || wait_semaphores(WaitMode::Any, &list, Timeout::After(LONG)))
+    };
+    // Released by the device side.
+    let waiter = spawn_any(vec![sv(&host_a, 1), sv(&device_a, 1)]);
+    still_waiting(&waiter, "wait-any before anything is signalled")?;
+    gate_a.signal(1).ctx("open gate a")?;
+    join(waiter)?.ctx("wait-any released by queue work")?;
+    ensure_eq!(host_a.query().ctx("query")?, 0, "the host entry of the first list");
+    // Released by the host side while the device entry is held.
+    let waiter = spawn_any(vec![sv(&device_b, 1), sv(&host_b, 1)]);
+    still_waiting(&waiter, "wait-any with its queue work held")?;
+    let signaller = {
+        let s = host_b.clone();
+        std::thread::spawn(move || s.signal(1))
+    };
+    join(signaller)?.ctx("signal from another thread")?;
+    join(waiter)?.ctx("wait-any released by a host thread")?;
+    cx.expect_value(&device_b, 0, "the held device entry")?;
+    // A host semaphore signalled by queue work.
+    let waiter = spawn_any(vec![sv(&device_b, 1), sv(&host_c, 4)]);
+    still_waiting(&waiter, "wait-any before the queue signals the host semaphore")?;
+    gate_c.signal(1).ctx("open gate c")?;
+    join(waiter)?.ctx("wait-any released by queue work signalling a host semaphore")?;
+    cx.expect_value(&device_b, 0, "the held device entry")?;
+    gate_b.signal(1).ctx("open gate b")?;
+    cx.wait(&device_b, 1)
+}

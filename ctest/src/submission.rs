@@ -375,3 +375,110 @@ pub(crate) fn signal_after_work(cx: &Cx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A device wait for `s >= 3` submitted first (held: nothing is recorded yet), then work on another
+/// queue that will signal `s = 5`, itself held on a gate: opening the gate runs the producer, and the
+/// larger signal releases the waiter, which sees the producer's bytes.
+pub(crate) fn wait_released_by_larger_signal_held(cx: &Cx) -> CaseResult {
+    let (gate, s, done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let data = cx.device_buffer(4096)?;
+    let target = cx.host_buffer(4096)?;
+    target.write(0, &[0; 4096]).ctx("clear")?;
+    cx.queue(1).copy(&[sv(&s, 3)], &data, 0, &target, 0, 4096, &[sv(&done, 1)]).ctx("copy waiting on s >= 3")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, 4096, 0x5A, 1, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
+    cx.still_pending(&done, 1, "the waiter before the producer runs")?;
+    cx.expect_value(&s, 0, "s before the gate opens")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&done, 1)?;
+    cx.expect_value(&s, 5, "s after the producer")?;
+    ensure_eq!(cx.bytes(&target)?, vec![0x5A; 4096], "bytes the waiter copied");
+    Ok(())
+}
+
+/// A device wait for `s >= 3` submitted after the producers are on the device: `s = 2` (a large
+/// fill of 0x11), then `s = 5` (a large fill of 0x22). The wait must use the signal of the smallest
+/// recorded value >= 3 (5), never the one of 2: its copy sees only the second fill's bytes.
+pub(crate) fn wait_covered_by_larger_signal_issued(cx: &Cx) -> CaseResult {
+    const SIZE: u64 = 16 << 20;
+    let data = cx.device_buffer(SIZE)?;
+    let target = cx.host_buffer(SIZE)?;
+    let (s, done) = (cx.sem(0)?, cx.sem(0)?);
+    let q = cx.queue(0);
+    q.fill(&[], &data, 0, SIZE, 0x1111_1111, 4, &[sv(&s, 2)]).ctx("fill signalling s = 2")?;
+    q.fill(&[sv(&s, 2)], &data, 0, SIZE, 0x2222_2222, 4, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
+    cx.queue(1).copy(&[sv(&s, 3)], &data, 0, &target, 0, SIZE, &[sv(&done, 1)]).ctx("copy waiting on s >= 3")?;
+    cx.wait(&done, 1)?;
+    cx.expect_value(&s, 5, "s after both fills")?;
+    let bytes = cx.bytes(&target)?;
+    if bytes != vec![0x22; SIZE as usize]
+        && let Some(at) = bytes.iter().position(|&b| b != 0x22)
+    {
+        return Err(format!(
+            "the copy waiting on s >= 3 saw byte {:#04x} at {at}: it ran before the fill signalling s = 5 \
+             finished (it used the signal of s = 2?)",
+            bytes[at]
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Queue waits and signals at `u64::MAX` on device semaphores: a wait for `u64::MAX` submitted
+/// first is released by device work signalling `u64::MAX` (held, then issued); a wait covered by
+/// an issued signal of `u64::MAX` orders device-side; once at `u64::MAX` nothing can signal further
+/// (a queue signal is `InvalidArgument`, a host signal `FailedPrecondition`) and the value stays.
+pub(crate) fn queue_signal_and_wait_at_max(cx: &Cx) -> CaseResult {
+    const SIZE: u64 = 4 << 20;
+    let max = u64::MAX;
+    let (gate, s, done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let data = cx.device_buffer(SIZE)?;
+    let target = cx.host_buffer(SIZE)?;
+    // Held: the wait for MAX comes first, the producer is behind a gate.
+    cx.queue(1).copy(&[sv(&s, max)], &data, 0, &target, 0, SIZE, &[sv(&done, 1)]).ctx("copy waiting on MAX")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, SIZE, 0x4D, 1, &[sv(&s, max)]).ctx("fill signalling MAX")?;
+    cx.still_pending(&done, 1, "the wait for MAX before the producer")?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&done, 1)?;
+    cx.expect_value(&s, max, "s after a queue signal of MAX")?;
+    ensure!(cx.bytes(&target)? == vec![0x4D; SIZE as usize], "the copy behind the wait for MAX missed bytes");
+    // Issued: the producer is on the device when the wait for MAX is submitted.
+    let (t, done2) = (cx.sem(max - 2)?, cx.sem(0)?);
+    let q = cx.queue(2);
+    q.fill(&[], &data, 0, SIZE, 0x0102_0304, 4, &[sv(&t, max - 1)]).ctx("fill signalling MAX - 1")?;
+    q.fill(&[sv(&t, max - 1)], &data, 0, SIZE, 0x7E7E_7E7E, 4, &[sv(&t, max)]).ctx("fill signalling MAX")?;
+    cx.queue(3).copy(&[sv(&t, max)], &data, 0, &target, 0, SIZE, &[sv(&done2, 1)]).ctx("copy waiting on MAX")?;
+    cx.wait(&done2, 1)?;
+    ensure!(cx.bytes(&target)? == vec![0x7E; SIZE as usize], "the copy covered by the signal of MAX ran early");
+    // Nothing goes beyond MAX.
+    let refused = cx.queue(0).barrier(&[], &[sv(&s, max)]);
+    expect_code(refused, StatusCode::InvalidArgument, "a queue signal of MAX on a semaphore at MAX")?;
+    expect_code(s.signal(max), StatusCode::FailedPrecondition, "a host signal of MAX on a semaphore at MAX")?;
+    // Waits at MAX keep being reached.
+    let done3 = cx.sem(0)?;
+    cx.queue(1).barrier(&[sv(&s, max), sv(&t, max)], &[sv(&done3, 1)]).ctx("barrier waiting on MAX")?;
+    cx.wait(&done3, 1)?;
+    cx.expect_value(&s, max, "s at the end")?;
+    cx.expect_value(&t, max, "t at the end")
+}
+
+/// 200 one-shot command buffers, each recorded, submitted and waited for in turn, alternating
+/// queues: every cycle's fill is seen and its signal reached.
+pub(crate) fn rapid_one_shot_cycles(cx: &Cx) -> CaseResult {
+    let buffer = cx.host_buffer(64)?;
+    let s = cx.sem(0)?;
+    let start = Instant::now();
+    for cycle in 0..200u32 {
+        let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+        cb.fill(&buffer, 0, 64, cycle, 4).ctx("fill")?;
+        cb.update(&buffer, 4 * (cycle as u64 % 16), &(!cycle).to_le_bytes()).ctx("update")?;
+        cb.end().ctx("end")?;
+        let value = u64::from(cycle) + 1;
+        cx.queue(cycle as usize).execute(&[], &cb, &[sv(&s, value)]).ctx(format!("execute {cycle}"))?;
+        cx.wait(&s, value)?;
+        let mut expected = vec![cycle; 16];
+        expected[cycle as usize % 16] = !cycle;
+        ensure_eq!(cx.words(&buffer)?, expected, "cycle {cycle}'s words");
+    }
+    cx.note(format!("200 cycles in {:?}", start.elapsed()));
+    cx.expect_value(&s, 200, "after 200 cycles")
+}
