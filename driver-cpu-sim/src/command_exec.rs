@@ -2,9 +2,11 @@
 //! single transfer operations.
 //!
 //! Commands of one list run in order, so an execution barrier has nothing left to order. Every
-//! buffer is reached through `BufferBackend::host_ptr` (cpu-sim memory of every type is host memory);
-//! a transient buffer whose alloca has not run has none, which is a `FailedPrecondition`. Ranges are
-//! checked again here, because the pointer arithmetic below relies on them.
+//! buffer is reached through `BufferBackend::host_view` (cpu-sim memory of every type is host
+//! memory), and the view is held until the command finished, so a dealloca running meanwhile on
+//! another stream cannot free the memory under it. A transient buffer whose alloca has not run, or
+//! whose dealloca ran, has none, which is a `FailedPrecondition`. Ranges are checked again here,
+//! because the pointer arithmetic below relies on them.
 //!
 //! A submission whose cancel was requested ([`Work::request_cancel`]) stops between commands and
 //! between a dispatch's workgroups, with `Cancelled`: a grid of billions of workgroups does not keep
@@ -15,12 +17,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use hal::buffer::HostView;
 use hal::driver::PreparedCommands;
 use hal::stream_model::Work;
 use hal::{Buffer, BufferBinding, BufferUsage, Command, Error, Executable, NativeBinding, NativeInvocation, Result};
 
 use crate::executable::NativeExecutable;
-use crate::memory::HostMemory;
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
 
 /// Bindings kept inline (no allocation) per dispatch.
@@ -85,9 +87,10 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
         Command::Fill { target, offset, length, pattern, pattern_len } => {
             command.validate_transfer()?;
             let dst = host_range(target, *offset, *length)?;
-            // SAFETY: `dst` addresses `length` bytes of `target` (checked by `host_range`); queue order
-            // keeps other work off this range while the command runs, as on a GPU queue.
-            unsafe { fill(dst, *length as usize, *pattern, usize::from(*pattern_len)) };
+            // SAFETY: `dst` addresses `length` bytes of `target` (checked by `host_range`) that it keeps
+            // allocated; queue order keeps other work off this range while the command runs, as on a
+            // GPU queue.
+            unsafe { fill(dst.ptr, *length as usize, *pattern, usize::from(*pattern_len)) };
             Ok(())
         }
         Command::Update { target, offset, data } => {
@@ -98,9 +101,9 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             command.validate_transfer()?;
             let src = host_range(source, *source_offset, *length)?;
             let dst = host_range(target, *target_offset, *length)?;
-            // SAFETY: both ranges are `length` bytes inside their buffers (checked); `copy` is a
-            // memmove, so even overlapping ranges (refused by validation) could not cause UB.
-            unsafe { std::ptr::copy(src, dst, *length as usize) };
+            // SAFETY: both ranges are `length` bytes inside their buffers (checked) and kept allocated;
+            // `copy` is a memmove, so even overlapping ranges (refused by validation) could not cause UB.
+            unsafe { std::ptr::copy(src.ptr, dst.ptr, *length as usize) };
             Ok(())
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
@@ -114,8 +117,9 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
 /// `Buffer::write`, works on every memory type.
 pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
     let dst = host_range(target, offset, data.len() as u64)?;
-    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked); `data` is separate host memory.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated; `data`
+    // is separate host memory.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.ptr, data.len()) };
     Ok(())
 }
 
@@ -124,34 +128,33 @@ pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
 pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>> {
     let src = host_range(source, offset, length)?;
     let mut out = vec![0u8; length as usize];
-    // SAFETY: `src` addresses `length` bytes of `source` (checked); `out` is a fresh host vector.
-    unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+    // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; `out` is a
+    // fresh host vector.
+    unsafe { std::ptr::copy_nonoverlapping(src.ptr, out.as_mut_ptr(), out.len()) };
     Ok(out)
 }
 
-/// The host address of `[offset, offset + length)` of `buffer`, after checking the range.
-fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<*mut u8> {
+/// `[offset, offset + length)` of a buffer's host memory, which stays allocated while this lives.
+struct HostRange<'a> {
+    ptr: *mut u8,
+    _view: HostView<'a>,
+}
+
+/// The host range `[offset, offset + length)` of `buffer`, after checking the range.
+fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>> {
     buffer.check_range(offset, length)?;
-    if let Some(memory) = buffer.backend().as_any().downcast_ref::<HostMemory>()
-        && memory.size() < buffer.size()
-    {
-        return Err(Error::internal(format!(
-            "buffer {}: claims {} bytes but its memory holds {}",
-            buffer.id(),
-            buffer.size(),
-            memory.size()
-        )));
-    }
-    let base = buffer.backend().host_ptr().ok_or_else(|| {
+    let view = buffer.backend().host_view().ok_or_else(|| {
         Error::failed_precondition(format!(
             "buffer {}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
              queue_dealloca already ran)",
             buffer.id()
         ))
     })?;
-    // SAFETY: `offset + length <= size` (checked above) and the backend's memory holds `size` bytes,
-    // so the offset stays inside the allocation (and fits a usize).
-    Ok(unsafe { base.as_ptr().add(offset as usize) })
+    // SAFETY: `offset + length <= size` (checked above), the buffer's size is its backend's, and the
+    // view addresses that many bytes (the backend's `unsafe impl` promises it), so the offset stays
+    // inside the allocation (and fits a usize).
+    let ptr = unsafe { view.ptr().as_ptr().add(offset as usize) };
+    Ok(HostRange { ptr, _view: view })
 }
 
 /// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian.
@@ -241,14 +244,20 @@ fn dispatch(
             )));
         }
     };
+    // Held until the workgroups finished, so that a dealloca on another stream cannot free a binding.
+    let mut ranges: SmallVec<[HostRange<'_>; INLINE_BINDINGS]> = SmallVec::new();
     let mut native_bindings: SmallVec<[NativeBinding; INLINE_BINDINGS]> = SmallVec::new();
     for (index, binding) in bindings.iter().enumerate() {
-        let ptr = binding
+        let range = binding
             .buffer
             .check_usage(BufferUsage::DISPATCH_STORAGE)
             .and_then(|()| host_range(&binding.buffer, binding.offset, binding.length))
             .map_err(|e| e.context(format!("{} binding {index}", who())))?;
-        native_bindings.push(NativeBinding { ptr, len: binding.length as usize });
+        // SAFETY: `range` addresses `length` bytes of the buffer (checked) and stays in `ranges`
+        // until both `run` calls below returned, which is after every workgroup finished; kernels
+        // only get `&NativeBinding`s, which they cannot keep past their call.
+        native_bindings.push(unsafe { NativeBinding::new(range.ptr, binding.length as usize) });
+        ranges.push(range);
     }
     let workgroup_size = info.workgroup_size;
     let run_one = move |index: u64,
@@ -278,6 +287,8 @@ fn dispatch(
         let cancel = cancel.clone();
         pool.run(total, move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel))
     };
+    // Every workgroup has finished: the memory may go now.
+    drop(ranges);
     result.map_err(|failure| {
         let [x, y, z] = workgroup_id(failure.index(), workgroups);
         match failure {
@@ -347,7 +358,7 @@ impl PreparedCommands for CpuPreparedCommands {
 mod tests {
     use super::*;
     use crate::executable::tests::example_library_path;
-    use crate::memory::MemoryBudget;
+    use crate::memory::{HostMemory, MemoryBudget};
     use hal::driver::{BufferBackend, ExecutableBackend};
     use hal::{BufferParams, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode};
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -369,7 +380,7 @@ mod tests {
 
         fn buffer_with(&self, size: u64, params: BufferParams) -> Buffer {
             let memory = HostMemory::new(size, &self.budget).unwrap();
-            Buffer::from_backend(self.device, size, params, Arc::new(memory))
+            Buffer::from_backend(self.device, params, Arc::new(memory))
         }
 
         fn buffer(&self, size: u64) -> Buffer {
@@ -378,7 +389,7 @@ mod tests {
 
         fn transient(&self, size: u64) -> Buffer {
             let memory = HostMemory::transient(size, &self.budget);
-            Buffer::from_backend(self.device, size, BufferParams::host_visible(), Arc::new(memory))
+            Buffer::from_backend(self.device, BufferParams::host_visible(), Arc::new(memory))
         }
 
         fn executable(&self, source: ExecutableSource) -> Executable {
@@ -735,10 +746,11 @@ mod tests {
     }
 
     #[test]
-    fn host_range_refuses_memory_smaller_than_the_buffer() {
+    fn buffer_size_is_its_memorys() {
         let f = Fixture::new();
         let memory: Arc<dyn BufferBackend> = Arc::new(HostMemory::new(8, &f.budget).unwrap());
-        let lying = Buffer::from_backend(f.device, 64, BufferParams::host_visible(), memory);
-        assert_eq!(read_buffer(&lying, 0, 64).unwrap_err().code(), StatusCode::Internal);
+        let buffer = Buffer::from_backend(f.device, BufferParams::host_visible(), memory);
+        assert_eq!(buffer.size(), 8);
+        assert_eq!(read_buffer(&buffer, 0, 64).unwrap_err().code(), StatusCode::OutOfRange);
     }
 }

@@ -284,8 +284,8 @@ fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) ->
         (&mut heap_ptrs, &mut heap_lens)
     };
     for ((ptr, len), binding) in ptrs.iter_mut().zip(lens.iter_mut()).zip(invocation.bindings) {
-        *ptr = binding.ptr;
-        *len = binding.len as u64;
+        *ptr = binding.ptr();
+        *len = binding.len() as u64;
     }
     let args = KernelArgs {
         workgroup_id: invocation.workgroup_id,

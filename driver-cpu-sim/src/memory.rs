@@ -2,8 +2,13 @@
 //! [`MemoryBudget`], and transient buffers for `queue_alloca` whose memory is committed and released
 //! in queue order on a stream worker.
 //!
-//! Every memory type (device-local included) is host memory here, so [`HostMemory::host_ptr`] always
-//! answers once committed; `hal::Buffer::map` is what refuses mapping non-`HOST_VISIBLE` types.
+//! Every memory type (device-local included) is host memory here, so [`HostMemory`]'s `host_view`
+//! always answers once committed; `hal::Buffer::map` is what refuses mapping non-`HOST_VISIBLE` types.
+//!
+//! A transient buffer's allocation is shared: the release drops the buffer's hold on it, and the
+//! memory is freed when the last view taken before (a mapping, a queue operation that is running on
+//! another stream) drops too. So no view ever sees freed memory, without holding a lock while it
+//! copies.
 
 use std::alloc::Layout;
 use std::any::Any;
@@ -11,7 +16,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hal::buffer::HostPtr;
+use hal::buffer::HostView;
 use hal::driver::BufferBackend;
 use hal::{Buffer, Error, Result};
 
@@ -157,8 +162,8 @@ impl Drop for Allocation {
 enum State {
     /// A transient buffer whose alloca has not run.
     Uncommitted,
-    /// Memory is there.
-    Committed(#[expect(dead_code, reason = "held for its Drop, which frees the memory")] Allocation),
+    /// Memory is there; views of a transient buffer share it, so it outlives the release while one lives.
+    Committed(Arc<Allocation>),
     /// A transient buffer whose dealloca ran.
     Released,
 }
@@ -170,7 +175,8 @@ pub struct HostMemory {
     size: u64,
     transient: bool,
     budget: Arc<MemoryBudget>,
-    /// The committed address, null when there is no memory: read without the lock by `host_ptr`.
+    /// The committed address, null when there is no memory: read without the lock for resident
+    /// memory (which never changes) and `device_address`.
     ptr: AtomicPtr<u8>,
     /// Transitions (commit, release) take this lock, so each happens once.
     state: Mutex<State>,
@@ -185,7 +191,7 @@ impl HostMemory {
             transient: false,
             budget: budget.clone(),
             ptr: AtomicPtr::new(allocation.ptr.as_ptr()),
-            state: Mutex::new(State::Committed(allocation)),
+            state: Mutex::new(State::Committed(Arc::new(allocation))),
         })
     }
 
@@ -243,7 +249,7 @@ impl HostMemory {
         let allocation = Allocation::new(self.size, &self.budget)?;
         // Release: the zeroing done by the allocator is visible to whoever loads the pointer.
         self.ptr.store(allocation.ptr.as_ptr(), Ordering::Release);
-        *state = State::Committed(allocation);
+        *state = State::Committed(Arc::new(allocation));
         Ok(())
     }
 
@@ -261,7 +267,8 @@ impl HostMemory {
             State::Released => return refuse("a second time (the dealloca already ran)"),
         }
         self.ptr.store(std::ptr::null_mut(), Ordering::Release);
-        // Dropping the allocation frees the memory and gives back its reservation.
+        // Dropping the buffer's hold frees the memory and gives back its reservation, now or when the
+        // last view taken before drops.
         *state = State::Released;
         Ok(())
     }
@@ -274,9 +281,23 @@ impl HostMemory {
     }
 }
 
-impl BufferBackend for HostMemory {
-    fn host_ptr(&self) -> Option<HostPtr> {
-        NonNull::new(self.ptr.load(Ordering::Acquire))
+// SAFETY: `size` is fixed at creation and every allocation holds `size` zeroed bytes (`Allocation::new`)
+// that only raw pointers reach. Resident memory is freed only when `self` drops, so a borrowed view is
+// valid while the backend lives; a transient view holds an `Arc` of the allocation, taken under the
+// state lock that `release` takes too, so the memory stays allocated while the view lives.
+unsafe impl BufferBackend for HostMemory {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn host_view(&self) -> Option<HostView<'_>> {
+        if !self.transient {
+            return NonNull::new(self.ptr.load(Ordering::Acquire)).map(HostView::borrowed);
+        }
+        match &*self.state() {
+            State::Committed(allocation) => Some(HostView::kept_alive(allocation.ptr, allocation.clone())),
+            State::Uncommitted | State::Released => None,
+        }
     }
 
     fn device_address(&self) -> u64 {
@@ -311,7 +332,8 @@ mod tests {
     fn allocation_is_zeroed_and_aligned() {
         let budget = budget();
         let memory = HostMemory::new(1000, &budget).unwrap();
-        let ptr = memory.host_ptr().unwrap();
+        let view = memory.host_view().unwrap();
+        let ptr = view.ptr();
         assert_eq!(ptr.as_ptr() as usize % HOST_MEMORY_ALIGNMENT, 0);
         assert_eq!(memory.device_address(), ptr.as_ptr() as u64);
         // SAFETY: the allocation holds 1000 bytes and nothing else touches it.
@@ -364,7 +386,7 @@ mod tests {
     fn transient_life_cycle() {
         let budget = budget();
         let memory = HostMemory::transient(256, &budget);
-        assert!(memory.host_ptr().is_none());
+        assert!(memory.host_view().is_none());
         assert_eq!(memory.device_address(), 0);
         assert_eq!(budget.in_use(), 0, "no memory before the alloca");
 
@@ -373,18 +395,32 @@ mod tests {
         assert!(err.message().contains("before commit"), "{err}");
 
         memory.commit().unwrap();
-        let ptr = memory.host_ptr().unwrap();
-        assert_eq!(ptr.as_ptr() as usize % HOST_MEMORY_ALIGNMENT, 0);
+        assert_eq!(memory.host_view().unwrap().ptr().as_ptr() as usize % HOST_MEMORY_ALIGNMENT, 0);
         assert_eq!(budget.in_use(), 256);
         assert_eq!(memory.commit().unwrap_err().code(), StatusCode::FailedPrecondition);
 
         memory.release().unwrap();
-        assert!(memory.host_ptr().is_none());
+        assert!(memory.host_view().is_none());
         assert_eq!(budget.in_use(), 0);
         let err = memory.release().unwrap_err();
         assert_eq!(err.code(), StatusCode::FailedPrecondition);
         assert!(err.message().contains("second time"), "{err}");
         assert_eq!(memory.commit().unwrap_err().code(), StatusCode::FailedPrecondition);
+    }
+
+    #[test]
+    fn view_keeps_released_memory_until_it_drops() {
+        let budget = budget();
+        let memory = HostMemory::transient(128, &budget);
+        memory.commit().unwrap();
+        let view = memory.host_view().unwrap();
+        memory.release().unwrap();
+        assert!(memory.host_view().is_none(), "no new view after the release");
+        assert_eq!(budget.in_use(), 128, "the view still holds the memory");
+        // SAFETY: the view keeps the 128 bytes allocated; nothing else reaches them.
+        unsafe { view.ptr().as_ptr().add(127).write(1) };
+        drop(view);
+        assert_eq!(budget.in_use(), 0, "the last view frees it");
     }
 
     #[test]
@@ -413,7 +449,7 @@ mod tests {
     fn buffer_helpers_name_the_buffer() {
         let budget = budget();
         let backend = Arc::new(HostMemory::transient(64, &budget));
-        let buffer = Buffer::from_backend(DeviceId::next(), 64, BufferParams::host_visible(), backend);
+        let buffer = Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), backend);
         let err = release_buffer(&buffer).unwrap_err();
         assert!(err.message().starts_with(&format!("buffer {}:", buffer.id())), "{err}");
         commit_buffer(&buffer).unwrap();
@@ -433,14 +469,14 @@ mod tests {
             let memory = memory.clone();
             std::thread::spawn(move || memory.commit())
         };
-        let ptr = loop {
-            if let Some(ptr) = memory.host_ptr() {
-                break ptr;
+        let view = loop {
+            if let Some(view) = memory.host_view() {
+                break view;
             }
             std::thread::yield_now();
         };
-        // SAFETY: committed (non-null pointer seen with Acquire), 4096 bytes, nobody else writes.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), 4096) };
+        // SAFETY: the view keeps 4096 committed bytes allocated while `bytes` lives; nobody writes them.
+        let bytes = unsafe { std::slice::from_raw_parts(view.ptr().as_ptr(), 4096) };
         assert!(bytes.iter().all(|&b| b == 0));
         worker.join().unwrap().unwrap();
     }

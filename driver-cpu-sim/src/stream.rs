@@ -246,7 +246,7 @@ mod tests {
         let (model, stream) = streams();
         let device = DeviceId::next();
         let memory = HostMemory::new(16, &Arc::new(MemoryBudget::unlimited())).unwrap();
-        let target = Buffer::from_backend(device, 16, BufferParams::host_visible(), Arc::new(memory));
+        let target = Buffer::from_backend(device, BufferParams::host_visible(), Arc::new(memory));
         let fill = work(QueueOp::Transfer(Command::Fill {
             target: target.clone(),
             offset: 0,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
-use hal::buffer::HostPtr;
+use hal::buffer::HostView;
 use hal::driver::BufferBackend;
 use hal::{Buffer, Error, Result};
 
@@ -290,9 +290,16 @@ fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdevicep
     Ok((raw.cast(), address))
 }
 
-impl BufferBackend for CudaMemory {
-    fn host_ptr(&self) -> Option<HostPtr> {
-        NonNull::new(self.host.load(Ordering::Acquire))
+// SAFETY: `size` is fixed at creation. `host` is null or `pinned`, which holds `size` bytes zeroed by
+// `alloc_pinned` and is freed only in `Drop`: a transient buffer's dealloca unpublishes it without
+// freeing it. So a borrowed view, which cannot outlive `self`, always addresses live memory.
+unsafe impl BufferBackend for CudaMemory {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn host_view(&self) -> Option<HostView<'_>> {
+        NonNull::new(self.host.load(Ordering::Acquire)).map(HostView::borrowed)
     }
 
     fn device_address(&self) -> u64 {

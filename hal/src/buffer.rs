@@ -1,7 +1,9 @@
 //! Buffers: memory of a device, with the memory type and usages it was allocated for, ranges checked
 //! on every access, and host mapping where the memory type allows it.
 
+use std::any::Any;
 use std::fmt;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -103,9 +105,12 @@ struct Shared {
 static NEXT_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Buffer {
-    /// Wraps a driver's allocation. Drivers call this; users allocate through `Device`.
-    pub fn from_backend(device: DeviceId, size: u64, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
+    /// Wraps a driver's allocation; its size is the backend's (the size the `unsafe impl` of
+    /// [`BufferBackend`] vouches for), so a buffer never claims more bytes than its memory holds.
+    /// Drivers call this; users allocate through `Device`.
+    pub fn from_backend(device: DeviceId, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
         let id = NEXT_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let size = backend.size();
         Buffer { shared: Arc::new(Shared { id, device, size, params, backend }) }
     }
 
@@ -169,7 +174,10 @@ impl Buffer {
     }
 
     /// Maps `[offset, offset + length)` for the host. Needs a `HOST_VISIBLE` memory type and the
-    /// `MAPPING` usage.
+    /// `MAPPING` usage, and memory that is there: a transient buffer before its `queue_alloca` ran or
+    /// after its `queue_dealloca` ran is a `FailedPrecondition`. A mapping keeps the memory it maps
+    /// allocated, so one taken before a dealloca stays valid (its bytes are no longer the buffer's)
+    /// and the memory is freed when it drops.
     pub fn map(&self, offset: u64, length: u64) -> Result<Mapping<'_>> {
         self.check_range(offset, length)?;
         if !self.memory_type().contains(MemoryType::HOST_VISIBLE) {
@@ -180,15 +188,17 @@ impl Buffer {
             )));
         }
         self.check_usage(BufferUsage::MAPPING)?;
-        let base = self.shared.backend.host_ptr().ok_or_else(|| {
+        let view = self.shared.backend.host_view().ok_or_else(|| {
             Error::failed_precondition(format!(
-                "buffer {}: has no host memory yet (a queue_alloca that has not run?)",
+                "buffer {}: has no host memory now (a transient buffer whose queue_alloca has not run or \
+                 whose queue_dealloca already ran)",
                 self.shared.id
             ))
         })?;
-        // SAFETY: the range was checked against the allocation's size, so the offset stays inside it.
-        let ptr = unsafe { base.as_ptr().add(offset as usize) };
-        Ok(Mapping { buffer: self, ptr, len: length as usize })
+        // SAFETY: the range was checked against the buffer's size, which is the backend's, and the
+        // backend's `unsafe impl` promises the view addresses that many bytes: the offset stays inside.
+        let ptr = unsafe { view.ptr().as_ptr().add(offset as usize) };
+        Ok(Mapping { buffer: self, _view: view, ptr, len: length as usize })
     }
 
     /// Copies `data` into the buffer at `offset` through a mapping.
@@ -222,8 +232,11 @@ impl fmt::Debug for Buffer {
 
 /// A host view of part of a buffer. Reads and writes copy bytes; queue work on the same range must
 /// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
+/// The mapping keeps the memory it maps allocated while it lives, even past the buffer's dealloca.
 pub struct Mapping<'a> {
     buffer: &'a Buffer,
+    /// Keeps the memory behind `ptr` allocated.
+    _view: HostView<'a>,
     ptr: *mut u8,
     len: usize,
 }
@@ -253,8 +266,8 @@ impl Mapping<'_> {
     /// Copies `data` into the mapping at `offset`.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
-        // SAFETY: the range is inside the mapping (checked), the mapping inside the allocation, and
-        // `data` is a separate host slice, so the regions do not overlap.
+        // SAFETY: the range is inside the mapping (checked), the mapping inside the memory its view
+        // keeps allocated, and `data` is a separate host slice, so the regions do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
         Ok(())
     }
@@ -272,7 +285,8 @@ impl Mapping<'_> {
     /// # Safety
     /// No queue work may write the range while the slice lives.
     pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: the pointer and length describe live mapped memory; the caller excludes writers.
+        // SAFETY: the pointer and length describe mapped memory the view keeps allocated; the caller
+        // excludes writers.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
@@ -288,6 +302,40 @@ impl Mapping<'_> {
 
 /// A host pointer a driver hands out for host-visible memory.
 pub type HostPtr = NonNull<u8>;
+
+/// What a [`BufferBackend`] hands out for host access: the address of byte 0 and whatever keeps the
+/// memory allocated while the view lives. The promise that the address is valid is the one of the
+/// `unsafe impl BufferBackend` that returned the view; building a view promises nothing.
+pub struct HostView<'a> {
+    ptr: HostPtr,
+    /// Holds the memory allocated after the backend released it (a transient buffer's dealloca).
+    _keep_alive: Option<Arc<dyn Any + Send + Sync>>,
+    /// The view may not outlive the backend it came from.
+    _backend: PhantomData<&'a ()>,
+}
+
+impl<'a> HostView<'a> {
+    /// A view of memory that lives as long as the backend does.
+    pub fn borrowed(ptr: HostPtr) -> Self {
+        HostView { ptr, _keep_alive: None, _backend: PhantomData }
+    }
+
+    /// A view of memory that `keep_alive` keeps allocated (for example, an `Arc` of the allocation).
+    pub fn kept_alive(ptr: HostPtr, keep_alive: Arc<dyn Any + Send + Sync>) -> Self {
+        HostView { ptr, _keep_alive: Some(keep_alive), _backend: PhantomData }
+    }
+
+    /// The address of byte 0.
+    pub fn ptr(&self) -> HostPtr {
+        self.ptr
+    }
+}
+
+impl fmt::Debug for HostView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostView").field("ptr", &self.ptr).field("kept_alive", &self._keep_alive.is_some()).finish()
+    }
+}
 
 #[cfg(test)]
 mod tests {

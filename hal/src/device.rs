@@ -150,7 +150,7 @@ impl Device {
     pub fn allocate_buffer(&self, params: BufferParams, size: u64) -> Result<Buffer> {
         self.check_allocation(params, size)?;
         let backend = self.shared.backend.allocate(params, size)?;
-        Ok(Buffer::from_backend(self.id(), size, params, backend))
+        Ok(Buffer::from_backend(self.id(), params, backend))
     }
 
     /// Checks params and size against what the device offers.

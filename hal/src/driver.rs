@@ -8,7 +8,7 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, BufferParams, HostPtr};
+use crate::buffer::{Buffer, BufferParams, HostView};
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
 use crate::error::Result;
@@ -70,10 +70,45 @@ pub trait DeviceBackend: Send + Sync {
 }
 
 /// A buffer's memory.
-pub trait BufferBackend: Send + Sync + Any {
-    /// The host address of byte 0 when the host can reach the memory; `None` for device-only memory
-    /// or a transient buffer whose alloca has not run.
-    fn host_ptr(&self) -> Option<HostPtr>;
+///
+/// # Safety
+/// [`Buffer`] copies host bytes through what [`host_view`](Self::host_view) returns, checking
+/// ranges only against [`size`](Self::size), so an implementer guarantees:
+/// - `size` returns the same value for the backend's whole life;
+/// - every [`HostView`] returned by `host_view` points to `size` bytes that are valid for reads and
+///   writes (allocated, initialized, not reached through a Rust reference elsewhere) for as long as
+///   the view lives, whatever happens meanwhile on any thread: a `queue_dealloca` releasing the
+///   memory must leave it allocated while a view of it lives, either because the view keeps it
+///   alive ([`HostView::kept_alive`]) or because the memory lives as long as the backend
+///   ([`HostView::borrowed`]);
+/// - `host_view` returns `None` rather than a view of memory that is gone or not there yet.
+///
+/// `device_address` is only passed to the driver's own code, which checks it; the HAL trusts it for
+/// nothing.
+///
+/// Safe code cannot implement it, so it cannot hand the HAL memory it does not have:
+///
+/// ```compile_fail,E0200
+/// // Finding 8c: a safe impl like this one made `Buffer::write` write to a dangling address.
+/// use hal::buffer::HostView;
+///
+/// /// Claims a megabyte of host memory at a dangling address.
+/// struct Forged;
+///
+/// impl hal::driver::BufferBackend for Forged {
+///     fn size(&self) -> u64 { 1 << 20 }
+///     fn host_view(&self) -> Option<HostView<'_>> { Some(HostView::borrowed(std::ptr::NonNull::dangling())) }
+///     fn device_address(&self) -> u64 { 0 }
+///     fn as_any(&self) -> &dyn std::any::Any { self }
+/// }
+/// ```
+pub unsafe trait BufferBackend: Send + Sync + Any {
+    /// Size of the memory in bytes (also the [`Buffer`]'s size).
+    fn size(&self) -> u64;
+
+    /// A host view of byte 0 when the host can reach the memory now; `None` for device-only memory
+    /// or a transient buffer whose alloca has not run or whose dealloca ran.
+    fn host_view(&self) -> Option<HostView<'_>>;
 
     /// The address the device uses for byte 0 (a CUdeviceptr on CUDA), 0 when not committed yet.
     fn device_address(&self) -> u64;

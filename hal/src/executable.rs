@@ -63,21 +63,71 @@ pub struct NativeInvocation<'a> {
 
 /// A buffer range bound to a native kernel. Workgroups run in parallel over the same bindings, so
 /// access goes through raw loads and stores rather than slices.
-#[derive(Clone, Copy, Debug)]
+///
+/// Only a driver builds one, through the `unsafe` [`NativeBinding::new`]: its loads and stores are
+/// safe because that constructor's contract makes the range valid for as long as the binding lives.
+/// Safe code cannot forge one:
+///
+/// ```compile_fail,E0133
+/// #![forbid(unsafe_code)]
+/// // Finding 8b: this compiled (as a struct literal) and wrote to a dangling address.
+/// let forged = hal::NativeBinding::new(std::ptr::dangling_mut::<u8>(), 4);
+/// forged.store_u32(0, 1);
+/// ```
+///
+/// ```compile_fail,E0451
+/// let forged = hal::NativeBinding { ptr: std::ptr::dangling_mut::<u8>(), len: 4 };
+/// ```
+///
+/// and a kernel cannot keep one past its call (it is neither `Copy` nor `Clone`):
+///
+/// ```compile_fail,E0507
+/// fn keep(invocation: &hal::NativeInvocation<'_>) -> hal::NativeBinding {
+///     invocation.bindings[0]
+/// }
+/// ```
+#[derive(Debug)]
 pub struct NativeBinding {
     /// Address of the first bound byte.
-    pub ptr: *mut u8,
+    ptr: *mut u8,
     /// Bound length in bytes.
-    pub len: usize,
+    len: usize,
 }
 
-// SAFETY: a binding is an address into driver-owned memory that outlives the dispatch; kernels
+// SAFETY: `new`'s caller keeps the memory valid on every thread the binding reaches; kernels
 // coordinate their own accesses, as GPU kernels do.
 unsafe impl Send for NativeBinding {}
 // SAFETY: see `Send`.
 unsafe impl Sync for NativeBinding {}
 
 impl NativeBinding {
+    /// A binding of `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes (allocated, initialized, not reached
+    /// through a Rust reference) whenever the binding's loads and stores run, on every thread it is
+    /// shared with. A driver keeps this by holding the bound buffer's memory until the dispatch has
+    /// finished and by giving kernels only `&NativeBinding`s, which they cannot keep past their call
+    /// (a binding is neither `Copy` nor `Clone`).
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
+        NativeBinding { ptr, len }
+    }
+
+    /// Address of the first bound byte (for handing to foreign code; dereferencing it is `unsafe`).
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bound length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the binding is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Number of whole `u32` elements in the binding.
     pub fn len_u32(&self) -> usize {
         self.len / 4
@@ -88,7 +138,8 @@ impl NativeBinding {
         if index >= self.len_u32() {
             return None;
         }
-        // SAFETY: in range (checked); unaligned reads are fine for any byte offset.
+        // SAFETY: in range (checked), and `new`'s contract keeps the range valid while loads run;
+        // unaligned reads are fine for any byte offset.
         Some(unsafe { self.ptr.add(index * 4).cast::<u32>().read_unaligned() })
     }
 
@@ -97,7 +148,7 @@ impl NativeBinding {
         if index >= self.len_u32() {
             return false;
         }
-        // SAFETY: in range (checked); unaligned writes are fine for any byte offset.
+        // SAFETY: as in `load_u32`; unaligned writes are fine for any byte offset.
         unsafe { self.ptr.add(index * 4).cast::<u32>().write_unaligned(value) };
         true
     }

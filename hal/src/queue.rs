@@ -121,7 +121,7 @@ impl Queue {
         self.device.check_allocation(params, size)?;
         self.check_signals(signals)?;
         let backend = self.device.backend().allocate_transient(params, size)?;
-        let buffer = Buffer::from_backend(self.device.id(), size, params, backend);
+        let buffer = Buffer::from_backend(self.device.id(), params, backend);
         self.submit_checked(QueueOp::Alloca(buffer.clone()), waits, signals)?;
         Ok(buffer)
     }

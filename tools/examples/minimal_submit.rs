@@ -59,7 +59,7 @@ fn add_constant(driver: &str) -> ExecutableSource {
     ExecutableSource::Native(vec![NativeEntryPoint {
         info,
         kernel: Arc::new(|wg: &NativeInvocation<'_>| {
-            let data = wg.bindings[0];
+            let data = &wg.bindings[0];
             for thread in 0..wg.workgroup_size[0] {
                 let i = (wg.workgroup_id[0] * wg.workgroup_size[0] + thread) as usize;
                 if i < COUNT as usize {

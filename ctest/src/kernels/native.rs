@@ -42,14 +42,16 @@ fn elements(inv: &NativeInvocation<'_>) -> std::ops::Range<usize> {
 }
 
 fn load(binding: &NativeBinding, index: usize) -> std::result::Result<u32, String> {
-    binding.load_u32(index).ok_or_else(|| format!("load of element {index} outside a binding of {} bytes", binding.len))
+    binding
+        .load_u32(index)
+        .ok_or_else(|| format!("load of element {index} outside a binding of {} bytes", binding.len()))
 }
 
 fn store(binding: &NativeBinding, index: usize, value: u32) -> KernelResult {
     if binding.store_u32(index, value) {
         Ok(())
     } else {
-        Err(format!("store of element {index} outside a binding of {} bytes", binding.len))
+        Err(format!("store of element {index} outside a binding of {} bytes", binding.len()))
     }
 }
 

@@ -71,7 +71,7 @@ pub fn native_source() -> ExecutableSource {
 /// One workgroup of `jacobi_step` on cpu-sim: the cells `workgroup_id.x * 256 ..` of row
 /// `workgroup_id.y + 1` of the half (what the PTX's 256 threads of that block do).
 pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), String> {
-    let (&[src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
+    let ([src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
         return Err(format!(
             "{ENTRY_POINT}: needs {BINDINGS} bindings and {CONSTANTS} constants, got {} and {}",
             inv.bindings.len(),
@@ -90,12 +90,12 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
     for col in first_col..end_col {
         let at = row * w + col as usize;
         let value = if is_border(global_row, col, total_rows, width) {
-            load(&src, at)?
+            load(src, at)?
         } else {
-            stencil_point(load(&src, at - w)?, load(&src, at + w)?, load(&src, at - 1)?, load(&src, at + 1)?)
+            stencil_point(load(src, at - w)?, load(src, at + w)?, load(src, at - 1)?, load(src, at + 1)?)
         };
         if !dst.store_f32(at, value) {
-            return Err(out_of_range(&dst, at));
+            return Err(out_of_range(dst, at));
         }
     }
     Ok(())
