@@ -172,3 +172,37 @@ pub(crate) fn two_mappings_at_once(cx: &Cx) -> CaseResult {
     ensure!(bytes[..32].iter().all(|&b| b == 1) && bytes[32..].iter().all(|&b| b == 2), "halves: {bytes:?}");
     Ok(())
 }
+
+/// A mapping taken before a transient buffer's dealloca stays usable: the memory it maps stays
+/// allocated while it lives. What starts after the dealloca (a new mapping, host reads and writes,
+/// queue work, a second dealloca) fails with `FailedPrecondition` naming the buffer.
+pub(crate) fn stale_mapping_after_dealloca(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let s = cx.sem(0)?;
+    let buffer = q.alloca(&[], BufferParams::host_visible(), 256, &[sv(&s, 1)]).ctx("alloca")?;
+    cx.wait(&s, 1)?;
+    let mut mapping = buffer.map(0, 256).ctx("map before the dealloca")?;
+    mapping.write(0, &[0x5A; 256]).ctx("write before the dealloca")?;
+    q.dealloca(&[], &buffer, &[sv(&s, 2)]).ctx("dealloca")?;
+    cx.wait(&s, 2)?;
+    mapping.write(0, &[1, 2, 3]).ctx("write through the stale mapping")?;
+    let mut back = [0u8; 4];
+    mapping.read(0, &mut back).ctx("read through the stale mapping")?;
+    ensure_eq!(back, [1, 2, 3, 0x5A], "bytes through the stale mapping");
+    drop(mapping);
+
+    let names_buffer = |e: hal::Error, what: &str| -> CaseResult {
+        ensure!(e.message().contains(&format!("buffer {}", buffer.id())), "{what}: '{e}' does not name the buffer");
+        Ok(())
+    };
+    let precondition = StatusCode::FailedPrecondition;
+    names_buffer(expect_code(buffer.map(0, 4).map(|_| ()), precondition, "map after the dealloca")?, "map")?;
+    names_buffer(expect_code(buffer.write(0, &[1]), precondition, "write after the dealloca")?, "write")?;
+    names_buffer(expect_code(buffer.read_to_vec(), precondition, "read after the dealloca")?, "read")?;
+    let fill = cx.sem(0)?;
+    q.fill(&[], &buffer, 0, 256, 7, 1, &[sv(&fill, 1)]).ctx("fill after the dealloca")?;
+    names_buffer(cx.wait_failed(&fill, 1, precondition)?, "fill")?;
+    let again = cx.sem(0)?;
+    q.dealloca(&[], &buffer, &[sv(&again, 1)]).ctx("second dealloca")?;
+    names_buffer(cx.wait_failed(&again, 1, precondition)?, "second dealloca")
+}

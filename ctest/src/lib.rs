@@ -94,6 +94,7 @@ macro_rules! __cts_case_list {
                 host_writes_visible_to_device,
                 device_writes_visible_to_host,
                 two_mappings_at_once,
+                stale_mapping_after_dealloca,
             }
             command_buffer {
                 empty_command_buffer,
