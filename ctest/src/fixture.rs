@@ -79,11 +79,12 @@ impl Fixture {
 
     /// A driver that cannot run on this machine (no hardware, no driver library): every case is
     /// skipped with `notice`, and each test [`instantiate_cts!`](crate::instantiate_cts) generates
-    /// prints `notice` and passes without running its case. `notice` should say plainly that the
-    /// suite did not run, e.g. `"CUDA not available: <reason>; CUDA CTS NOT run"`.
+    /// prints `not run: <test>: <notice>` on stderr and passes without running its case. `notice`
+    /// says why, e.g. `"CUDA not available: <reason>"`. So that such a pass is rare, mark the tests
+    /// ignored where the hardware cannot be present (an attribute given to `instantiate_cts!`).
     ///
     /// ```
-    /// let fixture = ctest::Fixture::not_available("gpu", "GPU not available: no driver; GPU CTS NOT run");
+    /// let fixture = ctest::Fixture::not_available("gpu", "GPU not available: no driver");
     /// assert!(fixture.unavailable().is_some());
     /// assert!(fixture.create_device().is_err());
     /// ```

@@ -324,7 +324,7 @@ macro_rules! __cts_expand {
             $($($crate::Case { area: stringify!($area), name: stringify!($case), run: $crate::$area::$case },)*)*
         ];
     };
-    ([tests $module:ident $fixture:expr] $($area:ident { $($case:ident),* $(,)? })*) => {
+    ([tests $module:ident $fixture:expr, #[$attr:meta]] $($area:ident { $($case:ident),* $(,)? })*) => {
         #[allow(unused_imports)]
         mod $module {
             use super::*;
@@ -344,6 +344,7 @@ macro_rules! __cts_expand {
                 mod $area {
                     $(
                         #[test]
+                        #[$attr]
                         fn $case() {
                             let name = super::test_name(module_path!(), stringify!($case));
                             $crate::run_test(super::fixture, &name, stringify!($area), stringify!($case));
@@ -369,9 +370,21 @@ __cts_case_list!(table);
 /// Run one area with `cargo test --test <file> <module>::semaphore::`. Each test runs its case in a
 /// child process (the same test binary) so a crash fails only that test; `CTEST_ISOLATE=0` runs
 /// them in-process.
+///
+/// An attribute after the fixture goes on every generated test, e.g. to mark them ignored, with the
+/// reason, where they cannot run (driver-cuda's `tests/cts.rs` does so where no CUDA driver was found
+/// at build time):
+///
+/// ```no_run
+/// ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim(), #[cfg_attr(miri, ignore = "too slow under Miri")]);
+/// ```
 #[macro_export]
 macro_rules! instantiate_cts {
     ($module:ident, $fixture:expr $(,)?) => {
-        $crate::__cts_case_list!(tests $module $fixture);
+        // An attribute that never applies: the generated tests are plain `#[test]`s.
+        $crate::__cts_case_list!(tests $module $fixture, #[cfg_attr(any(), ignore)]);
+    };
+    ($module:ident, $fixture:expr, #[$attr:meta] $(,)?) => {
+        $crate::__cts_case_list!(tests $module $fixture, #[$attr]);
     };
 }

@@ -189,20 +189,25 @@ fn panic_message(panic: &(dyn Any + Send)) -> String {
 /// message; a skip passes with a note. `instantiate_cts!` generates one `#[test]` calling this per
 /// case. Unless `CTEST_ISOLATE=0`, the case runs in a child process (this test binary, re-run for
 /// exactly `test_name`), so a crash fails only this test. A fixture that is
-/// [not available](Fixture::not_available) prints its notice and passes without running the case.
+/// [not available](Fixture::not_available) prints `not run: <notice>` on stderr, past libtest's
+/// capture, and passes without running the case (a driver that must not pass so panics in its
+/// fixture instead, as driver-cuda's does under `HAL_REQUIRE_CUDA=1`).
 pub fn run_test(fixture: impl FnOnce() -> Fixture, test_name: &str, area: &str, name: &str) {
     let Some(case) = find(area, name) else {
         panic!("ctest has no case {area}::{name}");
     };
     let fixture = fixture();
     if let Some(notice) = fixture.unavailable() {
-        println!("{notice} ({area}::{name})");
+        // Straight to stderr: libtest would hide a printed line of a test that passes.
+        let _ = writeln!(std::io::stderr(), "not run: {test_name}: {notice}");
         return;
     }
     let report = if crate::isolate::isolation_wanted() {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut command = std::process::Command::new(exe);
-        command.args([test_name, "--exact", "--nocapture", "--test-threads=1"]);
+        // --include-ignored: the parent may itself run because of it (a test ignored where its
+        // hardware was missing at build time); the child must run the same test.
+        command.args([test_name, "--exact", "--include-ignored", "--nocapture", "--test-threads=1"]);
         crate::isolate::run_in_child(command, case)
     } else {
         let report = run_case(&fixture, case);
