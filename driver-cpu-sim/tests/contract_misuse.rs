@@ -37,12 +37,7 @@ fn device() -> hal::Device {
     driver_cpu_sim::create_device().expect("cpu-sim device")
 }
 
-/// Threads of this process (Linux), to check a dropped device leaves none behind.
-fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
-}
-
-/// The names of this process's threads, for the message when some are left behind.
+/// The names of this process's threads (Linux; truncated to 15 bytes by the kernel).
 fn thread_names() -> Vec<String> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
     tasks
@@ -52,7 +47,13 @@ fn thread_names() -> Vec<String> {
         .collect()
 }
 
-/// Waits up to five seconds (a loaded machine) for the thread count to come back to `baseline`.
+/// Threads the HAL and cpu-sim started (completion, host-call, stream and workgroup threads), to
+/// check a dropped device leaves none behind. The test harness's own threads do not count.
+fn thread_count() -> usize {
+    thread_names().iter().filter(|name| name.starts_with("hal-") || name.starts_with("cpu-sim-")).count()
+}
+
+/// Waits up to five seconds (a loaded machine) for the HAL's thread count to come back to `baseline`.
 fn assert_threads_back_to(baseline: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while thread_count() > baseline && Instant::now() < deadline {
@@ -60,7 +61,7 @@ fn assert_threads_back_to(baseline: usize, what: &str) {
     }
     assert!(
         thread_count() <= baseline,
-        "{what}: {} threads left, {baseline} before: {:?}",
+        "{what}: {} HAL threads left, {baseline} before: {:?}",
         thread_count(),
         thread_names()
     );
@@ -377,5 +378,61 @@ fn finding_7_a_single_wait_wakes_when_the_host_reaches_the_value() {
         let latency = woke.saturating_duration_since(signalled);
         assert!(latency < Duration::from_millis(50), "woke {latency:?} after the host signal");
         s.wait(5, Timeout::After(SHORT)).unwrap();
+    });
+}
+
+#[test]
+fn finding_9_failing_every_signal_of_a_huge_dispatch_stops_it() {
+    within(Duration::from_secs(20), "finding 9 (fail)", || {
+        let device = device();
+        let q0 = device.queue(0).unwrap();
+        let s = device.create_semaphore(0).unwrap();
+        // Within the per-axis limits, and millennia of work at 1 ms per workgroup.
+        let huge = sleeping_commands(&device, Duration::from_millis(1), i32::MAX as u32);
+        q0.execute(&[], &huge, &[SV::new(&s, 1)]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        s.fail(hal::Error::aborted("nobody wants it any more"));
+        // The queue is free again soon: later work completes.
+        let after = device.create_semaphore(0).unwrap();
+        q0.barrier(&[], &[SV::new(&after, 1)]).unwrap();
+        after.wait(1, Timeout::After(SHORT)).expect("the dispatch stopped");
+    });
+}
+
+#[test]
+fn finding_9_dropping_the_device_stops_a_huge_dispatch() {
+    within(Duration::from_secs(20), "finding 9 (drop)", || {
+        let device = device();
+        let q0 = device.queue(0).unwrap();
+        let s = device.create_semaphore(0).unwrap();
+        let huge = sleeping_commands(&device, Duration::from_millis(1), i32::MAX as u32);
+        q0.execute(&[], &huge, &[SV::new(&s, 1)]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let start = Instant::now();
+        drop((device, q0, huge));
+        assert!(start.elapsed() < Duration::from_secs(2), "drop took {:?}", start.elapsed());
+        let err = s.wait(1, Timeout::After(SHORT)).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Cancelled, "{err}");
+    });
+}
+
+#[test]
+fn signals_completing_behind_the_value_are_counted_not_dropped_in_silence() {
+    within(Duration::from_secs(20), "behind signals", || {
+        let device = device();
+        let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+        let (gate, c) = (Semaphore::new(0), device.create_semaphore(0).unwrap());
+        // Two unordered submissions signal `c`: the later value completes first.
+        q0.barrier(&[SV::new(&gate, 1)], &[SV::new(&c, 1)]).unwrap();
+        q1.barrier(&[], &[SV::new(&c, 2)]).unwrap();
+        c.wait(2, Timeout::After(SHORT)).unwrap();
+        gate.signal(1).unwrap();
+        let deadline = Instant::now() + SHORT;
+        while c.behind_signals() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(c.behind_signals(), 1);
+        assert!(c.report().contains("behind"), "{}", c.report());
+        assert_eq!(c.query().unwrap(), 2, "values never go down");
     });
 }

@@ -150,6 +150,9 @@ pub struct Work {
     /// Set when the work should stop early (device teardown, a failed signal semaphore); backends
     /// that can stop between pieces of work poll it (see `Work::cancel_requested`).
     cancel: AtomicBool,
+    /// The semaphores it signals (set by the scheduler at issue): it is cancelled for a failed
+    /// signal semaphore only once all of them failed (nobody can observe its success any more).
+    signals: Mutex<crate::semaphore::SemaphoreList>,
     /// Nanoseconds the device spent on it, when the backend measures that (`NO_DEVICE_TIME`: not).
     device_time_ns: AtomicU64,
 }
@@ -168,8 +171,22 @@ impl Work {
             upstream: Mutex::new(upstream),
             retired: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
+            signals: Mutex::new(SmallVec::new()),
             device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
         }
+    }
+
+    /// Records the semaphores it signals (exclusive access: before it is shared).
+    pub(crate) fn set_signals(&mut self, signals: &[crate::semaphore::SemaphoreValue]) {
+        let mine = self.signals.get_mut().unwrap_or_else(|p| p.into_inner());
+        mine.clear();
+        mine.extend(signals.iter().cloned());
+    }
+
+    /// Whether every semaphore it signals has failed (and it signals at least one).
+    pub(crate) fn all_signals_failed(&self) -> bool {
+        let signals = lock(&self.signals);
+        !signals.is_empty() && signals.iter().all(|s| s.semaphore.query().is_err())
     }
 
     /// Asks the backend to stop this work as soon as it can: work not started yet does not run, and a

@@ -125,12 +125,15 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         self
     }
 
-    /// Asks the work in flight that would signal this semaphore to stop early: its signals could
-    /// only carry a failure now (a cpu-sim dispatch stops between workgroups; a GPU cannot stop
-    /// launched work, and finishes it).
+    /// Asks the work in flight that would signal this semaphore to stop early once every semaphore
+    /// it signals has failed: nobody can observe its success any more (a cpu-sim dispatch stops
+    /// between workgroups; a GPU cannot stop launched work, and finishes it).
     fn failed(&self) {
-        for entry in lock(&self.table).iter() {
-            entry.producer.request_cancel();
+        let producers: Vec<Arc<Work>> = lock(&self.table).iter().map(|e| e.producer.clone()).collect();
+        for producer in producers {
+            if producer.all_signals_failed() {
+                producer.request_cancel();
+            }
         }
     }
 

@@ -393,6 +393,7 @@ impl<M: StreamModel> Shared<M> {
         queue: usize,
         op: QueueOp,
         upstream: SmallVec<[Arc<Work>; 2]>,
+        signals: &[SemaphoreValue],
     ) -> Arc<Work> {
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
@@ -401,9 +402,12 @@ impl<M: StreamModel> Shared<M> {
             && let Some(reused) = Arc::get_mut(&mut work)
         {
             reused.reset(id, queue, op, upstream);
+            reused.set_signals(signals);
             return work;
         }
-        Arc::new(Work::new(id, queue, op, upstream))
+        let mut work = Work::new(id, queue, op, upstream);
+        work.set_signals(signals);
+        Arc::new(work)
     }
 
     /// Takes back a retired `Work` if nothing else refers to it (onto the device-wide list, from
@@ -414,6 +418,7 @@ impl<M: StreamModel> Shared<M> {
         work.release_upstream();
         if let Some(spent) = Arc::get_mut(&mut work) {
             spent.op = QueueOp::Barrier;
+            spent.set_signals(&[]);
             let mut spare = lock(&self.spare_work);
             if spare.len() < SPARES {
                 spare.push(work);
@@ -433,7 +438,7 @@ impl<M: StreamModel> Shared<M> {
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
         let mut issuer = lock(&slot.issuer);
         let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
-        let work = self.new_work(spare_work, id, queue, op, upstream);
+        let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
         let issued = {
             let recorded =
                 if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, spare_events, &work, &wait_events) };
