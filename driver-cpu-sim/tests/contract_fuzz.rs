@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use hal::{
     Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Error, ExecutableSource,
-    NativeEntryPoint, NativeKernel, Queue, Readback, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
-    WaitFuture, WaitMode,
+    NativeEntryPoint, NativeKernel, Queue, Readback, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitFuture,
+    WaitMode,
 };
 
-#[path = "../../hal/tests/support/splitmix.rs"]
-mod splitmix;
 #[path = "support/fuzz_program.rs"]
 mod fuzz_program;
+#[path = "../../hal/tests/support/splitmix.rs"]
+mod splitmix;
 #[path = "support/timeline_model.rs"]
 mod timeline_model;
 
@@ -50,7 +50,7 @@ const DISABLED_PENDING_FIXES: &[Family] = &[
 ];
 
 /// Programs a plain `cargo test` runs (debug build: a few seconds).
-const CI_PROGRAMS: u64 = 24;
+const CI_PROGRAMS: u64 = 200;
 /// A settled wait that takes longer than this is a hang.
 const HANG: Duration = Duration::from_secs(10);
 /// A program that takes longer than this is stuck (in a drop, say): the watchdog stops the run.
@@ -68,7 +68,8 @@ fn parse_families(spec: &str) -> Families {
     let default = Families::all_but(DISABLED_PENDING_FIXES);
     let mut set = Families::default();
     for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        let family = |name: &str| Family::parse(name).unwrap_or_else(|| panic!("HAL_FUZZ_FAMILIES: unknown family {name:?}"));
+        let family =
+            |name: &str| Family::parse(name).unwrap_or_else(|| panic!("HAL_FUZZ_FAMILIES: unknown family {name:?}"));
         set = match word {
             "default" => default,
             "all" => Families::all(),
@@ -291,9 +292,11 @@ impl<'p> Run<'p> {
         for spec in &program.sems {
             sems.push(match spec.owner {
                 Owner::Host => Semaphore::new(0),
-                Owner::Device(d) => devices[d].as_ref().map(|h| h.device.create_semaphore(0)).expect("device").map_err(
-                    |e| format!("setup: {e}"),
-                )?,
+                Owner::Device(d) => devices[d]
+                    .as_ref()
+                    .map(|h| h.device.create_semaphore(0))
+                    .expect("device")
+                    .map_err(|e| format!("setup: {e}"))?,
             });
         }
         let prediction = Prediction::of(program, program.families.has(Family::DropInFlight));
@@ -398,11 +401,9 @@ impl<'p> Run<'p> {
             Op::Barrier => queue.barrier(&waits, &signals),
             Op::Fill { offset, pattern } => queue.fill(&waits, &handles.scratch, *offset, 64, *pattern, 4, &signals),
             Op::Write { offset, byte } => queue.write(&waits, vec![*byte; 16], &handles.scratch, *offset, &signals),
-            Op::Read { offset, length } => {
-                queue.read(&waits, &handles.scratch, *offset, *length, &signals).map(|r| {
-                    self.readbacks[n] = Some(r);
-                })
-            }
+            Op::Read { offset, length } => queue.read(&waits, &handles.scratch, *offset, *length, &signals).map(|r| {
+                self.readbacks[n] = Some(r);
+            }),
             Op::Alloca => queue.alloca(&waits, BufferParams::device_local(), 256, &signals).map(|b| {
                 self.allocas[n] = Some(b);
             }),
@@ -435,7 +436,11 @@ impl<'p> Run<'p> {
                             return Err(e);
                         }
                     }
-                    if spec.fails { Err(Error::new(HOST_CALL_FAILURE, format!("fuzz: host call {n} fails"))) } else { Ok(()) }
+                    if spec.fails {
+                        Err(Error::new(HOST_CALL_FAILURE, format!("fuzz: host call {n} fails")))
+                    } else {
+                        Ok(())
+                    }
                 };
                 queue.host_call(&waits, call, &signals)
             }
@@ -492,7 +497,8 @@ impl<'p> Run<'p> {
                 }
             }
             Err(e) if e.code() == StatusCode::DeadlineExceeded => {
-                let gate_reached = if any { outcomes.iter().any(|o| o.is_ok()) } else { outcomes.iter().all(|o| o.is_ok()) };
+                let gate_reached =
+                    if any { outcomes.iter().any(|o| o.is_ok()) } else { outcomes.iter().all(|o| o.is_ok()) };
                 let gates_only = entries.iter().all(|&(s, _)| self.program.sems[s].kind == fuzz_program::SemKind::Gate);
                 if reached_before || (gates_only && gate_reached) {
                     self.violations.push(format!("{what}: DeadlineExceeded on values already reached"));
@@ -536,7 +542,8 @@ impl<'p> Run<'p> {
         for d in 0..DEVICES {
             let on_device = |n: &usize| self.program.nodes[*n].device == d;
             let nodes = 0..self.program.nodes.len();
-            let surely = nodes.clone().filter(on_device).filter(|&n| self.prediction.nodes[n] == Outcomes::PENDING).count();
+            let surely =
+                nodes.clone().filter(on_device).filter(|&n| self.prediction.nodes[n] == Outcomes::PENDING).count();
             let maybe = nodes.filter(on_device).filter(|&n| self.prediction.nodes[n].pending).count();
             let device = &self.handles(d).device;
             let mut last = device.resource_usage();
@@ -592,12 +599,14 @@ impl<'p> Run<'p> {
         };
         match state {
             Ok(value) => {
-                let Some(j) = (0..=producers.len()).find(|&j| self.prediction.value_after(program, s, j) == *value) else {
+                let Some(j) = (0..=producers.len()).find(|&j| self.prediction.value_after(program, s, j) == *value)
+                else {
                     return Some(format!("value {value} is no value a producer signals; {}", describe()));
                 };
                 let applied_ok = producers[..j].iter().all(|&p| outcome(p).ok);
                 let next_may_wait = producers.get(j).is_none_or(|&p| outcome(p).pending);
-                (!applied_ok || !next_may_wait).then(|| format!("value {value}, which the model does not allow; {}", describe()))
+                (!applied_ok || !next_may_wait)
+                    .then(|| format!("value {value}, which the model does not allow; {}", describe()))
             }
             Err(e) => {
                 let allowed = producers.iter().any(|&p| outcome(p).may_fail_with(e.code()));
@@ -625,7 +634,8 @@ impl<'p> Run<'p> {
         for (n, node) in self.program.nodes.iter().enumerate() {
             let waits = self.prediction.waits[n];
             // Runs for sure: its waits are reached, and nothing can refuse or cancel it.
-            let must_run = waits.is_ok() && !self.prediction.refusable[n] && !self.program.families.has(Family::DropInFlight);
+            let must_run =
+                waits.is_ok() && !self.prediction.refusable[n] && !self.program.families.has(Family::DropInFlight);
             match &node.op {
                 Op::HostCall(_) => {
                     let ran = self.host_calls_ran[n].load(Ordering::SeqCst);
@@ -636,10 +646,9 @@ impl<'p> Run<'p> {
                 Op::Read { length, .. } => {
                     let bytes = self.readbacks[n].as_ref().and_then(Readback::take);
                     let has = bytes.as_ref().map(Vec::len);
-                    if (must_run && has != Some(*length as usize))
-                        || (waits.never_ok() && has.is_some())
-                    {
-                        self.violations.push(format!("node {n} (read of {length} bytes, waits {waits}) has {has:?} bytes"));
+                    if (must_run && has != Some(*length as usize)) || (waits.never_ok() && has.is_some()) {
+                        self.violations
+                            .push(format!("node {n} (read of {length} bytes, waits {waits}) has {has:?} bytes"));
                     }
                 }
                 _ => {}
@@ -702,7 +711,9 @@ impl<'p> Run<'p> {
                     Err(e) if e.code() == code => {}
                     other => check(
                         false,
-                        format!("the work waiting on s (failed by the host before it was reached) gave {other:?}, not {code:?}"),
+                        format!(
+                            "the work waiting on s (failed by the host before it was reached) gave {other:?}, not {code:?}"
+                        ),
                     ),
                 }
             }
@@ -735,9 +746,14 @@ impl<'p> Run<'p> {
                 match rx.recv_timeout(self.slack + Duration::from_millis(200)) {
                     Ok((result, at)) => {
                         let late = at.saturating_duration_since(signalled);
-                        check(result.is_ok() && late <= self.slack, format!("wait(3) gave {result:?} {late:?} after the host signalled 3"));
+                        check(
+                            result.is_ok() && late <= self.slack,
+                            format!("wait(3) gave {result:?} {late:?} after the host signalled 3"),
+                        );
                     }
-                    Err(_) => check(false, "wait(3) had not returned 200 ms past the slack after the host signalled 3".into()),
+                    Err(_) => {
+                        check(false, "wait(3) had not returned 200 ms past the slack after the host signalled 3".into())
+                    }
                 }
                 latch.release();
                 let _ = waiter.join();
@@ -763,7 +779,9 @@ impl<'p> Run<'p> {
                 let took = started.elapsed();
                 check(
                     took <= timeout + self.slack,
-                    format!("a wait of {timeout:?} behind a {sleep_ms} ms host call returned {result:?} after {took:?}"),
+                    format!(
+                        "a wait of {timeout:?} behind a {sleep_ms} ms host call returned {result:?} after {took:?}"
+                    ),
                 );
                 check(s.wait(1, Timeout::After(HANG)).is_ok(), format!("s after the host call: {:?}", s.query()));
             }
@@ -817,7 +835,8 @@ impl Drop for ReleaseOnDrop {
 fn latched_command_buffer(device: &Device, latch: &Arc<Latch>) -> hal::Result<CommandBuffer> {
     let latch = latch.clone();
     let kernel: NativeKernel = Arc::new(move |_| latch.wait());
-    let source = ExecutableSource::Native(vec![NativeEntryPoint { info: EntryPointInfo::new("latch", 1, 0, 0), kernel }]);
+    let source =
+        ExecutableSource::Native(vec![NativeEntryPoint { info: EntryPointInfo::new("latch", 1, 0, 0), kernel }]);
     let executable = device.load_executable(&source)?;
     let cb = device.create_command_buffer(CommandBufferMode::OneShot)?;
     cb.dispatch(&executable, 0, [1, 1, 1], &[], &[])?;
