@@ -2,10 +2,12 @@
 //! thread and never under a scheduler lock, so a call may submit to and wait on any queue, its own
 //! included, and a slow call delays nothing but what is ordered behind it.
 //!
-//! A blocking call (the default, IREE's meaning) holds later work of its queue until it returns: at
-//! submission it opens a *gate* on the queue, a host semaphore that every later submission to that
-//! queue waits on (from the host, like any semaphore of no device) and that the call's return
-//! signals. Submissions made by the call itself skip its own gate (it may wait for them).
+//! A blocking call (the default, IREE's meaning) holds later work of its queue until it returns: once
+//! its waits are reached and it is issued (enters its queue's order), it opens a *gate* on the queue,
+//! a host semaphore that every submission of that queue issued later waits on (from the host, like
+//! any semaphore of no device) and that the call's return signals. A call still waiting for its own
+//! waits holds nothing back, so work behind it may signal what it waits for. Submissions made by the
+//! call itself skip its own gate (it may wait for them).
 
 use std::cell::Cell;
 use std::collections::VecDeque;

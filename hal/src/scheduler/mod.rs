@@ -224,20 +224,6 @@ impl<M: StreamModel> Scheduler<M> {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        // Behind a blocking host call of this queue, work waits until the call returned.
-        let slot = &shared.queues[queue];
-        let mut gated: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
-        let waits = if slot.gates.add_waits(shared.device.get(), queue, &mut gated) {
-            gated.extend(waits.iter().cloned());
-            &gated[..]
-        } else {
-            waits
-        };
-        if let QueueOp::HostCall(call) = &op
-            && call.is_blocking()
-        {
-            slot.gates.open(id);
-        }
         let host_only = matches!(op, QueueOp::HostCall(_));
         let mut covered = Covered {
             indices: SmallVec::new(),
@@ -249,7 +235,6 @@ impl<M: StreamModel> Scheduler<M> {
             match wait.semaphore.query() {
                 Err(status) => {
                     tracing::debug!(action = id, %status, "wait semaphore failed at submission");
-                    slot.gates.release(id);
                     for signal in signals {
                         signal.semaphore.fail(status.clone());
                     }
@@ -286,7 +271,7 @@ impl<M: StreamModel> Scheduler<M> {
                 wait_events: covered.events,
                 upstream: covered.upstream,
             };
-            shared.issue(id, issue);
+            shared.issue_or_gate(id, issue);
         } else {
             Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
         }
@@ -426,6 +411,20 @@ impl<M: StreamModel> Shared<M> {
         }
     }
 
+    /// Issues a submission whose waits are resolved, unless a blocking host call of its queue was
+    /// issued and has not returned yet: then it is held until the call returns (the call's gate,
+    /// see `host_calls`), keeping the device events that cover its waits.
+    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, issue: Issue<M>) {
+        let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
+        if !self.queues[issue.queue].gates.add_waits(self.device.get(), issue.queue, &mut gates) {
+            self.issue(id, issue);
+            return;
+        }
+        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
+        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream };
+        Action::hold(self, id, queue, op, gates.into_iter().collect(), signals, covered);
+    }
+
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
         let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
@@ -436,6 +435,12 @@ impl<M: StreamModel> Shared<M> {
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
+        // From here on, later work of this queue waits until a blocking host call returns.
+        if let QueueOp::HostCall(call) = &op
+            && call.is_blocking()
+        {
+            slot.gates.open(id);
+        }
         let mut issuer = lock(&slot.issuer);
         let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
         let work = self.new_work(spare_work, id, queue, op, upstream, &signals);

@@ -211,7 +211,7 @@ impl<M: StreamModel> Action<M> {
             Step::Nothing => {}
             Step::Issue(issue) => {
                 shared.pending_remove(self.id);
-                shared.issue(self.id, issue);
+                shared.issue_or_gate(self.id, issue);
             }
             Step::Fail { op, signals, cancel, status } => {
                 shared.pending_remove(self.id);
