@@ -470,6 +470,8 @@ pub(crate) fn rapid_one_shot_cycles(cx: &Cx) -> CaseResult {
     for cycle in 0..200u32 {
         let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
         cb.fill(&buffer, 0, 64, cycle, 4).ctx("fill")?;
+        // Commands not separated by a barrier may run concurrently (a CUDA graph without an edge).
+        cb.barrier().ctx("barrier")?;
         cb.update(&buffer, 4 * (cycle as u64 % 16), &(!cycle).to_le_bytes()).ctx("update")?;
         cb.end().ctx("end")?;
         let value = u64::from(cycle) + 1;
