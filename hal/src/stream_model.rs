@@ -150,9 +150,10 @@ pub struct Work {
     /// Set when the work should stop early (device teardown, a failed signal semaphore); backends
     /// that can stop between pieces of work poll it (see `Work::cancel_requested`).
     cancel: AtomicBool,
-    /// The semaphores it signals (set by the scheduler at issue): it is cancelled for a failed
-    /// signal semaphore only once all of them failed (nobody can observe its success any more).
-    signals: Mutex<crate::semaphore::SemaphoreList>,
+    /// How many of its signal semaphores have not failed (set by the scheduler at issue, counted
+    /// down as they fail): it is cancelled for failed signals only once none is left (nobody can
+    /// observe its success any more).
+    live_signals: AtomicU64,
     /// Nanoseconds the device spent on it, when the backend measures that (`NO_DEVICE_TIME`: not).
     device_time_ns: AtomicU64,
 }
@@ -171,22 +172,24 @@ impl Work {
             upstream: Mutex::new(upstream),
             retired: AtomicBool::new(false),
             cancel: AtomicBool::new(false),
-            signals: Mutex::new(SmallVec::new()),
+            live_signals: AtomicU64::new(0),
             device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
         }
     }
 
-    /// Records the semaphores it signals (exclusive access: before it is shared).
-    pub(crate) fn set_signals(&mut self, signals: &[crate::semaphore::SemaphoreValue]) {
-        let mine = self.signals.get_mut().unwrap_or_else(|p| p.into_inner());
-        mine.clear();
-        mine.extend(signals.iter().cloned());
+    /// Records how many semaphores it signals (before it is shared).
+    pub(crate) fn set_signal_count(&mut self, count: usize) {
+        *self.live_signals.get_mut() = count as u64;
     }
 
-    /// Whether every semaphore it signals has failed (and it signals at least one).
-    pub(crate) fn all_signals_failed(&self) -> bool {
-        let signals = lock(&self.signals);
-        !signals.is_empty() && signals.iter().all(|s| s.semaphore.query().is_err())
+    /// One of its signal semaphores failed: once all have, it is asked to stop.
+    pub(crate) fn signal_failed(&self) {
+        let before = self.live_signals.fetch_sub(1, Ordering::Relaxed);
+        if before == 1 {
+            self.request_cancel();
+        } else if before == 0 {
+            self.live_signals.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Asks the backend to stop this work as soon as it can: work not started yet does not run, and a

@@ -83,15 +83,29 @@ pub(super) fn retire_completed<M: StreamModel>(
     })
 }
 
-/// [`retire_completed`] for a host waiter: only if no other thread is retiring `queue` now (the
-/// waiter then parks on its semaphore, and that thread's retirement wakes it), so a wait with a
-/// deadline never queues behind another thread's retirement.
+/// How long a host waiter tries for a queue's retiring lock that another thread holds before it
+/// leaves the retirement to that thread. Retirement runs no user code, so the lock is held for
+/// microseconds; a waiter that gave up at once would park and pay a wake-up instead.
+const WAITER_RETIRE_PATIENCE: Duration = Duration::from_micros(100);
+
+/// [`retire_completed`] for a host waiter. If another thread is retiring `queue` and does not let go
+/// within [`WAITER_RETIRE_PATIENCE`], the waiter leaves it to that thread (and parks on its
+/// semaphore, which that retirement wakes): a wait with a deadline never queues behind a lock.
 pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: usize, front: (u64, Result<()>)) {
     defer_delivery(|| {
         let _here = RetiringHere::enter();
-        if let Some(retiring) = try_lock(&shared.queues[queue].retiring) {
-            retire_completed_locked(shared, queue, Some(front), None, retiring);
-        }
+        let retiring = &shared.queues[queue].retiring;
+        let mut started: Option<Instant> = None;
+        let guard = loop {
+            if let Some(guard) = try_lock(retiring) {
+                break guard;
+            }
+            if started.get_or_insert_with(Instant::now).elapsed() >= WAITER_RETIRE_PATIENCE {
+                return;
+            }
+            crate::sync::spin_hint();
+        };
+        retire_completed_locked(shared, queue, Some(front), None, guard);
     });
 }
 

@@ -125,15 +125,14 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         self
     }
 
-    /// Asks the work in flight that would signal this semaphore to stop early once every semaphore
-    /// it signals has failed: nobody can observe its success any more (a cpu-sim dispatch stops
-    /// between workgroups; a GPU cannot stop launched work, and finishes it).
+    /// Counts this failure against the work in flight that would signal this semaphore; work whose
+    /// every signal semaphore has failed is asked to stop early, as nobody can observe its success
+    /// any more (a cpu-sim dispatch stops between workgroups; a GPU cannot stop launched work, and
+    /// finishes it). Signals of semaphores without an event table (host semaphores) never count
+    /// down, so such work always finishes.
     fn failed(&self) {
-        let producers: Vec<Arc<Work>> = lock(&self.table).iter().map(|e| e.producer.clone()).collect();
-        for producer in producers {
-            if producer.all_signals_failed() {
-                producer.request_cancel();
-            }
+        for entry in lock(&self.table).iter() {
+            entry.producer.signal_failed();
         }
     }
 

@@ -387,11 +387,11 @@ impl<M: StreamModel> Shared<M> {
             && let Some(reused) = Arc::get_mut(&mut work)
         {
             reused.reset(id, queue, op, upstream);
-            reused.set_signals(signals);
+            reused.set_signal_count(signals.len());
             return work;
         }
         let mut work = Work::new(id, queue, op, upstream);
-        work.set_signals(signals);
+        work.set_signal_count(signals.len());
         Arc::new(work)
     }
 
@@ -403,7 +403,6 @@ impl<M: StreamModel> Shared<M> {
         work.release_upstream();
         if let Some(spent) = Arc::get_mut(&mut work) {
             spent.op = QueueOp::Barrier;
-            spent.set_signals(&[]);
             let mut spare = lock(&self.spare_work);
             if spare.len() < SPARES {
                 spare.push(work);
