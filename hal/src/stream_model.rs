@@ -178,8 +178,8 @@ impl Work {
     }
 
     /// Records how many semaphores it signals (before it is shared).
-    pub(crate) fn set_signal_count(&mut self, count: usize) {
-        *self.live_signals.get_mut() = count as u64;
+    pub(crate) fn set_signal_count(&self, count: usize) {
+        self.live_signals.store(count as u64, Ordering::Relaxed);
     }
 
     /// One of its signal semaphores failed: once all have, it is asked to stop.

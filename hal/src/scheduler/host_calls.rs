@@ -238,4 +238,10 @@ impl HostCallRunner {
     pub(crate) fn running(&self) -> Vec<(usize, u64)> {
         lock(&self.state).running.clone()
     }
+
+    /// Calls handed over and not finished yet (queued or running).
+    pub(crate) fn in_use(&self) -> usize {
+        let state = lock(&self.state);
+        state.running.len() + state.jobs.len()
+    }
 }

@@ -314,6 +314,7 @@ impl<M: StreamModel> Scheduler<M> {
         let shared = &self.shared;
         let inflight: usize = shared.queues.iter().map(|q| lock(&q.inflight).len()).sum();
         let pending = lock(&shared.pending).len();
+        let host_calls = shared.host_calls.in_use();
         ResourceUsage {
             pools: vec![
                 PoolUsage { name: "events", in_use: shared.events_in_use(), created: shared.events.created() },
@@ -324,6 +325,7 @@ impl<M: StreamModel> Scheduler<M> {
                 },
                 PoolUsage { name: "pending actions", in_use: pending, created: pending },
                 PoolUsage { name: "in-flight submissions", in_use: inflight, created: inflight },
+                PoolUsage { name: "host calls", in_use: host_calls, created: host_calls },
             ],
             memory_in_use: 0,
         }
@@ -390,7 +392,7 @@ impl<M: StreamModel> Shared<M> {
             reused.set_signal_count(signals.len());
             return work;
         }
-        let mut work = Work::new(id, queue, op, upstream);
+        let work = Work::new(id, queue, op, upstream);
         work.set_signal_count(signals.len());
         Arc::new(work)
     }
