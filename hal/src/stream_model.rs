@@ -16,8 +16,21 @@ use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 
-/// What a GPU-like backend exposes. All methods are called with the scheduler's per-queue issue lock
-/// held for the stream they name (so enqueue, wait and record on one stream never interleave).
+/// What a GPU-like backend exposes.
+///
+/// Who calls what, and under which lock (the scheduler never calls the model under a semaphore's
+/// lock, and never runs user code under its own locks):
+///
+/// | method | thread | lock held |
+/// | --- | --- | --- |
+/// | `create_stream` | the one creating the device | none |
+/// | `create_event`, `record_event`, `wait_event`, `enqueue` | the issuing thread (a submitter, a thread whose signal released held work, a host-call thread) | the issue lock of the stream's queue: enqueue, wait and record on one stream never interleave |
+/// | `query_event`, `complete`, `discard` | the retiring thread (the queue's completion thread, or a host waiter retiring for itself) | the retiring lock of the event's queue |
+/// | `await_completion` | the queue's completion thread | none |
+/// | `host_wait`, `synchronize_event` (through the defaults) | a host thread in a semaphore wait, or the completion thread | none |
+/// | `synchronize_stream` | the thread dropping the device (teardown) | none |
+///
+/// Calls on different queues run concurrently; a backend's own shared state needs its own locking.
 pub trait StreamModel: Send + Sync + 'static {
     /// An in-order work queue of the device.
     type Stream: Send + Sync;

@@ -74,7 +74,7 @@ impl<M: StreamModel> EventPool<M> {
     /// time; created through `model` when none is free. Allocation-free once warm.
     pub fn acquire(self: &Arc<Self>, cache: &mut EventCache<M>, model: &M) -> Result<EventRef<M>> {
         if cache.free.is_empty() {
-            take_batch(&self.free, &mut cache.free, super::REFILL);
+            take_batch(&self.free, &mut cache.free, super::work_pool::REFILL);
         }
         let reused = cache.free.pop();
         let entry = match reused {

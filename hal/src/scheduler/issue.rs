@@ -1,0 +1,172 @@
+//! The issue path: a submission whose waits are all resolved goes onto its queue's dispatch stream
+//! (stream-waits on the covering events, the work, one pooled event recorded after it), publishes
+//! that event on the signal semaphores this device owns, and is handed to the queue's completion
+//! thread. A blocking host call's gate may hold it back first (`issue_or_gate`).
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::event_pool::{EventCache, EventRef};
+use super::event_semaphore::{SemaphoreEvents, SignalEvent};
+use super::pending_actions::Action;
+use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
+use crate::driver::QueueOp;
+use crate::error::{Error, Result};
+use crate::semaphore::{SemaphoreList, SemaphoreValue};
+use crate::stream_model::{StreamModel, Work};
+use crate::sync::atomic::Ordering;
+use crate::sync::lock;
+
+impl<M: StreamModel> Shared<M> {
+    /// Issues a submission whose waits are resolved, unless a blocking host call of its queue was
+    /// issued and has not returned yet: then it is held until the call returns (the call's gate,
+    /// see `host_calls`), keeping the device events that cover its waits.
+    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, issue: Issue<M>) {
+        let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
+        if !self.queues[issue.queue].gates.add_waits(self.device.get(), issue.queue, &mut gates) {
+            self.issue(id, issue);
+            return;
+        }
+        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
+        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream };
+        Action::hold(self, id, queue, op, gates.into_iter().collect(), signals, covered);
+    }
+
+    /// Issues a submission whose waits are resolved: see the module docs, step 3.
+    pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
+        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
+        let slot = &self.queues[queue];
+        let is_host_call = matches!(op, QueueOp::HostCall(_));
+        let producers: SmallVec<[Arc<Work>; 2]> = upstream.iter().filter(|p| p.queue != queue).cloned().collect();
+        let upstream = if M::CHECKS_UPSTREAM_FAULTS { upstream } else { SmallVec::new() };
+        let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
+        // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
+        let mut published: SmallVec<[usize; 2]> = SmallVec::new();
+        // From here on, later work of this queue waits until a blocking host call returns.
+        if let QueueOp::HostCall(call) = &op
+            && call.is_blocking()
+        {
+            slot.gates.open(id);
+        }
+        let mut issuer = lock(&slot.issuer);
+        let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
+        let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
+        let issued = {
+            let recorded =
+                if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, spare_events, &work, &wait_events) };
+            match recorded {
+                Ok(event) => {
+                    if let Some(event) = &event {
+                        for (index, signal) in signals.iter().enumerate() {
+                            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
+                                table.publish(SignalEvent {
+                                    value: signal.value,
+                                    event: event.clone(),
+                                    producer: work.clone(),
+                                    queue,
+                                });
+                                published.push(index);
+                            }
+                        }
+                    }
+                    let entry = InFlight {
+                        work: work.clone(),
+                        event,
+                        signals: signals.clone(),
+                        waited,
+                        _wait_events: wait_events,
+                        producers,
+                    };
+                    push_inflight(slot, entry);
+                    Ok(())
+                }
+                Err(e) => {
+                    if !wait_events.is_empty() {
+                        self.fence_failed_issue(slot, spare_events, &work, wait_events, producers, &e);
+                    }
+                    Err(e)
+                }
+            }
+        };
+        drop(issuer);
+        match issued {
+            Ok(()) => {
+                // Outside the issue lock: waking enqueued-waiters may issue on this same queue.
+                for &index in &published {
+                    signals[index].semaphore.advance_enqueued(signals[index].value);
+                }
+            }
+            Err(status) => {
+                let status = status.context(format!("queue {queue} action {id} ({})", work.op.kind()));
+                tracing::warn!(%status, "issue failed");
+                for signal in &signals {
+                    signal.semaphore.fail(status.clone());
+                }
+            }
+        }
+    }
+
+    /// After an issue that failed once its stream may already hold waits on `wait_events` (a wait
+    /// was enqueued, then the work or the record failed): records a fence event after those waits
+    /// and keeps the wait events, in an in-flight entry with no signals, until the stream has passed
+    /// the fence. Without it the events could go back to the pool, and be recorded again, while a
+    /// pending stream-wait may still observe them. A stream that cannot even record the fence (a
+    /// device fault) will run nothing more, so then nothing needs keeping.
+    fn fence_failed_issue(
+        &self,
+        slot: &QueueSlot<M>,
+        spare_events: &mut EventCache<M>,
+        work: &Arc<Work>,
+        wait_events: SmallVec<[EventRef<M>; 2]>,
+        producers: SmallVec<[Arc<Work>; 2]>,
+        status: &Error,
+    ) {
+        let Ok(fence) = self.events.acquire(spare_events, &self.model) else { return };
+        if self.model.record_event(fence.event(), &slot.stream).is_err() {
+            return;
+        }
+        // Retires as failed: its (empty) signal list is all it would apply.
+        work.fail(status.clone());
+        let entry = InFlight {
+            work: work.clone(),
+            event: Some(fence),
+            signals: SemaphoreList::new(),
+            waited: SemaphoreList::new(),
+            _wait_events: wait_events,
+            producers,
+        };
+        push_inflight(slot, entry);
+    }
+
+    /// Stream-waits, enqueues and records; the event recorded after the work.
+    fn enqueue_on_stream(
+        &self,
+        slot: &QueueSlot<M>,
+        spare_events: &mut EventCache<M>,
+        work: &Arc<Work>,
+        wait_events: &[EventRef<M>],
+    ) -> Result<Option<EventRef<M>>> {
+        for event in wait_events {
+            self.model.wait_event(&slot.stream, event.event())?;
+        }
+        self.model.enqueue(&slot.stream, work)?;
+        let event = self.events.acquire(spare_events, &self.model)?;
+        self.model.record_event(event.event(), &slot.stream)?;
+        Ok(Some(event))
+    }
+}
+
+/// Hands an issued submission to its queue's completion thread (called with the issue lock held, so
+/// the FIFO is in stream order).
+fn push_inflight<M: StreamModel>(slot: &QueueSlot<M>, entry: InFlight<M>) {
+    let mut inflight = lock(&slot.inflight);
+    inflight.push_back(entry);
+    slot.issued.fetch_add(1, Ordering::Release);
+    // `sleeping` changes only under this lock, so this read cannot miss a sleeper.
+    let asleep = slot.sleeping.load(Ordering::Relaxed);
+    drop(inflight);
+    if asleep {
+        slot.wake.notify_one();
+    }
+}
