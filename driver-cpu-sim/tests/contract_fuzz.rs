@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use hal::{
     Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Error, ExecutableSource,
-    NativeEntryPoint, NativeKernel, Queue, Readback, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitFuture,
-    WaitMode,
+    HostCallFlags, NativeEntryPoint, NativeKernel, Queue, Readback, Semaphore, SemaphoreValue as SV, StatusCode,
+    Timeout, WaitFuture, WaitMode,
 };
 
 #[path = "support/fuzz_program.rs"]
@@ -432,7 +432,17 @@ impl<'p> Run<'p> {
                         Ok(())
                     }
                 };
-                queue.host_call(&waits, call, &signals)
+                // A blocking call holds later work of its queue until it returns (IREE's meaning), so
+                // two blocking calls that each wait for work on the other's queue deadlock by design
+                // (their 2 s waits would time out). Calls that wait on another queue do not block
+                // theirs; the rest (plain calls, and calls that wait on their own queue, which their
+                // gate does not hold) keep the default and exercise the gates.
+                let own_queue = Some((node.device, node.queue));
+                let flags = match spec.submit_to {
+                    Some(target) if Some(target) != own_queue => HostCallFlags::NON_BLOCKING,
+                    _ => HostCallFlags::empty(),
+                };
+                queue.host_call_with(&waits, call, &signals, flags)
             }
         };
         if let Err(e) = submitted {
