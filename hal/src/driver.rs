@@ -135,7 +135,7 @@ pub trait PreparedCommands: Send + Sync + Any {
 /// Work run on the host in queue order by [`crate::Queue::host_call`]; an `Err` fails the signals.
 /// The cell makes the one-shot closure shareable inside a submission; it is taken once, to run.
 pub struct HostCall {
-    call: std::sync::Mutex<Option<HostFn>>,
+    call: crate::sync::Mutex<Option<HostFn>>,
     flags: HostCallFlags,
 }
 
@@ -145,15 +145,12 @@ pub type HostFn = Box<dyn FnOnce() -> Result<()> + Send>;
 impl HostCall {
     /// Wraps `call`, run as `flags` say.
     pub fn new(call: impl FnOnce() -> Result<()> + Send + 'static, flags: HostCallFlags) -> Self {
-        HostCall { call: std::sync::Mutex::new(Some(Box::new(call))), flags }
+        HostCall { call: crate::sync::Mutex::new(Some(Box::new(call))), flags }
     }
 
     /// Takes the closure out (once); `None` if it was taken before.
     pub fn take(&self) -> Option<HostFn> {
-        match self.call.lock() {
-            Ok(mut call) => call.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        }
+        crate::sync::lock(&self.call).take()
     }
 
     /// How it runs.

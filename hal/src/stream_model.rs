@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::{Mutex, lock};
+use crate::sync::{Mutex, get_mut, lock};
 
 /// What a GPU-like backend exposes.
 ///
@@ -140,7 +140,7 @@ impl FaultSlot {
 
     /// Empties the slot (for reuse; exclusive access, so no lock is taken).
     pub(crate) fn clear(&mut self) {
-        *self.fault.get_mut().unwrap_or_else(|p| p.into_inner()) = None;
+        *get_mut(&mut self.fault) = None;
     }
 }
 
@@ -276,7 +276,7 @@ impl Work {
         self.op = op;
         // `&mut self`: the reused allocation is ours alone, so its locks need not be taken.
         self.fault.clear();
-        *self.upstream.get_mut().unwrap_or_else(|p| p.into_inner()) = upstream;
+        *get_mut(&mut self.upstream) = upstream;
         self.retired.store(false, Ordering::Relaxed);
         self.cancel.store(false, Ordering::Relaxed);
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);

@@ -39,6 +39,44 @@ pub(crate) fn take_batch<T>(from: &Mutex<Vec<T>>, into: &mut Vec<T>, batch: usiz
     into.extend(shared.drain(keep..));
 }
 
+/// Whether this build is a loom model (`--cfg loom`): the scheduler then starts no threads of its
+/// own and the models drive it. The one place outside this file that may ask.
+pub(crate) const MODEL_CHECKED: bool = cfg!(loom);
+
+/// Blocks on `condvar` until notified, ignoring poisoning as [`lock`] does.
+pub(crate) fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar.wait(guard).unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Blocks on `condvar` until notified or `timeout` passes (never times out under loom, which has no
+/// model of time); the guard and whether it timed out. Ignores poisoning as [`lock`] does.
+pub(crate) fn wait_timeout<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: std::time::Duration,
+) -> (MutexGuard<'a, T>, bool) {
+    match condvar.wait_timeout(guard, timeout) {
+        Ok((guard, result)) => (guard, result.timed_out()),
+        Err(poisoned) => {
+            let (guard, result) = poisoned.into_inner();
+            (guard, result.timed_out())
+        }
+    }
+}
+
+/// The value behind a mutex we hold exclusively (`&mut`), ignoring poisoning as [`lock`] does.
+pub(crate) fn get_mut<T>(mutex: &mut Mutex<T>) -> &mut T {
+    mutex.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Lets other threads run (loom's yield under loom, so the model can make progress).
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
+
 /// A hint that we are spinning (a no-op yield under loom so the model can make progress).
 pub(crate) fn spin_hint() {
     #[cfg(loom)]

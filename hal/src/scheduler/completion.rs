@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::semaphore::{SemaphoreValue, defer_delivery};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
-use crate::sync::{MutexGuard, lock, try_lock};
+use crate::sync::{MutexGuard, lock, try_lock, wait, yield_now};
 use std::time::{Duration, Instant};
 
 /// How long an idle completion thread watches for the next submission before it sleeps: a queue fed
@@ -53,7 +53,7 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                     continue;
                 }
                 slot.sleeping.store(true, Ordering::Relaxed);
-                inflight = slot.wake.wait(inflight).unwrap_or_else(|p| p.into_inner());
+                inflight = wait(&slot.wake, inflight);
                 slot.sleeping.store(false, Ordering::Relaxed);
             }
         };
@@ -374,11 +374,4 @@ fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Arc<W
             }
         }
     }
-}
-
-fn yield_now() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
 }

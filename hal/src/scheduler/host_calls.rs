@@ -20,7 +20,7 @@ use crate::driver::HostFn;
 use crate::error::{Error, Result, panic_message};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::{AtomicUsize, Ordering};
-use crate::sync::{Condvar, Mutex, lock};
+use crate::sync::{Condvar, MODEL_CHECKED, Mutex, lock, wait_timeout};
 
 /// How long an idle host-call thread waits for the next call before it exits.
 const IDLE_EXIT: Duration = Duration::from_millis(500);
@@ -169,7 +169,7 @@ impl HostCallRunner {
 
     /// Hands `job` to an idle thread, or starts one. Never blocks on the call.
     pub(crate) fn run(self: &Arc<Self>, job: Job) {
-        if cfg!(loom) {
+        if MODEL_CHECKED {
             // Loom models spawn no threads of their own: run in place (they hold no user code).
             job.run();
             return;
@@ -213,13 +213,7 @@ impl HostCallRunner {
                 return;
             }
             state.idle += 1;
-            let (next, timeout) = match self.ready.wait_timeout(state, IDLE_EXIT) {
-                Ok((guard, result)) => (guard, result.timed_out()),
-                Err(poisoned) => {
-                    let (guard, result) = poisoned.into_inner();
-                    (guard, result.timed_out())
-                }
-            };
+            let (next, timeout) = wait_timeout(&self.ready, state, IDLE_EXIT);
             state = next;
             state.idle -= 1;
             if timeout && state.jobs.is_empty() {

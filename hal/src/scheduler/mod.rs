@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use crate::sync::{CachePadded, Condvar, Mutex, lock, try_lock};
+use crate::sync::{CachePadded, Condvar, MODEL_CHECKED, Mutex, lock, try_lock};
 
 /// The scheduler of one device. Dropping it drains every queue and stops its threads.
 pub struct Scheduler<M: StreamModel> {
@@ -173,7 +173,7 @@ impl<M: StreamModel> Scheduler<M> {
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
         // Under loom the model drives completion itself (`poll_completions`) from its own threads.
-        let spawn_count = if cfg!(loom) { 0 } else { queue_count };
+        let spawn_count = if MODEL_CHECKED { 0 } else { queue_count };
         for queue in 0..spawn_count {
             let worker = shared.clone();
             let spawned = std::thread::Builder::new()

@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use super::core::{Registration, TimepointId, TimepointListener};
 use super::{SPIN_ITERATIONS, Semaphore, SemaphoreValue};
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, Mutex, lock, spin_hint};
+use crate::sync::{Condvar, MODEL_CHECKED, Mutex, lock, spin_hint, wait, wait_timeout};
 use crate::timeout::Timeout;
 
 /// Whether a multi-semaphore wait needs every entry reached or any one.
@@ -64,16 +64,13 @@ impl Parker {
                 return Some(outcome);
             }
             state = match deadline {
-                None => self.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
+                None => wait(&self.wake, state),
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return None;
                     }
-                    match self.wake.wait_timeout(state, deadline - now) {
-                        Ok((guard, _)) => guard,
-                        Err(poisoned) => poisoned.into_inner().0,
-                    }
+                    wait_timeout(&self.wake, state, deadline - now).0
                 }
             };
         }
@@ -99,7 +96,7 @@ impl TimepointListener for Parker {
 
 /// Spins briefly on the lock-free value; `Some` once decided.
 fn spin(semaphore: &Semaphore, value: u64) -> Option<Result<()>> {
-    if cfg!(loom) {
+    if MODEL_CHECKED {
         return semaphore.check_fast(value);
     }
     for _ in 0..SPIN_ITERATIONS {
