@@ -345,8 +345,8 @@ pub(crate) fn fail_with_dependants_held(cx: &Cx) -> CaseResult {
 /// producer's event, and a barrier on queue 2 waiting on that fill's). Every signal of work that
 /// waited on `s`, directly or transitively, must carry `s`'s failure, never success.
 ///
-/// At 29a64f7 ("Failing a semaphore does not stop queued work") the issued dependant still signalled
-/// success. The producer itself either completes (a GPU cannot stop launched work) or, where the
+/// (Once, the issued dependant still signalled success: "Failing a semaphore does not stop queued
+/// work".) The producer itself either completes (a GPU cannot stop launched work) or, where the
 /// driver can stop work whose signals all failed, is cancelled: both are accepted.
 pub(crate) fn fail_with_dependants_issued(cx: &Cx) -> CaseResult {
     const SIZE: u64 = 32 << 20;
