@@ -241,6 +241,8 @@ macro_rules! __cts_case_list {
                 wait_covered_by_larger_signal_issued,
                 queue_signal_and_wait_at_max,
                 rapid_one_shot_cycles,
+                signal_twice_in_one_list_refused,
+                signal_behind_own_wait_refused,
             }
             queue_ops {
                 fill_patterns,
@@ -269,6 +271,8 @@ macro_rules! __cts_case_list {
                 alloca_reuse_across_queues,
                 alloca_waits_for_dealloca_under_pressure,
                 host_call_signals_later_from_thread,
+                dealloca_of_a_non_transient_buffer_refused,
+                dealloca_twice_refused,
             }
             transfers {
                 fill_size_classes,

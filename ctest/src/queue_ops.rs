@@ -514,3 +514,49 @@ pub(crate) fn host_call_signals_later_from_thread(cx: &Cx) -> CaseResult {
     ensure_eq!(cx.bytes(&buffer)?, expected, "bytes of the work before and after the thread's signal");
     Ok(())
 }
+
+/// Checks `error` names `what` (e.g. "buffer 7").
+fn names(error: &hal::Error, what: &str) -> CaseResult {
+    ensure!(error.message().contains(what), "the error does not name {what}: {error}");
+    Ok(())
+}
+
+/// A dealloca of a buffer that did not come from `queue_alloca` is refused at the call
+/// (`InvalidArgument` naming the buffer), not failed later through its signals; the buffer stays
+/// usable and nothing signals.
+pub(crate) fn dealloca_of_a_non_transient_buffer_refused(cx: &Cx) -> CaseResult {
+    let buffer = cleared(cx, 64, 0x11)?;
+    let done = cx.sem(0)?;
+    let q = cx.queue(0);
+    let e = expect_code(q.dealloca(&[], &buffer, &[sv(&done, 1)]), StatusCode::InvalidArgument, "dealloca")?;
+    names(&e, &format!("buffer {}", buffer.id()))?;
+    ensure!(!buffer.is_transient(), "allocate_buffer gave a transient buffer");
+    cx.still_pending(&done, 1, "the signal of the refused dealloca")?;
+    q.fill(&[], &buffer, 0, 64, 0x22, 1, &[sv(&done, 1)]).ctx("fill after the refused dealloca")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0x22; 64], "the buffer after the refused dealloca");
+    Ok(())
+}
+
+/// A second dealloca of the same transient buffer is refused at the call (`FailedPrecondition`
+/// naming the buffer), whether the first has run or is still held; a dealloca refused for another
+/// reason (a bad signal) claims nothing, so a correct one follows it.
+pub(crate) fn dealloca_twice_refused(cx: &Cx) -> CaseResult {
+    let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
+    let q = cx.queue(0);
+    let held = q.alloca(&[], BufferParams::device_local(), 64, &[sv(&s, 1)]).ctx("alloca")?;
+    ensure!(held.is_transient(), "queue_alloca gave a buffer that is not transient");
+    expect_code(q.dealloca(&[], &held, &[sv(&s, 0)]), StatusCode::InvalidArgument, "dealloca signalling 0")?;
+    q.dealloca(&[sv(&gate, 1), sv(&s, 1)], &held, &[sv(&s, 2)]).ctx("dealloca held by the gate")?;
+    let e = expect_code(q.dealloca(&[], &held, &[sv(&s, 9)]), StatusCode::FailedPrecondition, "second dealloca")?;
+    names(&e, &format!("buffer {}", held.id()))?;
+    gate.signal(1).ctx("open the gate")?;
+    cx.wait(&s, 2)?;
+    let e =
+        expect_code(q.dealloca(&[], &held, &[sv(&s, 3)]), StatusCode::FailedPrecondition, "dealloca after one ran")?;
+    names(&e, &format!("buffer {}", held.id()))?;
+    cx.still_pending(&s, 3, "the signal of the refused dealloca")?;
+    // The refused deallocas signalled nothing, so the timeline goes on from 2.
+    q.barrier(&[], &[sv(&s, 3)]).ctx("barrier")?;
+    cx.wait(&s, 3)
+}

@@ -484,3 +484,66 @@ pub(crate) fn rapid_one_shot_cycles(cx: &Cx) -> CaseResult {
     cx.note(format!("200 cycles in {:?}", start.elapsed()));
     cx.expect_value(&s, 200, "after 200 cycles")
 }
+
+/// A semaphore named twice in one signal list is refused at the call (`InvalidArgument` naming the
+/// semaphore and both values): one of the two signals would land behind the other. Nothing runs
+/// or signals.
+pub(crate) fn signal_twice_in_one_list_refused(cx: &Cx) -> CaseResult {
+    let (s, other) = (cx.sem(0)?, cx.sem(0)?);
+    let buffer = cx.host_buffer(8)?;
+    buffer.write(0, &[0; 8]).ctx("clear")?;
+    let q = cx.queue(0);
+    for (a, b) in [(2, 1), (1, 1), (1, 2)] {
+        let signals = [sv(&s, a), sv(&other, 1), sv(&s, b)];
+        let result = q.fill(&[], &buffer, 0, 8, 7, 1, &signals);
+        let e = expect_code(result, StatusCode::InvalidArgument, &format!("fill signalling s to {a} and {b}"))?;
+        ensure!(
+            e.message().contains(&format!("semaphore {}", s.id())) && e.message().contains(&format!("{a} and to {b}")),
+            "the error does not name semaphore {} and the values {a}, {b}: {e}",
+            s.id()
+        );
+        expect_code(q.barrier(&[], &signals), StatusCode::InvalidArgument, "barrier")?;
+    }
+    cx.still_pending(&other, 1, "the other signal of refused submissions")?;
+    cx.expect_value(&s, 0, "the semaphore named twice")?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 8], "buffer after refused fills");
+    ensure_eq!(s.behind_signals(), 0, "signals behind the value");
+    Ok(())
+}
+
+/// An operation that waits for `s >= w` and signals `s` to `w` or less would complete behind the
+/// value it waited for: refused at the call (`InvalidArgument` naming the semaphore and the
+/// values), whatever the operation. A signal above the wait is the ordinary timeline step.
+pub(crate) fn signal_behind_own_wait_refused(cx: &Cx) -> CaseResult {
+    let s = cx.sem(0)?;
+    let buffer = cx.host_buffer(8)?;
+    buffer.write(0, &[0; 8]).ctx("clear")?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.fill(&buffer, 0, 8, 1, 1).ctx("fill")?;
+    cb.end().ctx("end")?;
+    let q = cx.queue(0);
+    let code = StatusCode::InvalidArgument;
+    for signal in [2, 1] {
+        let (waits, signals) = ([sv(&s, 2)], [sv(&s, signal)]);
+        let what = |op: &str| format!("{op} waiting for 2 and signalling {signal}");
+        let e = expect_code(q.barrier(&waits, &signals), code, &what("barrier"))?;
+        ensure!(
+            e.message().contains(&format!("semaphore {} to {signal}", s.id())) && e.message().contains("value 2"),
+            "the error does not name semaphore {}, the signal {signal} and the wait 2: {e}",
+            s.id()
+        );
+        expect_code(q.execute(&waits, &cb, &signals), code, &what("execute"))?;
+        expect_code(q.fill(&waits, &buffer, 0, 8, 1, 1, &signals), code, &what("fill"))?;
+        expect_code(q.write(&waits, vec![1u8; 4], &buffer, 0, &signals), code, &what("write"))?;
+        expect_code(q.read(&waits, &buffer, 0, 4, &signals), code, &what("read"))?;
+        expect_code(q.alloca(&waits, BufferParams::device_local(), 64, &signals), code, &what("alloca"))?;
+        expect_code(q.host_call(&waits, || Ok(()), &signals), code, &what("host_call"))?;
+    }
+    s.signal(2).ctx("signal 2")?;
+    std::thread::sleep(crate::SHORT);
+    cx.expect_value(&s, 2, "after the refused submissions")?;
+    ensure_eq!(s.behind_signals(), 0, "signals behind the value");
+    ensure_eq!(cx.bytes(&buffer)?, vec![0; 8], "buffer after refused submissions");
+    q.execute(&[sv(&s, 2)], &cb, &[sv(&s, 3)]).ctx("the one-shot command buffer is still unused")?;
+    cx.wait(&s, 3)
+}

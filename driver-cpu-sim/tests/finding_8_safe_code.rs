@@ -144,11 +144,12 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     queue.execute(&[], &cb, &[SV::new(&dispatch, 1)]).unwrap();
     assert_names_buffer(&dispatch.wait(1, T).unwrap_err(), &buffer);
 
+    // A second dealloca is refused at the call now (it used to fail its signals).
     let second = device.create_semaphore(0).unwrap();
-    queue.dealloca(&[], &buffer, &[SV::new(&second, 1)]).unwrap();
-    let err = second.wait(1, T).unwrap_err();
+    let err = queue.dealloca(&[], &buffer, &[SV::new(&second, 1)]).unwrap_err();
     assert_names_buffer(&err, &buffer);
     assert!(err.message().contains("second time"), "{err}");
+    assert_eq!(second.query().unwrap(), 0, "the refused dealloca signals nothing");
 
     // The queue keeps working after these failures.
     let after = device.create_semaphore(0).unwrap();

@@ -6,6 +6,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bitflags::bitflags;
 
@@ -100,6 +101,10 @@ struct Shared {
     size: u64,
     params: BufferParams,
     backend: Arc<dyn BufferBackend>,
+    /// Created by `Queue::alloca`: its memory comes and goes in queue order.
+    transient: bool,
+    /// A `Queue::dealloca` of it was accepted: a second one could only fail later.
+    dealloca_claimed: AtomicBool,
 }
 
 static NEXT_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -109,9 +114,23 @@ impl Buffer {
     /// [`BufferBackend`] vouches for), so a buffer never claims more bytes than its memory holds.
     /// Drivers call this; users allocate through `Device`.
     pub fn from_backend(device: DeviceId, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
-        let id = NEXT_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self::build(device, params, backend, false)
+    }
+
+    /// A transient buffer (what `Queue::alloca` returns), the only kind `Queue::dealloca` takes.
+    pub(crate) fn transient_from_backend(
+        device: DeviceId,
+        params: BufferParams,
+        backend: Arc<dyn BufferBackend>,
+    ) -> Self {
+        Self::build(device, params, backend, true)
+    }
+
+    fn build(device: DeviceId, params: BufferParams, backend: Arc<dyn BufferBackend>, transient: bool) -> Self {
+        let id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
         let size = backend.size();
-        Buffer { shared: Arc::new(Shared { id, device, size, params, backend }) }
+        let dealloca_claimed = AtomicBool::new(false);
+        Buffer { shared: Arc::new(Shared { id, device, size, params, backend, transient, dealloca_claimed }) }
     }
 
     /// The id used in messages.
@@ -142,6 +161,35 @@ impl Buffer {
     /// The driver's object.
     pub fn backend(&self) -> &Arc<dyn BufferBackend> {
         &self.shared.backend
+    }
+
+    /// Whether it came from `Queue::alloca` (its memory is committed and released in queue order).
+    pub fn is_transient(&self) -> bool {
+        self.shared.transient
+    }
+
+    /// Claims the buffer's one `Queue::dealloca`: refused for a buffer that is not transient and for
+    /// a second dealloca, which could only fail later, through the submission's signals.
+    pub(crate) fn claim_dealloca(&self) -> Result<()> {
+        if !self.shared.transient {
+            return Err(Error::invalid_argument(format!(
+                "buffer {}: dealloca of a buffer that is not transient (it came from allocate_buffer, not \
+                 queue_alloca, and is freed when its last handle drops)",
+                self.shared.id
+            )));
+        }
+        if self.shared.dealloca_claimed.swap(true, Ordering::AcqRel) {
+            return Err(Error::failed_precondition(format!(
+                "buffer {}: dealloca a second time (a dealloca of it was already submitted)",
+                self.shared.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// Gives back a claim whose submission was refused.
+    pub(crate) fn unclaim_dealloca(&self) {
+        self.shared.dealloca_claimed.store(false, Ordering::Release);
     }
 
     /// Whether two handles are the same buffer.

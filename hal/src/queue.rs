@@ -45,9 +45,32 @@ impl Queue {
         &self.device
     }
 
-    /// Signal values must be ahead of their semaphores; a failed semaphore returns its failure.
-    fn check_signals(&self, signals: &[SemaphoreValue]) -> Result<()> {
-        for entry in signals {
+    /// Signal values must be ahead of their semaphores; a failed semaphore returns its failure. A
+    /// signal that would surely complete behind a value its semaphore already reached is refused too:
+    /// the same semaphore twice in `signals`, or a signal to no more than a value the operation
+    /// itself waits for on that semaphore.
+    fn check_signals(&self, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        for (at, entry) in signals.iter().enumerate() {
+            if let Some(earlier) = signals[..at].iter().find(|e| e.semaphore.same_as(&entry.semaphore)) {
+                return Err(Error::invalid_argument(format!(
+                    "queue {}: semaphore {} appears twice in the signal list (to {} and to {}); signal it \
+                     once, to the larger value",
+                    self.index,
+                    entry.semaphore.id(),
+                    earlier.value,
+                    entry.value
+                )));
+            }
+            if let Some(wait) = waits.iter().find(|w| w.semaphore.same_as(&entry.semaphore) && w.value >= entry.value) {
+                return Err(Error::invalid_argument(format!(
+                    "queue {}: signal of semaphore {} to {} would complete behind the value {} the operation \
+                     waits for on it",
+                    self.index,
+                    entry.semaphore.id(),
+                    entry.value,
+                    wait.value
+                )));
+            }
             let current = entry.semaphore.query()?;
             if entry.value <= current {
                 return Err(Error::invalid_argument(format!(
@@ -75,7 +98,7 @@ impl Queue {
     }
 
     fn submit(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
-        self.check_signals(signals)?;
+        self.check_signals(waits, signals)?;
         self.submit_checked(op, waits, signals)
     }
 
@@ -100,7 +123,7 @@ impl Queue {
                 command_buffer.id()
             )));
         }
-        self.check_signals(signals)?;
+        self.check_signals(waits, signals)?;
         command_buffer.begin_execution()?;
         let result = self.submit_checked(QueueOp::Execute(command_buffer.clone()), waits, signals);
         if result.is_err() {
@@ -119,17 +142,25 @@ impl Queue {
         signals: &[SemaphoreValue],
     ) -> Result<Buffer> {
         self.device.check_allocation(params, size)?;
-        self.check_signals(signals)?;
+        self.check_signals(waits, signals)?;
         let backend = self.device.backend().allocate_transient(params, size)?;
-        let buffer = Buffer::from_backend(self.device.id(), params, backend);
+        let buffer = Buffer::transient_from_backend(self.device.id(), params, backend);
         self.submit_checked(QueueOp::Alloca(buffer.clone()), waits, signals)?;
         Ok(buffer)
     }
 
-    /// Releases a `queue_alloca` buffer's memory in queue order once `waits` are reached.
+    /// Releases a `queue_alloca` buffer's memory in queue order once `waits` are reached. A buffer
+    /// that did not come from [`alloca`](Self::alloca) is `InvalidArgument`, a second dealloca of the
+    /// same buffer `FailedPrecondition`, both at the call.
     pub fn dealloca(&self, waits: &[SemaphoreValue], buffer: &Buffer, signals: &[SemaphoreValue]) -> Result<()> {
         self.check_buffer(buffer)?;
-        self.submit(QueueOp::Dealloca(buffer.clone()), waits, signals)
+        self.check_signals(waits, signals)?;
+        buffer.claim_dealloca().map_err(|e| e.context(format!("queue {}", self.index)))?;
+        let result = self.submit_checked(QueueOp::Dealloca(buffer.clone()), waits, signals);
+        if result.is_err() {
+            buffer.unclaim_dealloca();
+        }
+        result
     }
 
     fn transfer(&self, waits: &[SemaphoreValue], command: Command, signals: &[SemaphoreValue]) -> Result<()> {

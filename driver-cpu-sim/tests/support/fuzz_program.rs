@@ -356,19 +356,25 @@ pub fn generate(seed: u64, families: Families) -> Program {
         if let Op::Alloca = op {
             allocas.push(index);
         }
-        // Extra waits: values already assigned, gates, or (cycles) values not assigned yet.
+        // Extra waits: values already assigned, gates, or (cycles) values not assigned yet. One on a
+        // semaphore the node signals is drawn but left out (so the draws stay as they were): a wait
+        // there for the node's own value or more makes its signal complete behind the value it
+        // waited for, which the HAL refuses at the call.
         for _ in 0..rng.below(3) {
             let s = rng.index(sems.len());
             if !usable(device, &sems[s]) {
                 continue;
             }
-            match sems[s].kind {
-                SemKind::Gate => waits.push((s, 1 + rng.below(gate_top[s] + 1))),
+            let wait = match sems[s].kind {
+                SemKind::Gate => Some((s, 1 + rng.below(gate_top[s] + 1))),
                 SemKind::Timeline if has(Family::Cycles) && rng.below(3) == 0 => {
-                    waits.push((s, last_value[s] + 1 + rng.below(3)))
+                    Some((s, last_value[s] + 1 + rng.below(3)))
                 }
-                SemKind::Timeline if last_value[s] > 0 => waits.push((s, 1 + rng.below(last_value[s]))),
-                SemKind::Timeline => {}
+                SemKind::Timeline if last_value[s] > 0 => Some((s, 1 + rng.below(last_value[s]))),
+                SemKind::Timeline => None,
+            };
+            if let Some(wait) = wait.filter(|_| !signals.iter().any(|&(t, _)| t == s)) {
+                waits.push(wait);
             }
         }
         nodes.push(Node { device, queue, op, waits, signals });
