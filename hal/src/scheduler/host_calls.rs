@@ -41,13 +41,6 @@ struct Gate {
 }
 
 impl Gates {
-    /// Opens the gate of blocking host call `action`; later submissions wait for it.
-    pub(crate) fn open(&self, action: u64) {
-        let mut open = lock(&self.open);
-        open.push(Gate { action, semaphore: Semaphore::new(0) });
-        self.count.store(open.len(), Ordering::Release);
-    }
-
     /// Lets later work go once host call `action` returned (or will never run). Idempotent.
     pub(crate) fn release(&self, action: u64) {
         let released = {
@@ -71,17 +64,31 @@ impl Gates {
     }
 
     /// Adds to `waits` a wait on every open gate but the one of the host call running on this
-    /// thread (a call may wait for what it submits itself). Returns whether it added any.
-    pub(crate) fn add_waits(&self, device: u64, queue: usize, waits: &mut SmallVec<[SemaphoreValue; 4]>) -> bool {
-        if self.count.load(Ordering::Acquire) == 0 {
+    /// thread (a call may wait for what it submits itself). Returns whether it added any. When
+    /// `opening` names a blocking host call and no gate holds it, its own gate opens in the same
+    /// step, so two calls issued at once cannot both pass and each hold the other's work back.
+    pub(crate) fn add_waits(
+        &self,
+        device: u64,
+        queue: usize,
+        opening: Option<u64>,
+        waits: &mut SmallVec<[SemaphoreValue; 4]>,
+    ) -> bool {
+        if opening.is_none() && self.count.load(Ordering::Acquire) == 0 {
             return false;
         }
         let own = RUNNING.with(Cell::get).filter(|r| r.device == device && r.queue == queue).map(|r| r.action);
+        let mut open = lock(&self.open);
         let before = waits.len();
-        for gate in lock(&self.open).iter().filter(|g| Some(g.action) != own) {
+        for gate in open.iter().filter(|g| Some(g.action) != own) {
             waits.push(SemaphoreValue::new(&gate.semaphore, 1));
         }
-        waits.len() > before
+        let held = waits.len() > before;
+        if let Some(action) = opening.filter(|_| !held) {
+            open.push(Gate { action, semaphore: Semaphore::new(0) });
+            self.count.store(open.len(), Ordering::Release);
+        }
+        held
     }
 
     /// The host call whose return `semaphore` stands for, if it is one of these gates.

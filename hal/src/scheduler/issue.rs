@@ -24,7 +24,12 @@ impl<M: StreamModel> Shared<M> {
     /// see `host_calls`), keeping the device events that cover its waits.
     pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, issue: Issue<M>) {
         let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
-        if !self.queues[issue.queue].gates.add_waits(self.device.get(), issue.queue, &mut gates) {
+        // From its issue on, a blocking host call holds later work of its queue until it returns.
+        let opening = match &issue.op {
+            QueueOp::HostCall(call) if call.is_blocking() => Some(id),
+            _ => None,
+        };
+        if !self.queues[issue.queue].gates.add_waits(self.device.get(), issue.queue, opening, &mut gates) {
             self.issue(id, issue);
             return;
         }
@@ -43,12 +48,6 @@ impl<M: StreamModel> Shared<M> {
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
-        // From here on, later work of this queue waits until a blocking host call returns.
-        if let QueueOp::HostCall(call) = &op
-            && call.is_blocking()
-        {
-            slot.gates.open(id);
-        }
         let mut issuer = lock(&slot.issuer);
         let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
         let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
