@@ -16,15 +16,14 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use cudarc::driver::sys;
 use hal::driver::PreparedCommands;
 use hal::{Buffer, Command, CommandBuffer, Error, Result};
 
-use crate::context::Context;
-use crate::error::check;
+use crate::context::{Bound, Context};
 use crate::graph::GraphExec;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
+use crate::result;
 use crate::stream::CudaStream;
 
 /// How a prepared buffer replays.
@@ -115,10 +114,10 @@ impl CudaPreparedCommands {
         }
     }
 
-    /// Enqueues one execution on `stream` (the caller has bound the context).
-    pub fn enqueue(&self, stream: &CudaStream) -> Result<()> {
+    /// Enqueues one execution on `stream`.
+    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         match &self.replay {
-            Replay::Graph(graph) => graph.launch(stream),
+            Replay::Graph(graph) => graph.launch(bound, stream),
             Replay::Direct => {
                 let payload = self.payload.as_ref().map_or(0, hal::driver::BufferBackend::device_address);
                 for (index, command) in self.commands.iter().enumerate() {
@@ -126,7 +125,7 @@ impl CudaPreparedCommands {
                         Command::Update { .. } => Some(update_source(payload, &self.offsets, index)?),
                         _ => None,
                     };
-                    enqueue_command(command, stream, source)?;
+                    enqueue_command(bound, command, stream, source)?;
                 }
                 Ok(())
             }
@@ -150,20 +149,20 @@ fn upload(
     bytes: u64,
 ) -> Result<CudaMemory> {
     let memory = CudaMemory::device(context, counter, bytes)?;
+    // Bound already by `CudaMemory::device`: this only takes the token (one thread-local check).
+    let bound = context.bind()?;
     let base = hal::driver::BufferBackend::device_address(&memory);
     for (command, &offset) in commands.iter().zip(offsets) {
         if let Command::Update { data, .. } = command
             && !data.is_empty()
         {
-            // SAFETY: the context is bound (by `CudaMemory::device`); `base + offset` has room for
-            // `data.len()` bytes (offsets were laid out from these lengths); `data` is live host memory.
-            let code = unsafe { sys::cuMemcpyHtoD_v2(base + offset, data.as_ptr().cast(), data.len()) };
-            check(code, "cuMemcpyHtoD")?;
+            // `base + offset` has room for `data.len()` bytes (offsets were laid out from these lengths).
+            result::memcpy_htod(&bound, base + offset, data)?;
         }
     }
     // A copy from pageable memory may return before its DMA finished; queue streams do not wait for
     // the legacy stream.
-    crate::memory::legacy_stream_synchronize()?;
+    result::legacy_stream_synchronize(&bound)?;
     Ok(memory)
 }
 
@@ -190,9 +189,14 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
     Ok(base + offset)
 }
 
-/// Enqueues one command on `stream` (the caller has bound the context). `update_source` is the
-/// device address of an update's bytes; single `queue_update`s go through staging instead.
-pub fn enqueue_command(command: &Command, cuda_stream: &CudaStream, update_source: Option<u64>) -> Result<()> {
+/// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;
+/// single `queue_update`s go through staging instead.
+pub fn enqueue_command(
+    bound: &Bound<'_>,
+    command: &Command,
+    cuda_stream: &CudaStream,
+    update_source: Option<u64>,
+) -> Result<()> {
     let stream = cuda_stream.raw();
     match command {
         Command::Fill { target, offset, length, pattern, pattern_len } => {
@@ -201,17 +205,14 @@ pub fn enqueue_command(command: &Command, cuda_stream: &CudaStream, update_sourc
             }
             let dst = resolve_address(target, *offset, *length)?;
             let length = *length as usize;
-            // SAFETY (all three): the context is bound; `dst` addresses `length` bytes of live memory,
-            // aligned to the pattern length (hal checks offsets; allocations are 256-byte aligned).
-            let code = match pattern_len {
-                1 => unsafe { sys::cuMemsetD8Async(dst, *pattern as u8, length, stream) },
-                2 => unsafe { sys::cuMemsetD16Async(dst, *pattern as u16, length / 2, stream) },
-                4 => unsafe { sys::cuMemsetD32Async(dst, *pattern, length / 4, stream) },
-                other => {
-                    return Err(Error::invalid_argument(format!("fill: pattern length {other} must be 1, 2 or 4")));
-                }
-            };
-            check(code, "cuMemsetAsync")
+            // `dst` addresses `length` bytes of live memory, aligned to the pattern length (hal checks
+            // offsets; allocations are 256-byte aligned).
+            match pattern_len {
+                1 => result::memset_d8_async(bound, dst, *pattern as u8, length, stream),
+                2 => result::memset_d16_async(bound, dst, *pattern as u16, length / 2, stream),
+                4 => result::memset_d32_async(bound, dst, *pattern, length / 4, stream),
+                other => Err(Error::invalid_argument(format!("fill: pattern length {other} must be 1, 2 or 4"))),
+            }
         }
         Command::Update { target, offset, data } => {
             if data.is_empty() {
@@ -220,9 +221,9 @@ pub fn enqueue_command(command: &Command, cuda_stream: &CudaStream, update_sourc
             let source = update_source
                 .ok_or_else(|| Error::internal("cuda: an update reached the stream without uploaded bytes"))?;
             let dst = resolve_address(target, *offset, data.len() as u64)?;
-            // SAFETY: the context is bound; the source is `data.len()` bytes of the uploaded payload and
-            // the target range as many bytes of live memory (device or mapped pinned).
-            check(unsafe { sys::cuMemcpyAsync(dst, source, data.len(), stream) }, "cuMemcpyAsync")
+            // The source is `data.len()` bytes of the uploaded payload and the target range as many
+            // bytes of live memory (device or mapped pinned).
+            result::memcpy_async(bound, dst, source, data.len(), stream)
         }
         Command::Copy { source, source_offset, target, target_offset, length } => {
             if *length == 0 {
@@ -230,12 +231,12 @@ pub fn enqueue_command(command: &Command, cuda_stream: &CudaStream, update_sourc
             }
             let src = resolve_address(source, *source_offset, *length)?;
             let dst = resolve_address(target, *target_offset, *length)?;
-            // SAFETY: the context is bound; both ranges are `length` bytes of live memory (device or
-            // mapped pinned); cuMemcpyAsync infers each side's memory type from its unified address.
-            check(unsafe { sys::cuMemcpyAsync(dst, src, *length as usize, stream) }, "cuMemcpyAsync")
+            // Both ranges are `length` bytes of live memory (device or mapped pinned).
+            result::memcpy_async(bound, dst, src, *length as usize, stream)
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
-            KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?.launch(cuda_stream)
+            KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?
+                .launch(bound, cuda_stream)
         }
         Command::Barrier => Ok(()),
     }

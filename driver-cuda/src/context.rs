@@ -5,7 +5,9 @@
 //! threads we do not own: the submitting thread, the completion threads, and whichever thread
 //! signals a semaphore that releases a pending action. So every entry point calls
 //! [`Context::bind`] first. Its fast path is one thread-local comparison; a thread is rebound only
-//! when it last bound another context. Code that changes a thread's current context behind our back
+//! when it last bound another context. `bind` returns a [`Bound`] token, and every function of the
+//! driver-call layer (`result.rs`) that needs a current context takes one: "the context is
+//! bound" is a type the compiler checks, not a comment. Code that changes a thread's current context behind our back
 //! (another CUDA library calling `cuCtxSetCurrent`) is not seen by that check: such code should bind
 //! its own context before each use, as cudarc's safe API does.
 //!
@@ -13,13 +15,14 @@
 //! faults (see the crate docs).
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::sys::{self, CUcontext, CUdevice};
+use cudarc::driver::sys::{CUcontext, CUdevice};
 use hal::Result;
 
-use crate::error::check;
+use crate::result;
 
 /// A retained primary context. Dropping the last `Arc` releases it.
 pub struct Context {
@@ -37,6 +40,34 @@ unsafe impl Send for Context {}
 // SAFETY: see `Send`; every method takes `&self` and calls thread-safe driver functions.
 unsafe impl Sync for Context {}
 
+/// Proof that `context` is current on this thread: made only by [`Context::bind`], and neither
+/// `Send` nor `Sync`, so it cannot reach a thread where the context may not be current.
+///
+/// It stays true as long as nothing makes another context current on this thread while the token
+/// lives: binding a second context in its scope (another device's object dropped there, or foreign
+/// code calling `cuCtxSetCurrent`) makes it stale. The crate keeps tokens to the scope of one entry
+/// point for that reason. A stale token is a correctness bug, not a memory-safety one: driver calls
+/// then fail or act on the wrong context, and no pointer the layer dereferences depends on it.
+pub struct Bound<'a> {
+    context: &'a Context,
+    /// `*const ()` makes the token `!Send + !Sync`.
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl<'a> Bound<'a> {
+    /// The context that is current.
+    #[inline]
+    pub fn context(&self) -> &'a Context {
+        self.context
+    }
+}
+
+impl std::fmt::Debug for Bound<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bound({:?})", self.context)
+    }
+}
+
 thread_local! {
     /// The id of the context this thread last bound (0: none).
     static BOUND: Cell<u64> = const { Cell::new(0) };
@@ -47,31 +78,26 @@ impl Context {
     /// have succeeded (see `loader`).
     pub fn retain(ordinal: usize) -> Result<Arc<Self>> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let mut device: CUdevice = 0;
-        // SAFETY: the probe ran cuInit; the out-pointer is a live local.
-        check(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) }, "cuDeviceGet")?;
-        let mut raw: CUcontext = std::ptr::null_mut();
-        // SAFETY: `device` is a valid device handle; the out-pointer is a live local.
-        check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut raw, device) }, "cuDevicePrimaryCtxRetain")?;
+        let device = result::device_get(ordinal)?;
+        let raw = result::primary_ctx_retain(device)?;
         let context = Arc::new(Context { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), ordinal, device, raw });
         context.bind()?;
         Ok(context)
     }
 
     /// Makes this context current on the calling thread unless it already is (one thread-local
-    /// comparison on the fast path).
+    /// comparison on the fast path), and returns the token that says so.
     #[inline]
-    pub fn bind(&self) -> Result<()> {
-        if BOUND.with(Cell::get) == self.id {
-            return Ok(());
+    pub fn bind(&self) -> Result<Bound<'_>> {
+        if BOUND.with(Cell::get) != self.id {
+            self.bind_slow()?;
         }
-        self.bind_slow()
+        Ok(Bound { context: self, _this_thread: PhantomData })
     }
 
     #[cold]
     fn bind_slow(&self) -> Result<()> {
-        // SAFETY: `raw` is a retained primary context, alive while `self` is.
-        check(unsafe { sys::cuCtxSetCurrent(self.raw) }, "cuCtxSetCurrent")?;
+        result::ctx_set_current(self.raw)?;
         BOUND.with(|bound| bound.set(self.id));
         Ok(())
     }
@@ -100,9 +126,9 @@ impl Drop for Context {
                 bound.set(0);
             }
         });
-        // SAFETY: matched with the retain in `Context::retain`; nothing of this context is used after.
-        let code = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
-        if let Err(e) = check(code, "cuDevicePrimaryCtxRelease") {
+        // SAFETY: matched with the retain in `Context::retain`; every object of this context holds an
+        // `Arc` of it, so none is left to use it after.
+        if let Err(e) = unsafe { result::primary_ctx_release(self.device) } {
             tracing::warn!(ordinal = self.ordinal, %e, "releasing the primary context failed");
         }
     }

@@ -1,7 +1,6 @@
 //! The CUDA device: the primary context, memory, modules, command buffers, and the shared scheduler
 //! over [`CudaStreams`] (one non-blocking stream and one completion thread per queue).
 
-use std::ffi::c_char;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
@@ -14,10 +13,10 @@ use hal::{
 
 use crate::command_buffer::CudaPreparedCommands;
 use crate::context::Context;
-use crate::error::check;
 use crate::event::CompletionWait;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::CudaExecutable;
+use crate::result;
 use crate::stream::CudaStreams;
 
 /// How to build a CUDA device.
@@ -146,26 +145,15 @@ pub fn memory_types() -> Vec<MemoryType> {
 }
 
 fn attribute(device: CUdevice, attribute: CUdevice_attribute) -> Result<i32> {
-    let mut value = 0;
-    // SAFETY: cuInit ran (probe); `device` is a valid handle; the out-pointer is a live local.
-    check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
-    Ok(value)
+    result::device_get_attribute(device, attribute)
 }
 
 /// What device `ordinal` is, read without creating a context. The probe must have succeeded.
 pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> {
     use CUdevice_attribute as A;
-    let mut device: CUdevice = 0;
-    // SAFETY: cuInit ran (probe); the out-pointer is a live local.
-    check(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) }, "cuDeviceGet")?;
-    let mut name = [0 as c_char; 256];
-    // SAFETY: the buffer holds 256 bytes, the length passed.
-    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device) }, "cuDeviceGetName")?;
-    // SAFETY: cuDeviceGetName wrote a NUL-terminated string into the buffer (zeroed beforehand).
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let mut total = 0usize;
-    // SAFETY: as above.
-    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) }, "cuDeviceTotalMem")?;
+    let device = result::device_get(ordinal)?;
+    let name = result::device_get_name(device)?;
+    let total = result::device_total_mem(device)?;
     let major = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
     let sms = attribute(device, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::{self, CUevent, CUevent_flags, CUresult, CUstream, CUstream_st};
+use cudarc::driver::sys::{CUevent, CUevent_flags, CUstream, CUstream_st};
 use hal::Result;
 
 use crate::context::Context;
-use crate::error::{check, to_error};
+use crate::result;
 
 /// How completion threads wait for an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,10 +95,7 @@ unsafe impl Sync for CudaEvent {}
 impl CudaEvent {
     /// A new event with `flags` (see [`CompletionWait::event_flags`]).
     pub fn create(context: &Arc<Context>, flags: u32) -> Result<Self> {
-        context.bind()?;
-        let mut raw: CUevent = std::ptr::null_mut();
-        // SAFETY: the context is bound on this thread; the out-pointer is a live local.
-        check(unsafe { sys::cuEventCreate(&mut raw, flags) }, "cuEventCreate")?;
+        let raw = result::event_create(&context.bind()?, flags)?;
         Ok(CudaEvent { raw, recorded_on: AtomicPtr::new(std::ptr::null_mut()), context: context.clone() })
     }
 
@@ -120,13 +117,7 @@ impl CudaEvent {
 
     /// Whether the event's latest capture completed; `Err` on a device fault.
     pub fn query(&self) -> Result<bool> {
-        self.context.bind()?;
-        // SAFETY: `raw` is a live event of the bound context.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(to_error(code, "cuEventQuery")),
-        }
+        result::event_query(&self.context.bind()?, self.raw)
     }
 
     /// One query, as a wait sees it: `Some` once the capture completed (`Ok`) or the device faulted.
@@ -198,9 +189,7 @@ impl CudaEvent {
                 }
             }
         }
-        self.context.bind()?;
-        // SAFETY: `raw` is a live event of the bound context.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        result::event_synchronize(&self.context.bind()?, self.raw)
     }
 
     /// Pauses, then queries: every `poll_interval` for `budget`, then with sleeps growing to
@@ -247,13 +236,10 @@ impl CudaEvent {
 
 impl Drop for CudaEvent {
     fn drop(&mut self) {
-        if self.context.bind().is_err() {
-            return;
-        }
-        // SAFETY: the event is live and no longer used: the pool drops events only when no
+        let Ok(bound) = self.context.bind() else { return };
+        // SAFETY: destroyed once, here, and no longer used: the pool drops events only when no
         // submission or semaphore refers to them.
-        let code = unsafe { sys::cuEventDestroy_v2(self.raw) };
-        if let Err(e) = check(code, "cuEventDestroy") {
+        if let Err(e) = unsafe { result::event_destroy(&bound, self.raw) } {
             tracing::debug!(%e, "destroying an event failed");
         }
     }

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use cudarc::driver::sys::{self, CUstream, CUstream_flags};
+use cudarc::driver::sys::{CUstream, CUstream_flags};
 use hal::Result;
 
-use crate::context::Context;
-use crate::error::check;
+use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
+use crate::result;
 
 /// How often a thread waiting for a callback checks its event for a device fault (CUDA skips host
 /// functions on a faulted context, so the callback would never come).
@@ -63,14 +63,8 @@ unsafe impl Sync for CallbackStream {}
 impl CallbackStream {
     /// A new non-blocking callback stream for `queue`.
     pub fn create(context: &Arc<Context>, queue: usize) -> Result<Self> {
-        context.bind()?;
-        let mut raw: CUstream = std::ptr::null_mut();
-        // SAFETY: the context is bound; the out-pointer is a live local.
-        check(
-            unsafe { sys::cuStreamCreate(&mut raw, CUstream_flags::CU_STREAM_NON_BLOCKING as u32) },
-            "cuStreamCreate",
-        )
-        .map_err(|e| e.context(format!("callback stream of queue {queue}")))?;
+        let raw = result::stream_create(&context.bind()?, CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+            .map_err(|e| e.context(format!("callback stream of queue {queue}")))?;
         Ok(CallbackStream {
             raw,
             queue,
@@ -88,11 +82,11 @@ impl CallbackStream {
     /// Blocks until `event`'s latest capture completed, woken by a host callback; `Err` on a device
     /// fault. Called by the queue's completion thread only, so at most one callback is outstanding.
     pub fn wait(&self, event: &CudaEvent) -> Result<()> {
-        self.context.bind()?;
-        // SAFETY: both handles are live objects of the bound context, and the event was recorded (the
-        // scheduler waits only on recorded events and keeps them from being re-recorded meanwhile).
-        check(unsafe { sys::cuStreamWaitEvent(self.raw, event.raw(), 0) }, "cuStreamWaitEvent")?;
-        let target = self.launch()?;
+        let bound = self.context.bind()?;
+        // The event was recorded: the scheduler waits only on recorded events and keeps them from
+        // being re-recorded meanwhile.
+        result::stream_wait_event(&bound, self.raw, event.raw())?;
+        let target = self.launch(&bound)?;
         let mut ran = self.notifier.ran.lock().unwrap_or_else(|p| p.into_inner());
         while *ran < target {
             let (guard, timeout) = self.notifier.wake.wait_timeout(ran, FAULT_CHECK).unwrap_or_else(|p| p.into_inner());
@@ -108,32 +102,35 @@ impl CallbackStream {
     }
 
     /// Enqueues one callback; returns the count of callbacks run that means it ran.
-    fn launch(&self) -> Result<u64> {
+    fn launch(&self, bound: &Bound<'_>) -> Result<u64> {
         let user_data = Arc::as_ptr(&self.notifier) as *mut c_void;
-        // SAFETY: the context is bound (by `wait`); the host function makes no CUDA calls and its data
+        // SAFETY: the host function makes no CUDA calls, only locks the `Sync` notifier, and its data
         // outlives it (see `callback_reached`).
-        check(unsafe { sys::cuLaunchHostFunc(self.raw, Some(callback_reached), user_data) }, "cuLaunchHostFunc")?;
+        unsafe { result::launch_host_func(bound, self.raw, callback_reached, user_data) }?;
         Ok(self.launched.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 
 impl Drop for CallbackStream {
     fn drop(&mut self) {
-        if let Err(e) = self.context.bind() {
-            tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a callback stream");
-            // Callbacks may still run: their notifier must stay valid.
-            std::mem::forget(self.notifier.clone());
-            return;
-        }
-        // SAFETY: the stream is live; draining waits for its host functions to run.
-        let drained = check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize");
+        let bound = match self.context.bind() {
+            Ok(bound) => bound,
+            Err(e) => {
+                tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a callback stream");
+                // Callbacks may still run: their notifier must stay valid.
+                std::mem::forget(self.notifier.clone());
+                return;
+            }
+        };
+        // Draining waits for its host functions to run.
+        let drained = result::stream_synchronize(&bound, self.raw);
         if self.callbacks_run() < self.launched.load(Ordering::Relaxed) {
             // Faulted context: CUDA will not run these callbacks, but the notifier is never freed
             // under one anyway (a few bytes, once per faulted queue).
             std::mem::forget(self.notifier.clone());
         }
-        // SAFETY: destroyed once; only the stopped completion thread enqueued on it.
-        let destroyed = check(unsafe { sys::cuStreamDestroy_v2(self.raw) }, "cuStreamDestroy");
+        // SAFETY: destroyed once, here; only the stopped completion thread enqueued on it.
+        let destroyed = unsafe { result::stream_destroy(&bound, self.raw) };
         for (what, result) in [("drain", drained), ("destroy", destroyed)] {
             if let Err(e) = result {
                 tracing::warn!(queue = self.queue, %e, "callback stream {what} failed at teardown");

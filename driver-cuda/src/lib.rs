@@ -123,6 +123,7 @@ pub mod host_callback;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub(crate) mod result;
 pub mod staging;
 pub mod stream;
 pub mod timing;

@@ -9,12 +9,12 @@
 
 use std::sync::OnceLock;
 
-use cudarc::driver::sys;
 use hal::{Error, Result};
 
-use crate::error::to_error;
+use crate::result;
 
-/// Every driver-API symbol this crate calls through `cudarc::driver::sys` (as cudarc loads them).
+/// Every driver-API symbol this crate calls through `cudarc::driver::sys` (as cudarc loads them; all
+/// in `result.rs`).
 pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuInit",
     "cuDriverGetVersion",
@@ -131,25 +131,15 @@ fn probe_uncached() -> Result<Probe> {
             missing.join(", ")
         )));
     }
-    // SAFETY: `is_culib_present` only tries to open the library; we just did the same.
-    if !unsafe { sys::is_culib_present() } {
+    if !result::is_driver_library_present() {
         return Err(Error::unavailable(format!("cuda: {library_name} opened but cudarc could not load it")));
     }
-    // SAFETY: the library and every symbol we call are present (checked above); cuInit has no other
-    // precondition and may be called more than once.
-    let init = unsafe { sys::cuInit(0) };
-    if init != sys::CUresult::CUDA_SUCCESS {
-        let error = to_error(init, "cuInit");
+    // The library and every symbol we call are present (checked above), so cudarc will not panic.
+    if let Err(error) = result::init() {
         return Err(Error::unavailable(format!("cuda: the driver did not initialise: {}", error.message())));
     }
-    let mut version = 0;
-    // SAFETY: cuInit succeeded; the out-pointer is a live local.
-    let code = unsafe { sys::cuDriverGetVersion(&mut version) };
-    crate::error::check(code, "cuDriverGetVersion")?;
-    let mut count = 0;
-    // SAFETY: as above.
-    let code = unsafe { sys::cuDeviceGetCount(&mut count) };
-    crate::error::check(code, "cuDeviceGetCount")?;
+    let version = result::driver_get_version()?;
+    let count = result::device_get_count()?;
     if count <= 0 {
         return Err(Error::unavailable(format!(
             "cuda: {library_name} (driver {}.{}) found no CUDA devices",

@@ -24,8 +24,8 @@ use hal::buffer::HostView;
 use hal::driver::BufferBackend;
 use hal::{Buffer, Error, Result};
 
-use crate::context::Context;
-use crate::error::check;
+use crate::context::{Bound, Context};
+use crate::result;
 use crate::stream::CudaStream;
 
 /// Which kind of memory a buffer has.
@@ -88,20 +88,18 @@ unsafe impl Sync for CudaMemory {}
 impl CudaMemory {
     /// `size` zeroed bytes of device memory, counted in `counter`.
     pub fn device(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
-        context.bind()?;
+        let bound = context.bind()?;
         let bytes = to_usize(size)?;
-        let mut address: CUdeviceptr = 0;
-        // SAFETY: the context is bound; the out-pointer is a live local.
-        check(unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }, "cuMemAlloc")
-            .map_err(|e| e.context(format!("device allocation of {size} bytes")))?;
+        let address =
+            result::mem_alloc(&bound, bytes).map_err(|e| e.context(format!("device allocation of {size} bytes")))?;
         let memory = CudaMemory::with(context, counter, size, MemoryKind::Device, address, std::ptr::null_mut(), 0);
         memory.count(size);
-        // SAFETY: `address` holds `bytes` bytes of device memory just allocated. The memset runs on the
-        // legacy stream, which does not wait for the queues' non-blocking streams.
-        check(unsafe { sys::cuMemsetD8_v2(address, 0, bytes) }, "cuMemsetD8")?;
+        // `address` holds `bytes` bytes just allocated. The memset runs on the legacy stream, which
+        // does not wait for the queues' non-blocking streams.
+        result::memset_d8(&bound, address, 0, bytes)?;
         // cuMemsetD8 may return before the memset ran, and queue streams do not wait for the legacy
         // stream: wait for it here, so the zeroes are in place before any queue uses the buffer.
-        legacy_stream_synchronize()?;
+        result::legacy_stream_synchronize(&bound)?;
         Ok(memory)
     }
 
@@ -204,8 +202,7 @@ impl CudaMemory {
     }
 
     /// The alloca, enqueued on `stream`: takes memory from `pool` in stream order and publishes it.
-    /// The caller has bound the context.
-    pub(crate) fn commit_async(&self, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
+    pub(crate) fn commit_async(&self, bound: &Bound<'_>, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
             (_, MemoryKind::Device | MemoryKind::Host) => {
@@ -219,10 +216,7 @@ impl CudaMemory {
             self.address.store(self.pinned_address, Ordering::Release);
             self.host.store(self.pinned, Ordering::Release);
         } else {
-            let mut address: CUdeviceptr = 0;
-            // SAFETY: the caller bound the context; `stream` and `pool` are live handles of it.
-            let code = unsafe { sys::cuMemAllocFromPoolAsync(&mut address, to_usize(self.size)?, pool, stream.raw()) };
-            check(code, "cuMemAllocFromPoolAsync")
+            let address = result::mem_alloc_from_pool_async(bound, to_usize(self.size)?, pool, stream.raw())
                 .map_err(|e| e.context(format!("queue_alloca of {} bytes", self.size)))?;
             self.address.store(address, Ordering::Release);
             self.count(self.size);
@@ -231,9 +225,8 @@ impl CudaMemory {
         Ok(())
     }
 
-    /// The dealloca, enqueued on `stream`: frees in stream order and unpublishes the address. The
-    /// caller has bound the context.
-    pub fn release_async(&self, stream: &CudaStream) -> Result<()> {
+    /// The dealloca, enqueued on `stream`: frees in stream order and unpublishes the address.
+    pub fn release_async(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
             (_, MemoryKind::Device | MemoryKind::Host) => {
@@ -246,21 +239,15 @@ impl CudaMemory {
         let address = self.address.swap(0, Ordering::AcqRel);
         self.host.store(std::ptr::null_mut(), Ordering::Release);
         if self.kind == MemoryKind::TransientDevice {
-            // SAFETY: `address` came from cuMemAllocFromPoolAsync and is freed once, in stream order
-            // after every use enqueued before this point.
-            check(unsafe { sys::cuMemFreeAsync(address, stream.raw()) }, "cuMemFreeAsync")?;
+            // SAFETY: `address` came from cuMemAllocFromPoolAsync and is freed once (the state moves to
+            // `Released`), in stream order after every use enqueued before this point; it was
+            // unpublished above, so no later command can resolve it.
+            unsafe { result::mem_free_async(bound, address, stream.raw()) }?;
             self.uncount();
         }
         *state = State::Released;
         Ok(())
     }
-}
-
-/// Waits for the work this driver put on the legacy default stream (zeroing, uploads). It does not
-/// wait for the queues' streams: they are non-blocking.
-pub(crate) fn legacy_stream_synchronize() -> Result<()> {
-    // SAFETY: the null stream is the bound context's legacy default stream.
-    check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize(legacy stream)")
 }
 
 fn to_usize(size: u64) -> Result<usize> {
@@ -270,21 +257,20 @@ fn to_usize(size: u64) -> Result<usize> {
 
 /// Pinned, mapped, zeroed host memory and its device pointer.
 fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdeviceptr)> {
-    context.bind()?;
+    let bound = context.bind()?;
     let bytes = to_usize(size)?;
-    let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-    // SAFETY: the context is bound; the out-pointer is a live local.
-    check(unsafe { sys::cuMemHostAlloc(&mut raw, bytes, flags) }, "cuMemHostAlloc")
+    let raw = result::mem_host_alloc(&bound, bytes, flags)
         .map_err(|e| e.context(format!("host-visible allocation of {size} bytes")))?;
-    let mut address: CUdeviceptr = 0;
-    // SAFETY: `raw` is pinned memory allocated with DEVICEMAP just above.
-    let code = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut address, raw, 0) };
-    if let Err(e) = check(code, "cuMemHostGetDevicePointer") {
-        // SAFETY: `raw` came from cuMemHostAlloc and is not used after this.
-        unsafe { sys::cuMemFreeHost(raw) };
-        return Err(e);
-    }
+    let address = match result::mem_host_get_device_pointer(&bound, raw) {
+        Ok(address) => address,
+        Err(e) => {
+            // SAFETY: `raw` came from cuMemHostAlloc just above and is not used after this.
+            // The error that matters is the lookup's; a failed free would only leak.
+            let _ = unsafe { result::mem_free_host(&bound, raw) };
+            return Err(e);
+        }
+    };
     // SAFETY: `raw` holds `bytes` writable bytes that nothing else uses yet.
     unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes) };
     Ok((raw.cast(), address))
@@ -314,26 +300,26 @@ unsafe impl BufferBackend for CudaMemory {
 impl Drop for CudaMemory {
     fn drop(&mut self) {
         self.uncount();
-        if self.context.bind().is_err() {
-            return;
-        }
+        let Ok(bound) = self.context.bind() else { return };
         let state = *self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        let result = match self.kind {
+        let address = *self.address.get_mut();
+        let freed = match self.kind {
             // SAFETY: allocated by cuMemAlloc in `device`, freed once here; no queue work holds the
             // buffer any more (submissions keep a handle until they retire).
-            MemoryKind::Device => check(unsafe { sys::cuMemFree_v2(*self.address.get_mut()) }, "cuMemFree"),
-            // SAFETY: allocated by cuMemHostAlloc, freed once here; no queue work holds the buffer.
-            MemoryKind::Host | MemoryKind::TransientHost => {
-                check(unsafe { sys::cuMemFreeHost(self.pinned.cast()) }, "cuMemFreeHost")
-            }
+            MemoryKind::Device => unsafe { result::mem_free(&bound, address) },
+            // SAFETY: allocated by cuMemHostAlloc, freed once here; no queue work holds the buffer,
+            // and host views borrow `self`, so none is left.
+            MemoryKind::Host | MemoryKind::TransientHost => unsafe {
+                result::mem_free_host(&bound, self.pinned.cast())
+            },
             MemoryKind::TransientDevice if state == State::Committed => {
                 // SAFETY: pool memory not freed by a dealloca; every submission using it retired, so
                 // freeing on the legacy stream (ordered after nothing of ours) is safe.
-                check(unsafe { sys::cuMemFreeAsync(*self.address.get_mut(), std::ptr::null_mut()) }, "cuMemFreeAsync")
+                unsafe { result::mem_free_async(&bound, address, std::ptr::null_mut()) }
             }
             MemoryKind::TransientDevice => Ok(()),
         };
-        if let Err(e) = result {
+        if let Err(e) = freed {
             tracing::debug!(%e, size = self.size, "freeing buffer memory failed");
         }
     }

@@ -17,13 +17,13 @@ use std::any::Any;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult};
+use cudarc::driver::sys::{CUfunction, CUfunction_attribute, CUmodule};
 use hal::driver::ExecutableBackend;
 use hal::{BufferBinding, DeviceInfo, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
 use smallvec::SmallVec;
 
-use crate::context::Context;
-use crate::error::{check, to_error};
+use crate::context::{Bound, Context};
+use crate::result;
 use crate::stream::CudaStream;
 
 /// A loaded CUDA module and its entry points.
@@ -77,35 +77,25 @@ impl CudaExecutable {
             }
             ExecutableFormat::Cubin | ExecutableFormat::Fatbin => aligned_copy(data),
         };
-        context.bind()?;
+        let bound = context.bind()?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options = [CUjit_option::CU_JIT_ERROR_LOG_BUFFER, CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
-        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
-        let mut module: CUmodule = std::ptr::null_mut();
-        // SAFETY: the context is bound; `image` is a complete image of `format` (PTX NUL-terminated)
-        // that lives across the call; the option arrays have 2 entries each and the log buffer holds
-        // JIT_LOG_BYTES bytes, as the size option says.
-        let code = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut module,
-                image.as_ptr().cast(),
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
+        // SAFETY: `image` is the whole image of `format`: PTX was NUL-terminated above (its only NUL
+        // is the last byte), binary images are copied whole.
+        let loaded = unsafe { result::module_load_data_ex(&bound, &image, &mut log) };
+        let module = match loaded {
+            Ok(module) => module,
+            Err(error) => {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let log = String::from_utf8_lossy(&log[..end]);
+                let log = log.trim();
+                let message = if log.is_empty() {
+                    format!("cuda executable ({format:?}): {}", error.message())
+                } else {
+                    format!("cuda executable ({format:?}): {}: {log}", error.message())
+                };
+                return Err(Error::new(error.code(), message));
+            }
         };
-        if code != CUresult::CUDA_SUCCESS {
-            let error = to_error(code, "cuModuleLoadDataEx");
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let log = String::from_utf8_lossy(&log[..end]);
-            let log = log.trim();
-            let message = if log.is_empty() {
-                format!("cuda executable ({format:?}): {}", error.message())
-            } else {
-                format!("cuda executable ({format:?}): {}: {log}", error.message())
-            };
-            return Err(Error::new(error.code(), message));
-        }
         let mut executable = CudaExecutable {
             context: context.clone(),
             module,
@@ -114,33 +104,28 @@ impl CudaExecutable {
             entry_points: entry_points.clone(),
         };
         for entry in entry_points {
-            let function = executable.function_named(entry)?;
+            let function = executable.function_named(&bound, entry)?;
             executable.functions.push(function);
         }
         Ok(executable)
     }
 
-    fn function_named(&self, entry: &EntryPointInfo) -> Result<CUfunction> {
+    fn function_named(&self, bound: &Bound<'_>, entry: &EntryPointInfo) -> Result<CUfunction> {
         let name = CString::new(entry.name.as_str()).map_err(|_| {
             Error::invalid_argument(format!("cuda executable: entry point name {:?} contains a NUL byte", entry.name))
         })?;
-        let mut function: CUfunction = std::ptr::null_mut();
-        // SAFETY: the module is loaded in the bound context; `name` is NUL-terminated.
-        let code = unsafe { sys::cuModuleGetFunction(&mut function, self.module, name.as_ptr()) };
-        match code {
-            CUresult::CUDA_SUCCESS => {}
-            CUresult::CUDA_ERROR_NOT_FOUND => {
+        let function = match result::module_get_function(bound, self.module, &name) {
+            Ok(Some(function)) => function,
+            Ok(None) => {
                 return Err(Error::not_found(format!(
                     "cuda executable ({:?}): entry point '{}' is not in the module (is it `extern \"C\"`?)",
                     self.format, entry.name
                 )));
             }
-            code => return Err(to_error(code, "cuModuleGetFunction").context(format!("entry point '{}'", entry.name))),
-        }
-        let mut limit = 0i32;
+            Err(e) => return Err(e.context(format!("entry point '{}'", entry.name))),
+        };
         let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK;
-        // SAFETY: `function` was just looked up in a loaded module; the out-pointer is a live local.
-        check(unsafe { sys::cuFuncGetAttribute(&mut limit, attribute, function) }, "cuFuncGetAttribute")?;
+        let limit = result::func_get_attribute(bound, function, attribute)?;
         // Sizes were checked per axis at load, so the product fits a u64.
         let threads: u64 = entry.workgroup_size.iter().map(|&n| u64::from(n)).product();
         if threads > limit.max(0) as u64 {
@@ -222,13 +207,10 @@ impl ExecutableBackend for CudaExecutable {
 
 impl Drop for CudaExecutable {
     fn drop(&mut self) {
-        if self.context.bind().is_err() {
-            return;
-        }
-        // SAFETY: the module is unloaded once; every command buffer or submission that launches its
-        // functions holds the executable, so none is left.
-        let code = unsafe { sys::cuModuleUnload(self.module) };
-        if let Err(e) = check(code, "cuModuleUnload") {
+        let Ok(bound) = self.context.bind() else { return };
+        // SAFETY: the module is unloaded once, here; every command buffer or submission that launches
+        // its functions holds the executable, so none is left.
+        if let Err(e) = unsafe { result::module_unload(&bound, self.module) } {
             tracing::debug!(%e, "unloading a module failed");
         }
     }
@@ -293,30 +275,15 @@ impl KernelLaunch {
         f(params.as_mut_ptr())
     }
 
-    /// Enqueues the launch on `stream` (the caller has bound the context).
-    pub fn launch(&mut self, stream: &CudaStream) -> Result<()> {
+    /// Enqueues the launch on `stream`.
+    pub fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         let (grid, block, function, stream) = (self.grid, self.block, self.function, stream.raw());
-        let code = self.with_params(|params| {
-            // SAFETY: the context is bound; `function` belongs to a module the dispatch's executable
-            // keeps loaded; `params` has one pointer per kernel parameter in ABI order, each to an
-            // 8-byte slot whose low bytes are the value (u64 pointers, u32 constants; little-endian).
-            unsafe {
-                sys::cuLaunchKernel(
-                    function,
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
-                    0,
-                    stream,
-                    params,
-                    std::ptr::null_mut(),
-                )
-            }
-        });
-        check(code, "cuLaunchKernel")
+        self.with_params(|params| {
+            // SAFETY: `params` has one pointer per kernel parameter in ABI order (counts checked
+            // against the entry point in `resolve`), each to an 8-byte slot whose low bytes are the
+            // value (u64 pointers, u32 constants; little-endian), live during the call.
+            unsafe { result::launch_kernel(bound, function, grid, block, stream, params) }
+        })
     }
 }
 

@@ -15,7 +15,7 @@ use cudarc::driver::sys;
 use hal::{Error, Result};
 
 use crate::context::Context;
-use crate::error::check;
+use crate::result;
 
 /// The smallest block, as a power of two (4 KiB).
 const MIN_CLASS_SHIFT: u32 = 12;
@@ -83,11 +83,8 @@ impl StagingPool {
 
     fn create(&self, class: usize) -> Result<HostPtr> {
         let size = 1usize << (class as u32 + MIN_CLASS_SHIFT);
-        self.context.bind()?;
-        let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: the context is bound; the out-pointer is a live local.
-        let code = unsafe { sys::cuMemHostAlloc(&mut raw, size, sys::CU_MEMHOSTALLOC_PORTABLE) };
-        check(code, "cuMemHostAlloc").map_err(|e| e.context(format!("cuda staging block of {size} bytes")))?;
+        let raw = result::mem_host_alloc(&self.context.bind()?, size, sys::CU_MEMHOSTALLOC_PORTABLE)
+            .map_err(|e| e.context(format!("cuda staging block of {size} bytes")))?;
         let ptr = NonNull::new(raw.cast::<u8>())
             .ok_or_else(|| Error::internal("cuMemHostAlloc returned success and a null pointer"))?;
         self.bytes.fetch_add(size as u64, Ordering::Relaxed);
@@ -115,13 +112,11 @@ impl Drop for StagingPool {
     fn drop(&mut self) {
         // Every block on loan holds an `Arc` of the pool, so all blocks are in the free lists now.
         let free = std::mem::take(self.free.get_mut().unwrap_or_else(|p| p.into_inner()));
-        if self.context.bind().is_err() {
-            return;
-        }
+        let Ok(bound) = self.context.bind() else { return };
         for ptr in free.into_iter().flatten() {
-            // SAFETY: the block came from cuMemHostAlloc and is freed once, here.
-            let code = unsafe { sys::cuMemFreeHost(ptr.0.as_ptr().cast()) };
-            if let Err(e) = check(code, "cuMemFreeHost") {
+            // SAFETY: the block came from cuMemHostAlloc and is freed once, here; no block is on loan
+            // (see above), so neither the host nor a copy uses it any more.
+            if let Err(e) = unsafe { result::mem_free_host(&bound, ptr.0.as_ptr().cast()) } {
                 tracing::debug!(%e, "freeing a staging block failed");
             }
         }

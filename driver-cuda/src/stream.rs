@@ -11,24 +11,25 @@
 //! | alloca / dealloca | `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` with the device's default pool |
 //! | barrier | nothing (the scheduler's event does the ordering) |
 //!
-//! Every method binds the device's context first: the scheduler calls them from any thread.
+//! Every method binds the device's context first (the scheduler calls them from any thread) and
+//! hands the [`Bound`] token down to what it enqueues.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cudarc::driver::sys::{self, CUmemPool_attribute, CUmemoryPool, CUstream, CUstream_flags};
+use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
 use hal::driver::QueueOp;
 use hal::stream_model::{StreamModel, Work};
 use hal::{Buffer, Command, Error, Result};
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
-use crate::context::Context;
+use crate::context::{Bound, Context};
 use crate::device::CudaOptions;
-use crate::error::check;
 use crate::event::{CompletionWait, CudaEvent};
 use crate::host_callback::CallbackStream;
 use crate::memory::CudaMemory;
+use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
 use crate::timing::SubmissionTimer;
 
@@ -87,14 +88,17 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if let Err(e) = self.context.bind() {
-            tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a stream");
-            return;
-        }
-        // SAFETY: the stream is live; after a fault this returns the sticky error at once.
-        let drained = check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize");
-        // SAFETY: destroyed once; nothing is enqueued on it any more (the scheduler stopped).
-        let destroyed = check(unsafe { sys::cuStreamDestroy_v2(self.raw) }, "cuStreamDestroy");
+        let bound = match self.context.bind() {
+            Ok(bound) => bound,
+            Err(e) => {
+                tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a stream");
+                return;
+            }
+        };
+        // After a fault this returns the sticky error at once.
+        let drained = result::stream_synchronize(&bound, self.raw);
+        // SAFETY: destroyed once, here; nothing is enqueued on it any more (the scheduler stopped).
+        let destroyed = unsafe { result::stream_destroy(&bound, self.raw) };
         for (what, result) in [("drain", drained), ("destroy", destroyed)] {
             if let Err(e) = result {
                 tracing::warn!(queue = self.queue, %e, "stream {what} failed at teardown");
@@ -109,15 +113,9 @@ impl CudaStreams {
     /// the device's default memory pool to keep freed memory for reuse (by default the pool gives it
     /// back to the system at each synchronisation, making `queue_alloca` slow).
     pub fn new(context: &Arc<Context>, options: &CudaOptions) -> Result<Self> {
-        context.bind()?;
-        let mut pool: CUmemoryPool = std::ptr::null_mut();
-        // SAFETY: the context is bound; the out-pointer is a live local.
-        check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, context.device()) }, "cuDeviceGetDefaultMemPool")?;
-        let mut threshold = u64::MAX;
-        let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
-        // SAFETY: `pool` is the device's default pool; the attribute takes a u64 through the pointer.
-        let code = unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut threshold as *mut u64).cast()) };
-        check(code, "cuMemPoolSetAttribute")?;
+        let bound = context.bind()?;
+        let pool = result::device_get_default_mem_pool(&bound, context.device())?;
+        result::mem_pool_set_release_threshold(&bound, pool, u64::MAX)?;
         let queue_count = options.queue_count;
         Ok(CudaStreams {
             context: context.clone(),
@@ -154,7 +152,15 @@ impl CudaStreams {
     }
 
     /// Copies `data` through a staging block into `target` at `offset`.
-    fn upload(&self, stream: &CudaStream, work: &Work, data: &[u8], target: &Buffer, offset: u64) -> Result<()> {
+    fn upload(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Work,
+        data: &[u8],
+        target: &Buffer,
+        offset: u64,
+    ) -> Result<()> {
         if data.is_empty() {
             return Ok(());
         }
@@ -163,16 +169,23 @@ impl CudaStreams {
         // SAFETY: the block holds at least `data.len()` bytes and is ours until it goes back to the
         // pool, which happens only after the copy below completed (or now, if it is not enqueued).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), block.as_ptr(), data.len()) };
-        // SAFETY: the context is bound; the block is pinned (a unified address) and `dst` addresses
-        // `data.len()` bytes of live memory.
-        let code = unsafe { sys::cuMemcpyAsync(dst, block.as_ptr() as u64, data.len(), stream.raw) };
-        check(code, "cuMemcpyAsync")?;
+        // SAFETY: the block is pinned and holds at least `data.len()` bytes; it stays on loan, untouched
+        // by the host, until the copy's submission completed (`staged`, then `complete_op`).
+        unsafe { result::memcpy_from_host_async(bound, dst, block.as_ptr(), data.len(), stream.raw) }?;
         self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
         Ok(())
     }
 
     /// Copies `length` bytes of `source` at `offset` into a staging block.
-    fn download(&self, stream: &CudaStream, work: &Work, source: &Buffer, offset: u64, length: u64) -> Result<()> {
+    fn download(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Work,
+        source: &Buffer,
+        offset: u64,
+        length: u64,
+    ) -> Result<()> {
         if length == 0 {
             return Ok(());
         }
@@ -180,10 +193,9 @@ impl CudaStreams {
         let len = usize::try_from(length)
             .map_err(|_| Error::resource_exhausted(format!("read of {length} bytes does not fit the address space")))?;
         let block = self.staging.acquire(len)?;
-        // SAFETY: the context is bound; `src` addresses `len` bytes of live memory and the pinned block
-        // holds at least `len` bytes, untouched by the host until the completion.
-        let code = unsafe { sys::cuMemcpyAsync(block.as_ptr() as u64, src, len, stream.raw) };
-        check(code, "cuMemcpyAsync")?;
+        // SAFETY: the block is pinned and holds at least `len` bytes; it stays on loan, untouched by the
+        // host, until the copy's submission completed (`staged`, then `complete_op`).
+        unsafe { result::memcpy_to_host_async(bound, block.as_ptr(), src, len, stream.raw) }?;
         self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
         Ok(())
     }
@@ -200,28 +212,30 @@ impl CudaStreams {
         Err(Error::internal(format!("cuda: queue {} action {}: staging block missing", work.queue, work.id)))
     }
 
-    /// Enqueues `work`'s operation on `stream` (the context is bound).
-    fn enqueue_op(&self, stream: &CudaStream, work: &Work) -> Result<()> {
+    /// Enqueues `work`'s operation on `stream`.
+    fn enqueue_op(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Work) -> Result<()> {
         match &work.op {
             QueueOp::Execute(command_buffer) => {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
                 match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
-                    Some(prepared) => prepared.enqueue(stream),
+                    Some(prepared) => prepared.enqueue(bound, stream),
                     None => Err(Error::internal("cuda: prepared commands changed type")),
                 }
             }
             QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
-                .commit_async(stream, self.pool)
+                .commit_async(bound, stream, self.pool)
                 .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
-            QueueOp::Dealloca(buffer) => {
-                CudaMemory::of(buffer)?.release_async(stream).map_err(|e| e.context(format!("buffer {}", buffer.id())))
-            }
+            QueueOp::Dealloca(buffer) => CudaMemory::of(buffer)?
+                .release_async(bound, stream)
+                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
             QueueOp::Transfer(Command::Update { target, offset, data }) => {
-                self.upload(stream, work, data, target, *offset)
+                self.upload(bound, stream, work, data, target, *offset)
             }
-            QueueOp::Transfer(command) => enqueue_command(command, stream, None),
-            QueueOp::Write { data, target, offset } => self.upload(stream, work, data, target, *offset),
-            QueueOp::Read { source, offset, length, .. } => self.download(stream, work, source, *offset, *length),
+            QueueOp::Transfer(command) => enqueue_command(bound, command, stream, None),
+            QueueOp::Write { data, target, offset } => self.upload(bound, stream, work, data, target, *offset),
+            QueueOp::Read { source, offset, length, .. } => {
+                self.download(bound, stream, work, source, *offset, *length)
+            }
             QueueOp::Barrier => Ok(()),
             QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
         }
@@ -259,11 +273,8 @@ impl StreamModel for CudaStreams {
     type Event = CudaEvent;
 
     fn create_stream(&self, queue: usize) -> Result<CudaStream> {
-        self.context.bind()?;
-        let mut raw: CUstream = std::ptr::null_mut();
         let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: the context is bound; the out-pointer is a live local.
-        check(unsafe { sys::cuStreamCreate(&mut raw, flags) }, "cuStreamCreate")
+        let raw = result::stream_create(&self.context.bind()?, flags)
             .map_err(|e| e.context(format!("stream of queue {queue}")))?;
         let mut stream = CudaStream { raw, queue, callback: None, context: self.context.clone() };
         if self.wait == CompletionWait::HostCallback {
@@ -278,9 +289,7 @@ impl StreamModel for CudaStreams {
     }
 
     fn record_event(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
-        self.context.bind()?;
-        // SAFETY: both handles are live objects of the bound context.
-        check(unsafe { sys::cuEventRecord(event.raw(), stream.raw) }, "cuEventRecord")?;
+        result::event_record(&self.context.bind()?, event.raw(), stream.raw)?;
         event.recorded_on(stream.raw);
         Ok(())
     }
@@ -290,10 +299,8 @@ impl StreamModel for CudaStreams {
             // Recorded on this very stream: everything enqueued from now on already runs after it.
             return Ok(());
         }
-        self.context.bind()?;
-        // SAFETY: both handles are live objects of the bound context; the scheduler only waits on
-        // events that were recorded.
-        check(unsafe { sys::cuStreamWaitEvent(stream.raw, event.raw(), 0) }, "cuStreamWaitEvent")
+        // The scheduler only waits on events that were recorded.
+        result::stream_wait_event(&self.context.bind()?, stream.raw, event.raw())
     }
 
     fn query_event(&self, event: &CudaEvent) -> Result<bool> {
@@ -325,11 +332,11 @@ impl StreamModel for CudaStreams {
     const CHECKS_UPSTREAM_FAULTS: bool = false;
 
     fn enqueue(&self, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
-        self.context.bind()?;
-        let Some(timer) = &self.timer else { return self.enqueue_op(stream, work) };
-        let start = timer.start(stream)?;
-        match self.enqueue_op(stream, work) {
-            Ok(()) => timer.finish(stream, work.queue, work.id, start),
+        let bound = self.context.bind()?;
+        let Some(timer) = &self.timer else { return self.enqueue_op(&bound, stream, work) };
+        let start = timer.start(&bound, stream)?;
+        match self.enqueue_op(&bound, stream, work) {
+            Ok(()) => timer.finish(&bound, stream, work.queue, work.id, start),
             Err(e) => {
                 timer.abandon(start);
                 Err(e)
@@ -361,8 +368,6 @@ impl StreamModel for CudaStreams {
     }
 
     fn synchronize_stream(&self, stream: &CudaStream) -> Result<()> {
-        self.context.bind()?;
-        // SAFETY: the stream is a live stream of the bound context.
-        check(unsafe { sys::cuStreamSynchronize(stream.raw) }, "cuStreamSynchronize")
+        result::stream_synchronize(&self.context.bind()?, stream.raw)
     }
 }

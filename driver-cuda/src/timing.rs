@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cudarc::driver::sys::{self, CUevent_flags};
+use cudarc::driver::sys::CUevent_flags;
 use hal::{Error, Result};
 
-use crate::context::Context;
-use crate::error::check;
+use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
+use crate::result;
 use crate::stream::CudaStream;
 
 /// The timing events of one device and, per queue in stream order, the pairs still open.
@@ -80,10 +80,9 @@ impl SubmissionTimer {
     }
 
     /// Records a start event on `stream`, before the submission's work is enqueued.
-    pub fn start(&self, stream: &CudaStream) -> Result<CudaEvent> {
+    pub fn start(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<CudaEvent> {
         let start = self.acquire()?;
-        // SAFETY: both handles are live objects of the bound context (the caller bound it).
-        match check(unsafe { sys::cuEventRecord(start.raw(), stream.raw()) }, "cuEventRecord") {
+        match result::event_record(bound, start.raw(), stream.raw()) {
             Ok(()) => Ok(start),
             Err(e) => {
                 self.release([start]);
@@ -94,7 +93,14 @@ impl SubmissionTimer {
 
     /// Records the end event after submission `work`'s work on `stream`, and keeps the pair until
     /// the submission retires.
-    pub fn finish(&self, stream: &CudaStream, queue: usize, work: u64, start: CudaEvent) -> Result<()> {
+    pub fn finish(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        queue: usize,
+        work: u64,
+        start: CudaEvent,
+    ) -> Result<()> {
         let end = match self.acquire() {
             Ok(end) => end,
             Err(e) => {
@@ -102,8 +108,7 @@ impl SubmissionTimer {
                 return Err(e);
             }
         };
-        // SAFETY: both handles are live objects of the bound context (the caller bound it).
-        if let Err(e) = check(unsafe { sys::cuEventRecord(end.raw(), stream.raw()) }, "cuEventRecord") {
+        if let Err(e) = result::event_record(bound, end.raw(), stream.raw()) {
             self.release([start, end]);
             return Err(e);
         }
@@ -126,13 +131,12 @@ impl SubmissionTimer {
                 continue;
             }
             drop(fifo);
-            self.context.bind()?;
-            let mut ms = 0f32;
-            // SAFETY: both events are live timing events of the bound context, recorded in this order
-            // on one stream, and completed (the submission retired through its later event).
-            let code = unsafe { sys::cuEventElapsedTime(&mut ms, timed.start.raw(), timed.end.raw()) };
+            let bound = self.context.bind()?;
+            // Both are timing events, recorded in this order on one stream, and completed (the
+            // submission retired through its later event).
+            let ms = result::event_elapsed_time(&bound, timed.start.raw(), timed.end.raw());
             self.release([timed.start, timed.end]);
-            check(code, "cuEventElapsedTime")?;
+            let ms = ms?;
             return Ok(Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)));
         }
         Ok(None)

@@ -1,0 +1,697 @@
+//! The driver-call layer: every CUDA driver function this crate calls, wrapped once, here and nowhere
+//! else. Each wrapper makes one `cudarc::driver::sys` call and returns a [`hal::Result`] whose error
+//! names that call (`cuEventQuery: CUDA_ERROR_LAUNCH_FAILED (...)`); the rest of the crate owns
+//! lifetimes and ordering and writes no `unsafe` for a driver call. A HIP driver would mirror this
+//! file function for function (`hipEventQuery`, `hipStreamWaitEvent`, ...) and keep the rest.
+//!
+//! Rules the signatures carry:
+//! - A function that needs the device's context current on this thread takes a [`Bound`] token,
+//!   which only [`Context::bind`](crate::context::Context::bind) makes. The calls made before a
+//!   context exists (initialisation, device queries, retaining the primary context) take none; they
+//!   need the probe ([`crate::loader`]) to have succeeded.
+//! - Handles (`CUevent`, `CUstream`, `CUmodule`, ...) passed in are live: each is a private field of
+//!   one owner type of this crate (`CudaEvent`, `CudaStream`, ...), which ends its life only in its
+//!   `Drop`, through one of the `unsafe` destroy functions below. Each owner also says how it
+//!   serialises calls the driver does not synchronise (e.g. one graph's launches).
+//! - Device addresses (`CUdeviceptr`, unified addresses of device or mapped pinned memory) are plain
+//!   numbers: the HAL checks ranges, and the scheduler keeps every buffer a submission uses alive
+//!   until it retires. A bad address is a device fault, which CUDA reports.
+//! - A function is `unsafe` when its caller must promise what the layer cannot check: that a handle
+//!   or allocation is not used after it is destroyed, that host memory an asynchronous copy or host
+//!   function uses outlives it, or that kernel parameter pointers match the kernel.
+//!
+//! Small wrappers are `#[inline]`: the event record, query, stream wait and launch run once or more
+//! per submission, and none of them allocates.
+
+use std::ffi::{CStr, c_void};
+
+use cudarc::driver::sys::{
+    self, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute,
+    CUdeviceptr, CUevent, CUfunction, CUfunction_attribute, CUgraph, CUgraphExec, CUgraphNode, CUjit_option,
+    CUmemPool_attribute, CUmemoryPool, CUmemorytype, CUmodule, CUresult, CUstream,
+};
+use hal::Result;
+
+use crate::context::Bound;
+use crate::error::{check, to_error};
+
+// ---- Initialisation and devices (no context needed) ----
+
+/// Whether cudarc can open the driver library (`is_culib_present`); loads nothing else.
+pub(crate) fn is_driver_library_present() -> bool {
+    // SAFETY: it only tries to open the library by the names cudarc knows; no symbol is called.
+    unsafe { sys::is_culib_present() }
+}
+
+/// `cuInit(0)`. The probe calls it once it has checked that every symbol below is exported.
+pub(crate) fn init() -> Result<()> {
+    // SAFETY: cuInit takes no pointers; it may be called more than once.
+    check(unsafe { sys::cuInit(0) }, "cuInit")
+}
+
+/// `cuDriverGetVersion`.
+pub(crate) fn driver_get_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuDriverGetVersion(&mut version) }, "cuDriverGetVersion")?;
+    Ok(version)
+}
+
+/// `cuDeviceGetCount`.
+pub(crate) fn device_get_count() -> Result<i32> {
+    let mut count = 0;
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGetCount(&mut count) }, "cuDeviceGetCount")?;
+    Ok(count)
+}
+
+/// `cuDeviceGet`: the handle of device `ordinal`.
+pub(crate) fn device_get(ordinal: usize) -> Result<CUdevice> {
+    let mut device: CUdevice = 0;
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGet(&mut device, ordinal as i32) }, "cuDeviceGet")?;
+    Ok(device)
+}
+
+/// `cuDeviceGetAttribute`.
+pub(crate) fn device_get_attribute(device: CUdevice, attribute: CUdevice_attribute) -> Result<i32> {
+    let mut value = 0;
+    // SAFETY: the out-pointer is a live local; the device handle is a plain number the driver checks.
+    check(unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, device) }, "cuDeviceGetAttribute")?;
+    Ok(value)
+}
+
+/// `cuDeviceGetName`, as a string (at most 255 bytes).
+pub(crate) fn device_get_name(device: CUdevice) -> Result<String> {
+    let mut name = [0u8; 256];
+    // SAFETY: the buffer holds 256 bytes, the length passed (`c_char` is one byte).
+    check(unsafe { sys::cuDeviceGetName(name.as_mut_ptr().cast(), name.len() as i32, device) }, "cuDeviceGetName")?;
+    // The buffer was zeroed and the driver writes at most `len - 1` bytes and a NUL.
+    let name = CStr::from_bytes_until_nul(&name).unwrap_or_default();
+    Ok(name.to_string_lossy().into_owned())
+}
+
+/// `cuDeviceTotalMem`: bytes of device memory.
+pub(crate) fn device_total_mem(device: CUdevice) -> Result<usize> {
+    let mut total = 0usize;
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceTotalMem_v2(&mut total, device) }, "cuDeviceTotalMem")?;
+    Ok(total)
+}
+
+// ---- Contexts ----
+
+/// `cuDevicePrimaryCtxRetain`.
+pub(crate) fn primary_ctx_retain(device: CUdevice) -> Result<CUcontext> {
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuDevicePrimaryCtxRetain(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
+    Ok(context)
+}
+
+/// `cuDevicePrimaryCtxRelease`.
+///
+/// # Safety
+/// Matches one [`primary_ctx_retain`] of `device`; nothing of the context that retain kept alive is
+/// used after the last release.
+pub(crate) unsafe fn primary_ctx_release(device: CUdevice) -> Result<()> {
+    // SAFETY: the caller matches it with a retain and uses nothing of the context after.
+    check(unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) }, "cuDevicePrimaryCtxRelease")
+}
+
+/// `cuCtxSetCurrent`: only [`Context::bind`](crate::context::Context::bind) calls it.
+pub(crate) fn ctx_set_current(context: CUcontext) -> Result<()> {
+    // SAFETY: `context` is a retained primary context (its owner, `Context`, releases it on drop).
+    check(unsafe { sys::cuCtxSetCurrent(context) }, "cuCtxSetCurrent")
+}
+
+// ---- Streams ----
+
+/// `cuStreamCreate` with `flags`.
+pub(crate) fn stream_create(_bound: &Bound<'_>, flags: u32) -> Result<CUstream> {
+    let mut stream: CUstream = std::ptr::null_mut();
+    // SAFETY: the context is current (`_bound`); the out-pointer is a live local.
+    check(unsafe { sys::cuStreamCreate(&mut stream, flags) }, "cuStreamCreate")?;
+    Ok(stream)
+}
+
+/// `cuStreamDestroy`.
+///
+/// # Safety
+/// `stream` is destroyed once, and nothing is enqueued on it after.
+pub(crate) unsafe fn stream_destroy(_bound: &Bound<'_>, stream: CUstream) -> Result<()> {
+    // SAFETY: the caller destroys it once and uses it no more.
+    check(unsafe { sys::cuStreamDestroy_v2(stream) }, "cuStreamDestroy")
+}
+
+/// `cuStreamSynchronize`: blocks until everything enqueued on `stream` ran.
+pub(crate) fn stream_synchronize(_bound: &Bound<'_>, stream: CUstream) -> Result<()> {
+    // SAFETY: `stream` is a live stream of the current context.
+    check(unsafe { sys::cuStreamSynchronize(stream) }, "cuStreamSynchronize")
+}
+
+/// `cuStreamSynchronize` of the current context's legacy default stream (the null stream), which
+/// the synchronous memsets and copies use.
+pub(crate) fn legacy_stream_synchronize(_bound: &Bound<'_>) -> Result<()> {
+    // SAFETY: the null stream names the current context's legacy stream.
+    check(unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) }, "cuStreamSynchronize(legacy stream)")
+}
+
+/// `cuStreamWaitEvent(stream, event, 0)`: work enqueued on `stream` after this waits for `event`'s
+/// latest capture.
+#[inline]
+pub(crate) fn stream_wait_event(_bound: &Bound<'_>, stream: CUstream, event: CUevent) -> Result<()> {
+    // SAFETY: both handles are live objects of the current context.
+    check(unsafe { sys::cuStreamWaitEvent(stream, event, 0) }, "cuStreamWaitEvent")
+}
+
+/// `cuLaunchHostFunc`: `function(user_data)` runs on a driver thread once `stream` reaches it.
+///
+/// # Safety
+/// `function` makes no CUDA call and is sound to call once with `user_data` from another thread, and
+/// `user_data` stays valid until it ran (or forever, if the stream may never reach it).
+pub(crate) unsafe fn launch_host_func(
+    _bound: &Bound<'_>,
+    stream: CUstream,
+    function: unsafe extern "C" fn(*mut c_void),
+    user_data: *mut c_void,
+) -> Result<()> {
+    // SAFETY: the stream is live; the caller vouches for the function and its data.
+    check(unsafe { sys::cuLaunchHostFunc(stream, Some(function), user_data) }, "cuLaunchHostFunc")
+}
+
+// ---- Events ----
+
+/// `cuEventCreate` with `flags`.
+pub(crate) fn event_create(_bound: &Bound<'_>, flags: u32) -> Result<CUevent> {
+    let mut event: CUevent = std::ptr::null_mut();
+    // SAFETY: the context is current; the out-pointer is a live local.
+    check(unsafe { sys::cuEventCreate(&mut event, flags) }, "cuEventCreate")?;
+    Ok(event)
+}
+
+/// `cuEventDestroy`.
+///
+/// # Safety
+/// `event` is destroyed once, and no stream waits on it or records it after.
+pub(crate) unsafe fn event_destroy(_bound: &Bound<'_>, event: CUevent) -> Result<()> {
+    // SAFETY: the caller destroys it once and uses it no more.
+    check(unsafe { sys::cuEventDestroy_v2(event) }, "cuEventDestroy")
+}
+
+/// `cuEventRecord`: captures the work enqueued on `stream` so far.
+#[inline]
+pub(crate) fn event_record(_bound: &Bound<'_>, event: CUevent, stream: CUstream) -> Result<()> {
+    // SAFETY: both handles are live objects of the current context.
+    check(unsafe { sys::cuEventRecord(event, stream) }, "cuEventRecord")
+}
+
+/// `cuEventQuery`: whether the latest capture completed (`CUDA_ERROR_NOT_READY` is `Ok(false)`);
+/// `Err` on a device fault.
+#[inline]
+pub(crate) fn event_query(_bound: &Bound<'_>, event: CUevent) -> Result<bool> {
+    // SAFETY: `event` is a live event of the current context.
+    match unsafe { sys::cuEventQuery(event) } {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(to_error(code, "cuEventQuery")),
+    }
+}
+
+/// `cuEventSynchronize`: blocks until the latest capture completed.
+pub(crate) fn event_synchronize(_bound: &Bound<'_>, event: CUevent) -> Result<()> {
+    // SAFETY: `event` is a live event of the current context.
+    check(unsafe { sys::cuEventSynchronize(event) }, "cuEventSynchronize")
+}
+
+/// `cuEventElapsedTime`: milliseconds between two completed timing events.
+pub(crate) fn event_elapsed_time(_bound: &Bound<'_>, start: CUevent, end: CUevent) -> Result<f32> {
+    let mut ms = 0f32;
+    // SAFETY: both are live events of the current context (the driver checks that they were created
+    // for timing and have completed); the out-pointer is a live local.
+    check(unsafe { sys::cuEventElapsedTime(&mut ms, start, end) }, "cuEventElapsedTime")?;
+    Ok(ms)
+}
+
+// ---- Memory ----
+
+/// `cuMemAlloc`: `bytes` of device memory.
+pub(crate) fn mem_alloc(_bound: &Bound<'_>, bytes: usize) -> Result<CUdeviceptr> {
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: the context is current; the out-pointer is a live local.
+    check(unsafe { sys::cuMemAlloc_v2(&mut address, bytes) }, "cuMemAlloc")?;
+    Ok(address)
+}
+
+/// `cuMemFree`.
+///
+/// # Safety
+/// `address` came from [`mem_alloc`], is freed once, and no enqueued work uses it any more.
+pub(crate) unsafe fn mem_free(_bound: &Bound<'_>, address: CUdeviceptr) -> Result<()> {
+    // SAFETY: the caller frees it once, after its last use.
+    check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree")
+}
+
+/// `cuMemsetD8` on the legacy stream: `count` bytes at `dst` set to `value`.
+pub(crate) fn memset_d8(_bound: &Bound<'_>, dst: CUdeviceptr, value: u8, count: usize) -> Result<()> {
+    // SAFETY: a device address (see the module docs); no host memory is touched.
+    check(unsafe { sys::cuMemsetD8_v2(dst, value, count) }, "cuMemsetD8")
+}
+
+/// `cuMemsetD8Async`: `count` bytes.
+#[inline]
+pub(crate) fn memset_d8_async(
+    _bound: &Bound<'_>,
+    dst: CUdeviceptr,
+    value: u8,
+    count: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: a unified address (see the module docs) and a live stream of the current context.
+    check(unsafe { sys::cuMemsetD8Async(dst, value, count, stream) }, "cuMemsetD8Async")
+}
+
+/// `cuMemsetD16Async`: `count` 2-byte elements.
+#[inline]
+pub(crate) fn memset_d16_async(
+    _bound: &Bound<'_>,
+    dst: CUdeviceptr,
+    value: u16,
+    count: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: as `memset_d8_async`.
+    check(unsafe { sys::cuMemsetD16Async(dst, value, count, stream) }, "cuMemsetD16Async")
+}
+
+/// `cuMemsetD32Async`: `count` 4-byte elements.
+#[inline]
+pub(crate) fn memset_d32_async(
+    _bound: &Bound<'_>,
+    dst: CUdeviceptr,
+    value: u32,
+    count: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: as `memset_d8_async`.
+    check(unsafe { sys::cuMemsetD32Async(dst, value, count, stream) }, "cuMemsetD32Async")
+}
+
+/// `cuMemcpyHtoD` on the legacy stream, from `src`. It may return before the DMA finished.
+pub(crate) fn memcpy_htod(_bound: &Bound<'_>, dst: CUdeviceptr, src: &[u8]) -> Result<()> {
+    // SAFETY: `src` is `src.len()` bytes of live host memory; the driver copies pageable memory to a
+    // staging buffer before returning, so the borrow may end after the call.
+    check(unsafe { sys::cuMemcpyHtoD_v2(dst, src.as_ptr().cast(), src.len()) }, "cuMemcpyHtoD")
+}
+
+/// `cuMemcpyAsync` between two unified addresses of buffers (device or mapped pinned memory).
+#[inline]
+pub(crate) fn memcpy_async(
+    _bound: &Bound<'_>,
+    dst: CUdeviceptr,
+    src: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: unified addresses (see the module docs); the driver infers each side's memory type.
+    check(unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }, "cuMemcpyAsync")
+}
+
+/// `cuMemcpyAsync` from pinned host memory at `src` (a unified address) to `dst`.
+///
+/// # Safety
+/// `src` is pinned host memory (from [`mem_host_alloc`]) of at least `bytes` bytes that stays
+/// allocated and unwritten until the copy completed on `stream`.
+#[inline]
+pub(crate) unsafe fn memcpy_from_host_async(
+    _bound: &Bound<'_>,
+    dst: CUdeviceptr,
+    src: *const u8,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller keeps the pinned source alive and untouched until the copy completed.
+    check(unsafe { sys::cuMemcpyAsync(dst, src as CUdeviceptr, bytes, stream) }, "cuMemcpyAsync")
+}
+
+/// `cuMemcpyAsync` from `src` into pinned host memory at `dst` (a unified address).
+///
+/// # Safety
+/// `dst` is pinned host memory (from [`mem_host_alloc`]) of at least `bytes` bytes that stays
+/// allocated, and that the host neither reads nor writes, until the copy completed on `stream`.
+#[inline]
+pub(crate) unsafe fn memcpy_to_host_async(
+    _bound: &Bound<'_>,
+    dst: *mut u8,
+    src: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller keeps the pinned destination alive and untouched until the copy completed.
+    check(unsafe { sys::cuMemcpyAsync(dst as CUdeviceptr, src, bytes, stream) }, "cuMemcpyAsync")
+}
+
+/// `cuMemHostAlloc`: `bytes` of pinned host memory (contents undefined).
+pub(crate) fn mem_host_alloc(_bound: &Bound<'_>, bytes: usize, flags: u32) -> Result<*mut c_void> {
+    let mut host: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the context is current; the out-pointer is a live local.
+    check(unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags) }, "cuMemHostAlloc")?;
+    Ok(host)
+}
+
+/// `cuMemHostGetDevicePointer`: the device address of pinned memory allocated with `DEVICEMAP`.
+pub(crate) fn mem_host_get_device_pointer(_bound: &Bound<'_>, host: *mut c_void) -> Result<CUdeviceptr> {
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: the driver only looks `host` up among its pinned allocations (an unknown pointer is an
+    // error); the out-pointer is a live local.
+    check(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut address, host, 0) }, "cuMemHostGetDevicePointer")?;
+    Ok(address)
+}
+
+/// `cuMemFreeHost`.
+///
+/// # Safety
+/// `host` came from [`mem_host_alloc`], is freed once, and neither the host nor enqueued work uses
+/// it after.
+pub(crate) unsafe fn mem_free_host(_bound: &Bound<'_>, host: *mut c_void) -> Result<()> {
+    // SAFETY: the caller frees it once, after its last use.
+    check(unsafe { sys::cuMemFreeHost(host) }, "cuMemFreeHost")
+}
+
+/// `cuDeviceGetDefaultMemPool` of `device`.
+pub(crate) fn device_get_default_mem_pool(_bound: &Bound<'_>, device: CUdevice) -> Result<CUmemoryPool> {
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: the context is current; the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, device) }, "cuDeviceGetDefaultMemPool")?;
+    Ok(pool)
+}
+
+/// `cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)`: the pool keeps up to `bytes` of freed
+/// memory across synchronisations.
+pub(crate) fn mem_pool_set_release_threshold(_bound: &Bound<'_>, pool: CUmemoryPool, bytes: u64) -> Result<()> {
+    let mut threshold = bytes;
+    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    // SAFETY: `pool` is live; this attribute takes a u64 through the pointer, a live local.
+    let code = unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut threshold as *mut u64).cast()) };
+    check(code, "cuMemPoolSetAttribute")
+}
+
+/// `cuMemAllocFromPoolAsync`: `bytes` from `pool`, usable by work enqueued on `stream` after this.
+#[inline]
+pub(crate) fn mem_alloc_from_pool_async(
+    _bound: &Bound<'_>,
+    bytes: usize,
+    pool: CUmemoryPool,
+    stream: CUstream,
+) -> Result<CUdeviceptr> {
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: `pool` and `stream` are live handles of the current context; the out-pointer is a live
+    // local.
+    check(unsafe { sys::cuMemAllocFromPoolAsync(&mut address, bytes, pool, stream) }, "cuMemAllocFromPoolAsync")?;
+    Ok(address)
+}
+
+/// `cuMemFreeAsync` in `stream` order (null: the legacy stream).
+///
+/// # Safety
+/// `address` came from [`mem_alloc_from_pool_async`], is freed once, and no work ordered after the
+/// free on `stream` (nor unordered with it) uses it.
+#[inline]
+pub(crate) unsafe fn mem_free_async(_bound: &Bound<'_>, address: CUdeviceptr, stream: CUstream) -> Result<()> {
+    // SAFETY: the caller frees it once, after its last use in stream order.
+    check(unsafe { sys::cuMemFreeAsync(address, stream) }, "cuMemFreeAsync")
+}
+
+// ---- Modules and launches ----
+
+/// `cuModuleLoadDataEx` of `image`, with the JIT error log written into `log` (NUL-terminated when
+/// the JIT writes one).
+///
+/// # Safety
+/// `image` is a whole PTX, cubin or fatbin image, and PTX text ends with a NUL byte inside `image`
+/// (the driver reads PTX as a C string; binary images carry their size in their headers).
+pub(crate) unsafe fn module_load_data_ex(_bound: &Bound<'_>, image: &[u64], log: &mut [u8]) -> Result<CUmodule> {
+    let mut options = [CUjit_option::CU_JIT_ERROR_LOG_BUFFER, CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+    // The size option's value is the number itself, passed in the pointer slot, as CUDA specifies.
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut module: CUmodule = std::ptr::null_mut();
+    // SAFETY: the context is current; `image` lives across the call and is whole (caller); the option
+    // arrays have 2 entries each, and the log buffer holds as many bytes as the size option says.
+    let code = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    check(code, "cuModuleLoadDataEx")?;
+    Ok(module)
+}
+
+/// `cuModuleUnload`.
+///
+/// # Safety
+/// `module` is unloaded once, and none of its functions is launched after.
+pub(crate) unsafe fn module_unload(_bound: &Bound<'_>, module: CUmodule) -> Result<()> {
+    // SAFETY: the caller unloads it once and launches none of its functions after.
+    check(unsafe { sys::cuModuleUnload(module) }, "cuModuleUnload")
+}
+
+/// `cuModuleGetFunction`: `None` when the module has no function `name` (`CUDA_ERROR_NOT_FOUND`).
+pub(crate) fn module_get_function(_bound: &Bound<'_>, module: CUmodule, name: &CStr) -> Result<Option<CUfunction>> {
+    let mut function: CUfunction = std::ptr::null_mut();
+    // SAFETY: the module is loaded in the current context; `name` is NUL-terminated; the out-pointer
+    // is a live local.
+    match unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) } {
+        CUresult::CUDA_SUCCESS => Ok(Some(function)),
+        CUresult::CUDA_ERROR_NOT_FOUND => Ok(None),
+        code => Err(to_error(code, "cuModuleGetFunction")),
+    }
+}
+
+/// `cuFuncGetAttribute`.
+pub(crate) fn func_get_attribute(
+    _bound: &Bound<'_>,
+    function: CUfunction,
+    attribute: CUfunction_attribute,
+) -> Result<i32> {
+    let mut value = 0i32;
+    // SAFETY: `function` belongs to a loaded module; the out-pointer is a live local.
+    check(unsafe { sys::cuFuncGetAttribute(&mut value, attribute, function) }, "cuFuncGetAttribute")?;
+    Ok(value)
+}
+
+/// `cuLaunchKernel` of `function` with no dynamic shared memory.
+///
+/// # Safety
+/// `params` points at one pointer per parameter of `function`, in order, each to a live value of
+/// that parameter's size; they need to live only during the call (CUDA copies the values).
+#[inline]
+pub(crate) unsafe fn launch_kernel(
+    _bound: &Bound<'_>,
+    function: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    stream: CUstream,
+    params: *mut *mut c_void,
+) -> Result<()> {
+    // SAFETY: the context is current; `function` belongs to a module its executable keeps loaded;
+    // the caller vouches for `params`.
+    let code = unsafe {
+        sys::cuLaunchKernel(
+            function,
+            grid[0],
+            grid[1],
+            grid[2],
+            block[0],
+            block[1],
+            block[2],
+            0,
+            stream,
+            params,
+            std::ptr::null_mut(),
+        )
+    };
+    check(code, "cuLaunchKernel")
+}
+
+// ---- Graphs ----
+
+/// `cuGraphCreate`: an empty graph.
+pub(crate) fn graph_create(_bound: &Bound<'_>) -> Result<CUgraph> {
+    let mut graph: CUgraph = std::ptr::null_mut();
+    // SAFETY: the out-pointer is a live local.
+    check(unsafe { sys::cuGraphCreate(&mut graph, 0) }, "cuGraphCreate")?;
+    Ok(graph)
+}
+
+/// `cuGraphDestroy`. Needs no current context: a graph belongs to none until instantiated.
+///
+/// # Safety
+/// `graph` is destroyed once and not used after (an executable instantiated from it may be).
+pub(crate) unsafe fn graph_destroy(graph: CUgraph) -> Result<()> {
+    // SAFETY: the caller destroys it once and uses it no more.
+    check(unsafe { sys::cuGraphDestroy(graph) }, "cuGraphDestroy")
+}
+
+/// `cuGraphAddEmptyNode` depending on `deps` (nodes of `graph`).
+pub(crate) fn graph_add_empty_node(_bound: &Bound<'_>, graph: CUgraph, deps: &[CUgraphNode]) -> Result<CUgraphNode> {
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live, `deps` are `deps.len()` of its nodes; the out-pointer is a live local.
+    check(unsafe { sys::cuGraphAddEmptyNode(&mut node, graph, deps.as_ptr(), deps.len()) }, "cuGraphAddEmptyNode")?;
+    Ok(node)
+}
+
+/// `cuGraphAddKernelNode` launching `function` (no dynamic shared memory), depending on `deps`.
+///
+/// # Safety
+/// `params` is as for [`launch_kernel`]: CUDA copies the values into the node during this call.
+pub(crate) unsafe fn graph_add_kernel_node(
+    _bound: &Bound<'_>,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    function: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    params: *mut *mut c_void,
+) -> Result<CUgraphNode> {
+    let node_params = CUDA_KERNEL_NODE_PARAMS_v2 {
+        func: function,
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: 0,
+        kernelParams: params,
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    };
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live and `deps` are its nodes; `node_params` is a live local whose
+    // `kernelParams` the caller vouches for; the out-pointer is a live local.
+    let code = unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &node_params) };
+    check(code, "cuGraphAddKernelNode")?;
+    Ok(node)
+}
+
+/// `cuGraphAddMemsetNode` in the bound context: `count` elements of `element_size` bytes at `dst` set
+/// to `value`, depending on `deps`.
+pub(crate) fn graph_add_memset_node(
+    bound: &Bound<'_>,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    dst: CUdeviceptr,
+    value: u32,
+    element_size: u32,
+    count: usize,
+) -> Result<CUgraphNode> {
+    let params = CUDA_MEMSET_NODE_PARAMS { dst, pitch: 0, value, elementSize: element_size, width: count, height: 1 };
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live and `deps` are its nodes; `params` is a live local and `dst` a unified
+    // address (see the module docs); the context handle is the bound, retained one.
+    let code = unsafe {
+        sys::cuGraphAddMemsetNode(&mut node, graph, deps.as_ptr(), deps.len(), &params, bound.context().raw())
+    };
+    check(code, "cuGraphAddMemsetNode")?;
+    Ok(node)
+}
+
+/// `cuGraphAddMemcpyNode` in the bound context: `length` bytes from `src` to `dst` (unified
+/// addresses), depending on `deps`.
+pub(crate) fn graph_add_memcpy_node(
+    bound: &Bound<'_>,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    src: CUdeviceptr,
+    dst: CUdeviceptr,
+    length: usize,
+) -> Result<CUgraphNode> {
+    let params = CUDA_MEMCPY3D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcZ: 0,
+        srcLOD: 0,
+        srcMemoryType: CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        reserved0: std::ptr::null_mut(),
+        srcPitch: 0,
+        srcHeight: 0,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstZ: 0,
+        dstLOD: 0,
+        dstMemoryType: CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        reserved1: std::ptr::null_mut(),
+        dstPitch: 0,
+        dstHeight: 0,
+        WidthInBytes: length,
+        Height: 1,
+        Depth: 1,
+    };
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live and `deps` are its nodes; `params` is a live local naming two unified
+    // addresses (see the module docs), no host pointers; the context handle is the bound one.
+    let code = unsafe {
+        sys::cuGraphAddMemcpyNode(&mut node, graph, deps.as_ptr(), deps.len(), &params, bound.context().raw())
+    };
+    check(code, "cuGraphAddMemcpyNode")?;
+    Ok(node)
+}
+
+/// `cuGraphInstantiateWithFlags(graph, 0)`.
+pub(crate) fn graph_instantiate(_bound: &Bound<'_>, graph: CUgraph) -> Result<CUgraphExec> {
+    let mut exec: CUgraphExec = std::ptr::null_mut();
+    // SAFETY: the graph is live; the out-pointer is a live local.
+    check(unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
+    Ok(exec)
+}
+
+/// `cuGraphLaunch`. The caller serialises launches of one `exec` (its owner, `GraphExec`, does).
+#[inline]
+pub(crate) fn graph_launch(_bound: &Bound<'_>, exec: CUgraphExec, stream: CUstream) -> Result<()> {
+    // SAFETY: `exec` is a live executable graph and `stream` a live stream of the current context.
+    check(unsafe { sys::cuGraphLaunch(exec, stream) }, "cuGraphLaunch")
+}
+
+/// `cuGraphExecDestroy`.
+///
+/// # Safety
+/// `exec` is destroyed once, and is neither being launched nor launched after.
+pub(crate) unsafe fn graph_exec_destroy(_bound: &Bound<'_>, exec: CUgraphExec) -> Result<()> {
+    // SAFETY: the caller destroys it once, with no launch in progress or to come.
+    check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
+}
+
+#[cfg(test)]
+mod tests {
+    /// The layer is the crate's only caller of the driver: no other source file names a
+    /// `sys::cu...` function.
+    #[test]
+    fn driver_calls_only_in_the_result_layer() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut outside = Vec::new();
+        for entry in std::fs::read_dir(&src).expect("the crate's sources") {
+            let path = entry.expect("a source entry").path();
+            if path.file_name().is_some_and(|name| name == "result.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a readable source");
+            for (number, line) in text.lines().enumerate() {
+                if line.contains("sys::cu") || line.contains("sys::is_culib_present") {
+                    outside.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
+                }
+            }
+        }
+        assert!(outside.is_empty(), "driver calls outside result.rs:\n{}", outside.join("\n"));
+    }
+}
