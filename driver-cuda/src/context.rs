@@ -1,15 +1,15 @@
 //! The device's primary context: retained for as long as any object of the device (a stream, an
 //! event, a buffer, a module) lives, and bound on every thread that calls CUDA.
 //!
-//! cudarc's `result` layer does not bind a context, and the scheduler calls the stream model from
+//! A CUDA context is current per thread, and the scheduler calls the stream model from
 //! threads we do not own: the submitting thread, the completion threads, and whichever thread
 //! signals a semaphore that releases a pending action. So every entry point calls
 //! [`Context::bind`] first. Its fast path is one thread-local comparison; a thread is rebound only
 //! when it last bound another context. `bind` returns a [`Bound`] token, and every function of the
-//! driver-call layer (`result.rs`) that needs a current context takes one: "the context is
-//! bound" is a type the compiler checks, not a comment. Code that changes a thread's current context behind our back
-//! (another CUDA library calling `cuCtxSetCurrent`) is not seen by that check: such code should bind
-//! its own context before each use, as cudarc's safe API does.
+//! driver-call layer (`result.rs`) that needs a current context takes one: "the context is bound"
+//! is a type the compiler checks, not a comment. Code that changes a thread's current context behind
+//! our back (another CUDA library calling `cuCtxSetCurrent`) is not seen by that check: such code
+//! should bind its own context before each use, as cudarc's safe API does.
 //!
 //! All devices of one GPU in a process share its primary context, and so share its fate when a kernel
 //! faults (see the crate docs).

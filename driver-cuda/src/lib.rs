@@ -1,4 +1,4 @@
-//! `driver-cuda`: the HAL driver for NVIDIA GPUs, through cudarc's `sys` and `result` layers.
+//! `driver-cuda`: the HAL driver for NVIDIA GPUs, through cudarc's raw `sys` bindings.
 //!
 //! It runs the same scheduler as `driver-cpu-sim` ([`hal::scheduler`]) over real CUDA streams and
 //! events: one non-blocking `CUstream` per queue, pooled `DISABLE_TIMING` events, device-side waits
@@ -29,6 +29,19 @@
 //! }
 //! ```
 //!
+//! # The driver-call layer
+//! Every CUDA driver function the crate calls is wrapped once, in `src/result.rs` (crate-private):
+//! one small function per call (`event_record`, `stream_wait_event`, `launch_kernel`, ...) that
+//! makes the `sys` call and returns a [`hal::Result`] whose error names the call. Functions that need
+//! the device's context current take a [`context::Bound`] token, which only [`context::Context::bind`]
+//! makes and which cannot leave its thread; so "the context is bound" is checked by the compiler
+//! instead of asserted by comments. The rest of the crate writes no `unsafe` for a driver call except
+//! where it must promise something the layer cannot check: destroying or freeing a handle once,
+//! host memory an asynchronous copy or host function uses later, kernel parameter pointers, a whole
+//! module image (each such wrapper is an `unsafe fn` with a `# Safety` section). A HIP driver would
+//! mirror that one file (`hipEventRecord`, `hipStreamWaitEvent`, `hipModuleLaunchKernel`, ...) and
+//! keep the stream model, pools, memory, graphs and completion logic above it.
+//!
 //! # Device faults
 //! A kernel that traps or touches an illegal address raises a *sticky* error in the CUDA context.
 //! Measured on an H100 (driver 580, CUDA 13.0) by `tests/cuda_fault.rs`, a kernel that executes
@@ -54,7 +67,8 @@
 //! from host threads waiting for a semaphore value (they wait on the device event themselves, until
 //! their deadline if they have one) and from whichever thread signals a semaphore that releases held
 //! work. Each call binds the device's primary context on that thread (a thread-local check, see
-//! [`context`]), and leaves it bound.
+//! [`context`]), and leaves it bound; the [`context::Bound`] token it gets is what it hands to the
+//! driver calls.
 //!
 //! # Completion
 //! Completion threads wait on events as [`CompletionWait`] says; the default, `PollThenSleep(0)`,
