@@ -78,3 +78,8 @@ pub fn register(registry: &mut Registry) {
 pub fn create_device() -> Result<Device> {
     CpuSimDriver::default().create_device(0)
 }
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

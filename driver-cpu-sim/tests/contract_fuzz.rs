@@ -109,7 +109,7 @@ fn contract_fuzz() {
             }
             panic!(
                 "contract_fuzz: seed {seed} failed (families {names}):\n{failure}\nreplay: HAL_FUZZ_SEED={seed} \
-                 HAL_FUZZ_FAMILIES={names} cargo test -p driver-cpu-sim --test contract_fuzz -- --nocapture",
+                 HAL_FUZZ_FAMILIES={names} cargo test -p timeline-hal-cpu-sim --test contract_fuzz -- --nocapture",
                 names = families.names()
             );
         }

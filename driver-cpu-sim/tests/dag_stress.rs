@@ -5,7 +5,7 @@
 //! equal to a sequential oracle that ran the ops in program order, and a wait may return `Ok` only
 //! once its value is reached.
 //!
-//! The seed is printed; replay one with `HAL_DAG_SEED=<seed> cargo test -p driver-cpu-sim --test dag_stress`.
+//! The seed is printed; replay one with `HAL_DAG_SEED=<seed> cargo test -p timeline-hal-cpu-sim --test dag_stress`.
 
 use std::time::Duration;
 
@@ -192,7 +192,7 @@ fn random_dags_match_sequential_oracle() {
         Ok(seed) => seed.parse().expect("HAL_DAG_SEED must be a u64"),
         Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
     };
-    println!("seed = {base} (replay: HAL_DAG_SEED={base} cargo test -p driver-cpu-sim --test dag_stress)");
+    println!("seed = {base} (replay: HAL_DAG_SEED={base} cargo test -p timeline-hal-cpu-sim --test dag_stress)");
     let rounds = if std::env::var("HAL_DAG_SEED").is_ok() { 1 } else { ROUNDS };
     for round in 0..rounds {
         run_round(base.wrapping_add(round));

@@ -4,7 +4,7 @@
 //! polling at different rates, and with a one-dispatch buffer replayed as a graph or launched
 //! directly.
 //!
-//! `cargo run --release -p driver-cuda --example chain_costs` (needs a GPU).
+//! `cargo run --release -p timeline-hal-cuda --example chain_costs` (needs a GPU).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

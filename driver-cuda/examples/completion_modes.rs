@@ -1,7 +1,7 @@
 //! Measures how the completion wait mode and the event flags change the per-submission cost, beside
 //! raw `launch + cuEventRecord` with each event flag set, on one process and GPU.
 //!
-//! `cargo run --release -p driver-cuda --example completion_modes` (needs a GPU).
+//! `cargo run --release -p timeline-hal-cuda --example completion_modes` (needs a GPU).
 
 use std::time::{Duration, Instant};
 

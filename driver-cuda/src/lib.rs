@@ -233,3 +233,8 @@ pub fn register(registry: &mut Registry) {
 pub fn create_device(ordinal: usize) -> Result<Device> {
     CudaDriver::from_env().create_device(ordinal)
 }
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

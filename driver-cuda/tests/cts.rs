@@ -11,9 +11,9 @@
 //! `HAL_REQUIRE_CUDA=1`. On the GPU machine (NVRTC found as `libnvrtc.so`, see `scripts/gpu/cts-run.sh`):
 //!
 //! ```sh
-//! HAL_REQUIRE_CUDA=1 cargo test -p driver-cuda --release --test cts -- --test-threads=4
-//! HAL_REQUIRE_CUDA=1 cargo test -p driver-cuda --release --test cts cuda::dispatch::          # one area
-//! CTEST_ISOLATE=0 HAL_REQUIRE_CUDA=1 cargo test -p driver-cuda --release --test cts -- --test-threads=1   # in-process
+//! HAL_REQUIRE_CUDA=1 cargo test -p timeline-hal-cuda --release --test cts -- --test-threads=4
+//! HAL_REQUIRE_CUDA=1 cargo test -p timeline-hal-cuda --release --test cts cuda::dispatch::          # one area
+//! CTEST_ISOLATE=0 HAL_REQUIRE_CUDA=1 cargo test -p timeline-hal-cuda --release --test cts -- --test-threads=1   # in-process
 //! ```
 
 mod common;

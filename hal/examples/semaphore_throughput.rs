@@ -1,7 +1,7 @@
 //! Host semaphore throughput: how many signal/wait hand-offs per second two threads get.
 //!
 //! ```text
-//! cargo run -p hal --release --example semaphore_throughput [seconds per case, default 1.5]
+//! cargo run -p timeline-hal --release --example semaphore_throughput [seconds per case, default 1.5]
 //! ```
 //!
 //! - ping-pong: thread A signals `ping` and waits on `pong`, thread B waits on `ping` and signals

@@ -58,3 +58,8 @@ pub use queue::{HostCallFlags, Queue, Readback};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 //! events complete when recorded (loom cannot run real device threads). Completion is driven by the
 //! model's threads through `poll_completions`.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p hal --release --target-dir target-loom --test loom_scheduler`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p timeline-hal --release --target-dir target-loom --test loom_scheduler`
 #![cfg(loom)]
 
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! Loom models of the semaphore's races: signal, fail, cancel and multi-waits against the blocking
 //! and async waits. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p hal --release --test loom_semaphore`.
+//! `RUSTFLAGS="--cfg loom" cargo test -p timeline-hal --release --test loom_semaphore`.
 //!
 //! Loom has no model of time (`Condvar::wait_timeout` never times out), so the models use only
 //! `Timeout::Infinite` and `Timeout::Immediate`; timeouts are tested in the ordinary tests.

@@ -3,7 +3,7 @@
 //! waits. Every outcome is checked against what the signallers did.
 //!
 //! The seed picks every random choice (not the thread schedule); a failure prints it, and
-//! `HAL_STRESS_SEED=N cargo test -p hal --test semaphore_stress` replays those choices.
+//! `HAL_STRESS_SEED=N cargo test -p timeline-hal --test semaphore_stress` replays those choices.
 //! `HAL_STRESS_MILLIS` lengthens the run (default 1500 ms of random traffic).
 #![cfg(not(loom))]
 

@@ -3,8 +3,8 @@
 set -e
 cd "$(dirname "$0")/../.."
 cargo build --release -p bench -p tools --bins --examples 2>&1 | tail -1
-cargo build --release -p driver-cuda --examples 2>&1 | tail -1
-cargo test --release -p driver-cuda --no-run --message-format=json 2>/dev/null | python3 -c "
+cargo build --release -p timeline-hal-cuda --examples 2>&1 | tail -1
+cargo test --release -p timeline-hal-cuda --no-run --message-format=json 2>/dev/null | python3 -c "
 import sys,json,shutil
 for l in sys.stdin:
     m=json.loads(l)
