@@ -16,6 +16,7 @@ fn main() -> Result<(), String> {
     let ops: u64 = arg(3, "200000").parse().map_err(|e| format!("N: {e}"))?;
     let mut registry = Registry::new();
     driver_cpu_sim::register(&mut registry);
+    #[cfg(feature = "cuda")]
     driver_cuda::register(&mut registry);
     let device = registry.create_device(&driver, 0).map_err(|e| e.to_string())?;
     let env = Env::new(device).map_err(|e| e.to_string())?;

@@ -3,6 +3,10 @@
 //! straight through cudarc ([`cuda_baseline`]) and each ratio is shown beside its target; on cpu-sim
 //! they are host hand-offs through `Mutex` + `Condvar` ([`baseline`]).
 //!
+//! The `cuda` feature (on by default) builds in the CUDA driver and the raw-CUDA baselines; without
+//! it the bench runs on cpu-sim only. [`session`] is one run with the options both front-ends
+//! share (the `bench` binary and `hal bench`); [`alloc_count`] counts heap allocations.
+//!
 //! ```no_run
 //! let device = driver_cpu_sim::create_device().unwrap();
 //! let env = bench::workloads::Env::new(device).unwrap();
@@ -10,8 +14,11 @@
 //! println!("{}", bench::report::table(&rows));
 //! ```
 
+pub mod alloc_count;
 pub mod baseline;
+#[cfg_attr(not(feature = "cuda"), path = "cuda_baseline_absent.rs")]
 pub mod cuda_baseline;
 pub mod report;
+pub mod session;
 pub mod stats;
 pub mod workloads;

@@ -104,6 +104,9 @@ pub mod targets {
 /// both sides launch the identical kernel (one block of one thread).
 pub const TOUCH_PTX: &str = include_str!("touch.ptx");
 
+/// The name of the CUDA driver (`driver_cuda::DRIVER_NAME`, also in builds without it).
+pub const CUDA_DRIVER: &str = "cuda";
+
 /// The device and the objects every workload reuses.
 pub struct Env {
     /// The device.
@@ -118,7 +121,7 @@ pub struct Env {
 fn touch_source(driver: &str) -> ExecutableSource {
     let info = EntryPointInfo::new("touch", 1, 1, 1);
     match driver {
-        driver_cuda::DRIVER_NAME => ExecutableSource::Bytes {
+        CUDA_DRIVER => ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(TOUCH_PTX.as_bytes()),
             entry_points: vec![info],
@@ -416,7 +419,7 @@ impl Trials {
 /// on other drivers, and for the semaphore-only rows, with a host hand-off ([`baseline`]).
 pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Result<Vec<Row>> {
     let info = env.device.info();
-    let baselines = if info.driver == driver_cuda::DRIVER_NAME {
+    let baselines = if info.driver == CUDA_DRIVER {
         Baselines::Cuda(RawCuda::new(info.ordinal, info.queue_count.max(2), &GRAPH_SIZES)?)
     } else {
         Baselines::Host
@@ -513,7 +516,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 .with_target(cuda(targets::ROUND_TRIP)),
         );
     }
-    if let Baselines::Host = baselines {
+    if matches!(baselines, Baselines::Host) {
         rows.push(Row::new(
             "host round trip, 1 dispatch (mpsc baseline)",
             "us/round trip",
@@ -602,4 +605,12 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         tr.host("mutex+condvar flag array", rt, baseline::wait_any_64),
     ));
     Ok(rows)
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    #[test]
+    fn cuda_driver_name_is_the_drivers() {
+        assert_eq!(super::CUDA_DRIVER, driver_cuda::DRIVER_NAME);
+    }
 }

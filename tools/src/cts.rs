@@ -11,7 +11,7 @@ use ctest::{Fixture, Summary, isolate, run_suite_with};
 pub fn fixture(driver: &str) -> Result<Fixture, String> {
     match driver {
         driver_cpu_sim::DRIVER_NAME => Ok(Fixture::cpu_sim()),
-        driver_cuda::DRIVER_NAME => Err(format!(
+        crate::CUDA_DRIVER => Err(format!(
             "the suite's CUDA kernels are CUDA C compiled by NVRTC, which `hal` does not link; on a GPU run \
              the suite from driver-cuda's tests instead (driver '{driver}')"
         )),

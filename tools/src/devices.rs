@@ -1,12 +1,12 @@
-//! `hal devices`: every driver of the registry with its devices and their properties, or the reason
-//! it is unavailable.
+//! `hal devices`: every driver of the registry with its devices and their properties (and how
+//! `--device` spells each), or the reason it is unavailable; then the drivers this build leaves out.
 
 use std::fmt::Write;
 
 use hal::{DeviceInfo, MemoryType, Registry};
 
 /// The listing `hal devices` prints: one block per driver of `registry`, or one line with the reason
-/// it has no devices.
+/// it has no devices; then one line per driver not built in ([`crate::drivers_not_built_in`]).
 pub fn render(registry: &Registry) -> String {
     let mut out = String::new();
     for listing in registry.list() {
@@ -14,7 +14,7 @@ pub fn render(registry: &Registry) -> String {
             Ok(devices) => {
                 let _ = writeln!(out, "{}: {} device(s)", listing.name, devices.len());
                 for info in devices {
-                    render_device(&mut out, info);
+                    render_device(&mut out, &listing.name, info);
                 }
             }
             Err(reason) => {
@@ -22,11 +22,15 @@ pub fn render(registry: &Registry) -> String {
             }
         }
     }
+    for (name, why) in crate::drivers_not_built_in() {
+        let _ = writeln!(out, "{name}: {why}");
+    }
     out
 }
 
-fn render_device(out: &mut String, info: &DeviceInfo) {
+fn render_device(out: &mut String, driver: &str, info: &DeviceInfo) {
     let _ = writeln!(out, "  device {}: {}", info.ordinal, info.name);
+    let _ = writeln!(out, "    select with:           --device {driver}:{}", info.ordinal);
     let _ = writeln!(out, "    queues:                {}", info.queue_count);
     let types: Vec<String> = info.memory_types.iter().map(|t| memory_type_name(*t)).collect();
     let _ = writeln!(out, "    memory types:          {}", types.join("; "));
@@ -67,7 +71,12 @@ mod tests {
         assert!(text.starts_with("cpu-sim: 1 device(s)"), "{text}");
         assert!(text.contains("queues:"), "{text}");
         assert!(text.contains("workgroup_threads:"), "{text}");
-        assert!(text.contains("\ncuda: unavailable: ") || text.contains("\ncuda: "), "{text}");
+        assert!(text.contains("    select with:           --device cpu-sim:0\n"), "{text}");
+        if cfg!(feature = "cuda") {
+            assert!(text.contains("\ncuda: unavailable: ") || text.contains("\ncuda: "), "{text}");
+        } else {
+            assert!(text.ends_with("\ncuda: not built in (this hal was built without the `cuda` feature)\n"), "{text}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! guide with its doc-tested snippets is [`embedding`].
 
 pub mod cts;
+pub mod device_spec;
 pub mod devices;
 pub mod probe;
 pub mod progress;
@@ -30,18 +31,36 @@ pub mod embedding {}
 
 use hal::Registry;
 
+use device_spec::DeviceSpec;
+
+/// The name of the CUDA driver (`driver_cuda::DRIVER_NAME`, also in builds without it).
+pub const CUDA_DRIVER: &str = bench::workloads::CUDA_DRIVER;
+
+/// The drivers this build leaves out, each with the reason: the `cuda` driver without the `cuda`
+/// feature (`cargo build -p tools --no-default-features`).
+pub fn drivers_not_built_in() -> Vec<(&'static str, &'static str)> {
+    if cfg!(feature = "cuda") {
+        Vec::new()
+    } else {
+        vec![(CUDA_DRIVER, "not built in (this hal was built without the `cuda` feature)")]
+    }
+}
+
 /// The registry of every driver compiled into the tools: `cpu-sim` (the default) first, then `cuda`
-/// (always registered; it reports `Unavailable` with the reason where there is no GPU or `libcuda`).
+/// with the `cuda` feature (on by default; registered always, it reports `Unavailable` with the
+/// reason where there is no GPU or `libcuda`).
 ///
 /// ```
 /// let registry = tools::registry();
-/// assert_eq!(registry.names(), ["cpu-sim", "cuda"]);
+/// assert_eq!(registry.names()[0], "cpu-sim");
+/// assert_eq!(registry.names().iter().any(|n| n == "cuda"), cfg!(feature = "cuda"));
 /// let device = registry.create_default_device().unwrap();
 /// assert!(device.queue_count() >= 2);
 /// ```
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
     driver_cpu_sim::register(&mut registry);
+    #[cfg(feature = "cuda")]
     driver_cuda::register(&mut registry);
     registry
 }
@@ -49,15 +68,13 @@ pub fn registry() -> Registry {
 /// [`registry`], with CUDA devices that time every submission on the GPU
 /// (`CudaOptions::submission_timings`): `hal run --trace` puts those times on the timeline.
 pub fn registry_with_device_timings() -> Registry {
-    let mut registry = Registry::new();
-    driver_cpu_sim::register(&mut registry);
-    match driver_cuda::CudaOptions::from_env() {
-        Ok(options) => {
-            let options = driver_cuda::CudaOptions { submission_timings: true, ..options };
-            registry.register(std::sync::Arc::new(driver_cuda::CudaDriver::with_options(options)));
-        }
-        // Keeps the error: the driver reports it when asked for a device.
-        Err(_) => driver_cuda::register(&mut registry),
+    #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+    let mut registry = registry();
+    #[cfg(feature = "cuda")]
+    if let Ok(options) = driver_cuda::CudaOptions::from_env() {
+        // Otherwise keeps `registry`'s driver, which reports the error when asked for a device.
+        let options = driver_cuda::CudaOptions { submission_timings: true, ..options };
+        registry.register(std::sync::Arc::new(driver_cuda::CudaDriver::with_options(options)));
     }
     registry
 }
@@ -67,7 +84,63 @@ pub fn open_device(name: &str) -> hal::Result<hal::Device> {
     registry().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
 }
 
-/// [`open_device`] from [`registry_with_device_timings`].
-pub fn open_device_with_timings(name: &str) -> hal::Result<hal::Device> {
-    registry_with_device_timings().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
+/// Opens the device `spec` names from `registry`. An error names the device, says why, and lists
+/// the devices there are (as `--device` spells them) and the drivers this build leaves out.
+pub fn open(registry: &Registry, spec: &DeviceSpec) -> Result<hal::Device, String> {
+    registry.create_device(&spec.driver, spec.ordinal).map_err(|e| {
+        let reason = match drivers_not_built_in().iter().find(|(name, _)| *name == spec.driver) {
+            Some((name, why)) => format!("driver '{name}' is {why}"),
+            None => e.to_string(),
+        };
+        format!("cannot open device '{spec}': {reason}; {}", available_devices(registry))
+    })
+}
+
+/// One line: the devices of `registry` as `--device` spells them, then the drivers without
+/// devices and those not built in (`hal devices` says more).
+pub fn available_devices(registry: &Registry) -> String {
+    let mut usable = Vec::new();
+    let mut unusable = Vec::new();
+    for listing in registry.list() {
+        match listing.devices {
+            Ok(devices) if !devices.is_empty() => {
+                usable.extend(devices.iter().map(|d| format!("{}:{}", listing.name, d.ordinal)));
+            }
+            Ok(_) => unusable.push(format!("{} (no devices)", listing.name)),
+            Err(_) => unusable.push(format!("{} (unavailable)", listing.name)),
+        }
+    }
+    unusable.extend(drivers_not_built_in().iter().map(|(name, _)| format!("{name} (not built in)")));
+    let mut line = format!("available devices: {}", if usable.is_empty() { "none".into() } else { usable.join(", ") });
+    if !unusable.is_empty() {
+        line += &format!("; without devices: {} (see `hal devices`)", unusable.join(", "));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_device_names_it_and_lists_the_available_ones() {
+        let registry = registry();
+        let error = open(&registry, &"nope:2".parse().unwrap()).unwrap_err();
+        assert!(error.starts_with("cannot open device 'nope:2': "), "{error}");
+        assert!(error.contains("no driver named 'nope'") && error.contains("available devices: cpu-sim:0"), "{error}");
+        let error = open(&registry, &"cpu-sim:1".parse().unwrap()).unwrap_err();
+        assert!(error.contains("device 1 does not exist") && error.contains("cpu-sim:0"), "{error}");
+        if !cfg!(feature = "cuda") {
+            let error = open(&registry, &"cuda".parse().unwrap()).unwrap_err();
+            assert!(error.contains("driver 'cuda' is not built in") && error.contains("cuda (not built in)"), "{error}");
+        }
+        assert!(open(&registry, &DeviceSpec::default()).is_ok());
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_driver_name_is_the_drivers() {
+        assert_eq!(CUDA_DRIVER, driver_cuda::DRIVER_NAME);
+    }
+
 }

@@ -15,6 +15,11 @@
 //! - slices a caller adds with [`TraceRecorder::add_slice`] (`hal run` adds one per submission on
 //!   its queue's track in the "device queues" process).
 //!
+//! A recorder made with [`TraceRecorder::streaming`] writes each event to its [`TraceFile`] as it is
+//! recorded (through a small buffer, so memory stays bounded however long the run) and closes the
+//! JSON at [`TraceRecorder::finish`]; viewers order events by their timestamps. One made with
+//! [`TraceRecorder::new`] keeps its events in memory for [`TraceRecorder::chrome_json`].
+//!
 //! ```
 //! use tools::trace::TraceRecorder;
 //! let recorder = TraceRecorder::new();
@@ -24,6 +29,9 @@
 //! ```
 
 use std::fmt::{self, Write as _};
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -36,6 +44,7 @@ use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::probe::SEMAPHORE_TARGET;
+use crate::trace_file::TraceFile;
 
 /// Process id of the per-submission slices a caller adds (and of the semaphore counters).
 pub const PID_QUEUES: u32 = 1;
@@ -50,6 +59,9 @@ pub const PID_OTHER: u32 = 5;
 /// The `tid` of spans and events that name no queue.
 pub const TID_NO_QUEUE: u64 = 1000;
 
+/// Bytes a streaming recorder buffers before writing to its file.
+const STREAM_BUFFER: usize = 64 * 1024;
+
 /// Everything one run recorded. Cheap to clone; clones share the records.
 #[derive(Clone)]
 pub struct TraceRecorder {
@@ -58,7 +70,33 @@ pub struct TraceRecorder {
 
 struct Inner {
     epoch: Instant,
-    records: Mutex<Vec<Record>>,
+    state: Mutex<State>,
+}
+
+/// Where records go, and what is kept of them for [`TraceRecorder::span_counts`].
+struct State {
+    sink: Sink,
+    /// (span name, queue, spans recorded) of the HAL's spans.
+    span_counts: Vec<(String, u64, usize)>,
+}
+
+enum Sink {
+    /// Kept for [`TraceRecorder::chrome_json`].
+    Memory(Vec<Record>),
+    /// Written as recorded.
+    Stream(Stream),
+    /// [`TraceRecorder::finish`]ed: later records are dropped.
+    Finished,
+}
+
+/// An open trace file with the array of events begun.
+struct Stream {
+    out: BufWriter<File>,
+    path: PathBuf,
+    /// The `(pid, tid)` tracks named so far (each gets its `thread_name` event before its first).
+    named: Vec<(u32, u64)>,
+    /// The first write that failed: later records are dropped, [`TraceRecorder::finish`] reports it.
+    error: Option<std::io::Error>,
 }
 
 /// One recorded thing.
@@ -69,6 +107,15 @@ enum Record {
     Instant { pid: u32, tid: u64, name: String, at: Duration, args: Vec<(&'static str, Value)> },
 }
 
+impl Record {
+    fn at(&self) -> Duration {
+        match self {
+            Record::Slice { start, .. } => *start,
+            Record::Counter { at, .. } | Record::Instant { at, .. } => *at,
+        }
+    }
+}
+
 /// A field value as it goes into `args`.
 #[derive(Clone, Debug)]
 enum Value {
@@ -77,9 +124,24 @@ enum Value {
 }
 
 impl TraceRecorder {
-    /// An empty recorder; its epoch (time zero of the trace) is now.
+    /// An empty recorder that keeps its events in memory; its epoch (time zero of the trace) is now.
     pub fn new() -> Self {
-        TraceRecorder { inner: Arc::new(Inner { epoch: Instant::now(), records: Mutex::new(Vec::new()) }) }
+        TraceRecorder::with_sink(Sink::Memory(Vec::new()))
+    }
+
+    /// A recorder that writes each event to `file` as it is recorded, from an epoch of now; the file
+    /// is emptied first. Call [`finish`](Self::finish) to close the JSON. An error names the file.
+    pub fn streaming(file: TraceFile) -> Result<Self, String> {
+        let path = file.path().to_path_buf();
+        let error = |e: std::io::Error| format!("cannot write the trace to {}: {e}", path.display());
+        let mut out = BufWriter::with_capacity(STREAM_BUFFER, file.start()?);
+        write_header(&mut out).map_err(error)?;
+        Ok(TraceRecorder::with_sink(Sink::Stream(Stream { out, path, named: Vec::new(), error: None })))
+    }
+
+    fn with_sink(sink: Sink) -> Self {
+        let state = Mutex::new(State { sink, span_counts: Vec::new() });
+        TraceRecorder { inner: Arc::new(Inner { epoch: Instant::now(), state }) }
     }
 
     /// Time zero of the trace.
@@ -87,19 +149,43 @@ impl TraceRecorder {
         self.inner.epoch
     }
 
-    fn records(&self) -> MutexGuard<'_, Vec<Record>> {
-        // Pushes only: a poisoned lock still holds whole records.
-        self.inner.records.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Whole records only: a poisoned lock still holds a consistent state (a stream cut mid-event
+        // is reported by its writer's error).
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn now(&self) -> Duration {
         self.inner.epoch.elapsed()
     }
 
+    /// Keeps or writes `record`.
+    fn push(&self, record: Record) {
+        let mut state = self.state();
+        // The HAL's spans have a handful of names; the caller's slices (one name per step) are not counted.
+        if let Record::Slice { pid, tid, name, .. } = &record
+            && *pid != PID_QUEUES
+        {
+            match state.span_counts.iter_mut().find(|(n, q, _)| n == name && q == tid) {
+                Some((_, _, count)) => *count += 1,
+                None => state.span_counts.push((name.clone(), *tid, 1)),
+            }
+        }
+        match &mut state.sink {
+            Sink::Memory(records) => records.push(record),
+            Sink::Stream(stream) if stream.error.is_none() => {
+                if let Err(e) = write_event(&mut stream.out, &record, &mut stream.named) {
+                    stream.error = Some(e);
+                }
+            }
+            Sink::Stream(_) | Sink::Finished => {}
+        }
+    }
+
     /// Adds a slice `name` on queue `queue`'s track of the "device queues" process, from `start` to
     /// `end` (times since [`epoch`](Self::epoch)).
     pub fn add_slice(&self, queue: u64, name: &str, start: Duration, end: Duration) {
-        self.records().push(Record::Slice {
+        self.push(Record::Slice {
             pid: PID_QUEUES,
             tid: queue,
             name: name.to_string(),
@@ -123,115 +209,49 @@ impl TraceRecorder {
             .map_err(|e| format!("cannot install the trace recorder: {e}"))
     }
 
-    /// How many spans named `name` were recorded on each queue, as (queue, count), by queue.
+    /// How many HAL spans named `name` were recorded on each queue, as (queue, count), by queue
+    /// (the slices a caller adds are not counted).
     pub fn span_counts(&self, name: &str) -> Vec<(u64, usize)> {
-        let pid = pid_of_span(name);
-        let mut counts: Vec<(u64, usize)> = Vec::new();
-        for record in self.records().iter() {
-            if let Record::Slice { pid: p, tid, name: n, .. } = record
-                && *p == pid
-                && n == name
-            {
-                match counts.iter_mut().find(|(q, _)| q == tid) {
-                    Some((_, c)) => *c += 1,
-                    None => counts.push((*tid, 1)),
-                }
-            }
-        }
+        let mut counts: Vec<(u64, usize)> =
+            self.state().span_counts.iter().filter(|(n, ..)| n == name).map(|(_, q, c)| (*q, *c)).collect();
         counts.sort();
         counts
     }
 
-    /// The Chrome trace JSON of everything recorded so far, events in time order.
-    pub fn chrome_json(&self) -> String {
-        let mut records = self.records().clone();
-        records.sort_by_key(|r| match r {
-            Record::Slice { start, .. } => *start,
-            Record::Counter { at, .. } | Record::Instant { at, .. } => *at,
-        });
-        let mut out = String::with_capacity(64 + records.len() * 160);
-        out.push_str("{\"traceEvents\":[");
-        let mut first = true;
-        let mut sep = |out: &mut String| {
-            if !std::mem::take(&mut first) {
-                out.push(',');
-            }
-            out.push('\n');
+    /// Ends the recording: a streaming recorder closes the JSON and flushes its file, and reports
+    /// the first write that failed, naming the file. Later records are dropped (the recorder may
+    /// stay installed as the global subscriber). An in-memory recorder keeps its events.
+    pub fn finish(&self) -> Result<(), String> {
+        let mut state = self.state();
+        if matches!(state.sink, Sink::Memory(_)) {
+            return Ok(());
+        }
+        let Sink::Stream(mut stream) = std::mem::replace(&mut state.sink, Sink::Finished) else { return Ok(()) };
+        drop(state);
+        let closed = match stream.error.take() {
+            Some(e) => Err(e),
+            None => write_footer(&mut stream.out).and_then(|()| stream.out.flush()),
         };
-        for (pid, name) in [
-            (PID_QUEUES, "device queues (per submission: ready -> signal reached)"),
-            (PID_SUBMIT, "hal submit (calling thread)"),
-            (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
-            (PID_COMPLETE, "hal complete (completion thread applies signals)"),
-            (PID_OTHER, "hal events"),
-        ] {
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":{}}}}}",
-                Json(name)
-            );
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"sort_index\":{pid}}}}}"
-            );
-        }
-        let mut threads: Vec<(u32, u64)> = Vec::new();
+        closed.map_err(|e| format!("cannot write the trace to {}: {e}", stream.path.display()))
+    }
+
+    /// The Chrome trace JSON of everything an in-memory recorder recorded so far, events in time
+    /// order. A streaming recorder's events are in its file: this gives an empty trace for it.
+    pub fn chrome_json(&self) -> String {
+        let mut records = match &self.state().sink {
+            Sink::Memory(records) => records.clone(),
+            Sink::Stream(_) | Sink::Finished => Vec::new(),
+        };
+        records.sort_by_key(Record::at);
+        let mut out = Vec::with_capacity(64 + records.len() * 160);
+        let mut named = Vec::new();
+        // Writing to a `Vec` cannot fail.
+        let _ = write_header(&mut out);
         for record in &records {
-            match record {
-                Record::Slice { pid, tid, .. } | Record::Instant { pid, tid, .. } => {
-                    if !threads.contains(&(*pid, *tid)) {
-                        threads.push((*pid, *tid));
-                    }
-                }
-                Record::Counter { .. } => {}
-            }
+            let _ = write_event(&mut out, record, &mut named);
         }
-        threads.sort();
-        for (pid, tid) in threads {
-            let name = if tid == TID_NO_QUEUE { "no queue".to_string() } else { format!("queue {tid}") };
-            sep(&mut out);
-            let _ = write!(
-                out,
-                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
-                Json(&name)
-            );
-        }
-        for record in &records {
-            sep(&mut out);
-            match record {
-                Record::Slice { pid, tid, name, start, end, args } => {
-                    let _ = write!(
-                        out,
-                        "{{\"name\":{},\"cat\":\"hal\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":{}}}",
-                        Json(name),
-                        Micros(*start),
-                        Micros(end.saturating_sub(*start)),
-                        Args(args)
-                    );
-                }
-                Record::Counter { name, at, value } => {
-                    let _ = write!(
-                        out,
-                        "{{\"name\":{},\"cat\":\"semaphore\",\"ph\":\"C\",\"pid\":{PID_QUEUES},\"tid\":0,\"ts\":{},\"args\":{{\"value\":{value}}}}}",
-                        Json(name),
-                        Micros(*at)
-                    );
-                }
-                Record::Instant { pid, tid, name, at, args } => {
-                    let _ = write!(
-                        out,
-                        "{{\"name\":{},\"cat\":\"hal\",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":{}}}",
-                        Json(name),
-                        Micros(*at),
-                        Args(args)
-                    );
-                }
-            }
-        }
-        out.push_str("\n],\"displayTimeUnit\":\"ms\"}\n");
-        out
+        let _ = write_footer(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
     }
 }
 
@@ -243,8 +263,82 @@ impl Default for TraceRecorder {
 
 impl fmt::Debug for TraceRecorder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "TraceRecorder({} records)", self.records().len())
+        match &self.state().sink {
+            Sink::Memory(records) => write!(f, "TraceRecorder({} records)", records.len()),
+            Sink::Stream(stream) => write!(f, "TraceRecorder(streaming to {})", stream.path.display()),
+            Sink::Finished => write!(f, "TraceRecorder(finished)"),
+        }
     }
+}
+
+/// The start of the JSON: the array of events, opened with the processes' names and order.
+fn write_header(out: &mut impl Write) -> std::io::Result<()> {
+    out.write_all(b"{\"traceEvents\":[")?;
+    for (i, (pid, name)) in [
+        (PID_QUEUES, "device queues (per submission: ready -> signal reached)"),
+        (PID_SUBMIT, "hal submit (calling thread)"),
+        (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
+        (PID_COMPLETE, "hal complete (completion thread applies signals)"),
+        (PID_OTHER, "hal events"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let sep = if i == 0 { "\n" } else { ",\n" };
+        write!(
+            out,
+            "{sep}{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":{}}}}}",
+            Json(name)
+        )?;
+        write!(
+            out,
+            ",\n{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"sort_index\":{pid}}}}}"
+        )?;
+    }
+    Ok(())
+}
+
+/// One event after the header, preceded by its track's name the first time the track appears.
+fn write_event(out: &mut impl Write, record: &Record, named: &mut Vec<(u32, u64)>) -> std::io::Result<()> {
+    if let Record::Slice { pid, tid, .. } | Record::Instant { pid, tid, .. } = record
+        && !named.contains(&(*pid, *tid))
+    {
+        named.push((*pid, *tid));
+        let name = if *tid == TID_NO_QUEUE { "no queue".to_string() } else { format!("queue {tid}") };
+        write!(
+            out,
+            ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
+            Json(&name)
+        )?;
+    }
+    match record {
+        Record::Slice { pid, tid, name, start, end, args } => write!(
+            out,
+            ",\n{{\"name\":{},\"cat\":\"hal\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":{}}}",
+            Json(name),
+            Micros(*start),
+            Micros(end.saturating_sub(*start)),
+            Args(args)
+        ),
+        Record::Counter { name, at, value } => write!(
+            out,
+            ",\n{{\"name\":{},\"cat\":\"semaphore\",\"ph\":\"C\",\"pid\":{PID_QUEUES},\"tid\":0,\"ts\":{},\"args\":{{\"value\":{value}}}}}",
+            Json(name),
+            Micros(*at)
+        ),
+        Record::Instant { pid, tid, name, at, args } => write!(
+            out,
+            ",\n{{\"name\":{},\"cat\":\"hal\",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":{}}}",
+            Json(name),
+            Micros(*at),
+            Args(args)
+        ),
+    }
+}
+
+/// The end of the JSON.
+fn write_footer(out: &mut impl Write) -> std::io::Result<()> {
+    out.write_all(b"\n],\"displayTimeUnit\":\"ms\"}\n")
 }
 
 fn pid_of_span(name: &str) -> u32 {
@@ -384,7 +478,7 @@ where
             args: open.fields.args(),
         };
         drop(extensions);
-        self.recorder.records().push(record);
+        self.recorder.push(record);
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
@@ -412,7 +506,7 @@ where
                 Record::Instant { pid: PID_OTHER, tid: fields.queue.unwrap_or(TID_NO_QUEUE), name, at, args }
             }
         };
-        self.recorder.records().push(record);
+        self.recorder.push(record);
     }
 }
 

@@ -1,23 +1,28 @@
 //! The file `--trace PATH` writes, opened before the run so that a path that cannot be written
-//! fails at once instead of after the whole run.
+//! fails at once instead of after the whole run. A [`TraceRecorder::streaming`] recorder then writes
+//! the events into it as they are recorded.
 //!
 //! ```
+//! use tools::trace::TraceRecorder;
+//! use tools::trace_file::TraceFile;
 //! let path = std::env::temp_dir().join(format!("hal-trace-file-doc-{}.json", std::process::id()));
-//! let file = tools::trace_file::TraceFile::create(&path).unwrap();
-//! file.write(&tools::trace::TraceRecorder::new()).unwrap();
+//! let recorder = TraceRecorder::streaming(TraceFile::create(&path).unwrap()).unwrap();
+//! recorder.finish().unwrap();
 //! assert!(std::fs::read_to_string(&path).unwrap().starts_with("{\"traceEvents\":["));
 //! # std::fs::remove_file(&path).unwrap();
-//! assert!(tools::trace_file::TraceFile::create("/nonexistent/dir/run.json".as_ref()).is_err());
+//! assert!(TraceFile::create("/nonexistent/dir/run.json".as_ref()).is_err());
 //! ```
 
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
+#[cfg(doc)]
 use crate::trace::TraceRecorder;
 
-/// An open trace file, written once at the end of the run. Dropped unwritten (the run failed), it
-/// removes the file if it created it, and leaves a file that was there untouched.
+/// An open trace file, not yet written. Dropped before it is [`start`](Self::start)ed (the run
+/// failed to begin), it removes the file if it created it, and leaves a file that was there
+/// untouched.
 #[derive(Debug)]
 pub struct TraceFile {
     path: PathBuf,
@@ -31,7 +36,7 @@ impl TraceFile {
         let error = |e: std::io::Error| format!("cannot create the trace file {}: {e}", path.display());
         let (file, created) = match OpenOptions::new().write(true).create_new(true).open(path) {
             Ok(file) => (file, true),
-            // Truncated only when written, so a failed run keeps what was there.
+            // Truncated only when started, so a run that fails to begin keeps what was there.
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 (OpenOptions::new().write(true).truncate(false).open(path).map_err(error)?, false)
             }
@@ -45,14 +50,11 @@ impl TraceFile {
         &self.path
     }
 
-    /// Replaces the file's contents with `recorder`'s Chrome trace JSON.
-    pub fn write(mut self, recorder: &TraceRecorder) -> Result<(), String> {
-        let error = |e: std::io::Error| format!("cannot write the trace to {}: {e}", self.path.display());
-        let mut file =
-            self.file.take().ok_or_else(|| format!("the trace {} was written already", self.path.display()))?;
-        file.set_len(0).map_err(error)?;
-        file.write_all(recorder.chrome_json().as_bytes()).map_err(error)?;
-        file.flush().map_err(error)
+    /// Empties the file and hands it over for writing (kept from now on, whatever happens).
+    pub fn start(mut self) -> Result<File, String> {
+        let file = self.file.take().ok_or_else(|| format!("the trace {} was started already", self.path.display()))?;
+        file.set_len(0).map_err(|e| format!("cannot write the trace to {}: {e}", self.path.display()))?;
+        Ok(file)
     }
 }
 
@@ -67,22 +69,27 @@ impl Drop for TraceFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::TraceRecorder;
 
     fn temp_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("hal-trace-file-{name}-{}.json", std::process::id()))
     }
 
     #[test]
-    fn unwritten_file_is_removed_if_created_and_kept_if_it_was_there() {
+    fn unstarted_file_is_removed_if_created_and_kept_if_it_was_there() {
         let path = temp_path("created");
         drop(TraceFile::create(&path).unwrap());
         assert!(!path.exists());
 
         let path = temp_path("existing");
-        std::fs::write(&path, "earlier trace").unwrap();
+        std::fs::write(&path, "earlier trace, longer than an empty one").unwrap();
         drop(TraceFile::create(&path).unwrap());
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "earlier trace", "not truncated by a failed run");
-        TraceFile::create(&path).unwrap().write(&TraceRecorder::new()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "earlier trace, longer than an empty one",
+            "not truncated by a run that did not begin"
+        );
+        TraceRecorder::streaming(TraceFile::create(&path).unwrap()).unwrap().finish().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(text.starts_with("{\"traceEvents\":[") && text.ends_with("}\n"), "{text}");

@@ -1,0 +1,177 @@
+//! One bench run as the front-ends (`hal bench`, the `bench` binary) start it: the options they
+//! share ([`Options`], parsed by clap in both), the workloads, the allocation count, the long run,
+//! the table, and the JSON and SVG files.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hal::{Device, SemaphoreValue as SV, Timeout};
+
+use crate::alloc_count;
+use crate::report;
+use crate::workloads::{self, Env, Sizes};
+
+/// The bench's options, the same in every front-end (`#[command(flatten)]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct Options {
+    /// Fewer trials and operations: well under a minute on cpu-sim
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also plot the latencies against their baselines as SVG to FILE
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+/// Why a run stopped: the report could not be written (`out` closed: the caller may end quietly),
+/// or the bench failed (the message says which step).
+#[derive(Debug)]
+pub enum Failure {
+    /// Writing the report to `out` failed.
+    Output(std::io::Error),
+    /// A workload, the device or a result file failed.
+    Bench(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Output(e) => write!(f, "writing the report: {e}"),
+            Failure::Bench(message) => f.write_str(message),
+        }
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Output(e)
+    }
+}
+
+fn failed(step: &str) -> impl Fn(hal::Error) -> Failure + '_ {
+    move |e| Failure::Bench(format!("{step}: {e}"))
+}
+
+/// Runs the bench on `device` with `options`, writing the report to `out` and each workload's name
+/// to `progress` as it starts; writes the JSON and SVG files the options ask for.
+pub fn run(device: Device, options: &Options, out: &mut dyn Write, progress: &mut dyn FnMut(&str)) -> Result<(), Failure> {
+    let description = format!("{} '{}'", device.info().driver, device.info().name);
+    let (sizes, mode) = if options.quick { (Sizes::quick(), "quick") } else { (Sizes::full(), "full") };
+    let env = Env::new(device).map_err(failed("preparing the benchmarks"))?;
+    let properties =
+        env.device.info().properties.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
+    let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    writeln!(out, "bench on {description} ({mode}), unix time {unix_time}")?;
+    if !properties.is_empty() {
+        writeln!(out, "device properties: {properties}")?;
+    }
+    out.flush()?;
+    let started = Instant::now();
+    let rows = workloads::run_all(&env, sizes, &mut *progress).map_err(failed("benchmark failed"))?;
+    let allocations = if alloc_count::installed() {
+        progress("allocations per submission");
+        let (allocs, polling) = allocations_per_submission(&env).map_err(failed("counting allocations"))?;
+        Some((format!("{allocs:.2}"), polling))
+    } else {
+        None
+    };
+    progress("long run");
+    let long = long_run(&env, if options.quick { 50_000 } else { 1_000_000 }).map_err(failed("the long run"))?;
+    writeln!(out, "{}", report::table(&rows))?;
+    match &allocations {
+        Some((allocs, polling)) => writeln!(
+            out,
+            "heap allocations per steady-state submission (reused command buffer, inline lists): {allocs} \
+             (the bench's own idle polling made {polling}, left out)"
+        )?,
+        None => writeln!(out, "heap allocations per submission: not counted (this binary has no counting allocator)")?,
+    }
+    writeln!(out, "{long}")?;
+    writeln!(out, "total bench time {:.1} s", started.elapsed().as_secs_f64())?;
+    out.flush()?;
+    let mut extra = vec![
+        ("unix_time".to_string(), unix_time.to_string()),
+        ("mode".to_string(), mode.to_string()),
+        ("properties".to_string(), properties),
+    ];
+    if let Some((allocs, polling)) = allocations {
+        extra.push(("allocations_per_submission".to_string(), allocs));
+        extra.push(("allocations_by_idle_polling_left_out".to_string(), polling.to_string()));
+    }
+    extra.push(("long_run".to_string(), long));
+    if let Some(path) = &options.json {
+        write_file(path, &report::json(&description, &rows, &extra))?;
+    }
+    if let Some(path) = &options.svg {
+        let title = format!("hal bench on {description}: median latency per operation vs baseline");
+        write_file(path, &report::svg(&title, &rows))?;
+    }
+    Ok(())
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text).map_err(|e| Failure::Bench(format!("cannot write {}: {e}", path.display())))
+}
+
+/// Heap allocations (on every thread) per submission of a chained execute of a reused one-dispatch
+/// command buffer with inline semaphore lists, counted from the first submit until the device is
+/// idle again, after identical rounds have warmed the pools. The bench's own idle polling
+/// (`resource_usage()` returns a `Vec`) is counted on its thread and left out; it is returned second.
+fn allocations_per_submission(env: &Env) -> hal::Result<(f64, u64)> {
+    let cb = env.dispatches(1)?;
+    let q = env.device.queue(0)?;
+    let s = env.device.create_semaphore(0)?;
+    let round = 1_000u64;
+    let mut value = 0;
+    // Returns the allocations the idle polling made.
+    let mut run_round = || -> hal::Result<u64> {
+        for _ in 0..round {
+            q.execute(&[SV::new(&s, value)], &cb, &[SV::new(&s, value + 1)])?;
+            value += 1;
+        }
+        s.wait(value, Timeout::Infinite)?;
+        let polling = alloc_count::on_this_thread();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !env.device.resource_usage().is_idle() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        Ok(alloc_count::on_this_thread() - polling)
+    };
+    for _ in 0..3 {
+        run_round()?;
+    }
+    let before = alloc_count::total();
+    let polling = run_round()?;
+    let after = alloc_count::total();
+    Ok(((after - before).saturating_sub(polling) as f64 / round as f64, polling))
+}
+
+/// Runs `count` chained submissions and reports the pools at the end (bounded, back to idle).
+fn long_run(env: &Env, count: u64) -> hal::Result<String> {
+    let cb = env.dispatches(1)?;
+    let q = env.device.queue(0)?;
+    let s = env.device.create_semaphore(0)?;
+    let start = Instant::now();
+    for i in 0..count {
+        q.execute(&[SV::new(&s, i)], &cb, &[SV::new(&s, i + 1)])?;
+        if i % 10_000 == 9_999 {
+            s.wait(i + 1 - 5_000, Timeout::Infinite)?;
+            // Reads the pools mid-run as well (the long run's cost includes it, as it always has).
+            let _ = env.device.resource_usage();
+        }
+    }
+    s.wait(count, Timeout::Infinite)?;
+    let elapsed = start.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !env.device.resource_usage().is_idle() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(format!(
+        "{count} chained submissions in {:.2} s; pools after: {}",
+        elapsed.as_secs_f64(),
+        env.device.resource_usage()
+    ))
+}
