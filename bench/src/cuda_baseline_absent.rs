@@ -13,7 +13,9 @@ pub enum RawCuda {}
 impl RawCuda {
     /// Always `Unavailable`: this build has no CUDA.
     pub fn new(_ordinal: usize, _streams: usize, _graph_kernels: &[usize]) -> Result<Self> {
-        Err(Error::unavailable("the raw-CUDA baselines are not built in (the bench was built without its `cuda` feature)"))
+        Err(Error::unavailable(
+            "the raw-CUDA baselines are not built in (the bench was built without its `cuda` feature)",
+        ))
     }
 
     /// Streams in use (never called: no value exists).

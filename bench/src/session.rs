@@ -57,7 +57,12 @@ fn failed(step: &str) -> impl Fn(hal::Error) -> Failure + '_ {
 
 /// Runs the bench on `device` with `options`, writing the report to `out` and each workload's name
 /// to `progress` as it starts; writes the JSON and SVG files the options ask for.
-pub fn run(device: Device, options: &Options, out: &mut dyn Write, progress: &mut dyn FnMut(&str)) -> Result<(), Failure> {
+pub fn run(
+    device: Device,
+    options: &Options,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(&str),
+) -> Result<(), Failure> {
     let description = format!("{} '{}'", device.info().driver, device.info().name);
     let (sizes, mode) = if options.quick { (Sizes::quick(), "quick") } else { (Sizes::full(), "full") };
     let env = Env::new(device).map_err(failed("preparing the benchmarks"))?;

@@ -132,7 +132,10 @@ mod tests {
         assert!(error.contains("device 1 does not exist") && error.contains("cpu-sim:0"), "{error}");
         if !cfg!(feature = "cuda") {
             let error = open(&registry, &"cuda".parse().unwrap()).unwrap_err();
-            assert!(error.contains("driver 'cuda' is not built in") && error.contains("cuda (not built in)"), "{error}");
+            assert!(
+                error.contains("driver 'cuda' is not built in") && error.contains("cuda (not built in)"),
+                "{error}"
+            );
         }
         assert!(open(&registry, &DeviceSpec::default()).is_ok());
     }
@@ -142,5 +145,4 @@ mod tests {
     fn cuda_driver_name_is_the_drivers() {
         assert_eq!(CUDA_DRIVER, driver_cuda::DRIVER_NAME);
     }
-
 }

@@ -391,6 +391,7 @@ mod tests {
     #[test]
     fn every_command_has_its_usage_and_the_exit_status() {
         let mut cli = Cli::command();
+        cli.build();
         let names: Vec<String> = cli.get_subcommands().map(|c| c.get_name().to_string()).collect();
         assert_eq!(names, ["devices", "run", "cts", "bench", "help"]);
         for name in &names[..4] {

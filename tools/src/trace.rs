@@ -593,6 +593,46 @@ mod tests {
     }
 
     #[test]
+    fn a_streaming_recorder_writes_events_as_they_come_and_keeps_none() {
+        let path = std::env::temp_dir().join(format!("hal-trace-stream-{}.json", std::process::id()));
+        let recorder = TraceRecorder::streaming(TraceFile::create(&path).unwrap()).unwrap();
+        let header = std::fs::metadata(&path).unwrap().len();
+        // More than the write buffer: some of it reaches the file before the run ends.
+        for step in 0..2 * STREAM_BUFFER as u64 / 100 {
+            recorder.add_slice(
+                step % 2,
+                &format!("stencil {step}"),
+                Duration::from_micros(step),
+                Duration::from_micros(step + 1),
+            );
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > header + STREAM_BUFFER as u64 / 2, "nothing streamed yet");
+        assert_eq!(
+            recorder.chrome_json(),
+            TraceRecorder::new().chrome_json(),
+            "the events are in the file, not in memory"
+        );
+        let subscriber = tracing_subscriber::registry().with(recorder.layer());
+        tracing::subscriber::with_default(subscriber, || {
+            let _span = tracing::trace_span!(target: "hal::queue", "issue", queue = 1u64, op = "copy").entered();
+        });
+        assert_eq!(recorder.span_counts("issue"), vec![(1, 1)]);
+        assert_eq!(recorder.span_counts("stencil 3"), vec![], "the caller's slices are not counted");
+        recorder.finish().unwrap();
+        recorder.add_slice(0, "after the end", Duration::ZERO, Duration::ZERO);
+        assert!(recorder.finish().is_ok(), "finishing twice is harmless");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            text.starts_with("{\"traceEvents\":[\n{") && text.ends_with("}\n],\"displayTimeUnit\":\"ms\"}\n"),
+            "{text}"
+        );
+        assert!(text.contains("\"name\":\"stencil 1000\"") && text.contains("\"name\":\"issue\""), "{text}");
+        assert!(!text.contains("after the end"), "{text}");
+        assert_eq!(text.matches("\"thread_name\"").count(), 3, "each track named once: {text}");
+    }
+
+    #[test]
     fn device_time_recorded_on_a_complete_span_reaches_its_args() {
         let recorder = TraceRecorder::new();
         let subscriber = tracing_subscriber::registry().with(recorder.layer());

@@ -17,6 +17,28 @@ fn devices_lists_cpu_sim() {
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("cpu-sim: 1 device(s)\n  device 0: cpu-sim"), "{stdout}");
     assert!(stdout.contains("queues:"), "{stdout}");
+    assert!(stdout.contains("    select with:           --device cpu-sim:0\n"), "{stdout}");
+}
+
+#[test]
+fn device_is_chosen_by_driver_and_ordinal_as_devices_spells_it() {
+    let out = hal(&["run", "--device", "cpu-sim:0", "--size", "16", "--steps", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("driver 'cpu-sim'"), "{}", text(&out.stdout));
+
+    // A device that is not there: named, with the ones that are.
+    let out = hal(&["run", "--device", "cpu-sim:3"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    for needle in ["'cpu-sim:3'", "device 3 does not exist", "available devices: cpu-sim:0"] {
+        assert!(stderr.contains(needle), "missing '{needle}' in: {stderr}");
+    }
+
+    // A spelling that is not a device: a usage error.
+    let out = hal(&["run", "--device", "cuda:first"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("the ordinal 'first' is not a whole number"), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -37,14 +59,24 @@ fn errors_are_one_line_with_a_non_zero_exit() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("hal: error: ") && stderr.contains("'nope'"), "{stderr}");
+    assert!(stderr.starts_with("hal: error: ") && stderr.contains("'nope"), "{stderr}");
+    assert!(stderr.contains("available devices: cpu-sim:0"), "{stderr}");
 
     let out = hal(&["run", "--size", "many"]);
     assert_eq!(out.status.code(), Some(2));
-    assert_eq!(text(&out.stderr), "hal: --size wants a whole number, got 'many' (see `hal help`)\n");
+    assert_eq!(
+        text(&out.stderr),
+        "hal: error: invalid value 'many' for '--size <N>': not a whole number (see `hal run --help`)\n"
+    );
 
     let out = hal(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "hal: error: unrecognized subcommand 'frobnicate' (see `hal --help`)\n");
+
+    // No command at all: the usage, on stderr, as the usage error it is.
+    let out = hal(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).starts_with("usage: hal <COMMAND>"), "{}", text(&out.stderr));
 }
 
 #[test]
@@ -52,9 +84,11 @@ fn help_lists_every_command() {
     let out = hal(&["help"]);
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    for command in ["devices", "run [--driver NAME]", "cts [--driver NAME]", "bench [--driver NAME] [--quick]"] {
-        assert!(stdout.contains(command), "{stdout}");
+    for command in ["devices", "run", "cts", "bench"] {
+        assert!(stdout.lines().any(|l| l.starts_with(&format!("  {command} "))), "{command}: {stdout}");
     }
+    assert!(stdout.contains("Exit status: 0 on success"), "{stdout}");
+    assert_eq!(stdout, text(&hal(&["--help"]).stdout));
 }
 
 #[test]

@@ -279,8 +279,11 @@ fn run_trace_is_valid_json_with_spans_on_both_queues() {
     }
 
     // Semaphore counters: both queue timelines climb to their last value (2 uploads + 2 per step + 1).
+    // Streamed as recorded, so in file order only roughly by time: viewers order events by `ts`.
+    let mut counters: Vec<&Json> = events.iter().filter(|e| e.str("ph") == Some("C")).collect();
+    counters.sort_by(|a, b| a.num("ts").unwrap().total_cmp(&b.num("ts").unwrap()));
     let mut last: BTreeMap<&str, f64> = BTreeMap::new();
-    for event in events.iter().filter(|e| e.str("ph") == Some("C")) {
+    for event in counters {
         let value = event.get("args").and_then(|a| a.num("value")).expect("counter value");
         let previous = last.insert(event.str("name").unwrap(), value);
         assert!(previous.is_none_or(|p| p < value), "counter went backwards: {event:?}");
