@@ -421,7 +421,8 @@ impl<'p> Run<'p> {
                             .and_then(|()| done.wait(1, Timeout::After(Duration::from_secs(2))));
                         if let Err(e) = waited {
                             failures.lock().unwrap_or_else(|p| p.into_inner()).push(format!(
-                                "node {n}: the host call's barrier on {queue:?} and its wait failed: {e}"
+                                "node {n}: the host call's barrier on {queue:?} and its wait failed: {e}\n{}",
+                                queue.device().report()
                             ));
                             return Err(e);
                         }

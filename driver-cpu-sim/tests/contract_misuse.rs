@@ -436,3 +436,48 @@ fn signals_completing_behind_the_value_are_counted_not_dropped_in_silence() {
         assert_eq!(c.query().unwrap(), 2, "values never go down");
     });
 }
+
+#[test]
+fn host_calls_released_together_each_get_a_thread() {
+    within(Duration::from_secs(60), "host calls released together", || {
+        let device = device();
+        let (q0, q2) = (device.queue(0).unwrap(), device.queue(2).unwrap());
+        for round in 0..20 {
+            // One idle host-call thread to start with.
+            let warm = Semaphore::new(0);
+            q0.host_call(&[], || Ok(()), &[SV::new(&warm, 1)]).unwrap();
+            warm.wait(1, Timeout::After(SHORT)).unwrap();
+            let gate = Semaphore::new(0);
+            let (inner, done) = (device.create_semaphore(0).unwrap(), Semaphore::new(0));
+            // A waits for a barrier on queue 2, which B's gate holds until B returns.
+            let (target, sem) = (q2.clone(), inner.clone());
+            q0.host_call_with(
+                &[SV::new(&gate, 1)],
+                move || {
+                    target.barrier(&[], &[SV::new(&sem, 1)])?;
+                    sem.wait(1, Timeout::After(Duration::from_secs(2)))
+                },
+                &[SV::new(&done, 1)],
+                HostCallFlags::NON_BLOCKING,
+            )
+            .unwrap();
+            q2.host_call(
+                &[SV::new(&gate, 1)],
+                || {
+                    std::thread::sleep(Duration::from_millis(5));
+                    Ok(())
+                },
+                &[SV::new(&done, 2)],
+            )
+            .unwrap();
+            gate.signal(1).unwrap();
+            done.wait(2, Timeout::After(SHORT)).unwrap_or_else(|e| panic!("round {round}: {e}"));
+            let start = Instant::now();
+            while done.query().map(|v| v < 1).unwrap_or(false) && start.elapsed() < SHORT {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // A's wait must have succeeded: it is never queued behind the call it waits for.
+            assert!(done.query().is_ok(), "round {round}: {:?}", done.query());
+        }
+    });
+}

@@ -183,7 +183,10 @@ impl HostCallRunner {
         }
         let mut state = lock(&self.state);
         state.jobs.push_back(job);
-        if state.idle > 0 {
+        // Every call waiting to be taken needs a thread of its own: one queued behind a running call
+        // could be what that call waits for (a gate on another queue). An idle thread may still be
+        // on its way to take an earlier call, so count calls against idle threads, not just "any idle".
+        if state.jobs.len() <= state.idle {
             drop(state);
             self.ready.notify_one();
             return;
