@@ -48,12 +48,23 @@ pub enum Kernel {
     /// `fault(data: u32[])`: fails on purpose (cpu-sim: returns an error; CUDA: `__trap()`) and writes
     /// nothing. 1 binding, 0 constants, workgroup 1.
     Fault,
+    /// `sleep_us(us)`: keeps the device busy for about `us` microseconds (cpu-sim: the workgroup
+    /// sleeps; CUDA: spins on `%globaltimer`), so a case can have slow device work in flight.
+    /// 0 bindings, 1 constant, workgroup 1; dispatch it with `[1, 1, 1]`.
+    Sleep,
 }
 
 impl Kernel {
     /// Every kernel of the catalogue.
-    pub const ALL: [Kernel; 6] =
-        [Kernel::FillU32, Kernel::AddF32, Kernel::ScaleOffsetF32, Kernel::MultiEntry, Kernel::GridIds, Kernel::Fault];
+    pub const ALL: [Kernel; 7] = [
+        Kernel::FillU32,
+        Kernel::AddF32,
+        Kernel::ScaleOffsetF32,
+        Kernel::MultiEntry,
+        Kernel::GridIds,
+        Kernel::Fault,
+        Kernel::Sleep,
+    ];
 
     /// A short name (also the program name a compiled catalogue may use).
     pub fn name(self) -> &'static str {
@@ -64,6 +75,7 @@ impl Kernel {
             Kernel::MultiEntry => "multi_entry",
             Kernel::GridIds => "grid_ids",
             Kernel::Fault => "fault",
+            Kernel::Sleep => "sleep_us",
         }
     }
 
@@ -81,6 +93,7 @@ impl Kernel {
             ],
             Kernel::GridIds => vec![EntryPointInfo::new("grid_ids", 1, 1, 0)],
             Kernel::Fault => vec![EntryPointInfo::new("fault", 1, 1, 0)],
+            Kernel::Sleep => vec![EntryPointInfo::new("sleep_us", 1, 0, 1)],
         }
     }
 }

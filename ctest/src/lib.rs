@@ -31,6 +31,7 @@ mod device;
 mod dispatch;
 mod executable;
 mod failure;
+mod misuse;
 mod queue_ops;
 mod resources;
 mod semaphore;
@@ -312,6 +313,17 @@ macro_rules! __cts_case_list {
                 drop_device_with_pending_work,
                 drop_device_with_work_in_flight,
                 semaphore_outlives_device,
+            }
+            misuse {
+                finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,
+                finding_2a_host_call_waits_on_its_own_queue,
+                finding_2b_timed_wait_returns_by_its_deadline_while_a_host_call_runs,
+                finding_3_held_execute_is_cancelled_when_the_device_drops,
+                finding_4_a_panicking_waker_does_not_stop_delivery,
+                finding_5_later_work_on_the_queue_starts_after_the_host_call_returns,
+                finding_5_non_blocking_host_call_lets_later_work_run,
+                finding_6_failing_a_semaphore_fails_issued_work_that_waits_on_it,
+                finding_7_a_single_wait_wakes_when_the_host_reaches_the_value,
             }
         }
     };

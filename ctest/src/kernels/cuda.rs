@@ -30,6 +30,7 @@ pub fn cuda_source(kernel: Kernel) -> &'static str {
         Kernel::MultiEntry => MULTI_ENTRY,
         Kernel::GridIds => GRID_IDS,
         Kernel::Fault => FAULT,
+        Kernel::Sleep => SLEEP_US,
     }
 }
 
@@ -78,6 +79,14 @@ extern "C" __global__ void grid_ids(unsigned int* out) {
 const FAULT: &str = r#"
 extern "C" __global__ void fault(unsigned int* data) {
     __trap();
+}
+"#;
+
+const SLEEP_US: &str = r#"
+extern "C" __global__ void sleep_us(unsigned int us) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < 1000ull * us);
 }
 "#;
 

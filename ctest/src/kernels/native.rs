@@ -22,6 +22,7 @@ impl KernelCatalogue for NativeCatalogue {
             Kernel::MultiEntry => vec![Arc::new(set_index), Arc::new(add_u32), Arc::new(mul_u32)],
             Kernel::GridIds => vec![Arc::new(grid_ids)],
             Kernel::Fault => vec![Arc::new(fault)],
+            Kernel::Sleep => vec![Arc::new(sleep_us)],
         };
         let entries = infos
             .into_iter()
@@ -98,4 +99,9 @@ fn grid_ids(inv: &NativeInvocation<'_>) -> KernelResult {
 fn fault(inv: &NativeInvocation<'_>) -> KernelResult {
     let [x, y, z] = inv.workgroup_id;
     Err(format!("ctest fault kernel trapped on purpose in workgroup [{x},{y},{z}]"))
+}
+
+fn sleep_us(inv: &NativeInvocation<'_>) -> KernelResult {
+    std::thread::sleep(std::time::Duration::from_micros(u64::from(inv.constants[0])));
+    Ok(())
 }
