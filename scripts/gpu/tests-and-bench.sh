@@ -12,8 +12,6 @@ t() { name=$1; shift; echo "=== $name"; timeout 120 "$@" > $OUT/$name.txt 2>&1; 
 t cuda_device ./devbin/cuda_device --include-ignored --test-threads=1 --nocapture
 t cuda_completion_modes ./devbin/cuda_completion_modes --include-ignored --test-threads=1 --nocapture
 t cuda_device_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_device --include-ignored --test-threads=1 --nocapture
-t cuda_misuse ./devbin/cuda_misuse --include-ignored --nocapture
-t cuda_misuse_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_misuse --include-ignored --nocapture
 t cuda_fault ./devbin/cuda_fault --include-ignored --nocapture
 t cuda_fault_cb env HAL_CUDA_COMPLETION=host-callback ./devbin/cuda_fault --include-ignored --nocapture
 echo "=== completion_modes"; timeout 200 ./devbin/completion_modes 2>&1 | tee $OUT/completion_modes.txt
