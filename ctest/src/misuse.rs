@@ -97,7 +97,11 @@ pub(crate) fn finding_2b_timed_wait_returns_by_its_deadline_while_a_host_call_ru
         let start = Instant::now();
         expect_code(sem.wait(1, Timeout::After(asked)), StatusCode::DeadlineExceeded, &format!("{kind} semaphore"))?;
         let took = start.elapsed();
-        ensure!(took < asked + Duration::from_millis(50), "{kind} semaphore: asked {asked:?}, returned after {took:?}");
+        // A margin for a loaded machine running cases side by side; the bug overshot by seconds.
+        ensure!(
+            took < asked + Duration::from_millis(150),
+            "{kind} semaphore: asked {asked:?}, returned after {took:?}"
+        );
     }
     release_tx.send(()).map_err(|_| "the host call ended before it was released")?;
     cx.wait(&device_sem, 1)
@@ -228,6 +232,7 @@ pub(crate) fn finding_7_a_single_wait_wakes_when_the_host_reaches_the_value(cx: 
     let woke = waiter.join().map_err(|_| "the waiter panicked")?.ctx("wait for 3")?;
     let latency = woke.saturating_duration_since(signalled);
     cx.note(format!("woke {latency:?} after the host signal"));
-    ensure!(latency < Duration::from_millis(50), "woke {latency:?} after the host signal");
+    // A margin for a loaded machine; the bug woke only when the device work ended (about 550 ms).
+    ensure!(latency < Duration::from_millis(200), "woke {latency:?} after the host signal");
     cx.wait(&s, 5)
 }
