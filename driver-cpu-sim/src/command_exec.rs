@@ -88,8 +88,7 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             command.validate_transfer()?;
             let dst = host_range(target, *offset, *length)?;
             // SAFETY: `dst` addresses `length` bytes of `target` (checked by `host_range`) that it keeps
-            // allocated; queue order keeps other work off this range while the command runs, as on a
-            // GPU queue.
+            // allocated; any racing access (a kernel, a mapping) is atomic.
             unsafe { fill(dst.ptr, *length as usize, *pattern, usize::from(*pattern_len)) };
             Ok(())
         }
@@ -102,8 +101,8 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             let src = host_range(source, *source_offset, *length)?;
             let dst = host_range(target, *target_offset, *length)?;
             // SAFETY: both ranges are `length` bytes inside their buffers (checked) and kept allocated;
-            // `copy` is a memmove, so even overlapping ranges (refused by validation) could not cause UB.
-            unsafe { std::ptr::copy(src.ptr, dst.ptr, *length as usize) };
+            // every racing access (kernels, mappings, other transfers) is atomic, as this copy is.
+            unsafe { hal::shared_memory::copy(src.ptr, dst.ptr, *length as usize) };
             Ok(())
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
@@ -117,9 +116,9 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
 /// `Buffer::write`, works on every memory type.
 pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
     let dst = host_range(target, offset, data.len() as u64)?;
-    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated; `data`
-    // is separate host memory.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.ptr, data.len()) };
+    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated;
+    // racing accesses (kernels, mappings) are atomic, as this copy is.
+    unsafe { hal::shared_memory::store(dst.ptr, data) };
     Ok(())
 }
 
@@ -128,9 +127,9 @@ pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
 pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>> {
     let src = host_range(source, offset, length)?;
     let mut out = vec![0u8; length as usize];
-    // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; `out` is a
-    // fresh host vector.
-    unsafe { std::ptr::copy_nonoverlapping(src.ptr, out.as_mut_ptr(), out.len()) };
+    // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; racing
+    // accesses are atomic, as this copy is.
+    unsafe { hal::shared_memory::load(src.ptr, &mut out) };
     Ok(out)
 }
 
@@ -157,29 +156,24 @@ fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>
     Ok(HostRange { ptr, _view: view })
 }
 
-/// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian.
+/// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian,
+/// through [`hal::shared_memory`] (kernels or a mapping may race on the range).
 ///
 /// # Safety
-/// `dst` is valid for writes of `length` bytes and nothing else accesses them meanwhile;
+/// `dst` is valid for reads and writes of `length` bytes and every racing access to them is atomic;
 /// `pattern_len` is 1, 2 or 4 and divides `length`.
 unsafe fn fill(dst: *mut u8, length: usize, pattern: u32, pattern_len: usize) {
     let bytes = pattern.to_le_bytes();
-    if pattern_len == 1 {
-        // SAFETY: per the caller.
-        unsafe { std::ptr::write_bytes(dst, bytes[0], length) };
-        return;
-    }
-    // SAFETY: per the caller, the range is writable and exclusively ours for the call.
-    let out = unsafe { std::slice::from_raw_parts_mut(dst, length) };
-    // Seed a prefix that is a multiple of the pattern length, then double it.
-    let seed = length.min(64);
-    for (at, byte) in out[..seed].iter_mut().enumerate() {
+    // A multiple of every pattern length, so each chunk starts at the pattern's first byte.
+    let mut chunk = [0u8; 4096];
+    for (at, byte) in chunk.iter_mut().enumerate() {
         *byte = bytes[at % pattern_len];
     }
-    let mut filled = seed;
+    let mut filled = 0;
     while filled < length {
-        let n = filled.min(length - filled);
-        out.copy_within(..n, filled);
+        let n = (length - filled).min(chunk.len());
+        // SAFETY: `filled + n <= length` bytes of the range, per the caller.
+        unsafe { hal::shared_memory::store(dst.add(filled), &chunk[..n]) };
         filled += n;
     }
 }

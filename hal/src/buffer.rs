@@ -280,6 +280,12 @@ impl fmt::Debug for Buffer {
 
 /// A host view of part of a buffer. Reads and writes copy bytes; queue work on the same range must
 /// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
+///
+/// An unordered access is a bug in the program but not undefined behaviour: [`read`](Self::read)
+/// and [`write`](Self::write) copy with relaxed atomics ([`crate::shared_memory`]: one `AtomicU32`
+/// per aligned word, `AtomicU8` for unaligned edges), as cpu-sim's kernels and transfers do, so a
+/// racing copy sees some mix of old and new words. Rust's rule against racing atomics of different
+/// sizes still applies at unaligned edges (see [`NativeBinding`](crate::NativeBinding)).
 /// The mapping keeps the memory it maps allocated while it lives, even past the buffer's dealloca.
 pub struct Mapping<'a> {
     buffer: &'a Buffer,
@@ -315,16 +321,16 @@ impl Mapping<'_> {
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
         // SAFETY: the range is inside the mapping (checked), the mapping inside the memory its view
-        // keeps allocated, and `data` is a separate host slice, so the regions do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.add(offset), data.len()) };
+        // keeps allocated; device work racing on it (cpu-sim kernels and transfers) is atomic too.
+        unsafe { crate::shared_memory::store(self.ptr.add(offset), data) };
         Ok(())
     }
 
     /// Copies bytes at `offset` out of the mapping into `out`.
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
-        // SAFETY: as in `write`, with source and destination swapped.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(offset), out.as_mut_ptr(), out.len()) };
+        // SAFETY: as in `write`.
+        unsafe { crate::shared_memory::load(self.ptr.add(offset), out) };
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crate::device::DeviceId;
 use crate::driver::ExecutableBackend;
@@ -61,9 +62,34 @@ pub struct NativeInvocation<'a> {
     pub bindings: &'a [NativeBinding],
 }
 
-/// A buffer range bound to a native kernel. Workgroups run in parallel over the same bindings, so
-/// access goes through raw loads and stores rather than slices.
+/// A buffer range bound to a native kernel.
 ///
+/// # Concurrency
+/// The workgroups of a dispatch run in parallel on several threads over the same bindings, and a
+/// kernel may legally (if racily) have two workgroups touch the same element, as on a GPU. So every
+/// access a binding makes is a relaxed atomic: a racing access gives one of the written values, never
+/// undefined behaviour. The rule, shared with [`Mapping`](crate::Mapping) and the cpu-sim driver's
+/// transfers ([`crate::shared_memory`]): in a binding whose address is 4-byte aligned, each `u32`
+/// element is one `AtomicU32` access (no torn values); in a misaligned binding (an unaligned binding
+/// offset) each element is four `AtomicU8` accesses, so a racing store can tear it byte-wise.
+/// On x86-64 and AArch64 a relaxed load or store compiles to a plain move, so aligned access costs
+/// nothing over a raw read.
+///
+/// What stays outside the rule: Rust's memory model also forbids *racing atomic accesses of
+/// different sizes* to the same bytes (one side `AtomicU8`, the other `AtomicU32`). That happens only
+/// when a misaligned binding or a mapping's unaligned edge races with an aligned access of the same
+/// word (two bindings aliasing one buffer at offsets of different alignment, written concurrently
+/// without a barrier). Keep racing accesses of one word at one alignment; with aligned binding
+/// offsets (what every suite and tool here uses) it cannot arise.
+///
+/// # Fast access
+/// [`load_u32`](Self::load_u32) and friends check one element per call. For whole rows use the slice
+/// operations: [`as_atomic_u32`](Self::as_atomic_u32) (the binding as `&[AtomicU32]`, `None` when
+/// misaligned) or the bulk copies [`load_u32s`](Self::load_u32s), [`store_u32s`](Self::store_u32s),
+/// [`load_f32s`](Self::load_f32s), [`store_f32s`](Self::store_f32s), which check the range once and
+/// copy in a tight loop (and work on misaligned bindings too).
+///
+/// # Construction
 /// Only a driver builds one, through the `unsafe` [`NativeBinding::new`]: its loads and stores are
 /// safe because that constructor's contract makes the range valid for as long as the binding lives.
 /// Safe code cannot forge one:
@@ -94,8 +120,8 @@ pub struct NativeBinding {
     len: usize,
 }
 
-// SAFETY: `new`'s caller keeps the memory valid on every thread the binding reaches; kernels
-// coordinate their own accesses, as GPU kernels do.
+// SAFETY: `new`'s caller keeps the memory valid on every thread the binding reaches, and every
+// access through a binding is atomic, so sharing it across workgroup threads cannot cause a data race.
 unsafe impl Send for NativeBinding {}
 // SAFETY: see `Send`.
 unsafe impl Sync for NativeBinding {}
@@ -104,16 +130,20 @@ impl NativeBinding {
     /// A binding of `len` bytes at `ptr`.
     ///
     /// # Safety
-    /// `ptr` must be valid for reads and writes of `len` bytes (allocated, initialized, not reached
-    /// through a Rust reference) whenever the binding's loads and stores run, on every thread it is
-    /// shared with. A driver keeps this by holding the bound buffer's memory until the dispatch has
-    /// finished and by giving kernels only `&NativeBinding`s, which they cannot keep past their call
-    /// (a binding is neither `Copy` nor `Clone`).
+    /// `ptr` must be non-null and valid for reads and writes of `len` bytes (allocated, initialized)
+    /// whenever the binding's loads and stores run, on every thread it is shared with, and every
+    /// access to those bytes that may race with the binding's own (other workgroups, other bindings,
+    /// host mappings, transfers) must be atomic: no `&`/`&mut [u8]` to them and no plain copy may
+    /// overlap the binding's life unless ordered before or after it. A driver keeps this by holding
+    /// the bound buffer's memory until the dispatch has finished, by doing its own transfers through
+    /// [`crate::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
+    /// keep past their call (a binding is neither `Copy` nor `Clone`).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         NativeBinding { ptr, len }
     }
 
-    /// Address of the first bound byte (for handing to foreign code; dereferencing it is `unsafe`).
+    /// Address of the first bound byte (for handing to foreign code; dereferencing it is `unsafe`,
+    /// and racing accesses through it must be atomic).
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
     }
@@ -133,14 +163,55 @@ impl NativeBinding {
         self.len / 4
     }
 
+    /// Whether the binding starts at a 4-byte-aligned address (then [`as_atomic_u32`](Self::as_atomic_u32)
+    /// is `Some` and element accesses cannot tear).
+    pub fn is_aligned_u32(&self) -> bool {
+        self.ptr.cast::<u32>().is_aligned()
+    }
+
+    /// The binding's whole `u32` elements as atomics, or `None` when the binding is not 4-byte
+    /// aligned. Use relaxed loads and stores: they compile to plain moves.
+    pub fn as_atomic_u32(&self) -> Option<&[AtomicU32]> {
+        if !self.is_aligned_u32() {
+            return None;
+        }
+        // SAFETY: aligned (checked), non-null and valid for `len >= 4 * len_u32` bytes for as long
+        // as `self` lives (`new`'s contract), and every racing access is atomic (same contract);
+        // `AtomicU32` has the size and alignment of `u32`.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU32>(), self.len_u32()) })
+    }
+
+    /// The binding's bytes as atomics (always available; mixing them with `u32` accesses of the
+    /// same word while they race is outside the rule in the type's docs).
+    pub fn as_atomic_u8(&self) -> &[AtomicU8] {
+        // SAFETY: non-null and valid for `len` bytes while `self` lives, racing accesses atomic
+        // (`new`'s contract); `AtomicU8` has the layout of `u8`.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU8>(), self.len) }
+    }
+
+    /// Element `index` of a misaligned binding, byte by byte.
+    fn load_bytes(&self, index: usize) -> u32 {
+        let bytes = &self.as_atomic_u8()[index * 4..index * 4 + 4];
+        u32::from_ne_bytes(std::array::from_fn(|at| bytes[at].load(Ordering::Relaxed)))
+    }
+
+    /// Stores element `index` of a misaligned binding, byte by byte.
+    fn store_bytes(&self, index: usize, value: u32) {
+        let bytes = &self.as_atomic_u8()[index * 4..index * 4 + 4];
+        for (atom, byte) in bytes.iter().zip(value.to_ne_bytes()) {
+            atom.store(byte, Ordering::Relaxed);
+        }
+    }
+
     /// Loads element `index` as a `u32`, or `None` when out of range.
     pub fn load_u32(&self, index: usize) -> Option<u32> {
         if index >= self.len_u32() {
             return None;
         }
-        // SAFETY: in range (checked), and `new`'s contract keeps the range valid while loads run;
-        // unaligned reads are fine for any byte offset.
-        Some(unsafe { self.ptr.add(index * 4).cast::<u32>().read_unaligned() })
+        Some(match self.as_atomic_u32() {
+            Some(words) => words[index].load(Ordering::Relaxed),
+            None => self.load_bytes(index),
+        })
     }
 
     /// Stores `value` at element `index`; `false` when out of range.
@@ -148,8 +219,10 @@ impl NativeBinding {
         if index >= self.len_u32() {
             return false;
         }
-        // SAFETY: as in `load_u32`; unaligned writes are fine for any byte offset.
-        unsafe { self.ptr.add(index * 4).cast::<u32>().write_unaligned(value) };
+        match self.as_atomic_u32() {
+            Some(words) => words[index].store(value, Ordering::Relaxed),
+            None => self.store_bytes(index, value),
+        }
         true
     }
 
@@ -161,6 +234,74 @@ impl NativeBinding {
     /// Stores `value` at element `index` as an `f32`; `false` when out of range.
     pub fn store_f32(&self, index: usize, value: f32) -> bool {
         self.store_u32(index, value.to_bits())
+    }
+
+    /// Whether elements `first .. first + count` are inside the binding.
+    fn in_range(&self, first: usize, count: usize) -> bool {
+        first.checked_add(count).is_some_and(|end| end <= self.len_u32())
+    }
+
+    /// Loads elements `first .. first + out.len()` into `out`; `false` (and `out` untouched) when
+    /// the range is not inside the binding.
+    pub fn load_u32s(&self, first: usize, out: &mut [u32]) -> bool {
+        self.load_with(first, out, |bits| bits)
+    }
+
+    /// Stores `values` at elements `first ..`; `false` (and nothing stored) when the range is not
+    /// inside the binding.
+    pub fn store_u32s(&self, first: usize, values: &[u32]) -> bool {
+        self.store_with(first, values, |&value| value)
+    }
+
+    /// Loads elements `first .. first + out.len()` as `f32`s; `false` when out of range.
+    pub fn load_f32s(&self, first: usize, out: &mut [f32]) -> bool {
+        self.load_with(first, out, f32::from_bits)
+    }
+
+    /// Stores `values` as `f32` bits at elements `first ..`; `false` when out of range.
+    pub fn store_f32s(&self, first: usize, values: &[f32]) -> bool {
+        self.store_with(first, values, |value| value.to_bits())
+    }
+
+    #[inline]
+    fn load_with<T>(&self, first: usize, out: &mut [T], convert: impl Fn(u32) -> T) -> bool {
+        if !self.in_range(first, out.len()) {
+            return false;
+        }
+        match self.as_atomic_u32() {
+            Some(words) => {
+                let words = &words[first..first + out.len()];
+                for (slot, word) in out.iter_mut().zip(words) {
+                    *slot = convert(word.load(Ordering::Relaxed));
+                }
+            }
+            None => {
+                for (at, slot) in out.iter_mut().enumerate() {
+                    *slot = convert(self.load_bytes(first + at));
+                }
+            }
+        }
+        true
+    }
+
+    #[inline]
+    fn store_with<T>(&self, first: usize, values: &[T], convert: impl Fn(&T) -> u32) -> bool {
+        if !self.in_range(first, values.len()) {
+            return false;
+        }
+        match self.as_atomic_u32() {
+            Some(words) => {
+                for (value, word) in values.iter().zip(&words[first..first + values.len()]) {
+                    word.store(convert(value), Ordering::Relaxed);
+                }
+            }
+            None => {
+                for (at, value) in values.iter().enumerate() {
+                    self.store_bytes(first + at, convert(value));
+                }
+            }
+        }
+        true
     }
 }
 

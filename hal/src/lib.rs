@@ -41,6 +41,7 @@ pub mod queue;
 pub mod registry;
 pub mod scheduler;
 pub mod semaphore;
+pub mod shared_memory;
 pub mod stream_model;
 mod sync;
 pub mod timeout;

@@ -17,6 +17,8 @@
 //! Kernels return nonzero for missing bindings or constants instead of panicking: a panic cannot
 //! cross the `extern "C"` boundary.
 
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+
 use cpu_sim_kernel_abi::{ABI_VERSION, KernelArgs, KernelEntry, KernelTable};
 
 /// Workgroup size (x) of every kernel here.
@@ -73,7 +75,9 @@ pub fn kernel_table() -> &'static KernelTable {
     &TABLE
 }
 
-/// A binding viewed as `u32` elements.
+/// A binding viewed as `u32` elements. Workgroups run on several threads and may touch the same
+/// element, so every access is a relaxed atomic (`AtomicU32` when the binding is 4-byte aligned,
+/// `AtomicU8` per byte otherwise): the rule of `hal::NativeBinding`.
 struct Elements {
     ptr: *mut u8,
     len: u64,
@@ -97,15 +101,35 @@ impl Elements {
         if index >= self.len {
             return None;
         }
+        let at = index as usize * 4;
         // SAFETY: `index < len` elements of the binding, which the driver keeps alive for the call;
-        // the read is unaligned because a binding offset need not be 4-aligned.
-        Some(unsafe { self.ptr.add(index as usize * 4).cast::<u32>().read_unaligned() })
+        // every racing access to it (other workgroups, the driver's transfers) is atomic.
+        Some(unsafe {
+            if self.ptr.cast::<u32>().is_aligned() {
+                AtomicU32::from_ptr(self.ptr.add(at).cast::<u32>()).load(Ordering::Relaxed)
+            } else {
+                // A misaligned binding (unaligned binding offset): byte by byte.
+                u32::from_ne_bytes(std::array::from_fn(|b| {
+                    AtomicU8::from_ptr(self.ptr.add(at + b)).load(Ordering::Relaxed)
+                }))
+            }
+        })
     }
 
     fn store(&self, index: u64, value: u32) {
-        if index < self.len {
-            // SAFETY: as in `load`; workgroups write disjoint elements.
-            unsafe { self.ptr.add(index as usize * 4).cast::<u32>().write_unaligned(value) }
+        if index >= self.len {
+            return;
+        }
+        let at = index as usize * 4;
+        // SAFETY: as in `load`.
+        unsafe {
+            if self.ptr.cast::<u32>().is_aligned() {
+                AtomicU32::from_ptr(self.ptr.add(at).cast::<u32>()).store(value, Ordering::Relaxed);
+            } else {
+                for (b, byte) in value.to_ne_bytes().into_iter().enumerate() {
+                    AtomicU8::from_ptr(self.ptr.add(at + b)).store(byte, Ordering::Relaxed);
+                }
+            }
         }
     }
 }

@@ -69,7 +69,10 @@ pub fn native_source() -> ExecutableSource {
 }
 
 /// One workgroup of `jacobi_step` on cpu-sim: the cells `workgroup_id.x * 256 ..` of row
-/// `workgroup_id.y + 1` of the half (what the PTX's 256 threads of that block do).
+/// `workgroup_id.y + 1` of the half (what the PTX's 256 threads of that block do). It copies the
+/// three rows it reads into local arrays with [`NativeBinding::load_f32s`] (one range check each,
+/// relaxed atomic loads, so racing workgroups are sound), computes, and stores the row segment with
+/// one [`NativeBinding::store_f32s`].
 pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), String> {
     let ([src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
         return Err(format!(
@@ -78,6 +81,10 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
             inv.constants.len()
         ));
     };
+    let threads = inv.workgroup_size[0];
+    if threads > WORKGROUP_X {
+        return Err(format!("{ENTRY_POINT}: workgroup of {threads} threads, the kernel has {WORKGROUP_X}"));
+    }
     let local = inv.workgroup_id[1];
     if local >= rows {
         return Ok(());
@@ -85,28 +92,51 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
     let row = local as usize + 1;
     let global_row = row_offset + local;
     let w = width as usize;
-    let first_col = inv.workgroup_id[0].saturating_mul(inv.workgroup_size[0]);
-    let end_col = first_col.saturating_add(inv.workgroup_size[0]).min(width);
-    for col in first_col..end_col {
-        let at = row * w + col as usize;
-        let value = if is_border(global_row, col, total_rows, width) {
-            load(src, at)?
-        } else {
-            stencil_point(load(src, at - w)?, load(src, at + w)?, load(src, at - 1)?, load(src, at + 1)?)
-        };
-        if !dst.store_f32(at, value) {
-            return Err(out_of_range(dst, at));
+    let first_col = inv.workgroup_id[0].saturating_mul(threads);
+    let end_col = first_col.saturating_add(threads).min(width);
+    if first_col >= end_col {
+        return Ok(());
+    }
+    let (first, count) = (first_col as usize, (end_col - first_col) as usize);
+    let at = row * w + first;
+    // This row's cells with one neighbour either side where the grid has one: `mid[lead + i]` is
+    // column `first + i`.
+    let lead = usize::from(first > 0);
+    let trail = usize::from(end_col < width);
+    let mut mid = [0f32; WORKGROUP_X as usize + 2];
+    let mid = &mut mid[..lead + count + trail];
+    load_row(src, at - lead, mid)?;
+    let mut out = [0f32; WORKGROUP_X as usize];
+    let out = &mut out[..count];
+    if global_row == 0 || global_row + 1 == total_rows {
+        out.copy_from_slice(&mid[lead..lead + count]);
+    } else {
+        let (mut up, mut down) = ([0f32; WORKGROUP_X as usize], [0f32; WORKGROUP_X as usize]);
+        let (up, down) = (&mut up[..count], &mut down[..count]);
+        load_row(src, at - w, up)?;
+        load_row(src, at + w, down)?;
+        for (i, cell) in out.iter_mut().enumerate() {
+            let col = first_col + i as u32;
+            *cell = if col == 0 || col + 1 == width {
+                mid[lead + i]
+            } else {
+                stencil_point(up[i], down[i], mid[lead + i - 1], mid[lead + i + 1])
+            };
         }
+    }
+    if !dst.store_f32s(at, out) {
+        return Err(out_of_range(dst, at, count));
     }
     Ok(())
 }
 
-fn load(binding: &NativeBinding, at: usize) -> std::result::Result<f32, String> {
-    binding.load_f32(at).ok_or_else(|| out_of_range(binding, at))
+/// Loads `out.len()` elements of `binding` from element `at`.
+fn load_row(binding: &NativeBinding, at: usize, out: &mut [f32]) -> std::result::Result<(), String> {
+    if binding.load_f32s(at, out) { Ok(()) } else { Err(out_of_range(binding, at, out.len())) }
 }
 
-fn out_of_range(binding: &NativeBinding, at: usize) -> String {
-    format!("{ENTRY_POINT}: element {at} is outside its {}-element binding", binding.len_u32())
+fn out_of_range(binding: &NativeBinding, at: usize, count: usize) -> String {
+    format!("{ENTRY_POINT}: elements [{at}, {at}+{count}) are outside its {}-element binding", binding.len_u32())
 }
 
 /// Checks the PTX declares the entry point with the ABI's parameter count (a cheap guard for edits
