@@ -524,6 +524,74 @@ mod tests {
         })
     }
 
+    /// Finding (data race): workgroups of one dispatch run on several threads, and two of them may
+    /// store to the same element. Every access is a relaxed atomic now, so the element ends as one of
+    /// the values written (aligned `u32`: never a torn mix), and a misaligned binding works too.
+    #[test]
+    fn racing_workgroups_on_one_element_leave_one_written_value() {
+        let f = Fixture::new();
+        let value = |w: u32| (w % 250 + 1) * 0x0101_0101;
+        let kernel: NativeKernel = Arc::new(move |inv: &NativeInvocation<'_>| {
+            let v = value(inv.workgroup_id[0]);
+            let b = &inv.bindings[0];
+            for _ in 0..64 {
+                let seen = b.load_u32(0).ok_or("load out of range")?;
+                if seen != 0 && (seen % 0x0101_0101 != 0) {
+                    return Err(format!("torn value {seen:#x}"));
+                }
+                if !(b.store_u32(0, v) && b.store_u32s(1, &[v; 3])) {
+                    return Err("store out of range".into());
+                }
+            }
+            Ok(())
+        });
+        let exe = f.native("race", 1, 1, kernel);
+        let out = f.buffer(4 * 4 + 1);
+        f.run(dispatch(&exe, [4096, 1, 1], &[], &[BufferBinding::range(&out, 0, 16)])).unwrap();
+        let words = u32s(&out.read_to_vec().unwrap());
+        for word in &words {
+            assert!(*word != 0 && word % 0x0101_0101 == 0, "{word:#x} is none of the values written");
+        }
+        // Misaligned: byte-wise, so only checked for being a completed run (no torn-value promise).
+        let exe = f.native(
+            "race",
+            1,
+            1,
+            Arc::new(|inv: &NativeInvocation<'_>| {
+                let v = inv.workgroup_id[0];
+                if inv.bindings[0].store_u32s(0, &[v; 4]) { Ok(()) } else { Err("out of range".into()) }
+            }),
+        );
+        f.run(dispatch(&exe, [1024, 1, 1], &[], &[BufferBinding::range(&out, 1, 16)])).unwrap();
+    }
+
+    /// Finding (data race): a host mapping read racing a dispatch that writes the same bytes (a bug
+    /// in the program, but not undefined behaviour now: both sides copy with relaxed atomics). Every
+    /// aligned word read is one a kernel wrote or the fill's.
+    #[test]
+    fn mapping_read_racing_a_dispatch_sees_whole_words() {
+        let f = Fixture::new();
+        let out = f.buffer(4096);
+        let kernel: NativeKernel = Arc::new(|inv: &NativeInvocation<'_>| {
+            let v = (inv.workgroup_id[0] % 200 + 1) * 0x0101_0101;
+            if inv.bindings[0].store_u32s(0, &[v; 1024]) { Ok(()) } else { Err("out of range".into()) }
+        });
+        let exe = f.native("writer", 1, 1, kernel);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| {
+                let mut bytes = vec![0u8; 4096];
+                for _ in 0..200 {
+                    out.read(0, &mut bytes).unwrap();
+                    for word in u32s(&bytes) {
+                        assert!(word % 0x0101_0101 == 0, "torn word {word:#x}");
+                    }
+                }
+            });
+            f.run(dispatch(&exe, [512, 1, 1], &[], &[BufferBinding::range(&out, 0, 4096)])).unwrap();
+            reader.join().unwrap();
+        });
+    }
+
     #[test]
     fn dispatch_runs_every_workgroup_of_a_3d_grid() {
         let f = Fixture::new();
