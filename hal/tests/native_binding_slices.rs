@@ -23,7 +23,6 @@ fn atomic_view_covers_whole_elements_of_an_aligned_binding() {
     assert_eq!(view[0].load(Ordering::Relaxed), 2);
     view[1].store(30, Ordering::Relaxed);
     assert_eq!(b.as_atomic_u8().len(), 11);
-    drop(b);
     assert_eq!(words, [1, 2, 30, 4]);
 }
 
@@ -50,7 +49,6 @@ fn bulk_loads_and_stores_check_the_range_once_and_refuse_outside() {
     assert!(b.load_f32s(0, &mut floats));
     assert_eq!(floats, [1.5, -2.0]);
     assert!(!b.load_f32s(7, &mut floats));
-    drop(b);
     assert_eq!(&words[..6], &[1.5f32.to_bits(), (-2.0f32).to_bits(), 7, 8, 9, 0]);
 }
 
@@ -69,7 +67,6 @@ fn misaligned_binding_has_no_u32_view_and_still_reads_and_writes_exactly() {
     assert!(b.load_u32s(1, &mut out));
     assert_eq!(out, [0x0102_0304, 0x0506_0708, 0x090A_0B0C]);
     assert_eq!(b.load_u32(4), None);
-    drop(b);
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
     assert_eq!(bytes[0], 0, "byte before the binding untouched");
     assert_eq!(&bytes[1..5], &0xAABB_CCDDu32.to_ne_bytes());
@@ -106,6 +103,5 @@ fn native_binding_racing_workgroups_see_one_of_the_written_values() {
             }
         });
     });
-    drop(b);
     assert!(words.iter().all(|w| writers.contains(w)));
 }

@@ -26,6 +26,11 @@
 //!   on other threads; the `KernelArgs` and the arrays it points to are valid only during the call;
 //! - a binding is `binding_lengths[i]` bytes at `bindings[i]` (the buffer address plus the binding
 //!   offset), with no alignment promise beyond the buffer's 64-byte base plus that offset;
+//! - accesses to binding memory that may race (other workgroups, host mappings, the driver's
+//!   transfers, which all use relaxed atomics) must be atomic too: in Rust, relaxed
+//!   `AtomicU32::from_ptr` loads and stores for 4-byte-aligned elements, `AtomicU8` otherwise (the
+//!   rule of `hal::NativeBinding`); in C, `__atomic_load_n`/`__atomic_store_n` with
+//!   `__ATOMIC_RELAXED`;
 //! - `function` must not unwind (a Rust panic across `extern "C"` aborts the process); it reports
 //!   failure by returning nonzero, which fails the dispatch.
 //!
