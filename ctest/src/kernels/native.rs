@@ -42,58 +42,102 @@ fn elements(inv: &NativeInvocation<'_>) -> std::ops::Range<usize> {
     first..first + size
 }
 
-fn load(binding: &NativeBinding, index: usize) -> std::result::Result<u32, String> {
-    binding
-        .load_u32(index)
-        .ok_or_else(|| format!("load of element {index} outside a binding of {} bytes", binding.len()))
+/// Elements a kernel handles per bulk load or store (its stack buffers).
+const CHUNK: usize = 256;
+
+/// Runs `f(first, count)` over this workgroup's elements in chunks of at most [`CHUNK`], so a kernel
+/// checks each binding range once per chunk rather than once per element.
+fn for_chunks(inv: &NativeInvocation<'_>, mut f: impl FnMut(usize, usize) -> KernelResult) -> KernelResult {
+    let range = elements(inv);
+    let mut first = range.start;
+    while first < range.end {
+        let count = (range.end - first).min(CHUNK);
+        f(first, count)?;
+        first += count;
+    }
+    Ok(())
 }
 
-fn store(binding: &NativeBinding, index: usize, value: u32) -> KernelResult {
-    if binding.store_u32(index, value) {
+fn load(binding: &NativeBinding, first: usize, out: &mut [u32]) -> KernelResult {
+    if binding.load_u32s(first, out) {
         Ok(())
     } else {
-        Err(format!("store of element {index} outside a binding of {} bytes", binding.len()))
+        Err(format!("load of elements [{first}, {first}+{}) outside a binding of {} bytes", out.len(), binding.len()))
     }
 }
 
+fn store(binding: &NativeBinding, first: usize, values: &[u32]) -> KernelResult {
+    if binding.store_u32s(first, values) {
+        Ok(())
+    } else {
+        Err(format!(
+            "store of elements [{first}, {first}+{}) outside a binding of {} bytes",
+            values.len(),
+            binding.len()
+        ))
+    }
+}
+
+/// `data[i] = op(data[i])` over this workgroup's elements.
+fn map_in_place(inv: &NativeInvocation<'_>, data: &NativeBinding, op: impl Fn(u32) -> u32) -> KernelResult {
+    let mut chunk = [0u32; CHUNK];
+    for_chunks(inv, |first, count| {
+        let chunk = &mut chunk[..count];
+        load(data, first, chunk)?;
+        for value in chunk.iter_mut() {
+            *value = op(*value);
+        }
+        store(data, first, chunk)
+    })
+}
+
 fn fill_u32(inv: &NativeInvocation<'_>) -> KernelResult {
-    let value = inv.constants[0];
-    elements(inv).try_for_each(|i| store(&inv.bindings[0], i, value))
+    let values = [inv.constants[0]; CHUNK];
+    for_chunks(inv, |first, count| store(&inv.bindings[0], first, &values[..count]))
 }
 
 fn add_f32(inv: &NativeInvocation<'_>) -> KernelResult {
     let [a, b, out] = [&inv.bindings[0], &inv.bindings[1], &inv.bindings[2]];
-    elements(inv).try_for_each(|i| {
-        let sum = f32::from_bits(load(a, i)?) + f32::from_bits(load(b, i)?);
-        store(out, i, sum.to_bits())
+    let (mut x, mut y) = ([0u32; CHUNK], [0u32; CHUNK]);
+    for_chunks(inv, |first, count| {
+        let (x, y) = (&mut x[..count], &mut y[..count]);
+        load(a, first, x)?;
+        load(b, first, y)?;
+        for (sum, addend) in x.iter_mut().zip(y.iter()) {
+            *sum = (f32::from_bits(*sum) + f32::from_bits(*addend)).to_bits();
+        }
+        store(out, first, x)
     })
 }
 
 fn scale_offset_f32(inv: &NativeInvocation<'_>) -> KernelResult {
     let (scale, offset) = (f32::from_bits(inv.constants[0]), f32::from_bits(inv.constants[1]));
-    let data = &inv.bindings[0];
-    elements(inv).try_for_each(|i| store(data, i, (f32::from_bits(load(data, i)?) * scale + offset).to_bits()))
+    map_in_place(inv, &inv.bindings[0], |bits| (f32::from_bits(bits) * scale + offset).to_bits())
 }
 
 fn set_index(inv: &NativeInvocation<'_>) -> KernelResult {
-    elements(inv).try_for_each(|i| store(&inv.bindings[0], i, i as u32))
+    let mut chunk = [0u32; CHUNK];
+    for_chunks(inv, |first, count| {
+        for (at, value) in chunk[..count].iter_mut().enumerate() {
+            *value = (first + at) as u32;
+        }
+        store(&inv.bindings[0], first, &chunk[..count])
+    })
 }
 
 fn add_u32(inv: &NativeInvocation<'_>) -> KernelResult {
-    let data = &inv.bindings[0];
-    elements(inv).try_for_each(|i| store(data, i, load(data, i)?.wrapping_add(inv.constants[0])))
+    map_in_place(inv, &inv.bindings[0], |value| value.wrapping_add(inv.constants[0]))
 }
 
 fn mul_u32(inv: &NativeInvocation<'_>) -> KernelResult {
-    let data = &inv.bindings[0];
-    elements(inv).try_for_each(|i| store(data, i, load(data, i)?.wrapping_mul(inv.constants[0])))
+    map_in_place(inv, &inv.bindings[0], |value| value.wrapping_mul(inv.constants[0]))
 }
 
 fn grid_ids(inv: &NativeInvocation<'_>) -> KernelResult {
     let [x, y, z] = inv.workgroup_id;
     let [cx, cy, _] = inv.workgroup_count;
     let linear = x as usize + y as usize * cx as usize + z as usize * cx as usize * cy as usize;
-    store(&inv.bindings[0], linear, grid_id_value(x, y, z))
+    store(&inv.bindings[0], linear, &[grid_id_value(x, y, z)])
 }
 
 fn fault(inv: &NativeInvocation<'_>) -> KernelResult {
