@@ -6,8 +6,8 @@ use std::sync::Arc;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
 use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, ExecutableSource, MemoryType, ResourceUsage,
-    Result, Semaphore, SemaphoreValue,
+    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType,
+    ResourceUsage, Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_exec::CpuPreparedCommands;
@@ -44,6 +44,10 @@ pub fn memory_types() -> Vec<MemoryType> {
     ]
 }
 
+/// What a cpu-sim device loads ([`crate::executable::NativeExecutable::load`]): native kernel tables,
+/// in process or from a shared library; it has no GPU for PTX, cubin or fatbin.
+pub const EXECUTABLE_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::SharedLibrary];
+
 /// The device info a cpu-sim device with `options` reports.
 pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     let threads = resolved_threads(options);
@@ -57,6 +61,7 @@ pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
         max_workgroup_threads: MAX_WORKGROUP_THREADS,
         max_workgroup_size: MAX_WORKGROUP_SIZE,
         max_workgroup_count: MAX_WORKGROUP_COUNT,
+        executable_kinds: EXECUTABLE_KINDS.to_vec(),
         properties: vec![
             ("workgroup_threads".to_string(), threads.to_string()),
             ("memory_limit".to_string(), options.memory_limit.to_string()),

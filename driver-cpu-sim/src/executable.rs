@@ -307,7 +307,7 @@ fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) ->
 pub(crate) mod tests {
     use super::*;
     use cpu_sim_kernel_abi::KernelEntry;
-    use hal::StatusCode;
+    use hal::{ExecutableKind, StatusCode};
 
     /// The example kernel library built by cargo for the dev-dependency, beside this test binary.
     pub(crate) fn example_library_path() -> PathBuf {
@@ -370,6 +370,22 @@ pub(crate) mod tests {
         let err = NativeExecutable::load(&source).unwrap_err();
         assert_eq!(err.code(), StatusCode::Unimplemented);
         assert!(err.message().starts_with("cpu-sim cannot load PTX;"), "{err}");
+    }
+
+    #[test]
+    fn device_info_lists_the_kinds_load_accepts() {
+        let info = crate::device::device_info(&crate::CpuSimOptions::default());
+        assert_eq!(info.executable_kinds, [ExecutableKind::Native, ExecutableKind::SharedLibrary]);
+        assert!(NativeExecutable::load(&ExecutableSource::Native(vec![native("a", [1; 3])])).is_ok());
+        let library = ExecutableSource::SharedLibrary(example_library_path());
+        assert!(NativeExecutable::load(&library).is_ok(), "the listed shared-library kind loads");
+        // Every kind it does not list is refused as unimplemented.
+        for kind in ExecutableKind::ALL.into_iter().filter(|&k| !info.loads(k)) {
+            let format = kind.format().expect("unlisted kinds are driver bytes");
+            let source = ExecutableSource::Bytes { format, data: Arc::from(&b"x"[..]), entry_points: vec![] };
+            let err = NativeExecutable::load(&source).unwrap_err();
+            assert_eq!(err.code(), StatusCode::Unimplemented, "{kind}: {err}");
+        }
     }
 
     #[test]

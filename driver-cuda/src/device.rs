@@ -7,8 +7,8 @@ use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
 use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableSource, MemoryType, PoolUsage,
-    ResourceUsage, Result, Semaphore, SemaphoreValue,
+    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource,
+    MemoryType, PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_buffer::CudaPreparedCommands;
@@ -190,6 +190,7 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
         max_workgroup_threads: max_threads.max(0) as u32,
         max_workgroup_size: max_block,
         max_workgroup_count: max_grid,
+        executable_kinds: EXECUTABLE_KINDS.to_vec(),
         properties: vec![
             ("compute_capability".to_string(), format!("{major}.{minor}")),
             ("multiprocessors".to_string(), sms.to_string()),
@@ -205,6 +206,10 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
         ],
     })
 }
+
+/// What a CUDA device loads ([`crate::module::CudaExecutable::load`]): module images the driver
+/// API takes, PTX first (JIT-compiled for any architecture); never native kernel tables.
+pub const EXECUTABLE_KINDS: [ExecutableKind; 3] = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
 
 /// A CUDA device.
 pub struct CudaDevice {
@@ -347,6 +352,18 @@ mod tests {
     /// `from_lookup` over a fixed list of variables.
     fn options(vars: &[(&str, &str)]) -> Result<CudaOptions> {
         CudaOptions::from_lookup(|name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn device_info_lists_module_image_kinds_only() {
+        // Every CUDA device reports this list (`device_info`); checked here without a GPU.
+        assert_eq!(EXECUTABLE_KINDS, [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin]);
+        for kind in EXECUTABLE_KINDS {
+            assert!(kind.format().is_some(), "{kind} is not loaded from bytes");
+        }
+        for kind in [ExecutableKind::Native, ExecutableKind::SharedLibrary] {
+            assert!(!EXECUTABLE_KINDS.contains(&kind), "cuda must not list {kind}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::command_buffer::{CommandBuffer, CommandBufferMode};
 use crate::driver::DeviceBackend;
 use crate::error::{Error, Result};
 use crate::executable::{Executable, ExecutableSource};
+use crate::executable_kind::ExecutableKind;
 use crate::queue::Queue;
 use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
 use crate::timeout::Timeout;
@@ -58,8 +59,33 @@ pub struct DeviceInfo {
     /// Largest workgroup count of a dispatch per axis (x, y, z); a dispatch beyond it is refused when
     /// recorded (CUDA: `MAX_GRID_DIM_X/Y/Z`, 2^31-1 x 65535 x 65535 on current GPUs).
     pub max_workgroup_count: [u32; 3],
+    /// The kinds of executable [`Device::load_executable`] accepts, the driver's preferred first
+    /// (cpu-sim: native, shared library; CUDA: PTX, cubin, fatbin). Tools and suites choose a
+    /// kernel's form from this list (see [`DeviceInfo::loads`]), never from the driver's name.
+    pub executable_kinds: Vec<ExecutableKind>,
     /// Driver-specific properties, name and value (compute capability, memory size, ...).
     pub properties: Vec<(String, String)>,
+}
+
+impl DeviceInfo {
+    /// Whether [`Device::load_executable`] accepts executables of `kind`.
+    pub fn loads(&self, kind: ExecutableKind) -> bool {
+        self.executable_kinds.contains(&kind)
+    }
+
+    /// The first of `preferred` this device loads, or `Unimplemented` naming the kinds it offers
+    /// (for a caller that has its kernel in several forms).
+    pub fn choose_executable_kind(&self, preferred: &[ExecutableKind]) -> Result<ExecutableKind> {
+        preferred.iter().copied().find(|&kind| self.loads(kind)).ok_or_else(|| {
+            Error::unimplemented(format!(
+                "{} device '{}' loads executables of kinds [{}]; the kernel is available as [{}]",
+                self.driver,
+                self.name,
+                ExecutableKind::list(&self.executable_kinds),
+                ExecutableKind::list(preferred)
+            ))
+        })
+    }
 }
 
 /// Occupancy of one pool or queue of a device.

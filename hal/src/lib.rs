@@ -37,6 +37,7 @@ pub mod device;
 pub mod driver;
 pub mod error;
 pub mod executable;
+pub mod executable_kind;
 pub mod queue;
 pub mod registry;
 pub mod scheduler;
@@ -55,6 +56,7 @@ pub use executable::{
     EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation,
     NativeKernel,
 };
+pub use executable_kind::ExecutableKind;
 pub use queue::{HostCallFlags, Queue, Readback};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
