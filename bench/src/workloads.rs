@@ -7,9 +7,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hal::{
-    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Error, Executable,
-    ExecutableFormat, ExecutableSource, NativeEntryPoint, NativeInvocation, Result, Semaphore, SemaphoreValue as SV,
-    Timeout, WaitMode,
+    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, DeviceInfo, EntryPointInfo, Error,
+    Executable, ExecutableFormat, ExecutableKind, ExecutableSource, NativeEntryPoint, NativeInvocation, Result,
+    Semaphore, SemaphoreValue as SV, Timeout, WaitMode,
 };
 
 use crate::baseline;
@@ -104,7 +104,8 @@ pub mod targets {
 /// both sides launch the identical kernel (one block of one thread).
 pub const TOUCH_PTX: &str = include_str!("touch.ptx");
 
-/// The name of the CUDA driver (`driver_cuda::DRIVER_NAME`, also in builds without it).
+/// The name of the CUDA driver (`driver_cuda::DRIVER_NAME`, also in builds without it). It picks
+/// the raw-CUDA baselines, which need a CUDA device; kernels are chosen by format ([`touch_source`]).
 pub const CUDA_DRIVER: &str = "cuda";
 
 /// The device and the objects every workload reuses.
@@ -117,30 +118,34 @@ pub struct Env {
     pub empty: CommandBuffer,
 }
 
-/// The `touch` kernel in the device's format.
-fn touch_source(driver: &str) -> ExecutableSource {
-    let info = EntryPointInfo::new("touch", 1, 1, 1);
-    match driver {
-        CUDA_DRIVER => ExecutableSource::Bytes {
+/// The forms the `touch` kernel comes in, preferred first: native kernels, then PTX.
+pub const TOUCH_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::Ptx];
+
+/// The `touch` kernel in the first of [`TOUCH_KINDS`] the device `info` describes loads;
+/// `Unimplemented`, naming the kinds it loads, when it loads none.
+pub fn touch_source(info: &DeviceInfo) -> Result<ExecutableSource> {
+    let entry = EntryPointInfo::new("touch", 1, 1, 1);
+    Ok(match info.choose_executable_kind(&TOUCH_KINDS)? {
+        ExecutableKind::Ptx => ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(TOUCH_PTX.as_bytes()),
-            entry_points: vec![info],
+            entry_points: vec![entry],
         },
         _ => ExecutableSource::Native(vec![NativeEntryPoint {
-            info,
+            info: entry,
             kernel: Arc::new(|inv: &NativeInvocation<'_>| {
                 inv.bindings[0].store_u32(0, inv.constants[0]);
                 Ok(())
             }),
         }]),
-    }
+    })
 }
 
 impl Env {
     /// Prepares the shared objects on `device`.
     pub fn new(device: Device) -> Result<Env> {
         let buffer = device.allocate_buffer(BufferParams::device_local(), 4096)?;
-        let executable = device.load_executable(&touch_source(&device.info().driver))?;
+        let executable = device.load_executable(&touch_source(device.info())?)?;
         let empty = device.create_command_buffer(CommandBufferMode::Reusable)?;
         empty.end()?;
         Ok(Env { device, buffer, executable, empty })
@@ -607,8 +612,29 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     Ok(rows)
 }
 
-#[cfg(all(test, feature = "cuda"))]
+#[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn touch_kernel_is_chosen_by_the_kinds_the_device_loads() {
+        let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let with = |kinds: &[ExecutableKind]| DeviceInfo { executable_kinds: kinds.to_vec(), ..cpu_sim.clone() };
+        let kind = |info: &DeviceInfo| touch_source(info).map(|s| ExecutableKind::of(&s));
+        assert_eq!(kind(&cpu_sim), Ok(ExecutableKind::Native));
+        let cuda = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
+        assert_eq!(kind(&with(&cuda)), Ok(ExecutableKind::Ptx));
+        // Not by name: a device called "cuda" that loads only native kernels gets native ones.
+        assert_eq!(
+            kind(&DeviceInfo { driver: CUDA_DRIVER.to_string(), ..cpu_sim.clone() }),
+            Ok(ExecutableKind::Native)
+        );
+        let err = kind(&with(&[ExecutableKind::Fatbin])).unwrap_err();
+        assert_eq!(err.code(), hal::StatusCode::Unimplemented);
+        assert!(err.message().contains("[fatbin]") && err.message().contains("[native, ptx]"), "{err}");
+    }
+
+    #[cfg(feature = "cuda")]
     #[test]
     fn cuda_driver_name_is_the_drivers() {
         assert_eq!(super::CUDA_DRIVER, driver_cuda::DRIVER_NAME);

@@ -13,7 +13,8 @@
 use std::sync::Arc;
 
 use hal::{
-    EntryPointInfo, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation, Result,
+    DeviceInfo, EntryPointInfo, ExecutableFormat, ExecutableKind, ExecutableSource, NativeBinding, NativeEntryPoint,
+    NativeInvocation, Result,
 };
 
 /// The entry point's name in every format.
@@ -51,15 +52,19 @@ pub fn entry_point_info() -> EntryPointInfo {
     EntryPointInfo::new(ENTRY_POINT, WORKGROUP_X, BINDINGS, CONSTANTS)
 }
 
-/// The executable for a device of `driver`: PTX for `cuda`, native kernels otherwise (cpu-sim).
-pub fn source_for(driver: &str) -> ExecutableSource {
-    match driver {
-        "cuda" => ExecutableSource::Bytes {
+/// The forms this kernel comes in, preferred first: native kernels, then PTX.
+pub const KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::Ptx];
+
+/// The executable for the device `info` describes, in the first of [`KINDS`] it loads (native
+/// kernels on cpu-sim, PTX on CUDA); `Unimplemented`, naming the kinds it loads, when it loads none.
+pub fn source_for(info: &DeviceInfo) -> Result<ExecutableSource> {
+    match info.choose_executable_kind(&KINDS)? {
+        ExecutableKind::Ptx => Ok(ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(JACOBI_PTX.as_bytes()),
             entry_points: vec![entry_point_info()],
-        },
-        _ => native_source(),
+        }),
+        _ => Ok(native_source()),
     }
 }
 
@@ -255,6 +260,31 @@ mod tests {
         check_ptx_abi().unwrap();
         assert!(JACOBI_PTX.contains(".maxntid 256, 1, 1"));
         assert!(!JACOBI_PTX.contains("fma"), "no fused multiply-add: results must match the CPU bit for bit");
+    }
+
+    /// cpu-sim's device info with `kinds` as what it loads.
+    fn info_loading(kinds: &[ExecutableKind]) -> DeviceInfo {
+        let mut info = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        info.executable_kinds = kinds.to_vec();
+        info
+    }
+
+    #[test]
+    fn source_is_chosen_by_the_kinds_the_device_loads() {
+        let kind = |kinds: &[ExecutableKind]| source_for(&info_loading(kinds)).map(|s| ExecutableKind::of(&s));
+        let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        assert_eq!(source_for(&cpu_sim).map(|s| ExecutableKind::of(&s)), Ok(ExecutableKind::Native));
+        let cuda = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
+        assert_eq!(kind(&cuda), Ok(ExecutableKind::Ptx));
+        // Native is preferred where both load, whatever the device's order.
+        assert_eq!(kind(&[ExecutableKind::Ptx, ExecutableKind::Native]), Ok(ExecutableKind::Native));
+        // The driver's name plays no part: a device named "cuda" that loads native kernels gets them.
+        let mut named_cuda = cpu_sim.clone();
+        named_cuda.driver = "cuda".to_string();
+        assert_eq!(source_for(&named_cuda).map(|s| ExecutableKind::of(&s)), Ok(ExecutableKind::Native));
+        let err = kind(&[ExecutableKind::Cubin, ExecutableKind::SharedLibrary]).unwrap_err();
+        assert_eq!(err.code(), hal::StatusCode::Unimplemented);
+        assert!(err.message().contains("[cubin, shared-library]") && err.message().contains("[native, ptx]"), "{err}");
     }
 
     #[test]

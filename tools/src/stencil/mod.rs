@@ -262,8 +262,8 @@ pub fn run(
             device.info().name
         )));
     }
-    let executable = device
-        .load_executable(&kernels::source_for(&device.info().driver))
+    let executable = kernels::source_for(device.info())
+        .and_then(|source| device.load_executable(&source))
         .map_err(|e| e.context("loading the stencil kernel"))?;
     let grid = reference::initial_grid(n);
     let split = n / 2;
