@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use hal::{DeviceInfo, MemoryType, Registry};
+use hal::{DeviceInfo, ExecutableKind, MemoryType, Registry};
 
 /// The listing `hal devices` prints: one block per driver of `registry`, or one line with the reason
 /// it has no devices; then one line per driver not built in ([`crate::drivers_not_built_in`]).
@@ -38,6 +38,7 @@ fn render_device(out: &mut String, driver: &str, info: &DeviceInfo) {
     let _ = writeln!(out, "    max workgroup threads: {}", info.max_workgroup_threads);
     let _ = writeln!(out, "    max workgroup size:    {:?}", info.max_workgroup_size);
     let _ = writeln!(out, "    max workgroup count:   {:?}", info.max_workgroup_count);
+    let _ = writeln!(out, "    executable formats:    {}", ExecutableKind::list(&info.executable_kinds));
     for (name, value) in &info.properties {
         let _ = writeln!(out, "    {:<22} {value}", format!("{name}:"));
     }
@@ -72,6 +73,7 @@ mod tests {
         assert!(text.contains("queues:"), "{text}");
         assert!(text.contains("workgroup_threads:"), "{text}");
         assert!(text.contains("    select with:           --device cpu-sim:0\n"), "{text}");
+        assert!(text.contains("    executable formats:    native, shared-library\n"), "{text}");
         if cfg!(feature = "cuda") {
             assert!(text.contains("\ncuda: unavailable: ") || text.contains("\ncuda: "), "{text}");
         } else {
