@@ -126,7 +126,10 @@ impl Cx {
 
     /// Loads catalogue kernel `kernel` on `device`.
     pub fn load_on(&self, device: &Device, kernel: Kernel) -> Result<Executable, CaseError> {
-        let source = self.fixture.catalogue().source(kernel).ctx(format!("catalogue source of {kernel:?}"))?;
+        let catalogue = self.fixture.catalogue();
+        let kind =
+            crate::kernels::choose_kind(catalogue, device.info()).ctx(format!("choosing a kind for {kernel:?}"))?;
+        let source = catalogue.source(kernel, kind).ctx(format!("catalogue source of {kernel:?} as {kind}"))?;
         device.load_executable(&source).ctx(format!("load_executable({kernel:?})"))
     }
 

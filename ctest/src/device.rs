@@ -1,9 +1,16 @@
 //! Driver and device: the registry, device creation, properties and queues.
 
-use hal::{DEFAULT_DRIVER, MemoryType, StatusCode};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use hal::{
+    DEFAULT_DRIVER, EntryPointInfo, ExecutableKind, ExecutableSource, MemoryType, NativeEntryPoint, NativeInvocation,
+    StatusCode,
+};
 
 use crate::check::{CaseResult, Context, expect_code};
 use crate::context::Cx;
+use crate::kernels::Kernel;
 use crate::{ensure, ensure_eq};
 
 fn registry(cx: &Cx) -> Result<&hal::Registry, crate::CaseError> {
@@ -107,6 +114,56 @@ pub(crate) fn properties(cx: &Cx) -> CaseResult {
     }
     ensure_eq!(cx.device().queue_count(), info.queue_count, "queue_count() vs info");
     Ok(())
+}
+
+/// The device lists the executable kinds it loads (at least one, none twice); every catalogue kernel
+/// loads as the first listed kind the catalogue provides, with exactly its ABI; and each kind it does
+/// not list is refused with `Unimplemented`.
+pub(crate) fn executable_formats_listed_and_loadable(cx: &Cx) -> CaseResult {
+    let info = cx.device().info();
+    let kinds = &info.executable_kinds;
+    ensure!(!kinds.is_empty(), "executable_kinds is empty: the device loads nothing");
+    for (i, kind) in kinds.iter().enumerate() {
+        ensure!(!kinds[..i].contains(kind), "executable_kinds lists {kind} twice: {kinds:?}");
+    }
+    let catalogue = cx.fixture().catalogue();
+    let provided = catalogue.kinds();
+    let Some(kind) = kinds.iter().copied().find(|k| provided.contains(k)) else {
+        return Err(crate::CaseError::Fail(format!(
+            "the device loads [{}], the catalogue provides [{}]",
+            ExecutableKind::list(kinds),
+            ExecutableKind::list(&provided)
+        )));
+    };
+    for kernel in Kernel::ALL {
+        let source = catalogue.source(kernel, kind).ctx(format!("catalogue source of {kernel:?} as {kind}"))?;
+        ensure_eq!(ExecutableKind::of(&source), kind, "kind of the catalogue's {kernel:?}");
+        let executable = cx.device().load_executable(&source).ctx(format!("loading {kernel:?} as {kind}"))?;
+        ensure_eq!(executable.entry_points().to_vec(), kernel.entry_points(), "entry points of {kernel:?}");
+    }
+    for unlisted in ExecutableKind::ALL.into_iter().filter(|&k| !info.loads(k)) {
+        let what = format!("loading {unlisted}, which the device does not list ([{}])", ExecutableKind::list(kinds));
+        expect_code(cx.device().load_executable(&source_of_kind(unlisted)), StatusCode::Unimplemented, &what)?;
+    }
+    Ok(())
+}
+
+/// A well-formed source of `kind` with `FillU32`'s ABI (its kernel or bytes do nothing useful: the
+/// device is to refuse the kind before looking).
+fn source_of_kind(kind: ExecutableKind) -> ExecutableSource {
+    let entry_points: Vec<EntryPointInfo> = Kernel::FillU32.entry_points();
+    match kind.format() {
+        Some(format) => ExecutableSource::Bytes { format, data: Arc::from(&b"not an executable"[..]), entry_points },
+        None if kind == ExecutableKind::SharedLibrary => {
+            ExecutableSource::SharedLibrary(PathBuf::from("/nonexistent/ctest/libkernels.so"))
+        }
+        None => ExecutableSource::Native(
+            entry_points
+                .into_iter()
+                .map(|info| NativeEntryPoint { info, kernel: Arc::new(|_: &NativeInvocation<'_>| Ok(())) })
+                .collect(),
+        ),
+    }
 }
 
 /// Every queue index below the count gives that queue; the next one is `OutOfRange`.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
-use hal::{Device, Error, ExecutableSource, Registry, Result};
+use hal::{Device, Error, ExecutableKind, ExecutableSource, Registry, Result};
 
 use crate::kernels::{Kernel, KernelCatalogue};
 
@@ -216,7 +216,11 @@ impl fmt::Debug for Fixture {
 struct Unavailable(String);
 
 impl KernelCatalogue for Unavailable {
-    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+    fn kinds(&self) -> Vec<ExecutableKind> {
+        Vec::new()
+    }
+
+    fn source(&self, kernel: Kernel, _: ExecutableKind) -> Result<ExecutableSource> {
         Err(Error::unavailable(format!("{}: no {kernel:?} kernel", self.0)))
     }
 }

@@ -12,7 +12,7 @@
 pub mod cuda;
 pub mod native;
 
-use hal::{EntryPointInfo, ExecutableSource, Result};
+use hal::{DeviceInfo, EntryPointInfo, ExecutableKind, ExecutableSource, Result};
 
 /// Threads per workgroup of the element-wise kernels.
 pub const ELEMENTWISE_WORKGROUP: u32 = 64;
@@ -98,9 +98,45 @@ impl Kernel {
     }
 }
 
-/// A driver's kernels: the [`ExecutableSource`] of each catalogue kernel, in the driver's format,
-/// declaring exactly [`Kernel::entry_points`].
+/// A driver's kernels: the [`ExecutableSource`] of each catalogue kernel, in one or more
+/// [`ExecutableKind`]s, declaring exactly [`Kernel::entry_points`]. The suite loads each kernel in
+/// the first of [`kinds`](Self::kinds) the device lists in `DeviceInfo::executable_kinds`
+/// ([`choose_kind`]), never by the driver's name.
 pub trait KernelCatalogue: Send + Sync {
-    /// The source of `kernel` (an error if the driver cannot provide it).
-    fn source(&self, kernel: Kernel) -> Result<ExecutableSource>;
+    /// The kinds [`source`](Self::source) can give, preferred first.
+    fn kinds(&self) -> Vec<ExecutableKind>;
+
+    /// The source of `kernel` as `kind`, one of [`kinds`](Self::kinds) (an error if the catalogue
+    /// cannot provide it).
+    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource>;
+}
+
+/// The kind to load `catalogue`'s kernels as on the device `info` describes: the first of the
+/// catalogue's kinds the device loads, or `Unimplemented` naming the kinds on both sides.
+pub fn choose_kind(catalogue: &dyn KernelCatalogue, info: &DeviceInfo) -> Result<ExecutableKind> {
+    info.choose_executable_kind(&catalogue.kinds()).map_err(|e| e.context("the suite's kernel catalogue"))
+}
+
+/// The error for a kind `catalogue_name` does not provide.
+pub(crate) fn kind_not_provided(catalogue_name: &str, kernel: Kernel, kind: ExecutableKind) -> hal::Error {
+    hal::Error::unimplemented(format!("{catalogue_name}: no {kernel:?} kernel as {kind}"))
+}
+
+#[cfg(all(test, feature = "cpu-sim"))]
+mod tests {
+    use super::*;
+    use crate::kernels::native::NativeCatalogue;
+
+    #[test]
+    fn kind_is_chosen_by_what_the_device_loads() {
+        let mut info = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        assert_eq!(choose_kind(&NativeCatalogue, &info), Ok(ExecutableKind::Native));
+        info.executable_kinds = vec![ExecutableKind::Ptx, ExecutableKind::Cubin];
+        let err = choose_kind(&NativeCatalogue, &info).unwrap_err();
+        assert_eq!(err.code(), hal::StatusCode::Unimplemented);
+        assert!(err.message().contains("loads executables of kinds [ptx, cubin]"), "{err}");
+        assert!(err.message().contains("available as [native]"), "{err}");
+        let err = NativeCatalogue.source(Kernel::FillU32, ExecutableKind::Ptx).unwrap_err();
+        assert_eq!(err.code(), hal::StatusCode::Unimplemented);
+    }
 }

@@ -61,6 +61,7 @@ macro_rules! __cts_case_list {
                 unknown_driver_unavailable,
                 unknown_ordinal_out_of_range,
                 properties,
+                executable_formats_listed_and_loadable,
                 queues_by_index,
                 device_identity,
                 idle_when_created,

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock};
 use ctest::kernels::cuda::CudaCatalogue;
 use ctest::{Fixture, Kernel, KernelCatalogue};
 use driver_cuda::context::Context;
-use hal::{Driver, Error, ExecutableSource, Result};
+use hal::{Driver, Error, ExecutableKind, ExecutableSource, Result};
 
 /// Compiles `source` (CUDA C) named `program` to PTX with NVRTC.
 fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {
@@ -44,8 +44,12 @@ fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {
 struct SharedCatalogue(&'static CudaCatalogue);
 
 impl KernelCatalogue for SharedCatalogue {
-    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
-        self.0.source(kernel)
+    fn kinds(&self) -> Vec<ExecutableKind> {
+        self.0.kinds()
+    }
+
+    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
+        self.0.source(kernel, kind)
     }
 }
 

@@ -17,9 +17,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use hal::{ExecutableFormat, ExecutableSource, Result};
+use hal::{ExecutableFormat, ExecutableKind, ExecutableSource, Result};
 
-use super::{Kernel, KernelCatalogue};
+use super::{Kernel, KernelCatalogue, kind_not_provided};
 
 /// The CUDA C source of `kernel`; its entry points are those of [`Kernel::entry_points`].
 pub fn cuda_source(kernel: Kernel) -> &'static str {
@@ -108,7 +108,14 @@ impl CudaCatalogue {
 }
 
 impl KernelCatalogue for CudaCatalogue {
-    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+    fn kinds(&self) -> Vec<ExecutableKind> {
+        vec![ExecutableKind::Ptx]
+    }
+
+    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
+        if kind != ExecutableKind::Ptx {
+            return Err(kind_not_provided("CUDA catalogue", kernel, kind));
+        }
         let cached = self.compiled.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel).cloned();
         let data = match cached {
             Some(data) => data,

@@ -4,16 +4,25 @@
 
 use std::sync::Arc;
 
-use hal::{EntryPointInfo, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation, Result};
+use hal::{
+    EntryPointInfo, ExecutableKind, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation, Result,
+};
 
-use super::{Kernel, KernelCatalogue, grid_id_value};
+use super::{Kernel, KernelCatalogue, grid_id_value, kind_not_provided};
 
 /// The native kernels cpu-sim runs.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NativeCatalogue;
 
 impl KernelCatalogue for NativeCatalogue {
-    fn source(&self, kernel: Kernel) -> Result<ExecutableSource> {
+    fn kinds(&self) -> Vec<ExecutableKind> {
+        vec![ExecutableKind::Native]
+    }
+
+    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
+        if kind != ExecutableKind::Native {
+            return Err(kind_not_provided("native catalogue", kernel, kind));
+        }
         let infos = kernel.entry_points();
         let kernels: Vec<hal::NativeKernel> = match kernel {
             Kernel::FillU32 => vec![Arc::new(fill_u32)],
