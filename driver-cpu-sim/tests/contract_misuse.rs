@@ -184,16 +184,22 @@ fn finding_2c_a_user_deadlock_is_named_by_the_report() {
     });
 }
 
+/// A device running a dispatch of 2^31-1 workgroups of 1 ms each on queue 0 (within the per-axis
+/// limits, and millennia of work) that signals the returned semaphore to 1.
+fn huge_dispatch_running() -> (hal::Device, hal::Queue, Semaphore, hal::CommandBuffer) {
+    let device = device();
+    let q0 = device.queue(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let huge = sleeping_commands(&device, Duration::from_millis(1), i32::MAX as u32);
+    q0.execute(&[], &huge, &[SV::new(&s, 1)]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    (device, q0, s, huge)
+}
+
 #[test]
 fn finding_9_failing_every_signal_of_a_huge_dispatch_stops_it() {
     within(Duration::from_secs(20), "finding 9 (fail)", || {
-        let device = device();
-        let q0 = device.queue(0).unwrap();
-        let s = device.create_semaphore(0).unwrap();
-        // Within the per-axis limits, and millennia of work at 1 ms per workgroup.
-        let huge = sleeping_commands(&device, Duration::from_millis(1), i32::MAX as u32);
-        q0.execute(&[], &huge, &[SV::new(&s, 1)]).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        let (device, q0, s, _huge) = huge_dispatch_running();
         s.fail(hal::Error::aborted("nobody wants it any more"));
         // The queue is free again soon: later work completes.
         let after = device.create_semaphore(0).unwrap();
@@ -205,12 +211,7 @@ fn finding_9_failing_every_signal_of_a_huge_dispatch_stops_it() {
 #[test]
 fn finding_9_dropping_the_device_stops_a_huge_dispatch() {
     within(Duration::from_secs(20), "finding 9 (drop)", || {
-        let device = device();
-        let q0 = device.queue(0).unwrap();
-        let s = device.create_semaphore(0).unwrap();
-        let huge = sleeping_commands(&device, Duration::from_millis(1), i32::MAX as u32);
-        q0.execute(&[], &huge, &[SV::new(&s, 1)]).unwrap();
-        std::thread::sleep(Duration::from_millis(20));
+        let (device, q0, s, huge) = huge_dispatch_running();
         let start = Instant::now();
         drop((device, q0, huge));
         assert!(start.elapsed() < Duration::from_secs(2), "drop took {:?}", start.elapsed());
