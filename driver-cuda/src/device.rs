@@ -34,9 +34,8 @@ pub struct CudaOptions {
     /// instantiation for a single launch).
     pub graph_min_commands: usize,
     /// The same for reusable command buffers, which pay the instantiation once for every execute. A
-    /// one-kernel graph launch costs less than the kernel launch itself (H100, `bench`: 1.83 against
-    /// 2.84 us; 1.98 against 2.92 in an earlier run), so by default even one command replays as a
-    /// graph.
+    /// one-kernel graph launch costs less than the kernel launch itself (figures in
+    /// `docs/benchmarks.md`), so by default even one command replays as a graph.
     pub reusable_graph_min_commands: usize,
     /// Time every submission on the device with a pair of timing events; the time appears as
     /// `device_ns` on the submission's `complete` span (see [`crate::timing`]). Costs two event

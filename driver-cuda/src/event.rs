@@ -49,12 +49,10 @@ pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
 
 impl Default for CompletionWait {
     /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
-    /// queries, on plain events. On the H100 (bench, commit `8909929`, one process each) it beat the
-    /// earlier default, `PollThenSleep(100us)` with queries 10 us apart, or matched it: cross-queue hop
-    /// 4.65 us against 5.77, host round trip 10.48 against 12.89, empty chain 1.45 against 1.85, fan-out
-    /// 1->3->1 25.98 against 26.10, and the same 1-dispatch chain (3.50 against 3.49). Fewer queries
-    /// leave the driver lock to the submitting threads; host waiters query their own event, so the
-    /// completion thread's later wake-up costs them nothing. The crate docs have the table.
+    /// queries, on plain events. It beat or matched the earlier default, `PollThenSleep(100us)` with
+    /// queries 10 us apart, in the bench (figures in `docs/benchmarks.md`, "CUDA completion modes"):
+    /// fewer queries leave the driver lock to the submitting threads, and host waiters query their
+    /// own event, so the completion thread's later wake-up costs them nothing.
     fn default() -> Self {
         CompletionWait::PollThenSleep(Duration::ZERO)
     }

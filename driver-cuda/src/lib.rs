@@ -79,29 +79,12 @@
 //! **Host callbacks against a polling completion thread.** [`CompletionWait::HostCallback`] is the
 //! design's other candidate: each queue gets a callback stream that waits on the event and runs one
 //! host function (`cuLaunchHostFunc`), which wakes the completion thread; at most one callback is
-//! outstanding per queue and each retires everything that completed (see [`host_callback`]). Measured
-//! on the H100 by `examples/completion_modes.rs` (one process; medians of 5 trials of 20000
-//! submissions or 1000 round trips of a one-block kernel; 2026-11-23, commits `ab604b2` / `cfce8dc`,
-//! two machine sessions):
-//!
-//! | mode | chain us/submission | cross-queue hop us | round trip, no deadline | round trip, deadline |
-//! | --- | --- | --- | --- | --- |
-//! | raw launch + record, plain event / `BLOCKING_SYNC` event | 3.72-3.95 / 4.93-5.52 | | | |
-//! | `Spin` (a core per busy queue) | 5.16 / 3.84 | 9.34 / 8.65 | 16.81 / 8.35 | 9.36 / 8.63 |
-//! | `SpinThenBlock(100us)`, queries 10 us apart | 5.62 / 4.45 | 8.06 / 6.46 | 18.89 / 10.86 | 16.24 / 10.79 |
-//! | `PollThenSleep(100us)`, queries 10 us apart | 4.11 / 3.11 | 5.54 / 4.12 | 11.17 / 9.68 | 12.38 / 9.62 |
-//! | `PollThenSleep(0)` (**default**) | 2.90 / 3.39 | 3.65 / 4.57 | 10.04 / 10.48 | 10.14 / 18.29 |
-//! | `HostCallback` | 6.18 / 6.00 | 10.75 / 10.57 | 14.22 / 12.02 | 14.01 / 12.70 |
-//!
-//! The callback has the slowest hop in every run (a 2000-submission burst took 1339-1490 callbacks:
-//! they coalesce, but each costs a stream-wait, a host function and a thread wake-up), so polling
-//! stays the default. Between the two polling budgets the full bench decided (`docs/benchmarks.md`):
-//! with `PollThenSleep(0)` the hop took 4.22-4.67 us against 5.57-6.08, the deadline round trip
-//! 10.11-13.50 against 14.06-15.92, in the same machine sessions. A `BLOCKING_SYNC` event costs about
-//! 1.2-1.6 us more to record, on every submission. Every `cuEventQuery` takes a libcuda lock the
-//! submitting thread's launches need (a thread querying back to back raised raw launch + record from
-//! 3.3-3.7 to 5.3 us in `examples/chain_costs.rs`), so the completion thread sleeps between queries;
-//! host waiters query their own event and do not wait for it. Run-to-run noise on that VM is 20-30%.
+//! outstanding per queue and each retires everything that completed (see [`host_callback`]). Polling
+//! stays the default because the callback costs a stream-wait, a host function and a thread wake-up
+//! per burst and measured slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
+//! the submitting thread's launches need, so the completion thread sleeps between queries while host
+//! waiters query their own event. The measurements behind this (`examples/completion_modes.rs`,
+//! `examples/chain_costs.rs`, the bench) are in `docs/benchmarks.md`, "CUDA completion modes".
 //!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
