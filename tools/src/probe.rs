@@ -8,7 +8,7 @@
 //! counter track per semaphore.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -41,6 +41,8 @@ struct ProbeListener {
     epoch: Instant,
     stamps: Mutex<Stamps>,
     failed: AtomicBool,
+    /// The highest value reported as a trace event so far.
+    reported: AtomicU64,
 }
 
 /// Stamps of consecutive values: `times[i]` is value `first + i`'s time in nanoseconds since the
@@ -56,6 +58,20 @@ impl Stamps {
         let index = usize::try_from(value.checked_sub(self.first)?).ok()?;
         self.times.get_mut(index)
     }
+
+    /// Stamps `value` at `stamp`, or earlier: a higher value already stamped was reached after this
+    /// one. (Listeners of one semaphore may be told out of order: the HAL tells those woken by one
+    /// retirement after it, and another thread's retirement of a later value may be told first.)
+    /// Returns whether the value is kept.
+    fn stamp(&mut self, value: u64, stamp: u64) -> bool {
+        let Some(index) = value.checked_sub(self.first).and_then(|i| usize::try_from(i).ok()) else { return false };
+        if index >= self.times.len() {
+            return false;
+        }
+        let later = self.times.iter().skip(index + 1).filter(|&&t| t != 0).min().copied();
+        self.times[index] = later.map_or(stamp, |later| later.min(stamp));
+        true
+    }
 }
 
 impl SemaphoreProbe {
@@ -68,6 +84,7 @@ impl SemaphoreProbe {
             epoch,
             stamps: Mutex::new(Stamps { first, times: VecDeque::new() }),
             failed: AtomicBool::new(false),
+            reported: AtomicU64::new(0),
         });
         SemaphoreProbe { semaphore: semaphore.clone(), listener }
     }
@@ -144,10 +161,12 @@ impl TimepointListener for ProbeListener {
         let nanos = self.epoch.elapsed().as_nanos().min(u128::from(u64::MAX - 1)) as u64;
         match outcome {
             Ok(()) => {
-                if let Some(slot) = self.stamps().slot(tag) {
-                    *slot = nanos + 1;
+                self.stamps().stamp(tag, nanos + 1);
+                // A value below one already reported adds nothing to the counter track (values only
+                // grow), and reporting it would make the track step back.
+                if self.reported.fetch_max(tag, Ordering::AcqRel) < tag {
+                    tracing::trace!(target: SEMAPHORE_TARGET, semaphore = self.semaphore, label = &*self.label, value = tag);
                 }
-                tracing::trace!(target: SEMAPHORE_TARGET, semaphore = self.semaphore, label = &*self.label, value = tag);
             }
             Err(status) => {
                 // A failure resolves every watched value at once: report it once.
@@ -171,6 +190,17 @@ impl TimepointListener for ProbeListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_told_after_a_higher_one_is_stamped_no_later_than_it() {
+        let mut stamps = Stamps { first: 1, times: VecDeque::from(vec![0; 4]) };
+        assert!(stamps.stamp(3, 100));
+        assert!(stamps.stamp(2, 250), "told late: capped by the higher value's stamp");
+        assert_eq!(stamps.times, VecDeque::from(vec![0, 100, 100, 0]));
+        assert!(stamps.stamp(1, 50), "told early enough: its own time");
+        assert_eq!(stamps.times[0], 50);
+        assert!(!stamps.stamp(9, 1), "not kept");
+    }
 
     #[test]
     fn stamps_values_as_they_are_signalled() {
