@@ -844,3 +844,18 @@ fn latched_command_buffer(device: &Device, latch: &Arc<Latch>) -> hal::Result<Co
     cb.end()?;
     Ok(cb)
 }
+
+/// Seeds the long runs failed on, with every family on, replayed on every run: each found a
+/// scheduler bug (a host call queued behind the running call that waited for it; work released
+/// while its device was being torn down, handed to a queue no completion thread retired any more).
+const REGRESSION_SEEDS: [u64; 2] = [1795458581450610870, 1795463124314815543];
+
+#[test]
+fn contract_fuzz_regression_seeds() {
+    let slack = Duration::from_millis(env("HAL_FUZZ_SLACK_MS").unwrap_or(100));
+    for seed in REGRESSION_SEEDS {
+        if let Err(failure) = run_with_watchdog(fuzz_program::generate(seed, Families::all()), slack) {
+            panic!("contract_fuzz: regression seed {seed} failed (families all):\n{failure}");
+        }
+    }
+}

@@ -49,6 +49,22 @@ impl<M: StreamModel> Shared<M> {
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
         let mut issuer = lock(&slot.issuer);
+        // Teardown closes the queues under this lock: work released after that (a signal that
+        // arrived as the device went away) would reach a stream no completion thread retires.
+        if self.shutting_down.load(Ordering::Acquire) {
+            drop(issuer);
+            self.queues[queue].gates.release(id);
+            let status = Error::cancelled(format!(
+                "{}: device destroyed while queue {queue} action {id} ({}) was being issued",
+                self.device,
+                op.kind()
+            ));
+            drop(op);
+            for signal in &signals {
+                signal.semaphore.fail(status.clone());
+            }
+            return;
+        }
         let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
         let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
         let issued = {

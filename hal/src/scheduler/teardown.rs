@@ -19,6 +19,12 @@ use crate::sync::lock;
 
 pub(super) fn shut_down<M: StreamModel>(shared: &Arc<Shared<M>>, completion_threads: Vec<JoinHandle<()>>) {
     shared.shutting_down.store(true, Ordering::Release);
+    // Close every queue: an issue already under its issue lock finishes handing its work to the
+    // completion thread (which then retires it before exiting); one after this sees the flag under
+    // the lock and cancels instead (`Shared::issue`).
+    for slot in &shared.queues {
+        drop(lock(&slot.issuer));
+    }
     // Pending actions can never run now: fail their signals so nobody waits forever.
     let abandoned: Vec<Arc<Action<M>>> = lock(&shared.pending).values().cloned().collect();
     for action in abandoned {
