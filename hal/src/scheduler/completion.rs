@@ -76,8 +76,7 @@ pub(super) fn retire_completed<M: StreamModel>(
     queue: usize,
     front: Option<(u64, Result<()>)>,
 ) -> usize {
-    defer_delivery(|| {
-        let _here = RetiringHere::enter();
+    in_retirement(|| {
         let retiring = lock(&shared.queues[queue].retiring);
         retire_completed_locked(shared, queue, front, None, retiring)
     })
@@ -92,8 +91,7 @@ const WAITER_RETIRE_PATIENCE: Duration = Duration::from_micros(100);
 /// within [`WAITER_RETIRE_PATIENCE`], the waiter leaves it to that thread (and parks on its
 /// semaphore, which that retirement wakes): a wait with a deadline never queues behind a lock.
 pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: usize, front: (u64, Result<()>)) {
-    defer_delivery(|| {
-        let _here = RetiringHere::enter();
+    in_retirement(|| {
         let retiring = &shared.queues[queue].retiring;
         let mut started: Option<Instant> = None;
         let guard = loop {
@@ -119,6 +117,15 @@ crate::sync::thread_local! {
 /// dropped here must not wait for its completion threads (see `teardown`).
 pub(super) fn retiring_here() -> bool {
     RETIRING.with(std::cell::Cell::get) > 0
+}
+
+/// Runs a retirement: the thread counts as retiring meanwhile (see [`retiring_here`]), and the
+/// listeners its signals wake are told once it is over, outside the retiring lock.
+fn in_retirement<R>(retire: impl FnOnce() -> R) -> R {
+    defer_delivery(|| {
+        let _here = RetiringHere::enter();
+        retire()
+    })
 }
 
 /// Marks this thread as retiring while it lives.
