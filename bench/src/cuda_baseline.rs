@@ -20,7 +20,8 @@ use cudarc::driver::sys::{
     CUgraphNode, CUmemoryPool, CUmodule, CUstream,
 };
 use driver_cuda::error::check;
-use hal::{Driver, Error, Result};
+use hal::driver::Driver;
+use hal::{Error, Result};
 
 use crate::workloads::TOUCH_PTX;
 

@@ -131,13 +131,13 @@ pub fn touch_source(info: &DeviceInfo) -> Result<ExecutableSource> {
             data: Arc::from(TOUCH_PTX.as_bytes()),
             entry_points: vec![entry],
         },
-        _ => ExecutableSource::Native(vec![NativeEntryPoint {
-            info: entry,
-            kernel: Arc::new(|inv: &NativeInvocation<'_>| {
+        _ => ExecutableSource::Native(vec![NativeEntryPoint::new(
+            entry,
+            Arc::new(|inv: &NativeInvocation<'_>| {
                 inv.bindings[0].store_u32(0, inv.constants[0]);
                 Ok(())
             }),
-        }]),
+        )]),
     })
 }
 
@@ -619,16 +619,19 @@ mod tests {
     #[test]
     fn touch_kernel_is_chosen_by_the_kinds_the_device_loads() {
         let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
-        let with = |kinds: &[ExecutableKind]| DeviceInfo { executable_kinds: kinds.to_vec(), ..cpu_sim.clone() };
+        let with = |kinds: &[ExecutableKind]| {
+            let mut info = cpu_sim.clone();
+            info.executable_kinds = kinds.to_vec();
+            info
+        };
         let kind = |info: &DeviceInfo| touch_source(info).map(|s| ExecutableKind::of(&s));
         assert_eq!(kind(&cpu_sim), Ok(ExecutableKind::Native));
         let cuda = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
         assert_eq!(kind(&with(&cuda)), Ok(ExecutableKind::Ptx));
         // Not by name: a device called "cuda" that loads only native kernels gets native ones.
-        assert_eq!(
-            kind(&DeviceInfo { driver: CUDA_DRIVER.to_string(), ..cpu_sim.clone() }),
-            Ok(ExecutableKind::Native)
-        );
+        let mut named_cuda = cpu_sim.clone();
+        named_cuda.driver = CUDA_DRIVER.to_string();
+        assert_eq!(kind(&named_cuda), Ok(ExecutableKind::Native));
         let err = kind(&with(&[ExecutableKind::Fatbin])).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::Unimplemented);
         assert!(err.message().contains("[fatbin]") && err.message().contains("[native, ptx]"), "{err}");

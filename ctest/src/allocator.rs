@@ -30,7 +30,7 @@ fn usage_combinations() -> Vec<BufferUsage> {
 pub(crate) fn every_memory_type_and_usage(cx: &Cx) -> CaseResult {
     for &memory_type in &cx.device().info().memory_types {
         for usage in usage_combinations() {
-            let params = BufferParams { memory_type, usage };
+            let params = BufferParams::new(memory_type, usage);
             let what = format!("allocate {memory_type:?} with {usage:?}");
             let valid = !usage.contains(BufferUsage::MAPPING) || memory_type.contains(MemoryType::HOST_VISIBLE);
             if !valid {
@@ -56,7 +56,7 @@ pub(crate) fn every_memory_type_and_usage(cx: &Cx) -> CaseResult {
 /// A zero-byte allocation is `InvalidArgument`, for every memory type.
 pub(crate) fn zero_size_invalid_argument(cx: &Cx) -> CaseResult {
     for &memory_type in &cx.device().info().memory_types {
-        let params = BufferParams { memory_type, usage: BufferUsage::DEFAULT };
+        let params = BufferParams::new(memory_type, BufferUsage::DEFAULT);
         expect_code(cx.device().allocate_buffer(params, 0), StatusCode::InvalidArgument, "allocation of 0 bytes")?;
     }
     Ok(())
@@ -69,7 +69,7 @@ pub(crate) fn over_max_resource_exhausted(cx: &Cx) -> CaseResult {
         return skip("the device reports no largest allocation");
     }
     for &memory_type in &cx.device().info().memory_types {
-        let params = BufferParams { memory_type, usage: BufferUsage::DEFAULT };
+        let params = BufferParams::new(memory_type, BufferUsage::DEFAULT);
         expect_code(cx.device().allocate_buffer(params, max + 1), StatusCode::ResourceExhausted, "max + 1 bytes")?;
     }
     cx.host_buffer(64).map(drop)
@@ -96,16 +96,16 @@ pub(crate) fn huge_resource_exhausted(cx: &Cx) -> CaseResult {
 
 /// An empty memory type or an empty usage is `InvalidArgument`.
 pub(crate) fn empty_params_invalid_argument(cx: &Cx) -> CaseResult {
-    let no_type = BufferParams { memory_type: MemoryType::empty(), usage: BufferUsage::DEFAULT };
+    let no_type = BufferParams::new(MemoryType::empty(), BufferUsage::DEFAULT);
     expect_code(cx.device().allocate_buffer(no_type, 64), StatusCode::InvalidArgument, "empty memory type")?;
-    let no_usage = BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::empty() };
+    let no_usage = BufferParams::new(MemoryType::DEVICE_LOCAL, BufferUsage::empty());
     expect_code(cx.device().allocate_buffer(no_usage, 64), StatusCode::InvalidArgument, "empty usage")?;
     Ok(())
 }
 
 /// `MAPPING` usage on memory that is not `HOST_VISIBLE` is `InvalidArgument`.
 pub(crate) fn mapping_needs_host_visible(cx: &Cx) -> CaseResult {
-    let params = BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::MAPPING };
+    let params = BufferParams::new(MemoryType::DEVICE_LOCAL, BufferUsage::MAPPING);
     expect_code(cx.device().allocate_buffer(params, 64), StatusCode::InvalidArgument, "DEVICE_LOCAL with MAPPING")?;
     Ok(())
 }
@@ -116,7 +116,7 @@ pub(crate) fn unoffered_memory_type_invalid_argument(cx: &Cx) -> CaseResult {
     if cx.offers(everything) {
         return skip("the device offers a memory type with every property");
     }
-    let params = BufferParams { memory_type: everything, usage: BufferUsage::DEFAULT };
+    let params = BufferParams::new(everything, BufferUsage::DEFAULT);
     expect_code(cx.device().allocate_buffer(params, 64), StatusCode::InvalidArgument, "an unoffered memory type")?;
     Ok(())
 }

@@ -111,7 +111,7 @@ pub(crate) fn map_device_local_refused(cx: &Cx) -> CaseResult {
 
 /// Host-visible memory allocated without `MAPPING` usage cannot be mapped (`PermissionDenied`).
 pub(crate) fn map_without_mapping_usage_refused(cx: &Cx) -> CaseResult {
-    let params = BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::DEFAULT };
+    let params = BufferParams::new(MemoryType::HOST_LOCAL, BufferUsage::DEFAULT);
     let buffer = cx.buffer(params, 64)?;
     expect_code(buffer.map(0, 64).map(|m| m.len()), StatusCode::PermissionDenied, "map without MAPPING usage")?;
     Ok(())
@@ -122,7 +122,7 @@ pub(crate) fn every_host_visible_type_maps(cx: &Cx) -> CaseResult {
     let types: Vec<MemoryType> =
         cx.device().info().memory_types.iter().copied().filter(|t| t.contains(MemoryType::HOST_VISIBLE)).collect();
     for memory_type in types {
-        let params = BufferParams { memory_type, usage: BufferUsage::DEFAULT | BufferUsage::MAPPING };
+        let params = BufferParams::new(memory_type, BufferUsage::DEFAULT | BufferUsage::MAPPING);
         let buffer = cx.buffer(params, 97)?;
         for (offset, len) in [(0usize, 97usize), (1, 5), (7, 13), (96, 1)] {
             let data = ramp(offset as u8 + 40, len);

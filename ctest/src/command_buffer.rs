@@ -1,6 +1,7 @@
 //! Command buffers: recording rules (end, execute, one-shot), fill / update / copy with their
 //! alignment and range checks, barriers, and reuse.
 
+use hal::driver::CommandBufferExt;
 use hal::{BufferBinding, BufferParams, BufferUsage, CommandBuffer, CommandBufferMode, MemoryType, StatusCode};
 
 use crate::check::{CaseResult, Context, expect_code};
@@ -233,8 +234,7 @@ pub(crate) fn fill_out_of_range_refused(cx: &Cx) -> CaseResult {
 
 /// Fills, updates and copies need the transfer usages (`PermissionDenied`).
 pub(crate) fn transfer_usage_refused(cx: &Cx) -> CaseResult {
-    let storage_only =
-        cx.buffer(BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::DISPATCH_STORAGE }, 64)?;
+    let storage_only = cx.buffer(BufferParams::new(MemoryType::DEVICE_LOCAL, BufferUsage::DISPATCH_STORAGE), 64)?;
     let ok = cx.host_buffer(64)?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
     let code = StatusCode::PermissionDenied;
@@ -415,7 +415,7 @@ pub(crate) fn recorded_commands_listed(cx: &Cx) -> CaseResult {
     cb.end().ctx("end")?;
     let commands = cb.commands();
     ensure_eq!(commands.len(), 3, "commands() after end");
-    ensure!(matches!(commands[1], hal::Command::Barrier), "second command is {:?}", commands[1]);
+    ensure!(matches!(commands[1], hal::driver::Command::Barrier), "second command is {:?}", commands[1]);
     cx.run(&cb)
 }
 

@@ -160,7 +160,7 @@ fn source_of_kind(kind: ExecutableKind) -> ExecutableSource {
         None => ExecutableSource::Native(
             entry_points
                 .into_iter()
-                .map(|info| NativeEntryPoint { info, kernel: Arc::new(|_: &NativeInvocation<'_>| Ok(())) })
+                .map(|info| NativeEntryPoint::new(info, Arc::new(|_: &NativeInvocation<'_>| Ok(()))))
                 .collect(),
         ),
     }

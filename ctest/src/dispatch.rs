@@ -1,6 +1,7 @@
 //! Dispatch: constants and bindings reach the kernel, the ABI is enforced at record time, grids of
 //! many workgroups in 1, 2 and 3 dimensions, and pipelines of dependent dispatches.
 
+use hal::driver::CommandBufferExt;
 use hal::{BufferBinding, BufferParams, BufferUsage, CommandBuffer, CommandBufferMode, MemoryType, StatusCode};
 
 use crate::check::{CaseResult, Context, expect_code};
@@ -210,8 +211,7 @@ pub(crate) fn binding_out_of_range_refused(cx: &Cx) -> CaseResult {
 /// A binding of a buffer without `DISPATCH_STORAGE` usage is `PermissionDenied`.
 pub(crate) fn binding_usage_refused(cx: &Cx) -> CaseResult {
     let fill = cx.load(Kernel::FillU32)?;
-    let params =
-        BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::TRANSFER | BufferUsage::MAPPING };
+    let params = BufferParams::new(MemoryType::HOST_LOCAL, BufferUsage::TRANSFER | BufferUsage::MAPPING);
     let b = cx.buffer(params, 256)?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
     let result = cb.dispatch(&fill, 0, [1, 1, 1], &[1], &[BufferBinding::whole(&b)]);

@@ -10,6 +10,7 @@ use std::sync::{Arc, mpsc};
 use std::task::{Context as TaskContext, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use hal::driver::SemaphoreExt;
 use hal::{CommandBuffer, CommandBufferMode, Device, Error, HostCallFlags, Semaphore, StatusCode, Timeout};
 
 use crate::check::{CaseError, CaseResult, Context, expect_code};

@@ -121,8 +121,7 @@ pub(crate) fn write(cx: &Cx) -> CaseResult {
 /// Queue writes outside the buffer are `OutOfRange`; without `TRANSFER_TARGET`, `PermissionDenied`.
 pub(crate) fn write_refused(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(16)?;
-    let read_only =
-        cx.buffer(BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::TRANSFER_SOURCE }, 16)?;
+    let read_only = cx.buffer(BufferParams::new(MemoryType::HOST_LOCAL, BufferUsage::TRANSFER_SOURCE), 16)?;
     let done = cx.sem(0)?;
     let q = cx.queue(0);
     expect_code(
@@ -155,8 +154,7 @@ pub(crate) fn read(cx: &Cx) -> CaseResult {
 /// Queue reads outside the buffer are `OutOfRange`; without `TRANSFER_SOURCE`, `PermissionDenied`.
 pub(crate) fn read_refused(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(16)?;
-    let write_only =
-        cx.buffer(BufferParams { memory_type: MemoryType::HOST_LOCAL, usage: BufferUsage::TRANSFER_TARGET }, 16)?;
+    let write_only = cx.buffer(BufferParams::new(MemoryType::HOST_LOCAL, BufferUsage::TRANSFER_TARGET), 16)?;
     let done = cx.sem(0)?;
     let q = cx.queue(0);
     expect_code(q.read(&[], &buffer, 8, 9, &[sv(&done, 1)]), StatusCode::OutOfRange, "read across the end")?;

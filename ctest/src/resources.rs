@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use hal::driver::SemaphoreExt;
 use hal::{BufferBinding, CommandBufferMode, Device, Error, ResourceUsage, StatusCode, Timeout};
 
 use crate::check::{CaseError, CaseResult, Context, expect_code};

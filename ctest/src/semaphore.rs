@@ -10,6 +10,7 @@ use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use hal::driver::SemaphoreExt;
 use hal::{Error, Semaphore, StatusCode, Timeout, WaitMode, wait_semaphores};
 
 use crate::check::{CaseError, CaseResult, Context, expect_code, expect_same_status};

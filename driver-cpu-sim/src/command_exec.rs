@@ -17,10 +17,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use hal::buffer::HostView;
+use hal::driver::Command;
+use hal::driver::HostView;
 use hal::driver::PreparedCommands;
-use hal::stream_model::Work;
-use hal::{Buffer, BufferBinding, BufferUsage, Command, Error, Executable, NativeBinding, NativeInvocation, Result};
+use hal::driver::stream_model::Work;
+use hal::driver::{BufferExt, ExecutableExt};
+use hal::{Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, Result};
 
 use crate::executable::NativeExecutable;
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
@@ -102,7 +104,7 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             let dst = host_range(target, *target_offset, *length)?;
             // SAFETY: both ranges are `length` bytes inside their buffers (checked) and kept allocated;
             // every racing access (kernels, mappings, other transfers) is atomic, as this copy is.
-            unsafe { hal::shared_memory::copy(src.ptr, dst.ptr, *length as usize) };
+            unsafe { hal::driver::shared_memory::copy(src.ptr, dst.ptr, *length as usize) };
             Ok(())
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
@@ -118,7 +120,7 @@ pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
     let dst = host_range(target, offset, data.len() as u64)?;
     // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated;
     // racing accesses (kernels, mappings) are atomic, as this copy is.
-    unsafe { hal::shared_memory::store(dst.ptr, data) };
+    unsafe { hal::driver::shared_memory::store(dst.ptr, data) };
     Ok(())
 }
 
@@ -129,7 +131,7 @@ pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>>
     let mut out = vec![0u8; length as usize];
     // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; racing
     // accesses are atomic, as this copy is.
-    unsafe { hal::shared_memory::load(src.ptr, &mut out) };
+    unsafe { hal::driver::shared_memory::load(src.ptr, &mut out) };
     Ok(out)
 }
 
@@ -157,7 +159,7 @@ fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>
 }
 
 /// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian,
-/// through [`hal::shared_memory`] (kernels or a mapping may race on the range).
+/// through [`hal::driver::shared_memory`] (kernels or a mapping may race on the range).
 ///
 /// # Safety
 /// `dst` is valid for reads and writes of `length` bytes and every racing access to them is atomic;
@@ -173,7 +175,7 @@ unsafe fn fill(dst: *mut u8, length: usize, pattern: u32, pattern_len: usize) {
     while filled < length {
         let n = (length - filled).min(chunk.len());
         // SAFETY: `filled + n <= length` bytes of the range, per the caller.
-        unsafe { hal::shared_memory::store(dst.add(filled), &chunk[..n]) };
+        unsafe { hal::driver::shared_memory::store(dst.add(filled), &chunk[..n]) };
         filled += n;
     }
 }
@@ -263,13 +265,8 @@ fn dispatch(
         if cancel.requested() {
             return Err(WorkgroupStop::Cancelled);
         }
-        let invocation = NativeInvocation {
-            workgroup_id: workgroup_id(index, workgroups),
-            workgroup_count: workgroups,
-            workgroup_size,
-            constants,
-            bindings,
-        };
+        let invocation =
+            NativeInvocation::new(workgroup_id(index, workgroups), workgroups, workgroup_size, constants, bindings);
         kernel(&invocation).map_err(WorkgroupStop::Kernel)
     };
     let result = if total <= INLINE_WORKGROUPS {
@@ -374,7 +371,8 @@ mod tests {
 
         fn buffer_with(&self, size: u64, params: BufferParams) -> Buffer {
             let memory = HostMemory::new(size, &self.budget).unwrap();
-            Buffer::from_backend(self.device, params, Arc::new(memory))
+            // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
+            unsafe { Buffer::from_backend(self.device, params, Arc::new(memory)) }
         }
 
         fn buffer(&self, size: u64) -> Buffer {
@@ -383,16 +381,18 @@ mod tests {
 
         fn transient(&self, size: u64) -> Buffer {
             let memory = HostMemory::transient(size, &self.budget);
-            Buffer::from_backend(self.device, BufferParams::host_visible(), Arc::new(memory))
+            // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
+            unsafe { Buffer::from_backend(self.device, BufferParams::host_visible(), Arc::new(memory)) }
         }
 
         fn executable(&self, source: ExecutableSource) -> Executable {
-            Executable::from_backend(self.device, Arc::new(NativeExecutable::load(&source).unwrap()))
+            // SAFETY: a cpu-sim native executable, run only by this test's cpu-sim code.
+            unsafe { Executable::from_backend(self.device, Arc::new(NativeExecutable::load(&source).unwrap())) }
         }
 
         fn native(&self, name: &str, workgroup_x: u32, bindings: usize, kernel: NativeKernel) -> Executable {
             let info = EntryPointInfo::new(name, workgroup_x, bindings, 0);
-            self.executable(ExecutableSource::Native(vec![NativeEntryPoint { info, kernel }]))
+            self.executable(ExecutableSource::Native(vec![NativeEntryPoint::new(info, kernel)]))
         }
 
         fn run(&self, command: Command) -> Result<()> {
@@ -682,7 +682,9 @@ mod tests {
             }
         }
         let f = Fixture::new();
-        let exe = Executable::from_backend(f.device, Arc::new(Foreign(vec![EntryPointInfo::new("k", 1, 0, 0)])));
+        // SAFETY: the foreign executable is only handed to cpu-sim code that must refuse it.
+        let exe =
+            unsafe { Executable::from_backend(f.device, Arc::new(Foreign(vec![EntryPointInfo::new("k", 1, 0, 0)]))) };
         let command = dispatch(&exe, [1, 1, 1], &[], &[]);
         assert_eq!(f.run(command.clone()).unwrap_err().code(), StatusCode::InvalidArgument);
         let err = CpuPreparedCommands::prepare(&[command]).unwrap_err();
@@ -811,7 +813,8 @@ mod tests {
     fn buffer_size_is_its_memorys() {
         let f = Fixture::new();
         let memory: Arc<dyn BufferBackend> = Arc::new(HostMemory::new(8, &f.budget).unwrap());
-        let buffer = Buffer::from_backend(f.device, BufferParams::host_visible(), memory);
+        // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
+        let buffer = unsafe { Buffer::from_backend(f.device, BufferParams::host_visible(), memory) };
         assert_eq!(buffer.size(), 8);
         assert_eq!(read_buffer(&buffer, 0, 64).unwrap_err().code(), StatusCode::OutOfRange);
     }

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
+use hal::driver::Command;
+use hal::driver::scheduler::Scheduler;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
-use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType,
-    ResourceUsage, Result, Semaphore, SemaphoreValue,
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, ResourceUsage,
+    Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_exec::CpuPreparedCommands;
@@ -51,22 +52,19 @@ pub const EXECUTABLE_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, Execu
 /// The device info a cpu-sim device with `options` reports.
 pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     let threads = resolved_threads(options);
-    DeviceInfo {
-        driver: crate::DRIVER_NAME.to_string(),
-        name: format!("cpu-sim ({threads} workgroup threads)"),
-        ordinal: 0,
-        queue_count: options.queue_count,
-        memory_types: memory_types(),
-        max_allocation_size: options.max_allocation_size,
-        max_workgroup_threads: MAX_WORKGROUP_THREADS,
-        max_workgroup_size: MAX_WORKGROUP_SIZE,
-        max_workgroup_count: MAX_WORKGROUP_COUNT,
-        executable_kinds: EXECUTABLE_KINDS.to_vec(),
-        properties: vec![
-            ("workgroup_threads".to_string(), threads.to_string()),
-            ("memory_limit".to_string(), options.memory_limit.to_string()),
-        ],
-    }
+    let mut info = DeviceInfo::new(crate::DRIVER_NAME, format!("cpu-sim ({threads} workgroup threads)"), 0);
+    info.queue_count = options.queue_count;
+    info.memory_types = memory_types();
+    info.max_allocation_size = options.max_allocation_size;
+    info.max_workgroup_threads = MAX_WORKGROUP_THREADS;
+    info.max_workgroup_size = MAX_WORKGROUP_SIZE;
+    info.max_workgroup_count = MAX_WORKGROUP_COUNT;
+    info.executable_kinds = EXECUTABLE_KINDS.to_vec();
+    info.properties = vec![
+        ("workgroup_threads".to_string(), threads.to_string()),
+        ("memory_limit".to_string(), options.memory_limit.to_string()),
+    ];
+    info
 }
 
 fn resolved_threads(options: &CpuSimOptions) -> usize {

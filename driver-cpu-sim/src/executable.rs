@@ -81,12 +81,17 @@ impl NativeExecutable {
                     ExecutableFormat::Ptx => "PTX",
                     ExecutableFormat::Cubin => "cubin",
                     ExecutableFormat::Fatbin => "fatbin",
+                    _ => "this format",
                 };
                 Err(Error::unimplemented(format!(
                     "cpu-sim cannot load {name}; it runs native kernels (ExecutableSource::Native) or a shared \
                      library exporting `{KERNEL_TABLE_SYMBOL}` (ExecutableSource::SharedLibrary)"
                 )))
             }
+            other => Err(Error::unimplemented(format!(
+                "cpu-sim cannot load an executable of kind {}",
+                hal::ExecutableKind::of(other)
+            ))),
         }
     }
 
@@ -244,12 +249,8 @@ unsafe fn read_table(table: *const KernelTable, origin: &str) -> hal::Result<Vec
         let Some(function) = raw.function else {
             return Err(Error::invalid_argument(format!("{origin}: entry '{name}' has a null function")));
         };
-        let info = EntryPointInfo {
-            name: name.to_owned(),
-            workgroup_size: raw.workgroup_size,
-            binding_count: raw.binding_count as usize,
-            constant_count: raw.constant_count as usize,
-        };
+        let info = EntryPointInfo::new(name, 1, raw.binding_count as usize, raw.constant_count as usize)
+            .with_workgroup_size(raw.workgroup_size);
         entries.push((info, function));
     }
     let infos: Vec<EntryPointInfo> = entries.iter().map(|(info, _)| info.clone()).collect();
@@ -329,7 +330,7 @@ pub(crate) mod tests {
     fn native(name: &str, size: [u32; 3]) -> NativeEntryPoint {
         let mut info = EntryPointInfo::new(name, 1, 0, 0);
         info.workgroup_size = size;
-        NativeEntryPoint { info, kernel: ok_kernel() }
+        NativeEntryPoint::new(info, ok_kernel())
     }
 
     #[test]
@@ -451,13 +452,7 @@ pub(crate) mod tests {
     #[test]
     fn abi_adapter_returns_the_kernel_status() {
         let kernel = |inv: &NativeInvocation<'_>| call_library_kernel(returns_three, inv);
-        let invocation = NativeInvocation {
-            workgroup_id: [0; 3],
-            workgroup_count: [1; 3],
-            workgroup_size: [4, 1, 1],
-            constants: &[],
-            bindings: &[],
-        };
+        let invocation = NativeInvocation::new([0; 3], [1; 3], [4, 1, 1], &[], &[]);
         assert_eq!(kernel(&invocation), Ok(3));
     }
 
@@ -470,13 +465,7 @@ pub(crate) mod tests {
         assert_eq!(exe.entry_points()[0].workgroup_size, [64, 1, 1]);
         assert_eq!((exe.entry_points()[2].binding_count, exe.entry_points()[2].constant_count), (2, 2));
         assert_eq!(exe.library_path(), Some(path.as_path()));
-        let invocation = NativeInvocation {
-            workgroup_id: [0; 3],
-            workgroup_count: [1; 3],
-            workgroup_size: [1; 3],
-            constants: &[],
-            bindings: &[],
-        };
+        let invocation = NativeInvocation::new([0; 3], [1; 3], [1; 3], &[], &[]);
         let err = (exe.kernel(3).unwrap())(&invocation).unwrap_err();
         assert_eq!(err, "kernel 'fail_on_purpose' returned status 42");
         // The kernel closure keeps the library loaded after the executable is gone.

@@ -27,7 +27,9 @@ pub mod workgroup_pool;
 
 use std::sync::Arc;
 
-use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
+use hal::driver::DeviceExt;
+use hal::driver::Driver;
+use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use device::{CpuDevice, CpuSimOptions};
 
@@ -65,7 +67,10 @@ impl Driver for CpuSimDriver {
             return Err(Error::out_of_range(format!("cpu-sim: device {ordinal} does not exist (it has 1)")));
         }
         let id = DeviceId::next();
-        Ok(Device::from_backend(id, Arc::new(CpuDevice::new(id, &self.options)?)))
+        let backend = Arc::new(CpuDevice::new(id, &self.options)?);
+        // SAFETY: `id` is fresh and names this device only, and the backend tags every buffer,
+        // executable and semaphore it makes with the `id` it was built with.
+        Ok(unsafe { Device::from_backend(id, backend) })
     }
 }
 

@@ -16,8 +16,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hal::buffer::HostView;
 use hal::driver::BufferBackend;
+use hal::driver::BufferExt;
+use hal::driver::HostView;
 use hal::{Buffer, Error, Result};
 
 /// Alignment of every allocation's first byte (a cache line, and enough for any vector load).
@@ -449,7 +450,8 @@ mod tests {
     fn buffer_helpers_name_the_buffer() {
         let budget = budget();
         let backend = Arc::new(HostMemory::transient(64, &budget));
-        let buffer = Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), backend);
+        // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
+        let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), backend) };
         let err = release_buffer(&buffer).unwrap_err();
         assert!(err.message().starts_with(&format!("buffer {}:", buffer.id())), "{err}");
         commit_buffer(&buffer).unwrap();

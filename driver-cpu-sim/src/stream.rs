@@ -5,8 +5,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
-use hal::stream_model::{StreamModel, Work};
+use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Error, Result};
 
 use crate::command_exec::{CancelSignal, execute_command, execute_commands, read_buffer, write_buffer};
@@ -221,8 +222,9 @@ mod tests {
     use super::*;
     use crate::executable::NativeExecutable;
     use crate::memory::{HostMemory, MemoryBudget};
+    use hal::driver::{BufferExt, Command, ExecutableExt};
     use hal::{
-        Buffer, BufferParams, Command, DeviceId, EntryPointInfo, Executable, ExecutableSource, NativeEntryPoint,
+        Buffer, BufferParams, DeviceId, EntryPointInfo, Executable, ExecutableSource, NativeEntryPoint,
         NativeInvocation, NativeKernel, StatusCode,
     };
     use smallvec::SmallVec;
@@ -246,7 +248,8 @@ mod tests {
         let (model, stream) = streams();
         let device = DeviceId::next();
         let memory = HostMemory::new(16, &Arc::new(MemoryBudget::unlimited())).unwrap();
-        let target = Buffer::from_backend(device, BufferParams::host_visible(), Arc::new(memory));
+        // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
+        let target = unsafe { Buffer::from_backend(device, BufferParams::host_visible(), Arc::new(memory)) };
         let fill = work(QueueOp::Transfer(Command::Fill {
             target: target.clone(),
             offset: 0,
@@ -275,9 +278,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1));
             Ok(())
         });
-        let entry = NativeEntryPoint { info: EntryPointInfo::new("slow", 1, 0, 0), kernel };
+        let entry = NativeEntryPoint::new(EntryPointInfo::new("slow", 1, 0, 0), kernel);
         let native = NativeExecutable::load(&ExecutableSource::Native(vec![entry])).unwrap();
-        let executable = Executable::from_backend(DeviceId::next(), Arc::new(native));
+        // SAFETY: a cpu-sim native executable, run only by this test's cpu-sim code.
+        let executable = unsafe { Executable::from_backend(DeviceId::next(), Arc::new(native)) };
         let dispatch = work(QueueOp::Transfer(Command::Dispatch {
             executable,
             entry_point: 0,

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use hal::driver::SemaphoreExt;
 use hal::{
     Buffer, BufferParams, CommandBuffer, CommandBufferMode, Device, EntryPointInfo, Error, ExecutableSource,
     HostCallFlags, NativeEntryPoint, NativeKernel, Queue, Readback, Semaphore, SemaphoreValue as SV, StatusCode,
@@ -256,7 +257,7 @@ struct Run<'p> {
 
 fn device_handles(program: &Program) -> hal::Result<DeviceHandles> {
     let options = driver_cpu_sim::CpuSimOptions { workgroup_threads: 2, ..Default::default() };
-    let device = hal::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0)?;
+    let device = hal::driver::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0)?;
     let queues = (0..fuzz_program::QUEUES).map(|q| device.queue(q)).collect::<hal::Result<Vec<_>>>()?;
     let scratch = device.allocate_buffer(BufferParams::device_local(), SCRATCH_BYTES)?;
     let markers = device.allocate_buffer(BufferParams::host_visible(), MARKER_SLOTS * 4)?;
@@ -836,8 +837,7 @@ impl Drop for ReleaseOnDrop {
 fn latched_command_buffer(device: &Device, latch: &Arc<Latch>) -> hal::Result<CommandBuffer> {
     let latch = latch.clone();
     let kernel: NativeKernel = Arc::new(move |_| latch.wait());
-    let source =
-        ExecutableSource::Native(vec![NativeEntryPoint { info: EntryPointInfo::new("latch", 1, 0, 0), kernel }]);
+    let source = ExecutableSource::Native(vec![NativeEntryPoint::new(EntryPointInfo::new("latch", 1, 0, 0), kernel)]);
     let executable = device.load_executable(&source)?;
     let cb = device.create_command_buffer(CommandBufferMode::OneShot)?;
     cb.dispatch(&executable, 0, [1, 1, 1], &[], &[])?;

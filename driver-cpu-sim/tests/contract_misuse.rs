@@ -72,13 +72,13 @@ fn assert_threads_back_to(baseline: usize, what: &str) {
 
 /// A native executable whose one entry point sleeps `per_workgroup` in every workgroup.
 fn sleeper(device: &hal::Device, per_workgroup: Duration) -> hal::Executable {
-    let entry = NativeEntryPoint {
-        info: EntryPointInfo::new("sleep", 1, 0, 0),
-        kernel: Arc::new(move |_: &NativeInvocation<'_>| {
+    let entry = NativeEntryPoint::new(
+        EntryPointInfo::new("sleep", 1, 0, 0),
+        Arc::new(move |_: &NativeInvocation<'_>| {
             std::thread::sleep(per_workgroup);
             Ok(())
         }),
-    };
+    );
     device.load_executable(&ExecutableSource::Native(vec![entry])).expect("load")
 }
 

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use driver_cpu_sim::memory::{HostMemory, MemoryBudget};
+use hal::driver::BufferExt;
 use hal::{
     Buffer, BufferBinding, BufferParams, Device, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint,
     NativeInvocation, Queue, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
@@ -129,13 +130,13 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     let _readback = queue.read(&[], &buffer, 0, 16, &[SV::new(&read, 1)]).unwrap();
     assert_names_buffer(&read.wait(1, T).unwrap_err(), &buffer);
 
-    let kernels = ExecutableSource::Native(vec![NativeEntryPoint {
-        info: EntryPointInfo::new("touch", 1, 1, 0),
-        kernel: std::sync::Arc::new(|inv: &NativeInvocation<'_>| {
+    let kernels = ExecutableSource::Native(vec![NativeEntryPoint::new(
+        EntryPointInfo::new("touch", 1, 1, 0),
+        std::sync::Arc::new(|inv: &NativeInvocation<'_>| {
             inv.bindings[0].store_u32(0, 1);
             Ok(())
         }),
-    }]);
+    )]);
     let exe = device.load_executable(&kernels).unwrap();
     let cb = device.create_command_buffer(hal::CommandBufferMode::OneShot).unwrap();
     cb.dispatch(&exe, 0, [1, 1, 1], &[], &[BufferBinding::whole(&buffer)]).unwrap();
@@ -186,7 +187,8 @@ fn finding_8c_buffer_size_is_its_memorys_own() {
     // `map` trusted it; now the buffer takes the size its backend's `unsafe impl` vouches for.
     let budget = std::sync::Arc::new(MemoryBudget::unlimited());
     let memory = std::sync::Arc::new(HostMemory::new(8, &budget).unwrap());
-    let buffer = Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), memory);
+    // SAFETY: cpu-sim host memory, touched only through this buffer's host calls.
+    let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), memory) };
     assert_eq!(buffer.size(), 8);
     assert_eq!(buffer.map(0, 64).err().unwrap().code(), StatusCode::OutOfRange);
     assert_eq!(buffer.read_to_vec().unwrap(), vec![0; 8]);

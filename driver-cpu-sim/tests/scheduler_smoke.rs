@@ -28,7 +28,7 @@ fn fill_then_copy_across_queues_in_semaphore_order() {
     s.wait(2, T).unwrap();
     let bytes = b.read_to_vec().unwrap();
     assert_eq!(&bytes[..4], &0x1234_5678u32.to_le_bytes());
-    device.backend().resource_usage();
+    device.resource_usage();
 }
 
 #[test]
@@ -65,17 +65,17 @@ fn failed_wait_fails_signals_without_running() {
 fn faulting_kernel_fails_its_signals_and_downstream_but_not_other_work() {
     let device = device();
     let kernels = ExecutableSource::Native(vec![
-        NativeEntryPoint {
-            info: EntryPointInfo::new("fault", 1, 1, 0),
-            kernel: Arc::new(|_inv: &NativeInvocation<'_>| Err("trap on purpose".to_string())),
-        },
-        NativeEntryPoint {
-            info: EntryPointInfo::new("write_one", 1, 1, 0),
-            kernel: Arc::new(|inv: &NativeInvocation<'_>| {
+        NativeEntryPoint::new(
+            EntryPointInfo::new("fault", 1, 1, 0),
+            Arc::new(|_inv: &NativeInvocation<'_>| Err("trap on purpose".to_string())),
+        ),
+        NativeEntryPoint::new(
+            EntryPointInfo::new("write_one", 1, 1, 0),
+            Arc::new(|inv: &NativeInvocation<'_>| {
                 inv.bindings[0].store_u32(0, 1);
                 Ok(())
             }),
-        },
+        ),
     ]);
     let exe = device.load_executable(&kernels).unwrap();
     let buf = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
@@ -181,9 +181,9 @@ fn alloca_read_write_host_call_in_order() {
 fn chain_over_four_queues_with_dispatches_never_hangs() {
     for round in 0..15 {
         let device = device();
-        let add = ExecutableSource::Native(vec![NativeEntryPoint {
-            info: EntryPointInfo::new("add", 16, 1, 1),
-            kernel: Arc::new(|inv: &NativeInvocation<'_>| {
+        let add = ExecutableSource::Native(vec![NativeEntryPoint::new(
+            EntryPointInfo::new("add", 16, 1, 1),
+            Arc::new(|inv: &NativeInvocation<'_>| {
                 let base = inv.workgroup_id[0] as usize * 16;
                 for i in base..base + 16 {
                     let v = inv.bindings[0].load_u32(i).ok_or("out of range")?;
@@ -191,7 +191,7 @@ fn chain_over_four_queues_with_dispatches_never_hangs() {
                 }
                 Ok(())
             }),
-        }]);
+        )]);
         let exe = device.load_executable(&add).unwrap();
         let data = device.allocate_buffer(BufferParams::host_visible(), 256).unwrap();
         let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();

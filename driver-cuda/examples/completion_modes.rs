@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUevent_flags};
 use driver_cuda::{CompletionWait, CudaDriver, CudaOptions};
-use hal::{Driver, SemaphoreValue as SV, Timeout};
+use hal::driver::Driver;
+use hal::{SemaphoreValue as SV, Timeout};
 
 /// The same `touch` kernel the bench uses, so both measure identical launches.
 const PTX: &str = include_str!("../../bench/src/touch.ptx");

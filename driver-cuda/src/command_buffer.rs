@@ -16,8 +16,10 @@
 use std::any::Any;
 use std::sync::Arc;
 
+use hal::driver::Command;
 use hal::driver::PreparedCommands;
-use hal::{Buffer, Command, CommandBuffer, Error, Result};
+use hal::driver::{BufferExt, CommandBufferExt};
+use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
 use crate::graph::GraphExec;

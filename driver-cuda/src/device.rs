@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use hal::driver::Command;
+use hal::driver::scheduler::Scheduler;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
-use hal::scheduler::Scheduler;
 use hal::{
-    BufferParams, Command, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource,
-    MemoryType, PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
+    PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_buffer::CudaPreparedCommands;
@@ -179,31 +180,28 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
     let unified = attribute(device, A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?;
     let pci_bus = attribute(device, A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
     let driver_version = crate::loader::probe().map(|p| p.driver_version).unwrap_or(0);
-    Ok(DeviceInfo {
-        driver: crate::DRIVER_NAME.to_string(),
-        name,
-        ordinal,
-        queue_count: options.queue_count,
-        memory_types: memory_types(),
-        max_allocation_size: total as u64,
-        max_workgroup_threads: max_threads.max(0) as u32,
-        max_workgroup_size: max_block,
-        max_workgroup_count: max_grid,
-        executable_kinds: EXECUTABLE_KINDS.to_vec(),
-        properties: vec![
-            ("compute_capability".to_string(), format!("{major}.{minor}")),
-            ("multiprocessors".to_string(), sms.to_string()),
-            ("total_memory_bytes".to_string(), total.to_string()),
-            ("max_threads_per_block".to_string(), max_threads.to_string()),
-            ("memory_pools".to_string(), (pools != 0).to_string()),
-            ("can_map_host_memory".to_string(), (map_host != 0).to_string()),
-            ("unified_addressing".to_string(), (unified != 0).to_string()),
-            ("pci_bus_id".to_string(), pci_bus.to_string()),
-            ("driver_version".to_string(), format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10)),
-            ("completion_wait".to_string(), format!("{:?}", options.completion_wait)),
-            ("poll_interval_us".to_string(), options.poll_interval.as_micros().to_string()),
-        ],
-    })
+    let mut info = DeviceInfo::new(crate::DRIVER_NAME, name, ordinal);
+    info.queue_count = options.queue_count;
+    info.memory_types = memory_types();
+    info.max_allocation_size = total as u64;
+    info.max_workgroup_threads = max_threads.max(0) as u32;
+    info.max_workgroup_size = max_block;
+    info.max_workgroup_count = max_grid;
+    info.executable_kinds = EXECUTABLE_KINDS.to_vec();
+    info.properties = vec![
+        ("compute_capability".to_string(), format!("{major}.{minor}")),
+        ("multiprocessors".to_string(), sms.to_string()),
+        ("total_memory_bytes".to_string(), total.to_string()),
+        ("max_threads_per_block".to_string(), max_threads.to_string()),
+        ("memory_pools".to_string(), (pools != 0).to_string()),
+        ("can_map_host_memory".to_string(), (map_host != 0).to_string()),
+        ("unified_addressing".to_string(), (unified != 0).to_string()),
+        ("pci_bus_id".to_string(), pci_bus.to_string()),
+        ("driver_version".to_string(), format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10)),
+        ("completion_wait".to_string(), format!("{:?}", options.completion_wait)),
+        ("poll_interval_us".to_string(), options.poll_interval.as_micros().to_string()),
+    ];
+    Ok(info)
 }
 
 /// What a CUDA device loads ([`crate::module::CudaExecutable::load`]): module images the driver
@@ -306,7 +304,7 @@ impl DeviceBackend for CudaDevice {
     fn prepare_commands(&self, commands: &[Command], mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>> {
         let graph_min_commands = match mode {
             CommandBufferMode::Reusable => self.options.reusable_graph_min_commands,
-            CommandBufferMode::OneShot => self.options.graph_min_commands,
+            _ => self.options.graph_min_commands,
         };
         Ok(Arc::new(CudaPreparedCommands::prepare(&self.context, &self.memory, commands, graph_min_commands)?))
     }
@@ -327,10 +325,10 @@ impl DeviceBackend for CudaDevice {
     fn resource_usage(&self) -> ResourceUsage {
         let mut usage = self.scheduler.resource_usage();
         let staging = self.scheduler.model().staging();
-        usage.pools.push(PoolUsage { name: "staging blocks", in_use: staging.in_use(), created: staging.created() });
+        usage.pools.push(PoolUsage::new("staging blocks", staging.in_use(), staging.created()));
         if let Some(timer) = self.scheduler.model().timer() {
             let (created, in_use) = timer.usage();
-            usage.pools.push(PoolUsage { name: "timing events", in_use, created });
+            usage.pools.push(PoolUsage::new("timing events", in_use, created));
         }
         usage.memory_in_use = self.memory.in_use();
         usage

@@ -9,7 +9,8 @@
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphNode};
-use hal::{Command, Result};
+use hal::Result;
+use hal::driver::Command;
 use smallvec::SmallVec;
 
 use crate::command_buffer::{resolve_address, update_source};

@@ -1,6 +1,6 @@
 //! `driver-cuda`: the HAL driver for NVIDIA GPUs, through cudarc's raw `sys` bindings.
 //!
-//! It runs the same scheduler as `driver-cpu-sim` ([`hal::scheduler`]) over real CUDA streams and
+//! It runs the same scheduler as `driver-cpu-sim` ([`hal::driver::scheduler`]) over real CUDA streams and
 //! events: one non-blocking `CUstream` per queue, pooled `DISABLE_TIMING` events, device-side waits
 //! (`cuStreamWaitEvent`) between this device's queues, and one completion thread per queue that
 //! retires every finished submission in one wake-up. Reusable command buffers replay as CUDA graphs;
@@ -127,7 +127,9 @@ pub mod timing;
 
 use std::sync::Arc;
 
-use hal::{Device, DeviceId, DeviceInfo, Driver, Error, Registry, Result};
+use hal::driver::DeviceExt;
+use hal::driver::Driver;
+use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
 pub use event::CompletionWait;
@@ -201,7 +203,10 @@ impl Driver for CudaDriver {
             return Err(Error::invalid_argument("cuda: a device needs at least one queue"));
         }
         let id = DeviceId::next();
-        Ok(Device::from_backend(id, Arc::new(CudaDevice::new(id, ordinal, &self.options)?)))
+        let backend = Arc::new(CudaDevice::new(id, ordinal, &self.options)?);
+        // SAFETY: `id` is fresh and names this device only, and the backend tags every buffer,
+        // executable and semaphore it makes with the `id` it was built with.
+        Ok(unsafe { Device::from_backend(id, backend) })
     }
 }
 

@@ -20,8 +20,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
-use hal::buffer::HostView;
 use hal::driver::BufferBackend;
+use hal::driver::BufferExt;
+use hal::driver::HostView;
 use hal::{Buffer, Error, Result};
 
 use crate::context::{Bound, Context};

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{CUfunction, CUfunction_attribute, CUmodule};
 use hal::driver::ExecutableBackend;
+use hal::driver::{BufferExt, ExecutableExt};
 use hal::{BufferBinding, DeviceInfo, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
 use smallvec::SmallVec;
 
@@ -51,10 +52,11 @@ impl CudaExecutable {
     pub fn load(context: &Arc<Context>, source: &ExecutableSource, device: &DeviceInfo) -> Result<Self> {
         let (format, data, entry_points) = match source {
             ExecutableSource::Bytes { format, data, entry_points } => (*format, data, entry_points),
-            ExecutableSource::Native(_) | ExecutableSource::SharedLibrary(_) => {
-                return Err(Error::unimplemented(
-                    "cuda: native executables run on cpu-sim only; load PTX, cubin or fatbin",
-                ));
+            other => {
+                return Err(Error::unimplemented(format!(
+                    "cuda: cannot load an executable of kind {}; load PTX, cubin or fatbin",
+                    hal::ExecutableKind::of(other)
+                )));
             }
         };
         if entry_points.is_empty() {
@@ -75,7 +77,7 @@ impl CudaExecutable {
                 }
                 aligned_copy(&text)
             }
-            ExecutableFormat::Cubin | ExecutableFormat::Fatbin => aligned_copy(data),
+            _ => aligned_copy(data),
         };
         let bound = context.bind()?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
@@ -293,7 +295,7 @@ mod tests {
     use hal::StatusCode;
 
     fn entry(size: [u32; 3]) -> EntryPointInfo {
-        EntryPointInfo { name: "k".to_owned(), workgroup_size: size, binding_count: 0, constant_count: 0 }
+        EntryPointInfo::new("k", 1, 0, 0).with_workgroup_size(size)
     }
 
     #[test]

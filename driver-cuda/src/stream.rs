@@ -19,9 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
+use hal::driver::Command;
 use hal::driver::QueueOp;
-use hal::stream_model::{StreamModel, Work};
-use hal::{Buffer, Command, Error, Result};
+use hal::driver::stream_model::{StreamModel, Work};
+use hal::{Buffer, Error, Result};
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
 use crate::context::{Bound, Context};

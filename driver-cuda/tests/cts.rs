@@ -23,7 +23,8 @@ use std::sync::{Arc, OnceLock};
 use ctest::kernels::cuda::CudaCatalogue;
 use ctest::{Fixture, Kernel, KernelCatalogue};
 use driver_cuda::context::Context;
-use hal::{Driver, Error, ExecutableKind, ExecutableSource, Result};
+use hal::driver::Driver;
+use hal::{Error, ExecutableKind, ExecutableSource, Result};
 
 /// Compiles `source` (CUDA C) named `program` to PTX with NVRTC.
 fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use driver_cuda::{CompletionWait, CudaDevice, CudaOptions};
+use hal::driver::DeviceExt;
 use hal::{BufferBinding, CommandBufferMode, Device, DeviceId, SemaphoreValue as SV};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -31,7 +32,8 @@ macro_rules! require_cuda {
 fn device_with(options: CudaOptions) -> (Device, Arc<CudaDevice>) {
     let id = DeviceId::next();
     let backend = Arc::new(CudaDevice::new(id, 0, &options).expect("cuda device 0"));
-    (Device::from_backend(id, backend.clone()), backend)
+    // SAFETY: `id` is fresh and the CUDA device was built with it.
+    (unsafe { Device::from_backend(id, backend.clone()) }, backend)
 }
 
 #[test]

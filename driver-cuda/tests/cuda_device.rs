@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use driver_cuda::command_buffer::CudaPreparedCommands;
+use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{
     BufferBinding, BufferParams, CommandBufferMode, Error, ExecutableFormat, ExecutableSource, SemaphoreValue as SV,
     StatusCode, Timeout,
@@ -37,7 +38,7 @@ fn is_graph(command_buffer: &hal::CommandBuffer) -> bool {
 fn probe_and_device_info() {
     require_cuda!();
     let driver = driver_cuda::CudaDriver::default();
-    let infos = hal::Driver::enumerate(&driver).unwrap();
+    let infos = hal::driver::Driver::enumerate(&driver).unwrap();
     assert!(!infos.is_empty());
     for info in &infos {
         println!("cuda device {}: {} {:?}", info.ordinal, info.name, info.properties);
@@ -110,7 +111,7 @@ fn fill_patterns_update_copy_write_read() {
     let back = q.read(&[SV::new(&s, 11)], &c, 0, big.len() as u64, &[SV::new(&s, 12)]).unwrap();
     s.wait(12, T).unwrap();
     assert!(back.take().unwrap() == big);
-    device.backend().resource_usage();
+    device.resource_usage();
 }
 
 #[test]
@@ -273,7 +274,7 @@ fn reusable_ten_dispatch_graph_runs_many_times() {
         elapsed.as_secs_f64() * 1e6 / runs as f64
     );
     assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == 10 * runs as u32));
-    device.backend().resource_usage();
+    device.resource_usage();
 }
 
 #[test]
@@ -413,7 +414,7 @@ fn wait_before_signal_is_held_then_released() {
     assert_eq!(&bytes[128..], &[0x22; 128][..]);
     foreign.signal(1).unwrap();
     other.wait(1, T).unwrap();
-    device.backend().resource_usage();
+    device.resource_usage();
 }
 
 #[test]
@@ -479,10 +480,8 @@ fn bad_input_is_refused_clearly() {
     let native = ExecutableSource::Native(Vec::new());
     assert_eq!(device.load_executable(&native).unwrap_err().code(), StatusCode::Unimplemented);
     // Allocation checks happen in hal, once for all drivers.
-    let params = BufferParams {
-        memory_type: hal::MemoryType::DEVICE_LOCAL | hal::MemoryType::HOST_VISIBLE,
-        usage: hal::BufferUsage::DEFAULT,
-    };
+    let params =
+        BufferParams::new(hal::MemoryType::DEVICE_LOCAL | hal::MemoryType::HOST_VISIBLE, hal::BufferUsage::DEFAULT);
     assert_eq!(device.allocate_buffer(params, 64).unwrap_err().code(), StatusCode::InvalidArgument);
     let err = device.allocate_buffer(BufferParams::device_local(), 1 << 50).unwrap_err();
     assert_eq!(err.code(), StatusCode::ResourceExhausted, "{err}");
@@ -516,10 +515,9 @@ fn many_submissions_across_queues_then_idle() {
     }
     println!("{} fills across 4 queues in {:?}", 4 * rounds, start.elapsed());
     assert!(u32s(&read_back(&device, &buf)).iter().all(|&w| w == rounds as u32));
-    let backend = device.backend().clone();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let usage = backend.resource_usage();
+        let usage = device.resource_usage();
         if usage.is_idle() {
             println!("idle: {usage}");
             break;

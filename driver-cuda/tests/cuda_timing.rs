@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use driver_cuda::{CompletionWait, CudaDriver, CudaOptions};
-use hal::{BufferBinding, BufferParams, CommandBufferMode, Driver, SemaphoreValue as SV};
+use hal::driver::Driver;
+use hal::{BufferBinding, BufferParams, CommandBufferMode, SemaphoreValue as SV};
 
 /// CPU time of every thread of this process, in nanoseconds (from /proc, 0 if unreadable).
 fn process_cpu_ns() -> u64 {

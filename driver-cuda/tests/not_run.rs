@@ -7,7 +7,7 @@ mod common;
 use std::process::{Command, Output};
 
 use common::*;
-use hal::Driver;
+use hal::driver::Driver;
 
 const NEEDS_CUDA: &str = "needs_a_gpu_and_nvrtc";
 

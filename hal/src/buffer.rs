@@ -52,6 +52,7 @@ bitflags! {
 
 /// How to allocate a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BufferParams {
     /// The memory type it must have.
     pub memory_type: MemoryType,
@@ -60,6 +61,11 @@ pub struct BufferParams {
 }
 
 impl BufferParams {
+    /// Memory of `memory_type` for `usage`.
+    pub fn new(memory_type: MemoryType, usage: BufferUsage) -> Self {
+        BufferParams { memory_type, usage }
+    }
+
     /// Device-local memory for transfers and dispatches.
     pub fn device_local() -> Self {
         BufferParams { memory_type: MemoryType::DEVICE_LOCAL, usage: BufferUsage::DEFAULT }
@@ -113,7 +119,7 @@ impl Buffer {
     /// Wraps a driver's allocation; its size is the backend's (the size the `unsafe impl` of
     /// [`BufferBackend`] vouches for), so a buffer never claims more bytes than its memory holds.
     /// Drivers call this; users allocate through `Device`.
-    pub fn from_backend(device: DeviceId, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
+    pub(crate) fn wrap(device: DeviceId, params: BufferParams, backend: Arc<dyn BufferBackend>) -> Self {
         Self::build(device, params, backend, false)
     }
 
@@ -159,7 +165,7 @@ impl Buffer {
     }
 
     /// The driver's object.
-    pub fn backend(&self) -> &Arc<dyn BufferBackend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn BufferBackend> {
         &self.shared.backend
     }
 
@@ -282,7 +288,7 @@ impl fmt::Debug for Buffer {
 /// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
 ///
 /// An unordered access is a bug in the program but not undefined behaviour: [`read`](Self::read)
-/// and [`write`](Self::write) copy with relaxed atomics ([`crate::shared_memory`]: one `AtomicU32`
+/// and [`write`](Self::write) copy with relaxed atomics ([`crate::driver::shared_memory`]: one `AtomicU32`
 /// per aligned word, `AtomicU8` for unaligned edges), as cpu-sim's kernels and transfers do, so a
 /// racing copy sees some mix of old and new words. Rust's rule against racing atomics of different
 /// sizes still applies at unaligned edges (see [`NativeBinding`](crate::NativeBinding)).
@@ -322,7 +328,7 @@ impl Mapping<'_> {
         self.check(offset, data.len())?;
         // SAFETY: the range is inside the mapping (checked), the mapping inside the memory its view
         // keeps allocated; device work racing on it (cpu-sim kernels and transfers) is atomic too.
-        unsafe { crate::shared_memory::store(self.ptr.add(offset), data) };
+        unsafe { crate::driver::shared_memory::store(self.ptr.add(offset), data) };
         Ok(())
     }
 
@@ -330,7 +336,7 @@ impl Mapping<'_> {
     pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
         // SAFETY: as in `write`.
-        unsafe { crate::shared_memory::load(self.ptr.add(offset), out) };
+        unsafe { crate::driver::shared_memory::load(self.ptr.add(offset), out) };
         Ok(())
     }
 

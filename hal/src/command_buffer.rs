@@ -15,6 +15,7 @@ use crate::sync::{Mutex, lock};
 
 /// Whether a command buffer runs once or many times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommandBufferMode {
     /// Executed at most once; a second execute is an error.
     OneShot,
@@ -24,6 +25,7 @@ pub enum CommandBufferMode {
 
 /// A buffer range bound to a dispatch.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct BufferBinding {
     /// The buffer.
     pub buffer: Buffer,
@@ -372,7 +374,7 @@ impl CommandBuffer {
     }
 
     /// The recorded commands (empty while recording).
-    pub fn commands(&self) -> Arc<[Command]> {
+    pub(crate) fn commands(&self) -> Arc<[Command]> {
         match &*lock(&self.shared.state) {
             State::Ended { commands, .. } => commands.clone(),
             State::Recording(_) => Arc::from(Vec::new()),
@@ -380,7 +382,7 @@ impl CommandBuffer {
     }
 
     /// The driver's prepared form, once ended.
-    pub fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
+    pub(crate) fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
         match &*lock(&self.shared.state) {
             State::Ended { prepared, .. } => Some(prepared.clone()),
             State::Recording(_) => None,

@@ -38,6 +38,7 @@ impl fmt::Display for DeviceId {
 
 /// What a device is and what it offers.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     /// The driver's name (`"cpu-sim"`, `"cuda"`).
     pub driver: String,
@@ -68,6 +69,25 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Device `ordinal` of driver `driver`, called `name`, with one queue, no memory types, no
+    /// executable kinds, no properties and CUDA's usual workgroup limits; the driver fills in the
+    /// rest field by field.
+    pub fn new(driver: impl Into<String>, name: impl Into<String>, ordinal: usize) -> Self {
+        DeviceInfo {
+            driver: driver.into(),
+            name: name.into(),
+            ordinal,
+            queue_count: 1,
+            memory_types: Vec::new(),
+            max_allocation_size: 0,
+            max_workgroup_threads: 1024,
+            max_workgroup_size: [1024, 1024, 64],
+            max_workgroup_count: [i32::MAX as u32, 65535, 65535],
+            executable_kinds: Vec::new(),
+            properties: Vec::new(),
+        }
+    }
+
     /// Whether [`Device::load_executable`] accepts executables of `kind`.
     pub fn loads(&self, kind: ExecutableKind) -> bool {
         self.executable_kinds.contains(&kind)
@@ -90,6 +110,7 @@ impl DeviceInfo {
 
 /// Occupancy of one pool or queue of a device.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolUsage {
     /// What is counted ("events", "pending actions").
     pub name: &'static str,
@@ -99,8 +120,16 @@ pub struct PoolUsage {
     pub created: usize,
 }
 
+impl PoolUsage {
+    /// Pool `name` with `in_use` of its `created` entries in use.
+    pub fn new(name: &'static str, in_use: usize, created: usize) -> Self {
+        PoolUsage { name, in_use, created }
+    }
+}
+
 /// Occupancy of a device's pools; all zero in use when the device is idle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ResourceUsage {
     /// One entry per pool.
     pub pools: Vec<PoolUsage>,
@@ -109,6 +138,11 @@ pub struct ResourceUsage {
 }
 
 impl ResourceUsage {
+    /// Usage of `pools` and `memory_in_use` bytes.
+    pub fn new(pools: Vec<PoolUsage>, memory_in_use: u64) -> Self {
+        ResourceUsage { pools, memory_in_use }
+    }
+
     /// Whether nothing is in use.
     pub fn is_idle(&self) -> bool {
         self.pools.iter().all(|p| p.in_use == 0)
@@ -123,7 +157,22 @@ impl fmt::Display for ResourceUsage {
     }
 }
 
-/// A device. Cheap to clone; clones are the same device.
+/// A device: its queues, and the factory of its buffers, semaphores, executables and command
+/// buffers. Cheap to clone; clones are the same device. Created by a [`Registry`](crate::Registry).
+///
+/// ```
+/// use hal::{BufferParams, Registry};
+///
+/// let mut registry = Registry::new();
+/// driver_cpu_sim::register(&mut registry);
+/// let device = registry.create_default_device()?;
+/// assert!(device.queue_count() >= 1);
+/// assert!(device.queue(device.queue_count()).is_err(), "no such queue");
+/// let buffer = device.allocate_buffer(BufferParams::host_visible(), 256)?;
+/// assert_eq!((buffer.size(), buffer.device()), (256, device.id()));
+/// assert!(device.resource_usage().is_idle());
+/// # Ok::<(), hal::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Device {
     shared: Arc<Shared>,
@@ -136,7 +185,7 @@ struct Shared {
 
 impl Device {
     /// Wraps a driver's device. `id` must be the one its objects carry.
-    pub fn from_backend(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self {
+    pub(crate) fn wrap(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self {
         Device { shared: Arc::new(Shared { id, backend }) }
     }
 
@@ -151,7 +200,7 @@ impl Device {
     }
 
     /// The driver's object.
-    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn DeviceBackend> {
         &self.shared.backend
     }
 
@@ -176,7 +225,7 @@ impl Device {
     pub fn allocate_buffer(&self, params: BufferParams, size: u64) -> Result<Buffer> {
         self.check_allocation(params, size)?;
         let backend = self.shared.backend.allocate(params, size)?;
-        Ok(Buffer::from_backend(self.id(), params, backend))
+        Ok(Buffer::wrap(self.id(), params, backend))
     }
 
     /// Checks params and size against what the device offers.
@@ -212,7 +261,7 @@ impl Device {
     /// Loads an executable.
     pub fn load_executable(&self, source: &ExecutableSource) -> Result<Executable> {
         let backend = self.shared.backend.load_executable(source)?;
-        Ok(Executable::from_backend(self.id(), backend))
+        Ok(Executable::wrap(self.id(), backend))
     }
 
     /// A command buffer to record into.

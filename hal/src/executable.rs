@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 
 /// The format of an executable's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExecutableFormat {
     /// NVIDIA PTX text (JIT-compiled by the CUDA driver).
     Ptx,
@@ -24,6 +25,7 @@ pub enum ExecutableFormat {
 
 /// What an entry point is and how to call it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EntryPointInfo {
     /// The symbol name.
     pub name: String,
@@ -46,9 +48,16 @@ impl EntryPointInfo {
             constant_count: constants,
         }
     }
+
+    /// The same entry point with a workgroup of `size` threads (x, y, z).
+    pub fn with_workgroup_size(mut self, size: [u32; 3]) -> Self {
+        self.workgroup_size = size;
+        self
+    }
 }
 
 /// What one invocation of a native kernel sees: one workgroup of a dispatch.
+#[non_exhaustive]
 pub struct NativeInvocation<'a> {
     /// This workgroup's id in the grid.
     pub workgroup_id: [u32; 3],
@@ -62,6 +71,20 @@ pub struct NativeInvocation<'a> {
     pub bindings: &'a [NativeBinding],
 }
 
+impl<'a> NativeInvocation<'a> {
+    /// Workgroup `workgroup_id` of a grid of `workgroup_count` workgroups of `workgroup_size`
+    /// threads, with the dispatch's `constants` and `bindings` (drivers build these).
+    pub fn new(
+        workgroup_id: [u32; 3],
+        workgroup_count: [u32; 3],
+        workgroup_size: [u32; 3],
+        constants: &'a [u32],
+        bindings: &'a [NativeBinding],
+    ) -> Self {
+        NativeInvocation { workgroup_id, workgroup_count, workgroup_size, constants, bindings }
+    }
+}
+
 /// A buffer range bound to a native kernel.
 ///
 /// # Concurrency
@@ -69,7 +92,7 @@ pub struct NativeInvocation<'a> {
 /// kernel may legally (if racily) have two workgroups touch the same element, as on a GPU. So every
 /// access a binding makes is a relaxed atomic: a racing access gives one of the written values, never
 /// undefined behaviour. The rule, shared with [`Mapping`](crate::Mapping) and the cpu-sim driver's
-/// transfers ([`crate::shared_memory`]): in a binding whose address is 4-byte aligned, each `u32`
+/// transfers ([`crate::driver::shared_memory`]): in a binding whose address is 4-byte aligned, each `u32`
 /// element is one `AtomicU32` access (no torn values); in a misaligned binding (an unaligned binding
 /// offset) each element is four `AtomicU8` accesses, so a racing store can tear it byte-wise.
 /// On x86-64 and AArch64 a relaxed load or store compiles to a plain move, so aligned access costs
@@ -136,7 +159,7 @@ impl NativeBinding {
     /// host mappings, transfers) must be atomic: no `&`/`&mut [u8]` to them and no plain copy may
     /// overlap the binding's life unless ordered before or after it. A driver keeps this by holding
     /// the bound buffer's memory until the dispatch has finished, by doing its own transfers through
-    /// [`crate::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
+    /// [`crate::driver::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
     /// keep past their call (a binding is neither `Copy` nor `Clone`).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         NativeBinding { ptr, len }
@@ -310,11 +333,19 @@ pub type NativeKernel = Arc<dyn Fn(&NativeInvocation<'_>) -> std::result::Result
 
 /// A native entry point: its ABI and its function.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct NativeEntryPoint {
     /// The ABI.
     pub info: EntryPointInfo,
     /// The function run per workgroup.
     pub kernel: NativeKernel,
+}
+
+impl NativeEntryPoint {
+    /// Entry point `info`, run per workgroup by `kernel`.
+    pub fn new(info: EntryPointInfo, kernel: NativeKernel) -> Self {
+        NativeEntryPoint { info, kernel }
+    }
 }
 
 impl fmt::Debug for NativeEntryPoint {
@@ -325,6 +356,7 @@ impl fmt::Debug for NativeEntryPoint {
 
 /// What to load an executable from.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum ExecutableSource {
     /// Driver-format bytes (PTX, cubin, fatbin) and the entry points to take from them.
     Bytes {
@@ -357,7 +389,7 @@ static NEXT_EXECUTABLE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::Ato
 
 impl Executable {
     /// Wraps a driver's executable. Drivers' `load_executable` results pass through here.
-    pub fn from_backend(device: DeviceId, backend: Arc<dyn ExecutableBackend>) -> Self {
+    pub(crate) fn wrap(device: DeviceId, backend: Arc<dyn ExecutableBackend>) -> Self {
         let id = NEXT_EXECUTABLE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Executable { shared: Arc::new(Shared { id, device, backend }) }
     }
@@ -373,7 +405,7 @@ impl Executable {
     }
 
     /// The driver's object.
-    pub fn backend(&self) -> &Arc<dyn ExecutableBackend> {
+    pub(crate) fn backend(&self) -> &Arc<dyn ExecutableBackend> {
         &self.shared.backend
     }
 

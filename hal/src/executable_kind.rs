@@ -9,6 +9,7 @@ use crate::executable::{ExecutableFormat, ExecutableSource};
 /// One loadable kind of executable: a variant of [`ExecutableSource`], with the [`ExecutableFormat`]
 /// of its bytes where it has some.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum ExecutableKind {
     /// In-process native kernels ([`ExecutableSource::Native`]).
     Native,

@@ -2,9 +2,10 @@
 //!
 //! A compiler or runtime embeds it to run kernels on a device's queues without blocking on device
 //! progress, ordering work across queues, devices and the host with timeline semaphores: `u64`
-//! values that only grow, or a failure that every waiter sees. Drivers (`driver-cpu-sim`,
-//! `driver-cuda`) implement the traits in [`driver`]; users hold the handle types below, which are
-//! cheap to clone, `Send + Sync`, and need no lifetimes.
+//! values that only grow, or a failure that every waiter sees. Users hold the handle types below,
+//! which are cheap to clone, `Send + Sync`, and need no lifetimes; that is the whole embedder API.
+//! Drivers (`timeline-hal-cpu-sim`, `timeline-hal-cuda`) implement the traits in [`driver`], the
+//! one module written for driver authors.
 //!
 //! ```
 //! use hal::{Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores, Error};
@@ -31,26 +32,22 @@
 //! assert_eq!(err.code(), StatusCode::DataLoss);
 //! ```
 
-pub mod buffer;
-pub mod command_buffer;
-pub mod device;
+mod buffer;
+mod command_buffer;
+mod device;
 pub mod driver;
-pub mod error;
-pub mod executable;
-pub mod executable_kind;
-pub mod queue;
-pub mod registry;
-pub mod scheduler;
-pub mod semaphore;
-pub mod shared_memory;
-pub mod stream_model;
+mod error;
+mod executable;
+mod executable_kind;
+mod queue;
+mod registry;
+mod semaphore;
 mod sync;
-pub mod timeout;
+mod timeout;
 
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
-pub use command_buffer::{BufferBinding, Command, CommandBuffer, CommandBufferMode};
+pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
-pub use driver::{Driver, QueueOp};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
     EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation,

@@ -19,6 +19,7 @@ pub struct Registry {
 
 /// A driver's entry in a listing: its name, and its devices or why it has none.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DriverListing {
     /// The driver's name.
     pub name: String,

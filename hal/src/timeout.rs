@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 /// How long a wait may block before it returns `DeadlineExceeded`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Timeout {
     /// Do not block: a poll.
     Immediate,

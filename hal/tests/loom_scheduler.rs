@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use hal::driver::QueueOp;
-use hal::scheduler::Scheduler;
-use hal::stream_model::{StreamModel, Work};
+use hal::driver::scheduler::Scheduler;
+use hal::driver::stream_model::{StreamModel, Work};
 use hal::{DeviceId, Result, SemaphoreValue as SV, Timeout};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 

@@ -11,7 +11,8 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use hal::semaphore::Registration;
+use hal::driver::SemaphoreExt;
+use hal::driver::timeline::Registration;
 use hal::{Error, Result, Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
@@ -41,7 +42,7 @@ struct CountingListener {
     failed: AtomicUsize,
 }
 
-impl hal::semaphore::TimepointListener for CountingListener {
+impl hal::driver::timeline::TimepointListener for CountingListener {
     fn notify(&self, _tag: u64, outcome: Result<()>) {
         match outcome {
             Ok(()) => self.ok.fetch_add(1, Ordering::SeqCst),

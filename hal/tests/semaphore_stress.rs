@@ -15,6 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use hal::driver::SemaphoreExt;
 use hal::{Error, Result, Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores};
 
 const SEMAPHORES: usize = 16;

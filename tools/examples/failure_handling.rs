@@ -29,20 +29,20 @@ pub fn run() -> hal::Result<()> {
     let device = tools::open_device("cpu-sim")?;
     let (q0, q1) = (device.queue(0)?, device.queue(1)?);
     let executable = device.load_executable(&ExecutableSource::Native(vec![
-        NativeEntryPoint {
-            info: EntryPointInfo::new("check_input", 1, 1, 0),
-            kernel: Arc::new(|wg: &NativeInvocation<'_>| match wg.bindings[0].load_u32(0) {
+        NativeEntryPoint::new(
+            EntryPointInfo::new("check_input", 1, 1, 0),
+            Arc::new(|wg: &NativeInvocation<'_>| match wg.bindings[0].load_u32(0) {
                 Some(0) => Err("input word 0 is zero: refusing to divide by it".to_string()),
                 _ => Ok(()),
             }),
-        },
-        NativeEntryPoint {
-            info: EntryPointInfo::new("mark", 1, 1, 1),
-            kernel: Arc::new(|wg: &NativeInvocation<'_>| {
+        ),
+        NativeEntryPoint::new(
+            EntryPointInfo::new("mark", 1, 1, 1),
+            Arc::new(|wg: &NativeInvocation<'_>| {
                 wg.bindings[0].store_u32(0, wg.constants[0]);
                 Ok(())
             }),
-        },
+        ),
     ]))?;
     let input = device.allocate_buffer(BufferParams::host_visible(), 4)?;
     let downstream = device.allocate_buffer(BufferParams::host_visible(), 4)?;

@@ -56,9 +56,9 @@ fn add_constant(driver: &str) -> ExecutableSource {
             entry_points: vec![info],
         };
     }
-    ExecutableSource::Native(vec![NativeEntryPoint {
+    ExecutableSource::Native(vec![NativeEntryPoint::new(
         info,
-        kernel: Arc::new(|wg: &NativeInvocation<'_>| {
+        Arc::new(|wg: &NativeInvocation<'_>| {
             let data = &wg.bindings[0];
             for thread in 0..wg.workgroup_size[0] {
                 let i = (wg.workgroup_id[0] * wg.workgroup_size[0] + thread) as usize;
@@ -69,7 +69,7 @@ fn add_constant(driver: &str) -> ExecutableSource {
             }
             Ok(())
         }),
-    }])
+    )])
 }
 
 /// Runs the example on the driver named by the first argument (cpu-sim by default).

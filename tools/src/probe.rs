@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use hal::semaphore::{Registration, TimepointListener};
+use hal::driver::SemaphoreExt;
+use hal::driver::timeline::{Registration, TimepointListener};
 use hal::{Result, Semaphore};
 
 /// The `tracing` target of the events a probe emits when a value is reached.

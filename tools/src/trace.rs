@@ -579,7 +579,7 @@ mod tests {
                 let _span = tracing::trace_span!(target: "hal::queue", "submit", queue = 1u64, op = "copy").entered();
             }
             tracing::trace!(target: SEMAPHORE_TARGET, semaphore = 7u64, label = "q0", value = 3u64);
-            tracing::warn!(target: "hal::scheduler", queue = 0u64, "issue failed");
+            tracing::warn!(target: "hal::driver::scheduler", queue = 0u64, "issue failed");
             tracing::info!(target: "elsewhere", "ignored");
         });
         assert_eq!(recorder.span_counts("submit"), vec![(1, 1)]);
@@ -639,7 +639,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             // As the scheduler does: the field is declared empty and recorded once the device time is known.
             let span = tracing::trace_span!(
-                target: "hal::scheduler::completion",
+                target: "hal::driver::scheduler::completion",
                 "complete",
                 queue = 0u64,
                 action = 9u64,

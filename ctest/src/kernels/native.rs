@@ -36,7 +36,7 @@ impl KernelCatalogue for NativeCatalogue {
         let entries = infos
             .into_iter()
             .zip(kernels)
-            .map(|(info, kernel): (EntryPointInfo, hal::NativeKernel)| NativeEntryPoint { info, kernel })
+            .map(|(info, kernel): (EntryPointInfo, hal::NativeKernel)| NativeEntryPoint::new(info, kernel))
             .collect();
         Ok(ExecutableSource::Native(entries))
     }

@@ -21,9 +21,8 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use hal::{
-    Buffer, BufferParams, Device, Driver, EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, Timeout,
-};
+use hal::driver::Driver;
+use hal::{Buffer, BufferParams, Device, EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, Timeout};
 
 /// A generous timeout for waits that must succeed.
 pub const T: Timeout = Timeout::After(Duration::from_secs(20));

@@ -23,7 +23,9 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 use crate::timeout::Timeout;
 
-pub use self::core::{Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener};
+pub(crate) use self::core::{
+    Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener,
+};
 pub use future::WaitFuture;
 pub use wait::{WaitMode, wait_semaphores};
 
@@ -92,7 +94,7 @@ impl Semaphore {
 
     /// A semaphore owned by `owner`, carrying the driver's per-semaphore data (e.g. the events its
     /// device recorded for pending signals). Drivers call this from `create_semaphore`.
-    pub fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn SemaphoreDriverData>) -> Self {
+    pub(crate) fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn SemaphoreDriverData>) -> Self {
         Self::build(initial, Some(owner), Some(data))
     }
 
@@ -122,7 +124,7 @@ impl Semaphore {
     }
 
     /// The driver's data attached at creation, if any.
-    pub fn driver_data(&self) -> Option<&dyn Any> {
+    pub(crate) fn driver_data(&self) -> Option<&dyn Any> {
         self.shared.driver_data.as_deref().map(|d| d.as_any())
     }
 
@@ -212,7 +214,7 @@ impl Semaphore {
 
     /// Registers `listener` to be told once the value reaches `value` or the semaphore fails. When that
     /// is already decided nothing is stored and the outcome is returned instead.
-    pub fn register(&self, value: u64, listener: Arc<dyn TimepointListener>, tag: u64) -> Registration {
+    pub(crate) fn register(&self, value: u64, listener: Arc<dyn TimepointListener>, tag: u64) -> Registration {
         if let Some(outcome) = self.check_fast(value) {
             return Registration::Resolved(outcome);
         }
@@ -221,7 +223,7 @@ impl Semaphore {
 
     /// Registers `listener` for `kind` at `value` (see [`TimepointKind`]); drivers use
     /// `TimepointKind::Enqueued` to learn when a device-side wait can be issued.
-    pub fn register_kind(
+    pub(crate) fn register_kind(
         &self,
         kind: TimepointKind,
         value: u64,
@@ -236,19 +238,19 @@ impl Semaphore {
 
     /// Records that work signalling `value` is enqueued on a device stream (its event is recorded),
     /// waking the `Enqueued` timepoints it satisfies. Drivers call this after recording the event.
-    pub fn advance_enqueued(&self, value: u64) {
+    pub(crate) fn advance_enqueued(&self, value: u64) {
         let resolved = lock(&self.shared.state).advance_enqueued(value);
         deliver(resolved, Ok(()));
     }
 
     /// Cancels a registration: `true` if it was removed before it resolved (the listener will not be
     /// called), `false` if it resolved already.
-    pub fn cancel(&self, id: TimepointId) -> bool {
+    pub(crate) fn cancel(&self, id: TimepointId) -> bool {
         lock(&self.shared.state).cancel(id)
     }
 
     /// How many timepoints are registered and unresolved (0 when nothing waits).
-    pub fn pending_count(&self) -> usize {
+    pub(crate) fn pending_count(&self) -> usize {
         lock(&self.shared.state).pending_count()
     }
 

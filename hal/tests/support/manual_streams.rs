@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use hal::scheduler::Scheduler;
-use hal::stream_model::{StreamModel, Work};
+use hal::driver::scheduler::Scheduler;
+use hal::driver::stream_model::{StreamModel, Work};
 use hal::{DeviceId, Error, Result};
 
 /// One stream whose work completes in order up to a point the test sets.

@@ -70,7 +70,7 @@ pub fn source_for(info: &DeviceInfo) -> Result<ExecutableSource> {
 
 /// The cpu-sim executable: [`jacobi_workgroup`] as a native kernel.
 pub fn native_source() -> ExecutableSource {
-    ExecutableSource::Native(vec![NativeEntryPoint { info: entry_point_info(), kernel: Arc::new(jacobi_workgroup) }])
+    ExecutableSource::Native(vec![NativeEntryPoint::new(entry_point_info(), Arc::new(jacobi_workgroup))])
 }
 
 /// One workgroup of `jacobi_step` on cpu-sim: the cells `workgroup_id.x * 256 ..` of row

@@ -528,7 +528,8 @@ mod tests {
     #[test]
     fn a_grid_larger_than_the_device_allocates_is_refused() {
         let options = driver_cpu_sim::CpuSimOptions { max_allocation_size: 1 << 10, ..Default::default() };
-        let device = hal::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).unwrap();
+        let device =
+            hal::driver::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).unwrap();
         let error = run(&device, &Config { size: 64, steps: 1, window: 4 }, None, &mut |_| {}).unwrap_err();
         assert_eq!(error.code(), StatusCode::ResourceExhausted);
         assert!(error.message().contains("grid size 64 needs buffers of 8704 bytes"), "{error}");

@@ -12,8 +12,8 @@ use std::thread::JoinHandle;
 
 use super::pending_actions::Action;
 use super::{Shared, completion, on_scheduler_thread};
+use crate::driver::stream_model::StreamModel;
 use crate::error::Error;
-use crate::stream_model::StreamModel;
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use super::Shared;
-use crate::stream_model::StreamModel;
+use crate::driver::stream_model::StreamModel;
 use crate::sync::lock;
 
 pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {

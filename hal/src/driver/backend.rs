@@ -2,7 +2,8 @@
 //! `Arc<dyn ...>` of these: one virtual call per API call at this edge, static dispatch inside.
 //!
 //! The handles validate what every driver would validate (ranges, usages, recording state, value
-//! order), so a driver sees only well-formed requests.
+//! order), so a driver sees only well-formed requests: a backend is reachable only through its
+//! handle, never by an embedder directly.
 
 use std::any::Any;
 use std::fmt;
@@ -90,7 +91,7 @@ pub trait DeviceBackend: Send + Sync {
 ///
 /// ```compile_fail,E0200
 /// // Finding 8c: a safe impl like this one made `Buffer::write` write to a dangling address.
-/// use hal::buffer::HostView;
+/// use hal::driver::HostView;
 ///
 /// /// Claims a megabyte of host memory at a dangling address.
 /// struct Forged;

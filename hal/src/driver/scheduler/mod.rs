@@ -41,9 +41,9 @@ use self::host_calls::{Gates, HostCallRunner};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::QueueOp;
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::{Error, Result};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
-use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{CachePadded, Condvar, MODEL_CHECKED, Mutex, lock, try_lock};
 
@@ -319,15 +319,15 @@ impl<M: StreamModel> Scheduler<M> {
         let host_calls = shared.host_calls.in_use();
         ResourceUsage {
             pools: vec![
-                PoolUsage { name: "events", in_use: shared.events_in_use(), created: shared.events.created() },
-                PoolUsage {
-                    name: "timepoints",
-                    in_use: shared.timepoints.load(Ordering::Relaxed),
-                    created: shared.timepoints.load(Ordering::Relaxed),
-                },
-                PoolUsage { name: "pending actions", in_use: pending, created: pending },
-                PoolUsage { name: "in-flight submissions", in_use: inflight, created: inflight },
-                PoolUsage { name: "host calls", in_use: host_calls, created: host_calls },
+                PoolUsage::new("events", shared.events_in_use(), shared.events.created()),
+                PoolUsage::new(
+                    "timepoints",
+                    shared.timepoints.load(Ordering::Relaxed),
+                    shared.timepoints.load(Ordering::Relaxed),
+                ),
+                PoolUsage::new("pending actions", pending, pending),
+                PoolUsage::new("in-flight submissions", inflight, inflight),
+                PoolUsage::new("host calls", host_calls, host_calls),
             ],
             memory_in_use: 0,
         }

@@ -12,9 +12,9 @@ use super::event_semaphore::{SemaphoreEvents, SignalEvent};
 use super::pending_actions::Action;
 use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::QueueOp;
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
-use crate::stream_model::{StreamModel, Work};
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 

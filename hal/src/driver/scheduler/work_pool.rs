@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 use super::Shared;
 use crate::driver::QueueOp;
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::semaphore::SemaphoreValue;
-use crate::stream_model::{StreamModel, Work};
 use crate::sync::{lock, take_batch};
 
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.

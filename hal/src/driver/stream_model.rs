@@ -1,6 +1,6 @@
 //! The stream model: the few things a GPU exposes that the scheduler needs. `driver-cuda` implements
 //! it with CUstreams and CUevents, `driver-cpu-sim` with worker threads, and the scheduler in
-//! [`crate::scheduler`] is written once over it.
+//! [`crate::driver::scheduler`] is written once over it.
 //!
 //! Semantics follow CUDA's: a stream runs its work in order; `record_event` captures "everything
 //! enqueued on this stream so far"; `wait_event` makes a stream wait for the event's latest capture

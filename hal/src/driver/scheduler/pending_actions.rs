@@ -10,9 +10,9 @@ use smallvec::SmallVec;
 use super::event_semaphore::SemaphoreEvents;
 use super::{Issue, Shared};
 use crate::driver::QueueOp;
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::{Error, Result};
 use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
-use crate::stream_model::{StreamModel, Work};
 use crate::sync::{Mutex, lock};
 
 use super::event_pool::EventRef;

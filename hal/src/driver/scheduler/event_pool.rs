@@ -8,8 +8,8 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::driver::stream_model::StreamModel;
 use crate::error::Result;
-use crate::stream_model::StreamModel;
 use crate::sync::atomic::{AtomicUsize, Ordering};
 use crate::sync::{CachePadded, Mutex, lock, take_batch};
 

@@ -13,8 +13,8 @@ use std::time::Instant;
 use super::Shared;
 use super::event_pool::EventRef;
 use crate::device::DeviceId;
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
-use crate::stream_model::{StreamModel, Work};
 use crate::sync::{Mutex, lock};
 
 /// The published signal events of one semaphore, attached to it as driver data.

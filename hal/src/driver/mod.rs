@@ -1,0 +1,39 @@
+//! The driver-facing surface: what a driver author implements, and the machinery a driver is built
+//! from. An embedder (a compiler runtime, a tool) never needs this module: the handles at the top of
+//! [`crate`] are the whole embedder API.
+//!
+//! - [`Driver`], [`DeviceBackend`], [`BufferBackend`], [`ExecutableBackend`], [`PreparedCommands`]:
+//!   the traits a driver implements. A handle holds an `Arc<dyn ...>` of one and validates every
+//!   call before the backend sees it.
+//! - [`DeviceExt`], [`BufferExt`], [`ExecutableExt`], [`CommandBufferExt`], [`SemaphoreExt`]:
+//!   what a driver needs of the handles (building a handle around its backend, finding the backend
+//!   again, hanging listeners on a semaphore). Sealed: implemented for the handles only.
+//! - [`scheduler`]: the pending-queue-actions scheduler, written once over a [`stream_model`]; a
+//!   driver supplies streams and events, the scheduler does waits, signals, retirement and teardown.
+//! - [`timeline`]: the pure timeline state behind [`Semaphore`](crate::Semaphore), and the listener
+//!   hook drivers register.
+//! - [`shared_memory`]: copies into memory other threads (and kernels) may touch concurrently.
+//!
+//! Building a driver step by step is in `docs/drivers.md` ("Writing a driver").
+
+mod backend;
+mod handles;
+pub mod scheduler;
+pub mod shared_memory;
+pub mod stream_model;
+
+/// The pure timeline state of a semaphore (value, failure, registered timepoints) and the listener
+/// hook drivers hang their work on. [`Semaphore`](crate::Semaphore) wraps it with a lock.
+pub mod timeline {
+    pub use crate::semaphore::core::{
+        Registration, Resolved, TimelineState, Timepoint, TimepointId, TimepointKind, TimepointListener,
+    };
+}
+
+pub use crate::buffer::{HostPtr, HostView};
+pub use crate::command_buffer::Command;
+pub use crate::semaphore::SemaphoreDriverData;
+pub use backend::{
+    BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
+};
+pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};
