@@ -31,6 +31,7 @@ mod device;
 mod dispatch;
 mod executable;
 mod failure;
+mod host_io;
 mod misuse;
 mod queue_ops;
 mod resources;
@@ -314,6 +315,15 @@ macro_rules! __cts_case_list {
                 drop_device_with_pending_work,
                 drop_device_with_work_in_flight,
                 semaphore_outlives_device,
+            }
+            host_io {
+                readback_waits_for_its_read,
+                readback_is_awaitable,
+                readback_of_a_failed_read_reports_its_cause,
+                readback_of_a_read_dropped_at_teardown_fails,
+                readback_bytes_are_handed_over_once,
+                typed_host_io_round_trips,
+                labels_name_objects_in_errors_and_reports,
             }
             misuse {
                 finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,

@@ -146,9 +146,9 @@ fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>
     buffer.check_range(offset, length)?;
     let view = buffer.backend().host_view().ok_or_else(|| {
         Error::failed_precondition(format!(
-            "buffer {}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
              queue_dealloca already ran)",
-            buffer.id()
+            buffer
         ))
     })?;
     // SAFETY: `offset + length <= size` (checked above), the buffer's size is its backend's, and the
@@ -182,9 +182,11 @@ unsafe fn fill(dst: *mut u8, length: usize, pattern: u32, pattern_len: usize) {
 
 /// The cpu-sim executable behind `executable`, or `InvalidArgument`.
 fn native_executable(executable: &Executable) -> Result<&NativeExecutable> {
-    executable.backend().as_any().downcast_ref::<NativeExecutable>().ok_or_else(|| {
-        Error::invalid_argument(format!("executable {}: was not loaded by the cpu-sim driver", executable.id()))
-    })
+    executable
+        .backend()
+        .as_any()
+        .downcast_ref::<NativeExecutable>()
+        .ok_or_else(|| Error::invalid_argument(format!("{}: was not loaded by the cpu-sim driver", executable)))
 }
 
 /// Workgroup `index` (x fastest) of a grid of `count` workgroups.
@@ -214,8 +216,8 @@ fn dispatch(
     let native = native_executable(executable)?;
     let (info, kernel) = native.entry(entry_point).ok_or_else(|| {
         Error::out_of_range(format!(
-            "executable {}: entry point {entry_point} does not exist (it has {})",
-            executable.id(),
+            "{}: entry point {entry_point} does not exist (it has {})",
+            executable,
             executable.entry_points().len()
         ))
     })?;
@@ -501,7 +503,7 @@ mod tests {
         let transient = f.transient(64);
         let err = f.run(fill(&transient, 0, 64, 1, 4)).unwrap_err();
         assert_eq!(err.code(), StatusCode::FailedPrecondition);
-        assert!(err.message().contains(&format!("buffer {}", transient.id())), "{err}");
+        assert!(err.message().contains(&format!("{}", transient)), "{err}");
 
         let kernel: NativeKernel = Arc::new(|_: &NativeInvocation<'_>| Ok(()));
         let exe = f.native("noop", 1, 1, kernel);

@@ -276,9 +276,11 @@ impl HostMemory {
 
     /// The `HostMemory` behind `buffer`, or `InvalidArgument` when another driver made it.
     pub fn of(buffer: &Buffer) -> Result<&HostMemory> {
-        buffer.backend().as_any().downcast_ref::<HostMemory>().ok_or_else(|| {
-            Error::invalid_argument(format!("buffer {}: its memory was not allocated by cpu-sim", buffer.id()))
-        })
+        buffer
+            .backend()
+            .as_any()
+            .downcast_ref::<HostMemory>()
+            .ok_or_else(|| Error::invalid_argument(format!("{}: its memory was not allocated by cpu-sim", buffer)))
     }
 }
 
@@ -312,12 +314,12 @@ unsafe impl BufferBackend for HostMemory {
 
 /// Commits the memory of transient `buffer` (what `queue_alloca` runs); errors name the buffer.
 pub fn commit_buffer(buffer: &Buffer) -> Result<()> {
-    HostMemory::of(buffer)?.commit().map_err(|e| e.context(format!("buffer {}", buffer.id())))
+    HostMemory::of(buffer)?.commit().map_err(|e| e.context(format!("{}", buffer)))
 }
 
 /// Releases the memory of transient `buffer` (what `queue_dealloca` runs); errors name the buffer.
 pub fn release_buffer(buffer: &Buffer) -> Result<()> {
-    HostMemory::of(buffer)?.release().map_err(|e| e.context(format!("buffer {}", buffer.id())))
+    HostMemory::of(buffer)?.release().map_err(|e| e.context(format!("{}", buffer)))
 }
 
 #[cfg(test)]
@@ -453,7 +455,7 @@ mod tests {
         // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
         let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), backend) };
         let err = release_buffer(&buffer).unwrap_err();
-        assert!(err.message().starts_with(&format!("buffer {}:", buffer.id())), "{err}");
+        assert!(err.message().starts_with(&format!("{}:", buffer)), "{err}");
         commit_buffer(&buffer).unwrap();
         buffer.write(0, &[1, 2, 3]).unwrap();
         let mut out = [0u8; 4];

@@ -262,7 +262,7 @@ mod tests {
         model.synchronize_stream(&stream).unwrap();
         let fault = fill.fault.get().expect("the cancelled work failed");
         assert_eq!(fault.code(), StatusCode::Cancelled);
-        assert_eq!(fault.message(), "queue 0 action 7 (fill): cancelled before it started");
+        assert_eq!(fault.message(), format!("queue 0 action 7 (fill of {target}): cancelled before it started"));
         assert_eq!(target.read_to_vec().unwrap(), vec![0; 16], "the fill did not run");
     }
 

@@ -91,14 +91,11 @@ impl CudaPreparedCommands {
 
     /// The prepared form of an ended `command_buffer`.
     pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<dyn PreparedCommands>> {
-        let prepared = command_buffer.prepared().ok_or_else(|| {
-            Error::failed_precondition(format!("command buffer {}: executed before end()", command_buffer.id()))
-        })?;
+        let prepared = command_buffer
+            .prepared()
+            .ok_or_else(|| Error::failed_precondition(format!("{}: executed before end()", command_buffer)))?;
         if prepared.as_any().downcast_ref::<CudaPreparedCommands>().is_none() {
-            return Err(Error::invalid_argument(format!(
-                "command buffer {}: was not prepared by the cuda driver",
-                command_buffer.id()
-            )));
+            return Err(Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)));
         }
         Ok(prepared)
     }
@@ -183,9 +180,9 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
     let base = buffer.backend().device_address();
     if base == 0 {
         return Err(Error::failed_precondition(format!(
-            "buffer {}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
              queue_dealloca already ran)",
-            buffer.id()
+            buffer
         )));
     }
     Ok(base + offset)

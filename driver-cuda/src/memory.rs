@@ -170,7 +170,7 @@ impl CudaMemory {
     /// The `CudaMemory` behind `buffer`, or `InvalidArgument` when another driver made it.
     pub fn of(buffer: &Buffer) -> Result<&CudaMemory> {
         buffer.backend().as_any().downcast_ref::<CudaMemory>().ok_or_else(|| {
-            Error::invalid_argument(format!("buffer {}: its memory was not allocated by the cuda driver", buffer.id()))
+            Error::invalid_argument(format!("{}: its memory was not allocated by the cuda driver", buffer))
         })
     }
 

@@ -142,9 +142,11 @@ impl CudaExecutable {
 
     /// The `CudaExecutable` behind `executable`, or `InvalidArgument`.
     pub fn of(executable: &Executable) -> Result<&CudaExecutable> {
-        executable.backend().as_any().downcast_ref::<CudaExecutable>().ok_or_else(|| {
-            Error::invalid_argument(format!("executable {}: was not loaded by the cuda driver", executable.id()))
-        })
+        executable
+            .backend()
+            .as_any()
+            .downcast_ref::<CudaExecutable>()
+            .ok_or_else(|| Error::invalid_argument(format!("{}: was not loaded by the cuda driver", executable)))
     }
 
     /// The function and ABI of entry point `ordinal`.
@@ -257,10 +259,9 @@ impl KernelLaunch {
             let base = binding.buffer.backend().device_address();
             if base == 0 {
                 return Err(Error::failed_precondition(format!(
-                    "dispatch of '{}' binding {index}: buffer {} has no memory (a transient buffer whose \
+                    "dispatch of '{}' binding {index}: {} has no memory (a transient buffer whose \
                      queue_alloca has not run, or whose queue_dealloca already ran)",
-                    info.name,
-                    binding.buffer.id()
+                    info.name, binding.buffer
                 )));
             }
             values.push(base + binding.offset);

@@ -225,10 +225,10 @@ impl CudaStreams {
             }
             QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
                 .commit_async(bound, stream, self.pool)
-                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
-            QueueOp::Dealloca(buffer) => CudaMemory::of(buffer)?
-                .release_async(bound, stream)
-                .map_err(|e| e.context(format!("buffer {}", buffer.id()))),
+                .map_err(|e| e.context(format!("{}", buffer))),
+            QueueOp::Dealloca(buffer) => {
+                CudaMemory::of(buffer)?.release_async(bound, stream).map_err(|e| e.context(format!("{}", buffer)))
+            }
             QueueOp::Transfer(Command::Update { target, offset, data }) => {
                 self.upload(bound, stream, work, data, target, *offset)
             }

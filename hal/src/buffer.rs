@@ -10,9 +10,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use bitflags::bitflags;
 
+use bytemuck::Pod;
+
 use crate::device::DeviceId;
 use crate::driver::BufferBackend;
 use crate::error::{Error, Result};
+use crate::host_data::{as_bytes, as_bytes_mut, bytes_to_vec};
+use crate::label::{Label, Unlabelled};
 
 bitflags! {
     /// Where memory lives and how the host may see it.
@@ -96,6 +100,24 @@ impl BufferParams {
 
 /// A buffer. Cheap to clone; clones are the same memory. The memory is freed when the last handle
 /// and the last queue operation using it are gone.
+///
+/// ```
+/// use hal::{BufferParams, StatusCode};
+///
+/// let device = driver_cpu_sim::create_device()?;
+/// let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
+/// buffer.set_label("coefficients")?;
+/// buffer.write_slice(0, &[0.5f32, 0.25, 0.125, 0.0625])?;
+/// assert_eq!(buffer.read_as::<f32>()?, [0.5, 0.25, 0.125, 0.0625]);
+/// let mut mapping = buffer.map(4, 8)?; // bytes 4..12
+/// mapping.write_slice(0, &[1.0f32])?;
+/// drop(mapping);
+/// assert_eq!(buffer.read_as::<f32>()?[1], 1.0);
+/// let outside = buffer.write(12, &[0; 8]).unwrap_err();
+/// assert_eq!(outside.code(), StatusCode::OutOfRange);
+/// assert!(outside.message().contains("'coefficients'"), "{outside}");
+/// # Ok::<(), hal::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Buffer {
     shared: Arc<Shared>,
@@ -111,6 +133,7 @@ struct Shared {
     transient: bool,
     /// A `Queue::dealloca` of it was accepted: a second one could only fail later.
     dealloca_claimed: AtomicBool,
+    label: Label,
 }
 
 static NEXT_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -136,7 +159,8 @@ impl Buffer {
         let id = NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed);
         let size = backend.size();
         let dealloca_claimed = AtomicBool::new(false);
-        Buffer { shared: Arc::new(Shared { id, device, size, params, backend, transient, dealloca_claimed }) }
+        let label = Label::default();
+        Buffer { shared: Arc::new(Shared { id, device, size, params, backend, transient, dealloca_claimed, label }) }
     }
 
     /// The id used in messages.
@@ -179,15 +203,15 @@ impl Buffer {
     pub(crate) fn claim_dealloca(&self) -> Result<()> {
         if !self.shared.transient {
             return Err(Error::invalid_argument(format!(
-                "buffer {}: dealloca of a buffer that is not transient (it came from allocate_buffer, not \
+                "{}: dealloca of a buffer that is not transient (it came from allocate_buffer, not \
                  queue_alloca, and is freed when its last handle drops)",
-                self.shared.id
+                self
             )));
         }
         if self.shared.dealloca_claimed.swap(true, Ordering::AcqRel) {
             return Err(Error::failed_precondition(format!(
-                "buffer {}: dealloca a second time (a dealloca of it was already submitted)",
-                self.shared.id
+                "{}: dealloca a second time (a dealloca of it was already submitted)",
+                self
             )));
         }
         Ok(())
@@ -208,8 +232,8 @@ impl Buffer {
         match offset.checked_add(length) {
             Some(end) if end <= self.shared.size => Ok(()),
             _ => Err(Error::out_of_range(format!(
-                "buffer {}: range [{offset}, {offset}+{length}) is outside its {} bytes",
-                self.shared.id, self.shared.size
+                "{}: range [{offset}, {offset}+{length}) is outside its {} bytes",
+                self, self.shared.size
             ))),
         }
     }
@@ -220,8 +244,8 @@ impl Buffer {
             Ok(())
         } else {
             Err(Error::permission_denied(format!(
-                "buffer {}: needs usage {usage:?} but was allocated with {:?}",
-                self.shared.id,
+                "{}: needs usage {usage:?} but was allocated with {:?}",
+                self,
                 self.usage()
             )))
         }
@@ -236,17 +260,17 @@ impl Buffer {
         self.check_range(offset, length)?;
         if !self.memory_type().contains(MemoryType::HOST_VISIBLE) {
             return Err(Error::permission_denied(format!(
-                "buffer {}: memory type {:?} is not HOST_VISIBLE and cannot be mapped",
-                self.shared.id,
+                "{}: memory type {:?} is not HOST_VISIBLE and cannot be mapped",
+                self,
                 self.memory_type()
             )));
         }
         self.check_usage(BufferUsage::MAPPING)?;
         let view = self.shared.backend.host_view().ok_or_else(|| {
             Error::failed_precondition(format!(
-                "buffer {}: has no host memory now (a transient buffer whose queue_alloca has not run or \
+                "{}: has no host memory now (a transient buffer whose queue_alloca has not run or \
                  whose queue_dealloca already ran)",
-                self.shared.id
+                self
             ))
         })?;
         // SAFETY: the range was checked against the buffer's size, which is the backend's, and the
@@ -255,9 +279,15 @@ impl Buffer {
         Ok(Mapping { buffer: self, _view: view, ptr, len: length as usize })
     }
 
-    /// Copies `data` into the buffer at `offset` through a mapping.
+    /// Copies `data` into the buffer at byte `offset` through a mapping.
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.map(offset, data.len() as u64)?.write(0, data)
+    }
+
+    /// Copies plain-old-data `values` (`f32`, `u32`, `[f32; 4]`, ...) into the buffer at byte
+    /// `offset`, as the bytes they are in host memory.
+    pub fn write_slice<T: Pod>(&self, offset: u64, values: &[T]) -> Result<()> {
+        self.write(offset, as_bytes(values))
     }
 
     /// Copies `out.len()` bytes at `offset` out of the buffer through a mapping.
@@ -265,11 +295,41 @@ impl Buffer {
         self.map(offset, out.len() as u64)?.read(0, out)
     }
 
+    /// Fills plain-old-data `out` from byte `offset` of the buffer.
+    pub fn read_slice<T: Pod>(&self, offset: u64, out: &mut [T]) -> Result<()> {
+        self.read(offset, as_bytes_mut(out))
+    }
+
     /// Reads the whole buffer into a new vector.
     pub fn read_to_vec(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.size() as usize];
         self.read(0, &mut out)?;
         Ok(out)
+    }
+
+    /// Labels the buffer for messages, [`Device::report`](crate::Device::report) and traces
+    /// ("buffer 7 'name'"). Set once: `FailedPrecondition` when it has a label already,
+    /// `InvalidArgument` for an empty label, one over [`MAX_LABEL_BYTES`](crate::MAX_LABEL_BYTES) bytes or one with control characters.
+    pub fn set_label(&self, label: impl Into<String>) -> Result<()> {
+        self.shared.label.set(&Unlabelled("buffer", self.shared.id), label.into())
+    }
+
+    /// The label, if one was set.
+    pub fn label(&self) -> Option<&str> {
+        self.shared.label.get()
+    }
+
+    /// Reads the whole buffer as values of `T`; `InvalidArgument` when its size is not a whole
+    /// number of them.
+    pub fn read_as<T: Pod>(&self) -> Result<Vec<T>> {
+        bytes_to_vec(self.read_to_vec()?, &format!("{}", self))
+    }
+}
+
+impl fmt::Display for Buffer {
+    /// "buffer N", or "buffer N 'label'" when it has a label.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.label.write_name(f, "buffer", self.shared.id)
     }
 }
 
@@ -316,14 +376,13 @@ impl Mapping<'_> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
             _ => Err(Error::out_of_range(format!(
-                "mapping of buffer {}: range [{offset}, {offset}+{len}) is outside the {} mapped bytes",
-                self.buffer.id(),
-                self.len
+                "mapping of {}: range [{offset}, {offset}+{len}) is outside the {} mapped bytes",
+                self.buffer, self.len
             ))),
         }
     }
 
-    /// Copies `data` into the mapping at `offset`.
+    /// Copies `data` into the mapping at byte `offset`.
     pub fn write(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         self.check(offset, data.len())?;
         // SAFETY: the range is inside the mapping (checked), the mapping inside the memory its view
@@ -338,6 +397,16 @@ impl Mapping<'_> {
         // SAFETY: as in `write`.
         unsafe { crate::driver::shared_memory::load(self.ptr.add(offset), out) };
         Ok(())
+    }
+
+    /// Copies plain-old-data `values` into the mapping at byte `offset`.
+    pub fn write_slice<T: Pod>(&mut self, offset: usize, values: &[T]) -> Result<()> {
+        self.write(offset, as_bytes(values))
+    }
+
+    /// Fills plain-old-data `out` from byte `offset` of the mapping.
+    pub fn read_slice<T: Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
+        self.read(offset, as_bytes_mut(out))
     }
 
     /// The mapped bytes as a slice.

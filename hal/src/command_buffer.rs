@@ -11,6 +11,7 @@ use crate::device::DeviceId;
 use crate::driver::{DeviceBackend, PreparedCommands};
 use crate::error::{Error, Result};
 use crate::executable::Executable;
+use crate::label::{Label, Unlabelled};
 use crate::sync::{Mutex, lock};
 
 /// Whether a command buffer runs once or many times.
@@ -110,15 +111,15 @@ impl Command {
                 let p = u64::from(*pattern_len);
                 if !matches!(p, 1 | 2 | 4) {
                     return Err(Error::invalid_argument(format!(
-                        "fill of buffer {}: pattern length {p} must be 1, 2 or 4",
-                        target.id()
+                        "fill of {}: pattern length {p} must be 1, 2 or 4",
+                        target
                     )));
                 }
                 if offset % p != 0 || length % p != 0 {
                     return Err(Error::invalid_argument(format!(
-                        "fill of buffer {}: offset {offset} and length {length} must be multiples of the \
+                        "fill of {}: offset {offset} and length {length} must be multiples of the \
                          {p}-byte pattern",
-                        target.id()
+                        target
                     )));
                 }
                 target.check_usage(BufferUsage::TRANSFER_TARGET)?;
@@ -137,8 +138,8 @@ impl Command {
                 let overlaps = source_offset < &(target_offset + length) && target_offset < &(source_offset + length);
                 if source.same_as(target) && overlaps {
                     return Err(Error::invalid_argument(format!(
-                        "copy within buffer {}: ranges at {source_offset} and {target_offset} of {length} bytes overlap",
-                        source.id()
+                        "copy within {}: ranges at {source_offset} and {target_offset} of {length} bytes overlap",
+                        source
                     )));
                 }
                 Ok(())
@@ -160,6 +161,24 @@ impl Command {
 
 /// A command buffer. Cheap to clone; clones are the same recording.
 ///
+/// ```
+/// use hal::{BufferParams, CommandBufferMode, SemaphoreValue as SV, StatusCode, Timeout};
+///
+/// let device = driver_cpu_sim::create_device()?;
+/// let buffer = device.allocate_buffer(BufferParams::host_visible(), 8)?;
+/// let commands = device.create_command_buffer(CommandBufferMode::Reusable)?;
+/// commands.fill(&buffer, 0, 8, 7, 4)?;
+/// commands.end()?;
+/// assert_eq!(commands.fill(&buffer, 0, 8, 7, 4).unwrap_err().code(), StatusCode::FailedPrecondition);
+/// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
+/// queue.execute(&[], &commands, &[SV::new(&done, 1)])?;
+/// queue.execute(&[SV::new(&done, 1)], &commands, &[SV::new(&done, 2)])?; // reusable: again
+/// done.wait(2, Timeout::Infinite)?;
+/// assert_eq!(buffer.read_as::<u32>()?, [7, 7]);
+/// # Ok::<(), hal::Error>(())
+/// ```
+///
+///
 /// Record with the methods below, then [`end`](Self::end); submit with [`crate::Queue::execute`].
 #[derive(Clone)]
 pub struct CommandBuffer {
@@ -176,6 +195,7 @@ struct Shared {
     /// The device's per-axis dispatch limits, read at creation (the device may be gone later).
     max_workgroup_count: [u32; 3],
     state: Mutex<State>,
+    label: Label,
 }
 
 enum State {
@@ -201,6 +221,7 @@ impl CommandBuffer {
                 backend,
                 max_workgroup_count,
                 state: Mutex::new(State::Recording(Vec::new())),
+                label: Label::default(),
             }),
         }
     }
@@ -208,6 +229,19 @@ impl CommandBuffer {
     /// The id used in messages.
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Labels the command buffer for messages, [`Device::report`](crate::Device::report) and traces
+    /// ("command buffer 7 'name'"). Set once: `FailedPrecondition` when it has a label already,
+    /// `InvalidArgument` for an empty label, one over [`MAX_LABEL_BYTES`](crate::MAX_LABEL_BYTES)
+    /// bytes or one with control characters.
+    pub fn set_label(&self, label: impl Into<String>) -> Result<()> {
+        self.shared.label.set(&Unlabelled("command buffer", self.shared.id), label.into())
+    }
+
+    /// The label, if one was set.
+    pub fn label(&self) -> Option<&str> {
+        self.shared.label.get()
     }
 
     /// One-shot or reusable.
@@ -223,11 +257,7 @@ impl CommandBuffer {
     fn record(&self, command: Command) -> Result<()> {
         for buffer in command.buffers() {
             if buffer.device() != self.shared.device {
-                return Err(Error::invalid_argument(format!(
-                    "command buffer {}: buffer {} belongs to another device",
-                    self.shared.id,
-                    buffer.id()
-                )));
+                return Err(Error::invalid_argument(format!("{}: {} belongs to another device", self, buffer)));
             }
         }
         match &mut *lock(&self.shared.state) {
@@ -235,9 +265,7 @@ impl CommandBuffer {
                 commands.push(command);
                 Ok(())
             }
-            State::Ended { .. } => {
-                Err(Error::failed_precondition(format!("command buffer {}: recording after end()", self.shared.id)))
-            }
+            State::Ended { .. } => Err(Error::failed_precondition(format!("{}: recording after end()", self))),
         }
     }
 
@@ -284,7 +312,7 @@ impl CommandBuffer {
         bindings: &[BufferBinding],
     ) -> Result<()> {
         let info = executable.entry_point_info(entry_point)?;
-        let who = || format!("dispatch of '{}' (executable {})", info.name, executable.id());
+        let who = || format!("dispatch of '{}' ({})", info.name, executable);
         if executable.device() != self.shared.device {
             return Err(Error::invalid_argument(format!("{}: executable belongs to another device", who())));
         }
@@ -348,25 +376,19 @@ impl CommandBuffer {
         let commands = match &mut *state {
             State::Recording(commands) => std::mem::take(commands),
             State::Ended { .. } => {
-                return Err(Error::failed_precondition(format!(
-                    "command buffer {}: end() called twice",
-                    self.shared.id
-                )));
+                return Err(Error::failed_precondition(format!("{}: end() called twice", self)));
             }
         };
         let commands: Arc<[Command]> = Arc::from(commands);
         let Some(backend) = self.shared.backend.upgrade() else {
             *state = State::Recording(commands.to_vec());
-            return Err(Error::failed_precondition(format!(
-                "command buffer {}: {} was destroyed",
-                self.shared.id, self.shared.device
-            )));
+            return Err(Error::failed_precondition(format!("{}: {} was destroyed", self, self.shared.device)));
         };
         let prepared = match backend.prepare_commands(&commands, self.shared.mode) {
             Ok(prepared) => prepared,
             Err(e) => {
                 *state = State::Recording(commands.to_vec());
-                return Err(e.context(format!("command buffer {}", self.shared.id)));
+                return Err(e.context(format!("{}", self)));
             }
         };
         *state = State::Ended { commands, prepared, executions: 0 };
@@ -392,14 +414,12 @@ impl CommandBuffer {
     /// Claims one execution: refused before `end()` and for a one-shot buffer already executed.
     pub(crate) fn begin_execution(&self) -> Result<()> {
         match &mut *lock(&self.shared.state) {
-            State::Recording(_) => {
-                Err(Error::failed_precondition(format!("command buffer {}: executed before end()", self.shared.id)))
-            }
+            State::Recording(_) => Err(Error::failed_precondition(format!("{}: executed before end()", self))),
             State::Ended { executions, .. } => {
                 if self.shared.mode == CommandBufferMode::OneShot && *executions > 0 {
                     return Err(Error::failed_precondition(format!(
-                        "command buffer {}: one-shot command buffer executed a second time",
-                        self.shared.id
+                        "{}: one-shot command buffer executed a second time",
+                        self
                     )));
                 }
                 *executions += 1;
@@ -418,6 +438,13 @@ impl CommandBuffer {
     /// The device it records for.
     pub fn device(&self) -> DeviceId {
         self.shared.device
+    }
+}
+
+impl fmt::Display for CommandBuffer {
+    /// "command buffer N", or "command buffer N 'label'" when it has a label.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.label.write_name(f, "command buffer", self.shared.id)
     }
 }
 

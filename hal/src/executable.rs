@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use crate::device::DeviceId;
 use crate::driver::ExecutableBackend;
 use crate::error::{Error, Result};
+use crate::label::{Label, Unlabelled};
 
 /// The format of an executable's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,7 +374,24 @@ pub enum ExecutableSource {
     SharedLibrary(PathBuf),
 }
 
-/// A loaded executable. Cheap to clone.
+/// A loaded executable: entry points a command buffer dispatches by ordinal. Cheap to clone.
+///
+/// ```
+/// use std::sync::Arc;
+/// use hal::{EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode};
+///
+/// let device = driver_cpu_sim::create_device()?;
+/// let noop: NativeKernel = Arc::new(|_| Ok(()));
+/// let entries = vec![
+///     NativeEntryPoint::new(EntryPointInfo::new("first", 64, 1, 0), noop.clone()),
+///     NativeEntryPoint::new(EntryPointInfo::new("second", 32, 2, 1), noop),
+/// ];
+/// let executable = device.load_executable(&ExecutableSource::Native(entries))?;
+/// assert_eq!(executable.entry_point("second")?, 1);
+/// assert_eq!(executable.entry_point_info(1)?.constant_count, 1);
+/// assert_eq!(executable.entry_point("third").unwrap_err().code(), StatusCode::NotFound);
+/// # Ok::<(), hal::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Executable {
     shared: Arc<Shared>,
@@ -383,6 +401,7 @@ struct Shared {
     id: u64,
     device: DeviceId,
     backend: Arc<dyn ExecutableBackend>,
+    label: Label,
 }
 
 static NEXT_EXECUTABLE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -391,7 +410,7 @@ impl Executable {
     /// Wraps a driver's executable. Drivers' `load_executable` results pass through here.
     pub(crate) fn wrap(device: DeviceId, backend: Arc<dyn ExecutableBackend>) -> Self {
         let id = NEXT_EXECUTABLE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Executable { shared: Arc::new(Shared { id, device, backend }) }
+        Executable { shared: Arc::new(Shared { id, device, backend, label: Label::default() }) }
     }
 
     /// The id used in messages.
@@ -409,6 +428,18 @@ impl Executable {
         &self.shared.backend
     }
 
+    /// Labels the executable for messages, [`Device::report`](crate::Device::report) and traces
+    /// ("executable 7 'name'"). Set once: `FailedPrecondition` when it has a label already,
+    /// `InvalidArgument` for an empty label, one over [`MAX_LABEL_BYTES`](crate::MAX_LABEL_BYTES) bytes or one with control characters.
+    pub fn set_label(&self, label: impl Into<String>) -> Result<()> {
+        self.shared.label.set(&Unlabelled("executable", self.shared.id), label.into())
+    }
+
+    /// The label, if one was set.
+    pub fn label(&self) -> Option<&str> {
+        self.shared.label.get()
+    }
+
     /// Its entry points in ordinal order.
     pub fn entry_points(&self) -> &[EntryPointInfo] {
         self.shared.backend.entry_points()
@@ -420,11 +451,7 @@ impl Executable {
             Some(at) => Ok(at as u32),
             None => {
                 let names: Vec<&str> = self.entry_points().iter().map(|e| e.name.as_str()).collect();
-                Err(Error::not_found(format!(
-                    "executable {}: no entry point '{name}' (it has: {})",
-                    self.shared.id,
-                    names.join(", ")
-                )))
+                Err(Error::not_found(format!("{}: no entry point '{name}' (it has: {})", self, names.join(", "))))
             }
         }
     }
@@ -433,11 +460,18 @@ impl Executable {
     pub fn entry_point_info(&self, ordinal: u32) -> Result<&EntryPointInfo> {
         self.entry_points().get(ordinal as usize).ok_or_else(|| {
             Error::out_of_range(format!(
-                "executable {}: entry point {ordinal} does not exist (it has {})",
-                self.shared.id,
+                "{}: entry point {ordinal} does not exist (it has {})",
+                self,
                 self.entry_points().len()
             ))
         })
+    }
+}
+
+impl fmt::Display for Executable {
+    /// "executable N", or "executable N 'label'" when it has a label.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.shared.label.write_name(f, "executable", self.shared.id)
     }
 }
 

@@ -39,13 +39,17 @@ pub mod driver;
 mod error;
 mod executable;
 mod executable_kind;
+mod host_data;
+mod label;
 mod queue;
+mod readback;
 mod registry;
 mod semaphore;
 mod sync;
 mod timeout;
 
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
+pub use bytemuck::Pod;
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};
@@ -54,7 +58,9 @@ pub use executable::{
     NativeKernel,
 };
 pub use executable_kind::ExecutableKind;
-pub use queue::{HostCallFlags, Queue, Readback};
+pub use label::MAX_LABEL_BYTES;
+pub use queue::{HostCallFlags, Queue};
+pub use readback::{Readback, ReadbackFuture};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;

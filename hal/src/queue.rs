@@ -5,13 +5,16 @@
 use std::fmt;
 use std::sync::Arc;
 
+use bytemuck::Pod;
+
 use crate::buffer::{Buffer, BufferParams, BufferUsage};
 use crate::command_buffer::{Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
+use crate::host_data::as_bytes;
+use crate::readback::Readback;
 use crate::semaphore::SemaphoreValue;
-use crate::sync::{Mutex, lock};
 
 bitflags::bitflags! {
     /// How a [`Queue::host_call_with`] runs.
@@ -23,7 +26,26 @@ bitflags::bitflags! {
     }
 }
 
-/// One queue of a device. Cheap to clone.
+/// One queue of a device: operations run in the order their waits allow, never blocking the
+/// submitting thread. Cheap to clone.
+///
+/// ```
+/// use hal::{BufferParams, SemaphoreValue as SV, Timeout};
+///
+/// let device = driver_cpu_sim::create_device()?;
+/// let (q0, q1) = (device.queue(0)?, device.queue(1)?);
+/// let timeline = device.create_semaphore(0)?;
+/// let (a, b) = (
+///     device.allocate_buffer(BufferParams::device_local(), 64)?,
+///     device.allocate_buffer(BufferParams::device_local(), 64)?,
+/// );
+/// // Submitted first, runs second: queue 1's copy waits for queue 0's fill.
+/// q1.copy(&[SV::new(&timeline, 1)], &a, 0, &b, 0, 64, &[SV::new(&timeline, 2)])?;
+/// q0.fill(&[], &a, 0, 64, 0x0102_0304, 4, &[SV::new(&timeline, 1)])?;
+/// let words = q1.read(&[SV::new(&timeline, 2)], &b, 0, 64, &[])?.wait_as::<u32>(Timeout::Infinite)?;
+/// assert!(words.iter().all(|&w| w == 0x0102_0304));
+/// # Ok::<(), hal::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct Queue {
     device: Device,
@@ -53,31 +75,23 @@ impl Queue {
         for (at, entry) in signals.iter().enumerate() {
             if let Some(earlier) = signals[..at].iter().find(|e| e.semaphore.same_as(&entry.semaphore)) {
                 return Err(Error::invalid_argument(format!(
-                    "queue {}: semaphore {} appears twice in the signal list (to {} and to {}); signal it \
+                    "queue {}: {} appears twice in the signal list (to {} and to {}); signal it \
                      once, to the larger value",
-                    self.index,
-                    entry.semaphore.id(),
-                    earlier.value,
-                    entry.value
+                    self.index, entry.semaphore, earlier.value, entry.value
                 )));
             }
             if let Some(wait) = waits.iter().find(|w| w.semaphore.same_as(&entry.semaphore) && w.value >= entry.value) {
                 return Err(Error::invalid_argument(format!(
-                    "queue {}: signal of semaphore {} to {} would complete behind the value {} the operation \
+                    "queue {}: signal of {} to {} would complete behind the value {} the operation \
                      waits for on it",
-                    self.index,
-                    entry.semaphore.id(),
-                    entry.value,
-                    wait.value
+                    self.index, entry.semaphore, entry.value, wait.value
                 )));
             }
             let current = entry.semaphore.query()?;
             if entry.value <= current {
                 return Err(Error::invalid_argument(format!(
-                    "queue {}: signal of semaphore {} to {} but its value is already {current}",
-                    self.index,
-                    entry.semaphore.id(),
-                    entry.value
+                    "queue {}: signal of {} to {} but its value is already {current}",
+                    self.index, entry.semaphore, entry.value
                 )));
             }
         }
@@ -87,9 +101,9 @@ impl Queue {
     fn check_buffer(&self, buffer: &Buffer) -> Result<()> {
         if buffer.device() != self.device.id() {
             return Err(Error::invalid_argument(format!(
-                "queue {}: buffer {} belongs to {}, not {}",
+                "queue {}: {} belongs to {}, not {}",
                 self.index,
-                buffer.id(),
+                buffer,
                 buffer.device(),
                 self.device.id()
             )));
@@ -118,9 +132,8 @@ impl Queue {
     ) -> Result<()> {
         if command_buffer.device() != self.device.id() {
             return Err(Error::invalid_argument(format!(
-                "queue {}: command buffer {} was recorded for another device",
-                self.index,
-                command_buffer.id()
+                "queue {}: {} was recorded for another device",
+                self.index, command_buffer
             )));
         }
         self.check_signals(waits, signals)?;
@@ -232,8 +245,22 @@ impl Queue {
         self.submit(QueueOp::Write { data, target: target.clone(), offset }, waits, signals)
     }
 
-    /// Copies `length` bytes of `source` at `offset` to the host, in queue order. The bytes are in the
-    /// returned [`Readback`] once `signals` are reached.
+    /// [`write`](Self::write) of typed values: `values` as the bytes they are in host memory (one
+    /// copy), at byte `offset` of `target`.
+    pub fn write_slice<T: Pod>(
+        &self,
+        waits: &[SemaphoreValue],
+        values: &[T],
+        target: &Buffer,
+        offset: u64,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.write(waits, as_bytes(values), target, offset, signals)
+    }
+
+    /// Copies `length` bytes of `source` at `offset` to the host, in queue order. The returned
+    /// [`Readback`] can be waited on or awaited for the bytes (or typed values); they are there once
+    /// `signals` are reached.
     pub fn read(
         &self,
         waits: &[SemaphoreValue],
@@ -245,9 +272,10 @@ impl Queue {
         self.check_buffer(source)?;
         source.check_usage(BufferUsage::TRANSFER_SOURCE)?;
         source.check_range(offset, length)?;
-        let target = Readback::new();
-        self.submit(QueueOp::Read { source: source.clone(), offset, length, target: target.clone() }, waits, signals)?;
-        Ok(target)
+        let what = format!("read of {} [{offset}, +{length}) on queue {}", source, self.index);
+        let (readback, target) = Readback::new(what, waits, signals);
+        self.submit(QueueOp::Read { source: source.clone(), offset, length, target }, waits, signals)?;
+        Ok(readback)
     }
 
     /// Waits, then signals, running nothing: joins or forks dependencies.
@@ -291,40 +319,5 @@ impl Queue {
 impl fmt::Debug for Queue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Queue({} queue {})", self.device.id(), self.index)
-    }
-}
-
-/// Where a [`Queue::read`] leaves its bytes once it completes.
-#[derive(Clone)]
-pub struct Readback {
-    bytes: Arc<Mutex<Option<Vec<u8>>>>,
-}
-
-impl Readback {
-    /// An empty readback.
-    pub fn new() -> Self {
-        Readback { bytes: Arc::new(Mutex::new(None)) }
-    }
-
-    /// Stores the bytes (the driver calls this when the read completes).
-    pub fn complete(&self, bytes: Vec<u8>) {
-        *lock(&self.bytes) = Some(bytes);
-    }
-
-    /// Takes the bytes if the read completed (wait on its signal first).
-    pub fn take(&self) -> Option<Vec<u8>> {
-        lock(&self.bytes).take()
-    }
-}
-
-impl Default for Readback {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl fmt::Debug for Readback {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Readback")
     }
 }

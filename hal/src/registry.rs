@@ -11,7 +11,22 @@ use crate::error::{Error, Result};
 /// The driver used when none is named.
 pub const DEFAULT_DRIVER: &str = "cpu-sim";
 
-/// Drivers by name.
+/// Drivers by name: where an embedder finds devices.
+///
+/// ```
+/// use hal::{Registry, StatusCode};
+///
+/// let mut registry = Registry::new();
+/// driver_cpu_sim::register(&mut registry);
+/// assert!(registry.names().contains(&"cpu-sim".to_string()));
+/// let listing = registry.list();
+/// assert!(listing.iter().any(|driver| driver.name == "cpu-sim"));
+/// let device = registry.create_device("cpu-sim", 0)?;
+/// assert_eq!(device.info().driver, "cpu-sim");
+/// let missing = registry.create_device("no-such-driver", 0).unwrap_err();
+/// assert_eq!(missing.code(), StatusCode::Unavailable);
+/// # Ok::<(), hal::Error>(())
+/// ```
 #[derive(Clone, Default)]
 pub struct Registry {
     drivers: Vec<Arc<dyn Driver>>,

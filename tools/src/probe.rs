@@ -77,11 +77,11 @@ impl Stamps {
 
 impl SemaphoreProbe {
     /// A probe of `semaphore`'s values from `first` on, watching none yet; times are measured from
-    /// `epoch`. `label` names the semaphore in traces ("queue 0 timeline").
+    /// `epoch`. The semaphore's own label names it in traces when it has one, `label` otherwise.
     pub fn new(semaphore: &Semaphore, label: &str, first: u64, epoch: Instant) -> SemaphoreProbe {
         let listener = Arc::new(ProbeListener {
             semaphore: semaphore.id(),
-            label: Arc::from(label),
+            label: Arc::from(semaphore.label().unwrap_or(label)),
             epoch,
             stamps: Mutex::new(Stamps { first, times: VecDeque::new() }),
             failed: AtomicBool::new(false),

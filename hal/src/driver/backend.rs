@@ -165,8 +165,7 @@ impl HostCall {
     }
 }
 
-/// Where a `queue_read` leaves its bytes.
-pub type ReadTarget = crate::queue::Readback;
+pub use crate::readback::ReadTarget;
 
 /// One queue operation, as handed to [`DeviceBackend::submit`].
 pub enum QueueOp {
@@ -219,6 +218,21 @@ impl QueueOp {
             QueueOp::Read { .. } => "read",
             QueueOp::Barrier => "barrier",
             QueueOp::HostCall(_) => "host-call",
+        }
+    }
+
+    /// The kind and what it runs on, with labels where the objects have them, for messages and
+    /// reports: "execute of command buffer 3 'step'", "copy of buffer 1 to buffer 2 'out'".
+    pub fn describe(&self) -> String {
+        match self {
+            QueueOp::Execute(commands) => format!("execute of {commands}"),
+            QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => format!("{} of {buffer}", self.kind()),
+            QueueOp::Transfer(Command::Copy { source, target, .. }) => format!("copy of {source} to {target}"),
+            QueueOp::Transfer(Command::Fill { target, .. } | Command::Update { target, .. })
+            | QueueOp::Write { target, .. } => format!("{} of {target}", self.kind()),
+            QueueOp::Transfer(Command::Dispatch { executable, .. }) => format!("dispatch of {executable}"),
+            QueueOp::Read { source, .. } => format!("read of {source}"),
+            _ => self.kind().to_owned(),
         }
     }
 }

@@ -15,6 +15,25 @@
 //! - [`shared_memory`]: copies into memory other threads (and kernels) may touch concurrently.
 //!
 //! Building a driver step by step is in `docs/drivers.md` ("Writing a driver").
+//!
+//! What could break the scheduler's invariants is out of an embedder's reach. Announcing an
+//! enqueued value the scheduler has no event for is crate-private:
+//!
+//! ```compile_fail,E0624
+//! let timeline = hal::Semaphore::new(0);
+//! timeline.advance_enqueued(5); // the scheduler's own call
+//! ```
+//!
+//! and attaching memory to a device is `unsafe`, with the promise that the memory is that device's:
+//!
+//! ```compile_fail,E0133
+//! use hal::driver::BufferExt;
+//!
+//! fn forge(other_devices_buffer: &hal::Buffer, device: hal::DeviceId) -> hal::Buffer {
+//!     let memory = other_devices_buffer.backend().clone();
+//!     hal::Buffer::from_backend(device, hal::BufferParams::device_local(), memory)
+//! }
+//! ```
 
 mod backend;
 mod handles;

@@ -260,7 +260,7 @@ impl Work {
 
     /// `error` prefixed with this submission's queue, id and kind.
     pub fn describe_fault(&self, error: Error) -> Error {
-        error.context(format!("queue {} action {} ({})", self.queue, self.id, self.op.kind()))
+        error.context(format!("queue {} action {} ({})", self.queue, self.id, self.op.describe()))
     }
 
     /// Drops the references to upstream work (at retirement).

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 
 use crate::device::DeviceId;
 use crate::error::{Error, Result};
+use crate::label::{Label, Unlabelled};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 use crate::timeout::Timeout;
@@ -61,6 +62,7 @@ struct Shared {
     state: Mutex<TimelineState>,
     owner: Option<DeviceId>,
     driver_data: Option<Arc<dyn SemaphoreDriverData>>,
+    label: Label,
 }
 
 /// What a driver attaches to the semaphores it creates: its per-semaphore state (found again with
@@ -109,6 +111,7 @@ impl Semaphore {
                 state: Mutex::new(TimelineState::new(initial)),
                 owner,
                 driver_data,
+                label: Label::default(),
             }),
         }
     }
@@ -116,6 +119,19 @@ impl Semaphore {
     /// The id used in messages and reports.
     pub fn id(&self) -> u64 {
         self.shared.id
+    }
+
+    /// Labels the semaphore for messages, [`Device::report`](crate::Device::report) and traces
+    /// ("semaphore 7 'name'"). Set once: `FailedPrecondition` when it has a label already,
+    /// `InvalidArgument` for an empty label, one over [`MAX_LABEL_BYTES`](crate::MAX_LABEL_BYTES)
+    /// bytes or one with control characters.
+    pub fn set_label(&self, label: impl Into<String>) -> Result<()> {
+        self.shared.label.set(&Unlabelled("semaphore", self.shared.id), label.into())
+    }
+
+    /// The label, if one was set.
+    pub fn label(&self) -> Option<&str> {
+        self.shared.label.get()
     }
 
     /// The device that created it, if any.
@@ -285,8 +301,8 @@ impl Semaphore {
         line
     }
 
-    fn name(&self) -> SemaphoreName {
-        SemaphoreName(self.shared.id)
+    fn name(&self) -> &Self {
+        self
     }
 }
 
@@ -381,12 +397,10 @@ fn notify_guarded(timepoint: Timepoint, outcome: Result<()>) {
     }
 }
 
-/// Displays as "semaphore N".
-struct SemaphoreName(u64);
-
-impl fmt::Display for SemaphoreName {
+impl fmt::Display for Semaphore {
+    /// "semaphore N", or "semaphore N 'label'" when it has a label.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "semaphore {}", self.0)
+        self.shared.label.write_name(f, "semaphore", self.shared.id)
     }
 }
 

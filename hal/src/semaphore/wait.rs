@@ -143,20 +143,18 @@ pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> R
 fn settled(semaphore: &Semaphore, value: u64) -> Result<()> {
     match semaphore.query() {
         Ok(current) if current >= value => Ok(()),
-        Ok(current) => Err(Error::internal(format!(
-            "semaphore {}: timepoint for {value} resolved but value is {current}",
-            semaphore.id()
-        ))),
+        Ok(current) => {
+            Err(Error::internal(format!("{}: timepoint for {value} resolved but value is {current}", semaphore)))
+        }
         Err(failure) => Err(failure),
     }
 }
 
 fn timed_out_one(semaphore: &Semaphore, value: u64) -> Error {
     match semaphore.query() {
-        Ok(current) => Error::deadline_exceeded(format!(
-            "semaphore {}: wait for {value} timed out at value {current}",
-            semaphore.id()
-        )),
+        Ok(current) => {
+            Error::deadline_exceeded(format!("{}: wait for {value} timed out at value {current}", semaphore))
+        }
         Err(failure) => failure,
     }
 }
@@ -230,9 +228,7 @@ fn timed_out_list(mode: WaitMode, list: &[SemaphoreValue]) -> Error {
     let mut detail = Vec::with_capacity(list.len());
     for entry in list {
         match entry.semaphore.query() {
-            Ok(current) => {
-                detail.push(format!("semaphore {} at {current} (want {})", entry.semaphore.id(), entry.value))
-            }
+            Ok(current) => detail.push(format!("{} at {current} (want {})", entry.semaphore, entry.value)),
             Err(failure) => return failure,
         }
     }

@@ -113,7 +113,7 @@ impl<M: StreamModel> Shared<M> {
                 }
             }
             Err(status) => {
-                let status = status.context(format!("queue {queue} action {id} ({})", work.op.kind()));
+                let status = status.context(format!("queue {queue} action {id} ({})", work.op.describe()));
                 tracing::warn!(%status, "issue failed");
                 for signal in &signals {
                     signal.semaphore.fail(status.clone());

@@ -142,10 +142,8 @@ impl<M: StreamModel> Action<M> {
             Ok(()) if covering.is_none() => match wait.semaphore.query() {
                 Ok(v) if v >= wait.value => Ok(()),
                 Ok(v) => Err(Error::internal(format!(
-                    "action {}: semaphore {} reported {} enqueued but has no event and value {v}",
-                    self.id,
-                    wait.semaphore.id(),
-                    wait.value
+                    "action {}: {} reported {} enqueued but has no event and value {v}",
+                    self.id, wait.semaphore, wait.value
                 ))),
                 Err(failure) => Err(failure),
             },
@@ -257,7 +255,7 @@ impl<M: StreamModel> Action<M> {
     /// `gate_of` names the blocking host call a wait stands for, if it is a gate.
     pub(crate) fn describe_waits(&self, gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<u64>) -> Vec<String> {
         let state = lock(&self.state);
-        let op = state.op.as_ref().map(|op| op.kind()).unwrap_or("(taken)");
+        let op = state.op.as_ref().map(|op| op.describe()).unwrap_or_else(|| "(taken)".to_owned());
         let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
         for (index, wait) in self.waits.iter().enumerate() {
             let now = match wait.semaphore.query() {
@@ -269,7 +267,7 @@ impl<M: StreamModel> Action<M> {
                 lines.push(format!("  waits until host call action {call} of queue {} returns {status}", self.queue));
                 continue;
             }
-            lines.push(format!("  waits semaphore {} >= {} ({now}) {status}", wait.semaphore.id(), wait.value));
+            lines.push(format!("  waits {} >= {} ({now}) {status}", wait.semaphore, wait.value));
         }
         lines
     }

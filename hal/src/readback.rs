@@ -1,0 +1,232 @@
+//! The host end of a [`Queue::read`](crate::Queue::read): a handle that can be waited on (blocking,
+//! with a timeout) or awaited, and that hands over the bytes, or typed values, once the read ran.
+//!
+//! The driver holds the other end, a [`ReadTarget`] inside the queued operation. It completes the
+//! read with the bytes; if the operation is dropped without completing (its submission failed, was
+//! cancelled, or its device went away), the readback fails with the failure its wait or signal
+//! semaphores carry, so a waiter never waits for bytes that cannot come.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytemuck::Pod;
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+use crate::host_data::bytes_to_vec;
+use crate::semaphore::SemaphoreValue;
+use crate::sync::{Condvar, Mutex, lock, wait, wait_timeout};
+use crate::timeout::Timeout;
+
+/// Where a [`Queue::read`](crate::Queue::read) leaves its bytes. Cheap to clone; clones share the
+/// one result, which the first `wait`/`take` hands over.
+///
+/// ```
+/// use hal::{BufferParams, SemaphoreValue as SV, Timeout};
+///
+/// let device = driver_cpu_sim::create_device()?;
+/// let (queue, timeline) = (device.queue(0)?, device.create_semaphore(0)?);
+/// let buffer = device.allocate_buffer(BufferParams::device_local(), 16)?;
+/// queue.write_slice(&[], &[1.5f32, 2.5, 3.5, 4.5], &buffer, 0, &[SV::new(&timeline, 1)])?;
+/// let readback = queue.read(&[SV::new(&timeline, 1)], &buffer, 4, 8, &[])?;
+/// assert_eq!(readback.wait_as::<f32>(Timeout::Infinite)?, [2.5, 3.5]);
+/// assert!(readback.wait(Timeout::Immediate).is_err(), "the values were handed over once");
+/// # Ok::<(), hal::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Readback {
+    shared: Arc<Shared>,
+}
+
+/// The driver's end of a read: completed with the bytes, or dropped (which fails the readback).
+pub struct ReadTarget {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    changed: Condvar,
+    /// What the read is, for messages ("read of buffer 3 [0, +64) on queue 1").
+    what: String,
+    /// The read's waits and signals: the first failure among them is the readback's when the read
+    /// never ran (a failed wait is why it did not run; a signal carries whatever failed it).
+    causes: SmallVec<[SemaphoreValue; 2]>,
+}
+
+enum State {
+    Pending(Vec<Waker>),
+    Ready(Vec<u8>),
+    Failed(Error),
+    Taken,
+}
+
+impl Readback {
+    /// A readback and the target a driver completes, for the read `what` with `waits` and `signals`.
+    pub(crate) fn new(what: String, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> (Readback, ReadTarget) {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::Pending(Vec::new())),
+            changed: Condvar::new(),
+            what,
+            causes: waits.iter().chain(signals).cloned().collect(),
+        });
+        (Readback { shared: shared.clone() }, ReadTarget { shared })
+    }
+
+    /// Blocks until the read ran, at most `timeout`, and takes its bytes. `DeadlineExceeded` when the
+    /// time ran out (wait again later), the submission's failure when it failed, and
+    /// `FailedPrecondition` when a clone took the bytes already.
+    pub fn wait(&self, timeout: Timeout) -> Result<Vec<u8>> {
+        let deadline = timeout.deadline();
+        let mut state = lock(&self.shared.state);
+        loop {
+            if let Some(outcome) = take_outcome(&mut state, &self.shared.what) {
+                return outcome;
+            }
+            state = match deadline {
+                None => wait(&self.shared.changed, state),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::deadline_exceeded(format!(
+                            "{}: not complete within {timeout:?}",
+                            self.shared.what
+                        )));
+                    }
+                    wait_timeout(&self.shared.changed, state, left).0
+                }
+            };
+        }
+    }
+
+    /// [`wait`](Self::wait), then the bytes as values of `T` (an `InvalidArgument` naming the read
+    /// when its length is not a whole number of `T`s).
+    pub fn wait_as<T: Pod>(&self, timeout: Timeout) -> Result<Vec<T>> {
+        bytes_to_vec(self.wait(timeout)?, &self.shared.what)
+    }
+
+    /// The bytes if the read ran (taking them); `None` while it has not, or after they were taken.
+    pub fn take(&self) -> Option<Vec<u8>> {
+        let mut state = lock(&self.shared.state);
+        match &*state {
+            State::Ready(_) => take_outcome(&mut state, &self.shared.what).and_then(Result::ok),
+            _ => None,
+        }
+    }
+
+    /// Whether a `wait` would return at once (the read ran or failed, or the bytes were taken).
+    pub fn is_ready(&self) -> bool {
+        !matches!(&*lock(&self.shared.state), State::Pending(_))
+    }
+
+    /// A future of the bytes (what `.await` on a `Readback` gives): no thread is parked and no async
+    /// runtime is required.
+    pub fn wait_async(&self) -> ReadbackFuture {
+        ReadbackFuture { readback: self.clone() }
+    }
+}
+
+impl IntoFuture for Readback {
+    type Output = Result<Vec<u8>>;
+    type IntoFuture = ReadbackFuture;
+
+    fn into_future(self) -> ReadbackFuture {
+        ReadbackFuture { readback: self }
+    }
+}
+
+/// The future of a [`Readback`]'s bytes (see [`Readback::wait_async`]).
+pub struct ReadbackFuture {
+    readback: Readback,
+}
+
+impl Future for ReadbackFuture {
+    type Output = Result<Vec<u8>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let shared = &self.readback.shared;
+        let mut state = lock(&shared.state);
+        if let Some(outcome) = take_outcome(&mut state, &shared.what) {
+            return Poll::Ready(outcome);
+        }
+        if let State::Pending(wakers) = &mut *state
+            && !wakers.iter().any(|w| w.will_wake(cx.waker()))
+        {
+            wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+/// Takes the outcome out of a decided state (leaving `Taken`); `None` while pending.
+fn take_outcome(state: &mut State, what: &str) -> Option<Result<Vec<u8>>> {
+    match std::mem::replace(state, State::Taken) {
+        State::Pending(wakers) => {
+            *state = State::Pending(wakers);
+            None
+        }
+        State::Ready(bytes) => Some(Ok(bytes)),
+        State::Failed(error) => {
+            *state = State::Failed(error.clone());
+            Some(Err(error))
+        }
+        State::Taken => Some(Err(Error::failed_precondition(format!("{what}: its bytes were taken already")))),
+    }
+}
+
+impl ReadTarget {
+    /// Hands the read's bytes to the readback (the driver calls this when the read ran).
+    pub fn complete(&self, bytes: Vec<u8>) {
+        self.shared.decide(State::Ready(bytes));
+    }
+
+    /// What the read is, for the driver's messages.
+    pub fn describe(&self) -> &str {
+        &self.shared.what
+    }
+}
+
+impl Drop for ReadTarget {
+    /// A read dropped undecided never ran: its readback fails with the first failure among its waits
+    /// and signals, or `Aborted` when none carries one (yet).
+    fn drop(&mut self) {
+        if !matches!(&*lock(&self.shared.state), State::Pending(_)) {
+            return;
+        }
+        let failure = self.shared.causes.iter().find_map(|cause| cause.semaphore.query().err());
+        let error = failure.map(|e| e.context(&self.shared.what)).unwrap_or_else(|| {
+            Error::aborted(format!("{}: did not run (its submission failed or was cancelled)", self.shared.what))
+        });
+        self.shared.decide(State::Failed(error));
+    }
+}
+
+impl Shared {
+    /// Moves a pending readback to `decided` and wakes every waiter; a decided one stays as it is.
+    fn decide(&self, decided: State) {
+        let wakers = {
+            let mut state = lock(&self.state);
+            let State::Pending(wakers) = &mut *state else { return };
+            let wakers = std::mem::take(wakers);
+            *state = decided;
+            wakers
+        };
+        self.changed.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+}
+
+impl fmt::Debug for Readback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Readback({})", self.shared.what)
+    }
+}
+
+impl fmt::Debug for ReadTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReadTarget({})", self.shared.what)
+    }
+}
