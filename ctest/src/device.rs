@@ -70,6 +70,40 @@ pub(crate) fn create_device_by_name(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Every listed device has a stable id of its own, and a device path reaches it by ordinal, by
+/// driver and id, and by id alone (any case); a bare driver name is its device 0, an empty path
+/// the default device. Paths that lead nowhere are `NotFound` naming the path.
+pub(crate) fn device_paths_select_devices(cx: &Cx) -> CaseResult {
+    let registry = registry(cx)?;
+    let name = cx.fixture().driver();
+    let listing = registry.list();
+    let devices = listing
+        .iter()
+        .find(|l| l.name == name)
+        .and_then(|l| l.devices.as_ref().ok())
+        .ok_or_else(|| crate::CaseError::Fail(format!("'{name}' lists no devices")))?;
+    for info in devices {
+        let id = &info.stable_id;
+        ensure!(!id.is_empty(), "{name}:{} has no stable id", info.ordinal);
+        ensure_eq!(devices.iter().filter(|d| &d.stable_id == id).count(), 1, "devices with id {id}");
+        let paths = [format!("{name}:{}", info.ordinal), format!("{name}:{id}"), id.clone(), id.to_ascii_uppercase()];
+        for path in paths {
+            ensure_eq!(registry.locate(&path).ctx(&path)?, (name.to_owned(), info.ordinal), "locate('{path}')");
+        }
+        let device = registry.create_device_at(&format!("{name}:{id}")).ctx("create_device_at by id")?;
+        ensure_eq!(device.info().stable_id, *id, "id of the device created by id");
+    }
+    ensure_eq!(registry.locate(name).ctx("bare driver")?, (name.to_owned(), 0), "a bare driver name");
+    ensure_eq!(registry.locate("").ctx("empty path")?, (hal::DEFAULT_DRIVER.to_owned(), 0), "the empty path");
+    for path in [format!("{name}:no-such-id"), "no-such-id".to_owned(), "no-such-driver:0".to_owned()] {
+        let e = expect_code(registry.create_device_at(&path), StatusCode::NotFound, &path)?;
+        ensure!(e.message().contains(&format!("'{path}'")), "the error does not name the path: {e}");
+    }
+    let huge = format!("{name}:99999999999999999999999");
+    expect_code(registry.locate(&huge), StatusCode::InvalidArgument, "an ordinal past usize")?;
+    Ok(())
+}
+
 /// An unknown driver name is `Unavailable`, naming it.
 pub(crate) fn unknown_driver_unavailable(cx: &Cx) -> CaseResult {
     let registry = registry(cx)?;

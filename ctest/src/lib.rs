@@ -59,6 +59,7 @@ macro_rules! __cts_case_list {
                 listing_matches_device,
                 default_device,
                 create_device_by_name,
+                device_paths_select_devices,
                 unknown_driver_unavailable,
                 unknown_ordinal_out_of_range,
                 properties,

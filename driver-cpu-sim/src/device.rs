@@ -53,6 +53,8 @@ pub const EXECUTABLE_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, Execu
 pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     let threads = resolved_threads(options);
     let mut info = DeviceInfo::new(crate::DRIVER_NAME, format!("cpu-sim ({threads} workgroup threads)"), 0);
+    // One cpu-sim device per process, the same in every run.
+    info.stable_id = "cpu-sim-0".to_owned();
     info.queue_count = options.queue_count;
     info.memory_types = memory_types();
     info.max_allocation_size = options.max_allocation_size;

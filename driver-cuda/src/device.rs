@@ -153,6 +153,7 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
     use CUdevice_attribute as A;
     let device = result::device_get(ordinal)?;
     let name = result::device_get_name(device)?;
+    let uuid = result::device_get_uuid(device)?;
     let total = result::device_total_mem(device)?;
     let major = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor = attribute(device, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
@@ -181,6 +182,7 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
     let pci_bus = attribute(device, A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
     let driver_version = crate::loader::probe().map(|p| p.driver_version).unwrap_or(0);
     let mut info = DeviceInfo::new(crate::DRIVER_NAME, name, ordinal);
+    info.stable_id = uuid;
     info.queue_count = options.queue_count;
     info.memory_types = memory_types();
     info.max_allocation_size = total as u64;

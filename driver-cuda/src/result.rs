@@ -91,6 +91,17 @@ pub(crate) fn device_get_name(device: CUdevice) -> Result<String> {
     Ok(name.to_string_lossy().into_owned())
 }
 
+/// `cuDeviceGetUuid_v2`: the device's UUID, as `nvidia-smi -L` spells it
+/// (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`).
+pub(crate) fn device_get_uuid(device: CUdevice) -> Result<String> {
+    let mut uuid = sys::CUuuid_st { bytes: [0; 16] };
+    // SAFETY: the out-pointer is a live local of the struct the call fills.
+    check(unsafe { sys::cuDeviceGetUuid_v2(&mut uuid, device) }, "cuDeviceGetUuid_v2")?;
+    let hex: Vec<String> = uuid.bytes.iter().map(|&b| format!("{:02x}", b as u8)).collect();
+    let hex = hex.concat();
+    Ok(format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+}
+
 /// `cuDeviceTotalMem`: bytes of device memory.
 pub(crate) fn device_total_mem(device: CUdevice) -> Result<usize> {
     let mut total = 0usize;

@@ -44,8 +44,13 @@ pub struct DeviceInfo {
     pub driver: String,
     /// The device's name (`"NVIDIA H100 80GB HBM3"`).
     pub name: String,
-    /// Index among the driver's devices.
+    /// Index among the driver's devices (may change when devices come and go, or with
+    /// `CUDA_VISIBLE_DEVICES`).
     pub ordinal: usize,
+    /// An id that names this device the same way in every process and run (CUDA: the GPU's UUID,
+    /// `GPU-xxxxxxxx-...` as `nvidia-smi -L` prints it); a device path may use it (see
+    /// [`Registry::create_device_at`](crate::Registry::create_device_at)).
+    pub stable_id: String,
     /// Number of queues (each with its own dispatch stream).
     pub queue_count: usize,
     /// Memory types it can allocate, most preferred first.
@@ -77,6 +82,7 @@ impl DeviceInfo {
             driver: driver.into(),
             name: name.into(),
             ordinal,
+            stable_id: String::new(),
             queue_count: 1,
             memory_types: Vec::new(),
             max_allocation_size: 0,

@@ -91,6 +91,76 @@ impl Registry {
     pub fn create_default_device(&self) -> Result<Device> {
         self.create_device(DEFAULT_DRIVER, 0)
     }
+
+    /// Creates the device `path` names (see [`locate`](Self::locate)): `""`, `cuda`, `cuda:1`,
+    /// `cuda:GPU-8c3f...` or `GPU-8c3f...`.
+    pub fn create_device_at(&self, path: &str) -> Result<Device> {
+        let (driver, ordinal) = self.locate(path)?;
+        self.create_device(&driver, ordinal)
+    }
+
+    /// The driver and ordinal a device path names:
+    /// - `""`: the default device (device 0 of [`DEFAULT_DRIVER`]);
+    /// - `DRIVER`: its device 0; `DRIVER:ORDINAL`: by index (`cuda:1`);
+    /// - `DRIVER:ID` or `ID`: the device whose [`DeviceInfo::stable_id`] is `ID` (any case), the
+    ///   same device in every run (`cuda:GPU-8c3f...`, or `GPU-8c3f...` to search every driver).
+    ///
+    /// `NotFound` names the path and the ids that exist; an unavailable driver's reason is kept.
+    pub fn locate(&self, path: &str) -> Result<(String, usize)> {
+        if path.is_empty() {
+            return Ok((DEFAULT_DRIVER.to_owned(), 0));
+        }
+        let (head, tail) = match path.split_once(':') {
+            Some((head, tail)) => (head, Some(tail)),
+            None => (path, None),
+        };
+        if let Some(driver) = self.drivers.iter().find(|d| d.name() == head) {
+            return match tail {
+                None | Some("") => Ok((head.to_owned(), 0)),
+                Some(ordinal) if ordinal.bytes().all(|b| b.is_ascii_digit()) => {
+                    let ordinal = ordinal.parse::<usize>().map_err(|_| {
+                        Error::invalid_argument(format!("device path '{path}': ordinal {ordinal} is too large"))
+                    })?;
+                    Ok((head.to_owned(), ordinal))
+                }
+                Some(id) => self.find_stable_id(path, id, std::slice::from_ref(driver)),
+            };
+        }
+        if tail.is_some() {
+            return Err(Error::not_found(format!(
+                "device path '{path}': no driver named '{head}' (registered: {})",
+                self.names().join(", ")
+            )));
+        }
+        self.find_stable_id(path, path, &self.drivers)
+    }
+
+    /// The device among `drivers` whose stable id is `id`.
+    fn find_stable_id(&self, path: &str, id: &str, drivers: &[Arc<dyn Driver>]) -> Result<(String, usize)> {
+        let mut known = Vec::new();
+        let mut unavailable = Vec::new();
+        for driver in drivers {
+            match driver.probe().and_then(|()| driver.enumerate()) {
+                Ok(devices) => {
+                    for info in devices {
+                        if info.stable_id.eq_ignore_ascii_case(id) {
+                            return Ok((driver.name().to_owned(), info.ordinal));
+                        }
+                        known.push(format!("{}:{} = {}", driver.name(), info.ordinal, info.stable_id));
+                    }
+                }
+                Err(e) => unavailable.push(format!("{}: {}", driver.name(), e.message())),
+            }
+        }
+        let mut message = format!("device path '{path}': no device has the id '{id}'");
+        if !known.is_empty() {
+            message += &format!(" (devices: {})", known.join(", "));
+        }
+        if !unavailable.is_empty() {
+            message += &format!("; unavailable: {}", unavailable.join("; "));
+        }
+        Err(Error::not_found(message))
+    }
 }
 
 impl fmt::Debug for Registry {
