@@ -37,6 +37,7 @@ mod queue_ops;
 mod resources;
 mod semaphore;
 mod submission;
+mod subspans;
 mod transfers;
 
 pub use check::{CaseError, CaseResult, Context as _};
@@ -325,6 +326,14 @@ macro_rules! __cts_case_list {
                 readback_bytes_are_handed_over_once,
                 typed_host_io_round_trips,
                 labels_name_objects_in_errors_and_reports,
+            }
+            subspans {
+                subspan_maps_relative_to_its_start,
+                subspan_transfers_touch_only_their_range,
+                subspan_as_dispatch_binding,
+                subspan_keeps_its_parent_alive,
+                overlapping_subspan_copies_refused,
+                subspan_of_a_transient_buffer,
             }
             misuse {
                 finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,

@@ -151,10 +151,11 @@ fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>
             buffer
         ))
     })?;
-    // SAFETY: `offset + length <= size` (checked above), the buffer's size is its backend's, and the
-    // view addresses that many bytes (the backend's `unsafe impl` promises it), so the offset stays
-    // inside the allocation (and fits a usize).
-    let ptr = unsafe { view.ptr().as_ptr().add(offset as usize) };
+    // SAFETY: `offset + length <= size` (checked above), the buffer lies inside its backend's memory
+    // (`memory_offset + size <= backend.size()`, a `Buffer` invariant), and the view addresses that
+    // many bytes (the backend's `unsafe impl` promises it), so the offset stays inside the
+    // allocation (and fits a usize).
+    let ptr = unsafe { view.ptr().as_ptr().add((buffer.memory_offset() + offset) as usize) };
     Ok(HostRange { ptr, _view: view })
 }
 

@@ -185,7 +185,7 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
             buffer
         )));
     }
-    Ok(base + offset)
+    Ok(base + buffer.memory_offset() + offset)
 }
 
 /// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;

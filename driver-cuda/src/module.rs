@@ -264,7 +264,7 @@ impl KernelLaunch {
                     info.name, binding.buffer
                 )));
             }
-            values.push(base + binding.offset);
+            values.push(base + binding.buffer.memory_offset() + binding.offset);
         }
         values.extend(constants.iter().map(|&c| u64::from(c)));
         Ok(KernelLaunch { function, grid: workgroups, block: info.workgroup_size, values })

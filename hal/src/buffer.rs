@@ -129,6 +129,11 @@ struct Shared {
     size: u64,
     params: BufferParams,
     backend: Arc<dyn BufferBackend>,
+    /// Where the buffer starts in the backend's memory: 0, or a subspan's place in its root's
+    /// memory. Invariant: `memory_offset + size <= backend.size()`.
+    memory_offset: u64,
+    /// The buffer a subspan was taken from (kept alive with it), for messages.
+    parent: Option<Buffer>,
     /// Created by `Queue::alloca`: its memory comes and goes in queue order.
     transient: bool,
     /// A `Queue::dealloca` of it was accepted: a second one could only fail later.
@@ -160,7 +165,90 @@ impl Buffer {
         let size = backend.size();
         let dealloca_claimed = AtomicBool::new(false);
         let label = Label::default();
-        Buffer { shared: Arc::new(Shared { id, device, size, params, backend, transient, dealloca_claimed, label }) }
+        let (memory_offset, parent) = (0, None);
+        Buffer {
+            shared: Arc::new(Shared {
+                id,
+                device,
+                size,
+                params,
+                backend,
+                memory_offset,
+                parent,
+                transient,
+                dealloca_claimed,
+                label,
+            }),
+        }
+    }
+
+    /// A buffer over `length` bytes of this one from `offset`: usable wherever a buffer is
+    /// (bindings, transfers, mapping, reads), its offsets relative to its own start; it keeps this
+    /// buffer (and its memory) alive. `OutOfRange` when the range is not inside this buffer. A
+    /// subspan of a transient buffer has memory exactly when its parent does; only the parent is
+    /// given to `Queue::dealloca`.
+    ///
+    /// ```
+    /// use hal::BufferParams;
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let whole = device.allocate_buffer(BufferParams::host_visible(), 16)?;
+    /// whole.write_slice(0, &[1u32, 2, 3, 4])?;
+    /// let middle = whole.subspan(4, 8)?;
+    /// assert_eq!((middle.size(), middle.read_as::<u32>()?), (8, vec![2, 3]));
+    /// middle.write_slice(4, &[30u32])?;
+    /// assert_eq!(whole.read_as::<u32>()?, [1, 2, 30, 4]);
+    /// assert!(middle.subspan(4, 8).is_err(), "past the subspan's end");
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn subspan(&self, offset: u64, length: u64) -> Result<Buffer> {
+        self.check_range(offset, length)?;
+        let shared = &self.shared;
+        Ok(Buffer {
+            shared: Arc::new(Shared {
+                id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
+                device: shared.device,
+                size: length,
+                params: shared.params,
+                backend: shared.backend.clone(),
+                // Inside this buffer (checked), which is inside the memory (its invariant).
+                memory_offset: shared.memory_offset + offset,
+                parent: Some(self.clone()),
+                transient: false,
+                dealloca_claimed: AtomicBool::new(false),
+                label: Label::default(),
+            }),
+        })
+    }
+
+    /// The buffer this one is a subspan of, if it is one.
+    pub fn parent(&self) -> Option<&Buffer> {
+        self.shared.parent.as_ref()
+    }
+
+    /// Where the buffer starts in its backend's memory (non-zero for subspans): drivers add it to
+    /// the backend's address.
+    pub(crate) fn memory_offset(&self) -> u64 {
+        self.shared.memory_offset
+    }
+
+    /// Whether the two buffers' bytes may overlap: the same memory, and intersecting ranges
+    /// (`[a_offset, +a_length)` of `self`, `[b_offset, +b_length)` of `other`).
+    pub(crate) fn ranges_overlap(
+        &self,
+        a_offset: u64,
+        a_length: u64,
+        other: &Buffer,
+        b_offset: u64,
+        b_length: u64,
+    ) -> bool {
+        if !Arc::ptr_eq(&self.shared.backend, &other.shared.backend) {
+            return false;
+        }
+        // Both ranges were checked against their buffers, which lie inside the memory.
+        let a = self.shared.memory_offset + a_offset;
+        let b = other.shared.memory_offset + b_offset;
+        a < b + b_length && b < a + a_length
     }
 
     /// The id used in messages.
@@ -201,6 +289,12 @@ impl Buffer {
     /// Claims the buffer's one `Queue::dealloca`: refused for a buffer that is not transient and for
     /// a second dealloca, which could only fail later, through the submission's signals.
     pub(crate) fn claim_dealloca(&self) -> Result<()> {
+        if let Some(parent) = &self.shared.parent {
+            return Err(Error::invalid_argument(format!(
+                "{}: dealloca of a subspan (of {parent}); dealloca the buffer queue_alloca returned",
+                self
+            )));
+        }
         if !self.shared.transient {
             return Err(Error::invalid_argument(format!(
                 "{}: dealloca of a buffer that is not transient (it came from allocate_buffer, not \
@@ -273,9 +367,10 @@ impl Buffer {
                 self
             ))
         })?;
-        // SAFETY: the range was checked against the buffer's size, which is the backend's, and the
+        // SAFETY: the range was checked against the buffer's size, the buffer lies inside the
+        // backend's memory (`memory_offset + size <= backend.size()`, its invariant), and the
         // backend's `unsafe impl` promises the view addresses that many bytes: the offset stays inside.
-        let ptr = unsafe { view.ptr().as_ptr().add(offset as usize) };
+        let ptr = unsafe { view.ptr().as_ptr().add((self.shared.memory_offset + offset) as usize) };
         Ok(Mapping { buffer: self, _view: view, ptr, len: length as usize })
     }
 

@@ -134,12 +134,10 @@ impl Command {
                 target.check_usage(BufferUsage::TRANSFER_TARGET)?;
                 source.check_range(*source_offset, *length)?;
                 target.check_range(*target_offset, *length)?;
-                // Both ranges fit their buffers (checked above), so the ends cannot overflow.
-                let overlaps = source_offset < &(target_offset + length) && target_offset < &(source_offset + length);
-                if source.same_as(target) && overlaps {
+                // Both ranges fit their buffers (checked above); subspans of one memory overlap too.
+                if source.ranges_overlap(*source_offset, *length, target, *target_offset, *length) {
                     return Err(Error::invalid_argument(format!(
-                        "copy within {}: ranges at {source_offset} and {target_offset} of {length} bytes overlap",
-                        source
+                        "copy from {source} at {source_offset} to {target} at {target_offset}: the {length}-byte                          ranges overlap in memory"
                     )));
                 }
                 Ok(())

@@ -58,8 +58,12 @@ pub trait BufferExt: sealed::Sealed {
     where
         Self: Sized;
 
-    /// The memory behind the buffer, for the owning driver to downcast.
+    /// The memory behind the buffer, for the owning driver to downcast. A subspan shares its
+    /// root's backend: add [`memory_offset`](Self::memory_offset) to every address taken from it.
     fn backend(&self) -> &Arc<dyn BufferBackend>;
+
+    /// Where the buffer starts in its backend's memory: 0, or a subspan's offset in its root.
+    fn memory_offset(&self) -> u64;
 }
 
 impl BufferExt for Buffer {
@@ -69,6 +73,10 @@ impl BufferExt for Buffer {
 
     fn backend(&self) -> &Arc<dyn BufferBackend> {
         Buffer::backend(self)
+    }
+
+    fn memory_offset(&self) -> u64 {
+        Buffer::memory_offset(self)
     }
 }
 
