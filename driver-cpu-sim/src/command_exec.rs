@@ -279,7 +279,7 @@ fn dispatch(
         let kernel = kernel.clone();
         let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
         let cancel = cancel.clone();
-        pool.run(total, move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel))
+        pool.run_shared(total, move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel))
     };
     // Every workgroup has finished: the memory may go now.
     drop(ranges);

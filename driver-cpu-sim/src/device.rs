@@ -22,7 +22,8 @@ use crate::workgroup_pool::WorkgroupPool;
 pub struct CpuSimOptions {
     /// Queues, each with its own stream worker.
     pub queue_count: usize,
-    /// Threads running a dispatch's workgroups (0: one per available core).
+    /// Pool threads running a dispatch's workgroups beside the stream thread that runs it (0: one
+    /// fewer than the available cores, at least one).
     pub workgroup_threads: usize,
     /// Largest single allocation in bytes.
     pub max_allocation_size: u64,
@@ -52,7 +53,7 @@ pub const EXECUTABLE_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, Execu
 /// The device info a cpu-sim device with `options` reports.
 pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     let threads = resolved_threads(options);
-    let mut info = DeviceInfo::new(crate::DRIVER_NAME, format!("cpu-sim ({threads} workgroup threads)"), 0);
+    let mut info = DeviceInfo::new(crate::DRIVER_NAME, format!("cpu-sim ({} workgroup runners)", threads + 1), 0);
     // One cpu-sim device per process, the same in every run.
     info.stable_id = "cpu-sim-0".to_owned();
     info.queue_count = options.queue_count;
@@ -69,11 +70,15 @@ pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     info
 }
 
+/// The pool's threads: as asked, or one fewer than the cores (at least one). The stream thread that
+/// runs a dispatch works through its workgroups beside the pool, so that many runners fill the
+/// cores; more runners than cores let the scheduler preempt one mid-dispatch, stalling it (see
+/// `WorkgroupPool::run_shared` for dispatches of several queues at once).
 fn resolved_threads(options: &CpuSimOptions) -> usize {
     if options.workgroup_threads > 0 {
         options.workgroup_threads
     } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).max(2)
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).saturating_sub(1).max(1)
     }
 }
 

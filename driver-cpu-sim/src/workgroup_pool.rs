@@ -53,6 +53,8 @@ pub struct WorkgroupPool {
 }
 
 struct PoolShared {
+    /// Dispatches running now (on the pool or inline): a second one runs on its own stream thread.
+    running: AtomicU64,
     state: Mutex<PoolState>,
     /// Signalled when a job is queued or the pool shuts down.
     work: Condvar,
@@ -81,6 +83,7 @@ impl WorkgroupPool {
     /// `ResourceExhausted` when the system refuses a thread.
     pub fn with_threads(threads: usize) -> hal::Result<Self> {
         let shared = Arc::new(PoolShared {
+            running: AtomicU64::new(0),
             state: Mutex::new(PoolState { jobs: VecDeque::new(), shutdown: false }),
             work: Condvar::new(),
         });
@@ -97,6 +100,31 @@ impl WorkgroupPool {
             pool.threads.push(spawned);
         }
         Ok(pool)
+    }
+
+    /// Runs `task(0..total)` on the pool with the caller ([`run`](Self::run)) when no other
+    /// dispatch is running, and on the caller alone ([`run_inline`](Self::run_inline)) when one
+    /// is: queues that run dispatches side by side already fill the cores, and each keeps its
+    /// dispatch's data on its own thread instead of adding runners the cores cannot hold (a runner
+    /// preempted mid-dispatch stalls that dispatch for a time slice).
+    pub fn run_shared<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
+        E: Send + 'static,
+    {
+        let others = self.shared.running.fetch_add(1, Ordering::AcqRel);
+        if others == 0 {
+            let result = self.run(total, task);
+            self.shared.running.fetch_sub(1, Ordering::AcqRel);
+            return result;
+        }
+        let result = Self::run_inline(total, task);
+        if self.shared.running.fetch_sub(1, Ordering::AcqRel) == 2 {
+            // The pool stood back while this ran beside a pooled dispatch: let it help again.
+            let _state = self.shared.state();
+            self.shared.work.notify_all();
+        }
+        result
     }
 
     /// Number of pool threads (the caller of `run` helps too).
@@ -153,7 +181,7 @@ impl WorkgroupPool {
                 self.shared.work.notify_one();
             }
         }
-        job.work();
+        job.work_while(&|| true);
         job.wait();
         if helpers > 0 {
             // Do not leave the finished job (and what its task holds) queued until the next wake-up.
@@ -192,13 +220,17 @@ fn worker_loop(shared: &PoolShared) {
                 while state.jobs.front().is_some_and(|job| !job.has_work()) {
                     state.jobs.pop_front();
                 }
-                if let Some(job) = state.jobs.front() {
+                // While dispatches run side by side (see `run_shared`) their own threads fill the
+                // cores; the pool helps again when one is left.
+                if let Some(job) = state.jobs.front()
+                    && shared.running.load(Ordering::Acquire) <= 1
+                {
                     break job.clone();
                 }
                 state = shared.work.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
         };
-        job.work();
+        job.work_while(&|| shared.running.load(Ordering::Relaxed) <= 1);
     }
 }
 
@@ -206,8 +238,9 @@ fn worker_loop(shared: &PoolShared) {
 trait Runnable: Send + Sync {
     /// Whether chunks are left to claim.
     fn has_work(&self) -> bool;
-    /// Claims and runs chunks until none are left.
-    fn work(&self);
+    /// Claims and runs chunks until none are left, or until `keep_going` says stop (checked
+    /// between chunks; the job's caller finishes what is left).
+    fn work_while(&self, keep_going: &dyn Fn() -> bool);
 }
 
 struct Job<F, E> {
@@ -287,7 +320,7 @@ where
         self.next.load(Ordering::Relaxed) < self.total
     }
 
-    fn work(&self) {
+    fn work_while(&self, keep_going: &dyn Fn() -> bool) {
         loop {
             if self.failed.load(Ordering::Relaxed) {
                 // Claim everything left at once and retire it unrun.
@@ -305,6 +338,9 @@ where
             let end = start + self.chunk.min(self.total - start);
             self.run_range(start, end);
             self.retire(end - start);
+            if !keep_going() {
+                return;
+            }
         }
     }
 }
@@ -325,6 +361,61 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
+    /// A dispatch that starts while another runs on the pool runs on its caller's thread alone, and
+    /// every index still runs once; the pool helps the next lone dispatch again.
+    #[test]
+    fn a_dispatch_beside_another_runs_on_its_callers_thread() {
+        let pool = Arc::new(WorkgroupPool::with_threads(2).unwrap());
+        let (started, running) = std::sync::mpsc::channel();
+        let release = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (pool, release) = (pool.clone(), release.clone());
+            std::thread::spawn(move || {
+                pool.run_shared(1, move |_| {
+                    let _ = started.send(());
+                    while !release.load(Ordering::Acquire) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Ok::<(), ()>(())
+                })
+            })
+        };
+        running.recv().unwrap();
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let seen = threads.clone();
+        pool.run_shared(64, move |_| {
+            seen.lock().unwrap().push(std::thread::current().id());
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        release.store(true, Ordering::Release);
+        first.join().unwrap().unwrap();
+        let threads = threads.lock().unwrap();
+        assert_eq!(threads.len(), 64);
+        assert!(
+            threads.iter().all(|&id| id == std::thread::current().id()),
+            "a pool thread ran a side-by-side dispatch"
+        );
+        assert_eq!(pool.shared.running.load(Ordering::Acquire), 0);
+        // Alone again: the pool takes part.
+        assert!(threads_running_slow_tasks(|task| pool.run_shared(32, task)) > 1, "a lone dispatch ran on one thread");
+    }
+
+    /// How many threads ran `run`'s tasks, each slow enough (2 ms) for the pool to join in.
+    fn threads_running_slow_tasks(
+        run: impl FnOnce(Box<dyn Fn(u64) -> Result<(), ()> + Send + Sync>) -> Result<(), JobFailure<()>>,
+    ) -> usize {
+        let threads = Arc::new(Mutex::new(HashSet::new()));
+        let seen = threads.clone();
+        run(Box::new(move |_| {
+            seen.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Ok(())
+        }))
+        .unwrap();
+        threads.lock().unwrap().len()
+    }
+
     #[test]
     fn runs_every_index_once() {
         let pool = WorkgroupPool::with_threads(3).unwrap();
@@ -342,15 +433,7 @@ mod tests {
     #[test]
     fn uses_several_threads() {
         let pool = WorkgroupPool::with_threads(2).unwrap();
-        let threads = Arc::new(Mutex::new(HashSet::new()));
-        let seen = threads.clone();
-        pool.run(64, move |_| {
-            seen.lock().unwrap().insert(std::thread::current().id());
-            std::thread::sleep(std::time::Duration::from_millis(2));
-            Ok::<(), ()>(())
-        })
-        .unwrap();
-        assert!(threads.lock().unwrap().len() > 1, "work was not shared");
+        assert!(threads_running_slow_tasks(|task| pool.run(64, task)) > 1, "work was not shared");
     }
 
     #[test]

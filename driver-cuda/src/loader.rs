@@ -23,6 +23,7 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceGetCount",
     "cuDeviceGet",
     "cuDeviceGetName",
+    "cuDeviceGetUuid_v2",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
     "cuDevicePrimaryCtxRetain",

@@ -228,6 +228,7 @@ impl NativeBinding {
     }
 
     /// Loads element `index` as a `u32`, or `None` when out of range.
+    #[inline]
     pub fn load_u32(&self, index: usize) -> Option<u32> {
         if index >= self.len_u32() {
             return None;
@@ -239,6 +240,7 @@ impl NativeBinding {
     }
 
     /// Stores `value` at element `index`; `false` when out of range.
+    #[inline]
     pub fn store_u32(&self, index: usize, value: u32) -> bool {
         if index >= self.len_u32() {
             return false;
@@ -251,11 +253,13 @@ impl NativeBinding {
     }
 
     /// Loads element `index` as an `f32`.
+    #[inline]
     pub fn load_f32(&self, index: usize) -> Option<f32> {
         self.load_u32(index).map(f32::from_bits)
     }
 
     /// Stores `value` at element `index` as an `f32`; `false` when out of range.
+    #[inline]
     pub fn store_f32(&self, index: usize, value: f32) -> bool {
         self.store_u32(index, value.to_bits())
     }
@@ -267,22 +271,26 @@ impl NativeBinding {
 
     /// Loads elements `first .. first + out.len()` into `out`; `false` (and `out` untouched) when
     /// the range is not inside the binding.
+    #[inline]
     pub fn load_u32s(&self, first: usize, out: &mut [u32]) -> bool {
         self.load_with(first, out, |bits| bits)
     }
 
     /// Stores `values` at elements `first ..`; `false` (and nothing stored) when the range is not
     /// inside the binding.
+    #[inline]
     pub fn store_u32s(&self, first: usize, values: &[u32]) -> bool {
         self.store_with(first, values, |&value| value)
     }
 
     /// Loads elements `first .. first + out.len()` as `f32`s; `false` when out of range.
+    #[inline]
     pub fn load_f32s(&self, first: usize, out: &mut [f32]) -> bool {
         self.load_with(first, out, f32::from_bits)
     }
 
     /// Stores `values` as `f32` bits at elements `first ..`; `false` when out of range.
+    #[inline]
     pub fn store_f32s(&self, first: usize, values: &[f32]) -> bool {
         self.store_with(first, values, |value| value.to_bits())
     }

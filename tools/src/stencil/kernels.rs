@@ -42,14 +42,26 @@ pub fn is_border(row: u32, col: u32, total_rows: u32, width: u32) -> bool {
     row == 0 || row + 1 == total_rows || col == 0 || col + 1 == width
 }
 
-/// The workgroup count of a dispatch over a half of `rows` rows of `width` cells.
-pub fn workgroups(width: u32, rows: u32) -> [u32; 3] {
-    [width.div_ceil(WORKGROUP_X), rows, 1]
+/// Grid rows one native workgroup computes: it loads `NATIVE_ROWS + 2` rows once for
+/// `NATIVE_ROWS` output rows (the PTX's workgroup computes one row and leaves neighbour reuse to the
+/// GPU's caches). 256 x 4 threads stay within a workgroup's 1024.
+pub const NATIVE_ROWS: u32 = 4;
+
+/// The workgroup count of a dispatch over a half of `rows` rows of `width` cells, for an entry point
+/// whose workgroup is `workgroup_size` (256 x 1 for the PTX, 256 x [`NATIVE_ROWS`] native).
+pub fn workgroups(width: u32, rows: u32, workgroup_size: [u32; 3]) -> [u32; 3] {
+    [width.div_ceil(workgroup_size[0].max(1)), rows.div_ceil(workgroup_size[1].max(1)), 1]
 }
 
-/// The entry point's ABI.
+/// The entry point's ABI: the PTX's form, one row of 256 cells per workgroup.
 pub fn entry_point_info() -> EntryPointInfo {
     EntryPointInfo::new(ENTRY_POINT, WORKGROUP_X, BINDINGS, CONSTANTS)
+}
+
+/// The native form's ABI: the same bindings and constants, 256 x [`NATIVE_ROWS`] cells per
+/// workgroup.
+pub fn native_entry_point_info() -> EntryPointInfo {
+    entry_point_info().with_workgroup_size([WORKGROUP_X, NATIVE_ROWS, 1])
 }
 
 /// The forms this kernel comes in, preferred first: native kernels, then PTX.
@@ -70,14 +82,22 @@ pub fn source_for(info: &DeviceInfo) -> Result<ExecutableSource> {
 
 /// The cpu-sim executable: [`jacobi_workgroup`] as a native kernel.
 pub fn native_source() -> ExecutableSource {
-    ExecutableSource::Native(vec![NativeEntryPoint::new(entry_point_info(), Arc::new(jacobi_workgroup))])
+    ExecutableSource::Native(vec![NativeEntryPoint::new(native_entry_point_info(), Arc::new(jacobi_workgroup))])
 }
 
-/// One workgroup of `jacobi_step` on cpu-sim: the cells `workgroup_id.x * 256 ..` of row
-/// `workgroup_id.y + 1` of the half (what the PTX's 256 threads of that block do). It copies the
-/// three rows it reads into local arrays with [`NativeBinding::load_f32s`] (one range check each,
-/// relaxed atomic loads, so racing workgroups are sound), computes, and stores the row segment with
-/// one [`NativeBinding::store_f32s`].
+thread_local! {
+    /// Per-thread scratch rows, reused by every workgroup the thread runs (no allocation and no
+    /// zeroing per workgroup).
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// One workgroup of `jacobi_step` on cpu-sim: columns `workgroup_id.x * size.x ..` of the
+/// `size.y` rows from `workgroup_id.y * size.y` of the half (what `size.y` rows of the PTX's blocks
+/// do). It copies the `size.y + 2` rows it reads into thread-local scratch with
+/// [`NativeBinding::load_f32s`] (one range check a row, relaxed atomic loads, so racing workgroups
+/// are sound), computes each row in a branch-free loop over its interior cells (which the compiler
+/// vectorizes; each cell is still [`stencil_point`]'s exact operations), and stores each row with one
+/// [`NativeBinding::store_f32s`].
 pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), String> {
     let ([src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
         return Err(format!(
@@ -86,53 +106,92 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
             inv.constants.len()
         ));
     };
-    let threads = inv.workgroup_size[0];
-    if threads > WORKGROUP_X {
-        return Err(format!("{ENTRY_POINT}: workgroup of {threads} threads, the kernel has {WORKGROUP_X}"));
+    let [threads, group_rows, _] = inv.workgroup_size;
+    if threads > WORKGROUP_X || group_rows == 0 || group_rows > NATIVE_ROWS {
+        return Err(format!(
+            "{ENTRY_POINT}: workgroup of {threads} x {group_rows} threads, the kernel has at most {WORKGROUP_X} x {NATIVE_ROWS}"
+        ));
     }
-    let local = inv.workgroup_id[1];
-    if local >= rows {
+    let first_row = inv.workgroup_id[1].saturating_mul(group_rows);
+    if first_row >= rows {
         return Ok(());
     }
-    let row = local as usize + 1;
-    let global_row = row_offset + local;
-    let w = width as usize;
+    let row_count = (rows - first_row).min(group_rows) as usize;
     let first_col = inv.workgroup_id[0].saturating_mul(threads);
     let end_col = first_col.saturating_add(threads).min(width);
     if first_col >= end_col {
         return Ok(());
     }
-    let (first, count) = (first_col as usize, (end_col - first_col) as usize);
-    let at = row * w + first;
-    // This row's cells with one neighbour either side where the grid has one: `mid[lead + i]` is
-    // column `first + i`.
+    let (w, first, count) = (width as usize, first_col as usize, (end_col - first_col) as usize);
+    // Each scratch row holds this segment with one neighbour either side where the grid has one:
+    // element `lead + i` is column `first + i`.
     let lead = usize::from(first > 0);
-    let trail = usize::from(end_col < width);
-    let mut mid = [0f32; WORKGROUP_X as usize + 2];
-    let mid = &mut mid[..lead + count + trail];
-    load_row(src, at - lead, mid)?;
-    let mut out = [0f32; WORKGROUP_X as usize];
-    let out = &mut out[..count];
-    if global_row == 0 || global_row + 1 == total_rows {
-        out.copy_from_slice(&mid[lead..lead + count]);
-    } else {
-        let (mut up, mut down) = ([0f32; WORKGROUP_X as usize], [0f32; WORKGROUP_X as usize]);
-        let (up, down) = (&mut up[..count], &mut down[..count]);
-        load_row(src, at - w, up)?;
-        load_row(src, at + w, down)?;
-        for (i, cell) in out.iter_mut().enumerate() {
-            let col = first_col + i as u32;
-            *cell = if col == 0 || col + 1 == width {
-                mid[lead + i]
+    let span = lead + count + usize::from(end_col < width);
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let loaded = (row_count + 2) * span;
+        if scratch.len() < loaded + count {
+            scratch.resize(loaded + count, 0.0);
+        }
+        let (rows_in, out) = scratch.split_at_mut(loaded);
+        let out = &mut out[..count];
+        // Buffer row `first_row + k` is grid row `row_offset + first_row + k - 1` (row 0 is the halo).
+        for (k, row) in rows_in.chunks_exact_mut(span).enumerate() {
+            load_row(src, (first_row as usize + k) * w + first - lead, row)?;
+        }
+        for r in 0..row_count {
+            let global_row = row_offset + first_row + r as u32;
+            let mid = &rows_in[(r + 1) * span..(r + 2) * span];
+            if global_row == 0 || global_row + 1 == total_rows {
+                out.copy_from_slice(&mid[lead..lead + count]);
             } else {
-                stencil_point(up[i], down[i], mid[lead + i - 1], mid[lead + i + 1])
-            };
+                let up = &rows_in[r * span + lead..r * span + lead + count];
+                let down = &rows_in[(r + 2) * span + lead..(r + 2) * span + lead + count];
+                step_row(up, &mid[lead..lead + count], mid, lead, down, out, first_col == 0, end_col == width);
+            }
+            let at = (first_row as usize + r + 1) * w + first;
+            if !dst.store_f32s(at, out) {
+                return Err(out_of_range(dst, at, count));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// One row segment: `out[i]` from `up[i]`, `down[i]` and the row's neighbours `row[lead + i ± 1]`;
+/// the grid's first and last columns (`left_edge`, `right_edge`) keep their value (`mid`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn step_row(
+    up: &[f32],
+    mid: &[f32],
+    row: &[f32],
+    lead: usize,
+    down: &[f32],
+    out: &mut [f32],
+    left_edge: bool,
+    right_edge: bool,
+) {
+    let count = out.len();
+    let lo = usize::from(left_edge);
+    let hi = if right_edge { count.saturating_sub(1) } else { count };
+    if lo < hi {
+        // `row[lead + i - 1]` and `row[lead + i + 1]` exist for every interior `i` (a neighbour
+        // column is loaded unless the segment touches the grid's edge, where `lo`/`hi` skip it).
+        let left = &row[lead + lo - 1..lead + hi - 1];
+        let right = &row[lead + lo + 1..lead + hi + 1];
+        for ((((cell, &u), &d), &l), &r) in
+            out[lo..hi].iter_mut().zip(&up[lo..hi]).zip(&down[lo..hi]).zip(left).zip(right)
+        {
+            *cell = stencil_point(u, d, l, r);
         }
     }
-    if !dst.store_f32s(at, out) {
-        return Err(out_of_range(dst, at, count));
+    if left_edge {
+        out[0] = mid[0];
     }
-    Ok(())
+    if right_edge && count > 0 {
+        out[count - 1] = mid[count - 1];
+    }
 }
 
 /// Loads `out.len()` elements of `binding` from element `at`.
@@ -292,7 +351,12 @@ mod tests {
         assert_eq!(stencil_point(1.0, 2.0, 3.0, 4.0), 2.5);
         assert!(is_border(0, 5, 10, 10) && is_border(9, 5, 10, 10) && is_border(5, 0, 10, 10));
         assert!(is_border(5, 9, 10, 10) && !is_border(5, 5, 10, 10));
-        assert_eq!(workgroups(512, 256), [2, 256, 1]);
-        assert_eq!(workgroups(257, 3), [2, 3, 1]);
+        let (gpu, native) = (entry_point_info().workgroup_size, native_entry_point_info().workgroup_size);
+        assert_eq!(workgroups(512, 256, gpu), [2, 256, 1]);
+        assert_eq!(workgroups(257, 3, gpu), [2, 3, 1]);
+        // Native workgroups take NATIVE_ROWS rows each; a partial last group still covers its rows.
+        assert_eq!(workgroups(512, 256, native), [2, 64, 1]);
+        assert_eq!(workgroups(257, 3, native), [2, 1, 1]);
+        assert_eq!(workgroups(257, 9, native), [2, 3, 1]);
     }
 }

@@ -114,6 +114,8 @@ pub struct Report {
     pub config: Config,
     /// "driver 'name'" of the device.
     pub device: String,
+    /// Threads per workgroup of the loaded form of the kernel.
+    pub workgroup_size: [u32; 3],
     /// Workgroups per dispatch of the first half.
     pub workgroups: [u32; 3],
     /// Max abs error of the device's grid against the CPU reference.
@@ -152,9 +154,11 @@ impl Report {
         let wg = self.workgroups;
         let _ = writeln!(
             out,
-            "  kernel:       {} ({}x1x1 threads), {}x{}x{} workgroups per half per step",
+            "  kernel:       {} ({}x{}x{} threads), {}x{}x{} workgroups per half per step",
             kernels::ENTRY_POINT,
-            kernels::WORKGROUP_X,
+            self.workgroup_size[0],
+            self.workgroup_size[1],
+            self.workgroup_size[2],
             wg[0],
             wg[1],
             wg[2]
@@ -265,6 +269,7 @@ pub fn run(
     let executable = kernels::source_for(device.info())
         .and_then(|source| device.load_executable(&source))
         .map_err(|e| e.context("loading the stencil kernel"))?;
+    let workgroup_size = executable.entry_point_info(executable.entry_point(kernels::ENTRY_POINT)?)?.workgroup_size;
     let grid = reference::initial_grid(n);
     let split = n / 2;
     let halves =
@@ -354,6 +359,7 @@ pub fn run(
             .ok_or_else(|| Error::internal(format!("queue {index}: readback signalled but holds no bytes")))?;
         result.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
     }
+
     let reference_started = Instant::now();
     let expected = reference::solve(n, config.steps);
     let reference_time = reference_started.elapsed();
@@ -361,7 +367,8 @@ pub fn run(
     Ok(Report {
         config: *config,
         device: format!("driver '{}' device '{}'", device.info().driver, device.info().name),
-        workgroups: kernels::workgroups(n, halves[0].rows),
+        workgroup_size,
+        workgroups: kernels::workgroups(n, halves[0].rows, workgroup_size),
         max_abs_error: reference::max_abs_error(&result, &expected),
         wall,
         reference_time,
@@ -409,12 +416,14 @@ fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, off
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
     ];
     let entry = executable.entry_point(kernels::ENTRY_POINT)?;
+    // The grid follows the loaded form's workgroup (one row on a GPU, several natively).
+    let workgroup_size = executable.entry_point_info(entry)?.workgroup_size;
     let record = |parity: usize| -> Result<CommandBuffer> {
         let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
         cb.dispatch(
             executable,
             entry,
-            kernels::workgroups(n, rows),
+            kernels::workgroups(n, rows, workgroup_size),
             &[n, rows, offset, n],
             &[BufferBinding::whole(&buffers[parity]), BufferBinding::whole(&buffers[1 - parity])],
         )?;
@@ -472,7 +481,7 @@ mod tests {
 
     #[test]
     fn small_grids_match_the_reference_exactly() {
-        for (size, steps) in [(4, 3), (17, 9), (64, 20), (300, 5)] {
+        for (size, steps) in [(4, 3), (17, 9), (64, 20), (300, 5), (513, 3)] {
             let report = run_on_cpu_sim(Config { size, steps, window: 4 });
             assert_eq!(report.max_abs_error, 0.0, "size {size} steps {steps}");
             assert!(report.passed());
