@@ -53,15 +53,6 @@ pub(crate) fn every_memory_type_and_usage(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
-/// A zero-byte allocation is `InvalidArgument`, for every memory type.
-pub(crate) fn zero_size_invalid_argument(cx: &Cx) -> CaseResult {
-    for &memory_type in &cx.device().info().memory_types {
-        let params = BufferParams::new(memory_type, BufferUsage::DEFAULT);
-        expect_code(cx.device().allocate_buffer(params, 0), StatusCode::InvalidArgument, "allocation of 0 bytes")?;
-    }
-    Ok(())
-}
-
 /// An allocation above the largest the device reports is `ResourceExhausted`, and the device goes on.
 pub(crate) fn over_max_resource_exhausted(cx: &Cx) -> CaseResult {
     let max = cx.device().info().max_allocation_size;

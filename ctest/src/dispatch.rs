@@ -123,18 +123,6 @@ pub(crate) fn wrong_constant_count_refused(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
-/// A workgroup count with a zero is `InvalidArgument`.
-pub(crate) fn zero_workgroups_refused(cx: &Cx) -> CaseResult {
-    let fill = cx.load(Kernel::FillU32)?;
-    let b = cx.host_buffer(256)?;
-    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    for grid in [[0, 1, 1], [1, 0, 1], [1, 1, 0]] {
-        let result = cb.dispatch(&fill, 0, grid, &[1], &[BufferBinding::whole(&b)]);
-        expect_code(result, StatusCode::InvalidArgument, &format!("grid {grid:?}"))?;
-    }
-    Ok(())
-}
-
 /// Finding 9 (unbounded work): a workgroup count beyond the device's per-axis limit
 /// (`DeviceInfo::max_workgroup_count`) is `OutOfRange` at record time, naming the axis, the count and
 /// the limit, and nothing is recorded; a count at the limit is recorded.

@@ -39,6 +39,7 @@ mod semaphore;
 mod submission;
 mod subspans;
 mod transfers;
+mod zero_sizes;
 
 pub use check::{CaseError, CaseResult, Context as _};
 pub use context::{Cx, LONG, SHORT, sv};
@@ -73,7 +74,6 @@ macro_rules! __cts_case_list {
             }
             allocator {
                 every_memory_type_and_usage,
-                zero_size_invalid_argument,
                 over_max_resource_exhausted,
                 huge_resource_exhausted,
                 empty_params_invalid_argument,
@@ -143,7 +143,6 @@ macro_rules! __cts_case_list {
                 bindings_share_a_buffer,
                 wrong_binding_count_refused,
                 wrong_constant_count_refused,
-                zero_workgroups_refused,
                 unbounded_work_grid_beyond_limit_refused,
                 entry_point_ordinal_out_of_range,
                 binding_out_of_range_refused,
@@ -334,6 +333,13 @@ macro_rules! __cts_case_list {
                 subspan_keeps_its_parent_alive,
                 overlapping_subspan_copies_refused,
                 subspan_of_a_transient_buffer,
+            }
+            zero_sizes {
+                zero_byte_buffers_allocate_map_read_and_bind,
+                zero_byte_alloca_and_dealloca,
+                zero_workgroup_dispatch_signals,
+                zero_workgroup_dispatch_held_then_released,
+                zero_workgroup_dispatch_among_other_commands,
             }
             misuse {
                 finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,

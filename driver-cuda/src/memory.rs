@@ -90,7 +90,9 @@ impl CudaMemory {
     /// `size` zeroed bytes of device memory, counted in `counter`.
     pub fn device(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
         let bound = context.bind()?;
-        let bytes = to_usize(size)?;
+        // CUDA refuses 0-byte allocations; a 0-byte buffer gets one byte it never exposes, so it has
+        // an address like every other buffer.
+        let bytes = to_usize(size)?.max(1);
         let address =
             result::mem_alloc(&bound, bytes).map_err(|e| e.context(format!("device allocation of {size} bytes")))?;
         let memory = CudaMemory::with(context, counter, size, MemoryKind::Device, address, std::ptr::null_mut(), 0);
@@ -217,7 +219,8 @@ impl CudaMemory {
             self.address.store(self.pinned_address, Ordering::Release);
             self.host.store(self.pinned, Ordering::Release);
         } else {
-            let address = result::mem_alloc_from_pool_async(bound, to_usize(self.size)?, pool, stream.raw())
+            // One byte for a 0-byte buffer, as in `device`.
+            let address = result::mem_alloc_from_pool_async(bound, to_usize(self.size)?.max(1), pool, stream.raw())
                 .map_err(|e| e.context(format!("queue_alloca of {} bytes", self.size)))?;
             self.address.store(address, Ordering::Release);
             self.count(self.size);
@@ -259,7 +262,8 @@ fn to_usize(size: u64) -> Result<usize> {
 /// Pinned, mapped, zeroed host memory and its device pointer.
 fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdeviceptr)> {
     let bound = context.bind()?;
-    let bytes = to_usize(size)?;
+    // One byte for a 0-byte buffer, as in `device`.
+    let bytes = to_usize(size)?.max(1);
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
     let raw = result::mem_host_alloc(&bound, bytes, flags)
         .map_err(|e| e.context(format!("host-visible allocation of {size} bytes")))?;

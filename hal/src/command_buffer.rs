@@ -267,6 +267,14 @@ impl CommandBuffer {
         }
     }
 
+    /// What recording a no-op checks: that recording is still open.
+    fn record_nothing(&self) -> Result<()> {
+        match &*lock(&self.shared.state) {
+            State::Recording(_) => Ok(()),
+            State::Ended { .. } => Err(Error::failed_precondition(format!("{}: recording after end()", self))),
+        }
+    }
+
     /// Records a fill of `length` bytes at `offset` with `pattern` (1, 2 or 4 bytes, little-endian in
     /// the low bytes of the `u32`). Offset and length must be multiples of the pattern length.
     pub fn fill(&self, target: &Buffer, offset: u64, length: u64, pattern: u32, pattern_len: u8) -> Result<()> {
@@ -298,9 +306,9 @@ impl CommandBuffer {
     }
 
     /// Records a dispatch of entry point `entry_point` over `workgroups`, with `constants` and
-    /// `bindings` matching the entry point's declared ABI. A workgroup count of zero on an axis is
-    /// `InvalidArgument`; one beyond the device's `DeviceInfo::max_workgroup_count` on an axis is
-    /// `OutOfRange`.
+    /// `bindings` matching the entry point's declared ABI. A workgroup count of zero on an axis is a
+    /// no-op (still validated; the command buffer's waits and signals hold as ever, as in IREE); one
+    /// beyond the device's `DeviceInfo::max_workgroup_count` on an axis is `OutOfRange`.
     pub fn dispatch(
         &self,
         executable: &Executable,
@@ -330,9 +338,6 @@ impl CommandBuffer {
                 info.constant_count
             )));
         }
-        if workgroups.contains(&0) {
-            return Err(Error::invalid_argument(format!("{}: workgroup count {workgroups:?} has a zero", who())));
-        }
         let limits = self.shared.max_workgroup_count;
         for (axis, (&count, &limit)) in ["x", "y", "z"].iter().zip(workgroups.iter().zip(&limits)) {
             if count > limit {
@@ -352,6 +357,11 @@ impl CommandBuffer {
                 .buffer
                 .check_range(binding.offset, binding.length)
                 .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+        }
+        if workgroups.contains(&0) {
+            // Checked like any dispatch, then left out: there is nothing to run, and drivers (CUDA
+            // refuses an empty grid) never see it.
+            return self.record_nothing();
         }
         self.record(Command::Dispatch {
             executable: executable.clone(),

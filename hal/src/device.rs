@@ -236,10 +236,8 @@ impl Device {
 
     /// Checks params and size against what the device offers.
     pub(crate) fn check_allocation(&self, params: BufferParams, size: u64) -> Result<()> {
+        // A 0-byte buffer is legal, as in IREE (empty tensors): it binds, maps and reads as empty.
         params.validate()?;
-        if size == 0 {
-            return Err(Error::invalid_argument(format!("{}: allocation of 0 bytes", self.id())));
-        }
         let info = self.info();
         if size > info.max_allocation_size {
             return Err(Error::resource_exhausted(format!(
