@@ -32,6 +32,7 @@ mod dispatch;
 mod executable;
 mod failure;
 mod host_io;
+mod imported_memory;
 mod misuse;
 mod queue_ops;
 mod resources;
@@ -333,6 +334,11 @@ macro_rules! __cts_case_list {
                 subspan_keeps_its_parent_alive,
                 overlapping_subspan_copies_refused,
                 subspan_of_a_transient_buffer,
+            }
+            imported_memory {
+                imported_memory_is_used_in_place,
+                imported_memory_released_once_after_its_last_use,
+                imported_memory_refusals_release_at_once,
             }
             zero_sizes {
                 zero_byte_buffers_allocate_map_read_and_bind,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, ResourceUsage,
     Result, Semaphore, SemaphoreValue,
@@ -116,6 +116,11 @@ impl DeviceBackend for CpuDevice {
 
     fn allocate_transient(&self, _params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
         Ok(Arc::new(HostMemory::transient(size, &self.budget)))
+    }
+
+    fn import_host_memory(&self, _params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        // cpu-sim's memory is host memory: the embedder's is used as it is.
+        Ok(Arc::new(HostMemory::import(memory, &self.budget)))
     }
 
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {

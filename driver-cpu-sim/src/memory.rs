@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hal::driver::BufferBackend;
 use hal::driver::BufferExt;
 use hal::driver::HostView;
+use hal::driver::{ImportedHostMemory, ReleaseOnce};
 use hal::{Buffer, Error, Result};
 
 /// Alignment of every allocation's first byte (a cache line, and enough for any vector load).
@@ -123,12 +124,21 @@ impl Drop for Reservation {
     }
 }
 
-/// One zeroed, aligned block from the system allocator, freed on drop.
+/// One block of buffer memory: zeroed and aligned from the system allocator, or lent by the
+/// embedder; given back on drop.
 #[derive(Debug)]
 struct Allocation {
     ptr: NonNull<u8>,
-    layout: Layout,
-    _reservation: Reservation,
+    owner: Owner,
+}
+
+/// Who the block goes back to.
+#[derive(Debug)]
+enum Owner {
+    /// The system allocator, with this layout; counted in the budget meanwhile.
+    System { layout: Layout, _reservation: Reservation },
+    /// The embedder (`Device::import_host_memory`): its release runs when the block drops.
+    Embedder(ReleaseOnce),
 }
 
 // SAFETY: the block is owned by this value alone and freed only in `Drop`; the pointer is plain data.
@@ -147,14 +157,18 @@ impl Allocation {
         // SAFETY: `layout` has a nonzero size (at least 1 byte, see above).
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or_else(|| exhausted("failed: the system allocator is out of memory"))?;
-        Ok(Allocation { ptr, layout, _reservation: reservation })
+        Ok(Allocation { ptr, owner: Owner::System { layout, _reservation: reservation } })
     }
 }
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed` with exactly `layout` and is freed only here, once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        match &self.owner {
+            // SAFETY: `ptr` came from `alloc_zeroed` with exactly `layout` and is freed only here, once.
+            Owner::System { layout, .. } => unsafe { std::alloc::dealloc(self.ptr.as_ptr(), *layout) },
+            // Nothing uses the memory any more: hand it back.
+            Owner::Embedder(release) => release.release(),
+        }
     }
 }
 
@@ -194,6 +208,20 @@ impl HostMemory {
             ptr: AtomicPtr::new(allocation.ptr.as_ptr()),
             state: Mutex::new(State::Committed(Arc::new(allocation))),
         })
+    }
+
+    /// The embedder's memory, lent until its release (which runs when the last view and buffer of
+    /// it are gone). Not counted against the budget: the embedder allocated it.
+    pub fn import(memory: ImportedHostMemory, budget: &Arc<MemoryBudget>) -> Self {
+        let (ptr, size) = (memory.ptr(), memory.length());
+        let allocation = Allocation { ptr, owner: Owner::Embedder(memory.into_release()) };
+        HostMemory {
+            size,
+            transient: false,
+            budget: budget.clone(),
+            ptr: AtomicPtr::new(ptr.as_ptr()),
+            state: Mutex::new(State::Committed(Arc::new(allocation))),
+        }
     }
 
     /// A transient buffer of `size` bytes with no memory yet; [`commit`](Self::commit) allocates

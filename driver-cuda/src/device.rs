@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
     PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
@@ -293,6 +293,10 @@ impl DeviceBackend for CudaDevice {
     fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
         let host_visible = params.memory_type.contains(MemoryType::HOST_VISIBLE);
         Ok(Arc::new(CudaMemory::transient(&self.context, &self.memory, size, host_visible)?))
+    }
+
+    fn import_host_memory(&self, _params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(CudaMemory::import(&self.context, &self.memory, memory)?))
     }
 
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {

@@ -24,6 +24,8 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceGet",
     "cuDeviceGetName",
     "cuDeviceGetUuid_v2",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
     "cuDeviceGetAttribute",
     "cuDeviceTotalMem_v2",
     "cuDevicePrimaryCtxRetain",

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
 use hal::driver::BufferBackend;
 use hal::driver::BufferExt;
-use hal::driver::HostView;
+use hal::driver::{HostView, ImportedHostMemory, ReleaseOnce};
 use hal::{Buffer, Error, Result};
 
 use crate::context::{Bound, Context};
@@ -40,6 +40,8 @@ pub enum MemoryKind {
     TransientDevice,
     /// `queue_alloca` of a host-visible type: pinned at creation, published in queue order.
     TransientHost,
+    /// The embedder's host memory (`Device::import_host_memory`), registered and device-mapped.
+    Imported,
 }
 
 /// Where a transient buffer is in its life.
@@ -73,8 +75,11 @@ pub struct CudaMemory {
     address: AtomicU64,
     /// The published host address (null: none now, or device memory).
     host: AtomicPtr<u8>,
-    /// Pinned memory behind host kinds (null for device kinds), freed on drop.
+    /// Pinned memory behind host kinds (null for device kinds), freed on drop (imported memory:
+    /// unregistered, then handed back through `release`).
     pinned: *mut u8,
+    /// The embedder's release of imported memory, run after it is unregistered.
+    release: Option<ReleaseOnce>,
     /// Its device pointer.
     pinned_address: CUdeviceptr,
     state: Mutex<State>,
@@ -112,6 +117,30 @@ impl CudaMemory {
         let memory = CudaMemory::with(context, counter, size, MemoryKind::Host, address, pinned, address);
         memory.count(size);
         Ok(memory)
+    }
+
+    /// The embedder's host memory, registered with the device (page-locked and device-mapped) until
+    /// the buffer drops, then unregistered and released. Not counted: the embedder allocated it.
+    pub fn import(context: &Arc<Context>, counter: &Arc<MemoryCounter>, memory: ImportedHostMemory) -> Result<Self> {
+        let bound = context.bind()?;
+        let (host, size) = (memory.ptr().as_ptr(), memory.length());
+        let bytes = to_usize(size)?;
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: the embedder lends `bytes` bytes at `host` until the release runs, which is after
+        // the unregister (in `Drop`, or just below on failure).
+        unsafe { result::mem_host_register(&bound, host.cast(), bytes, flags) }
+            .map_err(|e| e.context(format!("import of {size} host bytes at {host:p}")))?;
+        let address = match result::mem_host_get_device_pointer(&bound, host.cast()) {
+            Ok(address) => address,
+            Err(e) => {
+                // SAFETY: registered just above, not used by the device since.
+                let _ = unsafe { result::mem_host_unregister(&bound, host.cast()) };
+                return Err(e.context(format!("import of {size} host bytes at {host:p}")));
+            }
+        };
+        let mut imported = CudaMemory::with(context, counter, size, MemoryKind::Imported, address, host, address);
+        imported.release = Some(memory.into_release());
+        Ok(imported)
     }
 
     /// A transient buffer of `size` bytes; `host_visible` selects pinned host memory. Counted in
@@ -165,6 +194,7 @@ impl CudaMemory {
             host: AtomicPtr::new(published_host),
             pinned,
             pinned_address,
+            release: None,
             state: Mutex::new(State::Committed),
         }
     }
@@ -188,7 +218,7 @@ impl CudaMemory {
 
     /// Whether it is host memory (pinned).
     pub fn is_host(&self) -> bool {
-        matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost)
+        matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost | MemoryKind::Imported)
     }
 
     /// Size in bytes.
@@ -208,7 +238,7 @@ impl CudaMemory {
     pub(crate) fn commit_async(&self, bound: &Bound<'_>, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host) => {
+            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported) => {
                 return Err(self.refuse("alloca", "of a buffer that is not transient"));
             }
             (State::Committed, _) => return Err(self.refuse("alloca", "a second time (the alloca already ran)")),
@@ -233,7 +263,7 @@ impl CudaMemory {
     pub fn release_async(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host) => {
+            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported) => {
                 return Err(self.refuse("dealloca", "of a buffer that is not transient"));
             }
             (State::Uncommitted, _) => return Err(self.refuse("dealloca", "before its alloca")),
@@ -281,8 +311,9 @@ fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdevicep
     Ok((raw.cast(), address))
 }
 
-// SAFETY: `size` is fixed at creation. `host` is null or `pinned`, which holds `size` bytes zeroed by
-// `alloc_pinned` and is freed only in `Drop`: a transient buffer's dealloca unpublishes it without
+// SAFETY: `size` is fixed at creation. `host` is null or `pinned`, which holds `size` bytes (zeroed by
+// `alloc_pinned`, or the embedder's imported memory, lent until its release runs after `Drop`) and is
+// freed only in `Drop`: a transient buffer's dealloca unpublishes it without
 // freeing it. So a borrowed view, which cannot outlive `self`, always addresses live memory.
 unsafe impl BufferBackend for CudaMemory {
     fn size(&self) -> u64 {
@@ -323,6 +354,8 @@ impl Drop for CudaMemory {
                 unsafe { result::mem_free_async(&bound, address, std::ptr::null_mut()) }
             }
             MemoryKind::TransientDevice => Ok(()),
+            // SAFETY: registered by `import`, unregistered once here; no queue work holds the buffer.
+            MemoryKind::Imported => unsafe { result::mem_host_unregister(&bound, self.pinned.cast()) },
         };
         if let Err(e) = freed {
             tracing::debug!(%e, size = self.size, "freeing buffer memory failed");

@@ -379,6 +379,26 @@ pub(crate) fn mem_host_get_device_pointer(_bound: &Bound<'_>, host: *mut c_void)
     Ok(address)
 }
 
+/// `cuMemHostRegister` of `bytes` at `host` with `flags` (page-locks and, with `DEVICEMAP`, maps
+/// memory the caller owns).
+///
+/// # Safety
+/// `host` is valid for `bytes` bytes until the matching [`mem_host_unregister`].
+pub(crate) unsafe fn mem_host_register(_bound: &Bound<'_>, host: *mut c_void, bytes: usize, flags: u32) -> Result<()> {
+    // SAFETY: the context is current; the range is the caller's (see the contract).
+    check(unsafe { sys::cuMemHostRegister_v2(host, bytes, flags) }, "cuMemHostRegister")
+}
+
+/// `cuMemHostUnregister`.
+///
+/// # Safety
+/// `host` was registered with [`mem_host_register`] and is unregistered once, after its last use by
+/// the device.
+pub(crate) unsafe fn mem_host_unregister(_bound: &Bound<'_>, host: *mut c_void) -> Result<()> {
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuMemHostUnregister(host) }, "cuMemHostUnregister")
+}
+
 /// `cuMemFreeHost`.
 ///
 /// # Safety

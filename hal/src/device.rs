@@ -1,11 +1,12 @@
 //! Devices: what a driver created, with its properties, queues, allocator and object factories.
 
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::buffer::{Buffer, BufferParams, MemoryType};
 use crate::command_buffer::{CommandBuffer, CommandBufferMode};
-use crate::driver::DeviceBackend;
+use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
 use crate::error::{Error, Result};
 use crate::executable::{Executable, ExecutableSource};
 use crate::executable_kind::ExecutableKind;
@@ -231,6 +232,79 @@ impl Device {
     pub fn allocate_buffer(&self, params: BufferParams, size: u64) -> Result<Buffer> {
         self.check_allocation(params, size)?;
         let backend = self.shared.backend.allocate(params, size)?;
+        Ok(Buffer::wrap(self.id(), params, backend))
+    }
+
+    /// Lends the device `length` bytes of host memory the embedder owns, at `ptr`, as a buffer
+    /// (CUDA: registered, device-mapped host memory): kernels and transfers use it in place.
+    /// `release` runs exactly once, when the HAL no longer uses the memory: after the last handle of
+    /// the buffer (and of its subspans) is dropped and every queue operation using it has retired,
+    /// or before this returns an error. `params.memory_type` must be host-visible and among the
+    /// device's memory types; an empty range is `InvalidArgument`.
+    ///
+    /// # Safety
+    /// Until `release` runs: `ptr` is valid for reads and writes of `length` bytes, the memory is
+    /// neither freed nor moved, and the embedder's own accesses to it that may race with queue work
+    /// are atomic or ordered by the semaphores that work signals (as for a [`crate::Mapping`]).
+    ///
+    /// ```
+    /// use std::ptr::NonNull;
+    /// use std::sync::mpsc;
+    /// use hal::{BufferParams, SemaphoreValue as SV, Timeout};
+    ///
+    /// /// The embedder's words while the HAL has them.
+    /// struct Lent(*mut [u32]);
+    /// // SAFETY: the words are lent whole; only the release touches the pointer again.
+    /// unsafe impl Send for Lent {}
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let words: Box<[u32]> = vec![1; 256].into_boxed_slice();
+    /// let (length, lent) = (std::mem::size_of_val(&*words) as u64, Lent(Box::into_raw(words)));
+    /// let ptr = NonNull::new(lent.0.cast::<u8>()).unwrap();
+    /// let (returned, back) = mpsc::channel();
+    /// let release = move || {
+    ///     let lent = lent;
+    ///     // SAFETY: the pointer came from `Box::into_raw` above and the HAL is done with it.
+    ///     let _ = returned.send(unsafe { Box::from_raw(lent.0) });
+    /// };
+    /// // SAFETY: the box stays allocated until `release` takes it back; nothing else touches it.
+    /// let buffer = unsafe { device.import_host_memory(ptr, length, BufferParams::host_visible(), release) }?;
+    /// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
+    /// queue.fill(&[], &buffer, 0, 512, 7, 4, &[SV::new(&done, 1)])?;
+    /// done.wait(1, Timeout::Infinite)?;
+    /// drop(buffer);
+    /// let words = back.recv().unwrap(); // the release ran: the memory is the embedder's again
+    /// assert_eq!((words[0], words[127], words[128]), (7, 7, 1));
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub unsafe fn import_host_memory(
+        &self,
+        ptr: NonNull<u8>,
+        length: u64,
+        params: BufferParams,
+        release: impl FnOnce() + Send + 'static,
+    ) -> Result<Buffer> {
+        let release = ReleaseOnce::new(release);
+        let refuse = |message: String| {
+            Err(Error::invalid_argument(format!("{}: import of {length} bytes at {ptr:p}: {message}", self.id())))
+        };
+        if length == 0 {
+            return refuse("an empty range".to_owned());
+        }
+        if !params.memory_type.contains(MemoryType::HOST_VISIBLE) {
+            return refuse(format!("memory type {:?} is not host-visible", params.memory_type));
+        }
+        self.check_allocation(params, length)?;
+        // SAFETY: the caller's contract is `ImportedHostMemory::new`'s.
+        let memory = unsafe { ImportedHostMemory::new(ptr, length, release) };
+        let backend = self.shared.backend.import_host_memory(params, memory)?;
+        if backend.size() != length {
+            return Err(Error::internal(format!(
+                "{}: an import of {length} bytes gave {} bytes",
+                self.id(),
+                backend.size()
+            )));
+        }
         Ok(Buffer::wrap(self.id(), params, backend))
     }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use crate::buffer::{Buffer, BufferParams, HostView};
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
+use crate::driver::ImportedHostMemory;
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
 use crate::queue::HostCallFlags;
@@ -44,6 +45,15 @@ pub trait DeviceBackend: Send + Sync {
     /// A buffer with no memory yet, for `queue_alloca`: the memory is committed when the alloca runs
     /// in queue order and released by the matching `queue_dealloca` (or when the last handle drops).
     fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>>;
+
+    /// A buffer over host memory the embedder lends (`params` were validated, `memory.length()` is
+    /// not 0). The backend keeps `memory`'s release until the memory is no longer used, and drops it
+    /// (running the release) on every error path. The default: `Unimplemented`, releasing at once.
+    fn import_host_memory(&self, params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        let _ = params;
+        drop(memory);
+        Err(crate::error::Error::unimplemented(format!("{}: cannot import host memory", self.info().driver)))
+    }
 
     /// A semaphore this device can signal and wait on from its queues.
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore>;

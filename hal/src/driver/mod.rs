@@ -37,6 +37,7 @@
 
 mod backend;
 mod handles;
+mod imported;
 pub mod scheduler;
 pub mod shared_memory;
 pub mod stream_model;
@@ -56,3 +57,4 @@ pub use backend::{
     BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
 };
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};
+pub use imported::{ImportedHostMemory, ReleaseOnce};
