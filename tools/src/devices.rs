@@ -31,7 +31,7 @@ pub fn render(registry: &Registry) -> String {
 fn render_device(out: &mut String, driver: &str, info: &DeviceInfo) {
     let _ = writeln!(out, "  device {}: {}", info.ordinal, info.name);
     let _ = writeln!(out, "    select with:           --device {driver}:{}", info.ordinal);
-    let _ = writeln!(out, "    stable id:             {} (Registry::create_device_at)", info.stable_id);
+    let _ = writeln!(out, "    stable id:             {} (also --device {})", info.stable_id, info.stable_id);
     let _ = writeln!(out, "    queues:                {}", info.queue_count);
     let types: Vec<String> = info.memory_types.iter().map(|t| memory_type_name(*t)).collect();
     let _ = writeln!(out, "    memory types:          {}", types.join("; "));

@@ -87,8 +87,8 @@ pub fn open_device(name: &str) -> hal::Result<hal::Device> {
 /// Opens the device `spec` names from `registry`. An error names the device, says why, and lists
 /// the devices there are (as `--device` spells them) and the drivers this build leaves out.
 pub fn open(registry: &Registry, spec: &DeviceSpec) -> Result<hal::Device, String> {
-    registry.create_device(&spec.driver, spec.ordinal).map_err(|e| {
-        let reason = match drivers_not_built_in().iter().find(|(name, _)| *name == spec.driver) {
+    registry.create_device_at(spec.path()).map_err(|e| {
+        let reason = match drivers_not_built_in().iter().find(|(name, _)| *name == spec.driver()) {
             Some((name, why)) => format!("driver '{name}' is {why}"),
             None => e.to_string(),
         };

@@ -58,9 +58,9 @@ enum Command {
 /// `--device`, shared by the commands that run on one.
 #[derive(Debug, Args)]
 struct DeviceArg {
-    /// The device, as `hal devices` spells it: DRIVER[:ORDINAL], e.g. cpu-sim or cuda:1 (ordinal 0
-    /// when left out)
-    #[arg(long, visible_alias = "driver", value_name = "DRIVER[:ORDINAL]", default_value = "cpu-sim:0")]
+    /// The device, as `hal devices` spells it: DRIVER[:ORDINAL] (ordinal 0 when left out) or its
+    /// stable id, e.g. cpu-sim, cuda:1 or GPU-8c3f...
+    #[arg(long, visible_alias = "driver", value_name = "DRIVER[:ORDINAL]|ID", default_value = "cpu-sim:0")]
     device: DeviceSpec,
 }
 
@@ -275,13 +275,14 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
         emit(&tools::cts::case_ids().iter().map(|id| format!("{id}\n")).collect::<String>())?;
         return Ok(ExitCode::SUCCESS);
     }
-    if spec.ordinal != 0 {
+    let (driver, ordinal) = tools::registry().locate(spec.path()).map_err(|e| format!("device '{spec}': {e}"))?;
+    if ordinal != 0 {
         return Err(Failure::Error(format!(
             "the conformance suite runs on device 0 of a driver (its fixture opens the devices it needs), \
              not on '{spec}'"
         )));
     }
-    let driver = spec.driver.as_str();
+    let driver = driver.as_str();
     if let Some(id) = &args.child {
         tools::cts::run_child(driver, id)?;
         return Ok(ExitCode::SUCCESS);
@@ -362,7 +363,7 @@ mod tests {
         };
         assert_eq!((run.size, run.steps, run.window), (64, 10, Config::default().window));
         assert_eq!(run.trace, Some(PathBuf::from("t.json")));
-        assert_eq!(run.device.device, DeviceSpec { driver: "cuda".into(), ordinal: 1 });
+        assert_eq!(run.device.device, "cuda:1".parse().unwrap());
         // `--driver` stays as an alias (scripts use it).
         let Command::Bench(bench) = parse("bench --quick --driver cuda --json b.json").unwrap() else { panic!() };
         assert!(bench.options.quick && bench.options.json == Some(PathBuf::from("b.json")));
@@ -382,7 +383,7 @@ mod tests {
         assert!(error("run --size 2").contains("2 is out of range: it must be between 4 and 16384"));
         assert!(error("run --steps 10000001").contains("10000001 is out of range: it must be at most 10000000"));
         assert!(error("run --window 0").contains("0 is out of range: it must be at least 1"));
-        assert!(error("run --device cuda:x").contains("the ordinal 'x' is not a whole number"));
+        assert!(error("run --device :1").contains("':1' names no driver or device"));
         for repeated in ["run --driver a --driver=b", "run --device a --driver b", "bench --quick --quick"] {
             assert_eq!(parse(repeated).unwrap_err().kind(), Kind::ArgumentConflict, "{repeated}");
         }

@@ -269,6 +269,7 @@ pub fn run(
     let executable = kernels::source_for(device.info())
         .and_then(|source| device.load_executable(&source))
         .map_err(|e| e.context("loading the stencil kernel"))?;
+    executable.set_label("jacobi stencil")?;
     let workgroup_size = executable.entry_point_info(executable.entry_point(kernels::ENTRY_POINT)?)?.workgroup_size;
     let grid = reference::initial_grid(n);
     let split = n / 2;
@@ -415,11 +416,16 @@ fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, off
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
     ];
+    // Labels name the half's objects in errors, `Device::report` and the trace.
+    for (parity, buffer) in buffers.iter().enumerate() {
+        buffer.set_label(format!("half {queue} grid {parity}"))?;
+    }
     let entry = executable.entry_point(kernels::ENTRY_POINT)?;
     // The grid follows the loaded form's workgroup (one row on a GPU, several natively).
     let workgroup_size = executable.entry_point_info(entry)?.workgroup_size;
     let record = |parity: usize| -> Result<CommandBuffer> {
         let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
+        cb.set_label(format!("half {queue} step from grid {parity}"))?;
         cb.dispatch(
             executable,
             entry,
@@ -431,7 +437,9 @@ fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, off
         Ok(cb)
     };
     let steps = [record(0)?, record(1)?];
-    Ok(Half { queue: device.queue(queue)?, offset, rows, buffers, steps, timeline: device.create_semaphore(0)? })
+    let timeline = device.create_semaphore(0)?;
+    timeline.set_label(format!("queue {queue} timeline"))?;
+    Ok(Half { queue: device.queue(queue)?, offset, rows, buffers, steps, timeline })
 }
 
 /// Steps both halves have completed.
