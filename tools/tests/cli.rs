@@ -35,10 +35,21 @@ fn device_is_chosen_by_driver_and_ordinal_as_devices_spells_it() {
         assert!(stderr.contains(needle), "missing '{needle}' in: {stderr}");
     }
 
-    // A spelling that is not a device: a usage error.
-    let out = hal(&["run", "--device", "cuda:first"]);
+    // By its stable id, as `hal devices` lists it; an id no device has is named, with the ones there are.
+    let out = hal(&["run", "--device", "cpu-sim-0", "--size", "16", "--steps", "2"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = hal(&["run", "--device", "cpu-sim:no-such-id"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("no device has the id 'no-such-id'") && stderr.contains("cpu-sim:0 = cpu-sim-0"),
+        "{stderr}"
+    );
+
+    // A spelling that is not a device path: a usage error.
+    let out = hal(&["run", "--device", ":1"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("the ordinal 'first' is not a whole number"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("':1' names no driver or device"), "{}", text(&out.stderr));
 }
 
 #[test]
