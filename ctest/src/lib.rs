@@ -25,6 +25,7 @@ pub mod kernels;
 pub mod runner;
 
 mod allocator;
+mod binding_tables;
 mod buffer_mapping;
 mod command_buffer;
 mod device;
@@ -339,6 +340,12 @@ macro_rules! __cts_case_list {
                 imported_memory_is_used_in_place,
                 imported_memory_released_once_after_its_last_use,
                 imported_memory_refusals_release_at_once,
+            }
+            binding_tables {
+                table_entries_reach_dispatches_and_transfers,
+                overlapping_executes_with_different_tables,
+                bad_tables_refused_at_the_call,
+                fixed_buffers_and_slots_mix,
             }
             zero_sizes {
                 zero_byte_buffers_allocate_map_read_and_bind,

@@ -6,6 +6,7 @@ use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
+use crate::binding_table::{BindingRef, BufferRef, Recorded, Template, resolve, slots_needed};
 use crate::buffer::{Buffer, BufferUsage};
 use crate::device::DeviceId;
 use crate::driver::{DeviceBackend, PreparedCommands};
@@ -197,8 +198,15 @@ struct Shared {
 }
 
 enum State {
-    Recording(Vec<Command>),
-    Ended { commands: Arc<[Command]>, prepared: Arc<dyn PreparedCommands>, executions: u64 },
+    Recording(Vec<Recorded>),
+    /// Ended. A buffer that names binding slots keeps its `template` (and has no commands or
+    /// prepared form of its own): each execute resolves it against its table.
+    Ended {
+        commands: Arc<[Command]>,
+        prepared: Option<Arc<dyn PreparedCommands>>,
+        template: Option<(Arc<[Recorded]>, u32)>,
+        executions: u64,
+    },
 }
 
 static NEXT_COMMAND_BUFFER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -253,11 +261,39 @@ impl CommandBuffer {
     }
 
     fn record(&self, command: Command) -> Result<()> {
+        self.check_devices(&command)?;
+        self.record_recorded(Recorded::Ready(command))
+    }
+
+    /// Refuses a command naming another device's buffers.
+    fn check_devices(&self, command: &Command) -> Result<()> {
         for buffer in command.buffers() {
             if buffer.device() != self.shared.device {
                 return Err(Error::invalid_argument(format!("{}: {} belongs to another device", self, buffer)));
             }
         }
+        Ok(())
+    }
+
+    /// Records a command that names binding slots: `resolve` makes it concrete for a table (and
+    /// checks it), once per execute.
+    fn record_template(
+        &self,
+        slots: u32,
+        resolve: impl Fn(&[BufferBinding]) -> Result<Command> + Send + Sync + 'static,
+    ) -> Result<()> {
+        let device = self.shared.device;
+        let template: Template = Arc::new(move |table| {
+            let command = resolve(table)?;
+            if let Some(other) = command.buffers().into_iter().find(|b| b.device() != device) {
+                return Err(Error::invalid_argument(format!("binding table: {other} belongs to another device")));
+            }
+            Ok(command)
+        });
+        self.record_recorded(Recorded::Template { template, slots })
+    }
+
+    fn record_recorded(&self, command: Recorded) -> Result<()> {
         match &mut *lock(&self.shared.state) {
             State::Recording(commands) => {
                 commands.push(command);
@@ -277,38 +313,79 @@ impl CommandBuffer {
 
     /// Records a fill of `length` bytes at `offset` with `pattern` (1, 2 or 4 bytes, little-endian in
     /// the low bytes of the `u32`). Offset and length must be multiples of the pattern length.
-    pub fn fill(&self, target: &Buffer, offset: u64, length: u64, pattern: u32, pattern_len: u8) -> Result<()> {
-        let command = Command::Fill { target: target.clone(), offset, length, pattern, pattern_len };
-        command.validate_transfer()?;
-        self.record(command)
+    /// `target` is a buffer or a binding-table slot ([`BufferRef`]).
+    pub fn fill(
+        &self,
+        target: impl Into<BufferRef>,
+        offset: u64,
+        length: u64,
+        pattern: u32,
+        pattern_len: u8,
+    ) -> Result<()> {
+        let fill = move |target: Buffer, offset| Command::Fill { target, offset, length, pattern, pattern_len };
+        match target.into() {
+            BufferRef::Buffer(target) => {
+                let command = fill(target, offset);
+                command.validate_transfer()?;
+                self.record(command)
+            }
+            slot => self.record_template(slots_needed([&slot]), move |table| {
+                let (target, at) = resolve(&slot, offset, length, table)?;
+                let command = fill(target, at);
+                command.validate_transfer()?;
+                Ok(command)
+            }),
+        }
     }
 
-    /// Records an update: `data` is copied now and written to `target` at `offset` when executed.
-    pub fn update(&self, target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
-        let command = Command::Update { target: target.clone(), offset, data: Arc::from(data) };
-        command.validate_transfer()?;
-        self.record(command)
+    /// Records an update: `data` is copied now and written to `target` (a buffer or a slot) at
+    /// `offset` when executed.
+    pub fn update(&self, target: impl Into<BufferRef>, offset: u64, data: &[u8]) -> Result<()> {
+        let data: Arc<[u8]> = Arc::from(data);
+        match target.into() {
+            BufferRef::Buffer(target) => {
+                let command = Command::Update { target, offset, data };
+                command.validate_transfer()?;
+                self.record(command)
+            }
+            slot => self.record_template(slots_needed([&slot]), move |table| {
+                let (target, at) = resolve(&slot, offset, data.len() as u64, table)?;
+                let command = Command::Update { target, offset: at, data: data.clone() };
+                command.validate_transfer()?;
+                Ok(command)
+            }),
+        }
     }
 
-    /// Records a copy of `length` bytes.
+    /// Records a copy of `length` bytes; `source` and `target` are buffers or slots.
     pub fn copy(
         &self,
-        source: &Buffer,
+        source: impl Into<BufferRef>,
         source_offset: u64,
-        target: &Buffer,
+        target: impl Into<BufferRef>,
         target_offset: u64,
         length: u64,
     ) -> Result<()> {
-        let command =
-            Command::Copy { source: source.clone(), source_offset, target: target.clone(), target_offset, length };
-        command.validate_transfer()?;
-        self.record(command)
+        match (source.into(), target.into()) {
+            (BufferRef::Buffer(source), BufferRef::Buffer(target)) => {
+                let command = Command::Copy { source, source_offset, target, target_offset, length };
+                command.validate_transfer()?;
+                self.record(command)
+            }
+            (source, target) => self.record_template(slots_needed([&source, &target]), move |table| {
+                let (source, source_offset) = resolve(&source, source_offset, length, table)?;
+                let (target, target_offset) = resolve(&target, target_offset, length, table)?;
+                let command = Command::Copy { source, source_offset, target, target_offset, length };
+                command.validate_transfer()?;
+                Ok(command)
+            }),
+        }
     }
 
     /// Records a dispatch of entry point `entry_point` over `workgroups`, with `constants` and
     /// `bindings` matching the entry point's declared ABI. A workgroup count of zero on an axis is a
     /// no-op (still validated; the command buffer's waits and signals hold as ever, as in IREE); one
-    /// beyond the device's `DeviceInfo::max_workgroup_count` on an axis is `OutOfRange`.
+    /// beyond the device's `DeviceInfo::max_workgroup_count` on an axis is `OutOfRange`. Bindings are
     pub fn dispatch(
         &self,
         executable: &Executable,
@@ -316,6 +393,31 @@ impl CommandBuffer {
         workgroups: [u32; 3],
         constants: &[u32],
         bindings: &[BufferBinding],
+    ) -> Result<()> {
+        let bindings = bindings.iter().map(BindingRef::from).collect();
+        self.dispatch_recorded(executable, entry_point, workgroups, constants, bindings)
+    }
+
+    /// [`dispatch`](Self::dispatch) with bindings that may name binding-table slots
+    /// ([`BindingRef::slot`]), resolved by each [`execute_with_bindings`](crate::Queue::execute_with_bindings).
+    pub fn dispatch_refs(
+        &self,
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: &[BindingRef],
+    ) -> Result<()> {
+        self.dispatch_recorded(executable, entry_point, workgroups, constants, bindings.iter().cloned().collect())
+    }
+
+    fn dispatch_recorded(
+        &self,
+        executable: &Executable,
+        entry_point: u32,
+        workgroups: [u32; 3],
+        constants: &[u32],
+        bindings: SmallVec<[BindingRef; 4]>,
     ) -> Result<()> {
         let info = executable.entry_point_info(entry_point)?;
         let who = || format!("dispatch of '{}' ({})", info.name, executable);
@@ -349,27 +451,107 @@ impl CommandBuffer {
             }
         }
         for (index, binding) in bindings.iter().enumerate() {
-            binding
-                .buffer
-                .check_usage(BufferUsage::DISPATCH_STORAGE)
-                .map_err(|e| e.context(format!("{} binding {index}", who())))?;
-            binding
-                .buffer
-                .check_range(binding.offset, binding.length)
-                .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+            if let BufferRef::Buffer(buffer) = &binding.buffer {
+                check_binding(buffer, binding.offset, binding.length)
+                    .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+            }
         }
         if workgroups.contains(&0) {
             // Checked like any dispatch, then left out: there is nothing to run, and drivers (CUDA
             // refuses an empty grid) never see it.
             return self.record_nothing();
         }
-        self.record(Command::Dispatch {
-            executable: executable.clone(),
-            entry_point,
-            workgroups,
-            constants: constants.iter().copied().collect(),
-            bindings: bindings.iter().cloned().collect(),
+        let (executable, constants): (Executable, SmallVec<[u32; 8]>) =
+            (executable.clone(), constants.iter().copied().collect());
+        let slots = slots_needed(bindings.iter().map(|b| &b.buffer));
+        if slots == 0 {
+            let bindings = bindings
+                .into_iter()
+                .map(|b| match b.buffer {
+                    BufferRef::Buffer(buffer) => Ok(BufferBinding::range(&buffer, b.offset, b.length)),
+                    BufferRef::Slot(_) => Err(Error::internal("a slot among bindings that name none")),
+                })
+                .collect::<Result<_>>()?;
+            return self.record(Command::Dispatch { executable, entry_point, workgroups, constants, bindings });
+        }
+        let name = info.name.clone();
+        self.record_template(slots, move |table| {
+            let mut resolved = SmallVec::new();
+            for (index, binding) in bindings.iter().enumerate() {
+                let what = || format!("dispatch of '{name}' ({executable}) binding {index}");
+                let (buffer, offset) =
+                    resolve(&binding.buffer, binding.offset, binding.length, table).map_err(|e| e.context(what()))?;
+                check_binding(&buffer, offset, binding.length).map_err(|e| e.context(what()))?;
+                resolved.push(BufferBinding::range(&buffer, offset, binding.length));
+            }
+            Ok(Command::Dispatch {
+                executable: executable.clone(),
+                entry_point,
+                workgroups,
+                constants: constants.clone(),
+                bindings: resolved,
+            })
         })
+    }
+
+    /// The binding-table entries an execute must pass: one past the highest slot a command names
+    /// (0 when none does, or before `end`).
+    pub fn binding_slots(&self) -> u32 {
+        match &*lock(&self.shared.state) {
+            State::Ended { template: Some((_, slots)), .. } => *slots,
+            _ => 0,
+        }
+    }
+
+    /// The concrete commands for one execute with `table`, each checked (slots, ranges, usages,
+    /// alignment, devices); `InvalidArgument` when the table has fewer entries than the buffer's slots.
+    pub(crate) fn resolve(&self, table: &[BufferBinding]) -> Result<Vec<Command>> {
+        let (template, slots) = match &*lock(&self.shared.state) {
+            State::Ended { template: Some((template, slots)), .. } => (template.clone(), *slots),
+            State::Ended { commands, .. } => return Ok(commands.to_vec()),
+            State::Recording(_) => return Err(Error::failed_precondition(format!("{}: executed before end()", self))),
+        };
+        if (table.len() as u64) < u64::from(slots) {
+            return Err(Error::invalid_argument(format!(
+                "{}: names {slots} binding slots; the table has {} entries",
+                self,
+                table.len()
+            )));
+        }
+        template
+            .iter()
+            .map(|recorded| match recorded {
+                Recorded::Ready(command) => Ok(command.clone()),
+                Recorded::Template { template, .. } => template(table),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| e.context(format!("{}", self)))
+    }
+
+    /// A one-shot command buffer of `commands` (already checked), prepared by `backend` now: what an
+    /// execute with a binding table runs.
+    pub(crate) fn resolved(&self, commands: Vec<Command>) -> Result<CommandBuffer> {
+        let backend = self
+            .shared
+            .backend
+            .upgrade()
+            .ok_or_else(|| Error::failed_precondition(format!("{}: {} was destroyed", self, self.shared.device)))?;
+        let commands: Arc<[Command]> = Arc::from(commands);
+        let prepared = backend
+            .prepare_commands(&commands, CommandBufferMode::OneShot)
+            .map_err(|e| e.context(format!("{}", self)))?;
+        let resolved = CommandBuffer::new(
+            self.shared.device,
+            self.shared.backend.clone(),
+            self.shared.max_workgroup_count,
+            CommandBufferMode::OneShot,
+        );
+        if let Some(label) = self.label() {
+            let _ = resolved.set_label(label);
+        }
+        *lock(&resolved.shared.state) =
+            State::Ended { commands, prepared: Some(prepared), template: None, executions: 0 };
+        Ok(resolved)
     }
 
     /// Records an execution barrier: later commands start after earlier ones finish.
@@ -387,19 +569,30 @@ impl CommandBuffer {
                 return Err(Error::failed_precondition(format!("{}: end() called twice", self)));
             }
         };
-        let commands: Arc<[Command]> = Arc::from(commands);
+        let slots = commands.iter().map(Recorded::slots).max().unwrap_or(0);
+        if slots > 0 {
+            // Its buffers are known only at execute: each execute resolves and prepares it.
+            let template = Some((Arc::from(commands), slots));
+            *state = State::Ended { commands: Arc::from(Vec::new()), prepared: None, template, executions: 0 };
+            return Ok(());
+        }
+        let ready: Vec<Command> = commands
+            .iter()
+            .filter_map(|recorded| if let Recorded::Ready(command) = recorded { Some(command.clone()) } else { None })
+            .collect();
+        let ready: Arc<[Command]> = Arc::from(ready);
         let Some(backend) = self.shared.backend.upgrade() else {
-            *state = State::Recording(commands.to_vec());
+            *state = State::Recording(commands);
             return Err(Error::failed_precondition(format!("{}: {} was destroyed", self, self.shared.device)));
         };
-        let prepared = match backend.prepare_commands(&commands, self.shared.mode) {
+        let prepared = match backend.prepare_commands(&ready, self.shared.mode) {
             Ok(prepared) => prepared,
             Err(e) => {
-                *state = State::Recording(commands.to_vec());
+                *state = State::Recording(commands);
                 return Err(e.context(format!("{}", self)));
             }
         };
-        *state = State::Ended { commands, prepared, executions: 0 };
+        *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0 };
         Ok(())
     }
 
@@ -414,7 +607,7 @@ impl CommandBuffer {
     /// The driver's prepared form, once ended.
     pub(crate) fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
         match &*lock(&self.shared.state) {
-            State::Ended { prepared, .. } => Some(prepared.clone()),
+            State::Ended { prepared, .. } => prepared.clone(),
             State::Recording(_) => None,
         }
     }
@@ -447,6 +640,12 @@ impl CommandBuffer {
     pub fn device(&self) -> DeviceId {
         self.shared.device
     }
+}
+
+/// A dispatch binding's checks: storage usage and range.
+fn check_binding(buffer: &Buffer, offset: u64, length: u64) -> Result<()> {
+    buffer.check_usage(BufferUsage::DISPATCH_STORAGE)?;
+    buffer.check_range(offset, length)
 }
 
 impl fmt::Display for CommandBuffer {

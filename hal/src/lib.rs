@@ -32,6 +32,7 @@
 //! assert_eq!(err.code(), StatusCode::DataLoss);
 //! ```
 
+mod binding_table;
 mod buffer;
 mod command_buffer;
 mod device;
@@ -48,6 +49,7 @@ mod semaphore;
 mod sync;
 mod timeout;
 
+pub use binding_table::{BindingRef, BufferRef};
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
 pub use bytemuck::Pod;
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::buffer::{Buffer, BufferParams, BufferUsage};
-use crate::command_buffer::{Command, CommandBuffer};
+use crate::command_buffer::{BufferBinding, Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
@@ -111,6 +111,16 @@ impl Queue {
         Ok(())
     }
 
+    fn check_command_buffer(&self, command_buffer: &CommandBuffer) -> Result<()> {
+        if command_buffer.device() != self.device.id() {
+            return Err(Error::invalid_argument(format!(
+                "queue {}: {} was recorded for another device",
+                self.index, command_buffer
+            )));
+        }
+        Ok(())
+    }
+
     fn submit(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.check_signals(waits, signals)?;
         self.submit_checked(op, waits, signals)
@@ -130,15 +140,78 @@ impl Queue {
         command_buffer: &CommandBuffer,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        if command_buffer.device() != self.device.id() {
+        self.check_command_buffer(command_buffer)?;
+        self.check_signals(waits, signals)?;
+        let slots = command_buffer.binding_slots();
+        if slots > 0 {
             return Err(Error::invalid_argument(format!(
-                "queue {}: {} was recorded for another device",
-                self.index, command_buffer
+                "queue {}: {command_buffer} names {slots} binding slots: execute it with execute_with_bindings",
+                self.index
             )));
         }
-        self.check_signals(waits, signals)?;
         command_buffer.begin_execution()?;
         let result = self.submit_checked(QueueOp::Execute(command_buffer.clone()), waits, signals);
+        if result.is_err() {
+            command_buffer.cancel_execution();
+        }
+        result
+    }
+
+    /// Runs an ended command buffer with `bindings` as its binding table: entry `n` is what its
+    /// commands' slot `n` names (see [`BufferRef`](crate::BufferRef)). The table's buffers stay
+    /// alive until the execute's signals are reached. Every command is checked against the table
+    /// before anything is submitted; a table shorter than the buffer's
+    /// [`binding_slots`](CommandBuffer::binding_slots) is `InvalidArgument`. Two executes of one
+    /// command buffer may overlap, with the same or different tables: each is its own submission.
+    ///
+    /// ```
+    /// use hal::{BufferBinding, BufferRef, CommandBufferMode, BufferParams, SemaphoreValue as SV, Timeout};
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
+    /// // Recorded once: fill slot 0's first 8 bytes, then copy them to slot 1.
+    /// let function = device.create_command_buffer(CommandBufferMode::Reusable)?;
+    /// function.fill(BufferRef::slot(0), 0, 8, 0xAB, 1)?;
+    /// function.barrier()?;
+    /// function.copy(BufferRef::slot(0), 0, BufferRef::slot(1), 0, 8)?;
+    /// function.end()?;
+    /// assert_eq!(function.binding_slots(), 2);
+    /// for call in 1..=3u64 {
+    ///     let (input, output) = (
+    ///         device.allocate_buffer(BufferParams::host_visible(), 8)?,
+    ///         device.allocate_buffer(BufferParams::host_visible(), 8)?,
+    ///     );
+    ///     let table = [BufferBinding::whole(&input), BufferBinding::whole(&output)];
+    ///     queue.execute_with_bindings(&[SV::new(&done, call - 1)], &function, &table, &[SV::new(&done, call)])?;
+    ///     done.wait(call, Timeout::Infinite)?;
+    ///     assert_eq!(output.read_to_vec()?, [0xAB; 8]);
+    /// }
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn execute_with_bindings(
+        &self,
+        waits: &[SemaphoreValue],
+        command_buffer: &CommandBuffer,
+        bindings: &[BufferBinding],
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.check_command_buffer(command_buffer)?;
+        for (slot, entry) in bindings.iter().enumerate() {
+            self.check_buffer(&entry.buffer)?;
+            entry
+                .buffer
+                .check_range(entry.offset, entry.length)
+                .map_err(|e| e.context(format!("binding slot {slot}")))?;
+        }
+        self.check_signals(waits, signals)?;
+        if command_buffer.binding_slots() == 0 {
+            return self.execute(waits, command_buffer, signals);
+        }
+        // Resolved and prepared before the execution is claimed: a refused table uses nothing up.
+        let resolved = command_buffer.resolved(command_buffer.resolve(bindings)?)?;
+        command_buffer.begin_execution()?;
+        resolved.begin_execution()?;
+        let result = self.submit_checked(QueueOp::Execute(resolved), waits, signals);
         if result.is_err() {
             command_buffer.cancel_execution();
         }
