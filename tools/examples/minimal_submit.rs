@@ -2,75 +2,15 @@
 //! buffer, submit it between an upload and a readback ordered by one timeline semaphore, wait, and
 //! check the result.
 //!
-//! `cargo run -p tools --example minimal_submit [-- DRIVER]` (default: cpu-sim). The kernel is given
-//! as native code for cpu-sim and as PTX for cuda, with the same ABI: one binding, one constant.
+//! `cargo run -p tools --example minimal_submit [-- DRIVER]` (default: cpu-sim). The kernel
+//! (`tools::example_kernels::add_constant`) comes as native code and as PTX with one ABI; the device
+//! says which it loads.
 
-use std::sync::Arc;
-
-use hal::{
-    BufferBinding, BufferParams, CommandBufferMode, EntryPointInfo, ExecutableFormat, ExecutableSource,
-    NativeEntryPoint, NativeInvocation, SemaphoreValue as SV, Timeout,
-};
+use hal::{BufferBinding, BufferParams, CommandBufferMode, SemaphoreValue as SV, Timeout};
+use tools::example_kernels::{WORKGROUP, add_constant};
 
 /// Elements in the buffer.
 const COUNT: u32 = 1000;
-/// Threads per workgroup.
-const WORKGROUP: u32 = 128;
-
-/// `add_constant(data, addend)`: `data[i] += addend` for `i < COUNT`, one thread per element.
-const ADD_PTX: &str = r#".version 7.0
-.target sm_80
-.address_size 64
-.visible .entry add_constant(.param .u64 data, .param .u32 addend)
-.maxntid 128, 1, 1
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<8>;
-    .reg .b64 %rd<4>;
-    ld.param.u64 %rd1, [data];
-    ld.param.u32 %r1, [addend];
-    cvta.to.global.u64 %rd1, %rd1;
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.u32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, 1000;
-    @%p1 bra DONE;
-    mul.wide.u32 %rd2, %r5, 4;
-    add.s64 %rd3, %rd1, %rd2;
-    ld.global.u32 %r6, [%rd3];
-    add.u32 %r7, %r6, %r1;
-    st.global.u32 [%rd3], %r7;
-DONE:
-    ret;
-}
-"#;
-
-/// The kernel in the format of `driver`.
-fn add_constant(driver: &str) -> ExecutableSource {
-    let info = EntryPointInfo::new("add_constant", WORKGROUP, 1, 1);
-    if driver == "cuda" {
-        return ExecutableSource::Bytes {
-            format: ExecutableFormat::Ptx,
-            data: Arc::from(ADD_PTX.as_bytes()),
-            entry_points: vec![info],
-        };
-    }
-    ExecutableSource::Native(vec![NativeEntryPoint::new(
-        info,
-        Arc::new(|wg: &NativeInvocation<'_>| {
-            let data = &wg.bindings[0];
-            for thread in 0..wg.workgroup_size[0] {
-                let i = (wg.workgroup_id[0] * wg.workgroup_size[0] + thread) as usize;
-                if i < COUNT as usize {
-                    let value = data.load_u32(i).ok_or("index outside the binding")?;
-                    data.store_u32(i, value + wg.constants[0]);
-                }
-            }
-            Ok(())
-        }),
-    )])
-}
 
 /// Runs the example on the driver named by the first argument (cpu-sim by default).
 fn main() -> hal::Result<()> {
@@ -85,7 +25,7 @@ pub fn run(driver: &str) -> hal::Result<()> {
     println!("device: {} '{}'", device.info().driver, device.info().name);
 
     // 2. Load the kernel and 3. record a reusable command buffer that runs it over COUNT elements.
-    let executable = device.load_executable(&add_constant(&device.info().driver))?;
+    let executable = device.load_executable(&add_constant(device.info(), COUNT)?)?;
     let entry = executable.entry_point("add_constant")?;
     let data = device.allocate_buffer(BufferParams::device_local(), u64::from(COUNT) * 4)?;
     let commands = device.create_command_buffer(CommandBufferMode::Reusable)?;

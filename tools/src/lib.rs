@@ -17,6 +17,7 @@
 pub mod cts;
 pub mod device_spec;
 pub mod devices;
+pub mod example_kernels;
 pub mod probe;
 pub mod progress;
 pub mod stencil;

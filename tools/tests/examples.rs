@@ -19,3 +19,12 @@ fn minimal_submit_runs_on_cpu_sim() {
 fn failure_handling_runs() {
     failure_handling::run().unwrap();
 }
+
+#[path = "../examples/binding_table.rs"]
+#[allow(dead_code)]
+mod binding_table;
+
+#[test]
+fn binding_table_runs_on_cpu_sim() {
+    binding_table::run("cpu-sim").unwrap();
+}
