@@ -164,6 +164,19 @@ impl Env {
         Ok(cb)
     }
 
+    /// A reusable command buffer of `dispatches` dependent `touch` dispatches on binding slot 0.
+    pub fn dispatches_on_slot(&self, dispatches: usize) -> Result<CommandBuffer> {
+        let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
+        for i in 0..dispatches {
+            if i > 0 {
+                cb.barrier()?;
+            }
+            cb.dispatch_refs(&self.executable, 0, [1, 1, 1], &[i as u32], &[hal::BindingRef::slot(0, 0, 4)])?;
+        }
+        cb.end()?;
+        Ok(cb)
+    }
+
     fn semaphore(&self) -> Result<Semaphore> {
         self.device.create_semaphore(0)
     }
@@ -195,6 +208,21 @@ pub fn chain(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Timing> {
     let start = Instant::now();
     for i in 0..ops {
         q.execute(&[SV::new(&s, i)], cb, &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
+}
+
+/// N executes of `cb` on queue 0 as in [`chain`], each with the next of `tables` as its binding
+/// table (a new table every time, as a runtime calling one function with new buffers).
+pub fn chain_with_tables(env: &Env, cb: &CommandBuffer, tables: &[[BufferBinding; 1]], ops: u64) -> Result<Timing> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        let table = &tables[i as usize % tables.len()];
+        q.execute_with_bindings(&[SV::new(&s, i)], cb, table, &[SV::new(&s, i + 1)])?;
     }
     let submit = start.elapsed();
     s.wait(ops, LONG)?;
@@ -560,9 +588,23 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         };
         let (hal, note) = tr.hal_split(ops, |ops| chain(env, &cb, ops))?;
         rows.push(
-            Row::new(format!("{dispatches}-dispatch command buffer, chained{note}"), "us/execute", hal, base)
+            Row::new(format!("{dispatches}-dispatch command buffer, chained{note}"), "us/execute", hal.clone(), base)
                 .with_target(target),
         );
+        if dispatches == 10 {
+            // Issue 16: the same function with a new binding table every execute, against fixed
+            // bindings (the HAL's own row above) as the baseline.
+            let slotted = env.dispatches_on_slot(10)?;
+            let other = env.device.allocate_buffer(BufferParams::device_local(), 4)?;
+            let tables = [[BufferBinding::range(&env.buffer, 0, 4)], [BufferBinding::whole(&other)]];
+            let (tabled, note) = tr.hal_split(ops, |ops| chain_with_tables(env, &slotted, &tables, ops))?;
+            rows.push(Row::new(
+                format!("10-dispatch command buffer, new binding table per execute{note}"),
+                "us/execute",
+                tabled,
+                Some(("the same with fixed bindings (HAL, row above)", hal)),
+            ));
+        }
         if let (Baselines::Cuda(raw), 10) = (&baselines, dispatches) {
             rows.push(Row::new(
                 "10-dispatch command buffer, host round trip (no deadline)",
