@@ -123,7 +123,7 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
                 }
             }
             Item::Record(event, epoch) => event.complete(epoch),
-            Item::Wait(event, epoch) => event.wait_for(epoch),
+            Item::Wait(event, epoch) => event.watch_then_wait_for(epoch),
             Item::Stop => return,
         }
     }

@@ -1,8 +1,9 @@
 //! A persistent pool of threads that runs the workgroups of a dispatch in parallel.
 //!
-//! [`WorkgroupPool::run`] publishes a job of `total` indices; pool threads and the calling thread
-//! claim chunks of indices from an atomic counter until none are left, and `run` returns when every
-//! claimed chunk is finished. The first failure (an `Err` or a panic, caught) becomes the result and
+//! [`WorkgroupPool::run`] makes a job of `total` indices; the calling thread claims chunks of
+//! indices from an atomic counter until none are left, and after its first chunk, if chunks are left
+//! and no other dispatch runs, it publishes the job so that pool threads claim chunks too; `run`
+//! returns when every claimed chunk is finished. The first failure (an `Err` or a panic, caught) becomes the result and
 //! the indices not yet started are skipped. Several stream workers may call `run` at once: jobs
 //! queue up and the pool threads serve the oldest first, while each caller works on its own.
 //! No thread is spawned per dispatch; the threads are joined when the pool drops.
@@ -58,6 +59,8 @@ struct PoolShared {
     state: Mutex<PoolState>,
     /// Signalled when a job is queued or the pool shuts down.
     work: Condvar,
+    /// Times a job called the pool threads (a statistic: each call is a wake-up system call).
+    calls_for_help: AtomicU64,
 }
 
 struct PoolState {
@@ -86,6 +89,7 @@ impl WorkgroupPool {
             running: AtomicU64::new(0),
             state: Mutex::new(PoolState { jobs: VecDeque::new(), shutdown: false }),
             work: Condvar::new(),
+            calls_for_help: AtomicU64::new(0),
         });
         let mut pool = WorkgroupPool { shared, threads: Vec::with_capacity(threads) };
         for index in 0..threads {
@@ -120,11 +124,20 @@ impl WorkgroupPool {
         }
         let result = Self::run_inline(total, task);
         if self.shared.running.fetch_sub(1, Ordering::AcqRel) == 2 {
-            // The pool stood back while this ran beside a pooled dispatch: let it help again.
-            let _state = self.shared.state();
-            self.shared.work.notify_all();
+            // The pool stood back while this ran beside a dispatch that called for help: let it
+            // help again (a dispatch that has not called for help yet does so itself).
+            let state = self.shared.state();
+            if state.jobs.iter().any(|job| job.has_work()) {
+                self.shared.calls_for_help.fetch_add(1, Ordering::Relaxed);
+                self.shared.work.notify_all();
+            }
         }
         result
+    }
+
+    /// Times a dispatch called the pool threads to help (each a wake-up); for tests and statistics.
+    pub fn calls_for_help(&self) -> u64 {
+        self.shared.calls_for_help.load(Ordering::Relaxed)
     }
 
     /// Number of pool threads (the caller of `run` helps too).
@@ -173,17 +186,26 @@ impl WorkgroupPool {
             done: Mutex::new(false),
             finished: Condvar::new(),
         });
-        let chunks = total.div_ceil(chunk);
-        let helpers = (chunks - 1).min(self.threads.len() as u64);
-        if helpers > 0 {
-            self.shared.state().jobs.push_back(job.clone());
-            for _ in 0..helpers {
-                self.shared.work.notify_one();
+        let helpers = self.threads.len() as u64;
+        // The caller starts alone and calls for help after its first chunk, if chunks are left and
+        // no other dispatch runs by then: when queues run dispatches side by side (each on its
+        // stream thread), the one that starts first would otherwise wake a pool thread that takes
+        // the core the next one is about to need, only to stand back a chunk later.
+        let called = std::cell::Cell::new(false);
+        job.work_while(&|| {
+            if !called.get() && helpers > 0 && job.has_work() && self.shared.running.load(Ordering::Acquire) <= 1 {
+                called.set(true);
+                let chunks_left = (job.total - job.next.load(Ordering::Relaxed)).div_ceil(job.chunk);
+                self.shared.state().jobs.push_back(job.clone());
+                self.shared.calls_for_help.fetch_add(1, Ordering::Relaxed);
+                for _ in 0..helpers.min(chunks_left) {
+                    self.shared.work.notify_one();
+                }
             }
-        }
-        job.work_while(&|| true);
+            true
+        });
         job.wait();
-        if helpers > 0 {
+        if called.get() {
             // Do not leave the finished job (and what its task holds) queued until the next wake-up.
             let queued: Arc<dyn Runnable> = job.clone();
             self.shared.state().jobs.retain(|other| !Arc::ptr_eq(other, &queued));
@@ -399,6 +421,54 @@ mod tests {
         assert_eq!(pool.shared.running.load(Ordering::Acquire), 0);
         // Alone again: the pool takes part.
         assert!(threads_running_slow_tasks(|task| pool.run_shared(32, task)) > 1, "a lone dispatch ran on one thread");
+    }
+
+    /// A dispatch that another dispatch joins before the first finishes its first chunk never wakes
+    /// a pool thread: both keep their own stream threads, and the pool is not woken to take the
+    /// core the second needs (formerly every such dispatch woke it at its start).
+    #[test]
+    fn a_dispatch_joined_within_its_first_chunk_wakes_no_pool_thread() {
+        let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());
+        let (first_started, second_may_start) = std::sync::mpsc::channel();
+        let second_running = Arc::new(AtomicBool::new(false));
+        let first_finished = Arc::new(AtomicBool::new(false));
+        let threads = Arc::new(Mutex::new(HashSet::new()));
+        let first = {
+            let (pool, second_running, first_finished, threads) =
+                (pool.clone(), second_running.clone(), first_finished.clone(), threads.clone());
+            std::thread::spawn(move || {
+                // 8 indices, 2 runners: chunks of one index. Index 0 waits for the second dispatch.
+                let result = pool.run_shared(8, move |index| {
+                    threads.lock().unwrap().insert(std::thread::current().id());
+                    if index == 0 {
+                        let _ = first_started.send(());
+                        while !second_running.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                        }
+                    }
+                    Ok::<(), ()>(())
+                });
+                first_finished.store(true, Ordering::Release);
+                result
+            })
+        };
+        second_may_start.recv().unwrap();
+        let (running, finished) = (second_running.clone(), first_finished.clone());
+        // The second dispatch runs until the first has finished: the first never runs alone.
+        pool.run_shared(1, move |_| {
+            running.store(true, Ordering::Release);
+            while !finished.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        first.join().unwrap().unwrap();
+        assert_eq!(pool.calls_for_help(), 0, "a pool thread was woken");
+        assert_eq!(threads.lock().unwrap().len(), 1, "the first dispatch ran on its caller's thread alone");
+        // Alone, a dispatch still calls for help.
+        assert!(threads_running_slow_tasks(|task| pool.run_shared(32, task)) > 1, "a lone dispatch ran on one thread");
+        assert!(pool.calls_for_help() >= 1);
     }
 
     /// How many threads ran `run`'s tasks, each slow enough (2 ms) for the pool to join in.

@@ -11,6 +11,7 @@
 //! bit.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use hal::{
     DeviceInfo, EntryPointInfo, ExecutableFormat, ExecutableKind, ExecutableSource, NativeBinding, NativeEntryPoint,
@@ -42,9 +43,10 @@ pub fn is_border(row: u32, col: u32, total_rows: u32, width: u32) -> bool {
     row == 0 || row + 1 == total_rows || col == 0 || col + 1 == width
 }
 
-/// Grid rows one native workgroup computes: it loads `NATIVE_ROWS + 2` rows once for
+/// Grid rows one native workgroup computes: it reads each of its `NATIVE_ROWS + 2` rows once for
 /// `NATIVE_ROWS` output rows (the PTX's workgroup computes one row and leaves neighbour reuse to the
-/// GPU's caches). 256 x 4 threads stay within a workgroup's 1024.
+/// GPU's caches). 256 x 4 threads stay within a workgroup's 1024; taller tiles (128 x 8, 64 x 16)
+/// measured no faster on cpu-sim (docs/benchmarks.md).
 pub const NATIVE_ROWS: u32 = 4;
 
 /// The workgroup count of a dispatch over a half of `rows` rows of `width` cells, for an entry point
@@ -93,11 +95,11 @@ thread_local! {
 
 /// One workgroup of `jacobi_step` on cpu-sim: columns `workgroup_id.x * size.x ..` of the
 /// `size.y` rows from `workgroup_id.y * size.y` of the half (what `size.y` rows of the PTX's blocks
-/// do). It copies the `size.y + 2` rows it reads into thread-local scratch with
-/// [`NativeBinding::load_f32s`] (one range check a row, relaxed atomic loads, so racing workgroups
-/// are sound), computes each row in a branch-free loop over its interior cells (which the compiler
-/// vectorizes; each cell is still [`stencil_point`]'s exact operations), and stores each row with one
-/// [`NativeBinding::store_f32s`].
+/// do). It walks down its rows with three scratch rows (above, the row, below): each row it reads
+/// is copied in once with [`NativeBinding::load_f32s`] (one range check a row, relaxed atomic
+/// loads, so racing workgroups are sound); each output row is computed in chunks the compiler
+/// vectorizes (each cell still [`stencil_point`]'s exact operations) and stored with relaxed atomic
+/// stores straight from the chunk.
 pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), String> {
     let ([src, dst], &[width, rows, row_offset, total_rows]) = (inv.bindings, inv.constants) else {
         return Err(format!(
@@ -107,10 +109,8 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
         ));
     };
     let [threads, group_rows, _] = inv.workgroup_size;
-    if threads > WORKGROUP_X || group_rows == 0 || group_rows > NATIVE_ROWS {
-        return Err(format!(
-            "{ENTRY_POINT}: workgroup of {threads} x {group_rows} threads, the kernel has at most {WORKGROUP_X} x {NATIVE_ROWS}"
-        ));
+    if threads == 0 || group_rows == 0 {
+        return Err(format!("{ENTRY_POINT}: workgroup of {threads} x {group_rows} threads"));
     }
     let first_row = inv.workgroup_id[1].saturating_mul(group_rows);
     if first_row >= rows {
@@ -127,30 +127,43 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
     // element `lead + i` is column `first + i`.
     let lead = usize::from(first > 0);
     let span = lead + count + usize::from(end_col < width);
+    let edges = (first_col == 0, end_col == width);
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
-        let loaded = (row_count + 2) * span;
-        if scratch.len() < loaded + count {
-            scratch.resize(loaded + count, 0.0);
+        if scratch.len() < 3 * span + count {
+            scratch.resize(3 * span + count, 0.0);
         }
-        let (rows_in, out) = scratch.split_at_mut(loaded);
+        let (ring, out) = scratch.split_at_mut(3 * span);
         let out = &mut out[..count];
-        // Buffer row `first_row + k` is grid row `row_offset + first_row + k - 1` (row 0 is the halo).
-        for (k, row) in rows_in.chunks_exact_mut(span).enumerate() {
-            load_row(src, (first_row as usize + k) * w + first - lead, row)?;
+        // Buffer row `first_row + k` is grid row `row_offset + first_row + k - 1` (row 0 is the
+        // halo); ring slot `k % 3` holds it while rows `k - 1 ..= k + 1` need it.
+        let buffer_row = |k: usize| (first_row as usize + k) * w + first - lead;
+        for k in 0..2 {
+            load_row(src, buffer_row(k), &mut ring[k * span..(k + 1) * span])?;
         }
         for r in 0..row_count {
+            let below = (r + 2) % 3;
+            load_row(src, buffer_row(r + 2), &mut ring[below * span..(below + 1) * span])?;
+            let slot = |k: usize| &ring[(k % 3) * span..(k % 3 + 1) * span];
+            let (up, mid, down) = (slot(r), slot(r + 1), slot(r + 2));
             let global_row = row_offset + first_row + r as u32;
-            let mid = &rows_in[(r + 1) * span..(r + 2) * span];
-            if global_row == 0 || global_row + 1 == total_rows {
-                out.copy_from_slice(&mid[lead..lead + count]);
-            } else {
-                let up = &rows_in[r * span + lead..r * span + lead + count];
-                let down = &rows_in[(r + 2) * span + lead..(r + 2) * span + lead + count];
-                step_row(up, &mid[lead..lead + count], mid, lead, down, out, first_col == 0, end_col == width);
-            }
             let at = (first_row as usize + r + 1) * w + first;
-            if !dst.store_f32s(at, out) {
+            let border_row = global_row == 0 || global_row + 1 == total_rows;
+            let stored = match dst.as_atomic_u32() {
+                Some(words) if !border_row && at + count <= words.len() => {
+                    store_step_row(&up[lead..], mid, lead, &down[lead..], &words[at..at + count], edges);
+                    true
+                }
+                _ => {
+                    if border_row {
+                        out.copy_from_slice(&mid[lead..lead + count]);
+                    } else {
+                        step_row(&up[lead..], mid, lead, &down[lead..], out, edges);
+                    }
+                    dst.store_f32s(at, out)
+                }
+            };
+            if !stored {
                 return Err(out_of_range(dst, at, count));
             }
         }
@@ -158,23 +171,63 @@ pub fn jacobi_workgroup(inv: &NativeInvocation<'_>) -> std::result::Result<(), S
     })
 }
 
-/// One row segment: `out[i]` from `up[i]`, `down[i]` and the row's neighbours `row[lead + i ± 1]`;
-/// the grid's first and last columns (`left_edge`, `right_edge`) keep their value (`mid`).
-#[allow(clippy::too_many_arguments)]
+/// Cells a chunk of [`store_step_row`] computes together (two 128-bit or one 256-bit vector).
+const CHUNK: usize = 8;
+
+/// [`step_row`] straight into `words` (a relaxed atomic store per cell), in chunks of [`CHUNK`]
+/// cells computed as one array so the arithmetic stays vectorized.
 #[inline]
-fn step_row(
-    up: &[f32],
-    mid: &[f32],
-    row: &[f32],
-    lead: usize,
-    down: &[f32],
-    out: &mut [f32],
-    left_edge: bool,
-    right_edge: bool,
-) {
+fn store_step_row(up: &[f32], row: &[f32], lead: usize, down: &[f32], words: &[AtomicU32], edges: (bool, bool)) {
+    let count = words.len();
+    let lo = usize::from(edges.0);
+    let hi = if edges.1 { count.saturating_sub(1) } else { count };
+    let store = |i: usize, value: f32| words[i].store(value.to_bits(), Ordering::Relaxed);
+    if edges.0 && count > 0 {
+        store(0, row[lead]);
+    }
+    let mut i = lo;
+    while i + CHUNK <= hi {
+        let cells = chunk(&up[i..], &down[i..], &row[lead + i - 1..]);
+        for (word, value) in words[i..i + CHUNK].iter().zip(cells) {
+            word.store(value.to_bits(), Ordering::Relaxed);
+        }
+        i += CHUNK;
+    }
+    while i < hi {
+        store(i, stencil_point(up[i], down[i], row[lead + i - 1], row[lead + i + 1]));
+        i += 1;
+    }
+    if edges.1 && hi < count {
+        store(count - 1, row[lead + count - 1]);
+    }
+}
+
+/// [`CHUNK`] cells from the first [`CHUNK`] of `up` and `down` and the first `CHUNK + 2` of
+/// `row` (left neighbour first), as fixed-size arrays so the compiler vectorizes them.
+#[inline(always)]
+fn chunk(up: &[f32], down: &[f32], row: &[f32]) -> [f32; CHUNK] {
+    let (Some(u), Some(d), Some(l), Some(r)) = (
+        up.first_chunk::<CHUNK>(),
+        down.first_chunk::<CHUNK>(),
+        row.first_chunk::<CHUNK>(),
+        row.get(2..).and_then(<[f32]>::first_chunk::<CHUNK>),
+    ) else {
+        return [0.0; CHUNK];
+    };
+    let mut cells = [0.0f32; CHUNK];
+    for ((((cell, &u), &d), &l), &r) in cells.iter_mut().zip(u).zip(d).zip(l).zip(r) {
+        *cell = stencil_point(u, d, l, r);
+    }
+    cells
+}
+
+/// One row segment: `out[i]` from `up[i]`, `down[i]` and the row's neighbours `row[lead + i ± 1]`;
+/// the grid's first and last columns (`edges`) keep their value (`row[lead + i]`).
+#[inline]
+fn step_row(up: &[f32], row: &[f32], lead: usize, down: &[f32], out: &mut [f32], edges: (bool, bool)) {
     let count = out.len();
-    let lo = usize::from(left_edge);
-    let hi = if right_edge { count.saturating_sub(1) } else { count };
+    let lo = usize::from(edges.0);
+    let hi = if edges.1 { count.saturating_sub(1) } else { count };
     if lo < hi {
         // `row[lead + i - 1]` and `row[lead + i + 1]` exist for every interior `i` (a neighbour
         // column is loaded unless the segment touches the grid's edge, where `lo`/`hi` skip it).
@@ -186,11 +239,11 @@ fn step_row(
             *cell = stencil_point(u, d, l, r);
         }
     }
-    if left_edge {
-        out[0] = mid[0];
+    if edges.0 && count > 0 {
+        out[0] = row[lead];
     }
-    if right_edge && count > 0 {
-        out[count - 1] = mid[count - 1];
+    if edges.1 && count > 0 {
+        out[count - 1] = row[lead + count - 1];
     }
 }
 
@@ -313,6 +366,83 @@ DONE:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stencil::reference;
+
+    /// One step of the half of `rows` rows from global row `offset` of `grid` (`n` x `n`), run with
+    /// [`jacobi_workgroup`] over a `workgroup_size` grid, on bindings starting `skew` bytes into
+    /// their allocations (a `skew` that is not a multiple of 4 makes them misaligned); returns the
+    /// half's rows.
+    fn native_step(grid: &[f32], n: u32, offset: u32, rows: u32, workgroup_size: [u32; 3], skew: usize) -> Vec<f32> {
+        let w = n as usize;
+        let cells = (rows as usize + 2) * w;
+        let mut src_bytes = vec![0u8; cells * 4 + skew];
+        for local in 0..rows as usize + 2 {
+            let global = offset as i64 + local as i64 - 1;
+            if (0..n as i64).contains(&global) {
+                for (col, value) in grid[global as usize * w..][..w].iter().enumerate() {
+                    let at = skew + (local * w + col) * 4;
+                    src_bytes[at..at + 4].copy_from_slice(&value.to_ne_bytes());
+                }
+            }
+        }
+        let mut dst_bytes = vec![0u8; cells * 4 + skew];
+        // SAFETY: both vectors outlive the bindings, and only this thread touches them meanwhile.
+        let bindings = unsafe {
+            [
+                NativeBinding::new(src_bytes.as_mut_ptr().add(skew), cells * 4),
+                NativeBinding::new(dst_bytes.as_mut_ptr().add(skew), cells * 4),
+            ]
+        };
+        let constants = [n, rows, offset, n];
+        let count = workgroups(n, rows, workgroup_size);
+        for y in 0..count[1] {
+            for x in 0..count[0] {
+                let invocation = NativeInvocation::new([x, y, 0], count, workgroup_size, &constants, &bindings);
+                jacobi_workgroup(&invocation).unwrap();
+            }
+        }
+        drop(bindings);
+        (w..w + rows as usize * w)
+            .map(|cell| f32::from_ne_bytes(dst_bytes[skew + cell * 4..skew + cell * 4 + 4].try_into().unwrap()))
+            .collect()
+    }
+
+    /// Every workgroup shape the native kernel may be declared with covers every cell of a half
+    /// once and matches the CPU reference bit for bit, including partial workgroups at the right and
+    /// bottom edges, one-column segments, and misaligned bindings (the element-wise store path).
+    #[test]
+    fn native_workgroups_of_any_shape_match_the_reference() {
+        for n in [4u32, 17, 66, 300] {
+            let grid = reference::initial_grid(n);
+            let mut expected = vec![0.0f32; grid.len()];
+            reference::step(&grid, &mut expected, n);
+            let halves = [(0, n / 2), (n / 2, n - n / 2)];
+            for size in [[256, 4, 1], [256, 1, 1], [64, 16, 1], [128, 8, 1], [7, 3, 1], [1, 1, 1], [1024, 1, 1]] {
+                for skew in [0, 4, 1] {
+                    for (offset, rows) in halves {
+                        let got = native_step(&grid, n, offset, rows, size, skew);
+                        let want = &expected[offset as usize * n as usize..(offset + rows) as usize * n as usize];
+                        assert!(
+                            got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "n {n}, workgroup {size:?}, skew {skew}, half from row {offset}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The native entry point's workgroup count covers every cell of a half, whatever its size.
+    #[test]
+    fn native_geometry_covers_every_cell() {
+        let size = native_entry_point_info().workgroup_size;
+        for (width, rows) in [(512, 256), (513, 255), (4, 2), (1, 1), (16384, 8192)] {
+            let count = workgroups(width, rows, size);
+            assert!(u64::from(count[0]) * u64::from(size[0]) >= u64::from(width), "{width} x {rows}");
+            assert!(u64::from(count[1]) * u64::from(size[1]) >= u64::from(rows), "{width} x {rows}");
+            assert!((count[0] - 1) * size[0] < width && (count[1] - 1) * size[1] < rows, "no empty workgroup");
+        }
+    }
 
     #[test]
     fn ptx_declares_the_abi() {
