@@ -386,22 +386,24 @@ mod tests {
             }
         }
         let mut dst_bytes = vec![0u8; cells * 4 + skew];
-        // SAFETY: both vectors outlive the bindings, and only this thread touches them meanwhile.
-        let bindings = unsafe {
-            [
-                NativeBinding::new(src_bytes.as_mut_ptr().add(skew), cells * 4),
-                NativeBinding::new(dst_bytes.as_mut_ptr().add(skew), cells * 4),
-            ]
-        };
-        let constants = [n, rows, offset, n];
-        let count = workgroups(n, rows, workgroup_size);
-        for y in 0..count[1] {
-            for x in 0..count[0] {
-                let invocation = NativeInvocation::new([x, y, 0], count, workgroup_size, &constants, &bindings);
-                jacobi_workgroup(&invocation).unwrap();
+        // The bindings end with this block, before the plain reads below.
+        {
+            // SAFETY: both vectors outlive the bindings, and only this thread touches them meanwhile.
+            let bindings = unsafe {
+                [
+                    NativeBinding::new(src_bytes.as_mut_ptr().add(skew), cells * 4),
+                    NativeBinding::new(dst_bytes.as_mut_ptr().add(skew), cells * 4),
+                ]
+            };
+            let constants = [n, rows, offset, n];
+            let count = workgroups(n, rows, workgroup_size);
+            for y in 0..count[1] {
+                for x in 0..count[0] {
+                    let invocation = NativeInvocation::new([x, y, 0], count, workgroup_size, &constants, &bindings);
+                    jacobi_workgroup(&invocation).unwrap();
+                }
             }
         }
-        drop(bindings);
         (w..w + rows as usize * w)
             .map(|cell| f32::from_ne_bytes(dst_bytes[skew + cell * 4..skew + cell * 4 + 4].try_into().unwrap()))
             .collect()
