@@ -145,8 +145,6 @@ impl WorkgroupPool {
         self.threads.len()
     }
 
-    /// Runs `task(i)` for every `i` in `0..total`, in parallel, and returns when all have finished or
-    /// were skipped after the first failure, which is returned.
     /// Runs `task(0..total)` on the calling thread alone, with the same failure reporting as `run`:
     /// for dispatches too small to be worth waking the pool (no allocation, no hand-off).
     pub fn run_inline<F, E>(total: u64, task: F) -> Result<(), JobFailure<E>>

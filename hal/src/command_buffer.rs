@@ -576,19 +576,20 @@ impl CommandBuffer {
             *state = State::Ended { commands: Arc::from(Vec::new()), prepared: None, template, executions: 0 };
             return Ok(());
         }
-        let ready: Vec<Command> = commands
-            .iter()
-            .filter_map(|recorded| if let Recorded::Ready(command) = recorded { Some(command.clone()) } else { None })
+        // No slots: every command is concrete (`Ready`).
+        let ready: Arc<[Command]> = commands
+            .into_iter()
+            .filter_map(|recorded| if let Recorded::Ready(command) = recorded { Some(command) } else { None })
             .collect();
-        let ready: Arc<[Command]> = Arc::from(ready);
+        let reopen = |ready: &[Command]| State::Recording(ready.iter().cloned().map(Recorded::Ready).collect());
         let Some(backend) = self.shared.backend.upgrade() else {
-            *state = State::Recording(commands);
+            *state = reopen(&ready);
             return Err(Error::failed_precondition(format!("{}: {} was destroyed", self, self.shared.device)));
         };
         let prepared = match backend.prepare_commands(&ready, self.shared.mode) {
             Ok(prepared) => prepared,
             Err(e) => {
-                *state = State::Recording(commands);
+                *state = reopen(&ready);
                 return Err(e.context(format!("{}", self)));
             }
         };

@@ -149,10 +149,22 @@ impl Queue {
                 self.index
             )));
         }
-        command_buffer.begin_execution()?;
-        let result = self.submit_checked(QueueOp::Execute(command_buffer.clone()), waits, signals);
+        self.submit_execution(command_buffer, command_buffer.clone(), waits, signals)
+    }
+
+    /// Claims one execution of `claimed` and submits `run` (the buffer itself, or its commands
+    /// resolved for a binding table); a refused submission gives the execution back.
+    fn submit_execution(
+        &self,
+        claimed: &CommandBuffer,
+        run: CommandBuffer,
+        waits: &[SemaphoreValue],
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        claimed.begin_execution()?;
+        let result = self.submit_checked(QueueOp::Execute(run), waits, signals);
         if result.is_err() {
-            command_buffer.cancel_execution();
+            claimed.cancel_execution();
         }
         result
     }
@@ -205,17 +217,13 @@ impl Queue {
         }
         self.check_signals(waits, signals)?;
         if command_buffer.binding_slots() == 0 {
-            return self.execute(waits, command_buffer, signals);
+            // Nothing to resolve: the buffer runs as it is (the table is not needed).
+            return self.submit_execution(command_buffer, command_buffer.clone(), waits, signals);
         }
         // Resolved and prepared before the execution is claimed: a refused table uses nothing up.
         let resolved = command_buffer.resolved(command_buffer.resolve(bindings)?)?;
-        command_buffer.begin_execution()?;
         resolved.begin_execution()?;
-        let result = self.submit_checked(QueueOp::Execute(resolved), waits, signals);
-        if result.is_err() {
-            command_buffer.cancel_execution();
-        }
-        result
+        self.submit_execution(command_buffer, resolved, waits, signals)
     }
 
     /// Returns a buffer of `size` bytes whose memory is committed in queue order once `waits` are
