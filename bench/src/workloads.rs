@@ -188,6 +188,9 @@ const LONG: Timeout = Timeout::After(Duration::from_secs(60));
 /// Kernels per command buffer (and per raw graph) of the command-buffer workloads.
 pub const GRAPH_SIZES: [usize; 3] = [1, 10, 100];
 
+/// Binding tables the cycling binding-table row goes through (each a different buffer).
+pub const TABLE_CYCLE: usize = 16;
+
 /// Size of each `queue_alloca` (and raw stream-ordered allocation).
 pub const ALLOCA_BYTES: u64 = 4096;
 
@@ -595,15 +598,25 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             // Issue 16: the same function with a new binding table every execute, against fixed
             // bindings (the HAL's own row above) as the baseline.
             let slotted = env.dispatches_on_slot(10)?;
-            let other = env.device.allocate_buffer(BufferParams::device_local(), 4)?;
-            let tables = [[BufferBinding::range(&env.buffer, 0, 4)], [BufferBinding::whole(&other)]];
-            let (tabled, note) = tr.hal_split(ops, |ops| chain_with_tables(env, &slotted, &tables, ops))?;
-            rows.push(Row::new(
-                format!("10-dispatch command buffer, new binding table per execute{note}"),
-                "us/execute",
-                tabled,
-                Some(("the same with fixed bindings (HAL, row above)", hal)),
-            ));
+            let mut tables = vec![[BufferBinding::range(&env.buffer, 0, 4)]];
+            for _ in 1..TABLE_CYCLE {
+                let other = env.device.allocate_buffer(BufferParams::device_local(), 4)?;
+                tables.push([BufferBinding::whole(&other)]);
+            }
+            for (cycle, what) in [
+                (2, "new binding table per execute"),
+                (TABLE_CYCLE, "binding table cycling over 16 buffers"),
+                (1, "the same binding table every execute"),
+            ] {
+                let tables = &tables[..cycle];
+                let (tabled, note) = tr.hal_split(ops, |ops| chain_with_tables(env, &slotted, tables, ops))?;
+                rows.push(Row::new(
+                    format!("10-dispatch command buffer, {what}{note}"),
+                    "us/execute",
+                    tabled,
+                    Some(("the same with fixed bindings (HAL, row above)", hal.clone())),
+                ));
+            }
         }
         if let (Baselines::Cuda(raw), 10) = (&baselines, dispatches) {
             rows.push(Row::new(

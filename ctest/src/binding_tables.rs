@@ -6,7 +6,7 @@ use hal::{
 };
 
 use crate::check::{CaseError, CaseResult, Context, expect_code};
-use crate::context::{Cx, sv};
+use crate::context::{Cx, from_bytes, sv};
 use crate::kernels::Kernel;
 use crate::{ensure, ensure_eq};
 
@@ -70,6 +70,84 @@ pub(crate) fn overlapping_executes_with_different_tables(cx: &Cx) -> CaseResult 
         ensure_eq!(words, vec![77; 16], "queue {q}: slot 1");
     }
     Ok(())
+}
+
+/// The execute submitted last may be issued first: one held behind a gate on queue 0 runs after a
+/// later one with another table on another queue has finished, and each reaches its own buffers
+/// (a driver that updates one shared graph per execute must apply each execute's table at its own
+/// launch, not at its submission).
+pub(crate) fn executes_issued_out_of_order_keep_their_tables(cx: &Cx) -> CaseResult {
+    let cb = function(cx, 0x1234)?;
+    let gate = cx.sem(0)?;
+    let (held_done, late_done) = (cx.sem(0)?, cx.sem(0)?);
+    let call = |cx: &Cx| -> Result<_, CaseError> {
+        Ok((zeroed_device_buffer(cx, 256)?, zeroed_device_buffer(cx, 64)?, zeroed_device_buffer(cx, 64)?))
+    };
+    let (held, late) = (call(cx)?, call(cx)?);
+    let table = |(a, b, c): &(hal::Buffer, hal::Buffer, hal::Buffer)| {
+        [BufferBinding::whole(a), BufferBinding::whole(b), BufferBinding::whole(c)]
+    };
+    cx.queue(0).execute_with_bindings(&[sv(&gate, 1)], &cb, &table(&held), &[sv(&held_done, 1)]).ctx("held")?;
+    let other = cx.device().queue_count().min(2) - 1;
+    cx.queue(other).execute_with_bindings(&[], &cb, &table(&late), &[sv(&late_done, 1)]).ctx("late")?;
+    cx.wait(&late_done, 1)?;
+    cx.still_pending(&held_done, 1, "the held execute")?;
+    ensure_eq!(from_bytes(&cx.queue_read(&late.1, 0, 64)?), vec![0x1234; 16], "late execute's slot 1");
+    ensure!(cx.queue_read(&held.1, 0, 64)?.iter().all(|&x| x == 0), "the held execute's slot 1 written early");
+    gate.signal(1).ctx("release")?;
+    cx.wait(&held_done, 1)?;
+    for (name, (_, b, c)) in [("held", &held), ("late", &late)] {
+        ensure_eq!(from_bytes(&cx.queue_read(b, 0, 64)?), vec![0x1234; 16], "{name} execute's slot 1");
+        let mut expected = vec![0u8; 64];
+        expected[4..12].fill(0x5A);
+        ensure_eq!(cx.queue_read(c, 0, 64)?, expected, "{name} execute's slot 2");
+    }
+    Ok(())
+}
+
+/// Successive executes of one buffer take device-local, host-visible and `queue_alloca` buffers in
+/// turn, and each reaches its own (a driver that prepared its graph for one memory kind must still
+/// run the others).
+pub(crate) fn tables_of_every_memory_kind(cx: &Cx) -> CaseResult {
+    let cb = function(cx, 0xC0DE)?;
+    let (queue, s) = (cx.queue(0), cx.sem(0)?);
+    let mut value = 0u64;
+    for (call, kind) in ["device", "host", "transient", "device", "host"].iter().enumerate() {
+        let mut make = |size: u64| -> Result<hal::Buffer, CaseError> {
+            match *kind {
+                "device" => zeroed_device_buffer(cx, size),
+                "host" => cx.host_buffer(size),
+                _ => {
+                    value += 1;
+                    let b = queue.alloca(&[sv(&s, value - 1)], BufferParams::device_local(), size, &[sv(&s, value)]);
+                    b.ctx("alloca")
+                }
+            }
+        };
+        let (a, b, c) = (make(256)?, make(64)?, make(64)?);
+        if *kind == "transient" {
+            // Transient memory holds whatever was there: zero slot 2 first, like the others.
+            queue.fill(&[sv(&s, value)], &c, 0, 64, 0, 1, &[sv(&s, value + 1)]).ctx("zero slot 2")?;
+            value += 1;
+        }
+        let table = [BufferBinding::whole(&a), BufferBinding::whole(&b), BufferBinding::whole(&c)];
+        queue.execute_with_bindings(&[sv(&s, value)], &cb, &table, &[sv(&s, value + 1)]).ctx("execute")?;
+        value += 1;
+        cx.wait(&s, value)?;
+        ensure_eq!(from_bytes(&cx.queue_read(&b, 0, 64)?), vec![0xC0DE; 16], "call {call} ({kind}): slot 1");
+        let mut expected = vec![0u8; 64];
+        expected[4..12].fill(0x5A);
+        ensure_eq!(cx.queue_read(&c, 0, 64)?, expected, "call {call} ({kind}): slot 2");
+    }
+    Ok(())
+}
+
+/// A device-local buffer of `size` zero bytes (device memory starts undefined).
+fn zeroed_device_buffer(cx: &Cx, size: u64) -> Result<hal::Buffer, CaseError> {
+    let (buffer, zeroed) = (cx.device_buffer(size)?, cx.sem(0)?);
+    cx.queue(0).fill(&[], &buffer, 0, size, 0, 1, &[sv(&zeroed, 1)]).ctx("zero a device buffer")?;
+    cx.wait(&zeroed, 1)?;
+    Ok(buffer)
 }
 
 /// A table is checked before anything runs: executing a slotted buffer without a table, a table

@@ -344,6 +344,8 @@ macro_rules! __cts_case_list {
             binding_tables {
                 table_entries_reach_dispatches_and_transfers,
                 overlapping_executes_with_different_tables,
+                executes_issued_out_of_order_keep_their_tables,
+                tables_of_every_memory_kind,
                 bad_tables_refused_at_the_call,
                 fixed_buffers_and_slots_mix,
             }

@@ -324,14 +324,14 @@ impl CpuPreparedCommands {
 
     /// Holds `commands` after checking that every dispatch uses a cpu-sim executable and an existing
     /// entry point, so that `end()` reports these and executions fail only for run-time reasons.
-    pub fn prepare(commands: &[Command]) -> Result<Self> {
-        for command in commands {
+    pub fn prepare(commands: &Arc<[Command]>) -> Result<Self> {
+        for command in commands.iter() {
             if let Command::Dispatch { executable, entry_point, .. } = command {
                 native_executable(executable)?;
                 executable.entry_point_info(*entry_point)?;
             }
         }
-        Ok(Self::new(commands))
+        Ok(Self::from_arc(commands.clone()))
     }
 
     /// The commands, in order.
@@ -693,7 +693,7 @@ mod tests {
             unsafe { Executable::from_backend(f.device, Arc::new(Foreign(vec![EntryPointInfo::new("k", 1, 0, 0)]))) };
         let command = dispatch(&exe, [1, 1, 1], &[], &[]);
         assert_eq!(f.run(command.clone()).unwrap_err().code(), StatusCode::InvalidArgument);
-        let err = CpuPreparedCommands::prepare(&[command]).unwrap_err();
+        let err = CpuPreparedCommands::prepare(&Arc::from([command])).unwrap_err();
         assert!(err.message().contains("not loaded by the cpu-sim driver"), "{err}");
     }
 
@@ -701,7 +701,7 @@ mod tests {
     fn prepared_commands_replay() {
         let f = Fixture::new();
         let out = f.buffer(16);
-        let prepared = CpuPreparedCommands::prepare(&[fill(&out, 0, 16, 3, 4), Command::Barrier]).unwrap();
+        let prepared = CpuPreparedCommands::prepare(&Arc::from([fill(&out, 0, 16, 3, 4), Command::Barrier])).unwrap();
         assert_eq!(prepared.commands().len(), 2);
         let as_trait: Arc<dyn PreparedCommands> = Arc::new(prepared);
         let prepared = as_trait.as_any().downcast_ref::<CpuPreparedCommands>().unwrap();

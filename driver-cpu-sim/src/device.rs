@@ -131,7 +131,11 @@ impl DeviceBackend for CpuDevice {
         Ok(Arc::new(NativeExecutable::load(source)?))
     }
 
-    fn prepare_commands(&self, commands: &[Command], _mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>> {
+    fn prepare_commands(
+        &self,
+        commands: &Arc<[Command]>,
+        _mode: CommandBufferMode,
+    ) -> Result<Arc<dyn PreparedCommands>> {
         Ok(Arc::new(CpuPreparedCommands::prepare(commands)?))
     }
 

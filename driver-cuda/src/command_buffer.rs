@@ -10,19 +10,23 @@
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
 //!   known only once the alloca is enqueued), and as the fallback if a graph cannot be built.
 //!
+//! A command buffer recorded against binding slots builds its graph at its first execute and shares
+//! it between all its executes: each brings its table's node parameters and the launch updates the
+//! changed nodes in place (see [`crate::graph`]) instead of building and instantiating again.
+//!
 //! Update payloads are uploaded to one device allocation at `end()`, so an update replays as a
 //! device-to-device copy in both modes and never reads pageable host memory on the stream.
 
 use std::any::Any;
 use std::sync::Arc;
 
-use hal::driver::Command;
 use hal::driver::PreparedCommands;
+use hal::driver::{BindingState, Command};
 use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
-use crate::graph::GraphExec;
+use crate::graph::{GraphExec, NodeParams, node_params};
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
@@ -30,18 +34,43 @@ use crate::stream::CudaStream;
 
 /// How a prepared buffer replays.
 enum Replay {
+    /// Its own graph, built for its buffers.
     Graph(GraphExec),
+    /// The graph its command buffer's executes share, pointed at this execute's buffers first.
+    Bound {
+        graph: Arc<GraphExec>,
+        params: Vec<NodeParams>,
+    },
     Direct,
+}
+
+/// Update bytes, uploaded once, and where each update's start.
+struct Payload {
+    /// None when the buffer has no updates.
+    memory: Option<CudaMemory>,
+    /// Per command: where its update bytes start in `memory` (0 for other commands).
+    offsets: Vec<u64>,
+}
+
+impl Payload {
+    fn address(&self) -> u64 {
+        self.memory.as_ref().map_or(0, hal::driver::BufferBackend::device_address)
+    }
+}
+
+/// What the executes of a command buffer recorded against binding slots share (kept in its
+/// [`BindingState`]): the graph built at the first execute, and the update bytes its nodes read.
+struct SharedGraph {
+    /// None when no graph could be built: every execute then replays directly.
+    graph: Option<Arc<GraphExec>>,
+    payload: Arc<Payload>,
 }
 
 /// A command buffer prepared for CUDA.
 pub struct CudaPreparedCommands {
     /// The recording; holds every buffer and executable the replay uses.
     commands: Arc<[Command]>,
-    /// Update bytes, uploaded once (None when the buffer has no updates).
-    payload: Option<CudaMemory>,
-    /// Per command: where its update bytes start in `payload` (0 for other commands).
-    offsets: Vec<u64>,
+    payload: Arc<Payload>,
     replay: Replay,
 }
 
@@ -51,32 +80,14 @@ impl CudaPreparedCommands {
     pub fn prepare(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
-        commands: &[Command],
+        commands: &Arc<[Command]>,
         graph_min_commands: usize,
     ) -> Result<Self> {
-        let mut has_transient = false;
-        let mut payload_bytes = 0u64;
-        let mut offsets = Vec::with_capacity(commands.len());
-        for command in commands {
-            if let Command::Dispatch { executable, entry_point, .. } = command {
-                CudaExecutable::of(executable)?.entry(*entry_point)?;
-            }
-            for buffer in command.buffers() {
-                has_transient |= CudaMemory::of(buffer)?.is_transient();
-            }
-            if let Command::Update { data, .. } = command {
-                offsets.push(payload_bytes);
-                payload_bytes += (data.len() as u64).next_multiple_of(16);
-            } else {
-                offsets.push(0);
-            }
-        }
-        let payload =
-            if payload_bytes > 0 { Some(upload(context, counter, commands, &offsets, payload_bytes)?) } else { None };
-        let payload_address = payload.as_ref().map_or(0, hal::driver::BufferBackend::device_address);
+        let has_transient = check(commands)?;
+        let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let replay = if work >= graph_min_commands.max(1) && !has_transient {
-            match GraphExec::build(context, commands, payload_address, &offsets) {
+            match GraphExec::build(context, commands, payload.address(), &payload.offsets) {
                 Ok(graph) => Replay::Graph(graph),
                 Err(e) => {
                     tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -86,7 +97,49 @@ impl CudaPreparedCommands {
         } else {
             Replay::Direct
         };
-        Ok(CudaPreparedCommands { commands: Arc::from(commands), payload, offsets, replay })
+        Ok(CudaPreparedCommands { commands: commands.clone(), payload, replay })
+    }
+
+    /// Prepares one execute of a command buffer recorded against binding slots (`commands`
+    /// resolved for its table). The first execute builds the graph and keeps it in `state`; later
+    /// ones only compute their node parameters, which the launch applies in place. Commands that
+    /// touch transient buffers, and buffers of fewer than `graph_min_commands` commands, replay
+    /// directly.
+    pub fn prepare_bound(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        commands: &Arc<[Command]>,
+        state: &BindingState,
+        graph_min_commands: usize,
+    ) -> Result<Self> {
+        let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
+        if check(commands)? || work < graph_min_commands.max(1) {
+            return Self::prepare(context, counter, commands, usize::MAX);
+        }
+        let shared = match state.get::<SharedGraph>() {
+            Some(shared) => shared,
+            None => {
+                let payload = Arc::new(upload(context, counter, commands)?);
+                let graph = match GraphExec::build(context, commands, payload.address(), &payload.offsets) {
+                    Ok(graph) => Some(Arc::new(graph)),
+                    Err(e) => {
+                        tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
+                        None
+                    }
+                };
+                let built = Arc::new(SharedGraph { graph, payload });
+                // Two first executes may race: both use the graph that was stored.
+                state.set(built.clone()).unwrap_or(built)
+            }
+        };
+        let replay = match &shared.graph {
+            Some(graph) => Replay::Bound {
+                graph: graph.clone(),
+                params: node_params(commands, shared.payload.address(), &shared.payload.offsets)?,
+            },
+            None => Replay::Direct,
+        };
+        Ok(CudaPreparedCommands { commands: commands.clone(), payload: shared.payload.clone(), replay })
     }
 
     /// The prepared form of an ended `command_buffer`.
@@ -100,15 +153,21 @@ impl CudaPreparedCommands {
         Ok(prepared)
     }
 
-    /// Whether it replays as a CUDA graph.
+    /// Whether it replays as a CUDA graph (its own, or one its command buffer's executes share).
     pub fn is_graph(&self) -> bool {
-        matches!(self.replay, Replay::Graph(_))
+        !matches!(self.replay, Replay::Direct)
+    }
+
+    /// Whether it replays through the graph its command buffer's executes share, updated in place.
+    pub fn is_shared_graph(&self) -> bool {
+        matches!(self.replay, Replay::Bound { .. })
     }
 
     /// Graph nodes (0 in direct mode).
     pub fn graph_nodes(&self) -> usize {
         match &self.replay {
             Replay::Graph(graph) => graph.node_count(),
+            Replay::Bound { graph, .. } => graph.node_count(),
             Replay::Direct => 0,
         }
     }
@@ -117,19 +176,43 @@ impl CudaPreparedCommands {
     pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream),
-            Replay::Direct => {
-                let payload = self.payload.as_ref().map_or(0, hal::driver::BufferBackend::device_address);
-                for (index, command) in self.commands.iter().enumerate() {
-                    let source = match command {
-                        Command::Update { .. } => Some(update_source(payload, &self.offsets, index)?),
-                        _ => None,
-                    };
-                    enqueue_command(bound, command, stream, source)?;
+            Replay::Bound { graph, params } => {
+                if graph.launch_with(bound, stream, params)? {
+                    return Ok(());
                 }
-                Ok(())
+                // CUDA refused to update a node (a copy between memory kinds the node was not
+                // built for): this execute replays its commands directly, in the same stream order.
+                self.enqueue_direct(bound, stream)
             }
+            Replay::Direct => self.enqueue_direct(bound, stream),
         }
     }
+
+    fn enqueue_direct(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
+        let payload = self.payload.address();
+        for (index, command) in self.commands.iter().enumerate() {
+            let source = match command {
+                Command::Update { .. } => Some(update_source(payload, &self.payload.offsets, index)?),
+                _ => None,
+            };
+            enqueue_command(bound, command, stream, source)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks each dispatch's entry point; returns whether any command touches a transient buffer.
+fn check(commands: &[Command]) -> Result<bool> {
+    let mut has_transient = false;
+    for command in commands {
+        if let Command::Dispatch { executable, entry_point, .. } = command {
+            CudaExecutable::of(executable)?.entry(*entry_point)?;
+        }
+        for buffer in command.buffers() {
+            has_transient |= CudaMemory::of(buffer)?.is_transient();
+        }
+    }
+    Ok(has_transient)
 }
 
 impl PreparedCommands for CudaPreparedCommands {
@@ -140,18 +223,25 @@ impl PreparedCommands for CudaPreparedCommands {
 
 /// Uploads every update's bytes into one device allocation (synchronously: this is `end()`, and the
 /// legacy-stream copy does not wait for the queues' streams).
-fn upload(
-    context: &Arc<Context>,
-    counter: &Arc<MemoryCounter>,
-    commands: &[Command],
-    offsets: &[u64],
-    bytes: u64,
-) -> Result<CudaMemory> {
+fn upload(context: &Arc<Context>, counter: &Arc<MemoryCounter>, commands: &[Command]) -> Result<Payload> {
+    let mut bytes = 0u64;
+    let mut offsets = Vec::with_capacity(commands.len());
+    for command in commands {
+        if let Command::Update { data, .. } = command {
+            offsets.push(bytes);
+            bytes += (data.len() as u64).next_multiple_of(16);
+        } else {
+            offsets.push(0);
+        }
+    }
+    if bytes == 0 {
+        return Ok(Payload { memory: None, offsets });
+    }
     let memory = CudaMemory::device(context, counter, bytes)?;
     // Bound already by `CudaMemory::device`: this only takes the token (one thread-local check).
     let bound = context.bind()?;
     let base = hal::driver::BufferBackend::device_address(&memory);
-    for (command, &offset) in commands.iter().zip(offsets) {
+    for (command, &offset) in commands.iter().zip(&offsets) {
         if let Command::Update { data, .. } = command
             && !data.is_empty()
         {
@@ -162,7 +252,7 @@ fn upload(
     // A copy from pageable memory may return before its DMA finished; queue streams do not wait for
     // the legacy stream.
     result::legacy_stream_synchronize(&bound)?;
-    Ok(memory)
+    Ok(Payload { memory: Some(memory), offsets })
 }
 
 /// The device address of update command `index`'s bytes.

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
-use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
+use hal::driver::{BindingState, Command};
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
@@ -307,12 +307,27 @@ impl DeviceBackend for CudaDevice {
         Ok(Arc::new(CudaExecutable::load(&self.context, source, &self.info)?))
     }
 
-    fn prepare_commands(&self, commands: &[Command], mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>> {
+    fn prepare_commands(
+        &self,
+        commands: &Arc<[Command]>,
+        mode: CommandBufferMode,
+    ) -> Result<Arc<dyn PreparedCommands>> {
         let graph_min_commands = match mode {
             CommandBufferMode::Reusable => self.options.reusable_graph_min_commands,
             _ => self.options.graph_min_commands,
         };
         Ok(Arc::new(CudaPreparedCommands::prepare(&self.context, &self.memory, commands, graph_min_commands)?))
+    }
+
+    fn prepare_bound(&self, commands: &Arc<[Command]>, state: &BindingState) -> Result<Arc<dyn PreparedCommands>> {
+        let graph_min_commands = self.options.reusable_graph_min_commands;
+        Ok(Arc::new(CudaPreparedCommands::prepare_bound(
+            &self.context,
+            &self.memory,
+            commands,
+            state,
+            graph_min_commands,
+        )?))
     }
 
     fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {

@@ -221,6 +221,7 @@ impl Drop for CudaExecutable {
 }
 
 /// One resolved dispatch: the function, grid, block and parameter values per the ABI.
+#[derive(Clone, PartialEq)]
 pub struct KernelLaunch {
     /// The kernel.
     pub function: CUfunction,
@@ -231,6 +232,12 @@ pub struct KernelLaunch {
     /// Binding addresses, then constants (each in its own 8-byte slot, little-endian).
     values: SmallVec<[u64; 16]>,
 }
+
+// SAFETY: a `CUfunction` is a handle to an immutable driver object, usable from any thread with its
+// context current; whoever launches it keeps its executable (and so its module) loaded.
+unsafe impl Send for KernelLaunch {}
+// SAFETY: see `Send`; nothing in a launch is mutated through a shared reference.
+unsafe impl Sync for KernelLaunch {}
 
 impl KernelLaunch {
     /// Resolves a dispatch: reads each binding's current device address (so a transient buffer must

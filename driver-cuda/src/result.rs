@@ -588,7 +588,22 @@ pub(crate) unsafe fn graph_add_kernel_node(
     block: [u32; 3],
     params: *mut *mut c_void,
 ) -> Result<CUgraphNode> {
-    let node_params = CUDA_KERNEL_NODE_PARAMS_v2 {
+    let node_params = kernel_node_params(function, grid, block, params);
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live and `deps` are its nodes; `node_params` is a live local whose
+    // `kernelParams` the caller vouches for; the out-pointer is a live local.
+    let code = unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &node_params) };
+    check(code, "cuGraphAddKernelNode")?;
+    Ok(node)
+}
+
+fn kernel_node_params(
+    function: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    params: *mut *mut c_void,
+) -> CUDA_KERNEL_NODE_PARAMS_v2 {
+    CUDA_KERNEL_NODE_PARAMS_v2 {
         func: function,
         gridDimX: grid[0],
         gridDimY: grid[1],
@@ -601,13 +616,28 @@ pub(crate) unsafe fn graph_add_kernel_node(
         extra: std::ptr::null_mut(),
         kern: std::ptr::null_mut(),
         ctx: std::ptr::null_mut(),
-    };
-    let mut node: CUgraphNode = std::ptr::null_mut();
-    // SAFETY: the graph is live and `deps` are its nodes; `node_params` is a live local whose
-    // `kernelParams` the caller vouches for; the out-pointer is a live local.
-    let code = unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &node_params) };
-    check(code, "cuGraphAddKernelNode")?;
-    Ok(node)
+    }
+}
+
+/// `cuGraphExecKernelNodeSetParams`: the next launches of `exec` run kernel node `node` with these
+/// parameters (earlier launches keep theirs).
+///
+/// # Safety
+/// `node` is a kernel node of the graph `exec` was instantiated from, launching `function`;
+/// `params` is as for [`launch_kernel`]: CUDA copies the values during this call.
+pub(crate) unsafe fn graph_exec_set_kernel_params(
+    _bound: &Bound<'_>,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    function: CUfunction,
+    grid: [u32; 3],
+    block: [u32; 3],
+    params: *mut *mut c_void,
+) -> Result<()> {
+    let node_params = kernel_node_params(function, grid, block, params);
+    // SAFETY: `exec` is live and `node` one of its kernel nodes; `node_params` is a live local whose
+    // `kernelParams` the caller vouches for.
+    check(unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &node_params) }, "cuGraphExecKernelNodeSetParams")
 }
 
 /// `cuGraphAddMemsetNode` in the bound context: `count` elements of `element_size` bytes at `dst` set
@@ -621,7 +651,7 @@ pub(crate) fn graph_add_memset_node(
     element_size: u32,
     count: usize,
 ) -> Result<CUgraphNode> {
-    let params = CUDA_MEMSET_NODE_PARAMS { dst, pitch: 0, value, elementSize: element_size, width: count, height: 1 };
+    let params = memset_params(dst, value, element_size, count);
     let mut node: CUgraphNode = std::ptr::null_mut();
     // SAFETY: the graph is live and `deps` are its nodes; `params` is a live local and `dst` a unified
     // address (see the module docs); the context handle is the bound, retained one.
@@ -642,7 +672,24 @@ pub(crate) fn graph_add_memcpy_node(
     dst: CUdeviceptr,
     length: usize,
 ) -> Result<CUgraphNode> {
-    let params = CUDA_MEMCPY3D {
+    let params = memcpy_params(src, dst, length);
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph is live and `deps` are its nodes; `params` is a live local naming two unified
+    // addresses (see the module docs), no host pointers; the context handle is the bound one.
+    let code = unsafe {
+        sys::cuGraphAddMemcpyNode(&mut node, graph, deps.as_ptr(), deps.len(), &params, bound.context().raw())
+    };
+    check(code, "cuGraphAddMemcpyNode")?;
+    Ok(node)
+}
+
+fn memset_params(dst: CUdeviceptr, value: u32, element_size: u32, count: usize) -> CUDA_MEMSET_NODE_PARAMS {
+    CUDA_MEMSET_NODE_PARAMS { dst, pitch: 0, value, elementSize: element_size, width: count, height: 1 }
+}
+
+/// One-dimensional copy parameters between two unified addresses.
+fn memcpy_params(src: CUdeviceptr, dst: CUdeviceptr, length: usize) -> CUDA_MEMCPY3D {
+    CUDA_MEMCPY3D {
         srcXInBytes: 0,
         srcY: 0,
         srcZ: 0,
@@ -668,15 +715,42 @@ pub(crate) fn graph_add_memcpy_node(
         WidthInBytes: length,
         Height: 1,
         Depth: 1,
-    };
-    let mut node: CUgraphNode = std::ptr::null_mut();
-    // SAFETY: the graph is live and `deps` are its nodes; `params` is a live local naming two unified
-    // addresses (see the module docs), no host pointers; the context handle is the bound one.
-    let code = unsafe {
-        sys::cuGraphAddMemcpyNode(&mut node, graph, deps.as_ptr(), deps.len(), &params, bound.context().raw())
-    };
-    check(code, "cuGraphAddMemcpyNode")?;
-    Ok(node)
+    }
+}
+
+/// `cuGraphExecMemsetNodeSetParams` in the bound context: the next launches of `exec` run memset
+/// node `node` with these parameters.
+pub(crate) fn graph_exec_set_memset_params(
+    bound: &Bound<'_>,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    dst: CUdeviceptr,
+    value: u32,
+    element_size: u32,
+    count: usize,
+) -> Result<()> {
+    let params = memset_params(dst, value, element_size, count);
+    // SAFETY: `exec` is live; CUDA checks that `node` is one of its memset nodes; `params` is a live
+    // local naming a unified address; the context handle is the bound one.
+    let code = unsafe { sys::cuGraphExecMemsetNodeSetParams(exec, node, &params, bound.context().raw()) };
+    check(code, "cuGraphExecMemsetNodeSetParams")
+}
+
+/// `cuGraphExecMemcpyNodeSetParams` in the bound context: the next launches of `exec` run memcpy
+/// node `node` with these addresses.
+pub(crate) fn graph_exec_set_memcpy_params(
+    bound: &Bound<'_>,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    src: CUdeviceptr,
+    dst: CUdeviceptr,
+    length: usize,
+) -> Result<()> {
+    let params = memcpy_params(src, dst, length);
+    // SAFETY: `exec` is live; CUDA checks that `node` is one of its memcpy nodes; `params` is a live
+    // local naming two unified addresses, no host pointers; the context handle is the bound one.
+    let code = unsafe { sys::cuGraphExecMemcpyNodeSetParams(exec, node, &params, bound.context().raw()) };
+    check(code, "cuGraphExecMemcpyNodeSetParams")
 }
 
 /// `cuGraphInstantiateWithFlags(graph, 0)`.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::buffer::{Buffer, BufferParams, HostView};
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
-use crate::driver::ImportedHostMemory;
+use crate::driver::{BindingState, ImportedHostMemory};
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
 use crate::queue::HostCallFlags;
@@ -63,8 +63,22 @@ pub trait DeviceBackend: Send + Sync {
 
     /// Turns a finished recording into what the driver replays (a CUDA graph, a command list).
     /// Called once, at `CommandBuffer::end`; `mode` says whether it will be executed once or many
-    /// times (a driver may prepare a reusable buffer more thoroughly).
-    fn prepare_commands(&self, commands: &[Command], mode: CommandBufferMode) -> Result<Arc<dyn PreparedCommands>>;
+    /// times (a driver may prepare a reusable buffer more thoroughly). The list is shared: a driver
+    /// keeps it by cloning the `Arc`, not the commands.
+    fn prepare_commands(&self, commands: &Arc<[Command]>, mode: CommandBufferMode)
+    -> Result<Arc<dyn PreparedCommands>>;
+
+    /// Prepares one execute of a command buffer recorded against binding slots: `commands` are its
+    /// commands resolved for that execute's table, checked. Every execute of one command buffer
+    /// passes the same `state`, which the driver may use to keep what it built for an earlier
+    /// execute (a CUDA graph whose nodes it updates in place) instead of preparing anew. Executes
+    /// of one buffer may be issued in any order, and overlap: what one execute prepared must run
+    /// with its own buffers whatever the others did to the shared state. The default prepares a
+    /// one-shot buffer every time.
+    fn prepare_bound(&self, commands: &Arc<[Command]>, state: &BindingState) -> Result<Arc<dyn PreparedCommands>> {
+        let _ = state;
+        self.prepare_commands(commands, CommandBufferMode::OneShot)
+    }
 
     /// Enqueues `op` on queue `queue` (validated: in range, buffers of this device, signal values
     /// ahead of their semaphores). Must not block on device progress.

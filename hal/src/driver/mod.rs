@@ -36,6 +36,7 @@
 //! ```
 
 mod backend;
+mod binding_state;
 mod handles;
 mod imported;
 pub mod scheduler;
@@ -56,5 +57,6 @@ pub use crate::semaphore::SemaphoreDriverData;
 pub use backend::{
     BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
 };
+pub use binding_state::BindingState;
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};
 pub use imported::{ImportedHostMemory, ReleaseOnce};
