@@ -142,6 +142,25 @@ pub(crate) fn tables_of_every_memory_kind(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Each execute's buffers are freed after it and new ones allocated for the next (an allocator
+/// often hands out the freed addresses again): every execute reaches its own buffers. A driver that
+/// reuses prepared work for a table must tell a new buffer at an old address from the old one.
+pub(crate) fn tables_of_buffers_freed_and_reallocated(cx: &Cx) -> CaseResult {
+    let cb = function(cx, 0xF00D)?;
+    let (queue, s) = (cx.queue(0), cx.sem(0)?);
+    for call in 0..8u64 {
+        let (a, b, c) = (zeroed_device_buffer(cx, 256)?, zeroed_device_buffer(cx, 64)?, zeroed_device_buffer(cx, 64)?);
+        let table = [BufferBinding::whole(&a), BufferBinding::whole(&b), BufferBinding::whole(&c)];
+        queue.execute_with_bindings(&[sv(&s, call)], &cb, &table, &[sv(&s, call + 1)]).ctx("execute")?;
+        cx.wait(&s, call + 1)?;
+        ensure_eq!(from_bytes(&cx.queue_read(&b, 0, 64)?), vec![0xF00D; 16], "call {call}: slot 1");
+        let mut expected = vec![0u8; 64];
+        expected[4..12].fill(0x5A);
+        ensure_eq!(cx.queue_read(&c, 0, 64)?, expected, "call {call}: slot 2");
+    }
+    Ok(())
+}
+
 /// A device-local buffer of `size` zero bytes (device memory starts undefined).
 fn zeroed_device_buffer(cx: &Cx, size: u64) -> Result<hal::Buffer, CaseError> {
     let (buffer, zeroed) = (cx.device_buffer(size)?, cx.sem(0)?);

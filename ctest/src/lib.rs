@@ -346,6 +346,7 @@ macro_rules! __cts_case_list {
                 overlapping_executes_with_different_tables,
                 executes_issued_out_of_order_keep_their_tables,
                 tables_of_every_memory_kind,
+                tables_of_buffers_freed_and_reallocated,
                 bad_tables_refused_at_the_call,
                 fixed_buffers_and_slots_mix,
             }

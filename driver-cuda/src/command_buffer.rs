@@ -87,7 +87,7 @@ impl CudaPreparedCommands {
         let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let replay = if work >= graph_min_commands.max(1) && !has_transient {
-            match GraphExec::build(context, commands, payload.address(), &payload.offsets) {
+            match GraphExec::build(context, commands, payload.address(), &payload.offsets, 1) {
                 Ok(graph) => Replay::Graph(graph),
                 Err(e) => {
                     tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -111,6 +111,7 @@ impl CudaPreparedCommands {
         commands: &Arc<[Command]>,
         state: &BindingState,
         graph_min_commands: usize,
+        instances: usize,
     ) -> Result<Self> {
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         if check(commands)? || work < graph_min_commands.max(1) {
@@ -120,7 +121,7 @@ impl CudaPreparedCommands {
             Some(shared) => shared,
             None => {
                 let payload = Arc::new(upload(context, counter, commands)?);
-                let graph = match GraphExec::build(context, commands, payload.address(), &payload.offsets) {
+                let graph = match GraphExec::build(context, commands, payload.address(), &payload.offsets, instances) {
                     Ok(graph) => Some(Arc::new(graph)),
                     Err(e) => {
                         tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -177,11 +178,13 @@ impl CudaPreparedCommands {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream),
             Replay::Bound { graph, params } => {
-                if graph.launch_with(bound, stream, params)? {
+                let (payload, offsets) = (self.payload.address(), &self.payload.offsets);
+                if graph.launch_with(bound, stream, params, &self.commands, payload, offsets)? {
                     return Ok(());
                 }
                 // CUDA refused to update a node (a copy between memory kinds the node was not
-                // built for): this execute replays its commands directly, in the same stream order.
+                // built for) or to build another instance: this execute replays its commands
+                // directly, in the same stream order.
                 self.enqueue_direct(bound, stream)
             }
             Replay::Direct => self.enqueue_direct(bound, stream),

@@ -38,6 +38,10 @@ pub struct CudaOptions {
     /// one-kernel graph launch costs less than the kernel launch itself (figures in
     /// `docs/benchmarks.md`), so by default even one command replays as a graph.
     pub reusable_graph_min_commands: usize,
+    /// Executable instances of one command buffer's graph kept for executes with binding tables:
+    /// an execute whose table matches one launches it without node updates; otherwise the least
+    /// recently launched is updated in place. 1 updates a single instance every time.
+    pub bound_graph_instances: usize,
     /// Time every submission on the device with a pair of timing events; the time appears as
     /// `device_ns` on the submission's `complete` span (see [`crate::timing`]). Costs two event
     /// records per submission.
@@ -52,6 +56,7 @@ impl Default for CudaOptions {
             poll_interval: std::time::Duration::from_micros(10),
             graph_min_commands: 2,
             reusable_graph_min_commands: 1,
+            bound_graph_instances: 4,
             submission_timings: false,
         }
     }
@@ -327,6 +332,7 @@ impl DeviceBackend for CudaDevice {
             commands,
             state,
             graph_min_commands,
+            self.options.bound_graph_instances,
         )?))
     }
 

@@ -7,11 +7,12 @@
 //! that segment has several, so edges stay linear in the command count.
 //!
 //! A command buffer recorded against binding slots builds its graph at its first execute; every
-//! execute then brings its own [`NodeParams`] (the addresses its table gives), and the launch
-//! updates the nodes whose parameters differ from the ones the executable graph holds
-//! (`cuGraphExec*NodeSetParams`) before it launches, both under the graph's launch lock. An update
-//! affects only later launches, so an execute still running on the device keeps its buffers, and
-//! two executes issued in either order each run with their own.
+//! execute then brings its own [`NodeParams`] (the addresses its table gives). Its launch takes an
+//! executable instance that already holds those parameters, or updates the nodes that differ in
+//! one (`cuGraphExec*NodeSetParams`) before it launches, both under the graph's launch lock. An
+//! update affects only later launches, so an execute still running on the device keeps its
+//! buffers, and two executes issued in either order each run with their own. A few instances are
+//! kept (`CudaOptions::bound_graph_instances`), so tables that recur launch without updates.
 
 use std::sync::{Arc, Mutex};
 
@@ -26,15 +27,19 @@ use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
 
-/// What one graph node does, with the addresses of one execute.
+/// What one graph node does, with the addresses of one execute. Memset and memcpy nodes also
+/// carry the ids of the buffers they touch: CUDA resolves such a node's addresses to their
+/// allocations when it is built or set, so a node is reused as it is only for the same buffers,
+/// never for a new buffer that happens to sit at a freed one's address (a kernel node's parameters
+/// are plain values, compared by address alone).
 #[derive(Clone, PartialEq)]
 pub(crate) enum NodeParams {
     /// A kernel launch.
     Kernel(KernelLaunch),
     /// `count` elements of `element_size` bytes at `dst` set to `value`.
-    Memset { dst: u64, value: u32, element_size: u32, count: usize },
+    Memset { dst: u64, value: u32, element_size: u32, count: usize, buffers: [u64; 2] },
     /// `length` bytes from `src` to `dst`.
-    Copy { src: u64, dst: u64, length: usize },
+    Copy { src: u64, dst: u64, length: usize, buffers: [u64; 2] },
 }
 
 /// One step of a graph's plan: a node, or an execution barrier between segments.
@@ -60,19 +65,16 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>
                     2 => pattern & 0xFFFF,
                     _ => *pattern,
                 };
-                Step::Node(NodeParams::Memset {
-                    dst,
-                    value,
-                    element_size,
-                    count: (*length / u64::from(element_size)) as usize,
-                })
+                let count = (*length / u64::from(element_size)) as usize;
+                Step::Node(NodeParams::Memset { dst, value, element_size, count, buffers: [target.id(), 0] })
             }
             Command::Update { target, offset, data } => {
                 if data.is_empty() {
                     continue;
                 }
                 let dst = resolve_address(target, *offset, data.len() as u64)?;
-                Step::Node(NodeParams::Copy { src: update_source(payload, offsets, index)?, dst, length: data.len() })
+                let src = update_source(payload, offsets, index)?;
+                Step::Node(NodeParams::Copy { src, dst, length: data.len(), buffers: [0, target.id()] })
             }
             Command::Copy { source, source_offset, target, target_offset, length } => {
                 if *length == 0 {
@@ -80,7 +82,7 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>
                 }
                 let src = resolve_address(source, *source_offset, *length)?;
                 let dst = resolve_address(target, *target_offset, *length)?;
-                Step::Node(NodeParams::Copy { src, dst, length: *length as usize })
+                Step::Node(NodeParams::Copy { src, dst, length: *length as usize, buffers: [source.id(), target.id()] })
             }
             Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => Step::Node(
                 NodeParams::Kernel(KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?),
@@ -100,19 +102,31 @@ pub(crate) fn node_params(commands: &[Command], payload: u64, offsets: &[u64]) -
         .collect())
 }
 
-/// An instantiated graph. Launches (and the node updates before them) are serialised by a lock
-/// (graph objects are not internally synchronised).
+/// One or more executable instances of a recording's graph. Launches (and the node updates
+/// before them) are serialised by one lock (graph objects are not internally synchronised).
 pub struct GraphExec {
     context: Arc<Context>,
+    /// The lock serialises launches and updates.
+    instances: Mutex<Vec<Instance>>,
+    max_instances: usize,
+    /// Nodes per instance (the same recording gives the same nodes).
+    node_count: usize,
+}
+
+/// One graph, instantiated, and the parameters its executable holds now. Each instance is built
+/// from the commands of the execute that needed it, so its graph never names a buffer that was
+/// not alive when it was built.
+struct Instance {
     graph: CUgraph,
     exec: CUgraphExec,
     /// The nodes in command order (barrier joins excluded), for updates.
     nodes: Vec<CUgraphNode>,
-    /// The parameters the executable graph holds now, per node; the lock serialises launches.
-    current: Mutex<Vec<NodeParams>>,
+    current: Vec<NodeParams>,
+    /// When it was last launched (a count of launches), for least-recently-used reuse.
+    last_launch: u64,
 }
 
-// SAFETY: graph handles are driver objects; launches and updates go through `current`'s lock,
+// SAFETY: graph handles are driver objects; launches and updates go through `instances`' lock,
 // which serialises them.
 unsafe impl Send for GraphExec {}
 // SAFETY: see `Send`.
@@ -169,12 +183,12 @@ impl Builder {
                 })?
             }
             // `dst` addresses `count` elements of memory the command buffer keeps alive.
-            NodeParams::Memset { dst, value, element_size, count } => {
+            NodeParams::Memset { dst, value, element_size, count, .. } => {
                 result::graph_add_memset_node(bound, graph, deps, *dst, *value, *element_size, *count)?
             }
             // Both addresses are unified (device or mapped pinned) addresses of `length` bytes
             // that the command buffer keeps alive.
-            NodeParams::Copy { src, dst, length } => {
+            NodeParams::Copy { src, dst, length, .. } => {
                 result::graph_add_memcpy_node(bound, graph, deps, *src, *dst, *length)?
             }
         };
@@ -184,11 +198,9 @@ impl Builder {
     }
 }
 
-impl GraphExec {
-    /// Builds and instantiates the graph of `commands`. `payload` is the device address of the
-    /// uploaded update bytes and `offsets` their place per command (see `command_buffer`). Every
-    /// buffer must have a fixed address (no transient buffers).
-    pub fn build(context: &Arc<Context>, commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Self> {
+impl Instance {
+    /// Builds and instantiates the graph of `commands` (see [`GraphExec::build`]).
+    fn build(context: &Arc<Context>, commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Self> {
         let steps = plan(commands, payload, offsets)?;
         let bound = context.bind()?;
         let graph = result::graph_create(&bound)?;
@@ -206,43 +218,118 @@ impl GraphExec {
         let exec = result::graph_instantiate(&bound, builder.graph)?;
         let nodes = std::mem::take(&mut builder.nodes);
         let graph = std::mem::replace(&mut builder.graph, std::ptr::null_mut());
-        Ok(GraphExec { context: context.clone(), graph, exec, nodes, current: Mutex::new(current) })
+        Ok(Instance { graph, exec, nodes, current, last_launch: 0 })
+    }
+
+    /// Sets the nodes whose parameters differ from `params`.
+    fn update(&mut self, bound: &Bound<'_>, params: &[NodeParams]) -> Result<()> {
+        for ((node, now), wanted) in self.nodes.iter().zip(self.current.iter_mut()).zip(params) {
+            if now != wanted {
+                set_node_params(bound, self.exec, *node, now, wanted)?;
+                *now = wanted.clone();
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy(self, bound: &Bound<'_>) {
+        // SAFETY: destroyed once, here; no launch is in progress (launches hold the graph through
+        // their prepared command buffer, and dropping it needs the last handle).
+        let exec = unsafe { result::graph_exec_destroy(bound, self.exec) };
+        // SAFETY: destroyed once, here; the graph is not used after this.
+        let graph = unsafe { result::graph_destroy(self.graph) };
+        if let Err(e) = exec.and(graph) {
+            tracing::debug!(%e, "destroying a graph failed");
+        }
+    }
+}
+
+impl GraphExec {
+    /// Builds the graph of `commands` and instantiates it. `payload` is the device address of the
+    /// uploaded update bytes and `offsets` their place per command (see `command_buffer`). Every
+    /// buffer must have a fixed address (no transient buffers). `max_instances` (at least 1) bounds
+    /// the instances [`launch_with`](Self::launch_with) may keep, one per recent set of parameters.
+    pub fn build(
+        context: &Arc<Context>,
+        commands: &[Command],
+        payload: u64,
+        offsets: &[u64],
+        max_instances: usize,
+    ) -> Result<Self> {
+        let first = Instance::build(context, commands, payload, offsets)?;
+        let node_count = first.nodes.len();
+        Ok(GraphExec {
+            context: context.clone(),
+            instances: Mutex::new(vec![first]),
+            max_instances: max_instances.max(1),
+            node_count,
+        })
     }
 
     /// Commands turned into nodes (barriers and empty commands excluded).
     pub fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.node_count
     }
 
     /// Enqueues one launch of the graph as built on `stream`.
     pub fn launch(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
-        let _serialised = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        result::graph_launch(bound, self.exec, stream.raw())
+        let instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        result::graph_launch(bound, instances[0].exec, stream.raw())
     }
 
-    /// Enqueues one launch on `stream` with `params` (one per node, from [`node_params`] over the
-    /// recording this graph was built from), updating the nodes whose parameters changed first.
-    /// `Ok(false)` when CUDA refused to update a node: nothing was launched, and the caller replays
-    /// the execute another way (the nodes updated by then stay recorded as updated).
-    pub(crate) fn launch_with(&self, bound: &Bound<'_>, stream: &CudaStream, params: &[NodeParams]) -> Result<bool> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        if params.len() != self.nodes.len() {
+    /// Enqueues one launch on `stream` of the execute whose node parameters are `params` (from
+    /// [`node_params`] over `commands`, the recording this graph was built from resolved for the
+    /// execute's table). The instance that holds exactly `params` launches as it is; otherwise a
+    /// new instance is built from `commands` while there are fewer than `max_instances`, or the
+    /// least recently launched one is updated (the nodes whose parameters differ are set). Tables
+    /// that come back (a runtime's allocator hands out the same buffers again) thus launch without
+    /// updates. `Ok(false)` when CUDA refused to update a node: nothing was launched, and the caller
+    /// replays the execute another way.
+    pub(crate) fn launch_with(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        params: &[NodeParams],
+        commands: &[Command],
+        payload: u64,
+        offsets: &[u64],
+    ) -> Result<bool> {
+        if params.len() != self.node_count {
             return Err(Error::internal(format!(
                 "cuda graph: {} node parameters for a graph of {} nodes",
                 params.len(),
-                self.nodes.len()
+                self.node_count
             )));
         }
-        for ((node, now), wanted) in self.nodes.iter().zip(current.iter_mut()).zip(params) {
-            if now != wanted {
-                if let Err(e) = set_node_params(bound, self.exec, *node, now, wanted) {
+        let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let launches = instances.iter().map(|i| i.last_launch).max().unwrap_or(0) + 1;
+        let index = match instances.iter().position(|i| i.current == params) {
+            Some(index) => index,
+            None if instances.len() < self.max_instances => {
+                match Instance::build(&self.context, commands, payload, offsets) {
+                    Ok(instance) => {
+                        instances.push(instance);
+                        instances.len() - 1
+                    }
+                    Err(e) => {
+                        tracing::debug!(%e, "building another graph instance failed; the execute replays directly");
+                        return Ok(false);
+                    }
+                }
+            }
+            None => {
+                let oldest = instances.iter().enumerate().min_by_key(|(_, i)| i.last_launch);
+                let index = oldest.map_or(0, |(index, _)| index);
+                if let Err(e) = instances[index].update(bound, params) {
                     tracing::debug!(%e, "updating a graph node failed; the execute replays directly");
                     return Ok(false);
                 }
-                *now = wanted.clone();
+                index
             }
-        }
-        result::graph_launch(bound, self.exec, stream.raw())?;
+        };
+        let instance = &mut instances[index];
+        instance.last_launch = launches;
+        result::graph_launch(bound, instance.exec, stream.raw())?;
         Ok(true)
     }
 }
@@ -265,11 +352,11 @@ fn set_node_params(
             })
         }
         // `dst` addresses `count` elements of memory the executing command buffer keeps alive.
-        (NodeParams::Memset { .. }, NodeParams::Memset { dst, value, element_size, count }) => {
+        (NodeParams::Memset { .. }, NodeParams::Memset { dst, value, element_size, count, .. }) => {
             result::graph_exec_set_memset_params(bound, exec, node, *dst, *value, *element_size, *count)
         }
         // Unified addresses of `length` bytes the executing command buffer keeps alive.
-        (NodeParams::Copy { .. }, NodeParams::Copy { src, dst, length }) => {
+        (NodeParams::Copy { .. }, NodeParams::Copy { src, dst, length, .. }) => {
             result::graph_exec_set_memcpy_params(bound, exec, node, *src, *dst, *length)
         }
         _ => Err(Error::internal("cuda graph: an execute's node differs in kind from the graph's")),
@@ -279,13 +366,8 @@ fn set_node_params(
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let Ok(bound) = self.context.bind() else { return };
-        // SAFETY: destroyed once, here; no launch is in progress (launches hold the graph through
-        // their prepared command buffer, and dropping it needs the last handle).
-        let exec = unsafe { result::graph_exec_destroy(&bound, self.exec) };
-        // SAFETY: destroyed once, here; the graph is not used after this.
-        let graph = unsafe { result::graph_destroy(self.graph) };
-        if let Err(e) = exec.and(graph) {
-            tracing::debug!(%e, "destroying a graph failed");
+        for instance in std::mem::take(self.instances.get_mut().unwrap_or_else(|p| p.into_inner())) {
+            instance.destroy(&bound);
         }
     }
 }
