@@ -164,6 +164,19 @@ impl Env {
         Ok(cb)
     }
 
+    /// A command buffer of `dispatches` dependent `touch` dispatches on `buffer`, recorded now.
+    pub fn dispatches_on(&self, buffer: &Buffer, dispatches: usize, mode: CommandBufferMode) -> Result<CommandBuffer> {
+        let cb = self.device.create_command_buffer(mode)?;
+        for i in 0..dispatches {
+            if i > 0 {
+                cb.barrier()?;
+            }
+            cb.dispatch(&self.executable, 0, [1, 1, 1], &[i as u32], &[BufferBinding::range(buffer, 0, 4)])?;
+        }
+        cb.end()?;
+        Ok(cb)
+    }
+
     /// A reusable command buffer of `dispatches` dependent `touch` dispatches on binding slot 0.
     pub fn dispatches_on_slot(&self, dispatches: usize) -> Result<CommandBuffer> {
         let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
@@ -226,6 +239,22 @@ pub fn chain_with_tables(env: &Env, cb: &CommandBuffer, tables: &[[BufferBinding
     for i in 0..ops {
         let table = &tables[i as usize % tables.len()];
         q.execute_with_bindings(&[SV::new(&s, i)], cb, table, &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
+}
+
+/// N calls as a runtime without binding tables makes them: each records the 10-dispatch function
+/// anew for the next of `buffers` (a reusable buffer: prepared, on CUDA a graph instantiated, as a
+/// function recorded once would be) and executes it once, chained as in [`chain`].
+pub fn chain_rerecorded(env: &Env, buffers: &[Buffer], ops: u64) -> Result<Timing> {
+    let q = env.device.queue(0)?;
+    let s = env.semaphore()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        let cb = env.dispatches_on(&buffers[i as usize % buffers.len()], 10, CommandBufferMode::Reusable)?;
+        q.execute(&[SV::new(&s, i)], &cb, &[SV::new(&s, i + 1)])?;
     }
     let submit = start.elapsed();
     s.wait(ops, LONG)?;
@@ -603,6 +632,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 let other = env.device.allocate_buffer(BufferParams::device_local(), 4)?;
                 tables.push([BufferBinding::whole(&other)]);
             }
+            let table_row_base = rows.len();
             for (cycle, what) in [
                 (2, "new binding table per execute"),
                 (TABLE_CYCLE, "binding table cycling over 16 buffers"),
@@ -617,6 +647,18 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                     Some(("the same with fixed bindings (HAL, row above)", hal.clone())),
                 ));
             }
+            // What a runtime without tables pays: the function recorded (and, on CUDA, a graph
+            // instantiated) for every call, against the first table row.
+            let buffers: Vec<Buffer> = tables.iter().take(2).map(|[entry]| entry.buffer.clone()).collect();
+            let rerecord_ops = (ops / 10).max(20);
+            let (rerecorded, note) = tr.hal_split(rerecord_ops, |ops| chain_rerecorded(env, &buffers, ops))?;
+            let tabled = rows[table_row_base].hal.clone();
+            rows.push(Row::new(
+                format!("10-dispatch function re-recorded per call, no tables{note}"),
+                "us/execute",
+                rerecorded,
+                Some(("new binding table per execute (HAL, row above)", tabled)),
+            ));
         }
         if let (Baselines::Cuda(raw), 10) = (&baselines, dispatches) {
             rows.push(Row::new(
