@@ -52,11 +52,33 @@ pub enum Kernel {
     /// sleeps; CUDA: spins on `%globaltimer`), so a case can have slow device work in flight.
     /// 0 bindings, 1 constant, workgroup 1; dispatch it with `[1, 1, 1]`.
     Sleep,
+    /// `mixed_params(out: u32*, n: u32, in: u32*, add: u64, scratch: void*)`, Triton's shape (a
+    /// scalar between pointers, a trailing scratch pointer): for `i < n`,
+    /// `out[i] = in[i] + lo(add) + 2 * hi(add)`, or [`SCRATCH_NOT_NULL`] when `scratch` is not
+    /// null. 2 bindings (out, in), 3 constants (n, then add's low and high words), declared as
+    /// [`mixed_params_layout`]; workgroup 64.
+    MixedParams,
+    /// `reverse_shared(data: u32*)`: each workgroup of 64 reverses its 64 elements through dynamic
+    /// workgroup memory, staged at the far end of [`REVERSE_SHARED_BYTES`] (past CUDA's default
+    /// 48 KiB, so a launch with less memory faults). 1 binding, 0 constants, workgroup 64.
+    ReverseShared,
+}
+
+/// What [`Kernel::MixedParams`] writes when its scratch pointer is not null.
+pub const SCRATCH_NOT_NULL: u32 = 0xDEAD_BEEF;
+
+/// The dynamic workgroup memory [`Kernel::ReverseShared`] declares: 64 KiB.
+pub const REVERSE_SHARED_BYTES: u32 = 64 * 1024;
+
+/// [`Kernel::MixedParams`]' parameter layout: out, n, in, add (64-bit), a null scratch pointer.
+pub fn mixed_params_layout() -> [hal::KernelParam; 5] {
+    use hal::KernelParam as P;
+    [P::Binding(0), P::Constant32(0), P::Binding(1), P::Constant64(1), P::NullPointer]
 }
 
 impl Kernel {
     /// Every kernel of the catalogue.
-    pub const ALL: [Kernel; 7] = [
+    pub const ALL: [Kernel; 9] = [
         Kernel::FillU32,
         Kernel::AddF32,
         Kernel::ScaleOffsetF32,
@@ -64,6 +86,8 @@ impl Kernel {
         Kernel::GridIds,
         Kernel::Fault,
         Kernel::Sleep,
+        Kernel::MixedParams,
+        Kernel::ReverseShared,
     ];
 
     /// A short name (also the program name a compiled catalogue may use).
@@ -76,6 +100,8 @@ impl Kernel {
             Kernel::GridIds => "grid_ids",
             Kernel::Fault => "fault",
             Kernel::Sleep => "sleep_us",
+            Kernel::MixedParams => "mixed_params",
+            Kernel::ReverseShared => "reverse_shared",
         }
     }
 
@@ -94,6 +120,12 @@ impl Kernel {
             Kernel::GridIds => vec![EntryPointInfo::new("grid_ids", 1, 1, 0)],
             Kernel::Fault => vec![EntryPointInfo::new("fault", 1, 1, 0)],
             Kernel::Sleep => vec![EntryPointInfo::new("sleep_us", 1, 0, 1)],
+            Kernel::MixedParams => {
+                vec![EntryPointInfo::new("mixed_params", e, 2, 3).with_params(mixed_params_layout())]
+            }
+            Kernel::ReverseShared => {
+                vec![EntryPointInfo::new("reverse_shared", e, 1, 0).with_dynamic_workgroup_memory(REVERSE_SHARED_BYTES)]
+            }
         }
     }
 }

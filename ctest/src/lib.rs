@@ -34,6 +34,7 @@ mod executable;
 mod failure;
 mod host_io;
 mod imported_memory;
+mod kernel_abi;
 mod misuse;
 mod queue_ops;
 mod resources;
@@ -349,6 +350,12 @@ macro_rules! __cts_case_list {
                 tables_of_buffers_freed_and_reallocated,
                 bad_tables_refused_at_the_call,
                 fixed_buffers_and_slots_mix,
+            }
+            kernel_abi {
+                declared_layout_reaches_the_kernel,
+                layouts_that_do_not_fit_refused_at_load,
+                dynamic_workgroup_memory_reaches_the_kernel,
+                too_much_workgroup_memory_refused_at_load,
             }
             zero_sizes {
                 zero_byte_buffers_allocate_map_read_and_bind,

@@ -14,6 +14,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use smallvec::SmallVec;
 
@@ -208,6 +209,24 @@ enum WorkgroupStop {
     Cancelled,
 }
 
+thread_local! {
+    /// This thread's workgroup memory, reused by the workgroups it runs one after another.
+    static WORKGROUP_MEMORY: std::cell::Cell<Vec<AtomicU32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` with `words` zeroed words of workgroup memory private to this workgroup (taken out of
+/// the thread's cell while `f` runs, so a kernel that somehow runs another on this thread gets its own).
+fn with_workgroup_memory<R>(words: usize, f: impl FnOnce(&[AtomicU32]) -> R) -> R {
+    let mut memory = WORKGROUP_MEMORY.with(|cell| cell.take());
+    memory.iter().take(words).for_each(|word| word.store(0, Ordering::Relaxed));
+    if memory.len() < words {
+        memory.resize_with(words, || AtomicU32::new(0));
+    }
+    let result = f(&memory[..words]);
+    WORKGROUP_MEMORY.with(|cell| cell.set(memory));
+    result
+}
+
 fn dispatch(
     executable: &Executable,
     entry_point: u32,
@@ -262,6 +281,7 @@ fn dispatch(
         ranges.push(range);
     }
     let workgroup_size = info.workgroup_size;
+    let memory_words = (info.dynamic_workgroup_memory as usize).div_ceil(4);
     let run_one = move |index: u64,
                         constants: &[u32],
                         bindings: &[NativeBinding],
@@ -273,7 +293,12 @@ fn dispatch(
         }
         let invocation =
             NativeInvocation::new(workgroup_id(index, workgroups), workgroups, workgroup_size, constants, bindings);
-        kernel(&invocation).map_err(WorkgroupStop::Kernel)
+        if memory_words == 0 {
+            return kernel(&invocation).map_err(WorkgroupStop::Kernel);
+        }
+        with_workgroup_memory(memory_words, |memory| {
+            kernel(&invocation.with_workgroup_memory(memory)).map_err(WorkgroupStop::Kernel)
+        })
     };
     let result = if total <= INLINE_WORKGROUPS {
         // Small grids run on the stream's own thread: no hand-off, no allocation.

@@ -41,6 +41,10 @@ use hal::{
 /// The largest workgroup (x*y*z threads) an entry point may declare.
 pub const MAX_WORKGROUP_THREADS: u32 = 1024;
 
+/// The most dynamic workgroup memory an entry point may declare (an H100 gives a block up to
+/// 227 KiB of shared memory).
+pub const MAX_WORKGROUP_MEMORY: u32 = 227 * 1024;
+
 /// The largest workgroup size per axis an entry point may declare (CUDA's block limits, so what
 /// loads here also fits a GPU).
 pub const MAX_WORKGROUP_SIZE: [u32; 3] = [1024, 1024, 64];
@@ -197,6 +201,13 @@ fn validate_entry_points(entry_points: &[EntryPointInfo], origin: &str) -> hal::
                     info.name
                 )));
             }
+        }
+        if info.dynamic_workgroup_memory > MAX_WORKGROUP_MEMORY {
+            return Err(Error::resource_exhausted(format!(
+                "{origin}: entry point '{}' declares {} bytes of dynamic workgroup memory; the device \
+                 gives a workgroup at most {MAX_WORKGROUP_MEMORY}",
+                info.name, info.dynamic_workgroup_memory
+            )));
         }
         let threads = size.iter().try_fold(1u32, |acc, &n| acc.checked_mul(n));
         if threads.is_none_or(|t| t > MAX_WORKGROUP_THREADS) {

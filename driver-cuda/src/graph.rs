@@ -175,11 +175,11 @@ impl Builder {
         let (graph, deps) = (self.graph, &self.deps[..]);
         let node = match params {
             NodeParams::Kernel(launch) => {
-                let (function, grid, block) = (launch.function, launch.grid, launch.block);
+                let (function, grid, block, shared) = (launch.function, launch.grid, launch.block, launch.shared_bytes);
                 launch.clone().with_params(|values| {
-                    // SAFETY: `values` points at one value per kernel parameter (ABI order, counts
+                    // SAFETY: `values` points at one value per kernel parameter (layout order, counts
                     // checked in `KernelLaunch::resolve`), which CUDA copies into the node now.
-                    unsafe { result::graph_add_kernel_node(bound, graph, deps, function, grid, block, values) }
+                    unsafe { result::graph_add_kernel_node(bound, graph, deps, function, grid, block, shared, values) }
                 })?
             }
             // `dst` addresses `count` elements of memory the command buffer keeps alive.
@@ -344,11 +344,13 @@ fn set_node_params(
 ) -> Result<()> {
     match (now, wanted) {
         (NodeParams::Kernel(now), NodeParams::Kernel(wanted)) if now.function == wanted.function => {
-            let (function, grid, block) = (wanted.function, wanted.grid, wanted.block);
+            let (function, grid, block, shared) = (wanted.function, wanted.grid, wanted.block, wanted.shared_bytes);
             wanted.clone().with_params(|values| {
                 // SAFETY: `node` is a kernel node of the graph `exec` was instantiated from, running
                 // the same function; `values` is as for `graph_add_kernel_node`, copied by CUDA now.
-                unsafe { result::graph_exec_set_kernel_params(bound, exec, node, function, grid, block, values) }
+                unsafe {
+                    result::graph_exec_set_kernel_params(bound, exec, node, function, grid, block, shared, values)
+                }
             })
         }
         // `dst` addresses `count` elements of memory the executing command buffer keeps alive.

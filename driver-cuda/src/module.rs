@@ -8,10 +8,17 @@
 //! - grid: the dispatch's workgroup count;
 //! - block: the entry point's declared workgroup size (PTX's `.maxntid` is only a bound, so the size
 //!   is declared when the executable is created and checked against the kernel's limit then);
-//! - no dynamic shared memory.
+//! - dynamic shared memory: the entry point's `dynamic_workgroup_memory` (0 by default; past 48 KiB
+//!   the function is allowed more at load, up to what the device gives a block).
 //!
 //! For example `extern "C" __global__ void scale(float* in, float* out, unsigned n, float k)` is an
 //! entry point with 2 bindings and 2 constants (`k` passed as its bit pattern).
+//!
+//! An entry point may declare another order instead ([`hal::KernelParam`]): pointers to bindings,
+//! null pointers and 32- or 64-bit constants in any order, as Triton's kernels take them. On a CUDA
+//! 12.4 or newer driver the layout's parameter sizes are compared with the kernel's at load
+//! (`cuFuncGetParamInfo`), so a layout that does not match the kernel is an error there, not a
+//! fault at launch.
 
 use std::any::Any;
 use std::ffi::{CString, c_void};
@@ -137,6 +144,8 @@ impl CudaExecutable {
                 entry.name, entry.workgroup_size
             )));
         }
+        check_param_layout(bound, function, entry)?;
+        set_dynamic_shared_memory(bound, self.context.device(), function, entry)?;
         Ok(function)
     }
 
@@ -192,6 +201,79 @@ fn check_workgroup_size(entry: &EntryPointInfo, max_size: [u32; 3], max_threads:
     Ok(())
 }
 
+/// Compares `entry`'s parameter layout (declared, or IREE's) with the parameter sizes the loaded
+/// kernel has, where the driver can tell them (CUDA 12.4 and newer, any format): `InvalidArgument`
+/// naming the first parameter that differs.
+fn check_param_layout(bound: &Bound<'_>, function: CUfunction, entry: &EntryPointInfo) -> Result<()> {
+    let Ok(probe) = crate::loader::probe() else { return Ok(()) };
+    if crate::loader::VERSIONED_SYMBOLS.iter().any(|&(_, version)| probe.driver_version < version) {
+        return Ok(());
+    }
+    let sizes = result::func_param_sizes(bound, function)?;
+    let layout = entry.param_layout();
+    let describe =
+        |layout: &[hal::KernelParam]| layout.iter().map(|p| p.size().to_string()).collect::<Vec<_>>().join(", ");
+    for (index, (param, &size)) in layout.iter().zip(&sizes).enumerate() {
+        if param.size() != size {
+            return Err(Error::invalid_argument(format!(
+                "cuda executable: entry point '{}': parameter {index} of the kernel is {size} bytes but the \
+                 declared layout passes {param} there (kernel sizes [{}], layout sizes [{}])",
+                entry.name,
+                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "),
+                describe(&layout)
+            )));
+        }
+    }
+    if sizes.len() != layout.len() {
+        return Err(Error::invalid_argument(format!(
+            "cuda executable: entry point '{}': the kernel takes {} parameters (sizes [{}]) but the declared \
+             layout passes {} (sizes [{}]){}",
+            entry.name,
+            sizes.len(),
+            sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "),
+            layout.len(),
+            describe(&layout),
+            if entry.params.is_none() {
+                format!(" from {} bindings and {} constants", entry.binding_count, entry.constant_count)
+            } else {
+                String::new()
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// Dynamic shared memory past the default 48 KiB must be allowed per function; more than the device
+/// gives a block (less the kernel's static shared memory) is `ResourceExhausted` at load.
+fn set_dynamic_shared_memory(
+    bound: &Bound<'_>,
+    device: cudarc::driver::sys::CUdevice,
+    function: CUfunction,
+    entry: &EntryPointInfo,
+) -> Result<()> {
+    let bytes = entry.dynamic_workgroup_memory;
+    if bytes == 0 {
+        return Ok(());
+    }
+    let optin = cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+    let device_max = result::device_get_attribute(device, optin)?.max(0) as u64;
+    let static_bytes =
+        result::func_get_attribute(bound, function, CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?.max(0)
+            as u64;
+    let allowed = device_max.saturating_sub(static_bytes);
+    if u64::from(bytes) > allowed {
+        return Err(Error::resource_exhausted(format!(
+            "cuda executable: entry point '{}' declares {bytes} bytes of dynamic shared memory; the device gives \
+             a block at most {device_max}, of which the kernel's static shared memory takes {static_bytes}",
+            entry.name
+        )));
+    }
+    let attribute = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    result::func_set_attribute(bound, function, attribute, bytes as i32).map_err(|e| {
+        e.context(format!("entry point '{}': allowing {bytes} bytes of dynamic shared memory", entry.name))
+    })
+}
+
 fn aligned_copy(bytes: &[u8]) -> Vec<u64> {
     let mut words = vec![0u64; bytes.len().div_ceil(8)];
     // SAFETY: `words` holds at least `bytes.len()` bytes; the regions are distinct allocations.
@@ -220,7 +302,8 @@ impl Drop for CudaExecutable {
     }
 }
 
-/// One resolved dispatch: the function, grid, block and parameter values per the ABI.
+/// One resolved dispatch: the function, grid, block, dynamic shared memory and parameter values per
+/// the entry point's layout.
 #[derive(Clone, PartialEq)]
 pub struct KernelLaunch {
     /// The kernel.
@@ -229,7 +312,10 @@ pub struct KernelLaunch {
     pub grid: [u32; 3],
     /// Declared workgroup size.
     pub block: [u32; 3],
-    /// Binding addresses, then constants (each in its own 8-byte slot, little-endian).
+    /// Dynamic shared memory bytes.
+    pub shared_bytes: u32,
+    /// One value per kernel parameter, each in its own 8-byte slot (little-endian, so a 4-byte
+    /// parameter's value is the slot's first bytes).
     values: SmallVec<[u64; 16]>,
 }
 
@@ -241,7 +327,7 @@ unsafe impl Sync for KernelLaunch {}
 
 impl KernelLaunch {
     /// Resolves a dispatch: reads each binding's current device address (so a transient buffer must
-    /// be committed by now).
+    /// be committed by now) and lays the values out as the entry point declares.
     pub fn resolve(
         executable: &Executable,
         entry_point: u32,
@@ -261,8 +347,8 @@ impl KernelLaunch {
                 info.constant_count
             )));
         }
-        let mut values: SmallVec<[u64; 16]> = SmallVec::with_capacity(bindings.len() + constants.len());
-        for (index, binding) in bindings.iter().enumerate() {
+        let address = |index: usize| -> Result<u64> {
+            let binding = &bindings[index];
             let base = binding.buffer.backend().device_address();
             if base == 0 {
                 return Err(Error::failed_precondition(format!(
@@ -271,10 +357,38 @@ impl KernelLaunch {
                     info.name, binding.buffer
                 )));
             }
-            values.push(base + binding.buffer.memory_offset() + binding.offset);
+            Ok(base + binding.buffer.memory_offset() + binding.offset)
+        };
+        let mut values: SmallVec<[u64; 16]> = SmallVec::new();
+        match &info.params {
+            None => {
+                for index in 0..bindings.len() {
+                    values.push(address(index)?);
+                }
+                values.extend(constants.iter().map(|&c| u64::from(c)));
+            }
+            // Indices were checked against the counts at load (`EntryPointInfo::check`), and the
+            // counts against this dispatch above.
+            Some(params) => {
+                for param in params.iter() {
+                    values.push(match *param {
+                        hal::KernelParam::Binding(n) => address(n as usize)?,
+                        hal::KernelParam::Constant32(n) => u64::from(constants[n as usize]),
+                        hal::KernelParam::Constant64(n) => {
+                            u64::from(constants[n as usize]) | (u64::from(constants[n as usize + 1]) << 32)
+                        }
+                        _ => 0,
+                    });
+                }
+            }
         }
-        values.extend(constants.iter().map(|&c| u64::from(c)));
-        Ok(KernelLaunch { function, grid: workgroups, block: info.workgroup_size, values })
+        Ok(KernelLaunch {
+            function,
+            grid: workgroups,
+            block: info.workgroup_size,
+            shared_bytes: info.dynamic_workgroup_memory,
+            values,
+        })
     }
 
     /// Calls `f` with the `kernelParams` array (one pointer per parameter); the pointers are valid
@@ -287,12 +401,14 @@ impl KernelLaunch {
 
     /// Enqueues the launch on `stream`.
     pub fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
-        let (grid, block, function, stream) = (self.grid, self.block, self.function, stream.raw());
+        let (grid, block, shared, function, stream) =
+            (self.grid, self.block, self.shared_bytes, self.function, stream.raw());
         self.with_params(|params| {
-            // SAFETY: `params` has one pointer per kernel parameter in ABI order (counts checked
-            // against the entry point in `resolve`), each to an 8-byte slot whose low bytes are the
-            // value (u64 pointers, u32 constants; little-endian), live during the call.
-            unsafe { result::launch_kernel(bound, function, grid, block, stream, params) }
+            // SAFETY: `params` has one pointer per kernel parameter in layout order (counts checked
+            // against the entry point in `resolve`, sizes against the kernel at load where the
+            // driver tells them), each to an 8-byte slot whose low bytes are the value
+            // (little-endian); live during the call.
+            unsafe { result::launch_kernel(bound, function, grid, block, shared, stream, params) }
         })
     }
 }

@@ -514,7 +514,36 @@ pub(crate) fn func_get_attribute(
     Ok(value)
 }
 
-/// `cuLaunchKernel` of `function` with no dynamic shared memory.
+/// `cuFuncSetAttribute`.
+pub(crate) fn func_set_attribute(
+    _bound: &Bound<'_>,
+    function: CUfunction,
+    attribute: CUfunction_attribute,
+    value: i32,
+) -> Result<()> {
+    // SAFETY: `function` belongs to a loaded module; CUDA checks the attribute and the value.
+    check(unsafe { sys::cuFuncSetAttribute(function, attribute, value) }, "cuFuncSetAttribute")
+}
+
+/// The size in bytes of each parameter of `function`, in order (`cuFuncGetParamInfo`, CUDA 12.4
+/// drivers and newer: the caller checks the version first).
+pub(crate) fn func_param_sizes(_bound: &Bound<'_>, function: CUfunction) -> Result<Vec<usize>> {
+    let mut sizes = Vec::new();
+    // A kernel has at most a few thousand parameters (32 KiB of them); the bound stops a runaway.
+    for index in 0..8192usize {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: `function` belongs to a loaded module; the out-pointers are live locals.
+        match unsafe { sys::cuFuncGetParamInfo(function, index, &mut offset, &mut size) } {
+            CUresult::CUDA_SUCCESS => sizes.push(size),
+            // Past the last parameter.
+            CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            code => return Err(to_error(code, "cuFuncGetParamInfo")),
+        }
+    }
+    Ok(sizes)
+}
+
+/// `cuLaunchKernel` of `function` with `shared_bytes` of dynamic shared memory.
 ///
 /// # Safety
 /// `params` points at one pointer per parameter of `function`, in order, each to a live value of
@@ -525,6 +554,7 @@ pub(crate) unsafe fn launch_kernel(
     function: CUfunction,
     grid: [u32; 3],
     block: [u32; 3],
+    shared_bytes: u32,
     stream: CUstream,
     params: *mut *mut c_void,
 ) -> Result<()> {
@@ -539,7 +569,7 @@ pub(crate) unsafe fn launch_kernel(
             block[0],
             block[1],
             block[2],
-            0,
+            shared_bytes,
             stream,
             params,
             std::ptr::null_mut(),
@@ -575,10 +605,12 @@ pub(crate) fn graph_add_empty_node(_bound: &Bound<'_>, graph: CUgraph, deps: &[C
     Ok(node)
 }
 
-/// `cuGraphAddKernelNode` launching `function` (no dynamic shared memory), depending on `deps`.
+/// `cuGraphAddKernelNode` launching `function` with `shared_bytes` of dynamic shared memory,
+/// depending on `deps`.
 ///
 /// # Safety
 /// `params` is as for [`launch_kernel`]: CUDA copies the values into the node during this call.
+#[allow(clippy::too_many_arguments)] // mirrors the driver call's arguments
 pub(crate) unsafe fn graph_add_kernel_node(
     _bound: &Bound<'_>,
     graph: CUgraph,
@@ -586,9 +618,10 @@ pub(crate) unsafe fn graph_add_kernel_node(
     function: CUfunction,
     grid: [u32; 3],
     block: [u32; 3],
+    shared_bytes: u32,
     params: *mut *mut c_void,
 ) -> Result<CUgraphNode> {
-    let node_params = kernel_node_params(function, grid, block, params);
+    let node_params = kernel_node_params(function, grid, block, shared_bytes, params);
     let mut node: CUgraphNode = std::ptr::null_mut();
     // SAFETY: the graph is live and `deps` are its nodes; `node_params` is a live local whose
     // `kernelParams` the caller vouches for; the out-pointer is a live local.
@@ -601,6 +634,7 @@ fn kernel_node_params(
     function: CUfunction,
     grid: [u32; 3],
     block: [u32; 3],
+    shared_bytes: u32,
     params: *mut *mut c_void,
 ) -> CUDA_KERNEL_NODE_PARAMS_v2 {
     CUDA_KERNEL_NODE_PARAMS_v2 {
@@ -611,7 +645,7 @@ fn kernel_node_params(
         blockDimX: block[0],
         blockDimY: block[1],
         blockDimZ: block[2],
-        sharedMemBytes: 0,
+        sharedMemBytes: shared_bytes,
         kernelParams: params,
         extra: std::ptr::null_mut(),
         kern: std::ptr::null_mut(),
@@ -625,6 +659,7 @@ fn kernel_node_params(
 /// # Safety
 /// `node` is a kernel node of the graph `exec` was instantiated from, launching `function`;
 /// `params` is as for [`launch_kernel`]: CUDA copies the values during this call.
+#[allow(clippy::too_many_arguments)] // mirrors the driver call's arguments
 pub(crate) unsafe fn graph_exec_set_kernel_params(
     _bound: &Bound<'_>,
     exec: CUgraphExec,
@@ -632,9 +667,10 @@ pub(crate) unsafe fn graph_exec_set_kernel_params(
     function: CUfunction,
     grid: [u32; 3],
     block: [u32; 3],
+    shared_bytes: u32,
     params: *mut *mut c_void,
 ) -> Result<()> {
-    let node_params = kernel_node_params(function, grid, block, params);
+    let node_params = kernel_node_params(function, grid, block, shared_bytes, params);
     // SAFETY: `exec` is live and `node` one of its kernel nodes; `node_params` is a live local whose
     // `kernelParams` the caller vouches for.
     check(unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, node, &node_params) }, "cuGraphExecKernelNodeSetParams")

@@ -8,7 +8,7 @@ use crate::buffer::{Buffer, BufferParams, MemoryType};
 use crate::command_buffer::{CommandBuffer, CommandBufferMode};
 use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
 use crate::error::{Error, Result};
-use crate::executable::{Executable, ExecutableSource};
+use crate::executable::{EntryPointInfo, Executable, ExecutableSource};
 use crate::executable_kind::ExecutableKind;
 use crate::queue::Queue;
 use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
@@ -338,7 +338,15 @@ impl Device {
 
     /// Loads an executable.
     pub fn load_executable(&self, source: &ExecutableSource) -> Result<Executable> {
+        // Declared parameter layouts are checked before a driver sees them, and again as loaded
+        // (a shared library declares its entry points itself).
+        match source {
+            ExecutableSource::Bytes { entry_points, .. } => entry_points.iter().try_for_each(EntryPointInfo::check)?,
+            ExecutableSource::Native(entries) => entries.iter().try_for_each(|e| e.info.check())?,
+            _ => {}
+        }
         let backend = self.shared.backend.load_executable(source)?;
+        backend.entry_points().iter().try_for_each(EntryPointInfo::check)?;
         Ok(Executable::wrap(self.id(), backend))
     }
 

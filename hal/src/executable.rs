@@ -34,8 +34,49 @@ pub struct EntryPointInfo {
     pub workgroup_size: [u32; 3],
     /// Buffer bindings a dispatch passes, in order.
     pub binding_count: usize,
-    /// 32-bit constants a dispatch passes, in order, after the bindings.
+    /// 32-bit constants a dispatch passes, in order.
     pub constant_count: usize,
+    /// The kernel's parameters, in order, when they are not IREE's layout (every binding's
+    /// pointer, then every constant as 32 bits): see [`with_params`](Self::with_params).
+    pub params: Option<Arc<[KernelParam]>>,
+    /// Bytes of dynamic workgroup (CUDA: shared) memory every launch gets.
+    pub dynamic_workgroup_memory: u32,
+}
+
+/// One kernel parameter of an entry point's declared layout ([`EntryPointInfo::with_params`]).
+/// Pointers and 64-bit constants take 8 bytes, 32-bit constants 4, as the kernel declares them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum KernelParam {
+    /// The device address of dispatch binding `n` (its offset applied).
+    Binding(u32),
+    /// A null pointer (Triton's trailing scratch pointers when a kernel needs no scratch).
+    NullPointer,
+    /// Dispatch constant `n`, as a 32-bit value.
+    Constant32(u32),
+    /// Dispatch constants `n` (low word) and `n + 1` (high word), as one 64-bit value.
+    Constant64(u32),
+}
+
+impl KernelParam {
+    /// Its size in the kernel's parameter buffer: 8 bytes, or 4 for a 32-bit constant.
+    pub fn size(self) -> usize {
+        match self {
+            KernelParam::Constant32(_) => 4,
+            _ => 8,
+        }
+    }
+}
+
+impl fmt::Display for KernelParam {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelParam::Binding(n) => write!(f, "binding {n} (8-byte pointer)"),
+            KernelParam::NullPointer => write!(f, "a null pointer (8 bytes)"),
+            KernelParam::Constant32(n) => write!(f, "constant {n} (4 bytes)"),
+            KernelParam::Constant64(n) => write!(f, "constants {n} and {} as one 8-byte value", n + 1),
+        }
+    }
 }
 
 impl EntryPointInfo {
@@ -47,6 +88,8 @@ impl EntryPointInfo {
             workgroup_size: [workgroup_x, 1, 1],
             binding_count: bindings,
             constant_count: constants,
+            params: None,
+            dynamic_workgroup_memory: 0,
         }
     }
 
@@ -54,6 +97,69 @@ impl EntryPointInfo {
     pub fn with_workgroup_size(mut self, size: [u32; 3]) -> Self {
         self.workgroup_size = size;
         self
+    }
+
+    /// The same entry point with its kernel's parameters laid out as `params`, for kernels from
+    /// compilers other than IREE's (Triton passes scalars between pointers and trailing scratch
+    /// pointers). Each binding and constant may appear anywhere, more than once or not at all;
+    /// [`check`](Self::check) refuses indices past the counts. Drivers that load a format with
+    /// parameter sizes (CUDA) compare the layout with the kernel's at load.
+    ///
+    /// ```
+    /// use hal::{EntryPointInfo, KernelParam as P};
+    ///
+    /// // Triton's add_kernel(x_ptr, y_ptr, out_ptr, n_elements, global_scratch, profile_scratch):
+    /// let add = EntryPointInfo::new("add_kernel", 128, 3, 1).with_params([
+    ///     P::Binding(0), P::Binding(1), P::Binding(2), P::Constant32(0), P::NullPointer, P::NullPointer,
+    /// ]);
+    /// assert!(add.check().is_ok());
+    /// assert_eq!(add.param_layout().iter().map(|p| p.size()).sum::<usize>(), 44);
+    /// ```
+    pub fn with_params(mut self, params: impl IntoIterator<Item = KernelParam>) -> Self {
+        self.params = Some(params.into_iter().collect());
+        self
+    }
+
+    /// The same entry point with `bytes` of dynamic workgroup memory per launch (CUDA: dynamic
+    /// shared memory, as Triton and IREE executables declare it).
+    pub fn with_dynamic_workgroup_memory(mut self, bytes: u32) -> Self {
+        self.dynamic_workgroup_memory = bytes;
+        self
+    }
+
+    /// The kernel's parameters in order: the declared layout, or IREE's (the bindings' pointers,
+    /// then the constants as 32-bit values).
+    pub fn param_layout(&self) -> Vec<KernelParam> {
+        match &self.params {
+            Some(params) => params.to_vec(),
+            None => (0..self.binding_count as u32)
+                .map(KernelParam::Binding)
+                .chain((0..self.constant_count as u32).map(KernelParam::Constant32))
+                .collect(),
+        }
+    }
+
+    /// Checks the declared layout against the counts: `InvalidArgument` naming the entry point and
+    /// the parameter for a binding or constant past them.
+    pub fn check(&self) -> Result<()> {
+        let Some(params) = &self.params else { return Ok(()) };
+        let (bindings, constants) = (self.binding_count as u64, self.constant_count as u64);
+        for (index, param) in params.iter().enumerate() {
+            let fits = match *param {
+                KernelParam::Binding(n) => u64::from(n) < bindings,
+                KernelParam::NullPointer => true,
+                KernelParam::Constant32(n) => u64::from(n) < constants,
+                KernelParam::Constant64(n) => u64::from(n) + 1 < constants,
+            };
+            if !fits {
+                return Err(Error::invalid_argument(format!(
+                    "entry point '{}': parameter {index} is {param}, but dispatches pass {bindings} bindings \
+                     and {constants} constants",
+                    self.name
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -70,6 +176,10 @@ pub struct NativeInvocation<'a> {
     pub constants: &'a [u32],
     /// The dispatch's bindings (address + binding offset, and the bound length).
     pub bindings: &'a [NativeBinding],
+    /// This workgroup's dynamic workgroup memory: the entry point's
+    /// [`dynamic_workgroup_memory`](EntryPointInfo::dynamic_workgroup_memory) bytes as whole
+    /// words, zeroed when the workgroup starts and private to it (empty when none is declared).
+    pub workgroup_memory: &'a [AtomicU32],
 }
 
 impl<'a> NativeInvocation<'a> {
@@ -82,7 +192,13 @@ impl<'a> NativeInvocation<'a> {
         constants: &'a [u32],
         bindings: &'a [NativeBinding],
     ) -> Self {
-        NativeInvocation { workgroup_id, workgroup_count, workgroup_size, constants, bindings }
+        NativeInvocation { workgroup_id, workgroup_count, workgroup_size, constants, bindings, workgroup_memory: &[] }
+    }
+
+    /// The same invocation with `memory` as its workgroup memory.
+    pub fn with_workgroup_memory(mut self, memory: &'a [AtomicU32]) -> Self {
+        self.workgroup_memory = memory;
+        self
     }
 }
 

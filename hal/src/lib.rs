@@ -56,8 +56,8 @@ pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
-    EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, NativeBinding, NativeEntryPoint, NativeInvocation,
-    NativeKernel,
+    EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, KernelParam, NativeBinding, NativeEntryPoint,
+    NativeInvocation, NativeKernel,
 };
 pub use executable_kind::ExecutableKind;
 pub use label::MAX_LABEL_BYTES;

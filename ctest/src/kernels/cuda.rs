@@ -31,6 +31,8 @@ pub fn cuda_source(kernel: Kernel) -> &'static str {
         Kernel::GridIds => GRID_IDS,
         Kernel::Fault => FAULT,
         Kernel::Sleep => SLEEP_US,
+        Kernel::MixedParams => MIXED_PARAMS,
+        Kernel::ReverseShared => REVERSE_SHARED,
     }
 }
 
@@ -87,6 +89,28 @@ extern "C" __global__ void sleep_us(unsigned int us) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < 1000ull * us);
+}
+"#;
+
+const MIXED_PARAMS: &str = r#"
+extern "C" __global__ void mixed_params(unsigned int* out, unsigned int n, const unsigned int* in,
+                                        unsigned long long add, void* scratch) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned int lo = (unsigned int)add, hi = (unsigned int)(add >> 32);
+    out[i] = scratch != 0 ? 0xDEADBEEFu : in[i] + lo + 2u * hi;
+}
+"#;
+
+// 64 KiB of dynamic shared memory; the block stages its values at the far end.
+const REVERSE_SHARED: &str = r#"
+extern "C" __global__ void reverse_shared(unsigned int* data) {
+    extern __shared__ unsigned int tile[];
+    const unsigned int words = 64u * 1024u / 4u;
+    unsigned int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    tile[words - 1u - t] = data[base + t];
+    __syncthreads();
+    data[base + t] = tile[words - blockDim.x + t];
 }
 "#;
 

@@ -32,6 +32,8 @@ impl KernelCatalogue for NativeCatalogue {
             Kernel::GridIds => vec![Arc::new(grid_ids)],
             Kernel::Fault => vec![Arc::new(fault)],
             Kernel::Sleep => vec![Arc::new(sleep_us)],
+            Kernel::MixedParams => vec![Arc::new(mixed_params)],
+            Kernel::ReverseShared => vec![Arc::new(reverse_shared)],
         };
         let entries = infos
             .into_iter()
@@ -152,6 +154,45 @@ fn grid_ids(inv: &NativeInvocation<'_>) -> KernelResult {
 fn fault(inv: &NativeInvocation<'_>) -> KernelResult {
     let [x, y, z] = inv.workgroup_id;
     Err(format!("ctest fault kernel trapped on purpose in workgroup [{x},{y},{z}]"))
+}
+
+/// A native kernel sees bindings and constants in dispatch order whatever the declared layout
+/// (the layout is the GPU calling convention); its scratch pointer is always null.
+fn mixed_params(inv: &NativeInvocation<'_>) -> KernelResult {
+    let (out, input) = (&inv.bindings[0], &inv.bindings[1]);
+    let (n, lo, hi) = (inv.constants[0] as usize, inv.constants[1], inv.constants[2]);
+    let mut values = [0u32; CHUNK];
+    for_chunks(inv, |first, count| {
+        let count = count.min(n.saturating_sub(first));
+        let values = &mut values[..count];
+        load(input, first, values)?;
+        for value in values.iter_mut() {
+            *value = value.wrapping_add(lo).wrapping_add(hi.wrapping_mul(2));
+        }
+        store(out, first, values)
+    })
+}
+
+/// Stages the workgroup's values at the far end of its workgroup memory, then reads them back
+/// reversed, as the CUDA kernel does (a workgroup's threads run one after another here, so the
+/// two phases are two loops).
+fn reverse_shared(inv: &NativeInvocation<'_>) -> KernelResult {
+    let tile = inv.workgroup_memory;
+    let size = inv.workgroup_size[0] as usize;
+    if tile.len() < size {
+        return Err(format!("reverse_shared: {} words of workgroup memory, needs {size}", tile.len()));
+    }
+    let first = elements(inv).start;
+    let mut values = vec![0u32; size];
+    load(&inv.bindings[0], first, &mut values)?;
+    let words = tile.len();
+    for (t, value) in values.iter().enumerate() {
+        tile[words - 1 - t].store(*value, std::sync::atomic::Ordering::Relaxed);
+    }
+    for (t, value) in values.iter_mut().enumerate() {
+        *value = tile[words - size + t].load(std::sync::atomic::Ordering::Relaxed);
+    }
+    store(&inv.bindings[0], first, &values)
 }
 
 fn sleep_us(inv: &NativeInvocation<'_>) -> KernelResult {
