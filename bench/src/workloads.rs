@@ -177,6 +177,19 @@ impl Env {
         Ok(cb)
     }
 
+    /// A reusable command buffer of one `touch` dispatch whose workgroup count, `[1, 1, 1]`, is read
+    /// from a device buffer when it runs.
+    pub fn indirect_dispatch(&self) -> Result<CommandBuffer> {
+        let count = self.device.allocate_buffer(BufferParams::device_local(), 12)?;
+        let written = self.device.create_semaphore(0)?;
+        self.device.queue(0)?.write_slice(&[], &[1u32, 1, 1], &count, 0, &[SV::new(&written, 1)])?;
+        written.wait(1, LONG)?;
+        let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
+        cb.dispatch_indirect(&self.executable, 0, &count, 0, &[0], &[BufferBinding::range(&self.buffer, 0, 4)])?;
+        cb.end()?;
+        Ok(cb)
+    }
+
     /// A reusable command buffer of `dispatches` dependent `touch` dispatches on binding slot 0.
     pub fn dispatches_on_slot(&self, dispatches: usize) -> Result<CommandBuffer> {
         let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
@@ -623,6 +636,19 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             Row::new(format!("{dispatches}-dispatch command buffer, chained{note}"), "us/execute", hal.clone(), base)
                 .with_target(target),
         );
+        if dispatches == 1 {
+            // Issue 16: the same dispatch with its workgroup count read from a device buffer when it
+            // runs, against the direct one (the HAL's row above).
+            let indirect = env.indirect_dispatch()?;
+            let ops = ops.min(2000);
+            let (timing, note) = tr.hal_split(ops, |ops| chain(env, &indirect, ops))?;
+            rows.push(Row::new(
+                format!("1 indirect dispatch (count read on the device), chained{note}"),
+                "us/execute",
+                timing,
+                Some(("the same direct dispatch (HAL, row above)", hal.clone())),
+            ));
+        }
         if dispatches == 10 {
             // Issue 16: the same function with a new binding table every execute, against fixed
             // bindings (the HAL's own row above) as the baseline.

@@ -34,6 +34,7 @@ mod executable;
 mod failure;
 mod host_io;
 mod imported_memory;
+mod indirect_dispatch;
 mod kernel_abi;
 mod misuse;
 mod queue_ops;
@@ -350,6 +351,13 @@ macro_rules! __cts_case_list {
                 tables_of_buffers_freed_and_reallocated,
                 bad_tables_refused_at_the_call,
                 fixed_buffers_and_slots_mix,
+            }
+            indirect_dispatch {
+                count_read_from_a_buffer_at_each_execute,
+                count_written_by_earlier_commands,
+                count_written_by_later_submitted_queue_work,
+                zero_and_oversized_counts,
+                count_checked_and_taken_from_a_slot,
             }
             kernel_abi {
                 declared_layout_reaches_the_kernel,

@@ -21,6 +21,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use hal::driver::PreparedCommands;
+use hal::driver::stream_model::Work;
 use hal::driver::{BindingState, Command};
 use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
@@ -173,8 +174,8 @@ impl CudaPreparedCommands {
         }
     }
 
-    /// Enqueues one execution on `stream`.
-    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
+    /// Enqueues one execution (of submission `work`) on `stream`.
+    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream),
             Replay::Bound { graph, params } => {
@@ -185,31 +186,40 @@ impl CudaPreparedCommands {
                 // CUDA refused to update a node (a copy between memory kinds the node was not
                 // built for) or to build another instance: this execute replays its commands
                 // directly, in the same stream order.
-                self.enqueue_direct(bound, stream)
+                self.enqueue_direct(bound, stream, work)
             }
-            Replay::Direct => self.enqueue_direct(bound, stream),
+            Replay::Direct => self.enqueue_direct(bound, stream, work),
         }
     }
 
-    fn enqueue_direct(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
+    fn enqueue_direct(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         let payload = self.payload.address();
         for (index, command) in self.commands.iter().enumerate() {
             let source = match command {
                 Command::Update { .. } => Some(update_source(payload, &self.payload.offsets, index)?),
                 _ => None,
             };
-            enqueue_command(bound, command, stream, source)?;
+            enqueue_command(bound, command, stream, source, Some(work))?;
         }
         Ok(())
     }
 }
 
-/// Checks each dispatch's entry point; returns whether any command touches a transient buffer.
+/// Checks each dispatch's entry point; returns whether the commands must replay directly: one
+/// touches a transient buffer (its address is known only once its alloca ran), or is an indirect
+/// dispatch (its grid is known only when it runs).
 fn check(commands: &[Command]) -> Result<bool> {
     let mut has_transient = false;
     for command in commands {
-        if let Command::Dispatch { executable, entry_point, .. } = command {
-            CudaExecutable::of(executable)?.entry(*entry_point)?;
+        match command {
+            Command::Dispatch { executable, entry_point, .. } => {
+                CudaExecutable::of(executable)?.entry(*entry_point)?;
+            }
+            Command::DispatchIndirect { executable, entry_point, .. } => {
+                CudaExecutable::of(executable)?.entry(*entry_point)?;
+                has_transient = true;
+            }
+            _ => {}
         }
         for buffer in command.buffers() {
             has_transient |= CudaMemory::of(buffer)?.is_transient();
@@ -282,12 +292,14 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
 }
 
 /// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;
-/// single `queue_update`s go through staging instead.
+/// single `queue_update`s go through staging instead. `work` is the submission an indirect
+/// dispatch reports later failures to (commands of an execute have one).
 pub fn enqueue_command(
     bound: &Bound<'_>,
     command: &Command,
     cuda_stream: &CudaStream,
     update_source: Option<u64>,
+    work: Option<&Arc<Work>>,
 ) -> Result<()> {
     let stream = cuda_stream.raw();
     match command {
@@ -329,6 +341,13 @@ pub fn enqueue_command(
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
             KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?
                 .launch(bound, cuda_stream)
+        }
+        Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
+            let work = work.ok_or_else(|| Error::internal("cuda: an indirect dispatch outside an execute"))?;
+            let launch = KernelLaunch::resolve(executable, *entry_point, [1, 1, 1], constants, bindings)?;
+            let count = resolve_address(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?;
+            let who = format!("indirect dispatch of entry point {entry_point} of {executable}");
+            cuda_stream.indirect().enqueue(bound, cuda_stream, count, launch, work, who)
         }
         Command::Barrier => Ok(()),
     }

@@ -245,7 +245,7 @@ impl CudaDevice {
             )));
         }
         let context = Context::retain(ordinal)?;
-        let model = CudaStreams::new(&context, options)?;
+        let model = CudaStreams::new(&context, options, info.max_workgroup_count)?;
         let scheduler = Scheduler::new(id, model, options.queue_count)?;
         tracing::debug!(%id, ordinal, name = %info.name, "cuda device created");
         let memory = Arc::new(MemoryCounter::default());

@@ -87,6 +87,9 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>
             Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => Step::Node(
                 NodeParams::Kernel(KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?),
             ),
+            Command::DispatchIndirect { .. } => {
+                return Err(Error::internal("cuda graph: an indirect dispatch cannot be a graph node"));
+            }
             Command::Barrier => Step::Barrier,
         };
         steps.push(step);

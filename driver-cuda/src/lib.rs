@@ -117,6 +117,7 @@ pub mod error;
 pub mod event;
 pub mod graph;
 pub mod host_callback;
+pub mod indirect;
 pub mod loader;
 pub mod memory;
 pub mod module;

@@ -401,8 +401,12 @@ impl KernelLaunch {
 
     /// Enqueues the launch on `stream`.
     pub fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
-        let (grid, block, shared, function, stream) =
-            (self.grid, self.block, self.shared_bytes, self.function, stream.raw());
+        self.launch_on(bound, stream.raw())
+    }
+
+    /// Enqueues the launch on the raw stream `stream` (a live stream of the bound context).
+    pub(crate) fn launch_on(&mut self, bound: &Bound<'_>, stream: cudarc::driver::sys::CUstream) -> Result<()> {
+        let (grid, block, shared, function) = (self.grid, self.block, self.shared_bytes, self.function);
         self.with_params(|params| {
             // SAFETY: `params` has one pointer per kernel parameter in layout order (counts checked
             // against the entry point in `resolve`, sizes against the kernel at load where the

@@ -155,6 +155,28 @@ pub(crate) unsafe fn stream_destroy(_bound: &Bound<'_>, stream: CUstream) -> Res
     check(unsafe { sys::cuStreamDestroy_v2(stream) }, "cuStreamDestroy")
 }
 
+/// `cuStreamWaitValue64(stream, addr, value, GEQ)`: later work on `stream` waits until the 64-bit
+/// word at device address `addr` is at least `value`.
+pub(crate) fn stream_wait_value64_geq(
+    _bound: &Bound<'_>,
+    stream: CUstream,
+    addr: CUdeviceptr,
+    value: u64,
+) -> Result<()> {
+    let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // SAFETY: `stream` is a live stream of the current context and `addr` a live 8-byte aligned
+    // device word its owner keeps until the stream drained.
+    check(unsafe { sys::cuStreamWaitValue64_v2(stream, addr, value, flags) }, "cuStreamWaitValue64")
+}
+
+/// `cuStreamWriteValue64`: once earlier work on `stream` ran, the 64-bit word at device address
+/// `addr` becomes `value`.
+pub(crate) fn stream_write_value64(_bound: &Bound<'_>, stream: CUstream, addr: CUdeviceptr, value: u64) -> Result<()> {
+    let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+    // SAFETY: as for `stream_wait_value64_geq`.
+    check(unsafe { sys::cuStreamWriteValue64_v2(stream, addr, value, flags) }, "cuStreamWriteValue64")
+}
+
 /// `cuStreamSynchronize`: blocks until everything enqueued on `stream` ran.
 pub(crate) fn stream_synchronize(_bound: &Bound<'_>, stream: CUstream) -> Result<()> {
     // SAFETY: `stream` is a live stream of the current context.
@@ -226,6 +248,16 @@ pub(crate) fn event_query(_bound: &Bound<'_>, event: CUevent) -> Result<bool> {
         CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
         code => Err(to_error(code, "cuEventQuery")),
+    }
+}
+
+/// `cuStreamQuery`: whether everything enqueued on `stream` ran; `Err` on a device fault.
+pub(crate) fn stream_query(_bound: &Bound<'_>, stream: CUstream) -> Result<bool> {
+    // SAFETY: `stream` is a live stream of the current context.
+    match unsafe { sys::cuStreamQuery(stream) } {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(to_error(code, "cuStreamQuery")),
     }
 }
 

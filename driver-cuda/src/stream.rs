@@ -15,7 +15,7 @@
 //! hands the [`Bound`] token down to what it enqueues.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
@@ -29,6 +29,7 @@ use crate::context::{Bound, Context};
 use crate::device::CudaOptions;
 use crate::event::{CompletionWait, CudaEvent};
 use crate::host_callback::CallbackStream;
+use crate::indirect::{IndirectLauncher, Lane};
 use crate::memory::CudaMemory;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
@@ -46,6 +47,8 @@ pub struct CudaStreams {
     staged: Vec<Mutex<VecDeque<Staged>>>,
     /// Brackets each submission with timing events (`CudaOptions::submission_timings`).
     timer: Option<SubmissionTimer>,
+    /// Launches indirect dispatches once their counts are final (shared with the streams).
+    indirect: Arc<IndirectLauncher>,
 }
 
 // SAFETY: the memory pool handle is a driver object used only with the context bound; the rest is
@@ -67,6 +70,10 @@ pub struct CudaStream {
     /// dispatch stream drained.
     callback: Option<CallbackStream>,
     context: Arc<Context>,
+    indirect: Arc<IndirectLauncher>,
+    /// The queue's indirect-dispatch lane, made at its first indirect dispatch; dropped after the
+    /// dispatch stream drained (fields drop after `drop`), with the launcher still alive.
+    lane: OnceLock<Arc<Lane>>,
 }
 
 // SAFETY: a CUstream is a driver handle; the scheduler serialises the calls that enqueue on one
@@ -84,6 +91,20 @@ impl CudaStream {
     /// The queue's callback stream (`CompletionWait::HostCallback` only).
     pub fn callback(&self) -> Option<&CallbackStream> {
         self.callback.as_ref()
+    }
+
+    /// The device's indirect-dispatch launcher.
+    pub fn indirect(&self) -> &IndirectLauncher {
+        &self.indirect
+    }
+
+    /// The queue's indirect-dispatch lane (made on first use; called under the issue lock).
+    pub fn lane(&self) -> Result<Arc<Lane>> {
+        if let Some(lane) = self.lane.get() {
+            return Ok(lane.clone());
+        }
+        let lane = Arc::new(self.indirect.lane()?);
+        Ok(self.lane.get_or_init(|| lane).clone())
     }
 }
 
@@ -113,17 +134,19 @@ impl CudaStreams {
     /// `options.completion_wait` says, and submissions are timed if `options.submission_timings`. Sets
     /// the device's default memory pool to keep freed memory for reuse (by default the pool gives it
     /// back to the system at each synchronisation, making `queue_alloca` slow).
-    pub fn new(context: &Arc<Context>, options: &CudaOptions) -> Result<Self> {
+    pub fn new(context: &Arc<Context>, options: &CudaOptions, max_workgroup_count: [u32; 3]) -> Result<Self> {
         let bound = context.bind()?;
         let pool = result::device_get_default_mem_pool(&bound, context.device())?;
         result::mem_pool_set_release_threshold(&bound, pool, u64::MAX)?;
         let queue_count = options.queue_count;
+        let staging = StagingPool::new(context);
         Ok(CudaStreams {
             context: context.clone(),
             wait: options.completion_wait,
             poll_interval: options.poll_interval,
             pool,
-            staging: StagingPool::new(context),
+            indirect: Arc::new(IndirectLauncher::new(context, max_workgroup_count)),
+            staging,
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
             timer: options.submission_timings.then(|| SubmissionTimer::new(context, queue_count)),
         })
@@ -214,12 +237,12 @@ impl CudaStreams {
     }
 
     /// Enqueues `work`'s operation on `stream`.
-    fn enqueue_op(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Work) -> Result<()> {
+    fn enqueue_op(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &work.op {
             QueueOp::Execute(command_buffer) => {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
                 match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
-                    Some(prepared) => prepared.enqueue(bound, stream),
+                    Some(prepared) => prepared.enqueue(bound, stream, work),
                     None => Err(Error::internal("cuda: prepared commands changed type")),
                 }
             }
@@ -232,7 +255,7 @@ impl CudaStreams {
             QueueOp::Transfer(Command::Update { target, offset, data }) => {
                 self.upload(bound, stream, work, data, target, *offset)
             }
-            QueueOp::Transfer(command) => enqueue_command(bound, command, stream, None),
+            QueueOp::Transfer(command) => enqueue_command(bound, command, stream, None, None),
             QueueOp::Write { data, target, offset } => self.upload(bound, stream, work, data, target, *offset),
             QueueOp::Read { source, offset, length, .. } => {
                 self.download(bound, stream, work, source, *offset, *length)
@@ -277,7 +300,14 @@ impl StreamModel for CudaStreams {
         let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         let raw = result::stream_create(&self.context.bind()?, flags)
             .map_err(|e| e.context(format!("stream of queue {queue}")))?;
-        let mut stream = CudaStream { raw, queue, callback: None, context: self.context.clone() };
+        let mut stream = CudaStream {
+            raw,
+            queue,
+            callback: None,
+            context: self.context.clone(),
+            indirect: self.indirect.clone(),
+            lane: OnceLock::new(),
+        };
         if self.wait == CompletionWait::HostCallback {
             // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
             stream.callback = Some(CallbackStream::create(&self.context, queue)?);

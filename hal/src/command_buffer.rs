@@ -100,8 +100,49 @@ pub enum Command {
         /// Buffer bindings, in order.
         bindings: SmallVec<[BufferBinding; 4]>,
     },
+    /// Run an entry point over the workgroup count read when the dispatch runs: three `u32`s
+    /// (x, y, z) at `count_offset` of `count`. A zero on any axis runs nothing; a count past the
+    /// device's `max_workgroup_count` fails the execution with `OutOfRange`.
+    DispatchIndirect {
+        /// The executable.
+        executable: Executable,
+        /// Entry point ordinal.
+        entry_point: u32,
+        /// Holds the workgroup count.
+        count: Buffer,
+        /// Byte offset of the count in `count` (a multiple of 4).
+        count_offset: u64,
+        /// 32-bit constants, in order.
+        constants: SmallVec<[u32; 8]>,
+        /// Buffer bindings, in order.
+        bindings: SmallVec<[BufferBinding; 4]>,
+    },
     /// Commands after it start only after every command before it has finished.
     Barrier,
+}
+
+/// Bytes of an indirect dispatch's workgroup count: three `u32`s.
+pub const INDIRECT_COUNT_BYTES: u64 = 12;
+
+/// What an indirect dispatch runs for the workgroup `count` it read: `None` when an axis is zero (a
+/// no-op), the count when it fits `limits`, `OutOfRange` naming `who` and the count otherwise.
+/// Drivers call it when the dispatch runs.
+pub fn indirect_workgroups(count: [u32; 3], limits: [u32; 3], who: &str) -> Result<Option<[u32; 3]>> {
+    if count.contains(&0) {
+        return Ok(None);
+    }
+    if count.iter().zip(&limits).any(|(n, limit)| n > limit) {
+        return Err(Error::out_of_range(format!(
+            "{who}: the workgroup count read from the device, {count:?}, exceeds the device's limits {limits:?}"
+        )));
+    }
+    Ok(Some(count))
+}
+
+/// The workgroup count of a dispatch being recorded.
+enum Grid {
+    Direct([u32; 3]),
+    Indirect(BufferRef, u64),
 }
 
 impl Command {
@@ -143,7 +184,7 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::Dispatch { .. } | Command::Barrier => Ok(()),
+            Command::Dispatch { .. } | Command::DispatchIndirect { .. } | Command::Barrier => Ok(()),
         }
     }
 
@@ -153,6 +194,9 @@ impl Command {
             Command::Fill { target, .. } | Command::Update { target, .. } => smallvec::smallvec![target],
             Command::Copy { source, target, .. } => smallvec::smallvec![source, target],
             Command::Dispatch { bindings, .. } => bindings.iter().map(|b| &b.buffer).collect(),
+            Command::DispatchIndirect { bindings, count, .. } => {
+                bindings.iter().map(|b| &b.buffer).chain(std::iter::once(count)).collect()
+            }
             Command::Barrier => SmallVec::new(),
         }
     }
@@ -398,7 +442,70 @@ impl CommandBuffer {
         bindings: &[BufferBinding],
     ) -> Result<()> {
         let bindings = bindings.iter().map(BindingRef::from).collect();
-        self.dispatch_recorded(executable, entry_point, workgroups, constants, bindings)
+        self.dispatch_recorded(executable, entry_point, Grid::Direct(workgroups), constants, bindings)
+    }
+
+    /// Records a dispatch whose workgroup count is read from the device when it runs: three `u32`s
+    /// (x, y, z) at `count_offset` (a multiple of 4) of `count`, a buffer or a binding-table slot.
+    /// The count may be written by earlier commands of the same command buffer (after a barrier)
+    /// or by earlier work in queue order. A zero on an axis runs nothing; a count past the
+    /// device's `DeviceInfo::max_workgroup_count` fails the execution with `OutOfRange` (the
+    /// submitting thread never reads the count, so this cannot be checked when recording).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use hal::{BufferBinding, BufferParams, CommandBufferMode, EntryPointInfo, ExecutableSource};
+    /// use hal::{NativeEntryPoint, NativeKernel, SemaphoreValue as SV, Timeout};
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// // Each workgroup writes 1 at its index.
+    /// let mark: NativeKernel = Arc::new(|wg| wg.bindings[0].store_u32(wg.workgroup_id[0] as usize, 1));
+    /// let exe = device.load_executable(&ExecutableSource::Native(vec![NativeEntryPoint::new(
+    ///     EntryPointInfo::new("mark", 1, 1, 0),
+    ///     mark,
+    /// )]))?;
+    /// let (count, out) = (
+    ///     device.allocate_buffer(BufferParams::host_visible(), 12)?,
+    ///     device.allocate_buffer(BufferParams::host_visible(), 64)?,
+    /// );
+    /// let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
+    /// cb.update(&count, 0, &[5u8, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0])?; // [5, 1, 1], written on the device
+    /// cb.barrier()?;
+    /// cb.dispatch_indirect(&exe, 0, &count, 0, &[], &[BufferBinding::whole(&out)])?;
+    /// cb.end()?;
+    /// let done = device.create_semaphore(0)?;
+    /// device.queue(0)?.execute(&[], &cb, &[SV::new(&done, 1)])?;
+    /// done.wait(1, Timeout::Infinite)?;
+    /// assert_eq!(&out.read_as::<u32>()?[..6], &[1, 1, 1, 1, 1, 0]);
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn dispatch_indirect(
+        &self,
+        executable: &Executable,
+        entry_point: u32,
+        count: impl Into<BufferRef>,
+        count_offset: u64,
+        constants: &[u32],
+        bindings: &[BufferBinding],
+    ) -> Result<()> {
+        let bindings = bindings.iter().map(BindingRef::from).collect();
+        let grid = Grid::Indirect(count.into(), count_offset);
+        self.dispatch_recorded(executable, entry_point, grid, constants, bindings)
+    }
+
+    /// [`dispatch_indirect`](Self::dispatch_indirect) with bindings that may name binding-table
+    /// slots.
+    pub fn dispatch_indirect_refs(
+        &self,
+        executable: &Executable,
+        entry_point: u32,
+        count: impl Into<BufferRef>,
+        count_offset: u64,
+        constants: &[u32],
+        bindings: &[BindingRef],
+    ) -> Result<()> {
+        let grid = Grid::Indirect(count.into(), count_offset);
+        self.dispatch_recorded(executable, entry_point, grid, constants, bindings.iter().cloned().collect())
     }
 
     /// [`dispatch`](Self::dispatch) with bindings that may name binding-table slots
@@ -411,14 +518,20 @@ impl CommandBuffer {
         constants: &[u32],
         bindings: &[BindingRef],
     ) -> Result<()> {
-        self.dispatch_recorded(executable, entry_point, workgroups, constants, bindings.iter().cloned().collect())
+        self.dispatch_recorded(
+            executable,
+            entry_point,
+            Grid::Direct(workgroups),
+            constants,
+            bindings.iter().cloned().collect(),
+        )
     }
 
     fn dispatch_recorded(
         &self,
         executable: &Executable,
         entry_point: u32,
-        workgroups: [u32; 3],
+        grid: Grid,
         constants: &[u32],
         bindings: SmallVec<[BindingRef; 4]>,
     ) -> Result<()> {
@@ -444,6 +557,22 @@ impl CommandBuffer {
             )));
         }
         let limits = self.shared.max_workgroup_count;
+        let workgroups = match &grid {
+            Grid::Direct(workgroups) => *workgroups,
+            Grid::Indirect(count, count_offset) => {
+                if count_offset % 4 != 0 {
+                    return Err(Error::invalid_argument(format!(
+                        "{}: workgroup count offset {count_offset} is not a multiple of 4",
+                        who()
+                    )));
+                }
+                if let BufferRef::Buffer(buffer) = count {
+                    check_binding(buffer, *count_offset, INDIRECT_COUNT_BYTES)
+                        .map_err(|e| e.context(format!("{} workgroup count", who())))?;
+                }
+                [1, 1, 1]
+            }
+        };
         for (axis, (&count, &limit)) in ["x", "y", "z"].iter().zip(workgroups.iter().zip(&limits)) {
             if count > limit {
                 return Err(Error::out_of_range(format!(
@@ -466,7 +595,17 @@ impl CommandBuffer {
         }
         let (executable, constants): (Executable, SmallVec<[u32; 8]>) =
             (executable.clone(), constants.iter().copied().collect());
-        let slots = slots_needed(bindings.iter().map(|b| &b.buffer));
+        let count_ref = match &grid {
+            Grid::Indirect(count, _) => Some(count),
+            Grid::Direct(_) => None,
+        };
+        let slots = slots_needed(bindings.iter().map(|b| &b.buffer).chain(count_ref));
+        let concrete = move |executable: Executable, constants, bindings, count: Option<(Buffer, u64)>| match count {
+            None => Command::Dispatch { executable, entry_point, workgroups, constants, bindings },
+            Some((count, count_offset)) => {
+                Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings }
+            }
+        };
         if slots == 0 {
             let bindings = bindings
                 .into_iter()
@@ -475,7 +614,11 @@ impl CommandBuffer {
                     BufferRef::Slot(_) => Err(Error::internal("a slot among bindings that name none")),
                 })
                 .collect::<Result<_>>()?;
-            return self.record(Command::Dispatch { executable, entry_point, workgroups, constants, bindings });
+            let count = match grid {
+                Grid::Indirect(BufferRef::Buffer(count), count_offset) => Some((count, count_offset)),
+                _ => None,
+            };
+            return self.record(concrete(executable, constants, bindings, count));
         }
         let name = info.name.clone();
         self.record_template(slots, move |table| {
@@ -487,13 +630,23 @@ impl CommandBuffer {
                 check_binding(&buffer, offset, binding.length).map_err(|e| e.context(what()))?;
                 resolved.push(BufferBinding::range(&buffer, offset, binding.length));
             }
-            Ok(Command::Dispatch {
-                executable: executable.clone(),
-                entry_point,
-                workgroups,
-                constants: constants.clone(),
-                bindings: resolved,
-            })
+            let count = match &grid {
+                Grid::Indirect(count, count_offset) => {
+                    let what = || format!("dispatch of '{name}' ({executable}) workgroup count");
+                    let (buffer, offset) =
+                        resolve(count, *count_offset, INDIRECT_COUNT_BYTES, table).map_err(|e| e.context(what()))?;
+                    if offset % 4 != 0 {
+                        return Err(Error::invalid_argument(format!(
+                            "{}: offset {offset} is not a multiple of 4",
+                            what()
+                        )));
+                    }
+                    check_binding(&buffer, offset, INDIRECT_COUNT_BYTES).map_err(|e| e.context(what()))?;
+                    Some((buffer, offset))
+                }
+                Grid::Direct(_) => None,
+            };
+            Ok(concrete(executable.clone(), constants.clone(), resolved, count))
         })
     }
 

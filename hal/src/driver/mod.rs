@@ -52,7 +52,7 @@ pub mod timeline {
 }
 
 pub use crate::buffer::{HostPtr, HostView};
-pub use crate::command_buffer::Command;
+pub use crate::command_buffer::{Command, INDIRECT_COUNT_BYTES, indirect_workgroups};
 pub use crate::semaphore::SemaphoreDriverData;
 pub use backend::{
     BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
