@@ -459,7 +459,10 @@ impl CommandBuffer {
     ///
     /// let device = driver_cpu_sim::create_device()?;
     /// // Each workgroup writes 1 at its index.
-    /// let mark: NativeKernel = Arc::new(|wg| wg.bindings[0].store_u32(wg.workgroup_id[0] as usize, 1));
+    /// let mark: NativeKernel = Arc::new(|wg| {
+    ///     let stored = wg.bindings[0].store_u32(wg.workgroup_id[0] as usize, 1);
+    ///     if stored { Ok(()) } else { Err("out of range".to_string()) }
+    /// });
     /// let exe = device.load_executable(&ExecutableSource::Native(vec![NativeEntryPoint::new(
     ///     EntryPointInfo::new("mark", 1, 1, 0),
     ///     mark,
