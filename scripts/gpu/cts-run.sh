@@ -1,7 +1,10 @@
 #!/bin/bash
 # The CUDA CTS on the device machine. Usage: devbin/cts-run.sh [cts] [racecheck] [synccheck] [memcheck]
 # cts: the whole suite, one child process per case; sanitizers: in-process (CTEST_ISOLATE=0), one
-# test thread, without the deliberate-fault and deliberate-bad-input cases, in parallel.
+# test thread, without the deliberate-fault and deliberate-bad-input cases, in parallel, and without
+# indirect_dispatch: its queue's stream waits for a kernel launched later on a side stream, and those
+# cases hung under racecheck (both completion modes) and under synccheck with host callbacks at
+# 15f3c20 (a tool that serializes kernels never runs the side stream's kernel; see docs/conformance.md).
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
@@ -15,7 +18,7 @@ export PATH=$PATH:/usr/local/cuda/bin
 # passes --include-ignored, and a missing GPU or NVRTC fails the tests instead of passing as "not run".
 export HAL_REQUIRE_CUDA=1
 CTS_LIMIT=${CTS_LIMIT:-180}; SAN_LIMIT=${SAN_LIMIT:-240}
-SKIP="--skip failure::fault_ --skip device_works_after_fault --skip repeated_faults --skip idle_after_failures --skip unloadable_sources_refused"
+SKIP="--skip indirect_dispatch:: --skip failure::fault_ --skip device_works_after_fault --skip repeated_faults --skip idle_after_failures --skip unloadable_sources_refused"
 counts() {  # per-area pass/fail from a libtest log
   grep -oE "^test cuda::[a-z_]+::[a-z_0-9]+ \.\.\. (ok|FAILED)" "$1" | awk '{split($2,a,"::"); if ($4=="ok") p[a[2]]++; else f[a[2]]++; n[a[2]]++}
     END {for (k in n) printf "%-16s %4d passed %4d failed\n", k, p[k], f[k]}' | sort
