@@ -7,10 +7,7 @@ use hal::{SemaphoreValue as SV, Timeout};
 
 fn main() -> hal::Result<()> {
     let driver = std::env::args().nth(1).unwrap_or_else(|| "cpu-sim".into());
-    let mut registry = hal::Registry::new();
-    driver_cpu_sim::register(&mut registry);
-    #[cfg(feature = "cuda")]
-    driver_cuda::register(&mut registry);
+    let registry = bench::registry();
     let env = Env::new(registry.create_device(&driver, 0)?)?;
     let cb = env.indirect_dispatch()?;
     let q = env.device.queue(0)?;

@@ -7,18 +7,13 @@
 use std::time::Instant;
 
 use bench::workloads::{Env, chain, ping_pong};
-use hal::Registry;
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
     let (driver, workload, kind) = (arg(0, "cpu-sim"), arg(1, "chain"), arg(2, "empty"));
     let ops: u64 = arg(3, "200000").parse().map_err(|e| format!("N: {e}"))?;
-    let mut registry = Registry::new();
-    driver_cpu_sim::register(&mut registry);
-    #[cfg(feature = "cuda")]
-    driver_cuda::register(&mut registry);
-    let device = registry.create_device(&driver, 0).map_err(|e| e.to_string())?;
+    let device = bench::registry().create_device(&driver, 0).map_err(|e| e.to_string())?;
     let env = Env::new(device).map_err(|e| e.to_string())?;
     let cb = match kind.as_str() {
         "empty" => env.empty.clone(),

@@ -4,10 +4,7 @@ use hal::{BufferBinding, BufferParams};
 
 fn main() -> hal::Result<()> {
     let driver = std::env::args().nth(1).unwrap_or_else(|| "cpu-sim".into());
-    let mut registry = hal::Registry::new();
-    driver_cpu_sim::register(&mut registry);
-    #[cfg(feature = "cuda")]
-    driver_cuda::register(&mut registry);
+    let registry = bench::registry();
     let device = registry.create_device(&driver, 0)?;
     let env = Env::new(device)?;
     let cb = env.dispatches_on_slot(10)?;

@@ -22,3 +22,12 @@ pub mod report;
 pub mod session;
 pub mod stats;
 pub mod workloads;
+
+/// A registry of the drivers the bench can run on: cpu-sim, and CUDA with the `cuda` feature.
+pub fn registry() -> hal::Registry {
+    let mut registry = hal::Registry::new();
+    driver_cpu_sim::register(&mut registry);
+    #[cfg(feature = "cuda")]
+    driver_cuda::register(&mut registry);
+    registry
+}

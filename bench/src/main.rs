@@ -11,7 +11,6 @@ use std::time::Instant;
 use bench::alloc_count::CountingAllocator;
 use bench::session::{self, Failure, Options};
 use clap::Parser;
-use hal::Registry;
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -27,17 +26,9 @@ struct Cli {
     options: Options,
 }
 
-fn registry() -> Registry {
-    let mut registry = Registry::new();
-    driver_cpu_sim::register(&mut registry);
-    #[cfg(feature = "cuda")]
-    driver_cuda::register(&mut registry);
-    registry
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let device = match registry().create_device(&cli.driver, 0) {
+    let device = match bench::registry().create_device(&cli.driver, 0) {
         Ok(device) => device,
         Err(e) => {
             eprintln!("bench: cannot open '{}': {e}", cli.driver);
