@@ -117,12 +117,11 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
         }
         Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
             // Read now, in stream order: what earlier commands and queue work wrote.
-            let bytes = read_buffer(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?;
-            let word =
-                |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
+            let mut bytes = [0u8; 12];
+            bytes.copy_from_slice(&read_buffer(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?);
             let who = format!("indirect dispatch of entry point {entry_point} of {executable}");
             let limits = crate::executable::MAX_WORKGROUP_COUNT;
-            match hal::driver::indirect_workgroups([word(0), word(1), word(2)], limits, &who)? {
+            match hal::driver::indirect_workgroups(bytes, limits, &who)? {
                 Some(workgroups) => dispatch(executable, *entry_point, workgroups, constants, bindings, pool, cancel),
                 None => Ok(()),
             }

@@ -115,10 +115,17 @@ impl CudaPreparedCommands {
         instances: usize,
     ) -> Result<Self> {
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
-        if check(commands)? || work < graph_min_commands.max(1) {
+        let stored = state.get::<SharedGraph>();
+        // With a graph already built, the node parameters resolve (and so check) every dispatch:
+        // the entry points are not looked up twice per execute.
+        let direct = match &stored {
+            Some(shared) if shared.graph.is_some() => replays_directly(commands)?,
+            _ => check(commands)?,
+        };
+        if direct || work < graph_min_commands.max(1) {
             return Self::prepare(context, counter, commands, usize::MAX);
         }
-        let shared = match state.get::<SharedGraph>() {
+        let shared = match stored {
             Some(shared) => shared,
             None => {
                 let payload = Arc::new(upload(context, counter, commands)?);
@@ -205,27 +212,30 @@ impl CudaPreparedCommands {
     }
 }
 
-/// Checks each dispatch's entry point; returns whether the commands must replay directly: one
-/// touches a transient buffer (its address is known only once its alloca ran), or is an indirect
-/// dispatch (its grid is known only when it runs).
+/// Checks each dispatch's entry point; returns whether the commands must replay directly (see
+/// [`replays_directly`]).
 fn check(commands: &[Command]) -> Result<bool> {
-    let mut has_transient = false;
     for command in commands {
-        match command {
-            Command::Dispatch { executable, entry_point, .. } => {
-                CudaExecutable::of(executable)?.entry(*entry_point)?;
-            }
-            Command::DispatchIndirect { executable, entry_point, .. } => {
-                CudaExecutable::of(executable)?.entry(*entry_point)?;
-                has_transient = true;
-            }
-            _ => {}
-        }
-        for buffer in command.buffers() {
-            has_transient |= CudaMemory::of(buffer)?.is_transient();
+        if let Command::Dispatch { executable, entry_point, .. }
+        | Command::DispatchIndirect { executable, entry_point, .. } = command
+        {
+            CudaExecutable::of(executable)?.entry(*entry_point)?;
         }
     }
-    Ok(has_transient)
+    replays_directly(commands)
+}
+
+/// Whether the commands must replay directly: one touches a transient buffer (its address is known
+/// only once its alloca ran), or is an indirect dispatch (its grid is known only when it runs).
+fn replays_directly(commands: &[Command]) -> Result<bool> {
+    let mut direct = false;
+    for command in commands {
+        direct |= matches!(command, Command::DispatchIndirect { .. });
+        for buffer in command.buffers() {
+            direct |= CudaMemory::of(buffer)?.is_transient();
+        }
+    }
+    Ok(direct)
 }
 
 impl PreparedCommands for CudaPreparedCommands {

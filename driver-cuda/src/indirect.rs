@@ -129,8 +129,8 @@ impl Lane {
         self.device + SLOTS_AT + (sequence % SLOTS) * SLOT_BYTES
     }
 
-    /// The count dispatch `sequence` copied (call once [`copied`](Self::copied) says so).
-    fn count(&self, sequence: u64) -> [u32; 3] {
+    /// The count bytes dispatch `sequence` copied (call once [`copied`](Self::copied) says so).
+    fn count(&self, sequence: u64) -> [u8; 12] {
         let mut bytes = [0u8; 12];
         // SAFETY: the slot lies inside the pinned area; the copy into it completed before the copied
         // word reached `sequence` (stream order; the Acquire load in `copied` orders this read after
@@ -139,8 +139,7 @@ impl Lane {
             let slot = self.host.add((SLOTS_AT + (sequence % SLOTS) * SLOT_BYTES) as usize);
             std::ptr::copy_nonoverlapping(slot, bytes.as_mut_ptr(), 12);
         }
-        let word = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
-        [word(0), word(1), word(2)]
+        bytes
     }
 }
 

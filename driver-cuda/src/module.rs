@@ -211,16 +211,18 @@ fn check_param_layout(bound: &Bound<'_>, function: CUfunction, entry: &EntryPoin
     }
     let sizes = result::func_param_sizes(bound, function)?;
     let layout = entry.param_layout();
-    let describe =
-        |layout: &[hal::KernelParam]| layout.iter().map(|p| p.size().to_string()).collect::<Vec<_>>().join(", ");
+    // Formatted only for an error.
+    let list = |sizes: &mut dyn Iterator<Item = usize>| sizes.map(|s| s.to_string()).collect::<Vec<_>>().join(", ");
+    let kernel_sizes = || list(&mut sizes.iter().copied());
+    let layout_sizes = || list(&mut layout.iter().map(|p| p.size()));
     for (index, (param, &size)) in layout.iter().zip(&sizes).enumerate() {
         if param.size() != size {
             return Err(Error::invalid_argument(format!(
                 "cuda executable: entry point '{}': parameter {index} of the kernel is {size} bytes but the \
                  declared layout passes {param} there (kernel sizes [{}], layout sizes [{}])",
                 entry.name,
-                sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "),
-                describe(&layout)
+                kernel_sizes(),
+                layout_sizes()
             )));
         }
     }
@@ -230,9 +232,9 @@ fn check_param_layout(bound: &Bound<'_>, function: CUfunction, entry: &EntryPoin
              layout passes {} (sizes [{}]){}",
             entry.name,
             sizes.len(),
-            sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", "),
+            kernel_sizes(),
             layout.len(),
-            describe(&layout),
+            layout_sizes(),
             if entry.params.is_none() {
                 format!(" from {} bindings and {} constants", entry.binding_count, entry.constant_count)
             } else {
