@@ -37,6 +37,7 @@ mod imported_memory;
 mod indirect_dispatch;
 mod kernel_abi;
 mod misuse;
+mod profiling;
 mod queue_ops;
 mod resources;
 mod semaphore;
@@ -364,6 +365,12 @@ macro_rules! __cts_case_list {
                 layouts_that_do_not_fit_refused_at_load,
                 dynamic_workgroup_memory_reaches_the_kernel,
                 too_much_workgroup_memory_refused_at_load,
+            }
+            profiling {
+                queue_operations_recorded_in_stream_order,
+                dispatches_recorded_with_command_indices,
+                command_filter_and_binding_table_executes,
+                sessions_misuse_and_unrun_work,
             }
             zero_sizes {
                 zero_byte_buffers_allocate_map_read_and_bind,

@@ -15,6 +15,7 @@
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use smallvec::SmallVec;
 
@@ -23,7 +24,9 @@ use hal::driver::HostView;
 use hal::driver::PreparedCommands;
 use hal::driver::stream_model::Work;
 use hal::driver::{BufferExt, ExecutableExt};
-use hal::{Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, Result};
+use hal::{
+    Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, ProfileOptions, Result,
+};
 
 use crate::executable::NativeExecutable;
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
@@ -62,6 +65,36 @@ impl CancelSignal {
 /// Runs `commands` in order, stopping at the first error, which is returned, or with `Cancelled`
 /// before the next command once `cancel` is requested.
 pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
+    execute_timed(commands, pool, cancel, None)
+}
+
+/// Host-clock times of the dispatches a profile asked for, gathered while a command list runs and
+/// handed to the profile only if the whole list succeeded.
+pub struct DispatchTimes<'a> {
+    options: &'a ProfileOptions,
+    /// (command index, the grid that ran, start, end).
+    pub times: Vec<(usize, Option<[u32; 3]>, Instant, Instant)>,
+}
+
+impl<'a> DispatchTimes<'a> {
+    /// Times the dispatches `options` select.
+    pub fn new(options: &'a ProfileOptions) -> Self {
+        DispatchTimes { options, times: Vec::new() }
+    }
+
+    /// Whether any dispatch is to be timed.
+    pub fn selects_any(&self) -> bool {
+        self.options.records_dispatches()
+    }
+}
+
+/// [`execute_commands`], timing the dispatches `times` selects.
+pub fn execute_timed(
+    commands: &[Command],
+    pool: &WorkgroupPool,
+    cancel: &CancelSignal,
+    mut times: Option<&mut DispatchTimes<'_>>,
+) -> Result<()> {
     for (index, command) in commands.iter().enumerate() {
         if cancel.requested() {
             return Err(Error::cancelled(format!(
@@ -70,9 +103,23 @@ pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool, cancel: &Can
                 command_name(command)
             )));
         }
-        execute_command(command, pool, cancel)?;
+        let timed = times.as_deref_mut().filter(|t| is_dispatch(command) && t.options.records_command(index));
+        match timed {
+            Some(times) => {
+                let start = Instant::now();
+                let grid = run_command(command, pool, cancel)?;
+                times.times.push((index, grid, start, Instant::now()));
+            }
+            None => {
+                run_command(command, pool, cancel)?;
+            }
+        }
     }
     Ok(())
+}
+
+fn is_dispatch(command: &Command) -> bool {
+    matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. })
 }
 
 fn command_name(command: &Command) -> &'static str {
@@ -90,6 +137,13 @@ fn command_name(command: &Command) -> &'static str {
 /// `Aborted` error naming the entry point and workgroup; a dispatch whose `cancel` is requested
 /// stops between workgroups with `Cancelled`.
 pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
+    run_command(command, pool, cancel).map(drop)
+}
+
+/// [`execute_command`], returning the grid a dispatch ran (`Some([0, 0, 0])` for an indirect one
+/// whose count was zero; `None` for other commands).
+fn run_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<Option<[u32; 3]>> {
+    let none = |result: Result<()>| result.map(|()| None);
     match command {
         Command::Fill { target, offset, length, pattern, pattern_len } => {
             command.validate_transfer()?;
@@ -97,11 +151,11 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             // SAFETY: `dst` addresses `length` bytes of `target` (checked by `host_range`) that it keeps
             // allocated; any racing access (a kernel, a mapping) is atomic.
             unsafe { fill(dst.ptr, *length as usize, *pattern, usize::from(*pattern_len)) };
-            Ok(())
+            Ok(None)
         }
         Command::Update { target, offset, data } => {
             command.validate_transfer()?;
-            write_buffer(target, *offset, data)
+            none(write_buffer(target, *offset, data))
         }
         Command::Copy { source, source_offset, target, target_offset, length } => {
             command.validate_transfer()?;
@@ -110,10 +164,11 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             // SAFETY: both ranges are `length` bytes inside their buffers (checked) and kept allocated;
             // every racing access (kernels, mappings, other transfers) is atomic, as this copy is.
             unsafe { hal::driver::shared_memory::copy(src.ptr, dst.ptr, *length as usize) };
-            Ok(())
+            Ok(None)
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
-            dispatch(executable, *entry_point, *workgroups, constants, bindings, pool, cancel)
+            dispatch(executable, *entry_point, *workgroups, constants, bindings, pool, cancel)?;
+            Ok(Some(*workgroups))
         }
         Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
             // Read now, in stream order: what earlier commands and queue work wrote.
@@ -122,11 +177,14 @@ pub fn execute_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelS
             let who = format!("indirect dispatch of entry point {entry_point} of {executable}");
             let limits = crate::executable::MAX_WORKGROUP_COUNT;
             match hal::driver::indirect_workgroups(bytes, limits, &who)? {
-                Some(workgroups) => dispatch(executable, *entry_point, workgroups, constants, bindings, pool, cancel),
-                None => Ok(()),
+                Some(workgroups) => {
+                    dispatch(executable, *entry_point, workgroups, constants, bindings, pool, cancel)?;
+                    Ok(Some(workgroups))
+                }
+                None => Ok(Some([0, 0, 0])),
             }
         }
-        Command::Barrier => Ok(()),
+        Command::Barrier => Ok(None),
     }
 }
 

@@ -4,13 +4,14 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Error, Result};
 
-use crate::command_exec::{CancelSignal, execute_command, execute_commands, read_buffer, write_buffer};
+use crate::command_exec::{CancelSignal, DispatchTimes, execute_command, execute_timed, read_buffer, write_buffer};
 use crate::event::{CpuEvent, EventState};
 use crate::memory::{commit_buffer, release_buffer};
 use crate::workgroup_pool::WorkgroupPool;
@@ -129,10 +130,34 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
     }
 }
 
-/// Runs one operation; an error becomes the submission's fault.
+/// Runs one operation, timing it as its profile asks; an error becomes the submission's fault.
 fn run_work(work: &Arc<Work>, pool: &WorkgroupPool) -> Result<()> {
+    let Some(profile) = work.profile() else { return run_op(work, pool, None) };
+    let mut times = DispatchTimes::new(profile.options());
+    let start = Instant::now();
+    run_op(work, pool, Some(&mut times))?;
+    let end = Instant::now();
+    // Only work that finished records anything.
+    if profile.options().records_queue_operations() {
+        profile.record_queue_operation(work, start, end);
+    }
+    if let QueueOp::Execute(command_buffer) = &work.op {
+        let commands = command_buffer.commands();
+        for (index, grid, start, end) in times.times {
+            if let Some(command) = commands.get(index) {
+                profile.record_dispatch(work, index, command, grid, start, end);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_op(work: &Arc<Work>, pool: &WorkgroupPool, times: Option<&mut DispatchTimes<'_>>) -> Result<()> {
     match &work.op {
-        QueueOp::Execute(command_buffer) => execute_commands(&command_buffer.commands(), pool, &CancelSignal::of(work)),
+        QueueOp::Execute(command_buffer) => {
+            let times = times.filter(|t| t.selects_any());
+            execute_timed(&command_buffer.commands(), pool, &CancelSignal::of(work), times)
+        }
         QueueOp::Alloca(buffer) => commit_buffer(buffer),
         QueueOp::Dealloca(buffer) => release_buffer(buffer),
         QueueOp::Transfer(command) => execute_command(command, pool, &CancelSignal::of(work)),
@@ -203,6 +228,14 @@ impl StreamModel for CpuStreams {
                 return None;
             }
         }
+    }
+
+    fn clock_method(&self) -> String {
+        "host clock: cpu-sim runs its work on host threads".to_owned()
+    }
+
+    fn begin_profiling(&self, _sink: &Arc<hal::driver::ProfileSink>) -> Result<()> {
+        Ok(())
     }
 
     fn enqueue(&self, stream: &CpuStream, work: &Arc<Work>) -> Result<()> {

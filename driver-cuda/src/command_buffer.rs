@@ -200,13 +200,28 @@ impl CudaPreparedCommands {
     }
 
     fn enqueue_direct(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+        self.enqueue_direct_with(bound, stream, work, &mut |_, _, _| Ok(()))
+    }
+
+    /// Enqueues the commands one by one, calling `around(index, command, after)` on the stream
+    /// just before (`after` false) and just after (`after` true) each one: where profiling records
+    /// its timing events.
+    pub fn enqueue_direct_with(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        around: &mut dyn FnMut(usize, &Command, bool) -> Result<()>,
+    ) -> Result<()> {
         let payload = self.payload.address();
         for (index, command) in self.commands.iter().enumerate() {
             let source = match command {
                 Command::Update { .. } => Some(update_source(payload, &self.payload.offsets, index)?),
                 _ => None,
             };
+            around(index, command, false)?;
             enqueue_command(bound, command, stream, source, Some(work))?;
+            around(index, command, true)?;
         }
         Ok(())
     }

@@ -345,6 +345,18 @@ impl DeviceBackend for CudaDevice {
         Ok(())
     }
 
+    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
+        self.scheduler.begin_profiling(options)
+    }
+
+    fn collect_profile(&self) -> Result<hal::Profile> {
+        self.scheduler.collect_profile()
+    }
+
+    fn end_profiling(&self) -> Result<hal::Profile> {
+        self.scheduler.end_profiling()
+    }
+
     fn report(&self) -> String {
         self.scheduler.report()
     }
@@ -353,10 +365,8 @@ impl DeviceBackend for CudaDevice {
         let mut usage = self.scheduler.resource_usage();
         let staging = self.scheduler.model().staging();
         usage.pools.push(PoolUsage::new("staging blocks", staging.in_use(), staging.created()));
-        if let Some(timer) = self.scheduler.model().timer() {
-            let (created, in_use) = timer.usage();
-            usage.pools.push(PoolUsage::new("timing events", in_use, created));
-        }
+        let (created, in_use) = self.scheduler.model().timer().usage();
+        usage.pools.push(PoolUsage::new("timing events", in_use, created));
         usage.memory_in_use = self.memory.in_use();
         usage
     }

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
 use hal::driver::Command;
+use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Buffer, Error, Result};
@@ -33,7 +34,7 @@ use crate::indirect::{IndirectLauncher, Lane};
 use crate::memory::CudaMemory;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
-use crate::timing::SubmissionTimer;
+use crate::timing::{ProfileClock, SubmissionTimer, Timed};
 
 /// The CUDA stream model of one device.
 pub struct CudaStreams {
@@ -45,8 +46,12 @@ pub struct CudaStreams {
     /// Per queue, in stream order: staging blocks of enqueued writes and reads, released when their
     /// submission completes (and with it everything before it on the stream).
     staged: Vec<Mutex<VecDeque<Staged>>>,
-    /// Brackets each submission with timing events (`CudaOptions::submission_timings`).
-    timer: Option<SubmissionTimer>,
+    /// The timing events of timed submissions and profiled dispatches.
+    timer: SubmissionTimer,
+    /// Brackets every submission with timing events (`CudaOptions::submission_timings`).
+    time_every_submission: bool,
+    /// Puts profiled times on the host's clock; made at the first `begin_profiling`.
+    clock: OnceLock<ProfileClock>,
     /// Launches indirect dispatches once their counts are final (shared with the streams).
     indirect: Arc<IndirectLauncher>,
 }
@@ -148,13 +153,15 @@ impl CudaStreams {
             indirect: Arc::new(IndirectLauncher::new(context, max_workgroup_count)),
             staging,
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
-            timer: options.submission_timings.then(|| SubmissionTimer::new(context, queue_count)),
+            timer: SubmissionTimer::new(context, queue_count),
+            time_every_submission: options.submission_timings,
+            clock: OnceLock::new(),
         })
     }
 
-    /// The submission timer, when timings are on (for resource usage).
-    pub fn timer(&self) -> Option<&SubmissionTimer> {
-        self.timer.as_ref()
+    /// The timing events (for resource usage).
+    pub fn timer(&self) -> &SubmissionTimer {
+        &self.timer
     }
 
     /// The staging pool (for resource usage).
@@ -265,6 +272,62 @@ impl CudaStreams {
         }
     }
 
+    /// Enqueues `work` with timing events into `timed`: around the whole submission if `whole`,
+    /// around each dispatch its profile selects if `dispatches` (the command buffer then replays
+    /// command by command).
+    fn enqueue_timed(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        whole: bool,
+        dispatches: bool,
+        timed: &mut Timed,
+    ) -> Result<()> {
+        let start = if whole { Some(self.timer.record(bound, stream)?) } else { None };
+        let enqueued = match (&work.op, work.profile()) {
+            (QueueOp::Execute(command_buffer), Some(profile)) if dispatches => {
+                let prepared = CudaPreparedCommands::of(command_buffer)?;
+                let prepared = prepared
+                    .as_any()
+                    .downcast_ref::<CudaPreparedCommands>()
+                    .ok_or_else(|| Error::internal("cuda: prepared commands changed type"))?;
+                let mut opened: Option<CudaEvent> = None;
+                let result = prepared.enqueue_direct_with(bound, stream, work, &mut |index, command, after| {
+                    let is_dispatch = matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. });
+                    if !is_dispatch || !profile.options().records_command(index) {
+                        return Ok(());
+                    }
+                    let event = self.timer.record(bound, stream)?;
+                    match opened.take() {
+                        Some(begin) if after => timed.push_dispatch(index, begin, event),
+                        _ => opened = Some(event),
+                    }
+                    Ok(())
+                });
+                // A dispatch whose launch failed after its start event was recorded.
+                timed.hold(opened);
+                result
+            }
+            _ => self.enqueue_op(bound, stream, work),
+        };
+        let Some(start) = start else { return enqueued };
+        if let Err(e) = enqueued {
+            timed.hold(Some(start));
+            return Err(e);
+        }
+        match self.timer.record(bound, stream) {
+            Ok(end) => {
+                timed.set_whole(start, end);
+                Ok(())
+            }
+            Err(e) => {
+                timed.hold(Some(start));
+                Err(e)
+            }
+        }
+    }
+
     /// What happens on the host when `work` completed: a read hands over its staged bytes, a write
     /// gives its staging block back.
     fn complete_op(&self, work: &Work) -> Result<()> {
@@ -290,6 +353,13 @@ impl CudaStreams {
             _ => Ok(()),
         }
     }
+}
+
+/// Whether `options` time any dispatch of `commands` (if not, the buffer replays as usual).
+fn selects_a_dispatch(commands: &[Command], options: &hal::ProfileOptions) -> bool {
+    commands.iter().enumerate().any(|(index, command)| {
+        matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. }) && options.records_command(index)
+    })
 }
 
 impl StreamModel for CudaStreams {
@@ -362,26 +432,67 @@ impl StreamModel for CudaStreams {
     /// (its stream-wait or its own launch reports the fault), so the scheduler keeps no producers.
     const CHECKS_UPSTREAM_FAULTS: bool = false;
 
+    fn clock_method(&self) -> String {
+        "CUDA timing events, measured against an anchor event whose host time is bracketed by \
+         spinning on it on an idle stream (renewed every second)"
+            .to_owned()
+    }
+
+    fn begin_profiling(&self, sink: &Arc<hal::driver::ProfileSink>) -> Result<()> {
+        let clock = match self.clock.get() {
+            Some(clock) => clock,
+            None => {
+                let clock = ProfileClock::new(&self.context)?;
+                // Two sessions cannot begin at once (the scheduler's switch), but be safe: a clock
+                // made in a race is dropped, its stream destroyed.
+                let _ = self.clock.set(clock);
+                self.clock.get().ok_or_else(|| Error::internal("cuda: profiling clock missing"))?
+            }
+        };
+        sink.widen_uncertainty(clock.anchor()?.uncertainty);
+        Ok(())
+    }
+
     fn enqueue(&self, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         let bound = self.context.bind()?;
-        let Some(timer) = &self.timer else { return self.enqueue_op(&bound, stream, work) };
-        let start = timer.start(&bound, stream)?;
-        match self.enqueue_op(&bound, stream, work) {
-            Ok(()) => timer.finish(&bound, stream, work.queue, work.id, start),
+        let profile = work.profile();
+        let time_whole = self.time_every_submission || profile.is_some_and(|p| p.options().records_queue_operations());
+        let time_dispatches = match (&work.op, profile) {
+            (QueueOp::Execute(command_buffer), Some(profile)) => {
+                selects_a_dispatch(&command_buffer.commands(), profile.options())
+            }
+            _ => false,
+        };
+        if !time_whole && !time_dispatches {
+            return self.enqueue_op(&bound, stream, work);
+        }
+        let anchor = match (profile, self.clock.get()) {
+            (Some(profile), Some(clock)) => {
+                let anchor = clock.anchor()?;
+                profile.widen_uncertainty(anchor.uncertainty);
+                Some(anchor)
+            }
+            _ => None,
+        };
+        let mut timed = Timed::new(work.id, anchor);
+        match self.enqueue_timed(&bound, stream, work, time_whole, time_dispatches, &mut timed) {
+            Ok(()) => self.timer.keep(work.queue, timed),
             Err(e) => {
-                timer.abandon(start);
+                self.timer.abandon(timed);
                 Err(e)
             }
         }
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
-        if let Some(timer) = &self.timer {
-            match timer.elapsed(work.queue, work.id) {
-                Ok(Some(elapsed)) => work.set_device_time(elapsed),
-                Ok(None) => {}
-                Err(e) => tracing::debug!(action = work.id, %e, "no device time for this submission"),
+        match self.timer.take(work.queue, work.id) {
+            Ok(Some(timed)) => {
+                if let Err(e) = self.timer.read(work, timed) {
+                    tracing::debug!(action = work.id, %e, "no device timings for this submission");
+                }
             }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(action = work.id, %e, "no device timings for this submission"),
         }
         self.complete_op(work)
     }
@@ -393,9 +504,7 @@ impl StreamModel for CudaStreams {
         if let Ok(mut fifo) = self.staged(work.queue) {
             fifo.retain(|entry| entry.work != work.id);
         }
-        if let Some(timer) = &self.timer {
-            timer.discard(work.queue, work.id);
-        }
+        self.timer.discard(work.queue, work.id);
     }
 
     fn synchronize_stream(&self, stream: &CudaStream) -> Result<()> {

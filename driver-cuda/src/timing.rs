@@ -1,21 +1,31 @@
-//! Optional per-submission device timings ([`CudaOptions::submission_timings`](crate::CudaOptions)).
+//! Device timings: per-submission times ([`CudaOptions::submission_timings`](crate::CudaOptions))
+//! and profiling ([`hal::ProfileOptions`]), both from *timing events* (created without
+//! `DISABLE_TIMING`, pooled apart from the scheduler's events).
 //!
-//! When on, every submission that runs on a stream is bracketed by two *timing* events (created
-//! without `DISABLE_TIMING`, pooled apart from the scheduler's events): one recorded before its work
-//! and one after. When the submission retires, `cuEventElapsedTime` gives the time the stream spent
-//! on it, which the scheduler puts on the submission's `complete` span as `device_ns` (and `hal run
-//! --trace` into the timeline). That time includes waiting for earlier work of the same stream that
-//! was still running when the start event was reached, as with any pair of CUDA events.
+//! - A timed submission is bracketed by two timing events: one recorded before its work and one
+//!   after. With `submission_timings`, `cuEventElapsedTime` between them is put on the submission's
+//!   `complete` span as `device_ns` (and `hal run --trace` draws it). That time includes waiting for
+//!   earlier work of the same stream still running when the start event was reached, as with any
+//!   pair of CUDA events.
+//! - A profiled dispatch is bracketed the same way, inside its command buffer's replay (which then
+//!   goes command by command: a graph launch has no point between its kernels where the stream
+//!   could record an event).
+//! - Profiled times are put on the host's clock through an [`Anchor`]: a timing event recorded on
+//!   an idle stream of its own while the host spins on it, so the device reached it between two host
+//!   instants a few microseconds apart. A record's host time is the anchor's midpoint plus
+//!   `cuEventElapsedTime(anchor, event)`; the anchor is renewed when it is over a second old, so the
+//!   f32 milliseconds of that call keep sub-microsecond precision and clock drift stays small.
 //!
-//! It costs two event records per submission, so it is off by default. No stream ever waits on a
-//! timing event, so returning one to the pool once its submission completed cannot break a wait.
+//! No stream ever waits on a timing event, so returning one to the pool once its submission
+//! completed cannot break a wait.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::sys::{CUevent_flags, CUstream, CUstream_flags};
+use hal::driver::stream_model::Work;
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
@@ -23,7 +33,13 @@ use crate::event::CudaEvent;
 use crate::result;
 use crate::stream::CudaStream;
 
-/// The timing events of one device and, per queue in stream order, the pairs still open.
+/// How old an anchor may get before timings are measured against a new one.
+const ANCHOR_LIFETIME: Duration = Duration::from_secs(1);
+
+/// Attempts per anchor; the tightest host bracket wins.
+const ANCHOR_ATTEMPTS: usize = 3;
+
+/// The timing events of one device and, per queue in stream order, the timed submissions still open.
 pub struct SubmissionTimer {
     context: Arc<Context>,
     free: Mutex<Vec<CudaEvent>>,
@@ -31,16 +47,59 @@ pub struct SubmissionTimer {
     open: Vec<Mutex<VecDeque<Timed>>>,
 }
 
-/// One timed submission on its way through a stream.
-struct Timed {
+/// The timing events of one submission on its way through a stream.
+pub struct Timed {
     work: u64,
-    start: CudaEvent,
-    end: CudaEvent,
+    /// Around the whole submission.
+    whole: Option<(CudaEvent, CudaEvent)>,
+    /// Around each timed dispatch: (command index, start, end).
+    dispatches: Vec<(usize, CudaEvent, CudaEvent)>,
+    /// What profiled times are measured against (`None`: not profiled).
+    anchor: Option<Arc<Anchor>>,
+    /// Events recorded for timings an error cut short: only given back.
+    loose: Vec<CudaEvent>,
+}
+
+impl Timed {
+    /// Nothing recorded yet, for submission `work`.
+    pub fn new(work: u64, anchor: Option<Arc<Anchor>>) -> Self {
+        Timed { work, whole: None, dispatches: Vec::new(), anchor, loose: Vec::new() }
+    }
+
+    /// The events around the whole submission.
+    pub fn set_whole(&mut self, start: CudaEvent, end: CudaEvent) {
+        self.whole = Some((start, end));
+    }
+
+    /// The events around the dispatch at command `index`.
+    pub fn push_dispatch(&mut self, index: usize, start: CudaEvent, end: CudaEvent) {
+        self.dispatches.push((index, start, end));
+    }
+
+    /// Keeps `event` only to give it back with the others.
+    pub fn hold(&mut self, event: Option<CudaEvent>) {
+        self.loose.extend(event);
+    }
+
+    fn event_count(&self) -> usize {
+        2 * (usize::from(self.whole.is_some()) + self.dispatches.len()) + self.loose.len()
+    }
+
+    fn events(self) -> impl Iterator<Item = CudaEvent> {
+        let whole = self.whole.into_iter().flat_map(|(s, e)| [s, e]);
+        let dispatches = self.dispatches.into_iter().flat_map(|(_, s, e)| [s, e]);
+        whole.chain(dispatches).chain(self.loose)
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves the data whole: a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn timing_event(context: &Arc<Context>) -> Result<CudaEvent> {
+    // Timing events: no DISABLE_TIMING flag, and not BLOCKING_SYNC (nobody blocks on them).
+    CudaEvent::create(context, CUevent_flags::CU_EVENT_DEFAULT as u32)
 }
 
 impl SubmissionTimer {
@@ -56,7 +115,7 @@ impl SubmissionTimer {
 
     /// Timing events created so far, and how many are recorded and not yet read back.
     pub fn usage(&self) -> (usize, usize) {
-        let open: usize = self.open.iter().map(|q| lock(q).len() * 2).sum();
+        let open: usize = self.open.iter().map(|q| lock(q).iter().map(Timed::event_count).sum::<usize>()).sum();
         (self.created.load(Ordering::Relaxed), open)
     }
 
@@ -64,8 +123,7 @@ impl SubmissionTimer {
         if let Some(event) = lock(&self.free).pop() {
             return Ok(event);
         }
-        // Timing events: no DISABLE_TIMING flag, and not BLOCKING_SYNC (nobody blocks on them).
-        let event = CudaEvent::create(&self.context, CUevent_flags::CU_EVENT_DEFAULT as u32)?;
+        let event = timing_event(&self.context)?;
         self.created.fetch_add(1, Ordering::Relaxed);
         Ok(event)
     }
@@ -79,77 +137,180 @@ impl SubmissionTimer {
         Ok(lock(fifo))
     }
 
-    /// Records a start event on `stream`, before the submission's work is enqueued.
-    pub fn start(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<CudaEvent> {
-        let start = self.acquire()?;
-        match result::event_record(bound, start.raw(), stream.raw()) {
-            Ok(()) => Ok(start),
+    /// Records a timing event on `stream` now (a pooled one; back to the pool if the record fails).
+    pub fn record(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<CudaEvent> {
+        let event = self.acquire()?;
+        match result::event_record(bound, event.raw(), stream.raw()) {
+            Ok(()) => Ok(event),
             Err(e) => {
-                self.release([start]);
+                self.release([event]);
                 Err(e)
             }
         }
     }
 
-    /// Records the end event after submission `work`'s work on `stream`, and keeps the pair until
-    /// the submission retires.
-    pub fn finish(
-        &self,
-        bound: &Bound<'_>,
-        stream: &CudaStream,
-        queue: usize,
-        work: u64,
-        start: CudaEvent,
-    ) -> Result<()> {
-        let end = match self.acquire() {
-            Ok(end) => end,
-            Err(e) => {
-                self.release([start]);
-                return Err(e);
+    /// Keeps `timed` (its events all recorded after its submission's earlier work on queue `queue`)
+    /// until the submission retires.
+    pub fn keep(&self, queue: usize, timed: Timed) -> Result<()> {
+        match self.open.get(queue) {
+            Some(fifo) => {
+                lock(fifo).push_back(timed);
+                Ok(())
             }
-        };
-        if let Err(e) = result::event_record(bound, end.raw(), stream.raw()) {
-            self.release([start, end]);
-            return Err(e);
+            None => {
+                self.abandon(timed);
+                Err(Error::internal(format!("cuda: queue {queue} has no timer")))
+            }
         }
-        self.queue(queue)?.push_back(Timed { work, start, end });
-        Ok(())
     }
 
-    /// Gives back the start event of work that could not be enqueued.
-    pub fn abandon(&self, start: CudaEvent) {
-        self.release([start]);
+    /// Gives back the events of work that could not be enqueued.
+    pub fn abandon(&self, timed: Timed) {
+        self.release(timed.events());
     }
 
-    /// The device time of submission `work` of `queue`, which completed. Pairs of earlier
-    /// submissions still open (they faulted, so nothing read them) go back to the pool on the way.
-    pub fn elapsed(&self, queue: usize, work: u64) -> Result<Option<Duration>> {
+    /// The timings of submission `work` of `queue`, which completed. Timings of earlier submissions
+    /// still open (they faulted, so nothing read them) go back to the pool on the way.
+    pub fn take(&self, queue: usize, work: u64) -> Result<Option<Timed>> {
         let mut fifo = self.queue(queue)?;
         while let Some(timed) = fifo.pop_front() {
-            if timed.work != work {
-                self.release([timed.start, timed.end]);
-                continue;
+            if timed.work == work {
+                return Ok(Some(timed));
             }
-            drop(fifo);
-            let bound = self.context.bind()?;
-            // Both are timing events, recorded in this order on one stream, and completed (the
-            // submission retired through its later event).
-            let ms = result::event_elapsed_time(&bound, timed.start.raw(), timed.end.raw());
-            self.release([timed.start, timed.end]);
-            let ms = ms?;
-            return Ok(Some(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)));
+            self.release(timed.events());
         }
         Ok(None)
     }
 
-    /// Drops the open pair of submission `work` (it faulted and will never be read).
+    /// Reads back what `timed` measured for `work` (completed): its device time onto `work`, and
+    /// its records into `work`'s profile; the events go back to the pool.
+    pub fn read(&self, work: &Work, timed: Timed) -> Result<()> {
+        let bound = self.context.bind()?;
+        let outcome = read_timed(&bound, work, &timed);
+        self.release(timed.events());
+        outcome
+    }
+
+    /// Drops the open timings of submission `work` (it faulted and will never be read).
     pub fn discard(&self, queue: usize, work: u64) {
         if let Ok(mut fifo) = self.queue(queue) {
             while let Some(index) = fifo.iter().position(|timed| timed.work == work) {
                 if let Some(timed) = fifo.remove(index) {
-                    self.release([timed.start, timed.end]);
+                    self.release(timed.events());
                 }
             }
+        }
+    }
+}
+
+/// Milliseconds from `start` to `end`, both completed timing events of one context.
+fn elapsed(bound: &Bound<'_>, start: &CudaEvent, end: &CudaEvent) -> Result<Duration> {
+    let ms = result::event_elapsed_time(bound, start.raw(), end.raw())?;
+    Ok(Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3))
+}
+
+fn read_timed(bound: &Bound<'_>, work: &Work, timed: &Timed) -> Result<()> {
+    if let Some((start, end)) = &timed.whole {
+        work.set_device_time(elapsed(bound, start, end)?);
+    }
+    let (Some(profile), Some(anchor)) = (work.profile(), &timed.anchor) else { return Ok(()) };
+    let at = |event: &CudaEvent| -> Result<Instant> { Ok(anchor.host + elapsed(bound, &anchor.event, event)?) };
+    if let Some((start, end)) = &timed.whole
+        && profile.options().records_queue_operations()
+    {
+        profile.record_queue_operation(work, at(start)?, at(end)?);
+    }
+    if let hal::driver::QueueOp::Execute(command_buffer) = &work.op {
+        use hal::driver::CommandBufferExt;
+        let commands = command_buffer.commands();
+        for (index, start, end) in &timed.dispatches {
+            if let Some(command) = commands.get(*index) {
+                profile.record_dispatch(work, *index, command, None, at(start)?, at(end)?);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A timing event the device reached at `host` (on the host's clock), give or take `uncertainty`.
+pub struct Anchor {
+    event: CudaEvent,
+    host: Instant,
+    /// Half the host bracket around the event.
+    pub uncertainty: Duration,
+}
+
+/// The device's clock anchors: an idle stream of their own (kept for the device's lifetime once
+/// made) and the current anchor.
+pub struct ProfileClock {
+    context: Arc<Context>,
+    stream: CUstream,
+    current: Mutex<Option<Arc<Anchor>>>,
+}
+
+// SAFETY: the stream is a driver handle used only under `current`'s lock with the context bound, and
+// destroyed once on drop.
+unsafe impl Send for ProfileClock {}
+// SAFETY: see `Send`.
+unsafe impl Sync for ProfileClock {}
+
+impl ProfileClock {
+    /// A clock with its own stream on `context`'s device.
+    pub fn new(context: &Arc<Context>) -> Result<Self> {
+        let stream = result::stream_create(&context.bind()?, CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+            .map_err(|e| e.context("the profiling clock's stream"))?;
+        Ok(ProfileClock { context: context.clone(), stream, current: Mutex::new(None) })
+    }
+
+    /// The current anchor, renewed first when it is missing or over [`ANCHOR_LIFETIME`] old (which
+    /// blocks for a few microseconds: the anchor stream is idle).
+    pub fn anchor(&self) -> Result<Arc<Anchor>> {
+        let mut current = lock(&self.current);
+        if let Some(anchor) = current.as_ref()
+            && anchor.host.elapsed() < ANCHOR_LIFETIME
+        {
+            return Ok(anchor.clone());
+        }
+        let anchor = Arc::new(self.measure()?);
+        *current = Some(anchor.clone());
+        Ok(anchor)
+    }
+
+    /// Records a timing event on the idle clock stream and spins until the device reached it: the
+    /// device's time of the event lies between the host instants before the record and after the
+    /// query that saw it complete. The tightest of [`ANCHOR_ATTEMPTS`] brackets is kept.
+    fn measure(&self) -> Result<Anchor> {
+        let bound = self.context.bind()?;
+        let mut best: Option<Anchor> = None;
+        for _ in 0..ANCHOR_ATTEMPTS {
+            let event = timing_event(&self.context)?;
+            let before = Instant::now();
+            result::event_record(&bound, event.raw(), self.stream)?;
+            while !event.query()? {
+                std::hint::spin_loop();
+            }
+            let after = Instant::now();
+            let half = (after - before) / 2;
+            if best.as_ref().is_none_or(|b| half < b.uncertainty) {
+                best = Some(Anchor { event, host: before + half, uncertainty: half });
+            }
+        }
+        best.ok_or_else(|| Error::internal("cuda: no clock anchor measured"))
+    }
+}
+
+impl Drop for ProfileClock {
+    fn drop(&mut self) {
+        let Ok(bound) = self.context.bind() else {
+            tracing::warn!("cannot bind the context to destroy the profiling clock's stream");
+            return;
+        };
+        // Only anchor records ran on it, each seen complete; drain anyway before destroying.
+        let drained = result::stream_synchronize(&bound, self.stream);
+        // SAFETY: destroyed once, here; nothing else enqueues on it.
+        let destroyed = unsafe { result::stream_destroy(&bound, self.stream) };
+        if let Err(e) = drained.and(destroyed) {
+            tracing::warn!(%e, "profiling clock stream teardown failed");
         }
     }
 }

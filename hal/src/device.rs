@@ -10,6 +10,7 @@ use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
 use crate::error::{Error, Result};
 use crate::executable::{EntryPointInfo, Executable, ExecutableSource};
 use crate::executable_kind::ExecutableKind;
+use crate::profile::{Profile, ProfileOptions};
 use crate::queue::Queue;
 use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
 use crate::timeout::Timeout;
@@ -359,6 +360,39 @@ impl Device {
     /// Waits on semaphores from the host (any semaphores, this device's or not).
     pub fn wait_semaphores(&self, mode: WaitMode, list: &[SemaphoreValue], timeout: Timeout) -> Result<()> {
         wait_semaphores(mode, list, timeout)
+    }
+
+    /// Starts profiling: every submission issued from now on (to any queue) records device
+    /// timestamps as `options` ask (queue operations, dispatches, which command indices), until
+    /// [`end_profiling`](Self::end_profiling). Host times of the records are on the host's clock;
+    /// see [`crate::Profile`]. `InvalidArgument` for options that record nothing,
+    /// `FailedPrecondition` while a session is in progress, `Unimplemented` for a driver that
+    /// cannot time work.
+    ///
+    /// Profiling costs device work (CUDA: two timing events per queue operation and per timed
+    /// dispatch; a command buffer whose dispatches are timed replays command by command instead of
+    /// as one graph), so time only what you look at.
+    pub fn begin_profiling(&self, options: ProfileOptions) -> Result<()> {
+        if !options.records_anything() {
+            return Err(Error::invalid_argument(format!(
+                "{}: profile options record nothing (no queue operations, no dispatch index): {options:?}",
+                self.id()
+            )));
+        }
+        self.shared.backend.begin_profiling(options)
+    }
+
+    /// Takes the records of profiled submissions that completed since the last collect (a
+    /// submission's records are there once its signals are reached). Never blocks.
+    /// `FailedPrecondition` when not profiling.
+    pub fn collect_profile(&self) -> Result<Profile> {
+        self.shared.backend.collect_profile()
+    }
+
+    /// Stops profiling and returns the records not collected yet. Submissions still in flight add
+    /// nothing more: wait for them first. `FailedPrecondition` when not profiling.
+    pub fn end_profiling(&self) -> Result<Profile> {
+        self.shared.backend.end_profiling()
     }
 
     /// The hang report: every pending action, what it waits on, and the current values.

@@ -42,6 +42,7 @@ mod executable;
 mod executable_kind;
 mod host_data;
 mod label;
+mod profile;
 mod queue;
 mod readback;
 mod registry;
@@ -61,6 +62,7 @@ pub use executable::{
 };
 pub use executable_kind::ExecutableKind;
 pub use label::MAX_LABEL_BYTES;
+pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, QueueOperationTiming};
 pub use queue::{HostCallFlags, Queue};
 pub use readback::{Readback, ReadbackFuture};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};

@@ -56,6 +56,9 @@ pub const PID_ISSUE: u32 = 3;
 pub const PID_COMPLETE: u32 = 4;
 /// Process id of everything else the HAL emits (events, spans of other names).
 pub const PID_OTHER: u32 = 5;
+/// Process id of the device's own timestamps (a profiled run: `hal run --trace`): per queue, a
+/// track of queue operations (`tid` = 2 x queue) and one of dispatches (`tid` = 2 x queue + 1).
+pub const PID_DEVICE: u32 = 6;
 /// The `tid` of spans and events that name no queue.
 pub const TID_NO_QUEUE: u64 = 1000;
 
@@ -165,6 +168,7 @@ impl TraceRecorder {
         // The HAL's spans have a handful of names; the caller's slices (one name per step) are not counted.
         if let Record::Slice { pid, tid, name, .. } = &record
             && *pid != PID_QUEUES
+            && *pid != PID_DEVICE
         {
             match state.span_counts.iter_mut().find(|(n, q, _)| n == name && q == tid) {
                 Some((_, _, count)) => *count += 1,
@@ -193,6 +197,39 @@ impl TraceRecorder {
             end: end.max(start),
             args: Vec::new(),
         });
+    }
+
+    /// Adds `profile`'s records as slices of the "device timestamps" process: each queue operation on
+    /// its queue's operations track, each dispatch (named by its entry point, with its command
+    /// index and workgroups) on its queue's dispatches track. Records from before the epoch start
+    /// at 0.
+    pub fn add_profile(&self, profile: &hal::Profile) {
+        let since = |at: Instant| at.saturating_duration_since(self.inner.epoch);
+        for op in &profile.queue_operations {
+            self.push(Record::Slice {
+                pid: PID_DEVICE,
+                tid: 2 * op.queue as u64,
+                name: op.operation.to_string(),
+                start: since(op.start),
+                end: since(op.end).max(since(op.start)),
+                args: vec![("action", Value::Number(op.submission))],
+            });
+        }
+        for dispatch in &profile.dispatches {
+            let workgroups = dispatch.workgroups.map_or_else(|| "indirect".to_string(), |w| format!("{w:?}"));
+            self.push(Record::Slice {
+                pid: PID_DEVICE,
+                tid: 2 * dispatch.queue as u64 + 1,
+                name: dispatch.entry_point.clone(),
+                start: since(dispatch.start),
+                end: since(dispatch.end).max(since(dispatch.start)),
+                args: vec![
+                    ("action", Value::Number(dispatch.submission)),
+                    ("command", Value::Number(dispatch.command_index as u64)),
+                    ("workgroups", Value::Text(workgroups)),
+                ],
+            });
+        }
     }
 
     /// The layer to install on a `tracing_subscriber` registry.
@@ -280,6 +317,7 @@ fn write_header(out: &mut impl Write) -> std::io::Result<()> {
         (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
         (PID_COMPLETE, "hal complete (completion thread applies signals)"),
         (PID_OTHER, "hal events"),
+        (PID_DEVICE, "device timestamps (profiled queue operations and dispatches)"),
     ]
     .into_iter()
     .enumerate()
@@ -304,7 +342,12 @@ fn write_event(out: &mut impl Write, record: &Record, named: &mut Vec<(u32, u64)
         && !named.contains(&(*pid, *tid))
     {
         named.push((*pid, *tid));
-        let name = if *tid == TID_NO_QUEUE { "no queue".to_string() } else { format!("queue {tid}") };
+        let name = match (*pid, *tid) {
+            (PID_DEVICE, tid) if tid % 2 == 0 => format!("queue {} operations", tid / 2),
+            (PID_DEVICE, tid) => format!("queue {} dispatches", tid / 2),
+            (_, TID_NO_QUEUE) => "no queue".to_string(),
+            (_, tid) => format!("queue {tid}"),
+        };
         write!(
             out,
             ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",

@@ -286,6 +286,38 @@ fn run_trace_is_valid_json_with_spans_on_both_queues() {
         }
     }
 
+    // Device timestamps (pid 6): per queue, the operations track (tid 2q) holds every submission's
+    // slice (2 uploads, 12 stencil executes, 12 halo copies, 1 readback), and the dispatches track
+    // (tid 2q + 1) the 12 stencil dispatches, named by their entry point, each inside its execute.
+    for queue in [0u64, 1] {
+        let on = |tid: u64| -> Vec<&Json> {
+            events
+                .iter()
+                .filter(|e| e.str("ph") == Some("X") && e.num("pid") == Some(6.0) && e.num("tid") == Some(tid as f64))
+                .collect()
+        };
+        let (operations, dispatches) = (on(2 * queue), on(2 * queue + 1));
+        let count = |name: &str| operations.iter().filter(|e| e.str("name") == Some(name)).count();
+        assert_eq!((count("write"), count("execute"), count("copy"), count("read")), (2, 12, 12, 1), "queue {queue}");
+        assert_eq!(dispatches.len(), 12, "queue {queue}: {dispatches:?}");
+        for dispatch in &dispatches {
+            assert_eq!(dispatch.str("name"), Some("jacobi_step"), "{dispatch:?}");
+            let args = dispatch.get("args").expect("args");
+            assert!(args.num("command").is_some() && args.str("workgroups").is_some(), "{dispatch:?}");
+            let action = args.num("action").expect("action");
+            let execute = operations
+                .iter()
+                .find(|e| e.get("args").and_then(|a| a.num("action")) == Some(action))
+                .unwrap_or_else(|| panic!("no execute for {dispatch:?}"));
+            let (start, end) =
+                (dispatch.num("ts").unwrap(), dispatch.num("ts").unwrap() + dispatch.num("dur").unwrap());
+            let (outer_start, outer_end) =
+                (execute.num("ts").unwrap(), execute.num("ts").unwrap() + execute.num("dur").unwrap());
+            assert!(start + 2.0 >= outer_start && end <= outer_end + 2.0, "{dispatch:?} outside {execute:?}");
+        }
+    }
+    assert!(text.contains("\"queue 1 dispatches\""), "the dispatch tracks are named");
+
     // Semaphore counters: both queue timelines climb to their last value (2 uploads + 2 per step + 1).
     // Streamed as recorded, so in file order only roughly by time: viewers order events by `ts`.
     let mut counters: Vec<&Json> = events.iter().filter(|e| e.str("ph") == Some("C")).collect();

@@ -15,6 +15,7 @@ use crate::device::{Device, DeviceInfo, ResourceUsage};
 use crate::driver::{BindingState, ImportedHostMemory};
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
+use crate::profile::{Profile, ProfileOptions};
 use crate::queue::HostCallFlags;
 use crate::semaphore::{Semaphore, SemaphoreValue};
 
@@ -89,6 +90,22 @@ pub trait DeviceBackend: Send + Sync {
 
     /// What every pending action waits on, every in-flight submission: the hang report.
     fn report(&self) -> String;
+
+    /// Starts profiling the submissions issued from now on. The default: `Unimplemented`.
+    fn begin_profiling(&self, options: ProfileOptions) -> Result<()> {
+        let _ = options;
+        Err(crate::error::Error::unimplemented(format!("{}: cannot profile", self.info().driver)))
+    }
+
+    /// The records of profiled submissions that completed since the last call.
+    fn collect_profile(&self) -> Result<Profile> {
+        Err(crate::error::Error::unimplemented(format!("{}: cannot profile", self.info().driver)))
+    }
+
+    /// Stops profiling; the records not collected yet.
+    fn end_profiling(&self) -> Result<Profile> {
+        Err(crate::error::Error::unimplemented(format!("{}: cannot profile", self.info().driver)))
+    }
 
     /// Pool and queue occupancy (events, timepoints, pending actions), for leak checks.
     fn resource_usage(&self) -> ResourceUsage;

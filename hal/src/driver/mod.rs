@@ -12,6 +12,7 @@
 //!   driver supplies streams and events, the scheduler does waits, signals, retirement and teardown.
 //! - [`timeline`]: the pure timeline state behind [`Semaphore`](crate::Semaphore), and the listener
 //!   hook drivers register.
+//! - [`ProfileSink`]: where a driver puts the timings of profiled submissions.
 //! - [`shared_memory`]: copies into memory other threads (and kernels) may touch concurrently.
 //!
 //! Building a driver step by step is in `docs/drivers.md` ("Writing a driver").
@@ -39,6 +40,7 @@ mod backend;
 mod binding_state;
 mod handles;
 mod imported;
+mod profiling;
 pub mod scheduler;
 pub mod shared_memory;
 pub mod stream_model;
@@ -60,3 +62,5 @@ pub use backend::{
 pub use binding_state::BindingState;
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};
 pub use imported::{ImportedHostMemory, ReleaseOnce};
+pub use profiling::ProfileSink;
+pub(crate) use profiling::ProfileSwitch;

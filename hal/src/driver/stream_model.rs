@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::driver::QueueOp;
+use crate::driver::{ProfileSink, QueueOp};
 use crate::error::{Error, Result};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::{Mutex, get_mut, lock};
@@ -109,6 +109,23 @@ pub trait StreamModel: Send + Sync + 'static {
         let _ = work;
     }
 
+    /// How this backend puts device times on the host's clock, in words (a profile reports it).
+    fn clock_method(&self) -> String {
+        "none: this backend does not time work".to_owned()
+    }
+
+    /// Prepares to time work that records into `sink` (`Work::profile`), which a profiling session
+    /// begun now will hand to the submissions it issues; e.g. anchors the device clock to the
+    /// host's. The default refuses: a backend that times nothing must say so rather than return
+    /// empty profiles.
+    fn begin_profiling(&self, sink: &Arc<ProfileSink>) -> Result<()> {
+        let _ = sink;
+        Err(Error::unimplemented("this driver cannot profile"))
+    }
+
+    /// The profiling session ended (the backend may let go of what it kept for it).
+    fn end_profiling(&self) {}
+
     /// Blocks until everything enqueued on `stream` completed (teardown only).
     fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()>;
 }
@@ -169,6 +186,8 @@ pub struct Work {
     live_signals: AtomicU64,
     /// Nanoseconds the device spent on it, when the backend measures that (`NO_DEVICE_TIME`: not).
     device_time_ns: AtomicU64,
+    /// Where its timings go when it was issued while the device profiled.
+    profile: Option<Arc<ProfileSink>>,
 }
 
 /// `Work::device_time_ns` when nothing was measured.
@@ -187,7 +206,19 @@ impl Work {
             cancel: AtomicBool::new(false),
             live_signals: AtomicU64::new(0),
             device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
+            profile: None,
         }
+    }
+
+    /// Where to record its timings: set when it was issued while the device profiled (see
+    /// [`ProfileSink`]).
+    pub fn profile(&self) -> Option<&ProfileSink> {
+        self.profile.as_deref()
+    }
+
+    /// Makes it record into `sink` (the scheduler, at issue, before the work is shared; tests).
+    pub fn set_profile(&mut self, sink: Option<Arc<ProfileSink>>) {
+        self.profile = sink;
     }
 
     /// Records how many semaphores it signals (before it is shared).
@@ -280,6 +311,7 @@ impl Work {
         self.retired.store(false, Ordering::Relaxed);
         self.cancel.store(false, Ordering::Relaxed);
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
+        self.profile = None;
     }
 }
 

@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hal::{
-    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, Error, Executable, Queue, Readback,
-    Result, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitMode, wait_semaphores,
+    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, Error, Executable, ProfileOptions,
+    Queue, Readback, Result, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitMode, wait_semaphores,
 };
 
 use crate::trace::TraceRecorder;
@@ -277,6 +277,7 @@ pub fn run(
         [make_half(device, &executable, 0, n, 0, split)?, make_half(device, &executable, 1, n, split, n - split)?];
     let final_value = UPLOADS + 2 * u64::from(config.steps) + 1;
     let epoch = trace.map_or_else(Instant::now, TraceRecorder::epoch);
+    let profiled = trace.map(|trace| DeviceTimestamps::begin(device, trace));
     let mut ledger = Ledger::new(
         epoch,
         [halves[0].timeline.clone(), halves[1].timeline.clone()],
@@ -329,6 +330,9 @@ pub fn run(
             let list = [SV::new(&halves[0].timeline, behind), SV::new(&halves[1].timeline, behind)];
             wait_with_progress(device, &halves, &list, config.steps, progress)?;
             host_waits += 1;
+            if let Some(profiled) = &profiled {
+                profiled.drain();
+            }
             // Later submissions wait on this step's values or later ones.
             let next = stencil_value(submitted) - 1;
             ledger.fold_completed([next, next]);
@@ -352,6 +356,7 @@ pub fn run(
     let wall = finished.saturating_sub(started);
     progress(u64::from(config.steps));
     let (busy, submissions) = ledger.finish();
+    drop(profiled);
 
     let mut result = Vec::with_capacity(cells(n));
     for (index, readback) in readbacks.iter().enumerate() {
@@ -381,6 +386,50 @@ pub fn run(
             .map(|(h, (busy, submissions))| QueueUsage { queue: h.queue.index(), rows: h.rows, submissions, busy })
             .collect(),
     })
+}
+
+/// A traced run's device timestamps: the device profiles while the run lasts, and its records
+/// become slices of the trace's "device timestamps" process, drained at each host wait so memory
+/// stays bounded.
+struct DeviceTimestamps<'a> {
+    device: &'a Device,
+    trace: &'a TraceRecorder,
+    on: bool,
+}
+
+impl<'a> DeviceTimestamps<'a> {
+    /// Begins profiling `device` (queue operations and every dispatch); a driver that cannot is
+    /// traced without device timestamps, with a warning in the trace.
+    fn begin(device: &'a Device, trace: &'a TraceRecorder) -> Self {
+        let on = match device.begin_profiling(ProfileOptions::everything()) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(%e, "no device timestamps in this trace");
+                false
+            }
+        };
+        DeviceTimestamps { device, trace, on }
+    }
+
+    /// Moves the records of completed submissions into the trace.
+    fn drain(&self) {
+        if self.on
+            && let Ok(profile) = self.device.collect_profile()
+        {
+            self.trace.add_profile(&profile);
+        }
+    }
+}
+
+impl Drop for DeviceTimestamps<'_> {
+    /// Ends profiling, moving the last records into the trace (also when the run failed).
+    fn drop(&mut self) {
+        if self.on
+            && let Ok(profile) = self.device.end_profiling()
+        {
+            self.trace.add_profile(&profile);
+        }
+    }
 }
 
 /// Cells in an `n` x `n` grid (`n` in [`SIZES`], so at most 2^28).

@@ -40,9 +40,10 @@ use self::event_semaphore::{Cover, SemaphoreEvents};
 use self::host_calls::{Gates, HostCallRunner};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
-use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::{ProfileSink, ProfileSwitch, QueueOp};
 use crate::error::{Error, Result};
+use crate::profile::{Profile, ProfileOptions};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{CachePadded, Condvar, MODEL_CHECKED, Mutex, lock, try_lock};
@@ -68,6 +69,8 @@ pub(crate) struct Shared<M: StreamModel> {
     shutting_down: AtomicBool,
     /// Runs host calls on threads of their own.
     host_calls: Arc<HostCallRunner>,
+    /// The profiling session in progress: issues hand its sink to their work.
+    pub(crate) profiling: ProfileSwitch,
 }
 
 /// One queue: its dispatch stream and the submissions in flight on it, oldest first.
@@ -170,6 +173,7 @@ impl<M: StreamModel> Scheduler<M> {
             timepoints: CachePadded(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
             host_calls: HostCallRunner::new(device.get()),
+            profiling: ProfileSwitch::new(),
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
         // Under loom the model drives completion itself (`poll_completions`) from its own threads.
@@ -196,6 +200,46 @@ impl<M: StreamModel> Scheduler<M> {
     /// The stream model (the driver's backend).
     pub fn model(&self) -> &M {
         &self.shared.model
+    }
+
+    /// Starts profiling the submissions issued from now on (see [`crate::ProfileOptions`]);
+    /// `FailedPrecondition` while a session is in progress, and what the model says if it cannot
+    /// time work.
+    pub fn begin_profiling(&self, options: ProfileOptions) -> Result<()> {
+        let device = self.shared.device;
+        if self.shared.profiling.session().is_some() {
+            return Err(Error::failed_precondition(format!("{device}: already profiling (end_profiling first)")));
+        }
+        let sink = Arc::new(ProfileSink::new(options, self.shared.model.clock_method()));
+        self.shared.model.begin_profiling(&sink)?;
+        self.shared.profiling.begin(sink).map_err(|_| {
+            Error::failed_precondition(format!("{device}: already profiling (another thread began a session)"))
+        })
+    }
+
+    /// Takes the records of profiled submissions that completed so far; `FailedPrecondition` when
+    /// not profiling.
+    pub fn collect_profile(&self) -> Result<Profile> {
+        match self.shared.profiling.session() {
+            Some(sink) => Ok(sink.take()),
+            None => Err(self.not_profiling()),
+        }
+    }
+
+    /// Stops profiling and returns the records not collected yet. Profiled submissions still in
+    /// flight record nothing more.
+    pub fn end_profiling(&self) -> Result<Profile> {
+        match self.shared.profiling.end() {
+            Some(sink) => {
+                self.shared.model.end_profiling();
+                Ok(sink.take())
+            }
+            None => Err(self.not_profiling()),
+        }
+    }
+
+    fn not_profiling(&self) -> Error {
+        Error::failed_precondition(format!("{}: not profiling (begin_profiling first)", self.shared.device))
     }
 
     /// The dispatch stream of `queue`.

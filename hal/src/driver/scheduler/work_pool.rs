@@ -18,7 +18,7 @@ pub(super) const REFILL: usize = 32;
 
 impl<M: StreamModel> Shared<M> {
     /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
-    /// [`REFILL`] spares at a time.
+    /// [`REFILL`] spares at a time. It records into the profiling session in progress, if any.
     pub(super) fn new_work(
         &self,
         cache: &mut Vec<Arc<Work>>,
@@ -28,6 +28,8 @@ impl<M: StreamModel> Shared<M> {
         upstream: SmallVec<[Arc<Work>; 2]>,
         signals: &[SemaphoreValue],
     ) -> Arc<Work> {
+        // Host calls run on host threads: nothing of theirs is timed on a stream.
+        let profile = if matches!(op, QueueOp::HostCall(_)) { None } else { self.profiling.current() };
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
         }
@@ -36,9 +38,11 @@ impl<M: StreamModel> Shared<M> {
         {
             reused.reset(id, queue, op, upstream);
             reused.set_signal_count(signals.len());
+            reused.set_profile(profile);
             return work;
         }
-        let work = Work::new(id, queue, op, upstream);
+        let mut work = Work::new(id, queue, op, upstream);
+        work.set_profile(profile);
         work.set_signal_count(signals.len());
         Arc::new(work)
     }
@@ -51,6 +55,7 @@ impl<M: StreamModel> Shared<M> {
         work.release_upstream();
         if let Some(spent) = Arc::get_mut(&mut work) {
             spent.op = QueueOp::Barrier;
+            spent.set_profile(None);
             let mut spare = lock(&self.spare_work);
             if spare.len() < SPARES {
                 spare.push(work);
