@@ -369,6 +369,7 @@ macro_rules! __cts_case_list {
             profiling {
                 queue_operations_recorded_in_stream_order,
                 dispatches_recorded_with_command_indices,
+                indirect_and_directly_replayed_dispatches,
                 command_filter_and_binding_table_executes,
                 sessions_misuse_and_unrun_work,
             }

@@ -27,11 +27,12 @@ use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
-use crate::graph::{GraphExec, NodeParams, node_params};
+use crate::graph::{GraphExec, NodeParams, Recording, node_params};
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
 use crate::stream::CudaStream;
+use crate::timing::{SubmissionTimer, Timed};
 
 /// How a prepared buffer replays.
 enum Replay {
@@ -40,6 +41,7 @@ enum Replay {
     /// The graph its command buffer's executes share, pointed at this execute's buffers first.
     Bound {
         graph: Arc<GraphExec>,
+        shared: Arc<SharedGraph>,
         params: Vec<NodeParams>,
     },
     Direct,
@@ -65,6 +67,28 @@ struct SharedGraph {
     /// None when no graph could be built: every execute then replays directly.
     graph: Option<Arc<GraphExec>>,
     payload: Arc<Payload>,
+    /// Instances a graph of these executes may keep.
+    instances: usize,
+    /// The graph with event record nodes around the dispatches a profile times (see `timed`).
+    profiled: ProfiledGraph,
+}
+
+/// A graph of the same commands whose timed dispatches are bracketed by event record nodes,
+/// built at the first profiled execute and rebuilt when a profile times other commands.
+#[derive(Default)]
+struct ProfiledGraph(std::sync::Mutex<Option<Arc<GraphExec>>>);
+
+impl ProfiledGraph {
+    /// The graph timing exactly `timed`, built by `build` if the one kept times others (or none).
+    fn get(&self, timed: &[usize], build: impl FnOnce() -> Result<GraphExec>) -> Result<Arc<GraphExec>> {
+        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(graph) = kept.as_ref().filter(|g| g.timed() == timed) {
+            return Ok(graph.clone());
+        }
+        let graph = Arc::new(build()?);
+        *kept = Some(graph.clone());
+        Ok(graph)
+    }
 }
 
 /// A command buffer prepared for CUDA.
@@ -73,6 +97,9 @@ pub struct CudaPreparedCommands {
     commands: Arc<[Command]>,
     payload: Arc<Payload>,
     replay: Replay,
+    /// For `Replay::Graph`: its profiled variant.
+    profiled: ProfiledGraph,
+    context: Arc<Context>,
 }
 
 impl CudaPreparedCommands {
@@ -88,7 +115,7 @@ impl CudaPreparedCommands {
         let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let replay = if work >= graph_min_commands.max(1) && !has_transient {
-            match GraphExec::build(context, commands, payload.address(), &payload.offsets, 1) {
+            match GraphExec::build(context, commands, payload.address(), &payload.offsets, 1, &[]) {
                 Ok(graph) => Replay::Graph(graph),
                 Err(e) => {
                     tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -98,7 +125,13 @@ impl CudaPreparedCommands {
         } else {
             Replay::Direct
         };
-        Ok(CudaPreparedCommands { commands: commands.clone(), payload, replay })
+        Ok(CudaPreparedCommands {
+            commands: commands.clone(),
+            payload,
+            replay,
+            profiled: ProfiledGraph::default(),
+            context: context.clone(),
+        })
     }
 
     /// Prepares one execute of a command buffer recorded against binding slots (`commands`
@@ -129,14 +162,21 @@ impl CudaPreparedCommands {
             Some(shared) => shared,
             None => {
                 let payload = Arc::new(upload(context, counter, commands)?);
-                let graph = match GraphExec::build(context, commands, payload.address(), &payload.offsets, instances) {
+                let graph = match GraphExec::build(
+                    context,
+                    commands,
+                    payload.address(),
+                    &payload.offsets,
+                    instances,
+                    &[],
+                ) {
                     Ok(graph) => Some(Arc::new(graph)),
                     Err(e) => {
                         tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
                         None
                     }
                 };
-                let built = Arc::new(SharedGraph { graph, payload });
+                let built = Arc::new(SharedGraph { graph, payload, instances, profiled: ProfiledGraph::default() });
                 // Two first executes may race: both use the graph that was stored.
                 state.set(built.clone()).unwrap_or(built)
             }
@@ -144,11 +184,18 @@ impl CudaPreparedCommands {
         let replay = match &shared.graph {
             Some(graph) => Replay::Bound {
                 graph: graph.clone(),
+                shared: shared.clone(),
                 params: node_params(commands, shared.payload.address(), &shared.payload.offsets)?,
             },
             None => Replay::Direct,
         };
-        Ok(CudaPreparedCommands { commands: commands.clone(), payload: shared.payload.clone(), replay })
+        Ok(CudaPreparedCommands {
+            commands: commands.clone(),
+            payload: shared.payload.clone(),
+            replay,
+            profiled: ProfiledGraph::default(),
+            context: context.clone(),
+        })
     }
 
     /// The prepared form of an ended `command_buffer`.
@@ -184,10 +231,9 @@ impl CudaPreparedCommands {
     /// Enqueues one execution (of submission `work`) on `stream`.
     pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &self.replay {
-            Replay::Graph(graph) => graph.launch(bound, stream),
-            Replay::Bound { graph, params } => {
-                let (payload, offsets) = (self.payload.address(), &self.payload.offsets);
-                if graph.launch_with(bound, stream, params, &self.commands, payload, offsets)? {
+            Replay::Graph(graph) => graph.launch(bound, stream, &[]),
+            Replay::Bound { graph, params, .. } => {
+                if graph.launch_with(bound, stream, params, self.recording(), &[])? {
                     return Ok(());
                 }
                 // CUDA refused to update a node (a copy between memory kinds the node was not
@@ -197,6 +243,103 @@ impl CudaPreparedCommands {
             }
             Replay::Direct => self.enqueue_direct(bound, stream, work),
         }
+    }
+
+    fn recording(&self) -> Recording<'_> {
+        Recording { commands: &self.commands, payload: self.payload.address(), offsets: &self.payload.offsets }
+    }
+
+    /// Enqueues one execution whose dispatches at command indices `timed` (ascending) are each
+    /// bracketed by two timing events from `timer`, kept in `out`. A graph replay launches the
+    /// graph's profiled variant, whose event record nodes record this launch's events on the
+    /// device between its kernels; a direct replay records them from the host around each launch.
+    pub fn enqueue_timed(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        timed: &[usize],
+        timer: &SubmissionTimer,
+        out: &mut Timed,
+    ) -> Result<()> {
+        let (payload, offsets) = (self.payload.address(), &self.payload.offsets[..]);
+        let build =
+            |instances| move || GraphExec::build(&self.context, &self.commands, payload, offsets, instances, timed);
+        let graph = match &self.replay {
+            Replay::Graph(_) => self.profiled.get(timed, build(1)),
+            Replay::Bound { shared, .. } => shared.profiled.get(timed, build(shared.instances)),
+            Replay::Direct => return self.enqueue_direct_timed(bound, stream, work, timed, timer, out),
+        };
+        let graph = match graph {
+            Ok(graph) => graph,
+            Err(e) => {
+                tracing::debug!(%e, "building a profiled graph failed; the execute replays directly");
+                return self.enqueue_direct_timed(bound, stream, work, timed, timer, out);
+            }
+        };
+        let mut pairs = Vec::with_capacity(timed.len());
+        for _ in timed {
+            let start = timer.acquire();
+            let end = timer.acquire();
+            match (start, end) {
+                (Ok(start), Ok(end)) => pairs.push((start, end)),
+                (start, end) => {
+                    out.hold(start.ok());
+                    out.hold(end.ok());
+                    pairs.into_iter().for_each(|(s, e)| out.hold_pair(s, e));
+                    return Err(Error::resource_exhausted("cuda: no timing events for a profiled execute"));
+                }
+            }
+        }
+        let raw: Vec<_> = pairs.iter().map(|(s, e)| (s.raw(), e.raw())).collect();
+        let launched = match &self.replay {
+            Replay::Bound { params, .. } => graph.launch_with(bound, stream, params, self.recording(), &raw),
+            _ => graph.launch(bound, stream, &raw).map(|()| true),
+        };
+        match launched {
+            Ok(true) => {
+                for (&index, (start, end)) in timed.iter().zip(pairs) {
+                    out.push_dispatch(index, start, end);
+                }
+                Ok(())
+            }
+            Ok(false) => {
+                pairs.into_iter().for_each(|(s, e)| out.hold_pair(s, e));
+                self.enqueue_direct_timed(bound, stream, work, timed, timer, out)
+            }
+            Err(e) => {
+                pairs.into_iter().for_each(|(s, e)| out.hold_pair(s, e));
+                Err(e)
+            }
+        }
+    }
+
+    /// The direct replay of [`enqueue_timed`](Self::enqueue_timed): timing events recorded from
+    /// the host around each timed dispatch's launch.
+    fn enqueue_direct_timed(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        timed: &[usize],
+        timer: &SubmissionTimer,
+        out: &mut Timed,
+    ) -> Result<()> {
+        let mut opened = None;
+        let result = self.enqueue_direct_with(bound, stream, work, &mut |index, _, after| {
+            if !timed.contains(&index) {
+                return Ok(());
+            }
+            let event = timer.record(bound, stream)?;
+            match opened.take() {
+                Some(start) if after => out.push_dispatch(index, start, event),
+                _ => opened = Some(event),
+            }
+            Ok(())
+        });
+        // A dispatch whose launch failed after its start event was recorded.
+        out.hold(opened);
+        result
     }
 
     fn enqueue_direct(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {

@@ -16,13 +16,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys::{CUgraph, CUgraphExec, CUgraphNode};
+use cudarc::driver::sys::{CUevent, CUgraph, CUgraphExec, CUgraphNode};
 use hal::driver::Command;
 use hal::{Error, Result};
 use smallvec::SmallVec;
 
 use crate::command_buffer::{resolve_address, update_source};
 use crate::context::{Bound, Context};
+use crate::event::CudaEvent;
 use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
@@ -48,9 +49,9 @@ enum Step {
     Barrier,
 }
 
-/// The graph steps of `commands` (empty transfers dropped). `payload` and `offsets` place update
-/// bytes (see `command_buffer`). Reads every buffer's address now.
-fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>> {
+/// The graph steps of `commands` with their command indices (empty transfers dropped). `payload`
+/// and `offsets` place update bytes (see `command_buffer`). Reads every buffer's address now.
+fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<(usize, Step)>> {
     let mut steps = Vec::with_capacity(commands.len());
     for (index, command) in commands.iter().enumerate() {
         let step = match command {
@@ -92,7 +93,7 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>
             }
             Command::Barrier => Step::Barrier,
         };
-        steps.push(step);
+        steps.push((index, step));
     }
     Ok(steps)
 }
@@ -101,8 +102,17 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<Step>
 pub(crate) fn node_params(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<NodeParams>> {
     Ok(plan(commands, payload, offsets)?
         .into_iter()
-        .filter_map(|step| if let Step::Node(params) = step { Some(params) } else { None })
+        .filter_map(|(_, step)| if let Step::Node(params) = step { Some(params) } else { None })
         .collect())
+}
+
+/// One execute's commands and where their update bytes are (see `command_buffer`): what a new
+/// instance is built from.
+#[derive(Clone, Copy)]
+pub(crate) struct Recording<'a> {
+    pub commands: &'a [Command],
+    pub payload: u64,
+    pub offsets: &'a [u64],
 }
 
 /// One or more executable instances of a recording's graph. Launches (and the node updates
@@ -114,6 +124,8 @@ pub struct GraphExec {
     max_instances: usize,
     /// Nodes per instance (the same recording gives the same nodes).
     node_count: usize,
+    /// The command indices of the dispatches bracketed by event record nodes (profiling).
+    timed: Vec<usize>,
 }
 
 /// One graph, instantiated, and the parameters its executable holds now. Each instance is built
@@ -127,6 +139,10 @@ struct Instance {
     current: Vec<NodeParams>,
     /// When it was last launched (a count of launches), for least-recently-used reuse.
     last_launch: u64,
+    /// Per timed dispatch, in command order: its start and end event record nodes.
+    timers: Vec<(CUgraphNode, CUgraphNode)>,
+    /// The event the timers record until a launch sets its own (kept as long as the graph).
+    placeholder: Option<CudaEvent>,
 }
 
 // SAFETY: graph handles are driver objects; launches and updates go through `instances`' lock,
@@ -173,9 +189,27 @@ impl Builder {
         Ok(())
     }
 
-    /// Adds the node `params` describes, depending on the current segment's dependencies.
-    fn add(&mut self, bound: &Bound<'_>, params: &NodeParams) -> Result<()> {
-        let (graph, deps) = (self.graph, &self.deps[..]);
+    /// Adds the node `params` describes, depending on the current segment's dependencies. With
+    /// `timer`, a kernel node is bracketed: an event record node before it (on its dependencies)
+    /// and one after it; the pair is returned.
+    fn add(
+        &mut self,
+        bound: &Bound<'_>,
+        params: &NodeParams,
+        timer: Option<CUevent>,
+    ) -> Result<Option<(CUgraphNode, CUgraphNode)>> {
+        let start = match (timer, params) {
+            (Some(event), NodeParams::Kernel(_)) => {
+                Some(result::graph_add_event_record_node(bound, self.graph, &self.deps, event)?)
+            }
+            _ => None,
+        };
+        let graph = self.graph;
+        let deps: SmallVec<[CUgraphNode; 4]> = match start {
+            Some(start) => SmallVec::from_slice(&[start]),
+            None => self.deps.clone(),
+        };
+        let deps = &deps[..];
         let node = match params {
             NodeParams::Kernel(launch) => {
                 let (function, grid, block, shared) = (launch.function, launch.grid, launch.block, launch.shared_bytes);
@@ -197,31 +231,70 @@ impl Builder {
         };
         self.segment.push(node);
         self.nodes.push(node);
-        Ok(())
+        match (start, timer) {
+            (Some(start), Some(event)) => {
+                let end = result::graph_add_event_record_node(bound, graph, &[node], event)?;
+                Ok(Some((start, end)))
+            }
+            _ => Ok(None),
+        }
     }
 }
 
 impl Instance {
-    /// Builds and instantiates the graph of `commands` (see [`GraphExec::build`]).
-    fn build(context: &Arc<Context>, commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Self> {
+    /// Builds and instantiates the graph of `commands` (see [`GraphExec::build`]), bracketing the
+    /// dispatches at command indices `timed` with event record nodes.
+    fn build(
+        context: &Arc<Context>,
+        commands: &[Command],
+        payload: u64,
+        offsets: &[u64],
+        timed: &[usize],
+    ) -> Result<Self> {
         let steps = plan(commands, payload, offsets)?;
+        let placeholder = if timed.is_empty() { None } else { Some(crate::timing::timing_event(context)?) };
         let bound = context.bind()?;
         let graph = result::graph_create(&bound)?;
         let mut builder = Builder { graph, deps: SmallVec::new(), segment: SmallVec::new(), nodes: Vec::new() };
         let mut current = Vec::with_capacity(steps.len());
-        for step in steps {
+        let mut timers = Vec::with_capacity(timed.len());
+        for (index, step) in steps {
             match step {
                 Step::Node(params) => {
-                    builder.add(&bound, &params)?;
+                    let timer = placeholder.as_ref().filter(|_| timed.contains(&index)).map(CudaEvent::raw);
+                    timers.extend(builder.add(&bound, &params, timer)?);
                     current.push(params);
                 }
                 Step::Barrier => builder.barrier(&bound)?,
             }
         }
+        if timers.len() != timed.len() {
+            return Err(Error::internal(format!(
+                "cuda graph: {} of the {} timed commands are dispatches",
+                timers.len(),
+                timed.len()
+            )));
+        }
         let exec = result::graph_instantiate(&bound, builder.graph)?;
         let nodes = std::mem::take(&mut builder.nodes);
         let graph = std::mem::replace(&mut builder.graph, std::ptr::null_mut());
-        Ok(Instance { graph, exec, nodes, current, last_launch: 0 })
+        Ok(Instance { graph, exec, nodes, current, last_launch: 0, timers, placeholder })
+    }
+
+    /// Points the timers at `events` (one pair per timed dispatch) for the next launch.
+    fn set_timers(&self, bound: &Bound<'_>, events: &[(CUevent, CUevent)]) -> Result<()> {
+        if events.len() != self.timers.len() {
+            return Err(Error::internal(format!(
+                "cuda graph: {} event pairs for {} timed dispatches",
+                events.len(),
+                self.timers.len()
+            )));
+        }
+        for (&(start_node, end_node), &(start, end)) in self.timers.iter().zip(events) {
+            result::graph_exec_set_event(bound, self.exec, start_node, start)?;
+            result::graph_exec_set_event(bound, self.exec, end_node, end)?;
+        }
+        Ok(())
     }
 
     /// Sets the nodes whose parameters differ from `params`.
@@ -244,6 +317,8 @@ impl Instance {
         if let Err(e) = exec.and(graph) {
             tracing::debug!(%e, "destroying a graph failed");
         }
+        // The placeholder event drops last, after the graph that named it.
+        drop(self.placeholder);
     }
 }
 
@@ -258,15 +333,22 @@ impl GraphExec {
         payload: u64,
         offsets: &[u64],
         max_instances: usize,
+        timed: &[usize],
     ) -> Result<Self> {
-        let first = Instance::build(context, commands, payload, offsets)?;
+        let first = Instance::build(context, commands, payload, offsets, timed)?;
         let node_count = first.nodes.len();
         Ok(GraphExec {
             context: context.clone(),
             instances: Mutex::new(vec![first]),
             max_instances: max_instances.max(1),
             node_count,
+            timed: timed.to_vec(),
         })
+    }
+
+    /// The command indices of the dispatches its event record nodes bracket.
+    pub fn timed(&self) -> &[usize] {
+        &self.timed
     }
 
     /// Commands turned into nodes (barriers and empty commands excluded).
@@ -274,9 +356,13 @@ impl GraphExec {
         self.node_count
     }
 
-    /// Enqueues one launch of the graph as built on `stream`.
-    pub fn launch(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
+    /// Enqueues one launch of the graph as built on `stream`; its timed dispatches (if any) record
+    /// `events`, a (start, end) pair each in command order.
+    pub fn launch(&self, bound: &Bound<'_>, stream: &CudaStream, events: &[(CUevent, CUevent)]) -> Result<()> {
         let instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.timed.is_empty() {
+            instances[0].set_timers(bound, events)?;
+        }
         result::graph_launch(bound, instances[0].exec, stream.raw())
     }
 
@@ -287,16 +373,17 @@ impl GraphExec {
     /// least recently launched one is updated (the nodes whose parameters differ are set). Tables
     /// that come back (a runtime's allocator hands out the same buffers again) thus launch without
     /// updates. `Ok(false)` when CUDA refused to update a node: nothing was launched, and the caller
-    /// replays the execute another way.
+    /// replays the execute another way. Timed dispatches record `events` as in
+    /// [`launch`](Self::launch).
     pub(crate) fn launch_with(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
         params: &[NodeParams],
-        commands: &[Command],
-        payload: u64,
-        offsets: &[u64],
+        execute: Recording<'_>,
+        events: &[(CUevent, CUevent)],
     ) -> Result<bool> {
+        let Recording { commands, payload, offsets } = execute;
         if params.len() != self.node_count {
             return Err(Error::internal(format!(
                 "cuda graph: {} node parameters for a graph of {} nodes",
@@ -309,7 +396,7 @@ impl GraphExec {
         let index = match instances.iter().position(|i| i.current == params) {
             Some(index) => index,
             None if instances.len() < self.max_instances => {
-                match Instance::build(&self.context, commands, payload, offsets) {
+                match Instance::build(&self.context, commands, payload, offsets, &self.timed) {
                     Ok(instance) => {
                         instances.push(instance);
                         instances.len() - 1
@@ -332,6 +419,9 @@ impl GraphExec {
         };
         let instance = &mut instances[index];
         instance.last_launch = launches;
+        if !self.timed.is_empty() {
+            instance.set_timers(bound, events)?;
+        }
         result::graph_launch(bound, instance.exec, stream.raw())?;
         Ok(true)
     }

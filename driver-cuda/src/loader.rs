@@ -78,6 +78,8 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuGraphExecKernelNodeSetParams_v2",
     "cuGraphExecMemcpyNodeSetParams",
     "cuGraphExecMemsetNodeSetParams",
+    "cuGraphAddEventRecordNode",
+    "cuGraphExecEventRecordNodeSetEvent",
     "cuGraphExecDestroy",
     "cuGraphDestroy",
     "cuLaunchHostFunc",

@@ -637,6 +637,35 @@ pub(crate) fn graph_add_empty_node(_bound: &Bound<'_>, graph: CUgraph, deps: &[C
     Ok(node)
 }
 
+/// `cuGraphAddEventRecordNode` recording `event` once `deps` (nodes of `graph`) are done.
+pub(crate) fn graph_add_event_record_node(
+    _bound: &Bound<'_>,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    event: CUevent,
+) -> Result<CUgraphNode> {
+    let mut node: CUgraphNode = std::ptr::null_mut();
+    // SAFETY: the graph and the event are live objects of the current context, `deps` are
+    // `deps.len()` of the graph's nodes; the out-pointer is a live local.
+    check(
+        unsafe { sys::cuGraphAddEventRecordNode(&mut node, graph, deps.as_ptr(), deps.len(), event) },
+        "cuGraphAddEventRecordNode",
+    )?;
+    Ok(node)
+}
+
+/// `cuGraphExecEventRecordNodeSetEvent`: later launches of `exec` record `event` at `node`.
+pub(crate) fn graph_exec_set_event(
+    _bound: &Bound<'_>,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    event: CUevent,
+) -> Result<()> {
+    // SAFETY: `exec` was instantiated from the graph `node` (an event record node) belongs to, and
+    // `event` is a live event of the current context.
+    check(unsafe { sys::cuGraphExecEventRecordNodeSetEvent(exec, node, event) }, "cuGraphExecEventRecordNodeSetEvent")
+}
+
 /// `cuGraphAddKernelNode` launching `function` with `shared_bytes` of dynamic shared memory,
 /// depending on `deps`.
 ///

@@ -292,22 +292,8 @@ impl CudaStreams {
                     .as_any()
                     .downcast_ref::<CudaPreparedCommands>()
                     .ok_or_else(|| Error::internal("cuda: prepared commands changed type"))?;
-                let mut opened: Option<CudaEvent> = None;
-                let result = prepared.enqueue_direct_with(bound, stream, work, &mut |index, command, after| {
-                    let is_dispatch = matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. });
-                    if !is_dispatch || !profile.options().records_command(index) {
-                        return Ok(());
-                    }
-                    let event = self.timer.record(bound, stream)?;
-                    match opened.take() {
-                        Some(begin) if after => timed.push_dispatch(index, begin, event),
-                        _ => opened = Some(event),
-                    }
-                    Ok(())
-                });
-                // A dispatch whose launch failed after its start event was recorded.
-                timed.hold(opened);
-                result
+                let selected = timed_dispatches(&command_buffer.commands(), profile.options());
+                prepared.enqueue_timed(bound, stream, work, &selected, &self.timer, timed)
             }
             _ => self.enqueue_op(bound, stream, work),
         };
@@ -355,11 +341,16 @@ impl CudaStreams {
     }
 }
 
+/// The command indices of the dispatches of `commands` that `options` time, ascending.
+fn timed_dispatches(commands: &[Command], options: &hal::ProfileOptions) -> Vec<usize> {
+    let is_dispatch =
+        |command: &Command| matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. });
+    (0..commands.len()).filter(|&index| is_dispatch(&commands[index]) && options.records_command(index)).collect()
+}
+
 /// Whether `options` time any dispatch of `commands` (if not, the buffer replays as usual).
 fn selects_a_dispatch(commands: &[Command], options: &hal::ProfileOptions) -> bool {
-    commands.iter().enumerate().any(|(index, command)| {
-        matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. }) && options.records_command(index)
-    })
+    !timed_dispatches(commands, options).is_empty()
 }
 
 impl StreamModel for CudaStreams {

@@ -76,6 +76,11 @@ impl Timed {
         self.dispatches.push((index, start, end));
     }
 
+    /// Keeps a pair only to give it back with the others.
+    pub fn hold_pair(&mut self, start: CudaEvent, end: CudaEvent) {
+        self.loose.extend([start, end]);
+    }
+
     /// Keeps `event` only to give it back with the others.
     pub fn hold(&mut self, event: Option<CudaEvent>) {
         self.loose.extend(event);
@@ -97,7 +102,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn timing_event(context: &Arc<Context>) -> Result<CudaEvent> {
+/// A new timing event of `context`'s device.
+pub(crate) fn timing_event(context: &Arc<Context>) -> Result<CudaEvent> {
     // Timing events: no DISABLE_TIMING flag, and not BLOCKING_SYNC (nobody blocks on them).
     CudaEvent::create(context, CUevent_flags::CU_EVENT_DEFAULT as u32)
 }
@@ -119,7 +125,8 @@ impl SubmissionTimer {
         (self.created.load(Ordering::Relaxed), open)
     }
 
-    fn acquire(&self) -> Result<CudaEvent> {
+    /// A pooled timing event (not recorded by this call).
+    pub fn acquire(&self) -> Result<CudaEvent> {
         if let Some(event) = lock(&self.free).pop() {
             return Ok(event);
         }
