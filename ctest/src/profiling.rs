@@ -165,10 +165,10 @@ fn timed_sleeps(cx: &Cx, indirect: bool) -> CaseResult {
     in_order_within(&profile, &spans, before, after)?;
     let (long, short) = (d[1].duration(), d[2].duration());
     ensure!(long >= Duration::from_micros(1800) && long < Duration::from_millis(50), "a 2 ms dispatch took {long:?}");
-    ensure!(
-        short >= Duration::from_micros(150) && short < long,
-        "a 200 us dispatch took {short:?} (2 ms: {long:?})\n{profile}"
-    );
+    ensure!(short >= Duration::from_micros(150), "a 200 us dispatch took {short:?}\n{profile}");
+    // An indirect dispatch's time on the stream includes reading its count (on CUDA a host round
+    // trip), so only a direct one is held to its length.
+    ensure!(indirect || short < long, "a 200 us dispatch took {short:?} (2 ms: {long:?})\n{profile}");
     cx.note(format!("2 ms dispatch measured {long:?}, 200 us {short:?}"));
     Ok(())
 }
@@ -179,11 +179,15 @@ pub(crate) fn command_filter_and_binding_table_executes(cx: &Cx) -> CaseResult {
     let fill = cx.load(Kernel::FillU32)?;
     let (a, b) = (cx.host_buffer(4 * ELEMENTWISE_WORKGROUP as u64)?, cx.host_buffer(4 * ELEMENTWISE_WORKGROUP as u64)?);
     let cb = cx.command_buffer(CommandBufferMode::Reusable)?;
-    for (value, slot) in [(1u32, 0u32), (2, 0), (3, 0)] {
-        cb.dispatch_refs(&fill, 0, [1, 1, 1], &[value], &[hal::BindingRef::slot(slot, 0, 256)]).ctx("dispatch")?;
+    // Commands 0, 2 and 4, barriers between them (without, they could run in any order).
+    for value in [1u32, 2, 3] {
+        if value > 1 {
+            cb.barrier().ctx("barrier")?;
+        }
+        cb.dispatch_refs(&fill, 0, [1, 1, 1], &[value], &[hal::BindingRef::slot(0, 0, 256)]).ctx("dispatch")?;
     }
     cb.end().ctx("end")?;
-    let options = ProfileOptions::everything().only_commands(1..2);
+    let options = ProfileOptions::everything().only_commands(1..3);
     let session = Session::begin(cx.device(), options)?;
     let s = cx.sem(0)?;
     let queue = cx.queue(0);
@@ -196,7 +200,7 @@ pub(crate) fn command_filter_and_binding_table_executes(cx: &Cx) -> CaseResult {
     ensure_eq!(cx.words(&b)?[0], 3, "second table's buffer");
     ensure_eq!(profile.queue_operations.len(), 2, "one record per execute: {profile}");
     let indices: Vec<usize> = profile.dispatches.iter().map(|d| d.command_index).collect();
-    ensure_eq!(indices, vec![1, 1], "only command 1 of each execute");
+    ensure_eq!(indices, vec![2, 2], "only command 2 of each execute (1 is a barrier)");
     let submissions: Vec<u64> = profile.queue_operations.iter().map(|q| q.submission).collect();
     let of_dispatches: Vec<u64> = profile.dispatches.iter().map(|d| d.submission).collect();
     ensure_eq!(of_dispatches, submissions, "each dispatch belongs to its execute");

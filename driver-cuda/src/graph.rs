@@ -229,14 +229,19 @@ impl Builder {
                 result::graph_add_memcpy_node(bound, graph, deps, *src, *dst, *length)?
             }
         };
-        self.segment.push(node);
         self.nodes.push(node);
         match (start, timer) {
             (Some(start), Some(event)) => {
                 let end = result::graph_add_event_record_node(bound, graph, &[node], event)?;
+                // What follows the next barrier waits for the end event too: a later command's
+                // start is then never stamped before this one's end.
+                self.segment.push(end);
                 Ok(Some((start, end)))
             }
-            _ => Ok(None),
+            _ => {
+                self.segment.push(node);
+                Ok(None)
+            }
         }
     }
 }
