@@ -140,38 +140,50 @@ fn timed_sleeps(cx: &Cx, indirect: bool) -> CaseResult {
         cb.dispatch(&sleep, 0, [1, 1, 1], &[200], &[]).ctx("sleep 200 us")?; // 6
     }
     cb.end().ctx("end")?;
-    let session = Session::begin(cx.device(), ProfileOptions::dispatches())?;
     let s = cx.sem(0)?;
-    let before = Instant::now();
-    cx.queue(0).execute(&[], &cb, &[sv(&s, 1)]).ctx("execute")?;
-    cx.wait(&s, 1)?;
-    let after = Instant::now();
-    let profile = session.end()?;
-    let mut expected = vec![5u32; 2 * ELEMENTWISE_WORKGROUP as usize];
-    expected[0] = 9;
-    ensure_eq!(cx.words(&out)?[..expected.len()], expected[..], "what the profiled execute wrote");
-    ensure!(profile.queue_operations.is_empty(), "queue operations were not asked for: {profile}");
-    let seen: Vec<(usize, &str)> =
-        profile.dispatches.iter().map(|d| (d.command_index, d.entry_point.as_str())).collect();
-    ensure_eq!(seen, vec![(0, "fill_u32"), (2, "sleep_us"), (6, "sleep_us")], "dispatch records");
-    let grids: Vec<Option<[u32; 3]>> = profile.dispatches.iter().map(|d| d.workgroups).collect();
-    ensure!(grids[..2] == [Some([2, 1, 1]), Some([1, 1, 1])], "workgroups {grids:?}");
-    // An indirect dispatch's count is reported when the driver read it on the host.
-    ensure!(grids[2] == Some([1, 1, 1]) || (indirect && grids[2].is_none()), "workgroups {grids:?}");
-    let d = &profile.dispatches;
-    ensure!(d.iter().all(|r| r.submission == d[0].submission && r.queue == cx.queue(0).index()), "{profile}");
-    let spans: Vec<(String, Instant, Instant)> =
-        d.iter().map(|r| (format!("command {}", r.command_index), r.start, r.end)).collect();
-    in_order_within(&profile, &spans, before, after)?;
-    let (long, short) = (d[1].duration(), d[2].duration());
-    ensure!(long >= Duration::from_micros(1800) && long < Duration::from_millis(50), "a 2 ms dispatch took {long:?}");
-    ensure!(short >= Duration::from_micros(150), "a 200 us dispatch took {short:?}\n{profile}");
-    // An indirect dispatch's time on the stream includes reading its count (on CUDA a host round
-    // trip), so only a direct one is held to its length.
-    ensure!(indirect || short < long, "a 200 us dispatch took {short:?} (2 ms: {long:?})\n{profile}");
-    cx.note(format!("2 ms dispatch measured {long:?}, 200 us {short:?}"));
+    // A kernel's time on the device is wall time: when other processes share the GPU, it may be
+    // time-sliced out for a few milliseconds (seen with the CTS's parallel case processes). Such a
+    // run is retried; every run is held to everything but the lengths.
+    for attempt in 1..=ATTEMPTS {
+        let session = Session::begin(cx.device(), ProfileOptions::dispatches())?;
+        let before = Instant::now();
+        cx.queue(0).execute(&[], &cb, &[sv(&s, attempt)]).ctx("execute")?;
+        cx.wait(&s, attempt)?;
+        let after = Instant::now();
+        let profile = session.end()?;
+        let mut expected = vec![5u32; 2 * ELEMENTWISE_WORKGROUP as usize];
+        expected[0] = 9;
+        ensure_eq!(cx.words(&out)?[..expected.len()], expected[..], "what the profiled execute wrote");
+        ensure!(profile.queue_operations.is_empty(), "queue operations were not asked for: {profile}");
+        let seen: Vec<(usize, &str)> =
+            profile.dispatches.iter().map(|d| (d.command_index, d.entry_point.as_str())).collect();
+        ensure_eq!(seen, vec![(0, "fill_u32"), (2, "sleep_us"), (6, "sleep_us")], "dispatch records");
+        let grids: Vec<Option<[u32; 3]>> = profile.dispatches.iter().map(|d| d.workgroups).collect();
+        ensure!(grids[..2] == [Some([2, 1, 1]), Some([1, 1, 1])], "workgroups {grids:?}");
+        // An indirect dispatch's count is reported when the driver read it on the host.
+        ensure!(grids[2] == Some([1, 1, 1]) || (indirect && grids[2].is_none()), "workgroups {grids:?}");
+        let d = &profile.dispatches;
+        ensure!(d.iter().all(|r| r.submission == d[0].submission && r.queue == cx.queue(0).index()), "{profile}");
+        let spans: Vec<(String, Instant, Instant)> =
+            d.iter().map(|r| (format!("command {}", r.command_index), r.start, r.end)).collect();
+        in_order_within(&profile, &spans, before, after)?;
+        let (long, short) = (d[1].duration(), d[2].duration());
+        ensure!(long >= Duration::from_micros(1800), "a 2 ms dispatch took {long:?}");
+        ensure!(short >= Duration::from_micros(150), "a 200 us dispatch took {short:?}\n{profile}");
+        // An indirect dispatch's time on the stream includes reading its count (on CUDA a host
+        // round trip), so only a direct one is held to its length.
+        let lengths_hold = long < Duration::from_millis(5) && (indirect || short < Duration::from_micros(1500));
+        if lengths_hold || attempt == ATTEMPTS {
+            ensure!(lengths_hold, "in {ATTEMPTS} runs, the last: 2 ms took {long:?}, 200 us {short:?}\n{profile}");
+            cx.note(format!("run {attempt}: 2 ms dispatch measured {long:?}, 200 us {short:?}"));
+            break;
+        }
+    }
     Ok(())
 }
+
+/// Runs of a timed case before its lengths must hold (see `timed_sleeps`).
+const ATTEMPTS: u64 = 3;
 
 /// `only_commands` times only the chosen dispatches; queue operations are recorded as well when
 /// asked for. Executes with a binding table are profiled like any other.
