@@ -7,7 +7,7 @@
 //! that segment has several, so edges stay linear in the command count.
 //!
 //! A command buffer recorded against binding slots builds its graph at its first execute; every
-//! execute then brings its own [`NodeParams`] (the addresses its table gives). Its launch takes an
+//! execute then brings its own `NodeParams` (the addresses its table gives). Its launch takes an
 //! executable instance that already holds those parameters, or updates the nodes that differ in
 //! one (`cuGraphExec*NodeSetParams`) before it launches, both under the graph's launch lock. An
 //! update affects only later launches, so an execute still running on the device keeps its
@@ -331,7 +331,7 @@ impl GraphExec {
     /// Builds the graph of `commands` and instantiates it. `payload` is the device address of the
     /// uploaded update bytes and `offsets` their place per command (see `command_buffer`). Every
     /// buffer must have a fixed address (no transient buffers). `max_instances` (at least 1) bounds
-    /// the instances [`launch_with`](Self::launch_with) may keep, one per recent set of parameters.
+    /// the instances `launch_with` may keep, one per recent set of parameters.
     pub fn build(
         context: &Arc<Context>,
         commands: &[Command],

@@ -99,6 +99,12 @@
 //! An unknown value makes the driver answer every device request with `InvalidArgument` naming the
 //! variable and the value.
 //!
+//! # Profiling
+//! [`hal::Device::begin_profiling`] is implemented with timing events ([`timing`]). Queue
+//! operations are bracketed on their stream. The dispatches of a graph-replayed command buffer are
+//! bracketed by event-record nodes in a profiled copy of its graph, pointed at each launch's own
+//! events. Device times reach the host's clock through anchor events stamped on an idle stream.
+//!
 //! # Device timings per submission
 //! With [`CudaOptions::submission_timings`] each submission is bracketed by two timing events, and the
 //! time the GPU spent on it appears as `device_ns` on its `complete` tracing span ([`timing`]); `hal

@@ -269,7 +269,7 @@ impl ProfileClock {
         Ok(ProfileClock { context: context.clone(), stream, current: Mutex::new(None) })
     }
 
-    /// The current anchor, renewed first when it is missing or over [`ANCHOR_LIFETIME`] old (which
+    /// The current anchor, renewed first when it is missing or over `ANCHOR_LIFETIME` old (which
     /// blocks for a few microseconds: the anchor stream is idle).
     pub fn anchor(&self) -> Result<Arc<Anchor>> {
         let mut current = lock(&self.current);
@@ -285,7 +285,7 @@ impl ProfileClock {
 
     /// Records a timing event on the idle clock stream and spins until the device reached it: the
     /// device's time of the event lies between the host instants before the record and after the
-    /// query that saw it complete. The tightest of [`ANCHOR_ATTEMPTS`] brackets is kept.
+    /// query that saw it complete. The tightest of `ANCHOR_ATTEMPTS` brackets is kept.
     fn measure(&self) -> Result<Anchor> {
         let bound = self.context.bind()?;
         let mut best: Option<Anchor> = None;
