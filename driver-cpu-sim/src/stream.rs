@@ -179,6 +179,9 @@ impl StreamModel for CpuStreams {
         CpuStream::start(queue, self.pool.clone())
     }
 
+    /// Events are host objects every stream thread can wait on, whichever device recorded them.
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
+
     fn create_event(&self) -> Result<CpuEvent> {
         Ok(CpuEvent::new())
     }

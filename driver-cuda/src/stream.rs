@@ -423,6 +423,10 @@ impl StreamModel for CudaStreams {
     /// (its stream-wait or its own launch reports the fault), so the scheduler keeps no producers.
     const CHECKS_UPSTREAM_FAULTS: bool = false;
 
+    /// `cuStreamWaitEvent` takes an event of any context of the process: a queue of one device (or
+    /// GPU) waits on another device's event on the GPU, with no host in between.
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
+
     fn clock_method(&self) -> String {
         "CUDA timing events, measured against an anchor event whose host time is bracketed by \
          spinning on it on an idle stream (renewed every second)"

@@ -69,6 +69,12 @@ pub trait StreamModel: Send + Sync + 'static {
     /// queues with the submission, to retire them first: see `completion`).
     const CHECKS_UPSTREAM_FAULTS: bool = true;
 
+    /// Whether a stream of one device can wait on an event recorded by another device of this
+    /// model in the same process (CUDA: yes, across contexts and GPUs; cpu-sim: yes). Then a wait
+    /// on a semaphore another device's queue signals becomes a stream wait on that device's event
+    /// instead of a trip through the host.
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = false;
+
     /// Blocks a host thread that waits for a semaphore value until `event`'s capture completes (the
     /// waiter then retires the work itself), until `deadline` passes, or until `stop()` says the
     /// waiter no longer needs the event (the value was reached another way, e.g. by a host signal):

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::event_pool::EventRef;
-use super::event_semaphore::SemaphoreEvents;
+use super::event_semaphore::{Producer, SemaphoreEvents};
 use super::host_calls::Job;
 use super::{InFlight, Shared};
 use crate::driver::QueueOp;
@@ -367,14 +367,26 @@ pub(super) fn apply_outcome(signals: &[SemaphoreValue], outcome: Result<()>, act
 /// thread that is retiring them now, never for the device. It cannot deadlock: a thread holding
 /// another queue's retiring lock waits in turn only for work issued before its own (nested
 /// retirement stops at the producer it was for), and issue order has no cycles.
-fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Arc<Work>]) {
+fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Producer<M>]) {
     for producer in producers {
-        while !producer.is_retired() {
-            let slot = &shared.queues[producer.queue];
+        // Another device's work is retired by that device's scheduler, the same way (issue order
+        // is one order across devices, so the argument above holds); a device already gone has
+        // retired or cancelled all of its work at teardown.
+        let owner = match &producer.scheduler {
+            Some(weak) => match weak.upgrade() {
+                Some(owner) => Some(owner),
+                None => continue,
+            },
+            None => None,
+        };
+        let shared = owner.as_deref().unwrap_or(shared);
+        let work = &producer.work;
+        while !work.is_retired() {
+            let slot = &shared.queues[work.queue];
             if let Some(guard) = try_lock(&slot.retiring) {
-                retire_completed_locked(shared, producer.queue, None, Some(producer), guard);
+                retire_completed_locked(shared, work.queue, None, Some(work), guard);
             }
-            if !producer.is_retired() {
+            if !work.is_retired() {
                 // Another thread retires that queue now, or a host call ahead of the producer waits
                 // for its completion thread.
                 yield_now();

@@ -4,11 +4,20 @@
 //! A device-side wait for `v` uses the event of the *smallest* published value `>= v`. Events are
 //! published only after they are recorded, so no stream ever waits on an unrecorded event; entries
 //! are pruned when the host value passes them, at their submission's retirement.
+//!
+//! Across devices: when the stream model says its streams can wait on events of another device of
+//! the same model (`StreamModel::SHARES_EVENTS_ACROSS_DEVICES`: CUDA devices of one process, cpu-sim
+//! devices), every such device publishes into and waits on a semaphore's table, whichever device
+//! created it. An entry then names its device; a wait on another device's event keeps that device's
+//! scheduler (weakly) with the producer, so the waiting side can retire the producer first, and the
+//! event returns to its own device's pool when the last wait on it is gone.
 
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
+
+use smallvec::SmallVec;
 
 use super::Shared;
 use super::event_pool::EventRef;
@@ -22,9 +31,13 @@ pub struct SemaphoreEvents<M: StreamModel> {
     /// Sorted by value; a deque because entries are added at the back and pruned from the front (a
     /// dependent chain keeps thousands here).
     table: Mutex<VecDeque<SignalEvent<M>>>,
-    /// The scheduler that publishes here, to help host waits (see `assist_wait`).
-    scheduler: Weak<Shared<M>>,
+    /// The schedulers that published here, by device (the creating device's first): to help host
+    /// waits (see `assist_wait`) and to retire another device's producers.
+    publishers: Mutex<Publishers<M>>,
 }
+
+/// The schedulers that published into a table, by device.
+type Publishers<M> = SmallVec<[(DeviceId, Weak<Shared<M>>); 2]>;
 
 /// One device-signal timepoint: the event after the work that signals `value`, and that work (a wait
 /// on the event must not run if the work faulted).
@@ -37,43 +50,89 @@ pub struct SignalEvent<M: StreamModel> {
     pub producer: Arc<Work>,
     /// The queue whose stream recorded the event.
     pub queue: usize,
+    /// The device that queue belongs to.
+    pub device: DeviceId,
+}
+
+/// Work whose event a submission's stream waits on. `scheduler` is set when it is another device's
+/// work: that device's scheduler retires it.
+pub(crate) struct Producer<M: StreamModel> {
+    pub(crate) work: Arc<Work>,
+    pub(crate) scheduler: Option<Weak<Shared<M>>>,
+}
+
+impl<M: StreamModel> Producer<M> {
+    /// Work of the waiting device.
+    pub(crate) fn local(work: Arc<Work>) -> Self {
+        Producer { work, scheduler: None }
+    }
 }
 
 /// How a published event covers a device-side wait.
-pub enum Cover<M: StreamModel> {
+pub(crate) enum Cover<M: StreamModel> {
     /// Recorded on the waiting queue's own stream: stream order already runs the wait's work after
     /// it, so no event is held (holding one would only cost reference counting shared with the
     /// completion thread). Carries the producer when the caller asked for it (drivers that check
     /// upstream faults).
     InStreamOrder(Option<Arc<Work>>),
-    /// Recorded on another queue's stream: the waiting stream must wait on the event.
-    Event(SignalEvent<M>),
+    /// Recorded on another queue's stream (of this device, or of another whose scheduler comes
+    /// along): the waiting stream must wait on the event.
+    Event(SignalEvent<M>, Option<Weak<Shared<M>>>),
 }
 
 impl<M: StreamModel> Clone for SignalEvent<M> {
     fn clone(&self) -> Self {
-        SignalEvent { value: self.value, event: self.event.clone(), producer: self.producer.clone(), queue: self.queue }
+        SignalEvent {
+            value: self.value,
+            event: self.event.clone(),
+            producer: self.producer.clone(),
+            queue: self.queue,
+            device: self.device,
+        }
     }
 }
 
 impl<M: StreamModel> SemaphoreEvents<M> {
-    pub(crate) fn new(scheduler: Weak<Shared<M>>) -> Self {
-        SemaphoreEvents { table: Mutex::new(VecDeque::new()), scheduler }
+    pub(crate) fn new(device: DeviceId, scheduler: Weak<Shared<M>>) -> Self {
+        let mut publishers = SmallVec::new();
+        publishers.push((device, scheduler));
+        SemaphoreEvents { table: Mutex::new(VecDeque::new()), publishers: Mutex::new(publishers) }
     }
 
-    /// The table of `semaphore` if `device` owns it and it is event-backed by this stream model.
+    /// The table of `semaphore` that `device` publishes into and covers its waits from: the
+    /// semaphore's own if `device` created it, or if it is event-backed by this stream model and the
+    /// model's streams wait on other devices' events.
     pub fn of(semaphore: &Semaphore, device: DeviceId) -> Option<&SemaphoreEvents<M>> {
-        if semaphore.owner() != Some(device) {
+        if semaphore.owner() != Some(device) && !M::SHARES_EVENTS_ACROSS_DEVICES {
             return None;
         }
         semaphore.driver_data()?.downcast_ref::<SemaphoreEvents<M>>()
     }
 
-    /// Publishes the event recorded after work that signals `value`.
-    pub fn publish(&self, entry: SignalEvent<M>) {
+    /// Publishes the event recorded after work that signals `value`; `scheduler` is the recording
+    /// device's (noted the first time that device publishes here).
+    pub(crate) fn publish(&self, entry: SignalEvent<M>, scheduler: &Weak<Shared<M>>) {
+        {
+            let mut publishers = lock(&self.publishers);
+            if !publishers.iter().any(|(device, _)| *device == entry.device) {
+                publishers.push((entry.device, scheduler.clone()));
+            }
+        }
         let mut table = lock(&self.table);
         let at = table.partition_point(|e| e.value <= entry.value);
         table.insert(at, entry);
+    }
+
+    /// The scheduler of `device`, if it published here and still exists.
+    fn scheduler_of(&self, device: DeviceId) -> Option<Weak<Shared<M>>> {
+        lock(&self.publishers).iter().find(|(d, _)| *d == device).map(|(_, s)| s.clone())
+    }
+
+    /// Whose work `entry` is, seen from a wait of `device`: its scheduler when it is another
+    /// device's.
+    pub(crate) fn producer(&self, entry: &SignalEvent<M>, device: DeviceId) -> Producer<M> {
+        let scheduler = if entry.device == device { None } else { self.scheduler_of(entry.device) };
+        Producer { work: entry.producer.clone(), scheduler }
     }
 
     /// Applies `f` to the entry of the smallest published value `>= value`, under the table's lock.
@@ -88,14 +147,27 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         self.with_covering(value, SignalEvent::clone)
     }
 
-    /// How a wait for `value` by `queue`'s stream is covered, if a published event covers it, cloning
-    /// only what the wait needs (see [`Cover`]).
-    pub fn cover(&self, value: u64, queue: usize, same_queue_producer: bool) -> Option<Cover<M>> {
-        self.with_covering(value, |entry| {
-            if entry.queue == queue {
-                Cover::InStreamOrder(same_queue_producer.then(|| entry.producer.clone()))
+    /// How a wait for `value` by `queue`'s stream of `device` is covered, if a published event
+    /// covers it, cloning only what the wait needs (see [`Cover`]).
+    pub(crate) fn cover(
+        &self,
+        value: u64,
+        device: DeviceId,
+        queue: usize,
+        same_queue_producer: bool,
+    ) -> Option<Cover<M>> {
+        let entry = self.with_covering(value, |entry| {
+            if entry.device == device && entry.queue == queue {
+                Err(same_queue_producer.then(|| entry.producer.clone()))
             } else {
-                Cover::Event(entry.clone())
+                Ok(entry.clone())
+            }
+        })?;
+        Some(match entry {
+            Err(producer) => Cover::InStreamOrder(producer),
+            Ok(entry) => {
+                let scheduler = if entry.device == device { None } else { self.scheduler_of(entry.device) };
+                Cover::Event(entry, scheduler)
             }
         })
     }
@@ -142,7 +214,7 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
     /// the completion thread.
     fn assist_wait(&self, semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
         let Some(entry) = self.covering(value) else { return false };
-        let Some(shared) = self.scheduler.upgrade() else { return false };
+        let Some(shared) = self.scheduler_of(entry.device).and_then(|s| s.upgrade()) else { return false };
         let reached_otherwise = || semaphore.check_fast(value).is_some();
         let Some(status) = shared.model.host_wait(entry.event.event(), deadline, &reached_otherwise) else {
             return false;

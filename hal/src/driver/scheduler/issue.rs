@@ -8,7 +8,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::event_pool::{EventCache, EventRef};
-use super::event_semaphore::{SemaphoreEvents, SignalEvent};
+use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
 use super::pending_actions::Action;
 use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::QueueOp;
@@ -43,8 +43,12 @@ impl<M: StreamModel> Shared<M> {
         let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
-        let producers: SmallVec<[Arc<Work>; 2]> = upstream.iter().filter(|p| p.queue != queue).cloned().collect();
-        let upstream = if M::CHECKS_UPSTREAM_FAULTS { upstream } else { SmallVec::new() };
+        let upstream_works: SmallVec<[Arc<Work>; 2]> =
+            if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
+        // Producers on this queue retire before this submission anyway (stream order).
+        let producers: SmallVec<[Producer<M>; 2]> =
+            upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
+        let upstream = upstream_works;
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
         let mut published: SmallVec<[usize; 2]> = SmallVec::new();
@@ -75,12 +79,14 @@ impl<M: StreamModel> Shared<M> {
                     if let Some(event) = &event {
                         for (index, signal) in signals.iter().enumerate() {
                             if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
-                                table.publish(SignalEvent {
+                                let entry = SignalEvent {
                                     value: signal.value,
                                     event: event.clone(),
                                     producer: work.clone(),
                                     queue,
-                                });
+                                    device: self.device,
+                                };
+                                table.publish(entry, &self.this);
                                 published.push(index);
                             }
                         }
@@ -134,7 +140,7 @@ impl<M: StreamModel> Shared<M> {
         spare_events: &mut EventCache<M>,
         work: &Arc<Work>,
         wait_events: SmallVec<[EventRef<M>; 2]>,
-        producers: SmallVec<[Arc<Work>; 2]>,
+        producers: SmallVec<[Producer<M>; 2]>,
         status: &Error,
     ) {
         let Ok(fence) = self.events.acquire(spare_events, &self.model) else { return };

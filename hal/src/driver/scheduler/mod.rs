@@ -36,7 +36,7 @@ use std::thread::JoinHandle;
 use smallvec::SmallVec;
 
 use self::event_pool::{EventCache, EventPool, EventRef};
-use self::event_semaphore::{Cover, SemaphoreEvents};
+use self::event_semaphore::{Cover, Producer, SemaphoreEvents};
 use self::host_calls::{Gates, HostCallRunner};
 use self::pending_actions::Action;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
@@ -71,6 +71,9 @@ pub(crate) struct Shared<M: StreamModel> {
     host_calls: Arc<HostCallRunner>,
     /// The profiling session in progress: issues hand its sink to their work.
     pub(crate) profiling: ProfileSwitch,
+    /// This scheduler, weakly: what it leaves in the semaphore tables it publishes into, so that
+    /// waiting devices can retire its work.
+    pub(crate) this: std::sync::Weak<Shared<M>>,
 }
 
 /// One queue: its dispatch stream and the submissions in flight on it, oldest first.
@@ -117,9 +120,10 @@ struct InFlight<M: StreamModel> {
     waited: SemaphoreList,
     /// Events this submission's stream waits on, held until it retires (see `event_pool`).
     _wait_events: SmallVec<[EventRef<M>; 2]>,
-    /// The submissions on other queues whose events this one's stream waits on. They completed on
-    /// the device before this one, and are retired on the host before it too (see `completion`).
-    producers: SmallVec<[Arc<Work>; 2]>,
+    /// The submissions on other queues (of this device or another) whose events this one's stream
+    /// waits on. They completed on the device before this one, and are retired on the host before
+    /// it too (see `completion`).
+    producers: SmallVec<[Producer<M>; 2]>,
 }
 
 /// Everything needed to issue a submission whose waits are all resolved.
@@ -129,7 +133,7 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) signals: SemaphoreList,
     pub(crate) waited: SemaphoreList,
     pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
+    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
 }
 
 /// Waits resolved at submission: reached on the host, or covered by device events.
@@ -138,7 +142,7 @@ pub(crate) struct Covered<M: StreamModel> {
     /// The covered (not reached) ones.
     pub(crate) waited: SemaphoreList,
     pub(crate) events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Arc<Work>; 2]>,
+    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
 }
 
 impl<M: StreamModel> Scheduler<M> {
@@ -162,7 +166,7 @@ impl<M: StreamModel> Scheduler<M> {
                 gates: Arc::new(Gates::default()),
             });
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|this| Shared {
             device,
             model,
             events: EventPool::new(),
@@ -174,6 +178,7 @@ impl<M: StreamModel> Scheduler<M> {
             shutting_down: AtomicBool::new(false),
             host_calls: HostCallRunner::new(device.get()),
             profiling: ProfileSwitch::new(),
+            this: this.clone(),
         });
         let mut completion_threads = Vec::with_capacity(queue_count);
         // Under loom the model drives completion itself (`poll_completions`) from its own threads.
@@ -250,7 +255,7 @@ impl<M: StreamModel> Scheduler<M> {
     /// A semaphore of this device, event-backed: its signals from this device's queues publish
     /// events that this device's waits use directly.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
-        let events = SemaphoreEvents::<M>::new(Arc::downgrade(&self.shared));
+        let events = SemaphoreEvents::<M>::new(self.shared.device, Arc::downgrade(&self.shared));
         Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events))
     }
 
@@ -290,17 +295,17 @@ impl<M: StreamModel> Scheduler<M> {
                 Ok(_) if host_only => {}
                 Ok(_) => {
                     let table = SemaphoreEvents::<M>::of(&wait.semaphore, shared.device);
-                    match table.and_then(|t| t.cover(wait.value, queue, M::CHECKS_UPSTREAM_FAULTS)) {
+                    match table.and_then(|t| t.cover(wait.value, shared.device, queue, M::CHECKS_UPSTREAM_FAULTS)) {
                         Some(Cover::InStreamOrder(producer)) => {
                             covered.indices.push(index);
                             covered.waited.push(wait.clone());
-                            covered.upstream.extend(producer);
+                            covered.upstream.extend(producer.map(Producer::local));
                         }
-                        Some(Cover::Event(entry)) => {
+                        Some(Cover::Event(entry, scheduler)) => {
                             covered.indices.push(index);
                             covered.waited.push(wait.clone());
                             covered.events.push(entry.event);
-                            covered.upstream.push(entry.producer);
+                            covered.upstream.push(Producer { work: entry.producer, scheduler });
                         }
                         None => {}
                     }

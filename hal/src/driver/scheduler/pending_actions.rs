@@ -7,10 +7,10 @@ use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
-use super::event_semaphore::SemaphoreEvents;
+use super::event_semaphore::{Producer, SemaphoreEvents};
 use super::{Issue, Shared};
 use crate::driver::QueueOp;
-use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::stream_model::StreamModel;
 use crate::error::{Error, Result};
 use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
 use crate::sync::{Mutex, lock};
@@ -38,7 +38,7 @@ struct ActionState<M: StreamModel> {
     /// Waits resolved by a device event rather than on the host (see `InFlight::waited`).
     waited: SemaphoreList,
     wait_events: SmallVec<[EventRef<M>; 2]>,
-    upstream: SmallVec<[Arc<Work>; 2]>,
+    upstream: SmallVec<[Producer<M>; 2]>,
 }
 
 /// What resolving one wait decided.
@@ -135,7 +135,9 @@ impl<M: StreamModel> Action<M> {
         let covering = match &outcome {
             Ok(()) => SemaphoreEvents::<M>::of(&wait.semaphore, shared.device)
                 .filter(|_| !matches!(wait.semaphore.query(), Ok(v) if v >= wait.value))
-                .and_then(|table| table.covering(wait.value)),
+                .and_then(|table| {
+                    table.covering(wait.value).map(|entry| (table.producer(&entry, shared.device), entry))
+                }),
             Err(_) => None,
         };
         let outcome = match outcome {
@@ -159,10 +161,10 @@ impl<M: StreamModel> Action<M> {
             match outcome {
                 Err(status) => Self::take_failure(&mut state, status),
                 Ok(()) => {
-                    if let Some(entry) = covering {
+                    if let Some((producer, entry)) = covering {
                         state.waited.push(wait.clone());
                         state.wait_events.push(entry.event);
-                        state.upstream.push(entry.producer);
+                        state.upstream.push(producer);
                     }
                     state.remaining -= 1;
                     self.take_if_ready(&mut state)
