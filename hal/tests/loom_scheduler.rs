@@ -27,6 +27,9 @@ impl StreamModel for InlineStreams {
     type Stream = ();
     type Event = InlineEvent;
 
+    /// Two schedulers of this model wait on each other's events (the cross-device model below).
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
+
     fn create_stream(&self, _queue: usize) -> Result<()> {
         Ok(())
     }
@@ -181,5 +184,47 @@ fn loom_failure_races_submission() {
         assert_eq!(err.code(), hal::StatusCode::Aborted);
         assert_eq!(s.model().ran.load(Ordering::Relaxed), 0, "never ran");
         assert_idle(&s);
+    });
+}
+
+/// Across devices: device B's submission waits, on the device, on device A's event (A's semaphore),
+/// and the two devices' completion threads retire concurrently. Whenever B's signal is visible, A's
+/// producer has already retired (its signal applied), because B's retirement retires A's producer
+/// first through A's scheduler; both devices end idle, every event back in its own pool.
+#[test]
+fn loom_cross_device_producer_retires_first() {
+    builder().check(|| {
+        let (a, b) = (scheduler(1), scheduler(1));
+        let produced = a.create_semaphore(0);
+        let consumed = b.create_semaphore(0);
+        a.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+        b.submit(0, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+        assert_eq!(
+            b.resource_usage().pools.iter().find(|p| p.name == "pending actions").unwrap().in_use,
+            0,
+            "the wait on A's semaphore was covered by A's event, not held for the host"
+        );
+        let a_retirer = {
+            let a = a.clone();
+            loom::thread::spawn(move || {
+                a.poll_completions(0);
+            })
+        };
+        let b_retirer = {
+            let (b, produced, consumed) = (b.clone(), produced.clone(), consumed.clone());
+            loom::thread::spawn(move || {
+                b.poll_completions(0);
+                if consumed.query().unwrap() == 1 {
+                    assert_eq!(produced.query().unwrap(), 1, "B's signal is visible before A's producer retired");
+                }
+            })
+        };
+        a_retirer.join().unwrap();
+        b_retirer.join().unwrap();
+        drain(&a, 1);
+        drain(&b, 1);
+        assert_eq!((produced.query().unwrap(), consumed.query().unwrap()), (1, 1));
+        assert_idle(&a);
+        assert_idle(&b);
     });
 }
