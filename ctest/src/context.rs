@@ -65,6 +65,21 @@ impl Cx {
         Ok(device)
     }
 
+    /// `N` devices of the driver: the case's device first, then new ones (leak-checked with it). On
+    /// CUDA they may share a GPU. Notes how many distinct GPUs (by name and ordinal) they are on.
+    pub fn devices<const N: usize>(&self) -> Result<[Device; N], CaseError> {
+        let mut devices = Vec::with_capacity(N);
+        devices.push(self.device.clone());
+        while devices.len() < N {
+            devices.push(self.other_device()?);
+        }
+        let mut places: Vec<(String, usize)> =
+            devices.iter().map(|d| (d.info().name.clone(), d.info().ordinal)).collect();
+        places.dedup();
+        self.note(format!("{N} devices on {} device ordinal(s)", places.len()));
+        devices.try_into().map_err(|_| CaseError::Fail("device count".into()))
+    }
+
     /// Queue `index` modulo the queue count, so multi-queue cases run on single-queue devices too.
     pub fn queue(&self, index: usize) -> Queue {
         let count = self.device.queue_count().max(1);

@@ -37,6 +37,7 @@ mod imported_memory;
 mod indirect_dispatch;
 mod kernel_abi;
 mod misuse;
+mod multi_device;
 mod profiling;
 mod queue_ops;
 mod resources;
@@ -365,6 +366,14 @@ macro_rules! __cts_case_list {
                 layouts_that_do_not_fit_refused_at_load,
                 dynamic_workgroup_memory_reaches_the_kernel,
                 too_much_workgroup_memory_refused_at_load,
+            }
+            multi_device {
+                wait_on_another_devices_signal_goes_to_the_device,
+                wait_before_signal_across_devices,
+                producer_on_another_device_retires_first,
+                failure_crosses_devices_after_the_device_wait,
+                ping_pong_between_devices,
+                dropping_the_producing_device_never_hangs_the_waiter,
             }
             profiling {
                 queue_operations_recorded_in_stream_order,

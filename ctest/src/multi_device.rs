@@ -1,0 +1,172 @@
+//! Several devices of one driver: a queue of one device waits on the device for a semaphore that
+//! another device's queue signals (no trip through the host when the driver can wait on the other
+//! device's events), producers on the other device retire first, failures and teardown cross
+//! devices without a hang.
+//!
+//! The devices come from the fixture (`Cx::devices`): on CUDA with one GPU they are HAL devices on
+//! the same GPU (two schedulers, two event pools); each case says in a note how many it ran on.
+//! Whether a wait went to the device is seen in the waiting device's pools: a wait covered by an
+//! event issues the work at once, while a wait left to the host holds it as a pending action.
+
+use std::time::{Duration, Instant};
+
+use hal::{BufferBinding, CommandBuffer, CommandBufferMode, Device, Error, StatusCode};
+
+use crate::check::{CaseError, CaseResult, Context};
+use crate::context::{Cx, LONG, sv};
+use crate::kernels::Kernel;
+use crate::{ensure, ensure_eq};
+
+/// Pending actions (submissions held for the host) on `device` now.
+fn pending(device: &Device) -> usize {
+    device.resource_usage().pools.iter().find(|p| p.name == "pending actions").map_or(0, |p| p.in_use)
+}
+
+/// A one-shot command buffer of `device` that keeps it busy for about `us` microseconds.
+fn busy(cx: &Cx, device: &Device, us: u32) -> Result<CommandBuffer, CaseError> {
+    let sleep = cx.load_on(device, Kernel::Sleep)?;
+    let cb = device.create_command_buffer(CommandBufferMode::OneShot).ctx("command buffer")?;
+    cb.dispatch(&sleep, 0, [1, 1, 1], &[us], &[]).ctx("sleep dispatch")?;
+    cb.end().ctx("end")?;
+    Ok(cb)
+}
+
+/// Polls `done` for up to [`LONG`]; `what` names the condition in the failure.
+fn eventually(what: &str, done: impl Fn() -> bool) -> CaseResult {
+    let deadline = Instant::now() + LONG;
+    while !done() {
+        ensure!(Instant::now() < deadline, "{what}: not within {LONG:?}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
+}
+
+/// Device B's fill waits on a semaphore that device A's slow work signals: submitted after A's
+/// work, it is issued at once (no pending action on B: the wait is a device-side wait on A's
+/// event), does not run before A's work, and lands. The same with the semaphore created by B and
+/// signalled by A's queue.
+pub(crate) fn wait_on_another_devices_signal_goes_to_the_device(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    let out = b.allocate_buffer(hal::BufferParams::host_visible(), 16).ctx("buffer on B")?;
+    for (round, owner) in [(1u64, &a), (2, &b)] {
+        let s = owner.create_semaphore(0).ctx("semaphore")?;
+        let done = b.create_semaphore(0).ctx("done")?;
+        a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 50_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
+        b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 16, round as u32, 1, &[sv(&done, 1)]).ctx("B's fill")?;
+        let held = pending(&b);
+        let still_running = s.query().ctx("query")? == 0;
+        cx.still_pending(&done, 1, "B's fill before A's work finished")?;
+        cx.wait(&done, 1)?;
+        ensure_eq!(cx.bytes(&out)?, vec![round as u8; 16], "B's fill");
+        let whose = if round == 1 { "A" } else { "B" };
+        ensure!(
+            held == 0 || !still_running,
+            "a wait on {whose}'s semaphore signalled by A's queue was held for the host ({held} pending on B)"
+        );
+        cx.note(format!("semaphore of {whose}: B issued at once ({held} pending while A ran)"));
+    }
+    Ok(())
+}
+
+/// B submits first, waiting on a value A has not been asked to signal yet; once A's slow work is
+/// submitted, B's held action is issued on A's event while A's work still runs (B's pending
+/// actions drop to 0 before the value is reached), and B's work lands after A's.
+pub(crate) fn wait_before_signal_across_devices(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
+    let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;
+    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 7, 1, &[sv(&done, 1)]).ctx("B's held fill")?;
+    ensure_eq!(pending(&b), 1, "B's fill is held before anyone signals");
+    a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 100_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
+    eventually("B's held fill issued", || pending(&b) == 0)?;
+    let issued_early = s.query().ctx("query")? == 0;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&out)?, vec![7; 8], "B's fill");
+    ensure!(issued_early, "B's fill was issued only once A's value was reached (through the host)");
+    Ok(())
+}
+
+/// A queue read on A signals A's semaphore; B's barrier waits on it device-side and signals B's.
+/// Whenever the host sees B's value, A's value is there too and the read's bytes are ready: B's
+/// retirement retires A's producer first. 50 rounds.
+pub(crate) fn producer_on_another_device_retires_first(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
+    let source = a.allocate_buffer(hal::BufferParams::host_visible(), 64).ctx("buffer on A")?;
+    source.write(0, &[5; 64]).ctx("write")?;
+    let (qa, qb) = (a.queue(0).ctx("queue")?, b.queue(0).ctx("queue")?);
+    for round in 1..=50u64 {
+        let back = qa.read(&[], &source, 0, 64, &[sv(&s, round)]).ctx("A's read")?;
+        qb.barrier(&[sv(&s, round)], &[sv(&done, round)]).ctx("B's barrier")?;
+        cx.wait(&done, round)?;
+        let produced = s.query().ctx("query")?;
+        ensure!(produced >= round, "round {round}: B reached {round} while A's semaphore was {produced}");
+        ensure_eq!(back.take(), Some(vec![5; 64]), "round {round}: A's read once B's value was seen");
+    }
+    Ok(())
+}
+
+/// A's slow work signals A's semaphore; B's fill goes past its wait on the device. The semaphore
+/// fails on the host while A's work runs: B's signal fails with that status, nothing hangs.
+pub(crate) fn failure_crosses_devices_after_the_device_wait(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
+    let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;
+    a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 50_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
+    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 3, 1, &[sv(&done, 1)]).ctx("B's fill")?;
+    s.fail(Error::unavailable("ctest: A's result was lost"));
+    let e = cx.wait_failed(&done, 1, StatusCode::Unavailable)?;
+    ensure!(e.message().contains("A's result was lost"), "B's failure is not A's: {e}");
+    Ok(())
+}
+
+/// 100 hops alternating between the devices, each hop's dispatch waiting on the other device's last
+/// value (a chain through both devices' semaphores): every value arrives, and both buffers hold
+/// their device's mark.
+pub(crate) fn ping_pong_between_devices(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    let (sa, sb) = (a.create_semaphore(0).ctx("semaphore A")?, b.create_semaphore(0).ctx("semaphore B")?);
+    let fill = [cx.load_on(&a, Kernel::FillU32)?, cx.load_on(&b, Kernel::FillU32)?];
+    let outs = [
+        a.allocate_buffer(hal::BufferParams::host_visible(), 256).ctx("buffer A")?,
+        b.allocate_buffer(hal::BufferParams::host_visible(), 256).ctx("buffer B")?,
+    ];
+    let queues = [a.queue(0).ctx("queue")?, b.queue(0).ctx("queue")?];
+    let steps: Vec<CommandBuffer> = (0..2)
+        .map(|d| {
+            let cb = [&a, &b][d].create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
+            let mark = d as u32 + 1;
+            cb.dispatch(&fill[d], 0, [1, 1, 1], &[mark], &[BufferBinding::whole(&outs[d])]).ctx("dispatch")?;
+            cb.end().ctx("end")?;
+            Ok(cb)
+        })
+        .collect::<Result<_, CaseError>>()?;
+    for hop in 1..=100u64 {
+        let (d, wait, signal) = if hop % 2 == 1 { (0, &sb, &sa) } else { (1, &sa, &sb) };
+        queues[d].execute(&[sv(wait, hop - 1)], &steps[d], &[sv(signal, hop)]).ctx(format!("hop {hop}"))?;
+    }
+    cx.wait(&sb, 100)?;
+    ensure_eq!(sa.query().ctx("query")?, 99, "A's last hop");
+    ensure_eq!(cx.words(&outs[0])?, vec![1; 64], "A's buffer");
+    ensure_eq!(cx.words(&outs[1])?, vec![2; 64], "B's buffer");
+    Ok(())
+}
+
+/// The last handle of device A drops while B's work waits on A's slow work: B's work completes
+/// (A's teardown finishes what it issued) or fails with a status; it never hangs.
+pub(crate) fn dropping_the_producing_device_never_hangs_the_waiter(cx: &Cx) -> CaseResult {
+    let b = cx.device().clone();
+    let a = cx.fixture().create_device().ctx("a device to drop")?;
+    let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
+    a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 30_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
+    b.queue(0).ctx("queue")?.barrier(&[sv(&s, 1)], &[sv(&done, 1)]).ctx("B's barrier")?;
+    drop(a);
+    match done.wait(1, hal::Timeout::After(LONG)) {
+        Ok(()) => cx.note("B's work completed after A was dropped"),
+        Err(e) if e.code() == StatusCode::DeadlineExceeded => {
+            return Err(CaseError::Fail(format!("B's work hangs after A was dropped: {e}\n{}", b.report())));
+        }
+        Err(e) => cx.note(format!("B's work failed after A was dropped: {e}")),
+    }
+    Ok(())
+}
