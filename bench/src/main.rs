@@ -28,7 +28,8 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let device = match bench::registry().create_device(&cli.driver, 0) {
+    let registry = bench::registry();
+    let device = match registry.create_device(&cli.driver, 0) {
         Ok(device) => device,
         Err(e) => {
             eprintln!("bench: cannot open '{}': {e}", cli.driver);
@@ -37,7 +38,9 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let mut progress = |name: &str| eprintln!("  running {name}... ({:.1} s so far)", started.elapsed().as_secs_f64());
-    match session::run(device, &cli.options, &mut std::io::stdout(), &mut progress) {
+    // A second device of the driver (on CUDA, of the same GPU) for the cross-device rows.
+    let peer = registry.create_device(&cli.driver, 0).ok();
+    match session::run(device, peer, &cli.options, &mut std::io::stdout(), &mut progress) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`bench | head`): nothing left to say.
         Err(Failure::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

@@ -56,16 +56,21 @@ fn failed(step: &str) -> impl Fn(hal::Error) -> Failure + '_ {
 }
 
 /// Runs the bench on `device` with `options`, writing the report to `out` and each workload's name
-/// to `progress` as it starts; writes the JSON and SVG files the options ask for.
+/// to `progress` as it starts; writes the JSON and SVG files the options ask for. With `peer`, a
+/// second device of the same driver, the cross-device rows run too.
 pub fn run(
     device: Device,
+    peer: Option<Device>,
     options: &Options,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), Failure> {
     let description = format!("{} '{}'", device.info().driver, device.info().name);
     let (sizes, mode) = if options.quick { (Sizes::quick(), "quick") } else { (Sizes::full(), "full") };
-    let env = Env::new(device).map_err(failed("preparing the benchmarks"))?;
+    let mut env = Env::new(device).map_err(failed("preparing the benchmarks"))?;
+    if let Some(peer) = peer {
+        env = env.with_peer(peer).map_err(failed("preparing the second device"))?;
+    }
     let properties =
         env.device.info().properties.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(", ");
     let unix_time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());

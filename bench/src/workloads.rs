@@ -116,6 +116,8 @@ pub struct Env {
     executable: Executable,
     /// A reusable command buffer with no commands.
     pub empty: CommandBuffer,
+    /// A second device of the same driver, for the cross-device rows (see [`Env::with_peer`]).
+    pub peer: Option<Box<Env>>,
 }
 
 /// The forms the `touch` kernel comes in, preferred first: native kernels, then PTX.
@@ -148,7 +150,14 @@ impl Env {
         let executable = device.load_executable(&touch_source(device.info())?)?;
         let empty = device.create_command_buffer(CommandBufferMode::Reusable)?;
         empty.end()?;
-        Ok(Env { device, buffer, executable, empty })
+        Ok(Env { device, buffer, executable, empty, peer: None })
+    }
+
+    /// Adds `peer`, a second device of the same driver (on CUDA it may be the same GPU): the bench
+    /// then also measures hops between the two devices.
+    pub fn with_peer(mut self, peer: Device) -> Result<Env> {
+        self.peer = Some(Box::new(Env::new(peer)?));
+        Ok(self)
     }
 
     /// A reusable command buffer of `dispatches` dependent `touch` dispatches.
@@ -298,6 +307,28 @@ pub fn ping_pong(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Timing> {
     }
     let submit = start.elapsed();
     s.wait(ops, LONG)?;
+    Ok(Timing { total: start.elapsed(), submit })
+}
+
+/// A dependent chain alternating between queue 0 of `a` and queue 0 of `b`, each hop an execute of
+/// that device's `cb`, chained through `semaphore` (one of `a`'s: both devices wait on the other's
+/// events on the device; a host semaphore: every hop goes through the host).
+pub fn cross_device_ping_pong(
+    a: &Env,
+    b: &Env,
+    cbs: [&CommandBuffer; 2],
+    semaphore: &hal::Semaphore,
+    ops: u64,
+) -> Result<Timing> {
+    let queues = [a.device.queue(0)?, b.device.queue(0)?];
+    let base = semaphore.query()?;
+    let start = Instant::now();
+    for i in 0..ops {
+        let d = (i % 2) as usize;
+        queues[d].execute(&[SV::new(semaphore, base + i)], cbs[d], &[SV::new(semaphore, base + i + 1)])?;
+    }
+    let submit = start.elapsed();
+    semaphore.wait(base + ops, LONG)?;
     Ok(Timing { total: start.elapsed(), submit })
 }
 
@@ -552,6 +583,31 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         Row::new(format!("cross-queue ping-pong hop, 1 dispatch{note}"), "us/hop", hal, base)
             .with_target(cuda(targets::PING_PONG)),
     );
+
+    if let Some(peer) = &env.peer {
+        progress("cross-device ping-pong");
+        let base = match &baselines {
+            Baselines::Cuda(raw) => tr.cuda("launch, record, other stream waits", n, |ops| raw.ping_pong(ops))?,
+            Baselines::Host => tr.host("mutex+condvar two threads", n, baseline::ping_pong),
+        };
+        let theirs = peer.dispatches(1)?;
+        let device_side = env.device.create_semaphore(0)?;
+        let (hal, note) =
+            tr.hal_split(n, |ops| cross_device_ping_pong(env, peer, [&one, &theirs], &device_side, ops))?;
+        rows.push(
+            Row::new(format!("cross-device ping-pong hop (2 devices), 1 dispatch{note}"), "us/hop", hal.clone(), base)
+                .with_target(cuda(targets::PING_PONG)),
+        );
+        let host = hal::Semaphore::new(0);
+        let (through_host, note) =
+            tr.hal_split(n, |ops| cross_device_ping_pong(env, peer, [&one, &theirs], &host, ops))?;
+        rows.push(Row::new(
+            format!("cross-device hop through the host (host semaphore){note}"),
+            "us/hop",
+            through_host,
+            Some(("the same hop waited on the device (HAL, row above)", hal)),
+        ));
+    }
 
     let consumers = info.queue_count.saturating_sub(1).min(7);
     if consumers > 0 {

@@ -303,12 +303,15 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
-    let device = tools::open(&tools::registry(), &args.device.device)?;
+    let registry = tools::registry();
+    let device = tools::open(&registry, &args.device.device)?;
+    // A second device at the same path (on CUDA, of the same GPU) for the cross-device rows.
+    let peer = tools::open(&registry, &args.device.device).ok();
     let started = Instant::now();
     let mut progress =
         |name: &str| eprintln!("hal bench: running {name} ({:.1} s so far)", started.elapsed().as_secs_f64());
     let mut out = std::io::stdout();
-    match bench::session::run(device, &args.options, &mut out, &mut progress) {
+    match bench::session::run(device, peer, &args.options, &mut out, &mut progress) {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(bench::session::Failure::Output(e)) => Err(Failure::from(e)),
         Err(e) => Err(Failure::Error(e.to_string())),
