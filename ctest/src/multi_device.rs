@@ -170,3 +170,51 @@ pub(crate) fn dropping_the_producing_device_never_hangs_the_waiter(cx: &Cx) -> C
     }
     Ok(())
 }
+
+/// Copies between devices, in both directions and both as queue copies and as command-buffer
+/// copies (also through a binding-table slot), each ordered after the other device's writes by a
+/// wait on the other device's semaphore: the bytes arrive, between device-local and host-visible
+/// memory alike. Other uses of another device's buffer stay refused (`submission` and
+/// `command_buffer` areas).
+pub(crate) fn copies_between_devices(cx: &Cx) -> CaseResult {
+    let [a, b] = cx.devices::<2>()?;
+    const N: u64 = 4096;
+    let (sa, sb) = (a.create_semaphore(0).ctx("semaphore A")?, b.create_semaphore(0).ctx("semaphore B")?);
+    let (qa, qb) = (a.queue(0).ctx("queue A")?, b.queue(0).ctx("queue B")?);
+    let on = |device: &Device, host: bool| {
+        let params = if host { hal::BufferParams::host_visible() } else { hal::BufferParams::device_local() };
+        device.allocate_buffer(params, N).ctx("buffer")
+    };
+    let (a_dev, b_dev, b_host, a_host) = (on(&a, false)?, on(&b, false)?, on(&b, true)?, on(&a, true)?);
+    // A writes its device-local buffer; B's queue copies it into B's device memory, then to B's host
+    // memory.
+    qa.fill(&[], &a_dev, 0, N, 0x5A, 1, &[sv(&sa, 1)]).ctx("A's fill")?;
+    qb.copy(&[sv(&sa, 1)], &a_dev, 0, &b_dev, 0, N, &[sv(&sb, 1)]).ctx("B's queue copy from A")?;
+    qb.copy(&[sv(&sb, 1)], &b_dev, 0, &b_host, 0, N, &[sv(&sb, 2)]).ctx("B's local copy")?;
+    cx.wait(&sb, 2)?;
+    ensure_eq!(cx.bytes(&b_host)?, vec![0x5A; N as usize], "A's bytes on B, through a queue copy");
+    // B's command buffer writes its memory and copies it into A's host memory (a copy to another
+    // device); A's queue then copies a half back into B's host memory (a queue copy to another device).
+    let cb = b.create_command_buffer(CommandBufferMode::OneShot).ctx("command buffer on B")?;
+    cb.fill(&b_dev, 0, N, 0xC3, 1).ctx("fill")?;
+    cb.barrier().ctx("barrier")?;
+    cb.copy(&b_dev, 0, &a_host, 0, N).ctx("copy to A's memory")?;
+    cb.end().ctx("end")?;
+    qb.execute(&[], &cb, &[sv(&sb, 3)]).ctx("B's execute")?;
+    qa.copy(&[sv(&sb, 3)], &a_host, 0, &b_host, 0, N / 2, &[sv(&sa, 2)]).ctx("A's queue copy to B")?;
+    cx.wait(&sa, 2)?;
+    ensure_eq!(cx.bytes(&a_host)?, vec![0xC3; N as usize], "B's bytes on A, through a command-buffer copy");
+    let mut expected = vec![0xC3; N as usize / 2];
+    expected.extend(vec![0x5A; N as usize / 2]);
+    ensure_eq!(cx.bytes(&b_host)?, expected, "A's queue copy into B's memory");
+    // A reusable command buffer of B copying from a slot that names A's buffer.
+    let slotted = b.create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer on B")?;
+    slotted.copy(hal::BufferRef::slot(0), 0, &b_host, 0, N).ctx("copy from slot 0")?;
+    slotted.end().ctx("end")?;
+    qa.fill(&[], &a_dev, 0, N, 0x11, 1, &[sv(&sa, 3)]).ctx("A's second fill")?;
+    qb.execute_with_bindings(&[sv(&sa, 3)], &slotted, &[BufferBinding::whole(&a_dev)], &[sv(&sb, 4)])
+        .ctx("B's execute with A's buffer in its table")?;
+    cx.wait(&sb, 4)?;
+    ensure_eq!(cx.bytes(&b_host)?, vec![0x11; N as usize], "a copy from another device's buffer in a table");
+    Ok(())
+}

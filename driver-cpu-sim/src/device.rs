@@ -148,6 +148,11 @@ impl DeviceBackend for CpuDevice {
         Ok(())
     }
 
+    /// Every cpu-sim device's memory is host memory: copies between devices are plain copies.
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        crate::memory::HostMemory::of(buffer).is_ok()
+    }
+
     fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
         self.scheduler.begin_profiling(options)
     }

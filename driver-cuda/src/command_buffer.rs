@@ -111,7 +111,7 @@ impl CudaPreparedCommands {
         commands: &Arc<[Command]>,
         graph_min_commands: usize,
     ) -> Result<Self> {
-        let has_transient = check(commands)?;
+        let has_transient = check(commands, context.ordinal())?;
         let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let replay = if work >= graph_min_commands.max(1) && !has_transient {
@@ -152,8 +152,8 @@ impl CudaPreparedCommands {
         // With a graph already built, the node parameters resolve (and so check) every dispatch:
         // the entry points are not looked up twice per execute.
         let direct = match &stored {
-            Some(shared) if shared.graph.is_some() => replays_directly(commands)?,
-            _ => check(commands)?,
+            Some(shared) if shared.graph.is_some() => replays_directly(commands, context.ordinal())?,
+            _ => check(commands, context.ordinal())?,
         };
         if direct || work < graph_min_commands.max(1) {
             return Self::prepare(context, counter, commands, usize::MAX);
@@ -372,7 +372,7 @@ impl CudaPreparedCommands {
 
 /// Checks each dispatch's entry point; returns whether the commands must replay directly (see
 /// [`replays_directly`]).
-fn check(commands: &[Command]) -> Result<bool> {
+fn check(commands: &[Command], ordinal: usize) -> Result<bool> {
     for command in commands {
         if let Command::Dispatch { executable, entry_point, .. }
         | Command::DispatchIndirect { executable, entry_point, .. } = command
@@ -380,17 +380,19 @@ fn check(commands: &[Command]) -> Result<bool> {
             CudaExecutable::of(executable)?.entry(*entry_point)?;
         }
     }
-    replays_directly(commands)
+    replays_directly(commands, ordinal)
 }
 
 /// Whether the commands must replay directly: one touches a transient buffer (its address is known
-/// only once its alloca ran), or is an indirect dispatch (its grid is known only when it runs).
-fn replays_directly(commands: &[Command]) -> Result<bool> {
+/// only once its alloca ran), is an indirect dispatch (its grid is known only when it runs), or
+/// copies with another GPU's memory (a graph's copy node stays within its own GPU here).
+fn replays_directly(commands: &[Command], ordinal: usize) -> Result<bool> {
     let mut direct = false;
     for command in commands {
         direct |= matches!(command, Command::DispatchIndirect { .. });
         for buffer in command.buffers() {
-            direct |= CudaMemory::of(buffer)?.is_transient();
+            let memory = CudaMemory::of(buffer)?;
+            direct |= memory.is_transient() || memory.context().ordinal() != ordinal;
         }
     }
     Ok(direct)

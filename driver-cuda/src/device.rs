@@ -225,9 +225,41 @@ pub struct CudaDevice {
     options: CudaOptions,
     memory: Arc<MemoryCounter>,
     context: Arc<Context>,
+    /// How copies with each other GPU's memory go, found at the first such copy.
+    peers: std::sync::Mutex<Vec<(usize, PeerPath)>>,
+}
+
+/// How copies between this device's GPU and another go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerPath {
+    /// Peer access is enabled: the copy engines move the bytes GPU to GPU (NVLink or PCIe).
+    Peer,
+    /// The GPUs cannot reach each other's memory: CUDA stages the copy through host memory.
+    Staged,
 }
 
 impl CudaDevice {
+    /// How copies with GPU `ordinal`'s memory go (`None`: the same GPU). Enables peer access at
+    /// the first call for a GPU that allows it.
+    pub fn peer_path(&self, ordinal: usize, peer: &Context) -> Result<Option<PeerPath>> {
+        if ordinal == self.context.ordinal() {
+            return Ok(None);
+        }
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, path)) = peers.iter().find(|(o, _)| *o == ordinal) {
+            return Ok(Some(*path));
+        }
+        let path = if result::device_can_access_peer(self.context.device(), peer.device())? {
+            result::ctx_enable_peer_access(&self.context.bind()?, peer.raw())?;
+            PeerPath::Peer
+        } else {
+            PeerPath::Staged
+        };
+        tracing::info!(from = self.context.ordinal(), to = ordinal, ?path, "cuda: copies between GPUs");
+        peers.push((ordinal, path));
+        Ok(Some(path))
+    }
+
     /// Creates device `ordinal` with `options`. The probe must have succeeded.
     pub fn new(id: DeviceId, ordinal: usize, options: &CudaOptions) -> Result<Self> {
         let info = device_info(ordinal, options)?;
@@ -249,7 +281,15 @@ impl CudaDevice {
         let scheduler = Scheduler::new(id, model, options.queue_count)?;
         tracing::debug!(%id, ordinal, name = %info.name, "cuda device created");
         let memory = Arc::new(MemoryCounter::default());
-        Ok(CudaDevice { scheduler, id, info, options: options.clone(), memory, context })
+        Ok(CudaDevice {
+            scheduler,
+            id,
+            info,
+            options: options.clone(),
+            memory,
+            context,
+            peers: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
     /// The options it was created with.
@@ -345,6 +385,19 @@ impl DeviceBackend for CudaDevice {
         Ok(())
     }
 
+    /// Another CUDA device's memory: on the same GPU a plain copy; on another GPU a peer copy where
+    /// the GPUs allow it, staged by CUDA otherwise (see [`PeerPath`]).
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        let Ok(memory) = CudaMemory::of(buffer) else { return false };
+        match self.peer_path(memory.context().ordinal(), memory.context()) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(%e, "cuda: cannot copy with another GPU's memory");
+                false
+            }
+        }
+    }
+
     fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
         self.scheduler.begin_profiling(options)
     }
@@ -358,7 +411,11 @@ impl DeviceBackend for CudaDevice {
     }
 
     fn report(&self) -> String {
-        self.scheduler.report()
+        let mut report = self.scheduler.report();
+        for (ordinal, path) in self.peers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            report += &format!("copies with cuda:{ordinal}: {path:?}\n");
+        }
+        report
     }
 
     fn resource_usage(&self) -> ResourceUsage {

@@ -79,6 +79,8 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuGraphExecMemcpyNodeSetParams",
     "cuGraphExecMemsetNodeSetParams",
     "cuGraphAddEventRecordNode",
+    "cuDeviceCanAccessPeer",
+    "cuCtxEnablePeerAccess",
     "cuGraphExecEventRecordNodeSetEvent",
     "cuGraphExecDestroy",
     "cuGraphDestroy",

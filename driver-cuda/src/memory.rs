@@ -206,6 +206,11 @@ impl CudaMemory {
         })
     }
 
+    /// The context (and so the GPU) it belongs to.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.context
+    }
+
     /// Its kind.
     pub fn kind(&self) -> MemoryKind {
         self.kind

@@ -65,6 +65,25 @@ pub(crate) fn device_get_count() -> Result<i32> {
     Ok(count)
 }
 
+/// `cuDeviceCanAccessPeer`: whether `device` can read and write `peer`'s memory directly.
+pub(crate) fn device_can_access_peer(device: CUdevice, peer: CUdevice) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: both are device handles from `cuDeviceGet`; the out-pointer is a live local.
+    check(unsafe { sys::cuDeviceCanAccessPeer(&mut can, device, peer) }, "cuDeviceCanAccessPeer")?;
+    Ok(can != 0)
+}
+
+/// `cuCtxEnablePeerAccess` from the current context to `peer` (already enabled counts as done).
+pub(crate) fn ctx_enable_peer_access(_bound: &Bound<'_>, peer: CUcontext) -> Result<()> {
+    // SAFETY: `peer` is a live (primary) context of another device; the current one is bound.
+    let code = unsafe { sys::cuCtxEnablePeerAccess(peer, 0) };
+    if code == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        Ok(())
+    } else {
+        check(code, "cuCtxEnablePeerAccess")
+    }
+}
+
 /// `cuDeviceGet`: the handle of device `ordinal`.
 pub(crate) fn device_get(ordinal: usize) -> Result<CUdevice> {
     let mut device: CUdevice = 0;

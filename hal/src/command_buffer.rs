@@ -230,6 +230,22 @@ pub struct CommandBuffer {
     shared: Arc<Shared>,
 }
 
+/// Refuses `command` if it names a buffer of a device other than `device`, unless it is a copy and
+/// the device's driver copies with that buffer (`DeviceBackend::copies_with`).
+fn check_devices(device: DeviceId, backend: &Weak<dyn DeviceBackend>, command: &Command) -> Result<()> {
+    for buffer in command.buffers() {
+        if buffer.device() == device {
+            continue;
+        }
+        let copies =
+            matches!(command, Command::Copy { .. }) && backend.upgrade().is_some_and(|b| b.copies_with(buffer));
+        if !copies {
+            return Err(Error::invalid_argument(format!("{buffer} belongs to another device")));
+        }
+    }
+    Ok(())
+}
+
 struct Shared {
     id: u64,
     device: DeviceId,
@@ -314,14 +330,10 @@ impl CommandBuffer {
         self.record_recorded(Recorded::Ready(command))
     }
 
-    /// Refuses a command naming another device's buffers.
+    /// Refuses a command naming another device's buffers, except a copy the driver can make
+    /// between its devices.
     fn check_devices(&self, command: &Command) -> Result<()> {
-        for buffer in command.buffers() {
-            if buffer.device() != self.shared.device {
-                return Err(Error::invalid_argument(format!("{}: {} belongs to another device", self, buffer)));
-            }
-        }
-        Ok(())
+        check_devices(self.shared.device, &self.shared.backend, command).map_err(|e| e.context(format!("{self}")))
     }
 
     /// Records a command that names binding slots: `resolve` makes it concrete for a table (and
@@ -331,12 +343,10 @@ impl CommandBuffer {
         slots: u32,
         resolve: impl Fn(&[BufferBinding]) -> Result<Command> + Send + Sync + 'static,
     ) -> Result<()> {
-        let device = self.shared.device;
+        let (device, backend) = (self.shared.device, self.shared.backend.clone());
         let template: Template = Arc::new(move |table| {
             let command = resolve(table)?;
-            if let Some(other) = command.buffers().into_iter().find(|b| b.device() != device) {
-                return Err(Error::invalid_argument(format!("binding table: {other} belongs to another device")));
-            }
+            check_devices(device, &backend, &command).map_err(|e| e.context("binding table"))?;
             Ok(command)
         });
         self.record_recorded(Recorded::Template { template, slots })

@@ -91,6 +91,14 @@ pub trait DeviceBackend: Send + Sync {
     /// What every pending action waits on, every in-flight submission: the hang report.
     fn report(&self) -> String;
 
+    /// Whether this device's queues and command buffers can copy to and from `buffer`, a buffer of
+    /// another device (the handles refuse it otherwise). A driver that says yes makes such copies
+    /// work in `enqueue` and in its prepared command buffers. The default: no.
+    fn copies_with(&self, buffer: &Buffer) -> bool {
+        let _ = buffer;
+        false
+    }
+
     /// Starts profiling the submissions issued from now on. The default: `Unimplemented`.
     fn begin_profiling(&self, options: ProfileOptions) -> Result<()> {
         let _ = options;
