@@ -27,6 +27,7 @@ pub mod runner;
 mod allocator;
 mod binding_tables;
 mod buffer_mapping;
+mod collective;
 mod command_buffer;
 mod device;
 mod dispatch;
@@ -375,6 +376,13 @@ macro_rules! __cts_case_list {
                 ping_pong_between_devices,
                 dropping_the_producing_device_never_hangs_the_waiter,
                 copies_between_devices,
+            }
+            collective {
+                all_reduce_every_op_and_type,
+                gather_scatter_broadcast_and_all_to_all,
+                send_and_receive_pairs,
+                failure_on_one_rank_fails_every_rank,
+                arguments_checked,
             }
             profiling {
                 queue_operations_recorded_in_stream_order,

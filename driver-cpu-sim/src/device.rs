@@ -148,6 +148,20 @@ impl DeviceBackend for CpuDevice {
         Ok(())
     }
 
+    fn create_channel_id(&self) -> Result<hal::ChannelId> {
+        Ok(crate::collective::new_channel_id())
+    }
+
+    /// Ranks are cpu-sim devices of this process, meeting by channel id (see `collective`).
+    fn create_channel(
+        &self,
+        id: &hal::ChannelId,
+        rank: usize,
+        count: usize,
+    ) -> Result<(Arc<dyn hal::driver::ChannelBackend>, Option<hal::driver::AbandonFn>)> {
+        crate::collective::join(id, rank, count)
+    }
+
     /// Every cpu-sim device's memory is host memory: copies between devices are plain copies.
     fn copies_with(&self, buffer: &hal::Buffer) -> bool {
         crate::memory::HostMemory::of(buffer).is_ok()

@@ -17,6 +17,7 @@
 //! assert_eq!(buffer.read_to_vec().unwrap(), vec![0xAB; 16]);
 //! ```
 
+pub mod collective;
 pub mod command_exec;
 pub mod device;
 pub mod event;

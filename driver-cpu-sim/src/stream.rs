@@ -11,6 +11,7 @@ use hal::driver::QueueOp;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Error, Result};
 
+use crate::collective::CpuChannel;
 use crate::command_exec::{CancelSignal, DispatchTimes, execute_command, execute_timed, read_buffer, write_buffer};
 use crate::event::{CpuEvent, EventState};
 use crate::memory::{commit_buffer, release_buffer};
@@ -114,8 +115,15 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
                 // Work behind a faulted producer does not run and carries the producer's status;
                 // cancelled work does not start.
                 match work.take_upstream_fault() {
-                    Some(upstream) => work.fault.set(upstream),
-                    None if work.cancel_requested() => work.fail(Error::cancelled("cancelled before it started")),
+                    Some(upstream) => {
+                        abandon_collective(&work, &upstream);
+                        work.fault.set(upstream);
+                    }
+                    None if work.cancel_requested() => {
+                        let status = Error::cancelled("cancelled before it started");
+                        abandon_collective(&work, &status);
+                        work.fail(status);
+                    }
                     None => {
                         if let Err(fault) = run_work(&work, pool) {
                             work.fail(fault);
@@ -127,6 +135,13 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
             Item::Wait(event, epoch) => event.watch_then_wait_for(epoch),
             Item::Stop => return,
         }
+    }
+}
+
+/// Tells the other ranks that `work`'s collective (if it is one) will not run, with `status`.
+fn abandon_collective(work: &Work, status: &Error) {
+    if let QueueOp::Collective(call) = &work.op {
+        call.abandon(status.clone());
     }
 }
 
@@ -158,6 +173,13 @@ fn run_op(work: &Arc<Work>, pool: &WorkgroupPool, times: Option<&mut DispatchTim
             let times = times.filter(|t| t.selects_any());
             execute_timed(&command_buffer.commands(), pool, &CancelSignal::of(work), times)
         }
+        QueueOp::Collective(call) => match CpuChannel::of(call) {
+            Ok(channel) => channel.run(call, &|| work.cancel_requested()),
+            Err(e) => {
+                call.abandon(e.clone());
+                Err(e)
+            }
+        },
         QueueOp::Alloca(buffer) => commit_buffer(buffer),
         QueueOp::Dealloca(buffer) => release_buffer(buffer),
         QueueOp::Transfer(command) => execute_command(command, pool, &CancelSignal::of(work)),

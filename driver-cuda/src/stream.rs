@@ -269,6 +269,7 @@ impl CudaStreams {
             }
             QueueOp::Barrier => Ok(()),
             QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
+            QueueOp::Collective(call) => Err(Error::unimplemented(format!("cuda: {call}: no collectives yet"))),
         }
     }
 

@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use crate::buffer::{Buffer, BufferParams, MemoryType};
+use crate::collective::{Channel, ChannelId};
 use crate::command_buffer::{CommandBuffer, CommandBufferMode};
 use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
 use crate::error::{Error, Result};
@@ -360,6 +361,24 @@ impl Device {
     /// Waits on semaphores from the host (any semaphores, this device's or not).
     pub fn wait_semaphores(&self, mode: WaitMode, list: &[SemaphoreValue], timeout: Timeout) -> Result<()> {
         wait_semaphores(mode, list, timeout)
+    }
+
+    /// A new id for a channel of which this device's rank is 0: pass it to the other ranks (in this
+    /// process or others) for [`create_channel`](Self::create_channel). `Unimplemented` for a driver
+    /// without collectives; CUDA: `Unavailable` when NCCL cannot be loaded.
+    pub fn create_channel_id(&self) -> Result<ChannelId> {
+        self.shared.backend.create_channel_id()
+    }
+
+    /// This device's end of channel `id`, as `rank` of `count` ranks (see [`crate::Channel`]).
+    /// `InvalidArgument` for `count` 0 or `rank >= count`; the driver refuses a rank taken twice or
+    /// a count that differs from the other ranks'.
+    pub fn create_channel(&self, id: &ChannelId, rank: usize, count: usize) -> Result<Channel> {
+        if count == 0 || rank >= count {
+            return Err(Error::invalid_argument(format!("{}: rank {rank} of a channel of {count} ranks", self.id())));
+        }
+        let (backend, abandon) = self.shared.backend.create_channel(id, rank, count)?;
+        Ok(Channel::wrap(self.id(), rank, count, backend, abandon))
     }
 
     /// Starts profiling: every submission issued from now on (to any queue) records device

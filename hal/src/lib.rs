@@ -34,6 +34,7 @@
 
 mod binding_table;
 mod buffer;
+mod collective;
 mod command_buffer;
 mod device;
 pub mod driver;
@@ -53,6 +54,7 @@ mod timeout;
 pub use binding_table::{BindingRef, BufferRef};
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
 pub use bytemuck::Pod;
+pub use collective::{Channel, ChannelId, CollectiveArgs, CollectiveOp, ElementType, ReduceOp};
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 
 use crate::buffer::{Buffer, BufferParams, BufferUsage};
+use crate::collective::{Channel, CollectiveArgs, CollectiveCall};
 use crate::command_buffer::{BufferBinding, Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::QueueOp;
@@ -227,6 +228,34 @@ impl Queue {
         let resolved = command_buffer.resolved(command_buffer.resolve(bindings)?)?;
         resolved.begin_execution()?;
         self.submit_execution(command_buffer, resolved, waits, signals)
+    }
+
+    /// Runs a collective on `channel` (made on this queue's device) in queue order, once `waits` are
+    /// reached; it completes when every rank's part is done. Every rank must submit the collectives
+    /// of a channel in the same order. If one rank's part cannot run (its wait failed), the
+    /// collective fails on every rank. `InvalidArgument` / `OutOfRange` for arguments that do not
+    /// fit the operation (see [`crate::CollectiveArgs`]); nothing is signalled then.
+    pub fn collective(
+        &self,
+        waits: &[SemaphoreValue],
+        channel: &Channel,
+        args: CollectiveArgs,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        if channel.device() != self.device.id() {
+            return Err(Error::invalid_argument(format!(
+                "queue {}: {channel} was made on {}, not {}",
+                self.index,
+                channel.device(),
+                self.device.id()
+            )));
+        }
+        for binding in args.send.iter().chain(&args.recv) {
+            self.check_buffer(&binding.buffer)?;
+        }
+        args.check(channel)?;
+        self.check_signals(waits, signals)?;
+        self.submit(QueueOp::Collective(CollectiveCall::new(channel.clone(), args)), waits, signals)
     }
 
     /// Returns a buffer of `size` bytes whose memory is committed in queue order once `waits` are

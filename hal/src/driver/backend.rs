@@ -10,6 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::buffer::{Buffer, BufferParams, HostView};
+use crate::collective::{AbandonFn, ChannelBackend, ChannelId, CollectiveCall};
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
 use crate::driver::{BindingState, ImportedHostMemory};
@@ -97,6 +98,25 @@ pub trait DeviceBackend: Send + Sync {
     fn copies_with(&self, buffer: &Buffer) -> bool {
         let _ = buffer;
         false
+    }
+
+    /// A new channel id (rank 0 calls this; see [`crate::ChannelId`]). The default:
+    /// `Unimplemented`.
+    fn create_channel_id(&self) -> Result<ChannelId> {
+        Err(crate::error::Error::unimplemented(format!("{}: no collectives", self.info().driver)))
+    }
+
+    /// This device's end of channel `id` as `rank` of `count` (checked: `rank < count`), and what
+    /// to do when one of its collectives is dropped without having run. The default:
+    /// `Unimplemented`.
+    fn create_channel(
+        &self,
+        id: &ChannelId,
+        rank: usize,
+        count: usize,
+    ) -> Result<(Arc<dyn ChannelBackend>, Option<AbandonFn>)> {
+        let _ = (id, rank, count);
+        Err(crate::error::Error::unimplemented(format!("{}: no collectives", self.info().driver)))
     }
 
     /// Starts profiling the submissions issued from now on. The default: `Unimplemented`.
@@ -220,6 +240,8 @@ pub use crate::readback::ReadTarget;
 pub enum QueueOp {
     /// Run a command buffer (ended; one-shot buffers not run before).
     Execute(CommandBuffer),
+    /// A collective on a channel (see [`crate::CollectiveOp`]).
+    Collective(CollectiveCall),
     /// Commit the memory of a transient buffer.
     Alloca(Buffer),
     /// Release the memory of a transient buffer.
@@ -253,10 +275,19 @@ pub enum QueueOp {
 }
 
 impl QueueOp {
+    /// The scheduler fails this op without running it, with `status`: a collective passes that
+    /// status on to the other ranks of its channel (see [`CollectiveCall`]).
+    pub(crate) fn will_not_run(&self, status: &crate::error::Error) {
+        if let QueueOp::Collective(call) = self {
+            call.will_not_run(status);
+        }
+    }
+
     /// A short name for traces and reports.
     pub fn kind(&self) -> &'static str {
         match self {
             QueueOp::Execute(_) => "execute",
+            QueueOp::Collective(_) => "collective",
             QueueOp::Alloca(_) => "alloca",
             QueueOp::Dealloca(_) => "dealloca",
             QueueOp::Transfer(Command::Fill { .. }) => "fill",
@@ -275,6 +306,7 @@ impl QueueOp {
     pub fn describe(&self) -> String {
         match self {
             QueueOp::Execute(commands) => format!("execute of {commands}"),
+            QueueOp::Collective(call) => format!("{call}"),
             QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => format!("{} of {buffer}", self.kind()),
             QueueOp::Transfer(Command::Copy { source, target, .. }) => format!("copy of {source} to {target}"),
             QueueOp::Transfer(Command::Fill { target, .. } | Command::Update { target, .. })

@@ -54,6 +54,7 @@ pub mod timeline {
 }
 
 pub use crate::buffer::{HostPtr, HostView};
+pub use crate::collective::{AbandonFn, ChannelBackend, CollectiveCall};
 pub use crate::command_buffer::{Command, INDIRECT_COUNT_BYTES, indirect_workgroups};
 pub use crate::semaphore::SemaphoreDriverData;
 pub use backend::{

@@ -63,6 +63,7 @@ impl<M: StreamModel> Shared<M> {
                 self.device,
                 op.kind()
             ));
+            op.will_not_run(&status);
             drop(op);
             for signal in &signals {
                 signal.semaphore.fail(status.clone());
@@ -120,6 +121,7 @@ impl<M: StreamModel> Shared<M> {
             }
             Err(status) => {
                 let status = status.context(format!("queue {queue} action {id} ({})", work.op.describe()));
+                work.op.will_not_run(&status);
                 tracing::warn!(%status, "issue failed");
                 for signal in &signals {
                     signal.semaphore.fail(status.clone());

@@ -286,6 +286,7 @@ impl<M: StreamModel> Scheduler<M> {
             match wait.semaphore.query() {
                 Err(status) => {
                     tracing::debug!(action = id, %status, "wait semaphore failed at submission");
+                    op.will_not_run(&status);
                     for signal in signals {
                         signal.semaphore.fail(status.clone());
                     }

@@ -216,6 +216,9 @@ impl<M: StreamModel> Action<M> {
             Step::Fail { op, signals, cancel, status } => {
                 shared.pending_remove(self.id);
                 shared.queues[self.queue].gates.release(self.id);
+                if let Some(op) = &op {
+                    op.will_not_run(&status);
+                }
                 drop(op);
                 let mut cancelled = 0;
                 for (index, id) in cancel {

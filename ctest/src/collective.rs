@@ -1,0 +1,391 @@
+//! Channels and collectives (`Device::create_channel`, `Queue::collective`): every operation on
+//! every element type the cases name, against a CPU reference, with 2 and 4 ranks where the driver
+//! gives that many devices; argument checks; and a failure on one rank failing the collective on
+//! every rank without a hang, the channel still usable afterwards.
+//!
+//! A driver without collectives skips the area (`Unimplemented` from `create_channel_id`), saying
+//! so in the case's note.
+
+use hal::{
+    Buffer, BufferParams, Channel, CollectiveArgs, CollectiveOp, Device, ElementType, Error, ReduceOp, Semaphore,
+    StatusCode,
+};
+
+use crate::check::{CaseError, CaseResult, Context, expect_code};
+use crate::context::{Cx, sv};
+use crate::{ensure, ensure_eq};
+
+/// The rank counts each case runs with.
+const RANK_COUNTS: [usize; 2] = [2, 4];
+
+/// `ranks` devices and a channel on each, or a skip when the driver has no collectives.
+fn group(cx: &Cx, ranks: usize) -> Result<(Vec<Device>, Vec<Channel>), CaseError> {
+    let mut devices = vec![cx.device().clone()];
+    while devices.len() < ranks {
+        devices.push(cx.other_device()?);
+    }
+    let id = match devices[0].create_channel_id() {
+        Ok(id) => id,
+        Err(e) if e.code() == StatusCode::Unimplemented || e.code() == StatusCode::Unavailable => {
+            return Err(CaseError::Skip(format!("no collectives on this driver: {e}")));
+        }
+        Err(e) => return Err(CaseError::Fail(format!("create_channel_id: {e}"))),
+    };
+    let channels = devices
+        .iter()
+        .enumerate()
+        .map(|(rank, d)| d.create_channel(&id, rank, ranks).ctx(format!("rank {rank}'s channel")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((devices, channels))
+}
+
+/// A host-visible buffer of `bytes` bytes holding `data` (zero-padded).
+fn buffer(device: &Device, bytes: usize, data: &[u8]) -> Result<Buffer, CaseError> {
+    let buffer = device.allocate_buffer(BufferParams::host_visible(), bytes.max(1) as u64).ctx("buffer")?;
+    let mut contents = data.to_vec();
+    contents.resize(bytes, 0);
+    buffer.write(0, &contents).ctx("write")?;
+    Ok(buffer)
+}
+
+/// Submits one collective per rank (each built by `args(rank)`), waits for all and returns each
+/// rank's signal outcome.
+fn run_all(
+    devices: &[Device],
+    channels: &[Channel],
+    args: impl Fn(usize) -> CollectiveArgs,
+) -> Result<Vec<hal::Result<()>>, CaseError> {
+    let mut signals: Vec<Semaphore> = Vec::new();
+    for (rank, device) in devices.iter().enumerate() {
+        let s = device.create_semaphore(0).ctx("semaphore")?;
+        device
+            .queue(0)
+            .ctx("queue")?
+            .collective(&[], &channels[rank], args(rank), &[sv(&s, 1)])
+            .ctx(format!("rank {rank}"))?;
+        signals.push(s);
+    }
+    Ok(signals.iter().map(|s| s.wait(1, hal::Timeout::After(crate::context::LONG))).collect())
+}
+
+/// Element `i` of rank `r`'s input, as an `f64` every type can hold exactly.
+fn value(r: usize, i: usize) -> f64 {
+    ((r * 3 + i * 5) % 7) as f64 + 1.0
+}
+
+/// The little-endian bytes of `x` as `element`.
+fn encode(element: ElementType, x: f64) -> Vec<u8> {
+    match element {
+        // Integer results wrap, as NCCL's do (products of 4 ranks overflow 8 bits).
+        ElementType::I8 => (x as i64 as i8).to_le_bytes().to_vec(),
+        ElementType::U8 => (x as i64 as u8).to_le_bytes().to_vec(),
+        ElementType::I32 => (x as i64 as i32).to_le_bytes().to_vec(),
+        ElementType::U32 => (x as i64 as u32).to_le_bytes().to_vec(),
+        ElementType::I64 => (x as i64).to_le_bytes().to_vec(),
+        ElementType::U64 => (x as u64).to_le_bytes().to_vec(),
+        ElementType::F32 => (x as f32).to_le_bytes().to_vec(),
+        ElementType::F64 => x.to_le_bytes().to_vec(),
+        // Small integers and halves of them are exact in both 16-bit formats.
+        ElementType::BF16 => ((((x as f32).to_bits()) >> 16) as u16).to_le_bytes().to_vec(),
+        ElementType::F16 => {
+            let (exponent, mantissa) = if x == 0.0 {
+                (0, 0)
+            } else {
+                let e = x.abs().log2().floor() as i32;
+                ((e + 15) as u16, (((x.abs() / 2f64.powi(e)) - 1.0) * 1024.0).round() as u16)
+            };
+            let sign = if x < 0.0 { 0x8000u16 } else { 0 };
+            (sign | (exponent << 10) | mantissa).to_le_bytes().to_vec()
+        }
+    }
+}
+
+fn encode_all(element: ElementType, values: impl Iterator<Item = f64>) -> Vec<u8> {
+    values.flat_map(|x| encode(element, x)).collect()
+}
+
+fn combine(op: ReduceOp, values: impl Iterator<Item = f64>, ranks: usize) -> f64 {
+    let values: Vec<f64> = values.collect();
+    match op {
+        ReduceOp::Sum => values.iter().sum(),
+        ReduceOp::Avg => values.iter().sum::<f64>() / ranks as f64,
+        ReduceOp::Prod => values.iter().product(),
+        ReduceOp::Min => values.iter().copied().fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+/// All-reduce with every reduction on every element type (average on the floating-point ones),
+/// in place on even ranks and out of place on odd ones, with 2 and 4 ranks: every rank holds the
+/// CPU reference's bytes (inputs are small integers, so sums, products and averages are exact).
+pub(crate) fn all_reduce_every_op_and_type(cx: &Cx) -> CaseResult {
+    const N: usize = 8;
+    let types = [
+        ElementType::I8,
+        ElementType::U8,
+        ElementType::I32,
+        ElementType::U32,
+        ElementType::I64,
+        ElementType::U64,
+        ElementType::F16,
+        ElementType::BF16,
+        ElementType::F32,
+        ElementType::F64,
+    ];
+    let ops = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+    let mut ran = 0;
+    for ranks in RANK_COUNTS {
+        let (devices, channels) = group(cx, ranks)?;
+        for element in types {
+            for op in ops {
+                if op == ReduceOp::Avg && !element.is_float() {
+                    continue;
+                }
+                let bytes = N * element.size() as usize;
+                let inputs: Vec<Buffer> = (0..ranks)
+                    .map(|r| buffer(&devices[r], bytes, &encode_all(element, (0..N).map(|i| value(r, i)))))
+                    .collect::<Result<_, _>>()?;
+                let outputs: Vec<Buffer> = (0..ranks)
+                    .map(|r| if r % 2 == 0 { Ok(inputs[r].clone()) } else { buffer(&devices[r], bytes, &[]) })
+                    .collect::<Result<_, _>>()?;
+                let outcomes = run_all(&devices, &channels, |r| {
+                    CollectiveArgs::new(CollectiveOp::AllReduce(op), element, N as u64)
+                        .send(&inputs[r])
+                        .recv(&outputs[r])
+                })?;
+                let expected = encode_all(element, (0..N).map(|i| combine(op, (0..ranks).map(|r| value(r, i)), ranks)));
+                for (r, outcome) in outcomes.into_iter().enumerate() {
+                    outcome.ctx(format!("{ranks} ranks, {op:?} {element:?}, rank {r}"))?;
+                    ensure_eq!(cx.bytes(&outputs[r])?, expected, "{ranks} ranks, {op:?} over {element:?}, rank {r}");
+                }
+                ran += 1;
+            }
+        }
+    }
+    cx.note(format!("{ran} all-reduces (2 and 4 ranks)"));
+    Ok(())
+}
+
+/// Broadcast, reduce, all-gather, reduce-scatter and all-to-all over `u32` blocks, with 2 and 4
+/// ranks, and a barrier: every rank's result is the CPU reference's.
+pub(crate) fn gather_scatter_broadcast_and_all_to_all(cx: &Cx) -> CaseResult {
+    const N: usize = 6;
+    let u32s = |b: &[u8]| -> Vec<u32> { b.chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect() };
+    let bytes_of = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    for ranks in RANK_COUNTS {
+        let (devices, channels) = group(cx, ranks)?;
+        let word = |r: usize, i: usize| (r * 1000 + i) as u32;
+        // Each rank's send buffer: ranks x N words, word (r, i) at i.
+        let sends: Vec<Buffer> = (0..ranks)
+            .map(|r| {
+                buffer(&devices[r], 4 * N * ranks, &bytes_of(&(0..N * ranks).map(|i| word(r, i)).collect::<Vec<_>>()))
+            })
+            .collect::<Result<_, _>>()?;
+        let fresh = |r: usize| buffer(&devices[r], 4 * N * ranks, &[]);
+        let check = |what: &str,
+                     outs: &[Buffer],
+                     outcomes: Vec<hal::Result<()>>,
+                     want: &dyn Fn(usize) -> Option<Vec<u32>>|
+         -> CaseResult {
+            for (r, outcome) in outcomes.into_iter().enumerate() {
+                outcome.ctx(format!("{what}, {ranks} ranks, rank {r}"))?;
+                if let Some(want) = want(r) {
+                    let got = u32s(&cx.bytes(&outs[r])?);
+                    ensure_eq!(got[..want.len()], want[..], "{what}, {ranks} ranks, rank {r}");
+                }
+            }
+            Ok(())
+        };
+        let root = ranks - 1;
+        let n = N as u64;
+        // Broadcast from the last rank.
+        let outs: Vec<Buffer> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let outcomes = run_all(&devices, &channels, |r| {
+            let args = CollectiveArgs::new(CollectiveOp::Broadcast { root }, ElementType::U32, n).recv(&outs[r]);
+            if r == root { args.send(&sends[r]) } else { args }
+        })?;
+        check("broadcast", &outs, outcomes, &|_| Some((0..N).map(|i| word(root, i)).collect()))?;
+        // Sum-reduce to the last rank.
+        let outs: Vec<Buffer> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let outcomes = run_all(&devices, &channels, |r| {
+            let args = CollectiveArgs::new(CollectiveOp::Reduce { op: ReduceOp::Sum, root }, ElementType::U32, n)
+                .send(&sends[r]);
+            if r == root { args.recv(&outs[r]) } else { args }
+        })?;
+        let sum = |i: usize| (0..ranks).map(|r| word(r, i)).sum::<u32>();
+        check("reduce", &outs, outcomes, &|r| (r == root).then(|| (0..N).map(sum).collect()))?;
+        // All-gather of each rank's first N words.
+        let outs: Vec<Buffer> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let outcomes = run_all(&devices, &channels, |r| {
+            CollectiveArgs::new(CollectiveOp::AllGather, ElementType::U32, n).send(&sends[r]).recv(&outs[r])
+        })?;
+        check("all-gather", &outs, outcomes, &|_| {
+            Some((0..ranks).flat_map(|q| (0..N).map(move |i| word(q, i))).collect())
+        })?;
+        // Reduce-scatter: rank r gets block r summed over ranks.
+        let outs: Vec<Buffer> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let outcomes = run_all(&devices, &channels, |r| {
+            CollectiveArgs::new(CollectiveOp::ReduceScatter(ReduceOp::Sum), ElementType::U32, n)
+                .send(&sends[r])
+                .recv(&outs[r])
+        })?;
+        check("reduce-scatter", &outs, outcomes, &|r| Some((0..N).map(|i| sum(r * N + i)).collect()))?;
+        // All-to-all: block j of rank i's result is block i of rank j's send.
+        let outs: Vec<Buffer> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let outcomes = run_all(&devices, &channels, |r| {
+            CollectiveArgs::new(CollectiveOp::AllToAll, ElementType::U32, n).send(&sends[r]).recv(&outs[r])
+        })?;
+        check("all-to-all", &outs, outcomes, &|i| {
+            Some((0..ranks).flat_map(|j| (0..N).map(move |k| word(j, i * N + k))).collect())
+        })?;
+        // Barrier.
+        let outcomes =
+            run_all(&devices, &channels, |_| CollectiveArgs::new(CollectiveOp::Barrier, ElementType::U8, 0))?;
+        check("barrier", &[], outcomes, &|_| None)?;
+    }
+    Ok(())
+}
+
+/// Sends and receives pair up between two ranks by their own order, whatever the other ranks
+/// do meanwhile: with 4 ranks, 0 sends to 1 and 2 sends to 3 (twice each, different data), then
+/// 1 sends back to 0; every receiver holds what its peer sent.
+pub(crate) fn send_and_receive_pairs(cx: &Cx) -> CaseResult {
+    let (devices, channels) = group(cx, 4)?;
+    const N: u64 = 16;
+    let data = |from: usize, round: u32| -> Vec<u8> {
+        (0..N).flat_map(|i| (from as u32 * 100 + round * 10 + i as u32).to_le_bytes()).collect()
+    };
+    let submit = |rank: usize, op: CollectiveOp, buffer: &Buffer, s: &Semaphore, value: u64| -> CaseResult {
+        let args = CollectiveArgs::new(op, ElementType::U32, N);
+        let args = if matches!(op, CollectiveOp::Send { .. }) { args.send(buffer) } else { args.recv(buffer) };
+        devices[rank]
+            .queue(0)
+            .ctx("queue")?
+            .collective(&[], &channels[rank], args, &[sv(s, value)])
+            .ctx(format!("rank {rank} {}", op.name()))
+    };
+    let sems: Vec<Semaphore> =
+        devices.iter().map(|d| d.create_semaphore(0).ctx("semaphore")).collect::<Result<_, _>>()?;
+    let mut received = Vec::new();
+    for round in 0..2u32 {
+        for (from, to) in [(0usize, 1usize), (2, 3)] {
+            let out = buffer(&devices[from], (4 * N) as usize, &data(from, round))?;
+            let into = buffer(&devices[to], (4 * N) as usize, &[])?;
+            let value = u64::from(round) + 1;
+            submit(from, CollectiveOp::Send { peer: to }, &out, &sems[from], value)?;
+            submit(to, CollectiveOp::Recv { peer: from }, &into, &sems[to], value)?;
+            received.push((from, round, into, to));
+        }
+    }
+    let back = buffer(&devices[1], (4 * N) as usize, &data(1, 7))?;
+    let at_zero = buffer(&devices[0], (4 * N) as usize, &[])?;
+    submit(0, CollectiveOp::Recv { peer: 1 }, &at_zero, &sems[0], 3)?;
+    submit(1, CollectiveOp::Send { peer: 0 }, &back, &sems[1], 3)?;
+    for (rank, s) in sems.iter().enumerate() {
+        let last = if rank < 2 { 3 } else { 2 };
+        cx.wait(s, last)?;
+    }
+    for (from, round, into, to) in &received {
+        ensure_eq!(cx.bytes(into)?, data(*from, *round), "round {round}: rank {to} from rank {from}");
+    }
+    ensure_eq!(cx.bytes(&at_zero)?, data(1, 7), "rank 0 from rank 1");
+    Ok(())
+}
+
+/// Rank 1's all-reduce waits on a semaphore that fails: every rank's all-reduce fails (no hang),
+/// the others' status naming rank 1's failure. The next all-reduce on the same channel (sequence
+/// numbers still aligned) works on every rank.
+pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
+    for ranks in RANK_COUNTS {
+        let (devices, channels) = group(cx, ranks)?;
+        let gate = devices[1].create_semaphore(0).ctx("gate")?;
+        let bufs: Vec<Buffer> = (0..ranks).map(|r| buffer(&devices[r], 16, &[1, 0, 0, 0])).collect::<Result<_, _>>()?;
+        let mut signals = Vec::new();
+        for rank in 0..ranks {
+            let s = devices[rank].create_semaphore(0).ctx("semaphore")?;
+            let waits = if rank == 1 { vec![sv(&gate, 1)] } else { vec![] };
+            let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4)
+                .send(&bufs[rank])
+                .recv(&bufs[rank]);
+            devices[rank]
+                .queue(0)
+                .ctx("queue")?
+                .collective(&waits, &channels[rank], args, &[sv(&s, 1)])
+                .ctx("submit")?;
+            signals.push(s);
+        }
+        gate.fail(Error::data_loss("ctest: rank 1's input was lost"));
+        for (rank, s) in signals.iter().enumerate() {
+            let e = cx.wait_failed(s, 1, StatusCode::DataLoss)?;
+            ensure!(e.message().contains("rank 1's input was lost"), "{ranks} ranks, rank {rank}: {e}");
+        }
+        let outcomes = run_all(&devices, &channels, |r| {
+            CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4)
+                .send(&bufs[r])
+                .recv(&bufs[r])
+        })?;
+        for (rank, outcome) in outcomes.into_iter().enumerate() {
+            outcome.ctx(format!("{ranks} ranks: the next all-reduce, rank {rank}"))?;
+            ensure_eq!(cx.bytes(&bufs[rank])?[..4], (ranks as u32).to_le_bytes(), "{ranks} ranks, rank {rank}");
+        }
+    }
+    Ok(())
+}
+
+/// What is refused, and with which status: a rank outside the channel or a count of 0
+/// (`InvalidArgument`), a rank made twice (`FailedPrecondition`), a root or peer that does not exist
+/// and ranges too small (`OutOfRange`), a missing buffer, a send to oneself, an average of integers
+/// and a channel of another device (`InvalidArgument`); nothing is signalled.
+pub(crate) fn arguments_checked(cx: &Cx) -> CaseResult {
+    let (devices, channels) = group(cx, 2)?;
+    let id = devices[0].create_channel_id().ctx("id")?;
+    expect_code(devices[0].create_channel(&id, 2, 2), StatusCode::InvalidArgument, "rank 2 of 2")?;
+    expect_code(devices[0].create_channel(&id, 0, 0), StatusCode::InvalidArgument, "0 ranks")?;
+    let _taken = devices[0].create_channel(&id, 0, 2).ctx("rank 0")?;
+    expect_code(devices[1].create_channel(&id, 0, 2), StatusCode::FailedPrecondition, "rank 0 twice")?;
+    let small = buffer(&devices[0], 8, &[])?;
+    let big = buffer(&devices[0], 64, &[])?;
+    let s = devices[0].create_semaphore(0).ctx("semaphore")?;
+    let q = devices[0].queue(0).ctx("queue")?;
+    let all_reduce = |op| CollectiveArgs::new(CollectiveOp::AllReduce(op), ElementType::U32, 4);
+    let refused: [(CollectiveArgs, StatusCode, &str); 7] = [
+        (all_reduce(ReduceOp::Sum).send(&big), StatusCode::InvalidArgument, "no recv buffer"),
+        (all_reduce(ReduceOp::Sum).send(&big).recv(&small), StatusCode::OutOfRange, "recv too small"),
+        (all_reduce(ReduceOp::Avg).send(&big).recv(&big), StatusCode::InvalidArgument, "avg of u32"),
+        (
+            CollectiveArgs::new(CollectiveOp::Broadcast { root: 2 }, ElementType::U32, 4).recv(&big),
+            StatusCode::OutOfRange,
+            "root 2 of 2",
+        ),
+        (
+            CollectiveArgs::new(CollectiveOp::Send { peer: 0 }, ElementType::U32, 4).send(&big),
+            StatusCode::InvalidArgument,
+            "send to itself",
+        ),
+        (
+            CollectiveArgs::new(CollectiveOp::AllGather, ElementType::U32, 4).send(&big).recv(&small),
+            StatusCode::OutOfRange,
+            "all-gather into 8 bytes",
+        ),
+        (
+            CollectiveArgs::new(CollectiveOp::Recv { peer: 5 }, ElementType::U32, 4).recv(&big),
+            StatusCode::OutOfRange,
+            "peer 5",
+        ),
+    ];
+    for (args, code, what) in refused {
+        expect_code(q.collective(&[], &channels[0], args, &[sv(&s, 1)]), code, what)?;
+    }
+    let args = all_reduce(ReduceOp::Sum).send(&big).recv(&big);
+    expect_code(
+        q.collective(&[], &channels[1], args, &[sv(&s, 1)]),
+        StatusCode::InvalidArgument,
+        "another device's channel",
+    )?;
+    cx.still_pending(&s, 1, "after refused collectives")?;
+    // Nothing was used up: a collective on both ranks still pairs.
+    let bufs = [big, buffer(&devices[1], 64, &[])?];
+    let outcomes = run_all(&devices, &channels, |r| all_reduce(ReduceOp::Max).send(&bufs[r]).recv(&bufs[r]))?;
+    outcomes.into_iter().collect::<hal::Result<Vec<()>>>().ctx("the collective after refusals")?;
+    Ok(())
+}
