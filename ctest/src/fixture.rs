@@ -36,6 +36,8 @@ pub struct Fixture {
     fault_marker: Option<String>,
     /// `Some(notice)` when the driver cannot run here (see [`Fixture::not_available`]).
     unavailable: Option<String>,
+    /// How many ranks of one channel its devices can be (see [`Fixture::with_max_ranks`]).
+    max_ranks: usize,
 }
 
 impl Fixture {
@@ -56,6 +58,7 @@ impl Fixture {
             sticky_faults: false,
             fault_marker: None,
             unavailable: None,
+            max_ranks: usize::MAX,
         }
     }
 
@@ -74,6 +77,7 @@ impl Fixture {
             sticky_faults: false,
             fault_marker: None,
             unavailable: None,
+            max_ranks: usize::MAX,
         }
     }
 
@@ -147,6 +151,18 @@ impl Fixture {
         };
         registry.register(Arc::new(driver_cpu_sim::CpuSimDriver::with_options(options)));
         Fixture::from_registry(registry, driver_cpu_sim::DRIVER_NAME, crate::kernels::native::NativeCatalogue)
+    }
+
+    /// The devices this fixture makes can be at most `ranks` ranks of one channel (CUDA: NCCL takes
+    /// one rank per GPU). Collective cases with more ranks are skipped, with a note saying so.
+    pub fn with_max_ranks(mut self, ranks: usize) -> Self {
+        self.max_ranks = ranks;
+        self
+    }
+
+    /// How many ranks of one channel its devices can be.
+    pub fn max_ranks(&self) -> usize {
+        self.max_ranks
     }
 
     /// Every case of one run shares a single device instead of a fresh one per case (for drivers

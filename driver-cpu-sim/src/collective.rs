@@ -456,6 +456,19 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_joins_once_and_counts_must_agree() {
+        let id = new_channel_id();
+        let first = join(&id, 0, 2).unwrap();
+        let twice = join(&id, 0, 2).err().expect("rank 0 twice");
+        assert_eq!(twice.code(), hal::StatusCode::FailedPrecondition, "{twice}");
+        let mismatch = join(&id, 1, 3).err().expect("a count of 3 for a channel of 2");
+        assert_eq!(mismatch.code(), hal::StatusCode::InvalidArgument, "{mismatch}");
+        drop(first);
+        join(&id, 0, 2).expect("rank 0 is free again once its channel dropped");
+        assert_ne!(new_channel_id(), new_channel_id(), "ids are unique");
+    }
+
+    #[test]
     fn reductions_of_every_kind() {
         let ints: Vec<Vec<u8>> =
             [[1i32, -4], [7, 2], [3, 9]].iter().map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect()).collect();

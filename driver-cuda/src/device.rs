@@ -385,6 +385,20 @@ impl DeviceBackend for CudaDevice {
         Ok(())
     }
 
+    fn create_channel_id(&self) -> Result<hal::ChannelId> {
+        crate::nccl::unique_id()
+    }
+
+    /// An NCCL communicator (blocks until every rank joined; see [`crate::nccl`]).
+    fn create_channel(
+        &self,
+        id: &hal::ChannelId,
+        rank: usize,
+        count: usize,
+    ) -> Result<(Arc<dyn hal::driver::ChannelBackend>, Option<hal::driver::AbandonFn>)> {
+        crate::nccl::NcclChannel::create(&self.context, &self.memory, id, rank, count)
+    }
+
     /// Another CUDA device's memory: on the same GPU a plain copy; on another GPU a peer copy where
     /// the GPUs allow it, staged by CUDA otherwise (see [`PeerPath`]).
     fn copies_with(&self, buffer: &hal::Buffer) -> bool {

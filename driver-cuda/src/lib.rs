@@ -127,6 +127,7 @@ pub mod indirect;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod nccl;
 pub(crate) mod result;
 pub mod staging;
 pub mod stream;

@@ -269,7 +269,7 @@ impl CudaStreams {
             }
             QueueOp::Barrier => Ok(()),
             QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
-            QueueOp::Collective(call) => Err(Error::unimplemented(format!("cuda: {call}: no collectives yet"))),
+            QueueOp::Collective(call) => crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call),
         }
     }
 

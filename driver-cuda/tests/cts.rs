@@ -83,6 +83,8 @@ fn cuda_fixture() -> Fixture {
     Fixture::from_registry(registry, driver_cuda::DRIVER_NAME, catalogue())
         .with_sticky_faults()
         .with_fault_marker("CUDA_ERROR_")
+        // Every device of this fixture is on GPU 0, and NCCL takes one rank per GPU.
+        .with_max_ranks(1)
 }
 
 ctest::instantiate_cts!(

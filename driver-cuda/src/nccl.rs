@@ -1,0 +1,318 @@
+//! Collectives through NCCL, loaded at run time (`libnccl.so.2`, through cudarc's `nccl`
+//! bindings): a channel is an NCCL communicator, and each collective is enqueued on the queue's
+//! stream like any other work, so semaphores order it with everything else.
+//!
+//! NCCL is optional: [`probe`] opens the library once and checks every symbol this file calls
+//! (cudarc panics on a missing library or symbol); without it the device answers
+//! `create_channel_id` and `create_channel` with `Unavailable` and the reason.
+//!
+//! What NCCL imposes: creating a channel blocks until every rank has called it (each rank from its
+//! own thread or process); one rank per GPU; every rank enqueues the collectives of a channel in the
+//! same order. All-to-all is a group of sends and receives (`ncclAlltoAll` is newer than 2.28), and
+//! a barrier is a one-element all-reduce.
+//!
+//! A collective that will not run on one rank (its wait failed) cannot be withdrawn from the others,
+//! whose kernels wait for it on the GPU: this rank's communicator is aborted, so its later
+//! collectives fail at once, and the other ranks' NCCL reports the lost peer (a process-wide
+//! timeout on multi-process runs; see docs/embedding.md).
+
+use std::any::Any;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::nccl::sys;
+use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
+use hal::{ChannelId, CollectiveOp, ElementType, Error, ReduceOp, Result};
+
+use crate::command_buffer::resolve_address;
+use crate::context::{Bound, Context};
+use crate::memory::{CudaMemory, MemoryCounter};
+use crate::stream::CudaStream;
+
+/// Every NCCL function this file calls (the probe checks each is exported).
+const SYMBOLS: &[&str] = &[
+    "ncclGetVersion",
+    "ncclGetUniqueId",
+    "ncclCommInitRank",
+    "ncclCommDestroy",
+    "ncclCommAbort",
+    "ncclGetErrorString",
+    "ncclAllReduce",
+    "ncclBroadcast",
+    "ncclReduce",
+    "ncclAllGather",
+    "ncclReduceScatter",
+    "ncclSend",
+    "ncclRecv",
+    "ncclGroupStart",
+    "ncclGroupEnd",
+];
+
+/// `Ok(version)` (e.g. 22805) when NCCL can be used, else `Unavailable` with the reason. Probed once.
+pub fn probe() -> Result<i32> {
+    static PROBE: OnceLock<Result<i32>> = OnceLock::new();
+    PROBE.get_or_init(probe_uncached).clone()
+}
+
+fn probe_uncached() -> Result<i32> {
+    let candidates = cudarc::get_lib_name_candidates("nccl");
+    // SAFETY: loading NCCL runs its initialisers, which need nothing but being loaded; the handle is
+    // only used to look symbols up.
+    let opened = candidates.iter().find_map(|name| unsafe { libloading::Library::new(name) }.ok().map(|l| (name, l)));
+    let Some((name, library)) = opened else {
+        return Err(Error::unavailable(format!("cuda: NCCL was not found (tried {})", candidates.join(", "))));
+    };
+    let missing: Vec<&str> = SYMBOLS
+        .iter()
+        .copied()
+        // SAFETY: only the symbol's presence is checked; the pointer is never called through here.
+        .filter(|symbol| unsafe { library.get::<*const ()>(symbol.as_bytes()) }.is_err())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::unavailable(format!("cuda: {name} lacks {}", missing.join(", "))));
+    }
+    // SAFETY: cudarc opens the same candidates; with one present its loader cannot fail.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::unavailable(format!("cuda: {name} opened but cudarc could not load it")));
+    }
+    let mut version = 0;
+    // SAFETY: the library and the symbol are present (checked above); the out-pointer is a live local.
+    check(unsafe { sys::ncclGetVersion(&mut version) }, "ncclGetVersion")?;
+    std::mem::forget(library);
+    Ok(version)
+}
+
+/// `Err` naming `call` and NCCL's message unless `code` is success.
+fn check(code: sys::ncclResult_t, call: &str) -> Result<()> {
+    use sys::ncclResult_t as R;
+    if code == R::ncclSuccess {
+        return Ok(());
+    }
+    // SAFETY: NCCL returns a static string for every result code.
+    let text = unsafe { std::ffi::CStr::from_ptr(sys::ncclGetErrorString(code)) }.to_string_lossy().into_owned();
+    let message = format!("{call}: {code:?} ({text})");
+    Err(match code {
+        R::ncclInvalidArgument | R::ncclInvalidUsage => Error::invalid_argument(message),
+        R::ncclRemoteError | R::ncclSystemError => Error::unavailable(message),
+        _ => Error::internal(message),
+    })
+}
+
+/// A new NCCL unique id (rank 0 calls this).
+pub fn unique_id() -> Result<ChannelId> {
+    probe()?;
+    let mut id = sys::ncclUniqueId { internal: [0; 128] };
+    // SAFETY: NCCL is loaded (probe); the out-pointer is a live local.
+    check(unsafe { sys::ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
+    let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
+    ChannelId::from_bytes(&bytes)
+}
+
+/// One rank's NCCL communicator.
+pub struct NcclChannel {
+    comm: sys::ncclComm_t,
+    context: Arc<Context>,
+    rank: usize,
+    count: usize,
+    /// Serialises enqueues from several queues (a communicator is not thread-safe), and whether
+    /// the communicator was aborted.
+    state: Mutex<bool>,
+    /// Four bytes for barriers.
+    scratch: CudaMemory,
+}
+
+// SAFETY: the communicator is used only under `state`'s lock (enqueues, abort) or with exclusive
+// access (drop); NCCL allows a communicator to move between threads.
+unsafe impl Send for NcclChannel {}
+// SAFETY: see `Send`.
+unsafe impl Sync for NcclChannel {}
+
+impl ChannelBackend for NcclChannel {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl NcclChannel {
+    /// Joins communicator `id` as `rank` of `count` on `context`'s GPU: blocks until every rank
+    /// joined (NCCL's `ncclCommInitRank`).
+    pub fn create(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        id: &ChannelId,
+        rank: usize,
+        count: usize,
+    ) -> Result<(Arc<dyn ChannelBackend>, Option<AbandonFn>)> {
+        probe()?;
+        let scratch = CudaMemory::device(context, counter, 4)?;
+        // NCCL takes the GPU from the current context.
+        let _bound = context.bind()?;
+        let mut unique = sys::ncclUniqueId { internal: [0; 128] };
+        for (slot, byte) in unique.internal.iter_mut().zip(id.as_bytes()) {
+            *slot = *byte as std::ffi::c_char;
+        }
+        let ranks = i32::try_from(count).map_err(|_| Error::invalid_argument(format!("{count} ranks")))?;
+        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
+        // SAFETY: NCCL is loaded; the context of this GPU is bound (`_bound`); the out-pointer is a
+        // live local. It blocks until every rank called it.
+        check(unsafe { sys::ncclCommInitRank(&mut comm, ranks, unique, rank as i32) }, "ncclCommInitRank")?;
+        let channel = NcclChannel { comm, context: context.clone(), rank, count, state: Mutex::new(false), scratch };
+        let abandon: AbandonFn = Arc::new(|call: &CollectiveCall, status: Error| {
+            if let Some(channel) = call.channel.backend().as_any().downcast_ref::<NcclChannel>() {
+                channel.abort(call, &status);
+            }
+        });
+        Ok((Arc::new(channel), Some(abandon)))
+    }
+
+    /// The channel behind `call`, if this driver made it.
+    pub fn of(call: &CollectiveCall) -> Result<&NcclChannel> {
+        call.channel
+            .backend()
+            .as_any()
+            .downcast_ref::<NcclChannel>()
+            .ok_or_else(|| Error::invalid_argument(format!("{call}: the channel was not made by the cuda driver")))
+    }
+
+    /// Aborts the communicator: `call` will not run on this rank, so the collectives of this
+    /// channel cannot pair any more.
+    fn abort(&self, call: &CollectiveCall, status: &Error) {
+        let mut aborted = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !*aborted {
+            *aborted = true;
+            tracing::error!(%status, "cuda: {call} will not run on rank {}; its NCCL communicator is aborted", self.rank);
+            // SAFETY: the communicator is live; abort may be called once, under the lock.
+            if let Err(e) = check(unsafe { sys::ncclCommAbort(self.comm) }, "ncclCommAbort") {
+                tracing::warn!(%e, "cuda: aborting an NCCL communicator failed");
+            }
+        }
+    }
+
+    /// Enqueues `call` on `stream`.
+    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
+        let aborted = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if *aborted {
+            return Err(Error::aborted(format!(
+                "{call}: the channel's communicator was aborted (a collective of rank {} did not run)",
+                self.rank
+            )));
+        }
+        call.settle();
+        let _ = bound;
+        let args = &call.args;
+        let (n, element) = (args.count as usize, args.element);
+        let size = element.size();
+        let (send_elements, recv_elements) = args.elements(self.rank, self.count);
+        let address = |binding: &Option<hal::BufferBinding>, elements: Option<u64>| -> Result<*mut std::ffi::c_void> {
+            match (binding, elements) {
+                (Some(b), Some(e)) => Ok(resolve_address(&b.buffer, b.offset, e * size)? as *mut std::ffi::c_void),
+                _ => Ok(std::ptr::null_mut()),
+            }
+        };
+        let send = address(&args.send, send_elements)?;
+        let recv = address(&args.recv, recv_elements)?;
+        let (comm, raw) = (self.comm, stream.raw() as sys::cudaStream_t);
+        let dtype = data_type(element);
+        // SAFETY (every call below): NCCL is loaded; the communicator is live and used under the
+        // lock; `send` and `recv` address the element counts NCCL reads and writes for this
+        // operation on this rank (checked by the HAL, resolved above), in memory the collective's
+        // buffers keep alive until it retires; the stream is this queue's.
+        match args.op {
+            CollectiveOp::AllReduce(op) => {
+                check(unsafe { sys::ncclAllReduce(send, recv, n, dtype, red_op(op), comm, raw) }, "ncclAllReduce")
+            }
+            CollectiveOp::Broadcast { root } => {
+                let send = if send.is_null() { recv } else { send };
+                check(unsafe { sys::ncclBroadcast(send, recv, n, dtype, root as i32, comm, raw) }, "ncclBroadcast")
+            }
+            CollectiveOp::Reduce { op, root } => {
+                let recv = if recv.is_null() { send } else { recv };
+                check(
+                    unsafe { sys::ncclReduce(send, recv, n, dtype, red_op(op), root as i32, comm, raw) },
+                    "ncclReduce",
+                )
+            }
+            CollectiveOp::AllGather => {
+                check(unsafe { sys::ncclAllGather(send, recv, n, dtype, comm, raw) }, "ncclAllGather")
+            }
+            CollectiveOp::ReduceScatter(op) => check(
+                unsafe { sys::ncclReduceScatter(send, recv, n, dtype, red_op(op), comm, raw) },
+                "ncclReduceScatter",
+            ),
+            CollectiveOp::AllToAll => {
+                let block = n as u64 * size;
+                check(unsafe { sys::ncclGroupStart() }, "ncclGroupStart")?;
+                let mut outcome = Ok(());
+                for peer in 0..self.count {
+                    let offset = peer as u64 * block;
+                    let (to, from) = (send.wrapping_byte_add(offset as usize), recv.wrapping_byte_add(offset as usize));
+                    outcome = outcome
+                        .and_then(|()| {
+                            check(unsafe { sys::ncclSend(to, n, dtype, peer as i32, comm, raw) }, "ncclSend")
+                        })
+                        .and_then(|()| {
+                            check(unsafe { sys::ncclRecv(from, n, dtype, peer as i32, comm, raw) }, "ncclRecv")
+                        });
+                }
+                // The group is closed whatever happened inside it.
+                outcome.and(check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd"))
+            }
+            CollectiveOp::Send { peer } => {
+                check(unsafe { sys::ncclSend(send, n, dtype, peer as i32, comm, raw) }, "ncclSend")
+            }
+            CollectiveOp::Recv { peer } => {
+                check(unsafe { sys::ncclRecv(recv, n, dtype, peer as i32, comm, raw) }, "ncclRecv")
+            }
+            CollectiveOp::Barrier => {
+                let scratch = hal::driver::BufferBackend::device_address(&self.scratch) as *mut std::ffi::c_void;
+                let int32 = sys::ncclDataType_t::ncclInt32;
+                let sum = sys::ncclRedOp_t::ncclSum;
+                check(
+                    unsafe { sys::ncclAllReduce(scratch, scratch, 1, int32, sum, comm, raw) },
+                    "ncclAllReduce (barrier)",
+                )
+            }
+        }
+        .map_err(|e| e.context(format!("{call}")))
+    }
+}
+
+impl Drop for NcclChannel {
+    fn drop(&mut self) {
+        // Every collective of the channel holds it until it retired: nothing is in flight now.
+        let aborted = *self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !aborted {
+            let _bound = self.context.bind();
+            // SAFETY: destroyed once, here, with nothing enqueued on it any more.
+            if let Err(e) = check(unsafe { sys::ncclCommDestroy(self.comm) }, "ncclCommDestroy") {
+                tracing::warn!(%e, "cuda: destroying an NCCL communicator failed");
+            }
+        }
+    }
+}
+
+fn data_type(element: ElementType) -> sys::ncclDataType_t {
+    use sys::ncclDataType_t as T;
+    match element {
+        ElementType::I8 => T::ncclInt8,
+        ElementType::U8 => T::ncclUint8,
+        ElementType::I32 => T::ncclInt32,
+        ElementType::U32 => T::ncclUint32,
+        ElementType::I64 => T::ncclInt64,
+        ElementType::U64 => T::ncclUint64,
+        ElementType::F16 => T::ncclFloat16,
+        ElementType::BF16 => T::ncclBfloat16,
+        ElementType::F32 => T::ncclFloat32,
+        ElementType::F64 => T::ncclFloat64,
+    }
+}
+
+fn red_op(op: ReduceOp) -> sys::ncclRedOp_t {
+    use sys::ncclRedOp_t as R;
+    match op {
+        ReduceOp::Sum => R::ncclSum,
+        ReduceOp::Prod => R::ncclProd,
+        ReduceOp::Min => R::ncclMin,
+        ReduceOp::Max => R::ncclMax,
+        ReduceOp::Avg => R::ncclAvg,
+    }
+}
