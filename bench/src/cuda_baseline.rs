@@ -315,6 +315,32 @@ impl RawCuda {
         })
     }
 
+    /// A dependent chain alternating between this GPU's stream 0 and `peer`'s (another GPU, or the
+    /// same one): launch, record, and the other GPU's stream waits on that event before its own
+    /// launch. Each hop binds its GPU's context, as a runtime driving two GPUs from one thread does.
+    pub fn cross_ping_pong(&self, peer: &RawCuda, ops: u64) -> Result<Duration> {
+        let start = Instant::now();
+        for i in 0..ops {
+            let (me, other) = if i % 2 == 0 { (self, peer) } else { (peer, self) };
+            me.bind()?;
+            if i > 0 {
+                // SAFETY: stream 0 of the current context and event 0 of the other GPU's context,
+                // recorded by the previous hop; CUDA lets a stream wait on another context's event.
+                check(
+                    unsafe { sys::cuStreamWaitEvent(me.streams[0], other.events[0], WAIT_DEFAULT) },
+                    "cuStreamWaitEvent",
+                )?;
+            }
+            me.launch(0, i as u32)?;
+            me.record(0, 0)?;
+        }
+        for raw in [self, peer] {
+            raw.bind()?;
+            raw.sync(0)?;
+        }
+        Ok(start.elapsed())
+    }
+
     /// `rounds` of fan-out/fan-in over `consumers` extra streams: a producer launch and record on
     /// stream 0, each consumer stream waits on it, launches and records, and stream 0 waits on
     /// every consumer before the joiner's launch (the next round's producer follows it in order).

@@ -43,6 +43,11 @@ impl RawCuda {
         match *self {}
     }
 
+    /// See the CUDA build's `cross_ping_pong`.
+    pub fn cross_ping_pong(&self, _peer: &RawCuda, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
+
     /// See the CUDA build's `fan_out_in`.
     pub fn fan_out_in(&self, _consumers: usize, _rounds: u64) -> Result<Duration> {
         match *self {}

@@ -22,6 +22,9 @@ struct Cli {
     /// The driver: cpu-sim or cuda (device 0; `hal bench --device DRIVER:ORDINAL` picks another)
     #[arg(long, value_name = "NAME", default_value = hal::DEFAULT_DRIVER)]
     driver: String,
+    /// The GPU ordinal of the second device the cross-device rows hop to (the same GPU by default)
+    #[arg(long, value_name = "ORDINAL", default_value_t = 0)]
+    peer_ordinal: usize,
     #[command(flatten)]
     options: Options,
 }
@@ -38,8 +41,9 @@ fn main() -> ExitCode {
     };
     let started = Instant::now();
     let mut progress = |name: &str| eprintln!("  running {name}... ({:.1} s so far)", started.elapsed().as_secs_f64());
-    // A second device of the driver (on CUDA, of the same GPU) for the cross-device rows.
-    let peer = registry.create_device(&cli.driver, 0).ok();
+    // A second device of the driver (on CUDA, of the same GPU unless --peer-ordinal) for the
+    // cross-device rows.
+    let peer = registry.create_device(&cli.driver, cli.peer_ordinal).ok();
     match session::run(device, peer, &cli.options, &mut std::io::stdout(), &mut progress) {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`bench | head`): nothing left to say.

@@ -586,7 +586,12 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
 
     if let Some(peer) = &env.peer {
         progress("cross-device ping-pong");
+        let peer_ordinal = peer.device.info().ordinal;
         let base = match &baselines {
+            Baselines::Cuda(raw) if peer_ordinal != info.ordinal => {
+                let other = RawCuda::new(peer_ordinal, 2, &[])?;
+                tr.cuda("launch, record, the other GPU's stream waits", n, |ops| raw.cross_ping_pong(&other, ops))?
+            }
             Baselines::Cuda(raw) => tr.cuda("launch, record, other stream waits", n, |ops| raw.ping_pong(ops))?,
             Baselines::Host => tr.host("mutex+condvar two threads", n, baseline::ping_pong),
         };
@@ -595,8 +600,13 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         let (hal, note) =
             tr.hal_split(n, |ops| cross_device_ping_pong(env, peer, [&one, &theirs], &device_side, ops))?;
         rows.push(
-            Row::new(format!("cross-device ping-pong hop (2 devices), 1 dispatch{note}"), "us/hop", hal.clone(), base)
-                .with_target(cuda(targets::PING_PONG)),
+            Row::new(
+                format!("cross-device ping-pong hop (ordinals {} and {peer_ordinal}), 1 dispatch{note}", info.ordinal),
+                "us/hop",
+                hal.clone(),
+                base,
+            )
+            .with_target(cuda(targets::PING_PONG)),
         );
         let host = hal::Semaphore::new(0);
         let (through_host, note) =

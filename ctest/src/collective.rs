@@ -82,16 +82,30 @@ fn run_all(
     channels: &[Channel],
     args: impl Fn(usize) -> CollectiveArgs,
 ) -> Result<Vec<hal::Result<()>>, CaseError> {
-    let mut signals: Vec<Semaphore> = Vec::new();
-    for (rank, device) in devices.iter().enumerate() {
-        let s = device.create_semaphore(0).ctx("semaphore")?;
-        device
-            .queue(0)
-            .ctx("queue")?
-            .collective(&[], &channels[rank], args(rank), &[sv(&s, 1)])
-            .ctx(format!("rank {rank}"))?;
-        signals.push(s);
-    }
+    // One thread per rank, as a process per GPU would: a library such as NCCL may block a rank's
+    // first collective until its peers arrive.
+    let signals: Vec<Semaphore> = std::thread::scope(|scope| {
+        let joins: Vec<_> = devices
+            .iter()
+            .enumerate()
+            .map(|(rank, device)| {
+                let (channel, args) = (&channels[rank], args(rank));
+                scope.spawn(move || -> Result<Semaphore, CaseError> {
+                    let s = device.create_semaphore(0).ctx("semaphore")?;
+                    device
+                        .queue(0)
+                        .ctx("queue")?
+                        .collective(&[], channel, args, &[sv(&s, 1)])
+                        .ctx(format!("rank {rank}"))?;
+                    Ok(s)
+                })
+            })
+            .collect();
+        joins
+            .into_iter()
+            .map(|join| join.join().unwrap_or_else(|_| Err(CaseError::Fail("a rank's submission panicked".into()))))
+            .collect::<Result<Vec<_>, _>>()
+    })?;
     Ok(signals.iter().map(|s| s.wait(1, hal::Timeout::After(crate::context::LONG))).collect())
 }
 
@@ -329,6 +343,9 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
     let counts = rank_counts(cx, 2);
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
+    }
+    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
+        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
     }
     for ranks in counts {
         let (devices, channels) = group(cx, ranks)?;

@@ -38,6 +38,8 @@ pub struct Fixture {
     unavailable: Option<String>,
     /// How many ranks of one channel its devices can be (see [`Fixture::with_max_ranks`]).
     max_ranks: usize,
+    /// Why a rank's abandoned collective leaves the other ranks waiting, if it does.
+    abandon_blocks_peers: Option<String>,
 }
 
 impl Fixture {
@@ -59,6 +61,7 @@ impl Fixture {
             fault_marker: None,
             unavailable: None,
             max_ranks: usize::MAX,
+            abandon_blocks_peers: None,
         }
     }
 
@@ -78,6 +81,7 @@ impl Fixture {
             fault_marker: None,
             unavailable: None,
             max_ranks: usize::MAX,
+            abandon_blocks_peers: None,
         }
     }
 
@@ -153,11 +157,30 @@ impl Fixture {
         Fixture::from_registry(registry, driver_cpu_sim::DRIVER_NAME, crate::kernels::native::NativeCatalogue)
     }
 
+    /// Devices come from `create` from now on (the registry, if any, stays for the registry cases):
+    /// e.g. a factory that spreads devices over several GPUs.
+    pub fn with_factory(mut self, create: impl Fn() -> Result<Device> + Send + Sync + 'static) -> Self {
+        self.factory = Arc::new(create);
+        self
+    }
+
     /// The devices this fixture makes can be at most `ranks` ranks of one channel (CUDA: NCCL takes
     /// one rank per GPU). Collective cases with more ranks are skipped, with a note saying so.
     pub fn with_max_ranks(mut self, ranks: usize) -> Self {
         self.max_ranks = ranks;
         self
+    }
+
+    /// Says that when one rank's collective does not run, the driver cannot release the other
+    /// ranks (`reason` says why): the case that checks it is skipped with the reason.
+    pub fn with_abandon_blocking_peers(mut self, reason: impl Into<String>) -> Self {
+        self.abandon_blocks_peers = Some(reason.into());
+        self
+    }
+
+    /// Why an abandoned collective leaves the other ranks waiting, if it does.
+    pub fn abandon_blocks_peers(&self) -> Option<&str> {
+        self.abandon_blocks_peers.as_deref()
     }
 
     /// How many ranks of one channel its devices can be.

@@ -18,6 +18,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ctest::kernels::cuda::CudaCatalogue;
@@ -80,12 +81,32 @@ fn cuda_fixture() -> Fixture {
     keep_primary_context();
     let mut registry = hal::Registry::new();
     driver_cuda::register(&mut registry);
-    Fixture::from_registry(registry, driver_cuda::DRIVER_NAME, catalogue())
+    let fixture = Fixture::from_registry(registry.clone(), driver_cuda::DRIVER_NAME, catalogue())
         .with_sticky_faults()
-        .with_fault_marker("CUDA_ERROR_")
-        // Every device of this fixture is on GPU 0, and NCCL takes one rank per GPU.
-        .with_max_ranks(1)
+        .with_fault_marker("CUDA_ERROR_");
+    let gpus = driver_cuda::loader::probe().map_or(1, |p| p.device_count);
+    let first: usize = std::env::var(ORDINAL_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if std::env::var(SPREAD_ENV).is_ok_and(|v| v == "1") && gpus > 1 {
+        // A case's devices go round the GPUs (its first on GPU 0 in a fresh process), so the
+        // multi-device and collective cases cross GPUs; NCCL takes one rank per GPU.
+        let next = Arc::new(AtomicUsize::new(0));
+        fixture
+            .with_factory(move || {
+                registry.create_device(driver_cuda::DRIVER_NAME, next.fetch_add(1, Ordering::Relaxed) % gpus)
+            })
+            .with_max_ranks(gpus)
+    } else {
+        // Every device of this fixture is on one GPU, and NCCL takes one rank per GPU.
+        fixture.with_factory(move || registry.create_device(driver_cuda::DRIVER_NAME, first)).with_max_ranks(1)
+    }
 }
+
+/// The GPU ordinal the fixture's devices are made on (default 0; with `CTEST_CUDA_SPREAD=1`,
+/// where each case's devices start).
+const ORDINAL_ENV: &str = "CTEST_CUDA_ORDINAL";
+
+/// `1`: the fixture spreads each case's devices over every GPU (see `cuda_fixture`).
+const SPREAD_ENV: &str = "CTEST_CUDA_SPREAD";
 
 ctest::instantiate_cts!(
     cuda,
