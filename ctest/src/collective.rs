@@ -338,7 +338,8 @@ pub(crate) fn send_and_receive_pairs(cx: &Cx) -> CaseResult {
 
 /// Rank 1's all-reduce waits on a semaphore that fails: every rank's all-reduce fails (no hang),
 /// the others' status naming rank 1's failure. The next all-reduce on the same channel (sequence
-/// numbers still aligned) works on every rank.
+/// numbers still aligned) works on every rank, or, on a driver whose channel dies with an abandoned
+/// collective (NCCL), fails at once on every rank with that status.
 pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
     let counts = rank_counts(cx, 2);
     if counts.is_empty() {
@@ -346,6 +347,9 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
     }
     if let Some(reason) = cx.fixture().abandon_blocks_peers() {
         return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
+    }
+    if cx.fixture().channel_dies_on_abandon() {
+        cx.note("the channel dies with the abandoned collective: the next one must fail, not hang");
     }
     for ranks in counts {
         let (devices, channels) = group(cx, ranks)?;
@@ -376,6 +380,12 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
                 .recv(&bufs[r])
         })?;
         for (rank, outcome) in outcomes.into_iter().enumerate() {
+            if cx.fixture().channel_dies_on_abandon() {
+                // The channel is dead (NCCL aborted it): the next collective fails at once, no hang.
+                let e = outcome.err().ok_or_else(|| CaseError::Fail(format!("rank {rank}: a dead channel ran")))?;
+                ensure!(e.message().contains("rank 1's input was lost"), "{ranks} ranks, rank {rank}: {e}");
+                continue;
+            }
             outcome.ctx(format!("{ranks} ranks: the next all-reduce, rank {rank}"))?;
             ensure_eq!(cx.bytes(&bufs[rank])?[..4], (ranks as u32).to_le_bytes(), "{ranks} ranks, rank {rank}");
         }

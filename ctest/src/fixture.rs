@@ -40,6 +40,8 @@ pub struct Fixture {
     max_ranks: usize,
     /// Why a rank's abandoned collective leaves the other ranks waiting, if it does.
     abandon_blocks_peers: Option<String>,
+    /// Whether a channel is dead once one of its collectives was abandoned (NCCL aborts it).
+    channel_dies_on_abandon: bool,
 }
 
 impl Fixture {
@@ -62,6 +64,7 @@ impl Fixture {
             unavailable: None,
             max_ranks: usize::MAX,
             abandon_blocks_peers: None,
+            channel_dies_on_abandon: false,
         }
     }
 
@@ -82,6 +85,7 @@ impl Fixture {
             unavailable: None,
             max_ranks: usize::MAX,
             abandon_blocks_peers: None,
+            channel_dies_on_abandon: false,
         }
     }
 
@@ -181,6 +185,18 @@ impl Fixture {
     /// Why an abandoned collective leaves the other ranks waiting, if it does.
     pub fn abandon_blocks_peers(&self) -> Option<&str> {
         self.abandon_blocks_peers.as_deref()
+    }
+
+    /// Says that a channel is dead once one of its collectives was abandoned (every later
+    /// collective on it fails; make a new channel), as NCCL's aborted communicators are.
+    pub fn with_channels_dying_on_abandon(mut self) -> Self {
+        self.channel_dies_on_abandon = true;
+        self
+    }
+
+    /// Whether a channel is dead once one of its collectives was abandoned.
+    pub fn channel_dies_on_abandon(&self) -> bool {
+        self.channel_dies_on_abandon
     }
 
     /// How many ranks of one channel its devices can be.

@@ -12,9 +12,11 @@
 //! a barrier is a one-element all-reduce.
 //!
 //! A collective that will not run on one rank (its wait failed) cannot be withdrawn from the others,
-//! whose kernels wait for it on the GPU: this rank's communicator is aborted, so its later
-//! collectives fail at once, and the other ranks' NCCL reports the lost peer (a process-wide
-//! timeout on multi-process runs; see docs/embedding.md).
+//! whose kernels wait for it on the GPU. So every communicator of that channel in this process is
+//! aborted (`ncclCommAbort` makes kernels in flight return): their collectives in flight and every
+//! later one fail with the abandoning rank's status, and the channel is dead (make a new one).
+//! Ranks in other processes are not reached this way: they wait until their own process aborts
+//! (NCCL's own timeouts; see docs/embedding.md).
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -110,14 +112,24 @@ pub fn unique_id() -> Result<ChannelId> {
 /// One rank's NCCL communicator.
 pub struct NcclChannel {
     comm: sys::ncclComm_t,
+    id: [u8; ChannelId::LEN],
     context: Arc<Context>,
     rank: usize,
     count: usize,
-    /// Serialises enqueues from several queues (a communicator is not thread-safe), and whether
-    /// the communicator was aborted.
-    state: Mutex<bool>,
+    /// Serialises enqueues from several queues (a communicator is not thread-safe); `Some(why)`
+    /// once the communicator was aborted.
+    state: Mutex<Option<Error>>,
     /// Four bytes for barriers.
     scratch: CudaMemory,
+}
+
+/// The communicators of this process, by channel id.
+type Live = Mutex<Vec<([u8; ChannelId::LEN], std::sync::Weak<NcclChannel>)>>;
+
+/// The communicators of this process: an abandoned collective aborts those of its channel.
+fn live() -> &'static Live {
+    static LIVE: OnceLock<Live> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(Vec::new()))
 }
 
 // SAFETY: the communicator is used only under `state`'s lock (enqueues, abort) or with exclusive
@@ -155,13 +167,26 @@ impl NcclChannel {
         // SAFETY: NCCL is loaded; the context of this GPU is bound (`_bound`); the out-pointer is a
         // live local. It blocks until every rank called it.
         check(unsafe { sys::ncclCommInitRank(&mut comm, ranks, unique, rank as i32) }, "ncclCommInitRank")?;
-        let channel = NcclChannel { comm, context: context.clone(), rank, count, state: Mutex::new(false), scratch };
+        let channel = Arc::new(NcclChannel {
+            comm,
+            id: *id.as_bytes(),
+            context: context.clone(),
+            rank,
+            count,
+            state: Mutex::new(None),
+            scratch,
+        });
+        {
+            let mut live = live().lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|(_, weak)| weak.strong_count() > 0);
+            live.push((*id.as_bytes(), Arc::downgrade(&channel)));
+        }
         let abandon: AbandonFn = Arc::new(|call: &CollectiveCall, status: Error| {
             if let Some(channel) = call.channel.backend().as_any().downcast_ref::<NcclChannel>() {
-                channel.abort(call, &status);
+                channel.abandoned(call, status);
             }
         });
-        Ok((Arc::new(channel), Some(abandon)))
+        Ok((channel, Some(abandon)))
     }
 
     /// The channel behind `call`, if this driver made it.
@@ -173,28 +198,48 @@ impl NcclChannel {
             .ok_or_else(|| Error::invalid_argument(format!("{call}: the channel was not made by the cuda driver")))
     }
 
-    /// Aborts the communicator: `call` will not run on this rank, so the collectives of this
-    /// channel cannot pair any more.
-    fn abort(&self, call: &CollectiveCall, status: &Error) {
-        let mut aborted = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !*aborted {
-            *aborted = true;
-            tracing::error!(%status, "cuda: {call} will not run on rank {}; its NCCL communicator is aborted", self.rank);
-            // SAFETY: the communicator is live; abort may be called once, under the lock.
+    /// `call` will not run on this rank: aborts every communicator of the channel in this process,
+    /// with `status` for their collectives.
+    fn abandoned(&self, call: &CollectiveCall, status: Error) {
+        let status = status.context(format!("rank {}'s {call} did not run", self.rank));
+        tracing::error!(%status, "cuda: aborting the channel's NCCL communicators in this process");
+        let peers: Vec<Arc<NcclChannel>> = live()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(id, _)| *id == self.id)
+            .filter_map(|(_, weak)| weak.upgrade())
+            .collect();
+        for peer in peers {
+            peer.abort(&status);
+        }
+    }
+
+    /// Aborts this communicator (once): kernels in flight return, and every collective of it fails
+    /// with `status` from now on (see [`failure`](Self::failure)).
+    fn abort(&self, status: &Error) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.is_none() {
+            *state = Some(status.clone());
+            let _bound = self.context.bind();
+            // SAFETY: the communicator is live and aborted once, under the lock (no enqueue runs).
             if let Err(e) = check(unsafe { sys::ncclCommAbort(self.comm) }, "ncclCommAbort") {
                 tracing::warn!(%e, "cuda: aborting an NCCL communicator failed");
             }
         }
     }
 
+    /// Why this channel's collectives fail, once its communicator was aborted (a completed
+    /// collective of an aborted communicator may have returned early, so it fails too).
+    pub fn failure(&self) -> Option<Error> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Enqueues `call` on `stream`.
     pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
-        let aborted = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if *aborted {
-            return Err(Error::aborted(format!(
-                "{call}: the channel's communicator was aborted (a collective of rank {} did not run)",
-                self.rank
-            )));
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = state.as_ref() {
+            return Err(status.context(format!("{call}: the channel was aborted")));
         }
         call.settle();
         let _ = bound;
@@ -279,7 +324,7 @@ impl NcclChannel {
 impl Drop for NcclChannel {
     fn drop(&mut self) {
         // Every collective of the channel holds it until it retired: nothing is in flight now.
-        let aborted = *self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let aborted = self.state.get_mut().unwrap_or_else(|p| p.into_inner()).is_some();
         if !aborted {
             let _bound = self.context.bind();
             // SAFETY: destroyed once, here, with nothing enqueued on it any more.

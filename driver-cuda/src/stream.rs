@@ -481,6 +481,13 @@ impl StreamModel for CudaStreams {
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
+        // A collective whose communicator was aborted while it ran may have returned early.
+        if let QueueOp::Collective(call) = &work.op
+            && let Some(status) = crate::nccl::NcclChannel::of(call).ok().and_then(|c| c.failure())
+        {
+            self.timer.discard(work.queue, work.id);
+            return Err(status);
+        }
         match self.timer.take(work.queue, work.id) {
             Ok(Some(timed)) => {
                 if let Err(e) = self.timer.read(work, timed) {

@@ -95,6 +95,7 @@ fn cuda_fixture() -> Fixture {
                 registry.create_device(driver_cuda::DRIVER_NAME, next.fetch_add(1, Ordering::Relaxed) % gpus)
             })
             .with_max_ranks(gpus)
+            .with_channels_dying_on_abandon()
     } else {
         // Every device of this fixture is on one GPU, and NCCL takes one rank per GPU.
         fixture.with_factory(move || registry.create_device(driver_cuda::DRIVER_NAME, first)).with_max_ranks(1)
