@@ -81,6 +81,10 @@ struct RunArgs {
     /// goes; FILE is opened (created) before the run starts
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+    /// Split the grid over this many devices of the driver, 1 or 2: the second is the next ordinal
+    /// after --device's (the same one again when the driver has only one)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    devices: u32,
 }
 
 #[derive(Debug, Args)]
@@ -233,6 +237,20 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let registry = if trace_file.is_some() { tools::registry_with_device_timings() } else { tools::registry() };
     // A device that does not open drops the trace file unstarted: removed if this run created it.
     let device = tools::open(&registry, &spec)?;
+    let mut devices = vec![device.clone()];
+    if args.devices > 1 {
+        let (driver, ordinal) = registry.locate(spec.path()).map_err(|e| format!("device '{spec}': {e}"))?;
+        let count = registry
+            .list()
+            .into_iter()
+            .find(|listing| listing.name == driver)
+            .and_then(|listing| listing.devices.ok())
+            .map_or(1, |devices| devices.len().max(1));
+        let next = registry
+            .create_device(&driver, (ordinal + 1) % count)
+            .map_err(|e| format!("cannot open the second device of driver '{driver}': {e}"))?;
+        devices.push(next);
+    }
     let recorder = match trace_file {
         Some(file) => {
             let recorder = TraceRecorder::streaming(file)?;
@@ -242,7 +260,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         None => None,
     };
     let mut progress = Progress::new("hal run", u64::from(config.steps), "steps");
-    let report = stencil::run(&device, &config, recorder.as_ref(), &mut |done| progress.update(done));
+    let report = stencil::run(&devices, &config, recorder.as_ref(), &mut |done| progress.update(done));
     progress.finish();
     // The trace is closed whatever the outcome: a failed run's timeline up to the failure is kept.
     let traced = recorder.as_ref().map(|recorder| (recorder.finish(), recorder.span_counts("issue")));

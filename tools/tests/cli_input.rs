@@ -153,3 +153,16 @@ fn finding_10_cts_list_into_a_closed_pipe_exits_quietly() {
     assert!(stderr.is_empty(), "{stderr}");
     assert_eq!(status.code(), Some(0));
 }
+
+/// `hal run --devices 2` splits the stencil over two devices (on cpu-sim, two devices of the one
+/// ordinal), bit-exact against the CPU reference; a count outside 1..=2 is a usage error.
+#[test]
+fn run_over_two_devices_is_verified() {
+    let out = hal(&["run", "--size", "96", "--steps", "30", "--devices", "2"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("queue 0 of device 0 and queue 0 of device 1"), "{stdout}");
+    assert!(stdout.contains("check:        PASS"), "{stdout}");
+    assert!(stdout.contains("device 1:"), "{stdout}");
+    assert_usage_error(&hal(&["run", "--devices", "3"]), &["--devices", "3"]);
+}

@@ -1,5 +1,8 @@
 //! The main job of `hal run`: an iterative 2-D Jacobi (heat) stencil on an `N` x `N` f32 grid,
 //! split into two halves of rows, one per queue, with halo exchanges ordered by timeline semaphores.
+//! On one device the halves run on its queues 0 and 1; on two devices (`hal run --devices 2`) each
+//! half runs on queue 0 of its own device, and the halo copies cross devices (peer copies between
+//! GPUs, waits on the other device's events).
 //!
 //! Each half lives in two ping-pong buffers of `rows + 2` rows (a halo row above and below its own
 //! rows). Each queue has a timeline semaphore, and every submission of a queue waits on the value of
@@ -97,8 +100,10 @@ impl Config {
 /// One queue's share of a run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueUsage {
-    /// The queue's index on the device.
+    /// The queue's index on its device.
     pub queue: usize,
+    /// Its device's index among the run's devices.
+    pub device: usize,
     /// Grid rows it computed.
     pub rows: u32,
     /// Submissions on it.
@@ -112,8 +117,10 @@ pub struct QueueUsage {
 pub struct Report {
     /// The run's sizes.
     pub config: Config,
-    /// "driver 'name'" of the device.
+    /// "driver 'name'" of the device, or of both devices.
     pub device: String,
+    /// Devices the halves ran on (1 or 2).
+    pub devices: usize,
     /// Threads per workgroup of the loaded form of the kernel.
     pub workgroup_size: [u32; 3],
     /// Workgroups per dispatch of the first half.
@@ -144,10 +151,13 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {} steps, halves on queues {} and {} of {}",
+            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {} steps, halves on {} of {}",
             c.steps,
-            self.queues[0].queue,
-            self.queues[1].queue,
+            if self.devices == 1 {
+                format!("queues {} and {}", self.queues[0].queue, self.queues[1].queue)
+            } else {
+                format!("queue {} of device 0 and queue {} of device 1", self.queues[0].queue, self.queues[1].queue)
+            },
             self.device,
             n = c.size
         );
@@ -190,10 +200,11 @@ impl Report {
         );
         for usage in &self.queues {
             let share = if self.wall.is_zero() { 0.0 } else { usage.busy.as_secs_f64() / self.wall.as_secs_f64() };
+            let name =
+                if self.devices == 1 { format!("queue {}:", usage.queue) } else { format!("device {}:", usage.device) };
             let _ = writeln!(
                 out,
-                "  queue {}:      busy {:.3} s of {:.3} s ({:.0}%), {} submissions, {} rows",
-                usage.queue,
+                "  {name:<13} busy {:.3} s of {:.3} s ({:.0}%), {} submissions, {} rows",
                 usage.busy.as_secs_f64(),
                 self.wall.as_secs_f64(),
                 share * 100.0,
@@ -237,17 +248,32 @@ fn halo_value(k: u32) -> u64 {
     UPLOADS + 2 * u64::from(k) + 2
 }
 
-/// Runs the job on queues 0 and 1 of `device`, calling `progress` with the steps completed now and
-/// then; adds one slice per submission to `trace` when given. `Err` when the device fails or hangs;
-/// a wrong result is `Ok` with a failing [`Report::passed`].
+/// Runs the job on `devices` (one: its queues 0 and 1; two: queue 0 of each), calling `progress`
+/// with the steps completed now and then; adds one slice per submission to `trace` when given.
+/// `Err` when a device fails or hangs; a wrong result is `Ok` with a failing [`Report::passed`].
 pub fn run(
-    device: &Device,
+    devices: &[Device],
     config: &Config,
     trace: Option<&TraceRecorder>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Report> {
     config.validate()?;
-    if device.queue_count() < 2 {
+    let device = match devices {
+        [device] | [device, _] => device,
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "the stencil splits over 1 or 2 devices, not {}",
+                devices.len()
+            )));
+        }
+    };
+    // Half h runs on (device, queue) places[h].
+    let places: [(&Device, usize); 2] = match devices {
+        [one] => [(one, 0), (one, 1)],
+        [a, b, ..] => [(a, 0), (b, 0)],
+        [] => unreachable!("checked above"),
+    };
+    if devices.len() == 1 && device.queue_count() < 2 {
         return Err(Error::failed_precondition(format!(
             "the stencil needs two queues; driver '{}' device '{}' has {}",
             device.info().driver,
@@ -257,26 +283,37 @@ pub fn run(
     }
     let n = config.size;
     let half_buffer = half_buffer_bytes(n, n - n / 2);
-    if half_buffer > device.info().max_allocation_size {
-        return Err(Error::resource_exhausted(format!(
-            "grid size {n} needs buffers of {half_buffer} bytes, more than the {} bytes driver '{}' device '{}' \
-             allocates at once",
-            device.info().max_allocation_size,
-            device.info().driver,
-            device.info().name
-        )));
+    for (d, _) in places {
+        if half_buffer > d.info().max_allocation_size {
+            return Err(Error::resource_exhausted(format!(
+                "grid size {n} needs buffers of {half_buffer} bytes, more than the {} bytes driver '{}' device '{}' \
+                 allocates at once",
+                d.info().max_allocation_size,
+                d.info().driver,
+                d.info().name
+            )));
+        }
     }
-    let executable = kernels::source_for(device.info())
-        .and_then(|source| device.load_executable(&source))
-        .map_err(|e| e.context("loading the stencil kernel"))?;
-    executable.set_label("jacobi stencil")?;
+    let load = |d: &Device| -> Result<Executable> {
+        let executable = kernels::source_for(d.info())
+            .and_then(|source| d.load_executable(&source))
+            .map_err(|e| e.context("loading the stencil kernel"))?;
+        executable.set_label("jacobi stencil")?;
+        Ok(executable)
+    };
+    let executable = &load(places[0].0)?;
+    let other = if devices.len() == 1 { None } else { Some(load(places[1].0)?) };
+    let second = other.as_ref().unwrap_or(executable);
     let workgroup_size = executable.entry_point_info(executable.entry_point(kernels::ENTRY_POINT)?)?.workgroup_size;
     let grid = reference::initial_grid(n);
     let split = n / 2;
-    let halves =
-        [make_half(device, &executable, 0, n, 0, split)?, make_half(device, &executable, 1, n, split, n - split)?];
+    let halves = [
+        make_half(places[0].0, executable, places[0].1, 0, n, 0, split)?,
+        make_half(places[1].0, second, places[1].1, 1, n, split, n - split)?,
+    ];
     let final_value = UPLOADS + 2 * u64::from(config.steps) + 1;
     let epoch = trace.map_or_else(Instant::now, TraceRecorder::epoch);
+    // Device timestamps of the first device's queues (on two devices, its half's).
     let profiled = trace.map(|trace| DeviceTimestamps::begin(device, trace));
     let mut ledger = Ledger::new(
         epoch,
@@ -328,7 +365,7 @@ pub fn run(
         if submitted % chunk == 0 && submitted > config.window {
             let behind = halo_value(submitted - config.window - 1);
             let list = [SV::new(&halves[0].timeline, behind), SV::new(&halves[1].timeline, behind)];
-            wait_with_progress(device, &halves, &list, config.steps, progress)?;
+            wait_with_progress(devices, &halves, &list, config.steps, progress)?;
             host_waits += 1;
             if let Some(profiled) = &profiled {
                 profiled.drain();
@@ -350,7 +387,7 @@ pub fn run(
         })?);
     }
     let list = [SV::new(&halves[0].timeline, final_value), SV::new(&halves[1].timeline, final_value)];
-    wait_with_progress(device, &halves, &list, config.steps, progress)?;
+    wait_with_progress(devices, &halves, &list, config.steps, progress)?;
     let finished =
         (0..2).filter_map(|half| ledger.reached_at(half, final_value)).max().unwrap_or_else(|| epoch.elapsed());
     let wall = finished.saturating_sub(started);
@@ -370,9 +407,21 @@ pub fn run(
     let expected = reference::solve(n, config.steps);
     let reference_time = reference_started.elapsed();
 
+    let described = match devices {
+        [one] => format!("driver '{}' device '{}'", one.info().driver, one.info().name),
+        _ => format!(
+            "driver '{}' devices '{}' (ordinal {}) and '{}' (ordinal {})",
+            device.info().driver,
+            places[0].0.info().name,
+            places[0].0.info().ordinal,
+            places[1].0.info().name,
+            places[1].0.info().ordinal
+        ),
+    };
     Ok(Report {
         config: *config,
-        device: format!("driver '{}' device '{}'", device.info().driver, device.info().name),
+        device: described,
+        devices: devices.len(),
         workgroup_size,
         workgroups: kernels::workgroups(n, halves[0].rows, workgroup_size),
         max_abs_error: reference::max_abs_error(&result, &expected),
@@ -383,7 +432,14 @@ pub fn run(
         queues: halves
             .iter()
             .zip(busy)
-            .map(|(h, (busy, submissions))| QueueUsage { queue: h.queue.index(), rows: h.rows, submissions, busy })
+            .enumerate()
+            .map(|(i, (h, (busy, submissions)))| QueueUsage {
+                queue: h.queue.index(),
+                device: if devices.len() == 1 { 0 } else { i },
+                rows: h.rows,
+                submissions,
+                busy,
+            })
             .collect(),
     })
 }
@@ -458,8 +514,17 @@ fn half_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
     bytes
 }
 
-/// Allocates a half's buffers and records its two reusable step command buffers.
-fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, offset: u32, rows: u32) -> Result<Half> {
+/// Allocates half `index`'s buffers on `device` and records its two reusable step command buffers
+/// for queue `queue`.
+fn make_half(
+    device: &Device,
+    executable: &Executable,
+    queue: usize,
+    index: usize,
+    n: u32,
+    offset: u32,
+    rows: u32,
+) -> Result<Half> {
     let bytes = half_buffer_bytes(n, rows);
     let buffers = [
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
@@ -467,14 +532,14 @@ fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, off
     ];
     // Labels name the half's objects in errors, `Device::report` and the trace.
     for (parity, buffer) in buffers.iter().enumerate() {
-        buffer.set_label(format!("half {queue} grid {parity}"))?;
+        buffer.set_label(format!("half {index} grid {parity}"))?;
     }
     let entry = executable.entry_point(kernels::ENTRY_POINT)?;
     // The grid follows the loaded form's workgroup (one row on a GPU, several natively).
     let workgroup_size = executable.entry_point_info(entry)?.workgroup_size;
     let record = |parity: usize| -> Result<CommandBuffer> {
         let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
-        cb.set_label(format!("half {queue} step from grid {parity}"))?;
+        cb.set_label(format!("half {index} step from grid {parity}"))?;
         cb.dispatch(
             executable,
             entry,
@@ -487,7 +552,7 @@ fn make_half(device: &Device, executable: &Executable, queue: usize, n: u32, off
     };
     let steps = [record(0)?, record(1)?];
     let timeline = device.create_semaphore(0)?;
-    timeline.set_label(format!("queue {queue} timeline"))?;
+    timeline.set_label(format!("half {index} timeline"))?;
     Ok(Half { queue: device.queue(queue)?, offset, rows, buffers, steps, timeline })
 }
 
@@ -499,7 +564,7 @@ fn steps_done(halves: &[Half; 2]) -> u64 {
 /// Waits for every entry of `list`, reporting progress every 100 ms; a failure is returned as is, and
 /// no progress for [`STALL_LIMIT`] is `DeadlineExceeded` with the device's hang report.
 fn wait_with_progress(
-    device: &Device,
+    devices: &[Device],
     halves: &[Half; 2],
     list: &[SV],
     steps: u32,
@@ -515,10 +580,11 @@ fn wait_with_progress(
                 if done != last.0 {
                     last = (done, Instant::now());
                 } else if last.1.elapsed() >= STALL_LIMIT {
+                    let reports: Vec<String> = devices.iter().map(Device::report).collect();
                     return Err(Error::deadline_exceeded(format!(
                         "no progress for {} s at step {done} of {steps}; device report:\n{}",
                         STALL_LIMIT.as_secs(),
-                        device.report()
+                        reports.join("\n")
                     )));
                 }
             }
@@ -533,7 +599,7 @@ mod tests {
 
     fn run_on_cpu_sim(config: Config) -> Report {
         let device = driver_cpu_sim::create_device().unwrap();
-        run(&device, &config, None, &mut |_| {}).unwrap()
+        run(&[device], &config, None, &mut |_| {}).unwrap()
     }
 
     #[test]
@@ -545,6 +611,20 @@ mod tests {
             assert_eq!(report.submissions, 4 * steps as usize + 6);
             assert_eq!(report.queues.iter().map(|q| q.rows).sum::<u32>(), size);
         }
+    }
+
+    #[test]
+    fn two_devices_match_the_reference_exactly() {
+        let devices = [driver_cpu_sim::create_device().unwrap(), driver_cpu_sim::create_device().unwrap()];
+        for (size, steps) in [(4, 3), (64, 20), (513, 3)] {
+            let report = run(&devices, &Config { size, steps, window: 4 }, None, &mut |_| {}).unwrap();
+            assert_eq!(report.max_abs_error, 0.0, "size {size} steps {steps}");
+            assert_eq!((report.devices, report.queues[1].device), (2, 1));
+            assert!(report.render().contains("queue 0 of device 0 and queue 0 of device 1"), "{}", report.render());
+        }
+        let three = [devices[0].clone(), devices[1].clone(), devices[0].clone()];
+        let error = run(&three, &Config::default(), None, &mut |_| {}).unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
     }
 
     #[test]
@@ -596,7 +676,7 @@ mod tests {
         let options = driver_cpu_sim::CpuSimOptions { max_allocation_size: 1 << 10, ..Default::default() };
         let device =
             hal::driver::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).unwrap();
-        let error = run(&device, &Config { size: 64, steps: 1, window: 4 }, None, &mut |_| {}).unwrap_err();
+        let error = run(&[device], &Config { size: 64, steps: 1, window: 4 }, None, &mut |_| {}).unwrap_err();
         assert_eq!(error.code(), StatusCode::ResourceExhausted);
         assert!(error.message().contains("grid size 64 needs buffers of 8704 bytes"), "{error}");
     }
