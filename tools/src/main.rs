@@ -81,9 +81,10 @@ struct RunArgs {
     /// goes; FILE is opened (created) before the run starts
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
-    /// Split the grid over this many devices of the driver, 1 or 2: the second is the next ordinal
-    /// after --device's (the same one again when the driver has only one)
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    /// Split the grid over this many devices of the driver, 1 to 16, one part of rows each on its
+    /// queue 0: --device's, then the next ordinals in turn (wrapping around, so a driver with fewer
+    /// devices opens some again)
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=stencil::MAX_DEVICES as i64))]
     devices: u32,
 }
 
@@ -246,10 +247,12 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
             .find(|listing| listing.name == driver)
             .and_then(|listing| listing.devices.ok())
             .map_or(1, |devices| devices.len().max(1));
-        let next = registry
-            .create_device(&driver, (ordinal + 1) % count)
-            .map_err(|e| format!("cannot open the second device of driver '{driver}': {e}"))?;
-        devices.push(next);
+        for i in 1..args.devices as usize {
+            let next = registry
+                .create_device(&driver, (ordinal + i) % count)
+                .map_err(|e| format!("cannot open device {} of driver '{driver}' for the run: {e}", i + 1))?;
+            devices.push(next);
+        }
     }
     let recorder = match trace_file {
         Some(file) => {

@@ -62,6 +62,15 @@ pub const PID_DEVICE: u32 = 6;
 /// The `tid` of spans and events that name no queue.
 pub const TID_NO_QUEUE: u64 = 1000;
 
+/// Bits of a track's `tid` below its device index (see [`queue_track`]).
+const DEVICE_SHIFT: u32 = 16;
+
+/// The `tid` of queue `queue` of the run's device `device`: the queue index on device 0 (a track
+/// named "queue Q", as the HAL's own spans use), else named "device D queue Q".
+pub fn queue_track(device: usize, queue: usize) -> u64 {
+    ((device as u64) << DEVICE_SHIFT) | queue as u64
+}
+
 /// Bytes a streaming recorder buffers before writing to its file.
 const STREAM_BUFFER: usize = 64 * 1024;
 
@@ -346,6 +355,9 @@ fn write_event(out: &mut impl Write, record: &Record, named: &mut Vec<(u32, u64)
             (PID_DEVICE, tid) if tid % 2 == 0 => format!("queue {} operations", tid / 2),
             (PID_DEVICE, tid) => format!("queue {} dispatches", tid / 2),
             (_, TID_NO_QUEUE) => "no queue".to_string(),
+            (_, tid) if tid >> DEVICE_SHIFT > 0 => {
+                format!("device {} queue {}", tid >> DEVICE_SHIFT, tid & ((1 << DEVICE_SHIFT) - 1))
+            }
             (_, tid) => format!("queue {tid}"),
         };
         write!(

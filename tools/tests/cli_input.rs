@@ -154,15 +154,19 @@ fn finding_10_cts_list_into_a_closed_pipe_exits_quietly() {
     assert_eq!(status.code(), Some(0));
 }
 
-/// `hal run --devices 2` splits the stencil over two devices (on cpu-sim, two devices of the one
-/// ordinal), bit-exact against the CPU reference; a count outside 1..=2 is a usage error.
+/// `hal run --devices N` splits the stencil over N devices (on cpu-sim, devices of the one
+/// ordinal), bit-exact against the CPU reference; a count outside 1..=16 is a usage error.
 #[test]
-fn run_over_two_devices_is_verified() {
-    let out = hal(&["run", "--size", "96", "--steps", "30", "--devices", "2"]);
-    let stdout = text(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("queue 0 of device 0 and queue 0 of device 1"), "{stdout}");
-    assert!(stdout.contains("check:        PASS"), "{stdout}");
-    assert!(stdout.contains("device 1:"), "{stdout}");
-    assert_usage_error(&hal(&["run", "--devices", "3"]), &["--devices", "3"]);
+fn run_over_several_devices_is_verified() {
+    for (count, halos) in [("2", "60 halo copies"), ("3", "120 halo copies")] {
+        let out = hal(&["run", "--size", "96", "--steps", "30", "--devices", count]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+        assert!(stdout.contains(&format!("{count} parts on queue 0 of each of {count} devices")), "{stdout}");
+        assert!(stdout.contains(halos), "{stdout}");
+        assert!(stdout.contains("check:        PASS"), "{stdout}");
+        assert!(stdout.contains(&format!("device {}:", count.parse::<usize>().unwrap() - 1)), "{stdout}");
+    }
+    assert_usage_error(&hal(&["run", "--devices", "17"]), &["--devices", "17"]);
+    assert_usage_error(&hal(&["run", "--devices", "0"]), &["--devices", "0"]);
 }

@@ -1,24 +1,25 @@
 //! The main job of `hal run`: an iterative 2-D Jacobi (heat) stencil on an `N` x `N` f32 grid,
-//! split into two halves of rows, one per queue, with halo exchanges ordered by timeline semaphores.
-//! On one device the halves run on its queues 0 and 1; on two devices (`hal run --devices 2`) each
-//! half runs on queue 0 of its own device, and the halo copies cross devices (peer copies between
-//! GPUs, waits on the other device's events).
+//! split into parts of rows, one per queue, with halo exchanges ordered by timeline semaphores.
+//! On one device the grid is split in two halves on its queues 0 and 1; on `D` devices
+//! (`hal run --devices D`) in `D` parts, each on queue 0 of its own device, and the halo copies
+//! cross devices (peer copies between GPUs, waits on the other device's events).
 //!
-//! Each half lives in two ping-pong buffers of `rows + 2` rows (a halo row above and below its own
+//! Each part lives in two ping-pong buffers of `rows + 2` rows (a halo row above and below its own
 //! rows). Each queue has a timeline semaphore, and every submission of a queue waits on the value of
-//! the one before it, so a queue's work runs in order. Step `k` of a half is:
-//! 1. `stencil`: a dispatch of [`kernels::ENTRY_POINT`] over the half (`ceil(N/256) x rows`
+//! the one before it, so a queue's work runs in order. Step `k` of a part is:
+//! 1. `stencil`: a dispatch of [`kernels::ENTRY_POINT`] over the part (`ceil(N/256) x rows`
 //!    workgroups) from buffer `k % 2` into buffer `(k + 1) % 2`;
-//! 2. `halo`: a `queue_copy` of the other half's freshly computed edge row into this half's halo row.
-//!    It waits on the other queue's timeline for the other half's stencil of step `k`: the only
-//!    cross-queue dependency. (The copy reads the other half's output buffer, which that half next
-//!    overwrites at step `k + 2`, after its own halo of step `k + 1`, which waits on this half's
-//!    stencil of step `k + 1`, which waits on this copy: the semaphores cover that hazard too.)
+//! 2. `halo`: per neighbour (the part above, then the part below, where they exist), a `queue_copy`
+//!    of the neighbour's freshly computed edge row into this part's halo row. It waits on the
+//!    neighbour's timeline for its stencil of step `k`: the only cross-queue dependency. (The copy
+//!    reads the neighbour's output buffer, which the neighbour next overwrites at step `k + 2`, after
+//!    its own halos of step `k + 1`, which wait on this part's stencil of step `k + 1`, which waits
+//!    on this copy: the semaphores cover that hazard too.)
 //!
-//! Every step is submitted without the host waiting for it: half 0's halo copy of step `k` is
-//! submitted before half 1's stencil of step `k` exists (wait-before-signal, held in the pending
+//! Every step is submitted without the host waiting for it: part 0's halo copy of step `k` is
+//! submitted before part 1's stencil of step `k` exists (wait-before-signal, held in the pending
 //! queue until the signal is enqueued). The host only keeps at most `window` steps in flight,
-//! waiting for step `k - window` once every `window / 4` steps. At the end each half is read back
+//! waiting for step `k - window` once every `window / 4` steps. At the end each part is read back
 //! and compared with [`reference::solve`].
 
 pub mod kernels;
@@ -45,8 +46,11 @@ pub const TOLERANCE: f32 = 1e-4;
 /// How long the run may make no progress before it stops with the hang report.
 pub const STALL_LIMIT: Duration = Duration::from_secs(30);
 
-/// Submissions of each half before its first step: the two ping-pong buffers' uploads.
+/// Submissions of each part before its first step: the two ping-pong buffers' uploads.
 const UPLOADS: u64 = 2;
+
+/// The most devices a run splits the grid over.
+pub const MAX_DEVICES: usize = 16;
 
 /// The grid sides a run accepts. At the largest, the grid is 1 GiB of f32 and the host holds a few
 /// copies of it (the initial grid, the CPU reference's two, the readback).
@@ -117,25 +121,27 @@ pub struct QueueUsage {
 pub struct Report {
     /// The run's sizes.
     pub config: Config,
-    /// "driver 'name'" of the device, or of both devices.
+    /// "driver 'name'" of the device, or of the devices.
     pub device: String,
-    /// Devices the halves ran on (1 or 2).
+    /// Devices the parts ran on.
     pub devices: usize,
     /// Threads per workgroup of the loaded form of the kernel.
     pub workgroup_size: [u32; 3],
-    /// Workgroups per dispatch of the first half.
+    /// Workgroups per dispatch of the first part.
     pub workgroups: [u32; 3],
     /// Max abs error of the device's grid against the CPU reference.
     pub max_abs_error: f32,
     /// From the first submission to the last readback reached.
     pub wall: Duration,
+    /// From every part's uploads reached to every part's last step reached: the steps alone.
+    pub steps_wall: Duration,
     /// Time the CPU reference took.
     pub reference_time: Duration,
     /// Queue operations submitted.
     pub submissions: usize,
     /// Times the host waited on the device before the end (window throttling).
     pub host_waits: usize,
-    /// Per queue.
+    /// Per queue (per part).
     pub queues: Vec<QueueUsage>,
 }
 
@@ -145,33 +151,40 @@ impl Report {
         self.max_abs_error < TOLERANCE
     }
 
+    /// Halo copies a run of these parts submits.
+    fn halo_copies(&self) -> u64 {
+        2 * (self.queues.len() as u64).saturating_sub(1) * u64::from(self.config.steps)
+    }
+
     /// The text `hal run` prints.
     pub fn render(&self) -> String {
         let c = &self.config;
+        let parts = self.queues.len() as u64;
         let mut out = String::new();
+        let placement = if self.devices == 1 {
+            format!("halves on queues {} and {}", self.queues[0].queue, self.queues[1].queue)
+        } else {
+            format!("{parts} parts on queue {} of each of {} devices", self.queues[0].queue, self.devices)
+        };
         let _ = writeln!(
             out,
-            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {} steps, halves on {} of {}",
+            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {} steps, {placement} of {}",
             c.steps,
-            if self.devices == 1 {
-                format!("queues {} and {}", self.queues[0].queue, self.queues[1].queue)
-            } else {
-                format!("queue {} of device 0 and queue {} of device 1", self.queues[0].queue, self.queues[1].queue)
-            },
             self.device,
             n = c.size
         );
         let wg = self.workgroups;
         let _ = writeln!(
             out,
-            "  kernel:       {} ({}x{}x{} threads), {}x{}x{} workgroups per half per step",
+            "  kernel:       {} ({}x{}x{} threads), {}x{}x{} workgroups per {} per step",
             kernels::ENTRY_POINT,
             self.workgroup_size[0],
             self.workgroup_size[1],
             self.workgroup_size[2],
             wg[0],
             wg[1],
-            wg[2]
+            wg[2],
+            if self.devices == 1 { "half" } else { "part" }
         );
         let verdict = if self.passed() { "PASS" } else { "FAIL" };
         let exact = if self.max_abs_error == 0.0 { ", bit-exact" } else { "" };
@@ -186,15 +199,21 @@ impl Report {
             self.wall.as_secs_f64(),
             self.reference_time.as_secs_f64()
         );
+        let per_step = if c.steps == 0 { 0.0 } else { self.steps_wall.as_secs_f64() * 1e6 / f64::from(c.steps) };
+        let _ = writeln!(
+            out,
+            "  steps:        {:.3} s ({per_step:.1} us a step), from the uploads reached to the last step reached",
+            self.steps_wall.as_secs_f64()
+        );
         let _ = writeln!(
             out,
             "  submissions:  {} ({} stencil dispatches, {} halo copies, {} uploads, {} readbacks); host waited {} \
              time(s) (window of {} steps)",
             self.submissions,
-            2 * u64::from(c.steps),
-            2 * u64::from(c.steps),
-            2 * UPLOADS,
-            2,
+            parts * u64::from(c.steps),
+            self.halo_copies(),
+            parts * UPLOADS,
+            parts,
             self.host_waits,
             c.window
         );
@@ -221,8 +240,8 @@ impl Report {
     }
 }
 
-/// One half of the grid and the objects its queue uses.
-struct Half {
+/// One part of the grid and the objects its queue uses.
+struct Part {
     queue: Queue,
     /// The global row of its first row.
     offset: u32,
@@ -231,6 +250,30 @@ struct Half {
     /// `steps[p]` reads `buffers[p]` and writes `buffers[1 - p]`.
     steps: [CommandBuffer; 2],
     timeline: Semaphore,
+    /// The parts whose edge rows it copies into its halo rows each step: above, then below.
+    neighbours: Vec<usize>,
+}
+
+impl Part {
+    /// Submissions per step: the stencil and one halo copy per neighbour.
+    fn per_step(&self) -> u64 {
+        1 + self.neighbours.len() as u64
+    }
+
+    /// The timeline value of its stencil of step `k`.
+    fn stencil_value(&self, k: u32) -> u64 {
+        UPLOADS + self.per_step() * u64::from(k) + 1
+    }
+
+    /// The timeline value of its last submission of its first `steps` steps (of the uploads for 0).
+    fn steps_end(&self, steps: u32) -> u64 {
+        UPLOADS + self.per_step() * u64::from(steps)
+    }
+
+    /// Steps it has completed.
+    fn steps_done(&self) -> u64 {
+        self.timeline.query().unwrap_or(0).saturating_sub(UPLOADS) / self.per_step()
+    }
 }
 
 /// Bytes in one grid row.
@@ -238,19 +281,10 @@ fn row_bytes(width: u32) -> u64 {
     u64::from(width) * 4
 }
 
-/// The timeline value of a half's stencil of step `k`.
-fn stencil_value(k: u32) -> u64 {
-    UPLOADS + 2 * u64::from(k) + 1
-}
-
-/// The timeline value of a half's halo copy of step `k`.
-fn halo_value(k: u32) -> u64 {
-    UPLOADS + 2 * u64::from(k) + 2
-}
-
-/// Runs the job on `devices` (one: its queues 0 and 1; two: queue 0 of each), calling `progress`
-/// with the steps completed now and then; adds one slice per submission to `trace` when given.
-/// `Err` when a device fails or hangs; a wrong result is `Ok` with a failing [`Report::passed`].
+/// Runs the job on `devices` (one: its queues 0 and 1; `D`, up to [`MAX_DEVICES`]: queue 0 of
+/// each), calling `progress` with the steps completed now and then; adds one slice per submission
+/// to `trace` when given. `Err` when a device fails or hangs; a wrong result is `Ok` with a failing
+/// [`Report::passed`].
 pub fn run(
     devices: &[Device],
     config: &Config,
@@ -258,20 +292,16 @@ pub fn run(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Report> {
     config.validate()?;
-    let device = match devices {
-        [device] | [device, _] => device,
-        _ => {
-            return Err(Error::invalid_argument(format!(
-                "the stencil splits over 1 or 2 devices, not {}",
-                devices.len()
-            )));
-        }
+    let Some(device) = devices.first().filter(|_| devices.len() <= MAX_DEVICES) else {
+        return Err(Error::invalid_argument(format!(
+            "the stencil splits over 1 to {MAX_DEVICES} devices, not {}",
+            devices.len()
+        )));
     };
-    // Half h runs on (device, queue) places[h].
-    let places: [(&Device, usize); 2] = match devices {
-        [one] => [(one, 0), (one, 1)],
-        [a, b, ..] => [(a, 0), (b, 0)],
-        [] => unreachable!("checked above"),
+    // Part p runs on (device, queue) places[p].
+    let places: Vec<(&Device, usize)> = match devices {
+        [one] => vec![(one, 0), (one, 1)],
+        many => many.iter().map(|d| (d, 0)).collect(),
     };
     if devices.len() == 1 && device.queue_count() < 2 {
         return Err(Error::failed_precondition(format!(
@@ -282,11 +312,17 @@ pub fn run(
         )));
     }
     let n = config.size;
-    let half_buffer = half_buffer_bytes(n, n - n / 2);
-    for (d, _) in places {
-        if half_buffer > d.info().max_allocation_size {
+    let parts = places.len() as u32;
+    if n < parts {
+        return Err(Error::invalid_argument(format!("grid size {n} has fewer rows than the {parts} parts")));
+    }
+    let offsets: Vec<u32> = (0..=parts).map(|p| (u64::from(p) * u64::from(n) / u64::from(parts)) as u32).collect();
+    let largest = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(n);
+    let part_buffer = part_buffer_bytes(n, largest);
+    for (d, _) in &places {
+        if part_buffer > d.info().max_allocation_size {
             return Err(Error::resource_exhausted(format!(
-                "grid size {n} needs buffers of {half_buffer} bytes, more than the {} bytes driver '{}' device '{}' \
+                "grid size {n} needs buffers of {part_buffer} bytes, more than the {} bytes driver '{}' device '{}' \
                  allocates at once",
                 d.info().max_allocation_size,
                 d.info().driver,
@@ -301,95 +337,114 @@ pub fn run(
         executable.set_label("jacobi stencil")?;
         Ok(executable)
     };
-    let executable = &load(places[0].0)?;
-    let other = if devices.len() == 1 { None } else { Some(load(places[1].0)?) };
-    let second = other.as_ref().unwrap_or(executable);
-    let workgroup_size = executable.entry_point_info(executable.entry_point(kernels::ENTRY_POINT)?)?.workgroup_size;
+    let executables = devices.iter().map(load).collect::<Result<Vec<_>>>()?;
+    let executable_of = |d: &Device| devices.iter().position(|x| std::ptr::eq(x, d)).map_or(0, |i| i);
+    let workgroup_size =
+        executables[0].entry_point_info(executables[0].entry_point(kernels::ENTRY_POINT)?)?.workgroup_size;
     let grid = reference::initial_grid(n);
-    let split = n / 2;
-    let halves = [
-        make_half(places[0].0, executable, places[0].1, 0, n, 0, split)?,
-        make_half(places[1].0, second, places[1].1, 1, n, split, n - split)?,
-    ];
-    let final_value = UPLOADS + 2 * u64::from(config.steps) + 1;
+    let mut all = Vec::with_capacity(places.len());
+    for (index, &(d, queue)) in places.iter().enumerate() {
+        let (offset, rows) = (offsets[index], offsets[index + 1] - offsets[index]);
+        let neighbours = [index.checked_sub(1), Some(index + 1).filter(|&b| b < places.len())];
+        let neighbours = neighbours.into_iter().flatten().collect();
+        all.push(make_part(d, &executables[executable_of(d)], queue, index, n, offset, rows, neighbours)?);
+    }
+    let parts = all;
+    // Each part's readback, after its last step.
+    let final_value = |part: &Part| part.steps_end(config.steps) + 1;
     let epoch = trace.map_or_else(Instant::now, TraceRecorder::epoch);
-    // Device timestamps of the first device's queues (on two devices, its half's).
+    // Device timestamps of the first device's queues (on several devices, its part's).
     let profiled = trace.map(|trace| DeviceTimestamps::begin(device, trace));
-    let mut ledger = Ledger::new(
-        epoch,
-        [halves[0].timeline.clone(), halves[1].timeline.clone()],
-        [halves[0].queue.index(), halves[1].queue.index()],
-        trace,
-    );
+    let tracks = places
+        .iter()
+        .map(|(d, queue)| crate::trace::queue_track(if devices.len() == 1 { 0 } else { executable_of(d) }, *queue))
+        .collect();
+    let mut ledger = Ledger::new(epoch, parts.iter().map(|p| p.timeline.clone()).collect(), tracks, trace);
     let started = epoch.elapsed();
 
-    // Uploads: both ping-pong buffers of each half start as the half's rows with their halo rows.
-    for (index, half) in halves.iter().enumerate() {
-        let bytes: Arc<[u8]> = Arc::from(half_bytes(&grid, n, half.offset, half.rows));
+    // Uploads: both ping-pong buffers of each part start as the part's rows with their halo rows.
+    for (index, part) in parts.iter().enumerate() {
+        let bytes: Arc<[u8]> = Arc::from(part_bytes(&grid, n, part.offset, part.rows));
         ledger.submit(index, ("upload", None), &[], 1, |w, s| {
-            half.queue.write(w, bytes.clone(), &half.buffers[0], 0, s)
+            part.queue.write(w, bytes.clone(), &part.buffers[0], 0, s)
         })?;
-        let waits = [SV::new(&half.timeline, 1)];
-        ledger.submit(index, ("upload", None), &waits, 2, |w, s| half.queue.write(w, bytes, &half.buffers[1], 0, s))?;
+        let waits = [SV::new(&part.timeline, 1)];
+        ledger.submit(index, ("upload", None), &waits, 2, |w, s| part.queue.write(w, bytes, &part.buffers[1], 0, s))?;
     }
+    // When every part's uploads were reached (read before the ledger forgets the stamps).
+    let mut uploaded: Option<Duration> = None;
+    let uploads_reached = |ledger: &Ledger| -> Option<Duration> {
+        (0..parts.len()).map(|p| ledger.reached_at(p, UPLOADS)).collect::<Option<Vec<_>>>()?.into_iter().max()
+    };
 
     let chunk = (config.window / 4).max(1);
     let mut host_waits = 0;
+    let row = row_bytes(n);
     for k in 0..config.steps {
         let (input, output) = ((k % 2) as usize, ((k + 1) % 2) as usize);
-        for (index, half) in halves.iter().enumerate() {
-            let other = &halves[1 - index];
-            let waits = [SV::new(&half.timeline, stencil_value(k) - 1)];
-            ledger.submit(index, ("stencil", Some(k)), &waits, stencil_value(k), |w, s| {
-                half.queue.execute(w, &half.steps[input], s)
+        for (index, part) in parts.iter().enumerate() {
+            let mut value = part.stencil_value(k);
+            let waits = [SV::new(&part.timeline, value - 1)];
+            ledger.submit(index, ("stencil", Some(k)), &waits, value, |w, s| {
+                part.queue.execute(w, &part.steps[input], s)
             })?;
-            // Half 0 pulls half 1's first row into its bottom halo row; half 1 pulls half 0's last row
-            // into its top halo row. Both read the other half's output of step k.
-            let (source_row, target_row) =
-                if index == 0 { (1, u64::from(half.rows) + 1) } else { (u64::from(other.rows), 0) };
-            let row = row_bytes(n);
-            let waits = [SV::new(&half.timeline, stencil_value(k)), SV::new(&other.timeline, stencil_value(k))];
-            ledger.submit(index, ("halo", Some(k)), &waits, halo_value(k), |w, s| {
-                half.queue.copy(
-                    w,
-                    &other.buffers[output],
-                    source_row * row,
-                    &half.buffers[output],
-                    target_row * row,
-                    row,
-                    s,
-                )
-            })?;
+            // The part above gives its last row for this part's top halo row; the part below its first
+            // row for the bottom halo row. Both read the neighbour's output of step k.
+            for &neighbour in &part.neighbours {
+                let other = &parts[neighbour];
+                let (source_row, target_row) =
+                    if neighbour < index { (u64::from(other.rows), 0) } else { (1, u64::from(part.rows) + 1) };
+                let waits = [SV::new(&part.timeline, value), SV::new(&other.timeline, other.stencil_value(k))];
+                value += 1;
+                ledger.submit(index, ("halo", Some(k)), &waits, value, |w, s| {
+                    part.queue.copy(
+                        w,
+                        &other.buffers[output],
+                        source_row * row,
+                        &part.buffers[output],
+                        target_row * row,
+                        row,
+                        s,
+                    )
+                })?;
+            }
         }
         let submitted = k + 1;
         if submitted % chunk == 0 && submitted > config.window {
-            let behind = halo_value(submitted - config.window - 1);
-            let list = [SV::new(&halves[0].timeline, behind), SV::new(&halves[1].timeline, behind)];
-            wait_with_progress(devices, &halves, &list, config.steps, progress)?;
+            let behind = submitted - config.window - 1;
+            let list: Vec<SV> = parts.iter().map(|p| SV::new(&p.timeline, p.steps_end(behind + 1))).collect();
+            wait_with_progress(devices, &parts, &list, config.steps, progress)?;
             host_waits += 1;
             if let Some(profiled) = &profiled {
                 profiled.drain();
             }
+            if uploaded.is_none() {
+                uploaded = uploads_reached(&ledger);
+            }
             // Later submissions wait on this step's values or later ones.
-            let next = stencil_value(submitted) - 1;
-            ledger.fold_completed([next, next]);
+            ledger.fold_completed(parts.iter().map(|p| p.stencil_value(submitted) - 1).collect());
         }
     }
 
-    // Readbacks of each half's own rows from the buffer the last step wrote.
+    // Readbacks of each part's own rows from the buffer the last step wrote.
     let last = (config.steps % 2) as usize;
-    let mut readbacks: Vec<Readback> = Vec::with_capacity(2);
-    for (index, half) in halves.iter().enumerate() {
-        let waits = [SV::new(&half.timeline, final_value - 1)];
-        let (offset, length) = (row_bytes(n), u64::from(half.rows) * row_bytes(n));
-        readbacks.push(ledger.submit(index, ("readback", None), &waits, final_value, |w, s| {
-            half.queue.read(w, &half.buffers[last], offset, length, s)
+    let mut readbacks: Vec<Readback> = Vec::with_capacity(parts.len());
+    for (index, part) in parts.iter().enumerate() {
+        let waits = [SV::new(&part.timeline, final_value(part) - 1)];
+        let (offset, length) = (row, u64::from(part.rows) * row);
+        readbacks.push(ledger.submit(index, ("readback", None), &waits, final_value(part), |w, s| {
+            part.queue.read(w, &part.buffers[last], offset, length, s)
         })?);
     }
-    let list = [SV::new(&halves[0].timeline, final_value), SV::new(&halves[1].timeline, final_value)];
-    wait_with_progress(devices, &halves, &list, config.steps, progress)?;
-    let finished =
-        (0..2).filter_map(|half| ledger.reached_at(half, final_value)).max().unwrap_or_else(|| epoch.elapsed());
+    let list: Vec<SV> = parts.iter().map(|p| SV::new(&p.timeline, final_value(p))).collect();
+    wait_with_progress(devices, &parts, &list, config.steps, progress)?;
+    let reached = |values: &dyn Fn(&Part) -> u64| {
+        parts.iter().enumerate().filter_map(|(i, p)| ledger.reached_at(i, values(p))).max()
+    };
+    let finished = reached(&final_value).unwrap_or_else(|| epoch.elapsed());
+    let uploaded = uploaded.or_else(|| uploads_reached(&ledger)).unwrap_or(started);
+    let steps_done = reached(&|p: &Part| final_value(p) - 1).unwrap_or(finished);
+    let steps_wall = if config.steps == 0 { Duration::ZERO } else { steps_done.saturating_sub(uploaded) };
     let wall = finished.saturating_sub(started);
     progress(u64::from(config.steps));
     let (busy, submissions) = ledger.finish();
@@ -399,7 +454,7 @@ pub fn run(
     for (index, readback) in readbacks.iter().enumerate() {
         let bytes = readback
             .take()
-            .ok_or_else(|| Error::internal(format!("queue {index}: readback signalled but holds no bytes")))?;
+            .ok_or_else(|| Error::internal(format!("part {index}: readback signalled but holds no bytes")))?;
         result.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
     }
 
@@ -409,34 +464,33 @@ pub fn run(
 
     let described = match devices {
         [one] => format!("driver '{}' device '{}'", one.info().driver, one.info().name),
-        _ => format!(
-            "driver '{}' devices '{}' (ordinal {}) and '{}' (ordinal {})",
-            device.info().driver,
-            places[0].0.info().name,
-            places[0].0.info().ordinal,
-            places[1].0.info().name,
-            places[1].0.info().ordinal
-        ),
+        many => {
+            let ordinals: Vec<String> = many.iter().map(|d| d.info().ordinal.to_string()).collect();
+            let names: Vec<String> = many.iter().map(|d| format!("'{}'", d.info().name)).collect();
+            let names = if names.iter().all(|n| *n == names[0]) { names[0].clone() } else { names.join(", ") };
+            format!("driver '{}' devices {names} (ordinals {})", device.info().driver, ordinals.join(", "))
+        }
     };
     Ok(Report {
         config: *config,
         device: described,
         devices: devices.len(),
         workgroup_size,
-        workgroups: kernels::workgroups(n, halves[0].rows, workgroup_size),
+        workgroups: kernels::workgroups(n, parts[0].rows, workgroup_size),
         max_abs_error: reference::max_abs_error(&result, &expected),
         wall,
+        steps_wall,
         reference_time,
         submissions,
         host_waits,
-        queues: halves
+        queues: parts
             .iter()
             .zip(busy)
-            .enumerate()
-            .map(|(i, (h, (busy, submissions)))| QueueUsage {
-                queue: h.queue.index(),
-                device: if devices.len() == 1 { 0 } else { i },
-                rows: h.rows,
+            .zip(&places)
+            .map(|((p, (busy, submissions)), (d, _))| QueueUsage {
+                queue: p.queue.index(),
+                device: if devices.len() == 1 { 0 } else { executable_of(d) },
+                rows: p.rows,
                 submissions,
                 busy,
             })
@@ -493,15 +547,15 @@ fn cells(n: u32) -> usize {
     n as usize * n as usize
 }
 
-/// Bytes of one of a half's buffers: its `rows` and two halo rows of an `n`-wide grid.
-fn half_buffer_bytes(n: u32, rows: u32) -> u64 {
+/// Bytes of one of a part's buffers: its `rows` and two halo rows of an `n`-wide grid.
+fn part_buffer_bytes(n: u32, rows: u32) -> u64 {
     (u64::from(rows) + 2) * row_bytes(n)
 }
 
-/// A half's buffer contents: rows `offset - 1 ..= offset + rows` of `grid` (zeros outside it).
-fn half_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
+/// A part's buffer contents: rows `offset - 1 ..= offset + rows` of `grid` (zeros outside it).
+fn part_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
     let w = n as usize;
-    let mut bytes = Vec::with_capacity(half_buffer_bytes(n, rows) as usize);
+    let mut bytes = Vec::with_capacity(part_buffer_bytes(n, rows) as usize);
     for local in 0..rows as i64 + 2 {
         let global = i64::from(offset) + local - 1;
         if (0..i64::from(n)).contains(&global) {
@@ -514,9 +568,10 @@ fn half_bytes(grid: &[f32], n: u32, offset: u32, rows: u32) -> Vec<u8> {
     bytes
 }
 
-/// Allocates half `index`'s buffers on `device` and records its two reusable step command buffers
+/// Allocates part `index`'s buffers on `device` and records its two reusable step command buffers
 /// for queue `queue`.
-fn make_half(
+#[allow(clippy::too_many_arguments)]
+fn make_part(
     device: &Device,
     executable: &Executable,
     queue: usize,
@@ -524,22 +579,23 @@ fn make_half(
     n: u32,
     offset: u32,
     rows: u32,
-) -> Result<Half> {
-    let bytes = half_buffer_bytes(n, rows);
+    neighbours: Vec<usize>,
+) -> Result<Part> {
+    let bytes = part_buffer_bytes(n, rows);
     let buffers = [
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
         device.allocate_buffer(BufferParams::device_local(), bytes)?,
     ];
-    // Labels name the half's objects in errors, `Device::report` and the trace.
+    // Labels name the part's objects in errors, `Device::report` and the trace.
     for (parity, buffer) in buffers.iter().enumerate() {
-        buffer.set_label(format!("half {index} grid {parity}"))?;
+        buffer.set_label(format!("part {index} grid {parity}"))?;
     }
     let entry = executable.entry_point(kernels::ENTRY_POINT)?;
     // The grid follows the loaded form's workgroup (one row on a GPU, several natively).
     let workgroup_size = executable.entry_point_info(entry)?.workgroup_size;
     let record = |parity: usize| -> Result<CommandBuffer> {
         let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
-        cb.set_label(format!("half {index} step from grid {parity}"))?;
+        cb.set_label(format!("part {index} step from grid {parity}"))?;
         cb.dispatch(
             executable,
             entry,
@@ -552,30 +608,30 @@ fn make_half(
     };
     let steps = [record(0)?, record(1)?];
     let timeline = device.create_semaphore(0)?;
-    timeline.set_label(format!("half {index} timeline"))?;
-    Ok(Half { queue: device.queue(queue)?, offset, rows, buffers, steps, timeline })
+    timeline.set_label(format!("part {index} timeline"))?;
+    Ok(Part { queue: device.queue(queue)?, offset, rows, buffers, steps, timeline, neighbours })
 }
 
-/// Steps both halves have completed.
-fn steps_done(halves: &[Half; 2]) -> u64 {
-    halves.iter().map(|h| h.timeline.query().unwrap_or(0).saturating_sub(UPLOADS) / 2).min().unwrap_or(0)
+/// Steps every part has completed.
+fn steps_done(parts: &[Part]) -> u64 {
+    parts.iter().map(Part::steps_done).min().unwrap_or(0)
 }
 
 /// Waits for every entry of `list`, reporting progress every 100 ms; a failure is returned as is, and
 /// no progress for [`STALL_LIMIT`] is `DeadlineExceeded` with the device's hang report.
 fn wait_with_progress(
     devices: &[Device],
-    halves: &[Half; 2],
+    parts: &[Part],
     list: &[SV],
     steps: u32,
     progress: &mut dyn FnMut(u64),
 ) -> Result<()> {
-    let mut last = (steps_done(halves), Instant::now());
+    let mut last = (steps_done(parts), Instant::now());
     loop {
         match wait_semaphores(WaitMode::All, list, Timeout::After(Duration::from_millis(100))) {
             Ok(()) => return Ok(()),
             Err(e) if e.code() == StatusCode::DeadlineExceeded => {
-                let done = steps_done(halves).min(u64::from(steps));
+                let done = steps_done(parts).min(u64::from(steps));
                 progress(done);
                 if done != last.0 {
                     last = (done, Instant::now());
@@ -614,17 +670,39 @@ mod tests {
     }
 
     #[test]
-    fn two_devices_match_the_reference_exactly() {
-        let devices = [driver_cpu_sim::create_device().unwrap(), driver_cpu_sim::create_device().unwrap()];
-        for (size, steps) in [(4, 3), (64, 20), (513, 3)] {
-            let report = run(&devices, &Config { size, steps, window: 4 }, None, &mut |_| {}).unwrap();
-            assert_eq!(report.max_abs_error, 0.0, "size {size} steps {steps}");
-            assert_eq!((report.devices, report.queues[1].device), (2, 1));
-            assert!(report.render().contains("queue 0 of device 0 and queue 0 of device 1"), "{}", report.render());
+    fn several_devices_match_the_reference_exactly() {
+        let devices: Vec<Device> = (0..4).map(|_| driver_cpu_sim::create_device().unwrap()).collect();
+        for count in [2, 3, 4] {
+            for (size, steps) in [(4, 3), (64, 20), (513, 3)] {
+                let config = Config { size, steps, window: 4 };
+                let report = run(&devices[..count], &config, None, &mut |_| {}).unwrap();
+                assert_eq!(report.max_abs_error, 0.0, "{count} devices, size {size} steps {steps}");
+                assert_eq!(report.devices, count);
+                let on: Vec<usize> = report.queues.iter().map(|q| q.device).collect();
+                assert_eq!(on, (0..count).collect::<Vec<_>>());
+                assert_eq!(report.queues.iter().map(|q| q.rows).sum::<u32>(), size);
+                // Per part: 2 uploads, a stencil and a halo per neighbour each step, a readback.
+                let halos = 2 * (count - 1) * steps as usize;
+                assert_eq!(report.submissions, count * (3 + steps as usize) + halos);
+                let text = report.render();
+                assert!(text.contains(&format!("{count} parts on queue 0 of each of {count} devices")), "{text}");
+                assert!(text.contains(&format!("{halos} halo copies")), "{text}");
+            }
         }
-        let three = [devices[0].clone(), devices[1].clone(), devices[0].clone()];
-        let error = run(&three, &Config::default(), None, &mut |_| {}).unwrap_err();
+        let error = run(&[], &Config::default(), None, &mut |_| {}).unwrap_err();
         assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+        let too_many: Vec<Device> = (0..=MAX_DEVICES).map(|i| devices[i % 4].clone()).collect();
+        let error = run(&too_many, &Config::default(), None, &mut |_| {}).unwrap_err();
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{error}");
+        let error = run(&devices, &Config { size: 4, ..Config::default() }, None, &mut |_| {});
+        assert!(error.is_ok(), "4 rows over 4 devices: one row each");
+    }
+
+    #[test]
+    fn the_same_device_twice_is_two_parts() {
+        let device = driver_cpu_sim::create_device().unwrap();
+        let report = run(&[device.clone(), device], &Config { size: 32, steps: 9, window: 4 }, None, &mut |_| {});
+        assert_eq!(report.unwrap().max_abs_error, 0.0);
     }
 
     #[test]
@@ -649,14 +727,14 @@ mod tests {
     }
 
     #[test]
-    fn half_bytes_pads_outside_the_grid() {
+    fn part_bytes_pads_outside_the_grid() {
         let grid: Vec<f32> = (0..16).map(|v| v as f32).collect();
-        let bytes = half_bytes(&grid, 4, 0, 2);
+        let bytes = part_bytes(&grid, 4, 0, 2);
         let floats: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
         assert_eq!(&floats[..4], &[0.0; 4], "no row above the grid");
         assert_eq!(&floats[4..], &grid[..12]);
         let second: Vec<f32> =
-            half_bytes(&grid, 4, 2, 2).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            part_bytes(&grid, 4, 2, 2).chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
         assert_eq!(&second[..12], &grid[4..16], "halo row 1, then rows 2 and 3");
         assert_eq!(&second[12..], &[0.0; 4], "no row below the grid");
     }

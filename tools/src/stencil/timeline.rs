@@ -23,7 +23,7 @@ use crate::trace::TraceRecorder;
 /// One logged submission.
 #[derive(Clone, Debug)]
 pub struct Submission {
-    /// The half (and timeline) it belongs to: 0 or 1.
+    /// The part (and timeline) it belongs to.
     pub half: usize,
     /// What it is ("stencil", "halo", "upload", "readback").
     pub label: &'static str,
@@ -33,7 +33,7 @@ pub struct Submission {
     pub submitted: Duration,
     /// (timeline, value) pairs it waits on.
     pub waits: Vec<(usize, u64)>,
-    /// The value it signals on its half's timeline.
+    /// The value it signals on its part's timeline.
     pub signal: u64,
 }
 
@@ -72,40 +72,29 @@ impl Submission {
 /// The run's bookkeeping: each timeline's probe, the submissions not folded yet, and the totals.
 pub struct Ledger<'a> {
     epoch: Instant,
-    timelines: [Semaphore; 2],
-    /// Each half's queue index, for the trace.
-    queues: [usize; 2],
-    probes: [SemaphoreProbe; 2],
+    timelines: Vec<Semaphore>,
+    /// Each part's trace track ([`crate::trace::queue_track`]).
+    tracks: Vec<u64>,
+    probes: Vec<SemaphoreProbe>,
     trace: Option<&'a TraceRecorder>,
     /// Submissions not folded yet, oldest first.
     log: VecDeque<Submission>,
-    /// Busy time and submissions folded, by half.
-    busy: [(Duration, usize); 2],
+    /// Busy time and submissions folded, by part.
+    busy: Vec<(Duration, usize)>,
     submitted: usize,
 }
 
 impl<'a> Ledger<'a> {
-    /// A ledger for the halves' `timelines` (starting at 0) on queues `queues`, timing from
-    /// `epoch`, adding one slice per submission to `trace` when given.
-    pub fn new(
-        epoch: Instant,
-        timelines: [Semaphore; 2],
-        queues: [usize; 2],
-        trace: Option<&'a TraceRecorder>,
-    ) -> Self {
-        let probe =
-            |half: usize| SemaphoreProbe::new(&timelines[half], &format!("queue {} timeline", queues[half]), 1, epoch);
-        let probes = [probe(0), probe(1)];
-        Ledger {
-            epoch,
-            timelines,
-            queues,
-            probes,
-            trace,
-            log: VecDeque::new(),
-            busy: [(Duration::ZERO, 0); 2],
-            submitted: 0,
-        }
+    /// A ledger for the parts' `timelines` (starting at 0), traced on `tracks` (one per part),
+    /// timing from `epoch`, adding one slice per submission to `trace` when given.
+    pub fn new(epoch: Instant, timelines: Vec<Semaphore>, tracks: Vec<u64>, trace: Option<&'a TraceRecorder>) -> Self {
+        let probes = timelines
+            .iter()
+            .enumerate()
+            .map(|(part, timeline)| SemaphoreProbe::new(timeline, &format!("part {part} timeline"), 1, epoch))
+            .collect();
+        let busy = vec![(Duration::ZERO, 0); timelines.len()];
+        Ledger { epoch, timelines, tracks, probes, trace, log: VecDeque::new(), busy, submitted: 0 }
     }
 
     /// Submits work of `half` with `call(waits, signals)`, signalling `signal` on the half's
@@ -140,7 +129,7 @@ impl<'a> Ledger<'a> {
     /// Folds the oldest submissions whose times are all known, up to the first that is not, then
     /// forgets the stamps below what the rest refer to and below `keep_from` (per timeline: the
     /// lowest value a submission made later may wait on).
-    pub fn fold_completed(&mut self, keep_from: [u64; 2]) {
+    pub fn fold_completed(&mut self, keep_from: Vec<u64>) {
         while let Some(interval) = self.log.front().and_then(|s| s.complete_interval(&self.probes)) {
             if let Some(submission) = self.log.pop_front() {
                 self.fold(&submission, interval);
@@ -159,8 +148,8 @@ impl<'a> Ledger<'a> {
     }
 
     /// Folds every submission left (a submission whose signal was not stamped counts for nothing)
-    /// and returns the busy time and submissions of each half, and the submissions made.
-    pub fn finish(mut self) -> ([(Duration, usize); 2], usize) {
+    /// and returns the busy time and submissions of each part, and the submissions made.
+    pub fn finish(mut self) -> (Vec<(Duration, usize)>, usize) {
         while let Some(submission) = self.log.pop_front() {
             if let Some(interval) = submission.interval(&self.probes) {
                 self.fold(&submission, interval);
@@ -188,7 +177,7 @@ impl<'a> Ledger<'a> {
                 Some(step) => format!("{} {step}", submission.label),
                 None => submission.label.to_string(),
             };
-            trace.add_slice(self.queues[submission.half] as u64, &name, interval.ready, interval.done);
+            trace.add_slice(self.tracks[submission.half], &name, interval.ready, interval.done);
         }
     }
 }
@@ -228,14 +217,14 @@ mod tests {
     #[test]
     fn ledger_memory_follows_the_submissions_in_flight() {
         let (a, b) = (hal::Semaphore::new(0), hal::Semaphore::new(0));
-        let mut ledger = Ledger::new(Instant::now(), [a.clone(), b.clone()], [0, 1], None);
+        let mut ledger = Ledger::new(Instant::now(), vec![a.clone(), b.clone()], vec![0, 1], None);
         for value in 1..=10_000u64 {
             for (half, timeline) in [&a, &b].into_iter().enumerate() {
                 let waits = [SV::new(timeline, value - 1)];
                 ledger.submit(half, ("step", None), &waits, value, |_, s| s[0].semaphore.signal(value)).unwrap();
             }
             if value % 16 == 0 {
-                ledger.fold_completed([value, value]);
+                ledger.fold_completed(vec![value, value]);
                 assert!(ledger.unfolded() <= 2 && ledger.stamps_kept() <= 4, "value {value}");
             }
         }

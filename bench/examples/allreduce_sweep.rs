@@ -1,0 +1,268 @@
+//! All-reduce (f32 sum) through the HAL against raw NCCL in the same process, sizes 8 B to 1 GiB:
+//! one thread per rank (GPU), each with a HAL device and channel and, beside them, a raw NCCL
+//! communicator on its own stream (cudarc's NCCL bindings, no HAL). Both run the same sizes in turn
+//! in each round; each sample enqueues `iters` all-reduces back to back and waits once on the host:
+//! - `raw`: `ncclAllReduce` on a stream, then `cuStreamSynchronize` (what nccl-tests times);
+//! - `hal queue`: `Queue::collective`, each waiting on the one before through a timeline semaphore;
+//!   the host waits on the last value.
+//!
+//! Prints per size the medians over rounds: time per all-reduce, bus bandwidth (NCCL's definition:
+//! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio.
+//!
+//! `cargo run --release -p bench --example allreduce_sweep -- [RANKS] [ROUNDS] [MAX_BYTES]`
+//! (defaults: every GPU, 5 rounds, 1 GiB). Needs CUDA and NCCL; set `NCCL_NVLS_ENABLE=0` where the
+//! machine asks for it.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use hal::driver::Driver;
+use hal::{
+    BufferParams, ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result,
+    SemaphoreValue as SV, Timeout,
+};
+
+/// Sizes in bytes: 8 B, then x8 up to 1 GiB.
+fn sizes(max: u64) -> Vec<u64> {
+    let mut out = vec![8u64];
+    while out.last().is_some_and(|&s| s * 8 <= max) {
+        out.push(out.last().copied().unwrap_or(8) * 8);
+    }
+    if out.last() != Some(&max) && max > 8 {
+        out.push(max);
+    }
+    out
+}
+
+/// All-reduces per sample: enough to dwarf the host wait at small sizes, few at large ones.
+fn iterations(bytes: u64) -> u64 {
+    match bytes {
+        ..=65_536 => 200,
+        ..=2_097_152 => 100,
+        ..=33_554_432 => 40,
+        _ => 10,
+    }
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let driver = driver_cuda::CudaDriver::from_env();
+    let gpus = driver.enumerate()?.len();
+    let ranks = args.first().and_then(|a| a.parse().ok()).unwrap_or(gpus);
+    let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let max: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1 << 30);
+    if ranks == 0 || ranks > gpus {
+        return Err(Error::invalid_argument(format!("{ranks} ranks on a machine with {gpus} GPUs")));
+    }
+    let sizes = sizes(max);
+    println!("all-reduce f32 sum over {ranks} GPU(s), {rounds} rounds, medians; raw = ncclAllReduce + sync");
+    let hal_id = driver_cuda::nccl::unique_id()?;
+    let raw_id = driver_cuda::nccl::unique_id()?;
+    let barrier = Arc::new(Barrier::new(ranks));
+    let threads: Vec<_> = (0..ranks)
+        .map(|rank| {
+            let (hal_id, raw_id, barrier, sizes) = (hal_id.clone(), raw_id.clone(), barrier.clone(), sizes.clone());
+            std::thread::spawn(move || rank_main(rank, ranks, rounds, &sizes, &hal_id, &raw_id, &barrier))
+        })
+        .collect();
+    let mut results = Vec::new();
+    for thread in threads {
+        results.push(thread.join().map_err(|_| Error::internal("a rank thread panicked"))??);
+    }
+    // Rank 0's figures (every rank waits for the slowest, so they agree).
+    let samples = &results[0];
+    println!(
+        "{:>10} {:>6} {:>12} {:>12} {:>10} {:>10} {:>7}",
+        "bytes", "iters", "raw us", "hal us", "raw GB/s", "hal GB/s", "hal/raw"
+    );
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let raw = median(samples.iter().map(|r| r[i].0).collect());
+        let hal = median(samples.iter().map(|r| r[i].1).collect());
+        let bus = |t: f64| bytes as f64 * 2.0 * (ranks as f64 - 1.0) / ranks as f64 / t / 1e9;
+        println!(
+            "{bytes:>10} {:>6} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>6.2}x",
+            iterations(bytes),
+            raw * 1e6,
+            hal * 1e6,
+            bus(raw),
+            bus(hal),
+            hal / raw
+        );
+    }
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Per round, per size: (raw seconds per all-reduce, HAL seconds per all-reduce).
+type Samples = Vec<Vec<(f64, f64)>>;
+
+fn rank_main(
+    rank: usize,
+    ranks: usize,
+    rounds: usize,
+    sizes: &[u64],
+    hal_id: &ChannelId,
+    raw_id: &ChannelId,
+    barrier: &Barrier,
+) -> Result<Samples> {
+    let max = sizes.iter().copied().max().unwrap_or(8);
+    let device = driver_cuda::create_device(rank)?;
+    let channel = device.create_channel(hal_id, rank, ranks)?;
+    let send = device.allocate_buffer(BufferParams::device_local(), max)?;
+    let recv = device.allocate_buffer(BufferParams::device_local(), max)?;
+    let raw = raw::Rank::new(rank, ranks, raw_id, max)?;
+    let queue = device.queue(0)?;
+    let timeline = device.create_semaphore(0)?;
+    let mut value = 0u64;
+    let mut hal_run = |bytes: u64, iters: u64| -> Result<Duration> {
+        let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, bytes / 4)
+            .send(&send)
+            .recv(&recv);
+        let started = Instant::now();
+        for _ in 0..iters {
+            queue.collective(&[SV::new(&timeline, value)], &channel, args.clone(), &[SV::new(&timeline, value + 1)])?;
+            value += 1;
+        }
+        timeline.wait(value, Timeout::After(Duration::from_secs(120)))?;
+        Ok(started.elapsed())
+    };
+    // Warm both paths at every size once (NCCL sets up its buffers and kernels lazily).
+    for &bytes in sizes {
+        barrier.wait();
+        raw.run(bytes, 2)?;
+        barrier.wait();
+        hal_run(bytes, 2)?;
+    }
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let mut round = Vec::with_capacity(sizes.len());
+        for &bytes in sizes {
+            let iters = iterations(bytes);
+            barrier.wait();
+            let raw_time = raw.run(bytes, iters)?;
+            barrier.wait();
+            let hal_time = hal_run(bytes, iters)?;
+            round.push((raw_time.as_secs_f64() / iters as f64, hal_time.as_secs_f64() / iters as f64));
+        }
+        samples.push(round);
+    }
+    drop(device);
+    Ok(samples)
+}
+
+/// The baseline: NCCL and the CUDA driver API called directly.
+mod raw {
+    use std::time::{Duration, Instant};
+
+    use cudarc::driver::sys::{self as cu, CUcontext, CUdevice, CUdeviceptr, CUstream};
+    use cudarc::nccl::sys as nccl;
+    use driver_cuda::error::check;
+    use hal::{ChannelId, Error, Result};
+
+    /// One rank: the GPU's primary context, a stream, send and receive buffers, a communicator.
+    /// Used on the thread that made it.
+    pub struct Rank {
+        device: CUdevice,
+        context: CUcontext,
+        stream: CUstream,
+        send: CUdeviceptr,
+        recv: CUdeviceptr,
+        comm: nccl::ncclComm_t,
+    }
+
+    fn nccl_check(code: nccl::ncclResult_t, call: &str) -> Result<()> {
+        if code == nccl::ncclResult_t::ncclSuccess {
+            Ok(())
+        } else {
+            Err(Error::internal(format!("{call}: {code:?}")))
+        }
+    }
+
+    impl Rank {
+        pub fn new(rank: usize, ranks: usize, id: &ChannelId, bytes: u64) -> Result<Rank> {
+            let mut device: CUdevice = 0;
+            // SAFETY: the HAL device made before this ran cuInit; the out-pointer is a live local.
+            check(unsafe { cu::cuDeviceGet(&mut device, rank as i32) }, "cuDeviceGet")?;
+            let mut context: CUcontext = std::ptr::null_mut();
+            // SAFETY: `device` is valid; the out-pointer is a live local.
+            check(unsafe { cu::cuDevicePrimaryCtxRetain(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
+            let mut this = Rank { device, context, stream: std::ptr::null_mut(), send: 0, recv: 0, comm: std::ptr::null_mut() };
+            this.bind()?;
+            let flags = cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+            // SAFETY: the context is current; the out-pointer is a field of a live value.
+            check(unsafe { cu::cuStreamCreate(&mut this.stream, flags) }, "cuStreamCreate")?;
+            // SAFETY: as above.
+            check(unsafe { cu::cuMemAlloc_v2(&mut this.send, bytes as usize) }, "cuMemAlloc")?;
+            // SAFETY: as above.
+            check(unsafe { cu::cuMemAlloc_v2(&mut this.recv, bytes as usize) }, "cuMemAlloc")?;
+            let mut unique = nccl::ncclUniqueId { internal: [0; 128] };
+            for (slot, byte) in unique.internal.iter_mut().zip(id.as_bytes()) {
+                *slot = *byte as std::ffi::c_char;
+            }
+            // SAFETY: NCCL was loaded by the HAL's probe; this GPU's context is current; it blocks
+            // until every rank called it (one thread each).
+            let code = unsafe { nccl::ncclCommInitRank(&mut this.comm, ranks as i32, unique, rank as i32) };
+            nccl_check(code, "ncclCommInitRank")?;
+            Ok(this)
+        }
+
+        fn bind(&self) -> Result<()> {
+            // SAFETY: the context is retained by `self`.
+            check(unsafe { cu::cuCtxSetCurrent(self.context) }, "cuCtxSetCurrent")
+        }
+
+        /// `iters` all-reduces of `bytes` back to back, then a stream sync.
+        pub fn run(&self, bytes: u64, iters: u64) -> Result<Duration> {
+            self.bind()?;
+            let started = Instant::now();
+            for _ in 0..iters {
+                // SAFETY: both buffers hold at least `bytes`; the stream and communicator are live.
+                let code = unsafe {
+                    nccl::ncclAllReduce(
+                        self.send as *const std::ffi::c_void,
+                        self.recv as *mut std::ffi::c_void,
+                        (bytes / 4) as usize,
+                        nccl::ncclDataType_t::ncclFloat32,
+                        nccl::ncclRedOp_t::ncclSum,
+                        self.comm,
+                        self.stream as nccl::cudaStream_t,
+                    )
+                };
+                nccl_check(code, "ncclAllReduce")?;
+            }
+            // SAFETY: the stream is live.
+            check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")?;
+            Ok(started.elapsed())
+        }
+    }
+
+    impl Drop for Rank {
+        fn drop(&mut self) {
+            let _ = self.bind();
+            // SAFETY: each handle was made by `new` (or is null / 0 and skipped) and is released once;
+            // the stream is drained first.
+            unsafe {
+                if !self.stream.is_null() {
+                    cu::cuStreamSynchronize(self.stream);
+                }
+                if !self.comm.is_null() {
+                    nccl::ncclCommDestroy(self.comm);
+                }
+                if self.send != 0 {
+                    cu::cuMemFree_v2(self.send);
+                }
+                if self.recv != 0 {
+                    cu::cuMemFree_v2(self.recv);
+                }
+                if !self.stream.is_null() {
+                    cu::cuStreamDestroy_v2(self.stream);
+                }
+                cu::cuDevicePrimaryCtxRelease_v2(self.device);
+            }
+        }
+    }
+}
