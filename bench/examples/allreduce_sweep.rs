@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use hal::driver::Driver;
 use hal::{
-    BufferParams, ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result,
-    SemaphoreValue as SV, Timeout,
+    BufferParams, ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result, SemaphoreValue as SV,
+    Timeout,
 };
 
 /// Sizes in bytes: 8 B, then x8 up to 1 GiB.
@@ -37,9 +37,9 @@ fn sizes(max: u64) -> Vec<u64> {
 /// All-reduces per sample: enough to dwarf the host wait at small sizes, few at large ones.
 fn iterations(bytes: u64) -> u64 {
     match bytes {
-        ..=65_536 => 200,
-        ..=2_097_152 => 100,
-        ..=33_554_432 => 40,
+        0..=65_536 => 200,
+        65_537..=2_097_152 => 100,
+        2_097_153..=33_554_432 => 40,
         _ => 10,
     }
 }
@@ -175,11 +175,7 @@ mod raw {
     }
 
     fn nccl_check(code: nccl::ncclResult_t, call: &str) -> Result<()> {
-        if code == nccl::ncclResult_t::ncclSuccess {
-            Ok(())
-        } else {
-            Err(Error::internal(format!("{call}: {code:?}")))
-        }
+        if code == nccl::ncclResult_t::ncclSuccess { Ok(()) } else { Err(Error::internal(format!("{call}: {code:?}"))) }
     }
 
     impl Rank {
@@ -190,7 +186,8 @@ mod raw {
             let mut context: CUcontext = std::ptr::null_mut();
             // SAFETY: `device` is valid; the out-pointer is a live local.
             check(unsafe { cu::cuDevicePrimaryCtxRetain(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
-            let mut this = Rank { device, context, stream: std::ptr::null_mut(), send: 0, recv: 0, comm: std::ptr::null_mut() };
+            let mut this =
+                Rank { device, context, stream: std::ptr::null_mut(), send: 0, recv: 0, comm: std::ptr::null_mut() };
             this.bind()?;
             let flags = cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
             // SAFETY: the context is current; the out-pointer is a field of a live value.

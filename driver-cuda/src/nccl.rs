@@ -116,9 +116,11 @@ pub struct NcclChannel {
     context: Arc<Context>,
     rank: usize,
     count: usize,
-    /// Serialises enqueues from several queues (a communicator is not thread-safe); `Some(why)`
-    /// once the communicator was aborted.
-    state: Mutex<Option<Error>>,
+    /// Serialises enqueues from several queues and the abort (a communicator is not thread-safe).
+    calls: Mutex<()>,
+    /// Why, once the communicator was aborted. Read without the lock: retiring a collective must not
+    /// wait for an enqueue in progress (the completion thread checks it for every collective).
+    aborted: OnceLock<Error>,
     /// Four bytes for barriers.
     scratch: CudaMemory,
 }
@@ -132,7 +134,7 @@ fn live() -> &'static Live {
     LIVE.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-// SAFETY: the communicator is used only under `state`'s lock (enqueues, abort) or with exclusive
+// SAFETY: the communicator is used only under `calls`' lock (enqueues, abort) or with exclusive
 // access (drop); NCCL allows a communicator to move between threads.
 unsafe impl Send for NcclChannel {}
 // SAFETY: see `Send`.
@@ -173,7 +175,8 @@ impl NcclChannel {
             context: context.clone(),
             rank,
             count,
-            state: Mutex::new(None),
+            calls: Mutex::new(()),
+            aborted: OnceLock::new(),
             scratch,
         });
         {
@@ -218,9 +221,9 @@ impl NcclChannel {
     /// Aborts this communicator (once): kernels in flight return, and every collective of it fails
     /// with `status` from now on (see [`failure`](Self::failure)).
     fn abort(&self, status: &Error) {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if state.is_none() {
-            *state = Some(status.clone());
+        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        // Set before the abort, so a collective seen complete while this is unset ran to its end.
+        if self.aborted.set(status.clone()).is_ok() {
             let _bound = self.context.bind();
             // SAFETY: the communicator is live and aborted once, under the lock (no enqueue runs).
             if let Err(e) = check(unsafe { sys::ncclCommAbort(self.comm) }, "ncclCommAbort") {
@@ -232,13 +235,13 @@ impl NcclChannel {
     /// Why this channel's collectives fail, once its communicator was aborted (a completed
     /// collective of an aborted communicator may have returned early, so it fails too).
     pub fn failure(&self) -> Option<Error> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.aborted.get().cloned()
     }
 
     /// Enqueues `call` on `stream`.
     pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(status) = state.as_ref() {
+        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(status) = self.aborted.get() {
             return Err(status.context(format!("{call}: the channel was aborted")));
         }
         call.settle();
@@ -324,7 +327,7 @@ impl NcclChannel {
 impl Drop for NcclChannel {
     fn drop(&mut self) {
         // Every collective of the channel holds it until it retired: nothing is in flight now.
-        let aborted = self.state.get_mut().unwrap_or_else(|p| p.into_inner()).is_some();
+        let aborted = self.aborted.get().is_some();
         if !aborted {
             let _bound = self.context.bind();
             // SAFETY: destroyed once, here, with nothing enqueued on it any more.
