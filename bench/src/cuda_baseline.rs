@@ -380,6 +380,20 @@ impl RawCuda {
         })
     }
 
+    /// `kernels` dependent launches on one stream + `cuStreamSynchronize`, `calls` times (the
+    /// baseline of a call of `kernels` submissions and one host wait).
+    pub fn launches_sync(&self, kernels: usize, calls: u64) -> Result<Duration> {
+        self.timed(|| {
+            for call in 0..calls {
+                for k in 0..kernels {
+                    self.launch(0, (call as u32).wrapping_add(k as u32))?;
+                }
+                self.sync(0)?;
+            }
+            Ok(())
+        })
+    }
+
     /// `cuGraphLaunch` of the `kernels`-kernel graph `ops` times back to back on one stream, then a
     /// stream synchronize (the baseline of a chain of executes of a multi-dispatch command buffer).
     pub fn graph_chain(&self, kernels: usize, ops: u64) -> Result<Duration> {
