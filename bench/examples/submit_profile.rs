@@ -1,12 +1,13 @@
-//! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`) or
-//! alternating between queues 0 and 1 (`hop`), of an empty command buffer or one dispatch.
+//! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`),
+//! alternating between queues 0 and 1 (`hop`), or each execute followed by a host wait without a
+//! deadline (`roundtrip`), of an empty command buffer or one dispatch.
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop] [empty|dispatch] [N]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip] [empty|dispatch] [N]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
 
-use bench::workloads::{Env, chain, ping_pong};
+use bench::workloads::{Env, Timing, chain, ping_pong, round_trip};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -23,7 +24,9 @@ fn main() -> Result<(), String> {
     let run = |ops| match workload.as_str() {
         "chain" => chain(&env, &cb, ops),
         "hop" => ping_pong(&env, &cb, ops),
-        other => Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop)"))),
+        "roundtrip" => round_trip(&env, &cb, hal::Timeout::Infinite, ops)
+            .map(|(total, _)| Timing { total, submit: std::time::Duration::ZERO }),
+        other => Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop|roundtrip)"))),
     };
     run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled
     let start = Instant::now();

@@ -30,9 +30,11 @@ pub(crate) use self::core::{
 pub use future::WaitFuture;
 pub use wait::{WaitMode, wait_semaphores};
 
-/// How many times a host wait re-reads the value before it parks the thread: about a microsecond,
-/// enough to catch a signal already on its way without burning a core.
-const SPIN_ITERATIONS: u32 = 256;
+/// How long a host wait re-reads the value before it parks the thread: enough to catch a signal
+/// already on its way without burning a core. Bounded by time, not a count of re-reads: a spin-loop
+/// pause costs from a few cycles to about 50 ns depending on the CPU, so 256 of them took 12 us on
+/// the H100 machines' CPUs, longer than a whole device round trip.
+const SPIN_TIME: std::time::Duration = std::time::Duration::from_micros(1);
 
 /// A timeline semaphore. Cheap to clone; clones are the same semaphore.
 ///

@@ -7,7 +7,7 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::core::{Registration, TimepointId, TimepointListener};
-use super::{SPIN_ITERATIONS, Semaphore, SemaphoreValue};
+use super::{SPIN_TIME, Semaphore, SemaphoreValue};
 use crate::error::{Error, Result};
 use crate::sync::{Condvar, MODEL_CHECKED, Mutex, lock, spin_hint, wait, wait_timeout};
 use crate::timeout::Timeout;
@@ -94,18 +94,24 @@ impl TimepointListener for Parker {
     }
 }
 
-/// Spins briefly on the lock-free value; `Some` once decided.
+/// Spins briefly ([`SPIN_TIME`]) on the lock-free value; `Some` once decided.
 fn spin(semaphore: &Semaphore, value: u64) -> Option<Result<()>> {
     if MODEL_CHECKED {
         return semaphore.check_fast(value);
     }
-    for _ in 0..SPIN_ITERATIONS {
-        if let Some(outcome) = semaphore.check_fast(value) {
-            return Some(outcome);
+    let start = Instant::now();
+    loop {
+        // The clock is read once per 16 re-reads: a read costs about as much as a pause.
+        for _ in 0..16 {
+            if let Some(outcome) = semaphore.check_fast(value) {
+                return Some(outcome);
+            }
+            spin_hint();
         }
-        spin_hint();
+        if start.elapsed() >= SPIN_TIME {
+            return None;
+        }
     }
-    None
 }
 
 pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> Result<()> {
@@ -116,14 +122,15 @@ pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> R
         return Err(timed_out_one(semaphore, value));
     }
     let deadline = timeout.deadline();
-    if let Some(outcome) = spin(semaphore, value) {
-        return outcome;
-    }
     // The owning device may wait for the signalling work itself (no hop through its completion
-    // thread), until the deadline at most.
+    // thread), until the deadline at most. First: the event is what completes the value, and its
+    // wait also watches the value (a host signal may reach it first).
     if semaphore.assist_wait(value, deadline)
         && let Some(outcome) = semaphore.check_fast(value)
     {
+        return outcome;
+    }
+    if let Some(outcome) = spin(semaphore, value) {
         return outcome;
     }
     let parker = Arc::new(Parker::new(WaitMode::All, 1));
