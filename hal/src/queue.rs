@@ -163,7 +163,9 @@ impl Queue {
         signals: &[SemaphoreValue],
     ) -> Result<()> {
         claimed.begin_execution()?;
-        let result = self.submit_checked(QueueOp::Execute(run), waits, signals);
+        // Numbered now, in command order: the place of this execute's collectives on their channels.
+        let collectives = run.collective_calls();
+        let result = self.submit_checked(QueueOp::Execute { command_buffer: run, collectives }, waits, signals);
         if result.is_err() {
             claimed.cancel_execution();
         }
