@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use hal::driver::{CollectiveCall, Command};
 use hal::driver::HostView;
 use hal::driver::PreparedCommands;
 use hal::driver::stream_model::Work;
 use hal::driver::{BufferExt, ExecutableExt};
+use hal::driver::{CollectiveCall, Command};
 use hal::{
     Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, ProfileOptions, Result,
 };

@@ -319,10 +319,20 @@ impl QueueOp {
     }
 
     /// The kind and what it runs on, with labels where the objects have them, for messages and
-    /// reports: "execute of command buffer 3 'step'", "copy of buffer 1 to buffer 2 'out'".
+    /// reports: "execute of command buffer 3 'step'", "copy of buffer 1 to buffer 2 'out'"; an
+    /// execute holding collectives lists their numbers ("execute of command buffer 3 (all-reduce
+    /// #4, barrier #5)").
     pub fn describe(&self) -> String {
         match self {
-            QueueOp::Execute { command_buffer, .. } => format!("execute of {command_buffer}"),
+            QueueOp::Execute { command_buffer, collectives } if collectives.is_empty() => {
+                format!("execute of {command_buffer}")
+            }
+            QueueOp::Execute { command_buffer, collectives } => {
+                // The numbers say where the execute stands on its channels (a hang report's clue).
+                let calls: Vec<String> =
+                    collectives.iter().map(|call| format!("{} #{}", call.args.op.name(), call.sequence)).collect();
+                format!("execute of {command_buffer} ({})", calls.join(", "))
+            }
             QueueOp::Collective(call) => format!("{call}"),
             QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => format!("{} of {buffer}", self.kind()),
             QueueOp::Transfer(Command::Copy { source, target, .. }) => format!("copy of {source} to {target}"),
