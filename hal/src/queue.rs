@@ -135,6 +135,8 @@ impl Queue {
     }
 
     /// Runs an ended command buffer once `waits` are reached; applies `signals` when it completes.
+    /// Its collectives, if it holds any, take their places on their channels now, at submission
+    /// (see [`CommandBuffer::collective`]).
     pub fn execute(
         &self,
         waits: &[SemaphoreValue],
