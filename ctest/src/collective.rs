@@ -10,12 +10,12 @@
 //! end). Channels are created from one thread per rank, as NCCL needs.
 
 use hal::{
-    Buffer, BufferParams, Channel, CollectiveArgs, CollectiveOp, Device, ElementType, Error, ReduceOp, Semaphore,
-    StatusCode,
+    Buffer, BufferBinding, BufferParams, BufferRef, Channel, CollectiveArgs, CollectiveOp, CommandBuffer,
+    CommandBufferMode, Device, ElementType, Error, ReduceOp, Semaphore, StatusCode,
 };
 
 use crate::check::{CaseError, CaseResult, Context, expect_code};
-use crate::context::{Cx, sv};
+use crate::context::{Cx, sv, to_bytes};
 use crate::{ensure, ensure_eq};
 
 /// The rank counts each case runs with (those the fixture allows).
@@ -448,5 +448,313 @@ pub(crate) fn arguments_checked(cx: &Cx) -> CaseResult {
     // Nothing was used up: the channel still runs a collective.
     let outcomes = run_all(&devices, &channels, |_| all_reduce(ReduceOp::Max).send(&big).recv(&big))?;
     outcomes.into_iter().collect::<hal::Result<Vec<()>>>().ctx("the collective after refusals")?;
+    Ok(())
+}
+
+/// Runs `f(rank)` on one thread per rank, as a process per GPU would (NCCL may block a rank's
+/// first collective until its peers arrive); each rank's result, in rank order.
+fn per_rank<T: Send>(ranks: usize, f: impl Fn(usize) -> Result<T, CaseError> + Sync) -> Result<Vec<T>, CaseError> {
+    std::thread::scope(|scope| {
+        let f = &f;
+        let joins: Vec<_> = (0..ranks).map(|rank| scope.spawn(move || f(rank))).collect();
+        joins
+            .into_iter()
+            .map(|join| join.join().unwrap_or_else(|_| Err(CaseError::Fail("a rank's thread panicked".into()))))
+            .collect()
+    })
+}
+
+/// A reusable command buffer per rank (fill and update, then an all-reduce of the rank's input,
+/// then a copy of the sum into binding slot 0) executed 3 times with a table with new inputs written between executes: each
+/// execute's collective pairs with the other ranks' same execute, every rank holds that round's
+/// sums after the copy, and the fill recorded before the all-reduce never shows.
+pub(crate) fn command_buffer_all_reduce_executed_repeatedly(cx: &Cx) -> CaseResult {
+    const N: usize = 8;
+    let bytes = 4 * N;
+    for ranks in rank_counts(cx, 1) {
+        let (devices, channels) = group(cx, ranks)?;
+        let fresh =
+            |r: usize| -> Result<Vec<Buffer>, CaseError> { (0..3).map(|_| buffer(&devices[r], bytes, &[])).collect() };
+        // Per rank: input, sum, out.
+        let buffers: Vec<Vec<Buffer>> = (0..ranks).map(fresh).collect::<Result<_, _>>()?;
+        let steps: Vec<CommandBuffer> = (0..ranks)
+            .map(|r| -> Result<CommandBuffer, CaseError> {
+                let [input, sum, out] = [&buffers[r][0], &buffers[r][1], &buffers[r][2]];
+                let cb = devices[r].create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
+                cb.fill(sum, 0, bytes as u64, 0xDEAD_BEEF, 4).ctx("fill")?;
+                cb.update(out, 0, &[0xAB; 4 * N]).ctx("update")?;
+                cb.barrier().ctx("barrier")?;
+                let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, N as u64)
+                    .send(input)
+                    .recv(sum);
+                cb.collective(&channels[r], args).ctx(format!("rank {r}: recording the all-reduce"))?;
+                cb.barrier().ctx("barrier")?;
+                // The copy's target is binding slot 0: a table's execute numbers its collectives too.
+                cb.copy(sum, 0, BufferRef::slot(0), 0, bytes as u64).ctx("copy")?;
+                cb.end().ctx("end")?;
+                Ok(cb)
+            })
+            .collect::<Result<_, _>>()?;
+        let done: Vec<Semaphore> =
+            devices.iter().map(|d| d.create_semaphore(0).ctx("semaphore")).collect::<Result<_, _>>()?;
+        for round in 1..=3u64 {
+            let word = |r: usize, i: usize| (round as usize * 1000 + r * 10 + i) as u32;
+            for (r, rank_buffers) in buffers.iter().enumerate() {
+                let input: Vec<u32> = (0..N).map(|i| word(r, i)).collect();
+                rank_buffers[0].write(0, &to_bytes(&input)).ctx("writing the input")?;
+            }
+            per_rank(ranks, |r| {
+                let queue = devices[r].queue(0).ctx("queue")?;
+                let table = [BufferBinding::whole(&buffers[r][2])];
+                queue
+                    .execute_with_bindings(&[sv(&done[r], round - 1)], &steps[r], &table, &[sv(&done[r], round)])
+                    .ctx(format!("rank {r}: execute {round}"))
+            })?;
+            for s in &done {
+                cx.wait(s, round)?;
+            }
+            let expected: Vec<u32> = (0..N).map(|i| (0..ranks).map(|r| word(r, i)).sum()).collect();
+            for (r, rank_buffers) in buffers.iter().enumerate() {
+                ensure_eq!(cx.words(&rank_buffers[1])?, expected, "{ranks} ranks, execute {round}, rank {r}'s sum");
+                ensure_eq!(cx.words(&rank_buffers[2])?, expected, "{ranks} ranks, execute {round}, rank {r}'s copy");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Queue collectives and executes of a command buffer holding two collectives, interleaved on one
+/// channel (a queue sum, an execute, a queue min, the execute again, a queue barrier), each rank
+/// submitting in the same order: they pair by submission order, whatever kind each is: the
+/// in-place sum of the command buffer ran twice (its result is `ranks` times the first sum), its
+/// all-gather holds every rank's block, and the queue collectives their results.
+pub(crate) fn command_buffer_and_queue_collectives_share_one_order(cx: &Cx) -> CaseResult {
+    const N: usize = 4;
+    let u32s = |words: Vec<u32>| -> Vec<u8> { to_bytes(&words) };
+    numbers_taken_at_submission(cx)?;
+    for ranks in rank_counts(cx, 1) {
+        let (devices, channels) = group(cx, ranks)?;
+        let n = N as u64;
+        let (a_of, b_of, c_of, d_of) = (
+            |r: usize, i: usize| (r + 1 + i) as u32,
+            |r: usize, i: usize| (r * 7 + i) as u32,
+            |r: usize, i: usize| (r * 100 + i) as u32,
+            |r: usize, i: usize| (50 + i - r) as u32,
+        );
+        // Per rank: a (queue sum), b (command buffer sum), c and g (command buffer all-gather), d (queue min).
+        let rank_buffers = |r: usize| -> Result<Vec<Buffer>, CaseError> {
+            let d = &devices[r];
+            Ok(vec![
+                buffer(d, 4 * N, &u32s((0..N).map(|i| a_of(r, i)).collect()))?,
+                buffer(d, 4 * N, &u32s((0..N).map(|i| b_of(r, i)).collect()))?,
+                buffer(d, 4 * N, &u32s((0..N).map(|i| c_of(r, i)).collect()))?,
+                buffer(d, 4 * N * ranks, &[])?,
+                buffer(d, 4 * N, &u32s((0..N).map(|i| d_of(r, i)).collect()))?,
+            ])
+        };
+        let buffers: Vec<Vec<Buffer>> = (0..ranks).map(rank_buffers).collect::<Result<_, _>>()?;
+        let steps: Vec<CommandBuffer> = (0..ranks)
+            .map(|r| -> Result<CommandBuffer, CaseError> {
+                let [b, c, g] = [&buffers[r][1], &buffers[r][2], &buffers[r][3]];
+                let cb = devices[r].create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
+                let sum = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, n);
+                cb.collective(&channels[r], sum.send(b).recv(b)).ctx("recording the sum")?;
+                let gather = CollectiveArgs::new(CollectiveOp::AllGather, ElementType::U32, n).send(c).recv(g);
+                cb.collective(&channels[r], gather).ctx("recording the all-gather")?;
+                cb.end().ctx("end")?;
+                Ok(cb)
+            })
+            .collect::<Result<_, _>>()?;
+        let done = per_rank(ranks, |r| {
+            let (queue, channel, bufs) = (devices[r].queue(0).ctx("queue")?, &channels[r], &buffers[r]);
+            let s = devices[r].create_semaphore(0).ctx("semaphore")?;
+            let in_place = |op, buffer: &Buffer| CollectiveArgs::new(op, ElementType::U32, n).send(buffer).recv(buffer);
+            let what = |step: &str| format!("rank {r}: {step}");
+            queue
+                .collective(&[], channel, in_place(CollectiveOp::AllReduce(ReduceOp::Sum), &bufs[0]), &[sv(&s, 1)])
+                .ctx(what("queue sum"))?;
+            queue.execute(&[sv(&s, 1)], &steps[r], &[sv(&s, 2)]).ctx(what("first execute"))?;
+            queue
+                .collective(
+                    &[sv(&s, 2)],
+                    channel,
+                    in_place(CollectiveOp::AllReduce(ReduceOp::Min), &bufs[4]),
+                    &[sv(&s, 3)],
+                )
+                .ctx(what("queue min"))?;
+            queue.execute(&[sv(&s, 3)], &steps[r], &[sv(&s, 4)]).ctx(what("second execute"))?;
+            let barrier = CollectiveArgs::new(CollectiveOp::Barrier, ElementType::U8, 0);
+            queue.collective(&[sv(&s, 4)], channel, barrier, &[sv(&s, 5)]).ctx(what("queue barrier"))?;
+            Ok(s)
+        })?;
+        for s in &done {
+            cx.wait(s, 5)?;
+        }
+        let first_sum = |i: usize| (0..ranks).map(|r| b_of(r, i)).sum::<u32>();
+        let a: Vec<u32> = (0..N).map(|i| (0..ranks).map(|r| a_of(r, i)).sum()).collect();
+        let b: Vec<u32> = (0..N).map(|i| ranks as u32 * first_sum(i)).collect();
+        let g: Vec<u32> = (0..ranks).flat_map(|q| (0..N).map(move |i| c_of(q, i))).collect();
+        let d: Vec<u32> = (0..N).map(|i| (0..ranks).map(|r| d_of(r, i)).min().unwrap_or(0)).collect();
+        for (r, bufs) in buffers.iter().enumerate() {
+            ensure_eq!(cx.words(&bufs[0])?, a, "{ranks} ranks, rank {r}: the queue sum");
+            ensure_eq!(cx.words(&bufs[1])?, b, "{ranks} ranks, rank {r}: the command buffer's sum, twice");
+            ensure_eq!(cx.words(&bufs[3])?, g, "{ranks} ranks, rank {r}: the command buffer's all-gather");
+            ensure_eq!(cx.words(&bufs[4])?, d, "{ranks} ranks, rank {r}: the queue min");
+        }
+    }
+    Ok(())
+}
+
+/// On one rank: an execute held behind a gate takes its collectives' numbers when it is submitted,
+/// after the queue collective submitted before it and before the one submitted after it, and a
+/// second execute of the same command buffer takes new ones (the device's report lists them); once
+/// the gate opens everything runs.
+fn numbers_taken_at_submission(cx: &Cx) -> CaseResult {
+    let (devices, channels) = group(cx, 1)?;
+    let (device, channel) = (&devices[0], &channels[0]);
+    let data = buffer(device, 16, &to_bytes(&[3; 4]))?;
+    let sum =
+        || CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4).send(&data).recv(&data);
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
+    cb.collective(channel, sum()).ctx("recording the all-reduce")?;
+    cb.collective(channel, CollectiveArgs::new(CollectiveOp::Barrier, ElementType::U8, 0)).ctx("the barrier")?;
+    cb.end().ctx("end")?;
+    let (queue, gate, s) =
+        (device.queue(0).ctx("queue")?, device.create_semaphore(0).ctx("gate")?, device.create_semaphore(0).ctx("s")?);
+    queue.collective(&[], channel, sum(), &[sv(&s, 1)]).ctx("queue all-reduce #0")?;
+    queue.execute(&[sv(&s, 1), sv(&gate, 1)], &cb, &[sv(&s, 2)]).ctx("first execute")?;
+    queue.collective(&[sv(&s, 2)], channel, sum(), &[sv(&s, 3)]).ctx("queue all-reduce #3")?;
+    queue.execute(&[sv(&s, 3)], &cb, &[sv(&s, 4)]).ctx("second execute")?;
+    let report = device.report();
+    for held in ["(all-reduce #1, barrier #2)", "all-reduce #3", "(all-reduce #4, barrier #5)"] {
+        ensure!(report.contains(held), "the held work does not show {held}: {report}");
+    }
+    gate.signal(1).ctx("opening the gate")?;
+    cx.wait(&s, 4)?;
+    ensure_eq!(cx.words(&data)?, [3; 4], "one rank's sums");
+    Ok(())
+}
+
+/// `CommandBuffer::collective` checks its arguments when it records, as `Queue::collective` does:
+/// a channel of another device, a buffer of another device, a missing buffer and a send to oneself
+/// are `InvalidArgument`, a range too small and a root that does not exist `OutOfRange`; nothing
+/// is recorded (the buffer's one valid collective runs), and recording after `end` is
+/// `FailedPrecondition`.
+pub(crate) fn command_buffer_collective_arguments_checked(cx: &Cx) -> CaseResult {
+    let (devices, channels) = group(cx, 1)?;
+    let small = buffer(&devices[0], 8, &[])?;
+    let big = buffer(&devices[0], 64, &to_bytes(&[5; 16]))?;
+    let other = cx.other_device()?;
+    let foreign = other.allocate_buffer(BufferParams::host_visible(), 64).ctx("the other device's buffer")?;
+    let other_id = other.create_channel_id().ctx("the other device's id")?;
+    let theirs = other.create_channel(&other_id, 0, 1).ctx("the other device's channel")?;
+    let cb = devices[0].create_command_buffer(CommandBufferMode::OneShot).ctx("command buffer")?;
+    let sum = || CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4);
+    let refused: [(&Channel, CollectiveArgs, StatusCode, &str); 7] = [
+        (&theirs, sum().send(&big).recv(&big), StatusCode::InvalidArgument, "another device's channel"),
+        (&channels[0], sum().send(&foreign).recv(&big), StatusCode::InvalidArgument, "another device's buffer"),
+        (&channels[0], sum().send(&big), StatusCode::InvalidArgument, "no recv buffer"),
+        (&channels[0], sum().send(&big).recv(&small), StatusCode::OutOfRange, "recv too small"),
+        (
+            &channels[0],
+            CollectiveArgs::new(CollectiveOp::Broadcast { root: 1 }, ElementType::U32, 4).recv(&big),
+            StatusCode::OutOfRange,
+            "root 1 of 1",
+        ),
+        (
+            &channels[0],
+            CollectiveArgs::new(CollectiveOp::Reduce { op: ReduceOp::Sum, root: 3 }, ElementType::U32, 4).send(&big),
+            StatusCode::OutOfRange,
+            "reduce to root 3 of 1",
+        ),
+        (
+            &channels[0],
+            CollectiveArgs::new(CollectiveOp::Send { peer: 0 }, ElementType::U32, 4).send(&big),
+            StatusCode::InvalidArgument,
+            "send to itself",
+        ),
+    ];
+    for (channel, args, code, what) in refused {
+        expect_code(cb.collective(channel, args), code, what)?;
+    }
+    // The one valid collective: a sum over one rank leaves the words as they are, then a copy
+    // shows it ran before the commands after it.
+    cb.collective(&channels[0], sum().send(&big).recv(&big)).ctx("the valid collective")?;
+    cb.copy(&big, 0, &small, 0, 8).ctx("copy")?;
+    cb.end().ctx("end")?;
+    expect_code(cb.collective(&channels[0], sum().send(&big).recv(&big)), StatusCode::FailedPrecondition, "after end")?;
+    let done = devices[0].create_semaphore(0).ctx("semaphore")?;
+    devices[0].queue(0).ctx("queue")?.execute(&[], &cb, &[sv(&done, 1)]).ctx("execute")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.words(&small)?, [5, 5], "the copy after the collective");
+    Ok(())
+}
+
+/// Each rank executes a command buffer holding two collectives (an all-reduce and a barrier);
+/// rank 1's execute waits on a semaphore that fails, so it never runs: every rank's execute fails
+/// (no hang) with the failure's code, the others' status naming rank 1. Executing the same command
+/// buffers again then works on every rank (the sequence numbers stayed aligned), or, on a driver
+/// whose channel dies with an abandoned collective (NCCL), fails at once on every rank.
+pub(crate) fn command_buffer_collective_abandoned_fails_every_rank(cx: &Cx) -> CaseResult {
+    let counts = rank_counts(cx, 2);
+    if counts.is_empty() {
+        return Err(CaseError::Skip("needs 2 ranks".into()));
+    }
+    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
+        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
+    }
+    let dies = cx.fixture().channel_dies_on_abandon();
+    if dies {
+        cx.note("the channel dies with the abandoned collectives: the next execute must fail, not hang");
+    }
+    for ranks in counts {
+        let (devices, channels) = group(cx, ranks)?;
+        let gate = devices[1].create_semaphore(0).ctx("gate")?;
+        let bufs: Vec<Buffer> = (0..ranks).map(|r| buffer(&devices[r], 16, &[1, 0, 0, 0])).collect::<Result<_, _>>()?;
+        let outs: Vec<Buffer> = (0..ranks).map(|r| buffer(&devices[r], 16, &[])).collect::<Result<_, _>>()?;
+        let steps: Vec<CommandBuffer> = (0..ranks)
+            .map(|r| -> Result<CommandBuffer, CaseError> {
+                let cb = devices[r].create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
+                let sum = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4)
+                    .send(&bufs[r])
+                    .recv(&bufs[r]);
+                cb.collective(&channels[r], sum).ctx("recording the all-reduce")?;
+                let barrier = CollectiveArgs::new(CollectiveOp::Barrier, ElementType::U8, 0);
+                cb.collective(&channels[r], barrier).ctx("recording the barrier")?;
+                cb.copy(&bufs[r], 0, &outs[r], 0, 16).ctx("copy")?;
+                cb.end().ctx("end")?;
+                Ok(cb)
+            })
+            .collect::<Result<_, _>>()?;
+        let signals = per_rank(ranks, |r| {
+            let s = devices[r].create_semaphore(0).ctx("semaphore")?;
+            let waits = if r == 1 { vec![sv(&gate, 1)] } else { vec![] };
+            devices[r].queue(0).ctx("queue")?.execute(&waits, &steps[r], &[sv(&s, 1)]).ctx(format!("rank {r}"))?;
+            Ok(s)
+        })?;
+        gate.fail(Error::data_loss("ctest: the gate's producer was lost"));
+        for (r, s) in signals.iter().enumerate() {
+            let e = cx.wait_failed(s, 1, StatusCode::DataLoss)?;
+            ensure!(e.message().contains("the gate's producer was lost"), "{ranks} ranks, rank {r}: {e}");
+            ensure!(r == 1 || e.message().contains("rank 1"), "{ranks} ranks, rank {r}: names no rank: {e}");
+        }
+        for (r, out) in outs.iter().enumerate() {
+            ensure_eq!(cx.bytes(out)?, [0; 16], "{ranks} ranks, rank {r}: the copy after a failed collective ran");
+        }
+        let again = per_rank(ranks, |r| {
+            let s = devices[r].create_semaphore(0).ctx("semaphore")?;
+            devices[r].queue(0).ctx("queue")?.execute(&[], &steps[r], &[sv(&s, 1)]).ctx(format!("rank {r} again"))?;
+            Ok(s.wait(1, hal::Timeout::After(crate::context::LONG)))
+        })?;
+        for (r, outcome) in again.into_iter().enumerate() {
+            if dies {
+                let e = outcome.err().ok_or_else(|| CaseError::Fail(format!("rank {r}: a dead channel ran")))?;
+                ensure!(e.message().contains("the gate's producer was lost"), "{ranks} ranks, rank {r}: {e}");
+                continue;
+            }
+            outcome.ctx(format!("{ranks} ranks: the next execute, rank {r}"))?;
+            ensure_eq!(cx.bytes(&outs[r])?[..4], (ranks as u32).to_le_bytes(), "{ranks} ranks, rank {r}");
+        }
+    }
     Ok(())
 }

@@ -383,6 +383,10 @@ macro_rules! __cts_case_list {
                 send_and_receive_pairs,
                 failure_on_one_rank_fails_every_rank,
                 arguments_checked,
+                command_buffer_all_reduce_executed_repeatedly,
+                command_buffer_and_queue_collectives_share_one_order,
+                command_buffer_collective_arguments_checked,
+                command_buffer_collective_abandoned_fails_every_rank,
             }
             profiling {
                 queue_operations_recorded_in_stream_order,

@@ -19,15 +19,16 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use hal::driver::Command;
 use hal::driver::HostView;
 use hal::driver::PreparedCommands;
 use hal::driver::stream_model::Work;
 use hal::driver::{BufferExt, ExecutableExt};
+use hal::driver::{CollectiveCall, Command};
 use hal::{
     Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, ProfileOptions, Result,
 };
 
+use crate::collective::CpuChannel;
 use crate::executable::NativeExecutable;
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
 
@@ -65,7 +66,7 @@ impl CancelSignal {
 /// Runs `commands` in order, stopping at the first error, which is returned, or with `Cancelled`
 /// before the next command once `cancel` is requested.
 pub fn execute_commands(commands: &[Command], pool: &WorkgroupPool, cancel: &CancelSignal) -> Result<()> {
-    execute_timed(commands, pool, cancel, None)
+    execute_timed(commands, &[], pool, cancel, None)
 }
 
 /// Host-clock times of the dispatches a profile asked for, gathered while a command list runs and
@@ -88,13 +89,16 @@ impl<'a> DispatchTimes<'a> {
     }
 }
 
-/// [`execute_commands`], timing the dispatches `times` selects.
+/// [`execute_commands`], timing the dispatches `times` selects. `collectives` are the execute's
+/// calls, one per collective command in order (each runs where its command is, on this thread).
 pub fn execute_timed(
     commands: &[Command],
+    collectives: &[CollectiveCall],
     pool: &WorkgroupPool,
     cancel: &CancelSignal,
     mut times: Option<&mut DispatchTimes<'_>>,
 ) -> Result<()> {
+    let mut calls = collectives.iter();
     for (index, command) in commands.iter().enumerate() {
         if cancel.requested() {
             return Err(Error::cancelled(format!(
@@ -102,6 +106,13 @@ pub fn execute_timed(
                 commands.len(),
                 command_name(command)
             )));
+        }
+        if let Command::Collective { .. } = command {
+            let call = calls.next().ok_or_else(|| {
+                Error::internal(format!("cpu-sim: command {index} is a collective the execute has no call for"))
+            })?;
+            CpuChannel::of(call)?.run(call, &|| cancel.requested())?;
+            continue;
         }
         let timed = times.as_deref_mut().filter(|t| is_dispatch(command) && t.options.records_command(index));
         match timed {
@@ -130,6 +141,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Dispatch { .. } => "dispatch",
         Command::DispatchIndirect { .. } => "indirect dispatch",
         Command::Barrier => "barrier",
+        Command::Collective { .. } => "collective",
     }
 }
 
@@ -185,6 +197,9 @@ fn run_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -
             }
         }
         Command::Barrier => Ok(None),
+        Command::Collective { .. } => {
+            Err(Error::internal("cpu-sim: a collective command outside an execute's command list"))
+        }
     }
 }
 

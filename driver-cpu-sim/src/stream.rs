@@ -138,9 +138,10 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
     }
 }
 
-/// Tells the other ranks that `work`'s collective (if it is one) will not run, with `status`.
+/// Tells the other ranks that `work`'s collectives (a collective's, an execute's) will not run,
+/// with `status`.
 fn abandon_collective(work: &Work, status: &Error) {
-    if let QueueOp::Collective(call) = &work.op {
+    for call in work.op.collectives() {
         call.abandon(status.clone());
     }
 }
@@ -156,7 +157,7 @@ fn run_work(work: &Arc<Work>, pool: &WorkgroupPool) -> Result<()> {
     if profile.options().records_queue_operations() {
         profile.record_queue_operation(work, start, end);
     }
-    if let QueueOp::Execute(command_buffer) = &work.op {
+    if let QueueOp::Execute { command_buffer, .. } = &work.op {
         let commands = command_buffer.commands();
         for (index, grid, start, end) in times.times {
             if let Some(command) = commands.get(index) {
@@ -169,9 +170,14 @@ fn run_work(work: &Arc<Work>, pool: &WorkgroupPool) -> Result<()> {
 
 fn run_op(work: &Arc<Work>, pool: &WorkgroupPool, times: Option<&mut DispatchTimes<'_>>) -> Result<()> {
     match &work.op {
-        QueueOp::Execute(command_buffer) => {
+        QueueOp::Execute { command_buffer, collectives } => {
             let times = times.filter(|t| t.selects_any());
-            execute_timed(&command_buffer.commands(), pool, &CancelSignal::of(work), times)
+            let result = execute_timed(&command_buffer.commands(), collectives, pool, &CancelSignal::of(work), times);
+            if let Err(e) = &result {
+                // Stopped part-way: the collectives not reached fail on the other ranks too.
+                abandon_collective(work, e);
+            }
+            result
         }
         QueueOp::Collective(call) => match CpuChannel::of(call) {
             Ok(channel) => channel.run(call, &|| work.cancel_requested()),

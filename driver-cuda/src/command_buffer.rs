@@ -8,7 +8,10 @@
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
 //!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
-//!   known only once the alloca is enqueued), and as the fallback if a graph cannot be built.
+//!   known only once the alloca is enqueued), for buffers holding collectives (each execute enqueues
+//!   its NCCL calls on the stream in command order, between the other commands; a graph could
+//!   capture them with stream capture, not done here), and as the fallback if a graph cannot be
+//!   built.
 //!
 //! A command buffer recorded against binding slots builds its graph at its first execute and shares
 //! it between all its executes: each brings its table's node parameters and the launch updates the
@@ -356,8 +359,36 @@ impl CudaPreparedCommands {
         work: &Arc<Work>,
         around: &mut dyn FnMut(usize, &Command, bool) -> Result<()>,
     ) -> Result<()> {
+        let result = self.enqueue_commands(bound, stream, work, around);
+        if let Err(e) = &result {
+            // Stopped part-way: the collectives not enqueued will not run, and the other ranks
+            // must not wait for them (those enqueued are settled: this does nothing to them).
+            for call in work.op.collectives() {
+                call.abandon(e.clone());
+            }
+        }
+        result
+    }
+
+    fn enqueue_commands(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        around: &mut dyn FnMut(usize, &Command, bool) -> Result<()>,
+    ) -> Result<()> {
         let payload = self.payload.address();
+        // The execute's collectives, one per collective command, in command order.
+        let mut calls = work.op.collectives().iter();
         for (index, command) in self.commands.iter().enumerate() {
+            if let Command::Collective { .. } = command {
+                let call = calls.next().ok_or_else(|| {
+                    Error::internal(format!("cuda: command {index} is a collective the execute has no call for"))
+                })?;
+                // Enqueued on the stream between the commands around it, like the queue operation.
+                crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call)?;
+                continue;
+            }
             let source = match command {
                 Command::Update { .. } => Some(update_source(payload, &self.payload.offsets, index)?),
                 _ => None,
@@ -384,12 +415,14 @@ fn check(commands: &[Command], ordinal: usize) -> Result<bool> {
 }
 
 /// Whether the commands must replay directly: one touches a transient buffer (its address is known
-/// only once its alloca ran), is an indirect dispatch (its grid is known only when it runs), or
-/// copies with another GPU's memory (a graph's copy node stays within its own GPU here).
+/// only once its alloca ran), is an indirect dispatch (its grid is known only when it runs), copies
+/// with another GPU's memory (a graph's copy node stays within its own GPU here), or is a
+/// collective (each execute's NCCL calls are enqueued on the stream in command order; NCCL calls
+/// could be captured into a graph with stream capture, which is not done here).
 fn replays_directly(commands: &[Command], ordinal: usize) -> Result<bool> {
     let mut direct = false;
     for command in commands {
-        direct |= matches!(command, Command::DispatchIndirect { .. });
+        direct |= matches!(command, Command::DispatchIndirect { .. } | Command::Collective { .. });
         for buffer in command.buffers() {
             let memory = CudaMemory::of(buffer)?;
             direct |= memory.is_transient() || memory.context().ordinal() != ordinal;
@@ -520,5 +553,8 @@ pub fn enqueue_command(
             cuda_stream.indirect().enqueue(bound, cuda_stream, count, launch, work, who)
         }
         Command::Barrier => Ok(()),
+        Command::Collective { .. } => {
+            Err(Error::internal("cuda: a collective command outside an execute's direct replay"))
+        }
     }
 }

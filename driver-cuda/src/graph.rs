@@ -92,6 +92,9 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<(usiz
                 return Err(Error::internal("cuda graph: an indirect dispatch cannot be a graph node"));
             }
             Command::Barrier => Step::Barrier,
+            Command::Collective { .. } => {
+                return Err(Error::internal("cuda graph: a collective cannot be a graph node (it replays directly)"));
+            }
         };
         steps.push((index, step));
     }

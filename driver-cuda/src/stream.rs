@@ -246,7 +246,7 @@ impl CudaStreams {
     /// Enqueues `work`'s operation on `stream`.
     fn enqueue_op(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &work.op {
-            QueueOp::Execute(command_buffer) => {
+            QueueOp::Execute { command_buffer, .. } => {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
                 match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
                     Some(prepared) => prepared.enqueue(bound, stream, work),
@@ -287,7 +287,7 @@ impl CudaStreams {
     ) -> Result<()> {
         let start = if whole { Some(self.timer.record(bound, stream)?) } else { None };
         let enqueued = match (&work.op, work.profile()) {
-            (QueueOp::Execute(command_buffer), Some(profile)) if dispatches => {
+            (QueueOp::Execute { command_buffer, .. }, Some(profile)) if dispatches => {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
                 let prepared = prepared
                     .as_any()
@@ -454,7 +454,7 @@ impl StreamModel for CudaStreams {
         let profile = work.profile();
         let time_whole = self.time_every_submission || profile.is_some_and(|p| p.options().records_queue_operations());
         let time_dispatches = match (&work.op, profile) {
-            (QueueOp::Execute(command_buffer), Some(profile)) => {
+            (QueueOp::Execute { command_buffer, .. }, Some(profile)) => {
                 selects_a_dispatch(&command_buffer.commands(), profile.options())
             }
             _ => false,
@@ -481,9 +481,10 @@ impl StreamModel for CudaStreams {
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
-        // A collective whose communicator was aborted while it ran may have returned early.
-        if let QueueOp::Collective(call) = &work.op
-            && let Some(status) = crate::nccl::NcclChannel::of(call).ok().and_then(|c| c.failure())
+        // A collective (queued, or in an execute) whose communicator was aborted while it ran may
+        // have returned early.
+        if let Some(status) =
+            work.op.collectives().iter().find_map(|call| crate::nccl::NcclChannel::of(call).ok()?.failure())
         {
             self.timer.discard(work.queue, work.id);
             return Err(status);

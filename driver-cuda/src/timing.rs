@@ -227,7 +227,7 @@ fn read_timed(bound: &Bound<'_>, work: &Work, timed: &Timed) -> Result<()> {
     {
         profile.record_queue_operation(work, at(start)?, at(end)?);
     }
-    if let hal::driver::QueueOp::Execute(command_buffer) = &work.op {
+    if let hal::driver::QueueOp::Execute { command_buffer, .. } = &work.op {
         use hal::driver::CommandBufferExt;
         let commands = command_buffer.commands();
         for (index, start, end) in &timed.dispatches {

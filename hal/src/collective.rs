@@ -1,5 +1,7 @@
 //! Channels and collectives: ranks of one group (devices in this process or in others) reduce,
-//! gather, scatter and exchange buffers as queue operations, ordered by semaphores like any other.
+//! gather, scatter and exchange buffers as queue operations, ordered by semaphores like any other,
+//! or as commands of a command buffer ([`CommandBuffer::collective`](crate::CommandBuffer::collective):
+//! each execute takes its collectives' places on their channels when it is submitted).
 //!
 //! A channel is made on each rank's device from the same [`ChannelId`], its rank and the rank count.
 //! Rank 0 makes the id ([`Device::create_channel_id`](crate::Device::create_channel_id)) and the

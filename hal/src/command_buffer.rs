@@ -8,6 +8,7 @@ use smallvec::SmallVec;
 
 use crate::binding_table::{BindingRef, BufferRef, Recorded, Template, resolve, slots_needed};
 use crate::buffer::{Buffer, BufferUsage};
+use crate::collective::{Channel, CollectiveArgs, CollectiveCall};
 use crate::device::DeviceId;
 use crate::driver::{BindingState, DeviceBackend, PreparedCommands};
 use crate::error::{Error, Result};
@@ -119,6 +120,17 @@ pub enum Command {
     },
     /// Commands after it start only after every command before it has finished.
     Barrier,
+    /// A collective on `channel` (made on the command buffer's device), recorded by
+    /// [`CommandBuffer::collective`]. It has no sequence number of its own: each execute takes one
+    /// per collective at submission, in command order, and hands the driver the calls
+    /// ([`QueueOp::Execute`](crate::driver::QueueOp::Execute)'s `collectives`, one per such command,
+    /// in the same order).
+    Collective {
+        /// The channel.
+        channel: Channel,
+        /// The arguments (checked when recorded).
+        args: CollectiveArgs,
+    },
 }
 
 /// Bytes of an indirect dispatch's workgroup count: three `u32`s.
@@ -186,7 +198,10 @@ impl Command {
                 }
                 Ok(())
             }
-            Command::Dispatch { .. } | Command::DispatchIndirect { .. } | Command::Barrier => Ok(()),
+            Command::Dispatch { .. }
+            | Command::DispatchIndirect { .. }
+            | Command::Barrier
+            | Command::Collective { .. } => Ok(()),
         }
     }
 
@@ -200,6 +215,7 @@ impl Command {
                 bindings.iter().map(|b| &b.buffer).chain(std::iter::once(count)).collect()
             }
             Command::Barrier => SmallVec::new(),
+            Command::Collective { args, .. } => args.send.iter().chain(&args.recv).map(|b| &b.buffer).collect(),
         }
     }
 }
@@ -270,6 +286,8 @@ enum State {
         prepared: Option<Arc<dyn PreparedCommands>>,
         template: Option<(Arc<[Recorded]>, u32)>,
         executions: u64,
+        /// Whether `commands` hold a collective (each execute then takes sequence numbers).
+        collectives: bool,
     },
 }
 
@@ -721,14 +739,103 @@ impl CommandBuffer {
         if let Some(label) = self.label() {
             let _ = resolved.set_label(label);
         }
+        let collectives = has_collectives(&commands);
         *lock(&resolved.shared.state) =
-            State::Ended { commands, prepared: Some(prepared), template: None, executions: 0 };
+            State::Ended { commands, prepared: Some(prepared), template: None, executions: 0, collectives };
         Ok(resolved)
     }
 
     /// Records an execution barrier: later commands start after earlier ones finish.
     pub fn barrier(&self) -> Result<()> {
         self.record(Command::Barrier)
+    }
+
+    /// Records a collective on `channel` (made on this command buffer's device): every rank of the
+    /// channel runs its part where its own command buffer (or queue) has it. The arguments are
+    /// checked now, as [`Queue::collective`](crate::Queue::collective) checks them: a channel of
+    /// another device, a buffer of another device, a root or peer that does not exist, a send to
+    /// oneself or a range too small is refused (`InvalidArgument` / `OutOfRange`), and nothing is
+    /// recorded. The buffers are named directly (binding-table slots are not taken here: a
+    /// collective's ranges are fixed when it is recorded).
+    ///
+    /// **Order.** A collective is paired with the other ranks' by its place on the channel, not
+    /// by the command buffer: each execute takes the channel's next sequence number for each
+    /// collective it holds, in command order, when it is submitted (as `Queue::collective` does
+    /// when it is called). So a command buffer executed K times runs K rounds, which pair with the
+    /// other ranks' K executes (or queue collectives) in submission order, and queue collectives
+    /// and executes submitted on one channel keep one order. Every rank must submit them in the
+    /// same order. A collective runs after every command before it in the buffer and before every
+    /// command after it, as if barriers surrounded it.
+    ///
+    /// **Failure.** An execute that never runs (its wait failed, its device went away, it was
+    /// refused after its numbers were taken) abandons every collective it holds, so they fail on
+    /// every rank with a status naming this rank instead of leaving the others waiting; one that
+    /// fails part-way abandons the collectives it did not reach.
+    ///
+    /// ```
+    /// use hal::{BufferParams, CollectiveArgs, CollectiveOp, CommandBufferMode, ElementType, ReduceOp};
+    /// use hal::{SemaphoreValue as SV, Timeout};
+    ///
+    /// let devices = [driver_cpu_sim::create_device()?, driver_cpu_sim::create_device()?];
+    /// let id = devices[0].create_channel_id()?;
+    /// let mut ranks = Vec::new();
+    /// for (rank, device) in devices.iter().enumerate() {
+    ///     let channel = device.create_channel(&id, rank, 2)?;
+    ///     let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
+    ///     // Recorded once: write this rank's input, then sum it over the ranks in place.
+    ///     let step = device.create_command_buffer(CommandBufferMode::Reusable)?;
+    ///     step.fill(&buffer, 0, 16, rank as u32 + 1, 4)?;
+    ///     step.collective(
+    ///         &channel,
+    ///         CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4)
+    ///             .send(&buffer)
+    ///             .recv(&buffer),
+    ///     )?;
+    ///     step.end()?;
+    ///     ranks.push((device.queue(0)?, step, buffer, device.create_semaphore(0)?, channel));
+    /// }
+    /// for round in 1..=2u64 {
+    ///     for (queue, step, _, done, _) in &ranks {
+    ///         queue.execute(&[SV::new(done, round - 1)], step, &[SV::new(done, round)])?;
+    ///     }
+    ///     for (_, _, buffer, done, _) in &ranks {
+    ///         done.wait(round, Timeout::Infinite)?;
+    ///         assert_eq!(buffer.read_as::<u32>()?, [3; 4]);
+    ///     }
+    /// }
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn collective(&self, channel: &Channel, args: CollectiveArgs) -> Result<()> {
+        if channel.device() != self.shared.device {
+            return Err(Error::invalid_argument(format!(
+                "{self}: {channel} was made on {}, not {}",
+                channel.device(),
+                self.shared.device
+            )));
+        }
+        let command = Command::Collective { channel: channel.clone(), args };
+        // No copy among them: a buffer of another device is refused whatever the driver copies.
+        self.check_devices(&command)?;
+        if let Command::Collective { channel, args } = &command {
+            args.check(channel).map_err(|e| e.context(format!("{self}")))?;
+        }
+        self.record_recorded(Recorded::Ready(command))
+    }
+
+    /// One call per collective of the commands, in command order, each with the next sequence
+    /// number of its channel: what one execute runs (empty for a buffer without collectives).
+    pub(crate) fn collective_calls(&self) -> Vec<CollectiveCall> {
+        let commands = match &*lock(&self.shared.state) {
+            State::Ended { commands, collectives: true, .. } => commands.clone(),
+            _ => return Vec::new(),
+        };
+        commands
+            .iter()
+            .filter_map(|command| match command {
+                Command::Collective { channel, args } => Some(CollectiveCall::new(channel.clone(), args.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Finishes recording and lets the driver prepare its replayable form. Recording afterwards, or a
@@ -745,7 +852,13 @@ impl CommandBuffer {
         if slots > 0 {
             // Its buffers are known only at execute: each execute resolves and prepares it.
             let template = Some((Arc::from(commands), slots));
-            *state = State::Ended { commands: Arc::from(Vec::new()), prepared: None, template, executions: 0 };
+            *state = State::Ended {
+                commands: Arc::from(Vec::new()),
+                prepared: None,
+                template,
+                executions: 0,
+                collectives: false,
+            };
             return Ok(());
         }
         // No slots: every command is concrete (`Ready`).
@@ -765,7 +878,8 @@ impl CommandBuffer {
                 return Err(e.context(format!("{}", self)));
             }
         };
-        *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0 };
+        let collectives = has_collectives(&ready);
+        *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0, collectives };
         Ok(())
     }
 
@@ -813,6 +927,11 @@ impl CommandBuffer {
     pub fn device(&self) -> DeviceId {
         self.shared.device
     }
+}
+
+/// Whether `commands` hold a collective.
+fn has_collectives(commands: &[Command]) -> bool {
+    commands.iter().any(|c| matches!(c, Command::Collective { .. }))
 }
 
 /// A dispatch binding's checks: storage usage and range.

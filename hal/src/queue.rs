@@ -135,6 +135,8 @@ impl Queue {
     }
 
     /// Runs an ended command buffer once `waits` are reached; applies `signals` when it completes.
+    /// Its collectives, if it holds any, take their places on their channels now, at submission
+    /// (see [`CommandBuffer::collective`]).
     pub fn execute(
         &self,
         waits: &[SemaphoreValue],
@@ -163,7 +165,9 @@ impl Queue {
         signals: &[SemaphoreValue],
     ) -> Result<()> {
         claimed.begin_execution()?;
-        let result = self.submit_checked(QueueOp::Execute(run), waits, signals);
+        // Numbered now, in command order: the place of this execute's collectives on their channels.
+        let collectives = run.collective_calls();
+        let result = self.submit_checked(QueueOp::Execute { command_buffer: run, collectives }, waits, signals);
         if result.is_err() {
             claimed.cancel_execution();
         }

@@ -239,7 +239,15 @@ pub use crate::readback::ReadTarget;
 /// One queue operation, as handed to [`DeviceBackend::submit`].
 pub enum QueueOp {
     /// Run a command buffer (ended; one-shot buffers not run before).
-    Execute(CommandBuffer),
+    Execute {
+        /// The command buffer.
+        command_buffer: CommandBuffer,
+        /// One call per [`Command::Collective`] of its commands, in command order, numbered for
+        /// this execute: the driver runs call `n` where the `n`-th collective command is. Dropped
+        /// unrun, each tells the other ranks (see [`CollectiveCall`]); a driver that stops part-way
+        /// through the commands abandons those it did not reach.
+        collectives: Vec<CollectiveCall>,
+    },
     /// A collective on a channel (see [`crate::CollectiveOp`]).
     Collective(CollectiveCall),
     /// Commit the memory of a transient buffer.
@@ -278,15 +286,24 @@ impl QueueOp {
     /// The scheduler fails this op without running it, with `status`: a collective passes that
     /// status on to the other ranks of its channel (see [`CollectiveCall`]).
     pub(crate) fn will_not_run(&self, status: &crate::error::Error) {
-        if let QueueOp::Collective(call) = self {
+        for call in self.collectives() {
             call.will_not_run(status);
+        }
+    }
+
+    /// The collectives it runs: a collective's call, an execute's calls (in command order), or none.
+    pub fn collectives(&self) -> &[CollectiveCall] {
+        match self {
+            QueueOp::Collective(call) => std::slice::from_ref(call),
+            QueueOp::Execute { collectives, .. } => collectives,
+            _ => &[],
         }
     }
 
     /// A short name for traces and reports.
     pub fn kind(&self) -> &'static str {
         match self {
-            QueueOp::Execute(_) => "execute",
+            QueueOp::Execute { .. } => "execute",
             QueueOp::Collective(_) => "collective",
             QueueOp::Alloca(_) => "alloca",
             QueueOp::Dealloca(_) => "dealloca",
@@ -302,10 +319,20 @@ impl QueueOp {
     }
 
     /// The kind and what it runs on, with labels where the objects have them, for messages and
-    /// reports: "execute of command buffer 3 'step'", "copy of buffer 1 to buffer 2 'out'".
+    /// reports: "execute of command buffer 3 'step'", "copy of buffer 1 to buffer 2 'out'"; an
+    /// execute holding collectives lists their numbers ("execute of command buffer 3 (all-reduce
+    /// #4, barrier #5)").
     pub fn describe(&self) -> String {
         match self {
-            QueueOp::Execute(commands) => format!("execute of {commands}"),
+            QueueOp::Execute { command_buffer, collectives } if collectives.is_empty() => {
+                format!("execute of {command_buffer}")
+            }
+            QueueOp::Execute { command_buffer, collectives } => {
+                // The numbers say where the execute stands on its channels (a hang report's clue).
+                let calls: Vec<String> =
+                    collectives.iter().map(|call| format!("{} #{}", call.args.op.name(), call.sequence)).collect();
+                format!("execute of {command_buffer} ({})", calls.join(", "))
+            }
             QueueOp::Collective(call) => format!("{call}"),
             QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => format!("{} of {buffer}", self.kind()),
             QueueOp::Transfer(Command::Copy { source, target, .. }) => format!("copy of {source} to {target}"),
