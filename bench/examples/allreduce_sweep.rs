@@ -4,7 +4,8 @@
 //! in each round; each sample enqueues `iters` all-reduces back to back and waits once on the host:
 //! - `raw`: `ncclAllReduce` on a stream, then `cuStreamSynchronize` (what nccl-tests times);
 //! - `hal queue`: `Queue::collective`, each waiting on the one before through a timeline semaphore;
-//!   the host waits on the last value.
+//!   the host waits on the last value;
+//! - `hal cb`: a reusable command buffer holding the one all-reduce, executed the same way.
 //!
 //! Prints per size the medians over rounds: time per all-reduce, bus bandwidth (NCCL's definition:
 //! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio.
@@ -18,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use hal::driver::Driver;
 use hal::{
-    BufferParams, ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result, SemaphoreValue as SV,
-    Timeout,
+    BufferParams, ChannelId, CollectiveArgs, CollectiveOp, CommandBufferMode, ElementType, Error, ReduceOp, Result,
+    SemaphoreValue as SV, Timeout,
 };
 
 /// Sizes in bytes: 8 B, then x8 up to 1 GiB.
@@ -72,21 +73,25 @@ fn main() -> Result<()> {
     // Rank 0's figures (every rank waits for the slowest, so they agree).
     let samples = &results[0];
     println!(
-        "{:>10} {:>6} {:>12} {:>12} {:>10} {:>10} {:>7}",
-        "bytes", "iters", "raw us", "hal us", "raw GB/s", "hal GB/s", "hal/raw"
+        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "bytes", "iters", "raw us", "queue us", "cb us", "raw GB/s", "queue", "cb", "queue/raw", "cb/raw"
     );
     for (i, &bytes) in sizes.iter().enumerate() {
         let raw = median(samples.iter().map(|r| r[i].0).collect());
-        let hal = median(samples.iter().map(|r| r[i].1).collect());
+        let queue = median(samples.iter().map(|r| r[i].1).collect());
+        let cb = median(samples.iter().map(|r| r[i].2).collect());
         let bus = |t: f64| bytes as f64 * 2.0 * (ranks as f64 - 1.0) / ranks as f64 / t / 1e9;
         println!(
-            "{bytes:>10} {:>6} {:>12.2} {:>12.2} {:>10.2} {:>10.2} {:>6.2}x",
+            "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x",
             iterations(bytes),
             raw * 1e6,
-            hal * 1e6,
+            queue * 1e6,
+            cb * 1e6,
             bus(raw),
-            bus(hal),
-            hal / raw
+            bus(queue),
+            bus(cb),
+            queue / raw,
+            cb / raw
         );
     }
     Ok(())
@@ -97,8 +102,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Per round, per size: (raw seconds per all-reduce, HAL seconds per all-reduce).
-type Samples = Vec<Vec<(f64, f64)>>;
+/// Per round, per size: seconds per all-reduce (raw, HAL queue operation, HAL command buffer).
+type Samples = Vec<Vec<(f64, f64, f64)>>;
 
 fn rank_main(
     rank: usize,
@@ -117,39 +122,61 @@ fn rank_main(
     let raw = raw::Rank::new(rank, ranks, raw_id, max)?;
     let queue = device.queue(0)?;
     let timeline = device.create_semaphore(0)?;
+    let args = |bytes: u64| {
+        CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, bytes / 4).send(&send).recv(&recv)
+    };
+    // One reusable command buffer per size, holding the one all-reduce.
+    let buffers = sizes
+        .iter()
+        .map(|&bytes| {
+            let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
+            cb.collective(&channel, args(bytes))?;
+            cb.end()?;
+            Ok(cb)
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut value = 0u64;
-    let mut hal_run = |bytes: u64, iters: u64| -> Result<Duration> {
-        let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, bytes / 4)
-            .send(&send)
-            .recv(&recv);
+    let mut hal_run = |size: usize, iters: u64, as_command_buffer: bool| -> Result<Duration> {
+        let args = args(sizes[size]);
         let started = Instant::now();
         for _ in 0..iters {
-            queue.collective(&[SV::new(&timeline, value)], &channel, args.clone(), &[SV::new(&timeline, value + 1)])?;
+            let (waits, signals) = ([SV::new(&timeline, value)], [SV::new(&timeline, value + 1)]);
+            if as_command_buffer {
+                queue.execute(&waits, &buffers[size], &signals)?;
+            } else {
+                queue.collective(&waits, &channel, args.clone(), &signals)?;
+            }
             value += 1;
         }
         timeline.wait(value, Timeout::After(Duration::from_secs(120)))?;
         Ok(started.elapsed())
     };
-    // Warm both paths at every size once (NCCL sets up its buffers and kernels lazily).
-    for &bytes in sizes {
+    // Warm every path at every size once (NCCL sets up its buffers and kernels lazily).
+    for (size, &bytes) in sizes.iter().enumerate() {
         barrier.wait();
         raw.run(bytes, 2)?;
         barrier.wait();
-        hal_run(bytes, 2)?;
+        hal_run(size, 2, false)?;
+        barrier.wait();
+        hal_run(size, 2, true)?;
     }
     let mut samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let mut round = Vec::with_capacity(sizes.len());
-        for &bytes in sizes {
+        for (size, &bytes) in sizes.iter().enumerate() {
             let iters = iterations(bytes);
+            let per = |d: Duration| d.as_secs_f64() / iters as f64;
             barrier.wait();
-            let raw_time = raw.run(bytes, iters)?;
+            let raw_time = per(raw.run(bytes, iters)?);
             barrier.wait();
-            let hal_time = hal_run(bytes, iters)?;
-            round.push((raw_time.as_secs_f64() / iters as f64, hal_time.as_secs_f64() / iters as f64));
+            let queue_time = per(hal_run(size, iters, false)?);
+            barrier.wait();
+            let cb_time = per(hal_run(size, iters, true)?);
+            round.push((raw_time, queue_time, cb_time));
         }
         samples.push(round);
     }
+    drop(buffers);
     drop(device);
     Ok(samples)
 }
