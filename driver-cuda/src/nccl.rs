@@ -17,6 +17,14 @@
 //! later one fail with the abandoning rank's status, and the channel is dead (make a new one).
 //! Ranks in other processes are not reached this way: they wait until their own process aborts
 //! (NCCL's own timeouts; see docs/embedding.md).
+//!
+//! NCCL 2.22 and later connect ranks lazily by default: the first collective of each kind blocks
+//! its enqueueing thread until every peer has enqueued it too. If a peer's collective is abandoned
+//! instead, that thread stays blocked inside NCCL, and the abort cannot run until it returns (a
+//! communicator is used by one thread at a time). With `NCCL_RUNTIME_CONNECT=0` NCCL connects
+//! everything when the channel is created and an abandoned collective releases its in-process
+//! peers; [`connects_lazily`] says which applies, and a channel of several ranks made while NCCL
+//! connects lazily logs a warning once.
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -109,6 +117,18 @@ pub fn unique_id() -> Result<ChannelId> {
     ChannelId::from_bytes(&bytes)
 }
 
+/// The NCCL version from which connections are made at the first collective unless
+/// `NCCL_RUNTIME_CONNECT=0` (2.22.0).
+const LAZY_CONNECT_SINCE: i32 = 22200;
+
+/// Whether NCCL connects ranks at their first collective rather than when the channel is made
+/// (NCCL 2.22 and later without `NCCL_RUNTIME_CONNECT=0`): then an abandoned first collective leaves
+/// the other ranks of this process blocked in NCCL (see the module docs). `false` without NCCL.
+pub fn connects_lazily() -> bool {
+    let eager = std::env::var("NCCL_RUNTIME_CONNECT").is_ok_and(|v| v.trim() == "0");
+    probe().is_ok_and(|version| version >= LAZY_CONNECT_SINCE) && !eager
+}
+
 /// One rank's NCCL communicator.
 pub struct NcclChannel {
     comm: sys::ncclComm_t,
@@ -169,6 +189,16 @@ impl NcclChannel {
         // SAFETY: NCCL is loaded; the context of this GPU is bound (`_bound`); the out-pointer is a
         // live local. It blocks until every rank called it.
         check(unsafe { sys::ncclCommInitRank(&mut comm, ranks, unique, rank as i32) }, "ncclCommInitRank")?;
+        if count > 1 && connects_lazily() {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "cuda: NCCL connects ranks at their first collective (NCCL_RUNTIME_CONNECT is not 0): a collective \
+                     abandoned on one rank can leave the other ranks of this process blocked in NCCL; set \
+                     NCCL_RUNTIME_CONNECT=0 to connect when channels are made"
+                )
+            });
+        }
         let channel = Arc::new(NcclChannel {
             comm,
             id: *id.as_bytes(),
