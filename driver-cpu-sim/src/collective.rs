@@ -27,6 +27,10 @@ use crate::command_exec::{read_buffer, write_buffer};
 /// How often a rank waiting at a meeting checks whether its work was asked to stop.
 pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(2);
 
+/// How long a rank leaving a channel waits for the replies still owed to ranks of other processes
+/// (this process may be about to exit, and their results go with it).
+const REPLY_GRACE: Duration = Duration::from_secs(10);
+
 /// The first bytes of every id cpu-sim makes.
 const MAGIC: &[u8; 8] = b"cpu-sim\0";
 
@@ -101,6 +105,8 @@ struct GroupState {
     /// Per rank: why it will never arrive again (its process went away), until it joins again.
     lost: Vec<Option<Error>>,
     meetings: HashMap<Key, Meeting>,
+    /// Replies owed to ranks of other processes (their parts arrived; the answer is not sent yet).
+    owed: usize,
 }
 
 /// Which meeting a collective belongs to.
@@ -328,7 +334,23 @@ pub(crate) struct LocalRank {
 
 impl Drop for LocalRank {
     fn drop(&mut self) {
-        lock(&self.group.state).joined[self.rank] = false;
+        let mut state = lock(&self.group.state);
+        state.joined[self.rank] = false;
+        self.group.changed.notify_all();
+        let deadline = std::time::Instant::now() + REPLY_GRACE;
+        while state.owed > 0 {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                tracing::warn!(
+                    "cpu-sim: rank {} left with {} replies to other processes unsent",
+                    self.rank,
+                    state.owed
+                );
+                break;
+            }
+            state = self.group.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        drop(state);
         let mut groups = lock(groups());
         if groups.get(&self.group.id).is_some_and(|g| g.strong_count() <= 1) {
             groups.remove(&self.group.id);
@@ -345,8 +367,12 @@ impl LocalRank {
             match existing {
                 Some(group) => group,
                 None => {
-                    let state =
-                        GroupState { joined: vec![false; count], lost: vec![None; count], meetings: HashMap::new() };
+                    let state = GroupState {
+                        joined: vec![false; count],
+                        lost: vec![None; count],
+                        meetings: HashMap::new(),
+                        owed: 0,
+                    };
                     let group = Arc::new(Group {
                         id: *id.as_bytes(),
                         count,
@@ -390,6 +416,9 @@ impl LocalRank {
         let count = self.group.count;
         let mut state = lock(&self.group.state);
         let state = &mut *state;
+        if let Ok(Part::Remote(_)) = &part {
+            state.owed += 1;
+        }
         let meeting = state.meetings.entry(key).or_insert_with(|| Meeting {
             parts: (0..count).map(|_| None).collect(),
             outcome: None,
@@ -449,6 +478,13 @@ impl LocalRank {
             }
             state = group.changed.wait_timeout(state, CANCEL_POLL).unwrap_or_else(|p| p.into_inner()).0;
         }
+    }
+
+    /// A reply owed to this rank's process was sent (or can no longer be).
+    pub(crate) fn replied(&self) {
+        let mut state = lock(&self.group.state);
+        state.owed = state.owed.saturating_sub(1);
+        self.group.changed.notify_all();
     }
 
     /// Records that this rank's part of meeting `key` will not run, failing it for the others.

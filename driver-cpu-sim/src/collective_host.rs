@@ -125,10 +125,12 @@ fn serve(stream: UnixStream) {
                     let (outcome, output) = waiting.await_outcome(key, &|| conn.stop(tag));
                     lock(&conn.cancelled).remove(&tag);
                     conn.send(&Message::Done { tag, outcome: outcome.map(|()| output.unwrap_or_default()) });
+                    waiting.replied();
                 });
                 match waiter {
                     Ok(waiter) => waiters.push(waiter),
                     Err(e) => {
+                        local.replied();
                         tracing::warn!("cpu-sim: cannot wait for rank {}'s collective: {e}", local.rank());
                         break false;
                     }

@@ -205,6 +205,11 @@ fn child_process_rank() {
             println!("{SAYS}{}", id.to_hex());
             std::thread::sleep(LIMIT * 2);
         }
+        "host collectives then exit" => {
+            let id = device().create_channel_id().unwrap();
+            println!("{SAYS}{}", id.to_hex());
+            collectives_as(0, &id);
+        }
         "host then exit" => println!("{SAYS}{}", device().create_channel_id().unwrap().to_hex()),
         other => panic!("no scenario {other:?}"),
     }
@@ -217,6 +222,14 @@ fn collectives_meet_across_two_processes() {
     let child = ChildProcess::spawn("collectives", Some(&id));
     drop(device);
     collectives_as(0, &id);
+    child.succeeds();
+}
+
+#[test]
+fn the_host_process_exiting_after_its_last_collective_still_delivers_the_others_results() {
+    let child = ChildProcess::spawn("host collectives then exit", None);
+    let id = ChannelId::from_hex(&child.hear()).unwrap();
+    collectives_as(1, &id);
     child.succeeds();
 }
 
@@ -236,7 +249,10 @@ fn a_rank_whose_process_died_fails_the_hosts_rank_instead_of_hanging() {
     let mut child = ChildProcess::spawn("submit then linger", Some(&id));
     assert_eq!(child.hear(), "submitted");
     child.kill();
-    // The child's part arrived before it died; the next collective it never reaches.
+    // The host sees the connection close at once (the child is reaped); give its thread time to.
+    std::thread::sleep(Duration::from_millis(200));
+    // The child's part of the first arrived before it died, but its result has nowhere to go; the
+    // second it never reaches.
     for done in [all_reduce(&device, &channel, &[]), all_reduce(&device, &channel, &[])] {
         let status = done.wait(1, T).expect_err("the peer's process died");
         assert_eq!(status.code(), StatusCode::Unavailable, "{status}");
