@@ -1,13 +1,20 @@
-//! Collectives on cpu-sim: the ranks of a channel are devices in this process, which meet by channel
-//! id. Each collective is a *meeting* keyed by its sequence number (per pair of ranks for sends and
-//! receives): every rank's stream thread arrives with its arguments and blocks; the last to arrive
-//! reads every rank's send range, computes every rank's result and writes it, then all return. A
-//! rank whose collective will not run (its wait failed, its device went away) arrives without
-//! blocking, with that status, and the meeting fails for every rank at once: nobody waits for it.
-//! A rank waiting at a meeting gives up with `Cancelled` when its work is asked to stop (device
-//! teardown), failing the meeting for the others too.
+//! Collectives on cpu-sim: the ranks of a channel meet by channel id. Each collective is a *meeting*
+//! keyed by its sequence number (per pair of ranks for sends and receives): every rank's stream
+//! thread arrives with its arguments and blocks; the last to arrive reads every rank's send range,
+//! computes every rank's result and writes it, then all return. A rank whose collective will not
+//! run (its wait failed, its device went away) arrives without blocking, with that status, and the
+//! meeting fails for every rank at once: nobody waits for it. A rank waiting at a meeting gives up
+//! with `Cancelled` when its work is asked to stop (device teardown), failing the meeting for the
+//! others too.
+//!
+//! The meetings of a channel are held by the process that made its id, as NCCL's bootstrap root
+//! is. Its ranks on devices of that process join directly; a rank in another process on the same
+//! host (Linux) joins through the host process's Unix socket, named in the id
+//! (`collective_remote`), and the host takes part in each meeting on its behalf with the bytes it
+//! sent (`collective_host`).
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
@@ -18,9 +25,16 @@ use hal::{ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp,
 use crate::command_exec::{read_buffer, write_buffer};
 
 /// How often a rank waiting at a meeting checks whether its work was asked to stop.
-const CANCEL_POLL: Duration = Duration::from_millis(2);
+pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(2);
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+/// How long a rank leaving a channel waits for the replies still owed to ranks of other processes
+/// (this process may be about to exit, and their results go with it).
+const REPLY_GRACE: Duration = Duration::from_secs(10);
+
+/// The first bytes of every id cpu-sim makes.
+const MAGIC: &[u8; 8] = b"cpu-sim\0";
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves the state whole: a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -31,25 +45,53 @@ fn groups() -> &'static Mutex<HashMap<[u8; ChannelId::LEN], Weak<Group>>> {
     GROUPS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// A new channel id: unique in this process (the rendezvous is in-process).
-pub fn new_channel_id() -> ChannelId {
+/// A random number fixed for this process's life: with the pid, it names where the meetings of the
+/// ids this process made are held (a pid alone repeats across PID namespaces).
+pub(crate) fn process_nonce() -> u64 {
+    static NONCE: OnceLock<u64> = OnceLock::new();
+    *NONCE.get_or_init(|| random_word(u64::from(std::process::id())))
+}
+
+fn random_word(seed: u64) -> u64 {
     use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(seed);
+    hasher.finish()
+}
+
+/// A new channel id, unique across processes: the magic, a serial, then the pid and nonce of this
+/// process, which holds the channel's meetings (on Linux its socket starts listening now, so a
+/// rank in another process can join as soon as it has the id).
+pub fn new_channel_id() -> ChannelId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    #[cfg(target_os = "linux")]
+    crate::collective_host::listen();
     let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut bytes = [0u8; ChannelId::LEN];
-    bytes[..8].copy_from_slice(b"cpu-sim\0");
+    bytes[..8].copy_from_slice(MAGIC);
     bytes[8..16].copy_from_slice(&serial.to_le_bytes());
     bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-    for (i, chunk) in bytes[20..].chunks_mut(8).enumerate() {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(serial ^ (i as u64));
-        let word = hasher.finish().to_le_bytes();
+    bytes[20..28].copy_from_slice(&process_nonce().to_le_bytes());
+    for (i, chunk) in bytes[28..].chunks_mut(8).enumerate() {
+        let word = random_word(serial ^ (i as u64)).to_le_bytes();
         chunk.copy_from_slice(&word[..chunk.len()]);
     }
     ChannelId::from_bytes(&bytes).expect("LEN bytes")
 }
 
-/// One channel's ranks in this process.
+/// The process holding `id`'s meetings, `(pid, nonce)`, when it is not this one. Ids cpu-sim did
+/// not make meet in this process.
+fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
+    let bytes = id.as_bytes();
+    if &bytes[..8] != MAGIC {
+        return None;
+    }
+    let pid = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
+    let nonce = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
+    (nonce != process_nonce()).then_some((pid, nonce))
+}
+
+/// One channel's meetings, in the process that holds them.
 struct Group {
     id: [u8; ChannelId::LEN],
     count: usize,
@@ -60,12 +102,16 @@ struct Group {
 #[derive(Default)]
 struct GroupState {
     joined: Vec<bool>,
+    /// Per rank: why it will never arrive again (its process went away), until it joins again.
+    lost: Vec<Option<Error>>,
     meetings: HashMap<Key, Meeting>,
+    /// Replies owed to ranks of other processes (their parts arrived; the answer is not sent yet).
+    owed: usize,
 }
 
 /// Which meeting a collective belongs to.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-enum Key {
+pub(crate) enum Key {
     /// An operation of every rank, by its sequence number.
     All(u64),
     /// A send and its receive between two ranks (the lower first), by their pair's number.
@@ -74,15 +120,15 @@ enum Key {
 
 /// One collective's meeting: what each rank brought, and the outcome once known.
 struct Meeting {
-    /// Per rank: its arguments, or why its part will not run. Ranks outside a pair stay `None`.
-    parts: Vec<Option<std::result::Result<CollectiveArgs, Error>>>,
+    /// Per rank: its part, or why it will not run. Ranks outside a pair stay `None`.
+    parts: Vec<Option<std::result::Result<Part, Error>>>,
     outcome: Option<Result<()>>,
     /// Ranks that arrived and will not come back for it (took the outcome, or abandoned).
     gone: usize,
 }
 
 impl Key {
-    fn of(call: &CollectiveCall, rank: usize) -> Key {
+    pub(crate) fn of(call: &CollectiveCall, rank: usize) -> Key {
         match call.args.op {
             CollectiveOp::Send { peer } | CollectiveOp::Recv { peer } => {
                 Key::Pair(rank.min(peer), rank.max(peer), call.sequence)
@@ -98,12 +144,110 @@ impl Key {
             Key::Pair(..) => 2,
         }
     }
+
+    fn involves(&self, rank: usize) -> bool {
+        match *self {
+            Key::All(_) => true,
+            Key::Pair(lo, hi, _) => rank == lo || rank == hi,
+        }
+    }
+}
+
+/// What one rank brings to a meeting: its buffers (a rank of this process), or the bytes a rank of
+/// another process sent and a place for its result.
+pub(crate) enum Part {
+    /// A rank on a device of this process.
+    Local(CollectiveArgs),
+    /// A rank in another process.
+    Remote(RemotePart),
+}
+
+/// A rank of another process at a meeting.
+pub(crate) struct RemotePart {
+    /// What it submitted.
+    pub(crate) op: CollectiveOp,
+    /// Its element type.
+    pub(crate) element: ElementType,
+    /// Its elements per rank.
+    pub(crate) count: u64,
+    /// Its send range's bytes (empty when its part sends nothing).
+    pub(crate) input: Vec<u8>,
+    /// Bytes its receive range holds.
+    pub(crate) recv_len: u64,
+    /// What the meeting wrote for it, to send back.
+    pub(crate) output: Option<Vec<u8>>,
+}
+
+impl Part {
+    fn op(&self) -> CollectiveOp {
+        match self {
+            Part::Local(args) => args.op,
+            Part::Remote(part) => part.op,
+        }
+    }
+
+    fn element(&self) -> ElementType {
+        match self {
+            Part::Local(args) => args.element,
+            Part::Remote(part) => part.element,
+        }
+    }
+
+    fn count(&self) -> u64 {
+        match self {
+            Part::Local(args) => args.count,
+            Part::Remote(part) => part.count,
+        }
+    }
+
+    /// The first `length` bytes of its send range.
+    fn input(&self, length: u64) -> Result<Cow<'_, [u8]>> {
+        match self {
+            Part::Local(args) => {
+                let b = args.send.as_ref().ok_or_else(|| Error::internal("a send range was checked"))?;
+                read_buffer(&b.buffer, b.offset, length).map(Cow::Owned)
+            }
+            Part::Remote(part) => match part.input.get(..length as usize) {
+                Some(input) => Ok(Cow::Borrowed(input)),
+                None => Err(Error::invalid_argument(format!(
+                    "a rank in another process sent {} bytes for its send range, {length} needed",
+                    part.input.len()
+                ))),
+            },
+        }
+    }
+
+    /// Writes `data` at the start of its receive range.
+    fn output(&mut self, data: &[u8]) -> Result<()> {
+        match self {
+            Part::Local(args) => {
+                let b = args.recv.as_ref().ok_or_else(|| Error::internal("a recv range was checked"))?;
+                write_buffer(&b.buffer, b.offset, data)
+            }
+            Part::Remote(part) if data.len() as u64 > part.recv_len => Err(Error::invalid_argument(format!(
+                "a rank in another process has a receive range of {} bytes, {} needed",
+                part.recv_len,
+                data.len()
+            ))),
+            Part::Remote(part) => {
+                part.output = Some(data.to_vec());
+                Ok(())
+            }
+        }
+    }
 }
 
 /// This device's end of a channel.
 pub struct CpuChannel {
-    group: Arc<Group>,
-    rank: usize,
+    end: End,
+}
+
+enum End {
+    /// The channel's meetings are held in this process.
+    Local(LocalRank),
+    /// They are held by the process that made the id.
+    #[cfg(target_os = "linux")]
+    Remote(crate::collective_remote::RemoteRank),
 }
 
 impl ChannelBackend for CpuChannel {
@@ -112,49 +256,33 @@ impl ChannelBackend for CpuChannel {
     }
 }
 
-impl Drop for CpuChannel {
-    fn drop(&mut self) {
-        lock(&self.group.state).joined[self.rank] = false;
-        let mut groups = lock(groups());
-        if groups.get(&self.group.id).is_some_and(|g| g.strong_count() <= 1) {
-            groups.remove(&self.group.id);
-        }
-    }
-}
-
 /// Joins channel `id` as `rank` of `count` (`FailedPrecondition` for a rank joined twice,
-/// `InvalidArgument` for a count that differs from the ranks already there).
+/// `InvalidArgument` for a count that differs from the ranks already there; `Unavailable` when the
+/// process that made the id does not answer).
 pub fn join(id: &ChannelId, rank: usize, count: usize) -> Result<(Arc<dyn ChannelBackend>, Option<AbandonFn>)> {
-    let group = {
-        let mut groups = lock(groups());
-        let existing = groups.get(id.as_bytes()).and_then(Weak::upgrade);
-        match existing {
-            Some(group) => group,
-            None => {
-                let state = GroupState { joined: vec![false; count], meetings: HashMap::new() };
-                let group =
-                    Arc::new(Group { id: *id.as_bytes(), count, state: Mutex::new(state), changed: Condvar::new() });
-                groups.insert(*id.as_bytes(), Arc::downgrade(&group));
-                group
-            }
-        }
+    let end = match host_elsewhere(id) {
+        None => End::Local(LocalRank::join(id, rank, count)?),
+        Some((pid, nonce)) => join_elsewhere(id, pid, nonce, rank, count)?,
     };
-    if group.count != count {
-        return Err(Error::invalid_argument(format!("cpu-sim: channel {id:?} has {} ranks, not {count}", group.count)));
-    }
-    {
-        let mut state = lock(&group.state);
-        if state.joined[rank] {
-            return Err(Error::failed_precondition(format!("cpu-sim: rank {rank} of channel {id:?} was already made")));
-        }
-        state.joined[rank] = true;
-    }
     let abandon: AbandonFn = Arc::new(|call: &CollectiveCall, status: Error| {
         if let Some(channel) = call.channel.backend().as_any().downcast_ref::<CpuChannel>() {
             channel.abandon(call, status);
         }
     });
-    Ok((Arc::new(CpuChannel { group, rank }), Some(abandon)))
+    Ok((Arc::new(CpuChannel { end }), Some(abandon)))
+}
+
+#[cfg(target_os = "linux")]
+fn join_elsewhere(id: &ChannelId, pid: u32, nonce: u64, rank: usize, count: usize) -> Result<End> {
+    crate::collective_remote::RemoteRank::join(id, pid, nonce, rank, count).map(End::Remote)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn join_elsewhere(id: &ChannelId, pid: u32, _nonce: u64, _rank: usize, _count: usize) -> Result<End> {
+    Err(Error::unavailable(format!(
+        "cpu-sim: channel {id:?} was made by process {pid}; ranks in other processes need Linux (abstract Unix \
+         sockets)"
+    )))
 }
 
 impl CpuChannel {
@@ -172,46 +300,130 @@ impl CpuChannel {
     /// while waiting.
     pub fn run(&self, call: &CollectiveCall, cancelled: &dyn Fn() -> bool) -> Result<()> {
         call.settle();
-        let key = Key::of(call, self.rank);
-        let group = &self.group;
-        let mut state = lock(&group.state);
-        self.arrive(&mut state, key, Ok(call.args.clone()));
-        loop {
-            let meeting = state.meetings.get_mut(&key).expect("a meeting lives until every participant left");
-            if let Some(outcome) = meeting.outcome.clone() {
-                meeting.gone += 1;
-                if meeting.gone == key.participants(group.count) {
-                    state.meetings.remove(&key);
-                }
-                return outcome.map_err(|e| e.context(format!("{call}")));
+        match &self.end {
+            End::Local(local) => {
+                let key = Key::of(call, local.rank);
+                local.arrive(key, Ok(Part::Local(call.args.clone())));
+                let stop = || {
+                    cancelled()
+                        .then(|| Error::cancelled(format!("rank {} stopped waiting for the other ranks", local.rank)))
+                };
+                local.await_outcome(key, &stop).0.map_err(|e| e.context(format!("{call}")))
             }
-            if cancelled() {
-                let status = Error::cancelled(format!("rank {} stopped waiting for the other ranks", self.rank));
-                meeting.outcome = Some(Err(status));
-                group.changed.notify_all();
-                continue;
-            }
-            state = group.changed.wait_timeout(state, CANCEL_POLL).unwrap_or_else(|p| p.into_inner()).0;
+            #[cfg(target_os = "linux")]
+            End::Remote(remote) => remote.run(call, cancelled),
         }
     }
 
     /// Records that this rank's part of `call` will not run, failing the meeting for the others.
     fn abandon(&self, call: &CollectiveCall, status: Error) {
-        let key = Key::of(call, self.rank);
-        let mut state = lock(&self.group.state);
-        self.arrive(&mut state, key, Err(status));
-        let meeting = state.meetings.get_mut(&key).expect("just arrived");
-        meeting.gone += 1;
-        if meeting.gone == key.participants(self.group.count) {
-            state.meetings.remove(&key);
+        match &self.end {
+            End::Local(local) => local.abandon(Key::of(call, local.rank), status),
+            #[cfg(target_os = "linux")]
+            End::Remote(remote) => remote.abandon(call, status),
         }
+    }
+}
+
+/// A rank joined to a channel whose meetings this process holds: for a device of this process, or
+/// on behalf of a rank in another process. Leaves on drop.
+pub(crate) struct LocalRank {
+    group: Arc<Group>,
+    rank: usize,
+}
+
+impl Drop for LocalRank {
+    fn drop(&mut self) {
+        let mut state = lock(&self.group.state);
+        state.joined[self.rank] = false;
+        self.group.changed.notify_all();
+        let deadline = std::time::Instant::now() + REPLY_GRACE;
+        while state.owed > 0 {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                tracing::warn!(
+                    "cpu-sim: rank {} left with {} replies to other processes unsent",
+                    self.rank,
+                    state.owed
+                );
+                break;
+            }
+            state = self.group.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        drop(state);
+        let mut groups = lock(groups());
+        if groups.get(&self.group.id).is_some_and(|g| g.strong_count() <= 1) {
+            groups.remove(&self.group.id);
+        }
+    }
+}
+
+impl LocalRank {
+    /// Joins channel `id` as `rank` of `count` (see [`join`]).
+    pub(crate) fn join(id: &ChannelId, rank: usize, count: usize) -> Result<LocalRank> {
+        let group = {
+            let mut groups = lock(groups());
+            let existing = groups.get(id.as_bytes()).and_then(Weak::upgrade);
+            match existing {
+                Some(group) => group,
+                None => {
+                    let state = GroupState {
+                        joined: vec![false; count],
+                        lost: vec![None; count],
+                        meetings: HashMap::new(),
+                        owed: 0,
+                    };
+                    let group = Arc::new(Group {
+                        id: *id.as_bytes(),
+                        count,
+                        state: Mutex::new(state),
+                        changed: Condvar::new(),
+                    });
+                    groups.insert(*id.as_bytes(), Arc::downgrade(&group));
+                    group
+                }
+            }
+        };
+        if group.count != count {
+            return Err(Error::invalid_argument(format!(
+                "cpu-sim: channel {id:?} has {} ranks, not {count}",
+                group.count
+            )));
+        }
+        if rank >= count {
+            return Err(Error::invalid_argument(format!("cpu-sim: rank {rank} of a channel of {count} ranks")));
+        }
+        {
+            let mut state = lock(&group.state);
+            if state.joined[rank] {
+                return Err(Error::failed_precondition(format!(
+                    "cpu-sim: rank {rank} of channel {id:?} was already made"
+                )));
+            }
+            state.joined[rank] = true;
+            state.lost[rank] = None;
+        }
+        Ok(LocalRank { group, rank })
+    }
+
+    /// Its rank.
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
     }
 
     /// Adds this rank's part to meeting `key`, completing it if it was the last.
-    fn arrive(&self, state: &mut GroupState, key: Key, part: std::result::Result<CollectiveArgs, Error>) {
+    pub(crate) fn arrive(&self, key: Key, part: std::result::Result<Part, Error>) {
         let count = self.group.count;
-        let meeting =
-            state.meetings.entry(key).or_insert_with(|| Meeting { parts: vec![None; count], outcome: None, gone: 0 });
+        let mut state = lock(&self.group.state);
+        let state = &mut *state;
+        if let Ok(Part::Remote(_)) = &part {
+            state.owed += 1;
+        }
+        let meeting = state.meetings.entry(key).or_insert_with(|| Meeting {
+            parts: (0..count).map(|_| None).collect(),
+            outcome: None,
+            gone: 0,
+        });
         if let Err(status) = &part
             && meeting.outcome.is_none()
         {
@@ -221,90 +433,193 @@ impl CpuChannel {
             meeting.outcome = Some(Err(Error::internal(format!("rank {} arrived twice at {key:?}", self.rank))));
         }
         meeting.parts[self.rank] = Some(part);
+        // A rank whose process went away will not come: it arrives failed.
+        for (rank, lost) in state.lost.iter().enumerate() {
+            if let Some(status) = lost
+                && key.involves(rank)
+                && meeting.parts[rank].is_none()
+            {
+                arrive_lost(meeting, rank, status);
+            }
+        }
         let arrived = meeting.parts.iter().filter(|p| p.is_some()).count();
         if meeting.outcome.is_none() && arrived == key.participants(count) {
-            meeting.outcome = Some(perform(key, &meeting.parts, count));
+            meeting.outcome = Some(perform(key, &mut meeting.parts, count));
         }
+        if meeting.gone == key.participants(count) {
+            state.meetings.remove(&key);
+        }
+        self.group.changed.notify_all();
+    }
+
+    /// Waits for the outcome of meeting `key` (which this rank arrived at); `stop` is polled and a
+    /// status from it fails the meeting. Returns the outcome and what the meeting wrote for a
+    /// remote part.
+    pub(crate) fn await_outcome(&self, key: Key, stop: &dyn Fn() -> Option<Error>) -> (Result<()>, Option<Vec<u8>>) {
+        let group = &self.group;
+        let mut state = lock(&group.state);
+        loop {
+            let meeting = state.meetings.get_mut(&key).expect("a meeting lives until every participant left");
+            if let Some(outcome) = meeting.outcome.clone() {
+                let output = match &mut meeting.parts[self.rank] {
+                    Some(Ok(Part::Remote(part))) => part.output.take(),
+                    _ => None,
+                };
+                meeting.gone += 1;
+                if meeting.gone == key.participants(group.count) {
+                    state.meetings.remove(&key);
+                }
+                return (outcome, output);
+            }
+            if let Some(status) = stop() {
+                meeting.outcome = Some(Err(status));
+                group.changed.notify_all();
+                continue;
+            }
+            state = group.changed.wait_timeout(state, CANCEL_POLL).unwrap_or_else(|p| p.into_inner()).0;
+        }
+    }
+
+    /// A reply owed to this rank's process was sent (or can no longer be).
+    pub(crate) fn replied(&self) {
+        let mut state = lock(&self.group.state);
+        state.owed = state.owed.saturating_sub(1);
+        self.group.changed.notify_all();
+    }
+
+    /// Records that this rank's part of meeting `key` will not run, failing it for the others.
+    pub(crate) fn abandon(&self, key: Key, status: Error) {
+        self.arrive(key, Err(status));
+        let mut state = lock(&self.group.state);
+        let meeting = state.meetings.get_mut(&key).expect("just arrived, not yet gone");
+        meeting.gone += 1;
+        if meeting.gone == key.participants(self.group.count) {
+            state.meetings.remove(&key);
+        }
+    }
+
+    /// This rank's process went away: every meeting it has not arrived at fails with `status`, and
+    /// so does every later one until the rank joins again.
+    pub(crate) fn lose(&self, status: Error) {
+        let count = self.group.count;
+        let mut state = lock(&self.group.state);
+        let state = &mut *state;
+        state.lost[self.rank] = Some(status.clone());
+        state.meetings.retain(|key, meeting| {
+            if key.involves(self.rank) && meeting.parts[self.rank].is_none() {
+                arrive_lost(meeting, self.rank, &status);
+            }
+            meeting.gone < key.participants(count)
+        });
         self.group.changed.notify_all();
     }
 }
 
-/// Runs a collective every participant arrived at with its arguments.
-fn perform(key: Key, parts: &[Option<std::result::Result<CollectiveArgs, Error>>], count: usize) -> Result<()> {
-    let args: Vec<Option<&CollectiveArgs>> = parts.iter().map(|p| p.as_ref().and_then(|p| p.as_ref().ok())).collect();
-    let first = args.iter().flatten().next().ok_or_else(|| Error::internal("a meeting without arguments"))?;
-    let (element, n) = (first.element, first.count);
-    // Every participant must have submitted the same collective.
-    for (rank, a) in args.iter().enumerate() {
-        let Some(a) = a else { continue };
-        let same = match (key, a.op, first.op) {
-            (Key::Pair(..), CollectiveOp::Send { .. } | CollectiveOp::Recv { .. }, _) => true,
-            (_, op, first_op) => op == first_op,
-        };
-        if !same || a.element != element || a.count != n {
-            return Err(Error::invalid_argument(format!(
-                "ranks disagree: rank {rank} submitted {} of {} {:?}, another {} of {n} {element:?}",
-                a.op.name(),
-                a.count,
-                a.element,
-                first.op.name()
-            )));
-        }
+/// `rank`, lost with `status`, arrives at `meeting` failed and leaves at once.
+fn arrive_lost(meeting: &mut Meeting, rank: usize, status: &Error) {
+    if meeting.outcome.is_none() {
+        meeting.outcome = Some(Err(status.context(format!("rank {rank}'s part did not run"))));
     }
+    meeting.parts[rank] = Some(Err(status.clone()));
+    meeting.gone += 1;
+}
+
+/// Runs a collective every participant arrived at with its part.
+fn perform(key: Key, parts: &mut [Option<std::result::Result<Part, Error>>], count: usize) -> Result<()> {
+    let (op, element, n) = {
+        let args: Vec<Option<&Part>> = parts.iter().map(|p| p.as_ref().and_then(|p| p.as_ref().ok())).collect();
+        let first = args.iter().flatten().next().ok_or_else(|| Error::internal("a meeting without arguments"))?;
+        let (element, n) = (first.element(), first.count());
+        // Every participant must have submitted the same collective.
+        for (rank, a) in args.iter().enumerate() {
+            let Some(a) = a else { continue };
+            let same = match (key, a.op(), first.op()) {
+                (Key::Pair(..), CollectiveOp::Send { .. } | CollectiveOp::Recv { .. }, _) => true,
+                (_, op, first_op) => op == first_op,
+            };
+            if !same || a.element() != element || a.count() != n {
+                return Err(Error::invalid_argument(format!(
+                    "ranks disagree: rank {rank} submitted {} of {} {:?}, another {} of {n} {element:?}",
+                    a.op().name(),
+                    a.count(),
+                    a.element(),
+                    first.op().name()
+                )));
+            }
+        }
+        (first.op(), element, n)
+    };
+    // Each participant's send range, as much of it as its part needs.
+    let mut inputs: Vec<Option<Vec<u8>>> = Vec::with_capacity(count);
+    for (rank, part) in parts.iter().enumerate() {
+        let input = match part {
+            Some(Ok(part)) => {
+                let needed = CollectiveArgs::new(part.op(), element, n).elements(rank, count).0;
+                needed.map(|elements| part.input(elements * element.size()).map(Cow::into_owned)).transpose()?
+            }
+            _ => None,
+        };
+        inputs.push(input);
+    }
+    let ops: Vec<Option<CollectiveOp>> =
+        parts.iter().map(|p| p.as_ref().and_then(|p| p.as_ref().ok()).map(Part::op)).collect();
     let bytes = (n * element.size()) as usize;
-    let read = |a: &CollectiveArgs| -> Result<Vec<u8>> {
-        let b = a.send.as_ref().ok_or_else(|| Error::internal("a send range was checked"))?;
-        read_buffer(&b.buffer, b.offset, b.length)
+    let input = |i: usize| inputs[i].as_deref().ok_or_else(|| Error::internal("a participant without a send range"));
+    let mut write = |i: usize, data: &[u8]| match parts[i].as_mut() {
+        Some(Ok(part)) => part.output(data),
+        _ => Err(Error::internal("a participant without arguments")),
     };
-    let write = |a: &CollectiveArgs, data: &[u8]| -> Result<()> {
-        let b = a.recv.as_ref().ok_or_else(|| Error::internal("a recv range was checked"))?;
-        write_buffer(&b.buffer, b.offset, data)
-    };
-    let all = |i: usize| args[i].ok_or_else(|| Error::internal("a participant without arguments"));
-    match first.op {
+    match op {
         CollectiveOp::Barrier => Ok(()),
         CollectiveOp::AllReduce(op) => {
-            let inputs = (0..count).map(|i| read(all(i)?).map(|v| v[..bytes].to_vec())).collect::<Result<Vec<_>>>()?;
+            let inputs = (0..count).map(|i| input(i).map(<[u8]>::to_vec)).collect::<Result<Vec<_>>>()?;
             let out = reduce(element, op, &inputs, count);
-            (0..count).try_for_each(|i| write(all(i)?, &out))
+            (0..count).try_for_each(|i| write(i, &out))
         }
         CollectiveOp::Reduce { op, root } => {
-            let inputs = (0..count).map(|i| read(all(i)?).map(|v| v[..bytes].to_vec())).collect::<Result<Vec<_>>>()?;
-            write(all(root)?, &reduce(element, op, &inputs, count))
+            let inputs = (0..count).map(|i| input(i).map(<[u8]>::to_vec)).collect::<Result<Vec<_>>>()?;
+            write(root, &reduce(element, op, &inputs, count))
         }
         CollectiveOp::Broadcast { root } => {
-            let data = read(all(root)?)?;
-            (0..count).try_for_each(|i| write(all(i)?, &data[..bytes]))
+            let data = input(root)?.to_vec();
+            (0..count).try_for_each(|i| write(i, &data))
         }
         CollectiveOp::AllGather => {
             let mut out = Vec::with_capacity(bytes * count);
             for i in 0..count {
-                out.extend_from_slice(&read(all(i)?)?[..bytes]);
+                out.extend_from_slice(input(i)?);
             }
-            (0..count).try_for_each(|i| write(all(i)?, &out))
+            (0..count).try_for_each(|i| write(i, &out))
         }
         CollectiveOp::ReduceScatter(op) => {
-            let inputs = (0..count).map(|i| read(all(i)?)).collect::<Result<Vec<_>>>()?;
             for r in 0..count {
-                let blocks: Vec<Vec<u8>> = inputs.iter().map(|v| v[r * bytes..(r + 1) * bytes].to_vec()).collect();
-                write(all(r)?, &reduce(element, op, &blocks, count))?;
+                let blocks = (0..count)
+                    .map(|i| input(i).map(|v| v[r * bytes..(r + 1) * bytes].to_vec()))
+                    .collect::<Result<Vec<_>>>()?;
+                write(r, &reduce(element, op, &blocks, count))?;
             }
             Ok(())
         }
         CollectiveOp::AllToAll => {
-            let inputs = (0..count).map(|i| read(all(i)?)).collect::<Result<Vec<_>>>()?;
             for i in 0..count {
-                let out: Vec<u8> = (0..count).flat_map(|j| inputs[j][i * bytes..(i + 1) * bytes].to_vec()).collect();
-                write(all(i)?, &out)?;
+                let mut out = Vec::with_capacity(bytes * count);
+                for j in 0..count {
+                    out.extend_from_slice(&input(j)?[i * bytes..(i + 1) * bytes]);
+                }
+                write(i, &out)?;
             }
             Ok(())
         }
         CollectiveOp::Send { .. } | CollectiveOp::Recv { .. } => {
             let Key::Pair(lo, hi, _) = key else { return Err(Error::internal("a send outside a pair")) };
-            let (a, b) = (all(lo)?, all(hi)?);
-            let (sender, receiver) = match (a.op, b.op) {
-                (CollectiveOp::Send { peer }, CollectiveOp::Recv { peer: back }) if peer == hi && back == lo => (a, b),
-                (CollectiveOp::Recv { peer: back }, CollectiveOp::Send { peer }) if peer == lo && back == hi => (b, a),
+            let op_of = |i: usize| ops[i].ok_or_else(|| Error::internal("a participant without arguments"));
+            let (sender, receiver) = match (op_of(lo)?, op_of(hi)?) {
+                (CollectiveOp::Send { peer }, CollectiveOp::Recv { peer: back }) if peer == hi && back == lo => {
+                    (lo, hi)
+                }
+                (CollectiveOp::Recv { peer: back }, CollectiveOp::Send { peer }) if peer == lo && back == hi => {
+                    (hi, lo)
+                }
                 (x, y) => {
                     return Err(Error::invalid_argument(format!(
                         "ranks {lo} and {hi} do not pair a send with a receive ({} and {})",
@@ -313,7 +628,8 @@ fn perform(key: Key, parts: &[Option<std::result::Result<CollectiveArgs, Error>>
                     )));
                 }
             };
-            write(receiver, &read(sender)?[..bytes])
+            let data = input(sender)?.to_vec();
+            write(receiver, &data)
         }
     }
 }

@@ -152,7 +152,8 @@ impl DeviceBackend for CpuDevice {
         Ok(crate::collective::new_channel_id())
     }
 
-    /// Ranks are cpu-sim devices of this process, meeting by channel id (see `collective`).
+    /// Ranks are cpu-sim devices of this process or of other processes on this host (Linux), meeting by
+    /// channel id (see `collective`).
     fn create_channel(
         &self,
         id: &hal::ChannelId,

@@ -18,6 +18,12 @@
 //! ```
 
 pub mod collective;
+#[cfg(target_os = "linux")]
+mod collective_host;
+#[cfg(target_os = "linux")]
+mod collective_remote;
+#[cfg(target_os = "linux")]
+mod collective_wire;
 pub mod command_exec;
 pub mod device;
 pub mod event;

@@ -10,10 +10,13 @@
 //! - [`probe`] timestamps the values a semaphore reaches (the completion of each submission as the
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
 //! - [`progress`] is the one-line progress display of long runs.
+//! - [`collective_job`] is `hal collective`: one rank of a collective job per process, meeting
+//!   through a channel id in a file.
 //!
 //! The repository's README (with its doc-tested embedding example) is [`readme`]; the embedding
 //! guide with its doc-tested snippets is [`embedding`].
 
+pub mod collective_job;
 pub mod cts;
 pub mod device_spec;
 pub mod devices;

@@ -6,7 +6,7 @@ use std::num::IntErrorKind;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bench::alloc_count::CountingAllocator;
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -53,6 +53,17 @@ enum Command {
     /// The benchmarks, each beside a baseline measured in the same run
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Bench(BenchArgs),
+    /// One rank of a collective job per process: all-reduce, all-gather and barrier, checked
+    ///
+    /// Start one process per rank, as a launcher would (one per GPU). Rank 0 makes the channel id
+    /// and writes it to --id-file (atomically); the other ranks wait for that file, so it must
+    /// reach them: a path every rank sees (a shared filesystem across nodes) or a copy. Use a fresh
+    /// path per job. On CUDA give each process its own GPU (--device cuda:R): NCCL's own transports
+    /// (NVLink, PCIe, InfiniBand/RoCE, sockets) carry the same job across nodes, and NCCL's
+    /// environment variables (NCCL_SOCKET_IFNAME, ...) apply. On cpu-sim the ranks meet through a
+    /// Unix socket of rank 0's process: one host only. Each rank prints one line with its timings.
+    #[command(help_template = HELP, after_help = EXIT_STATUS)]
+    Collective(CollectiveJobArgs),
 }
 
 /// `--device`, shared by the commands that run on one.
@@ -107,6 +118,31 @@ struct CtsArgs {
 }
 
 #[derive(Debug, Args)]
+struct CollectiveJobArgs {
+    #[command(flatten)]
+    device: DeviceArg,
+    /// This process's rank, 0 to N-1
+    #[arg(long, value_name = "R", value_parser = rank, allow_negative_numbers = true)]
+    rank: u32,
+    /// How many ranks (processes) the job has, 1 to 4096
+    #[arg(long, value_name = "N", value_parser = ranks, allow_negative_numbers = true)]
+    ranks: u32,
+    /// Rank 0 writes the channel id here (hex); the other ranks wait for it
+    #[arg(long, value_name = "PATH")]
+    id_file: PathBuf,
+    /// Elements per rank of each collective, 1 to 16777216
+    #[arg(long, value_name = "E", default_value_t = 1024, value_parser = elements, allow_negative_numbers = true)]
+    elements: u32,
+    /// Iterations, 1 to 1000000
+    #[arg(long, value_name = "K", default_value_t = 3, value_parser = iterations, allow_negative_numbers = true)]
+    iterations: u32,
+    /// The longest wait, in seconds, for the id file and for each iteration's collectives, 1 to
+    /// 86400
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = seconds, allow_negative_numbers = true)]
+    timeout: u32,
+}
+
+#[derive(Debug, Args)]
 struct BenchArgs {
     #[command(flatten)]
     device: DeviceArg,
@@ -142,6 +178,26 @@ fn steps(text: &str) -> Result<u32, String> {
 
 fn window(text: &str) -> Result<u32, String> {
     number(text, 1..=u32::MAX)
+}
+
+fn rank(text: &str) -> Result<u32, String> {
+    number(text, 0..=4095)
+}
+
+fn ranks(text: &str) -> Result<u32, String> {
+    number(text, 1..=4096)
+}
+
+fn elements(text: &str) -> Result<u32, String> {
+    number(text, 1..=1 << 24)
+}
+
+fn iterations(text: &str) -> Result<u32, String> {
+    number(text, 1..=1_000_000)
+}
+
+fn seconds(text: &str) -> Result<u32, String> {
+    number(text, 1..=86_400)
 }
 
 /// A command line clap refused, or asked for help or the version: help and version go to stdout
@@ -339,6 +395,32 @@ fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
     }
 }
 
+fn collective(args: CollectiveJobArgs) -> Result<ExitCode, Failure> {
+    let spec = args.device.device;
+    if args.rank >= args.ranks {
+        return Err(Failure::Error(format!(
+            "--rank {} is not a rank of --ranks {}: 0 to {}",
+            args.rank,
+            args.ranks,
+            args.ranks - 1
+        )));
+    }
+    let device = tools::open(&tools::registry(), &spec)?;
+    let job = tools::collective_job::Job {
+        rank: args.rank as usize,
+        ranks: args.ranks as usize,
+        id_file: args.id_file,
+        elements: u64::from(args.elements),
+        iterations: args.iterations,
+        timeout: Duration::from_secs(u64::from(args.timeout)),
+    };
+    let report = tools::collective_job::run(&device, &spec.to_string(), &job)?;
+    match emit(&report.render()) {
+        Ok(()) | Err(Failure::StdoutClosed) => Ok(ExitCode::SUCCESS),
+        Err(e) => Err(e),
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let cli = match Cli::try_parse_from(&args) {
@@ -350,6 +432,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Cts(args) => cts(args),
         Command::Bench(args) => bench(args),
+        Command::Collective(args) => collective(args),
     };
     match outcome {
         Ok(code) => code,
@@ -392,6 +475,12 @@ mod tests {
         let Command::Bench(bench) = parse("bench --quick --driver cuda --json b.json").unwrap() else { panic!() };
         assert!(bench.options.quick && bench.options.json == Some(PathBuf::from("b.json")));
         assert_eq!(bench.device.device, DeviceSpec::first_of("cuda"));
+        let Command::Collective(job) = parse("collective --rank 1 --ranks 2 --id-file id --device cuda:1").unwrap()
+        else {
+            panic!("not collective")
+        };
+        assert_eq!((job.rank, job.ranks, job.elements, job.iterations, job.timeout), (1, 2, 1024, 3, 60));
+        assert_eq!((job.id_file, job.device.device), (PathBuf::from("id"), "cuda:1".parse().unwrap()));
         let Command::Cts(cts) = parse("cts --filter sem --in-process").unwrap() else { panic!("not cts") };
         assert_eq!((cts.filter.as_deref(), cts.in_process, cts.list), (Some("sem"), true, false));
         assert_eq!(cts.device.device, DeviceSpec::default());
@@ -407,6 +496,8 @@ mod tests {
         assert!(error("run --size 2").contains("2 is out of range: it must be between 4 and 16384"));
         assert!(error("run --steps 10000001").contains("10000001 is out of range: it must be at most 10000000"));
         assert!(error("run --window 0").contains("0 is out of range: it must be at least 1"));
+        assert!(error("collective --rank 0 --ranks 0 --id-file x").contains("it must be between 1 and 4096"));
+        assert_eq!(parse("collective --rank 0 --ranks 2").unwrap_err().kind(), Kind::MissingRequiredArgument);
         assert!(error("run --device :1").contains("':1' names no driver or device"));
         for repeated in ["run --driver a --driver=b", "run --device a --driver b", "bench --quick --quick"] {
             assert_eq!(parse(repeated).unwrap_err().kind(), Kind::ArgumentConflict, "{repeated}");
@@ -418,8 +509,8 @@ mod tests {
         let mut cli = Cli::command();
         cli.build();
         let names: Vec<String> = cli.get_subcommands().map(|c| c.get_name().to_string()).collect();
-        assert_eq!(names, ["devices", "run", "cts", "bench", "help"]);
-        for name in &names[..4] {
+        assert_eq!(names, ["devices", "run", "cts", "bench", "collective", "help"]);
+        for name in &names[..5] {
             let help = cli.find_subcommand_mut(name).unwrap().render_help().to_string();
             assert!(help.starts_with(&format!("usage: hal {name}")), "{help}");
             assert!(help.contains(EXIT_STATUS), "{help}");

@@ -122,3 +122,89 @@ fn cts_lists_cases_and_runs_one_in_a_child_process() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("no case matches"), "{}", text(&out.stderr));
 }
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hal-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
+
+/// Starts `hal` with `args` (see [`finish_within`]).
+fn hal_started(args: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_hal"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the hal binary")
+}
+
+/// `child`'s output, or a failure if it has not exited within `limit` (it is killed).
+fn finish_within(mut child: std::process::Child, limit: std::time::Duration) -> Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().expect("child status").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("hal did not finish within {limit:?}: {}", text(&child.wait_with_output().unwrap().stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("child output")
+}
+
+#[test]
+fn collective_runs_one_rank_per_process_through_an_id_file() {
+    let id_file = scratch("collective").join("id");
+    let id_file = id_file.to_str().unwrap();
+    let limit = std::time::Duration::from_secs(60);
+    // Rank 1 first: it waits for the file rank 0 writes.
+    let ranks: Vec<_> = (0..2)
+        .rev()
+        .map(|rank| {
+            let rank = rank.to_string();
+            let args = ["collective", "--rank", &rank, "--ranks", "2", "--id-file", id_file, "--elements", "100"];
+            hal_started(&args)
+        })
+        .collect();
+    for (child, rank) in ranks.into_iter().zip([1, 0]) {
+        let out = finish_within(child, limit);
+        assert!(out.status.success(), "rank {rank}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let expected = format!(
+            "rank {rank} of 2 on cpu-sim:0: checked all-reduce (f32 x 100), all-gather (i32 x 100 per rank) and \
+             barrier, 3 iterations; join "
+        );
+        assert!(stdout.starts_with(&expected) && stdout.lines().count() == 1, "{stdout}");
+    }
+}
+
+#[test]
+fn collective_rank_whose_peers_never_come_fails_within_its_timeout() {
+    let id_file = scratch("collective-alone").join("id");
+    let id_file = id_file.to_str().unwrap();
+    let limit = std::time::Duration::from_secs(30);
+    let started = std::time::Instant::now();
+    let alone = ["collective", "--rank", "0", "--ranks", "2", "--id-file", id_file, "--timeout", "1"];
+    let out = finish_within(hal_started(&alone), limit);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "rank 0 of 2: iteration 0's collectives did not finish within 1.0 s: is every one of the 2 \
+                         ranks running"
+        ),
+        "{stderr}"
+    );
+    std::fs::remove_file(id_file).expect("rank 0 published the id");
+    let no_id = ["collective", "--rank", "1", "--ranks", "2", "--id-file", id_file, "--timeout", "1"];
+    let out = finish_within(hal_started(&no_id), limit);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains(&format!("rank 1 of 2: no channel id at {id_file} after 1.0 s")), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "both gave up near their 1 s timeout");
+    let out = hal(&["collective", "--rank", "2", "--ranks", "2", "--id-file", id_file]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--rank 2 is not a rank of --ranks 2: 0 to 1"), "{}", text(&out.stderr));
+}

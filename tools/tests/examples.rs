@@ -28,3 +28,30 @@ mod binding_table;
 fn binding_table_runs_on_cpu_sim() {
     binding_table::run("cpu-sim").unwrap();
 }
+
+#[path = "../examples/multi_process.rs"]
+#[allow(dead_code)]
+mod multi_process;
+
+/// A rank of `multi_process_runs_two_processes_on_cpu_sim`: this test binary again, with the rank's
+/// environment (without it, this test does nothing).
+#[test]
+fn multi_process_rank() {
+    if std::env::var_os(multi_process::RANK).is_some() {
+        print!("{}", multi_process::rank_from_env().unwrap());
+    }
+}
+
+#[test]
+fn multi_process_runs_two_processes_on_cpu_sim() {
+    let exe = std::env::current_exe().unwrap();
+    let rank = |_| {
+        let mut command = std::process::Command::new(&exe);
+        command.args(["--exact", "multi_process_rank", "--nocapture", "--test-threads=1"]);
+        command
+    };
+    let outputs = multi_process::launch(2, "cpu-sim", &rank).unwrap();
+    for (rank, output) in outputs.iter().enumerate() {
+        assert!(output.contains(&format!("rank {rank} of 2 on cpu-sim: checked all-reduce")), "{output}");
+    }
+}
