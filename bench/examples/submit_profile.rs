@@ -1,13 +1,15 @@
 //! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`),
-//! alternating between queues 0 and 1 (`hop`), or each execute followed by a host wait without a
-//! deadline (`roundtrip`), of an empty command buffer or one dispatch.
+//! alternating between queues 0 and 1 (`hop`), each execute followed by a host wait without a
+//! deadline (`roundtrip`), fan-out/fan-in rounds over every queue (`fanout`, N counts
+//! submissions), of an empty command buffer or one dispatch; or chained `queue_alloca` +
+//! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused).
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip] [empty|dispatch] [N]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca] [empty|dispatch] [N]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
 
-use bench::workloads::{Env, Timing, chain, ping_pong, round_trip};
+use bench::workloads::{Env, Timing, alloca_dealloca, chain, fan_out_in, ping_pong, round_trip};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -24,9 +26,16 @@ fn main() -> Result<(), String> {
     let run = |ops| match workload.as_str() {
         "chain" => chain(&env, &cb, ops),
         "hop" => ping_pong(&env, &cb, ops),
+        "fanout" => {
+            let consumers = env.device.info().queue_count.saturating_sub(1).max(1);
+            fan_out_in(&env, &cb, consumers, ops / (consumers as u64 + 2))
+        }
+        "alloca" => alloca_dealloca(&env, 4096, ops / 2),
         "roundtrip" => round_trip(&env, &cb, hal::Timeout::Infinite, ops)
             .map(|(total, _)| Timing { total, submit: std::time::Duration::ZERO }),
-        other => Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop|roundtrip)"))),
+        other => {
+            Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca)")))
+        }
     };
     run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled
     let start = Instant::now();

@@ -374,6 +374,7 @@ macro_rules! __cts_case_list {
                 producer_on_another_device_retires_first,
                 failure_crosses_devices_after_the_device_wait,
                 ping_pong_between_devices,
+                ring_of_four_devices,
                 dropping_the_producing_device_never_hangs_the_waiter,
                 copies_between_devices,
             }

@@ -152,6 +152,62 @@ pub(crate) fn ping_pong_between_devices(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// A ring of four devices carries a counter around five times: each hop copies the previous
+/// device's words into this device's memory (a copy between devices, waiting on the previous
+/// device's semaphore on the device) and adds one there (`add_u32`), so the ring's last buffer
+/// holds the number of hops. Wait-before-signal across the ring: every hop is submitted before
+/// the first one runs, released by one host signal.
+pub(crate) fn ring_of_four_devices(cx: &Cx) -> CaseResult {
+    const DEVICES: usize = 4;
+    const ROUNDS: u64 = 5;
+    const WORDS: u64 = 64;
+    let devices = cx.devices::<DEVICES>()?;
+    let gate = hal::Semaphore::new(0);
+    let sems = devices.iter().map(|d| d.create_semaphore(0).ctx("semaphore")).collect::<Result<Vec<_>, _>>()?;
+    let bufs = devices
+        .iter()
+        .map(|d| d.allocate_buffer(hal::BufferParams::host_visible(), WORDS * 4).ctx("buffer"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let exes = devices.iter().map(|d| cx.load_on(d, Kernel::MultiEntry)).collect::<Result<Vec<_>, _>>()?;
+    let add = exes[0].entry_point("add_u32").ctx("add_u32")?;
+    // Device 0 starts from zeros, once the host opens the gate.
+    devices[0]
+        .queue(0)
+        .ctx("queue")?
+        .fill(&[sv(&gate, 1)], &bufs[0], 0, WORDS * 4, 0, 4, &[sv(&sems[0], 1)])
+        .ctx("device 0's first fill")?;
+    // Hop h (1-based) runs on device h % 4 and signals that device's semaphore to `h + 1`'s round
+    // value; it waits on the previous device's value for hop h - 1.
+    let mut reached = [0u64; DEVICES];
+    reached[0] = 1;
+    for hop in 1..=(ROUNDS * DEVICES as u64) {
+        let (d, prev) = ((hop % DEVICES as u64) as usize, ((hop - 1) % DEVICES as u64) as usize);
+        let cb = devices[d].create_command_buffer(CommandBufferMode::OneShot).ctx("command buffer")?;
+        cb.copy(&bufs[prev], 0, &bufs[d], 0, WORDS * 4).ctx("copy from the previous device")?;
+        cb.barrier().ctx("barrier")?;
+        cb.dispatch(&exes[d], add, [(WORDS / 64) as u32, 1, 1], &[1], &[BufferBinding::whole(&bufs[d])])
+            .ctx("add one")?;
+        cb.end().ctx("end")?;
+        let wait = sv(&sems[prev], reached[prev]);
+        reached[d] += 1;
+        devices[d]
+            .queue(0)
+            .ctx("queue")?
+            .execute(&[wait], &cb, &[sv(&sems[d], reached[d])])
+            .ctx(format!("hop {hop} on device {d}"))?;
+    }
+    ensure!(sems.iter().all(|s| s.query().is_ok_and(|v| v == 0)), "hops ran before the gate opened");
+    gate.signal(1).ctx("open the gate")?;
+    let last = ((ROUNDS * DEVICES as u64) % DEVICES as u64) as usize;
+    cx.wait(&sems[last], reached[last])?;
+    let hops = (ROUNDS * DEVICES as u64) as u32;
+    ensure_eq!(cx.words(&bufs[last])?, vec![hops; WORDS as usize], "the counter after {hops} hops");
+    for (d, s) in sems.iter().enumerate() {
+        ensure_eq!(s.query().ctx("query")?, reached[d], "device {d}'s semaphore");
+    }
+    Ok(())
+}
+
 /// The last handle of device A drops while B's work waits on A's slow work: B's work completes
 /// (A's teardown finishes what it issued) or fails with a status; it never hangs.
 pub(crate) fn dropping_the_producing_device_never_hangs_the_waiter(cx: &Cx) -> CaseResult {
