@@ -274,6 +274,11 @@ impl StreamModel for CpuStreams {
         Ok(())
     }
 
+    /// A barrier or an execute with no device work would only pass through the worker's FIFO.
+    fn enqueues_nothing(&self, work: &Work) -> bool {
+        work.op.runs_nothing_on_a_stream()
+    }
+
     fn synchronize_stream(&self, stream: &CpuStream) -> Result<()> {
         let marker = CpuEvent::new();
         self.record_event(&marker, stream)?;

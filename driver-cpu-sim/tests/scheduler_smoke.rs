@@ -236,3 +236,47 @@ fn submissions_after_idle_gaps_wake_the_completion_thread() {
     }
     assert_eq!(&buf.read_to_vec().unwrap()[..4], &(value as u32 - 1).to_le_bytes());
 }
+
+/// Events of `device`'s pool: (in use, created).
+fn events(device: &hal::Device) -> (usize, usize) {
+    let usage = device.resource_usage();
+    let pool = usage.pools.iter().find(|p| p.name == "events").expect("an events pool");
+    (pool.in_use, pool.created)
+}
+
+/// Barriers and executes of an empty command buffer put nothing on the stream: issued right after
+/// device work, they share the event recorded after it instead of recording one each (200 such
+/// submissions in flight behind a slow fill create no event), and their signals are reached only
+/// once that work is done. Work that does run records its own event again.
+#[test]
+fn work_with_nothing_to_run_shares_the_last_event() {
+    let device = device();
+    let q = device.queue(0).unwrap();
+    let big = device.allocate_buffer(BufferParams::host_visible(), 256 << 20).unwrap();
+    let small = device.allocate_buffer(BufferParams::host_visible(), 64).unwrap();
+    let empty = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    empty.barrier().unwrap();
+    empty.end().unwrap();
+    let (filled, barriers, executes, after) =
+        (device.create_semaphore(0).unwrap(), hal::Semaphore::new(0), hal::Semaphore::new(0), hal::Semaphore::new(0));
+    q.fill(&[], &big, 0, 256 << 20, 0x01, 1, &[SV::new(&filled, 1)]).unwrap();
+    let (_, created) = events(&device);
+    for i in 1..=100 {
+        q.barrier(&[], &[SV::new(&barriers, i)]).unwrap();
+        q.execute(&[], &empty, &[SV::new(&executes, i)]).unwrap();
+    }
+    let (_, shared_created) = events(&device);
+    q.fill(&[], &small, 0, 64, 0x02, 1, &[SV::new(&after, 1)]).unwrap();
+    let (_, fill_created) = events(&device);
+    barriers.wait(100, T).unwrap();
+    assert_eq!(filled.query().unwrap(), 1, "a barrier's signal was reached before the work it follows");
+    executes.wait(100, T).unwrap();
+    after.wait(1, T).unwrap();
+    assert_eq!(small.read_to_vec().unwrap(), vec![0x02; 64]);
+    // The fill took well over the time the 200 submissions took (256 MiB on the host), so any
+    // event of theirs would still have been in flight: sharing is what kept the count.
+    assert_eq!(shared_created, created, "200 submissions with nothing to run created events");
+    assert!(fill_created <= created + 1, "the fill after them records its own event");
+    let (in_use, _) = events(&device);
+    assert_eq!(in_use, 0, "no event counted in use once idle");
+}

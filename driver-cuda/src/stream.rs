@@ -480,6 +480,12 @@ impl StreamModel for CudaStreams {
         }
     }
 
+    /// A barrier or an execute with no device work makes no CUDA call, unless every submission
+    /// is timed (`HAL_CUDA_TIMINGS`: two timing events around it).
+    fn enqueues_nothing(&self, work: &Work) -> bool {
+        !self.time_every_submission && work.op.runs_nothing_on_a_stream()
+    }
+
     fn complete(&self, work: &Work) -> Result<()> {
         // A collective (queued, or in an execute) whose communicator was aborted while it ran may
         // have returned early.

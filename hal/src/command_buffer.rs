@@ -275,6 +275,9 @@ struct Shared {
     label: Label,
     /// What the driver keeps between executes with binding tables (its prepared graph).
     binding_state: BindingState,
+    /// Set at `end` when the buffer ended holding nothing but barriers (or nothing at all): an
+    /// execute of it puts no work on a device stream. Read on every issue without the state lock.
+    no_device_work: std::sync::atomic::AtomicBool,
 }
 
 enum State {
@@ -311,6 +314,7 @@ impl CommandBuffer {
                 state: Mutex::new(State::Recording(Vec::new())),
                 label: Label::default(),
                 binding_state: BindingState::new(),
+                no_device_work: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -879,8 +883,16 @@ impl CommandBuffer {
             }
         };
         let collectives = has_collectives(&ready);
+        let no_device_work = ready.iter().all(|command| matches!(command, Command::Barrier));
+        self.shared.no_device_work.store(no_device_work, std::sync::atomic::Ordering::Release);
         *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0, collectives };
         Ok(())
+    }
+
+    /// Whether it ended holding no device work (no commands, or barriers only): executing it puts
+    /// nothing on a stream. `false` while recording and for buffers that name binding slots.
+    pub(crate) fn has_no_device_work(&self) -> bool {
+        self.shared.no_device_work.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The recorded commands (empty while recording).

@@ -291,6 +291,18 @@ impl QueueOp {
         }
     }
 
+    /// Whether it gives a device stream nothing to run: a barrier, or an execute of a command buffer
+    /// that holds no device work (see [`StreamModel::enqueues_nothing`](crate::driver::StreamModel::enqueues_nothing)).
+    pub fn runs_nothing_on_a_stream(&self) -> bool {
+        match self {
+            QueueOp::Barrier => true,
+            QueueOp::Execute { command_buffer, collectives } => {
+                collectives.is_empty() && command_buffer.has_no_device_work()
+            }
+            _ => false,
+        }
+    }
+
     /// The collectives it runs: a collective's call, an execute's calls (in command order), or none.
     pub fn collectives(&self) -> &[CollectiveCall] {
         match self {

@@ -101,6 +101,19 @@ pub trait StreamModel: Send + Sync + 'static {
     /// be skipped with their status (backends with sticky faults, like CUDA, get this for free).
     fn enqueue(&self, stream: &Self::Stream, work: &Arc<Work>) -> Result<()>;
 
+    /// Whether [`enqueue`](Self::enqueue) would put nothing at all on the stream for `work` (no
+    /// work, no timing event): then the scheduler skips it, and when the stream's last recorded
+    /// event was recorded after everything on the stream, `work` shares that event instead of
+    /// recording another (it marks the same point). Such work never runs a fault or cancellation
+    /// check of its own, so the scheduler asks only for work whose signals could not fail on the
+    /// stream: no profiling, no upstream producer where [`Self::CHECKS_UPSTREAM_FAULTS`].
+    /// The default, `false`, always enqueues; [`QueueOp::runs_nothing_on_a_stream`] is the usual
+    /// answer.
+    fn enqueues_nothing(&self, work: &Work) -> bool {
+        let _ = work;
+        false
+    }
+
     /// Runs on the completion thread after `work`'s event completed and before its signals are
     /// applied (e.g. to hand a read's staged bytes to the host). The default does nothing.
     fn complete(&self, work: &Work) -> Result<()> {

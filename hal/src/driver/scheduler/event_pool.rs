@@ -110,6 +110,12 @@ impl<M: StreamModel> EventRef<M> {
         &self.entry.event
     }
 
+    /// Whether this is the only reference to its event (a snapshot: other holders may be dropping
+    /// theirs right now).
+    pub fn is_sole_reference(&self) -> bool {
+        self.entry.refs.load(Ordering::Acquire) == 1
+    }
+
     /// Whether two references name the same pooled event.
     pub fn same_as(&self, other: &EventRef<M>) -> bool {
         Arc::ptr_eq(&self.entry, &other.entry)

@@ -43,6 +43,7 @@ impl<M: StreamModel> Shared<M> {
         let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
+        let has_upstream = !upstream.is_empty();
         let upstream_works: SmallVec<[Arc<Work>; 2]> =
             if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
         // Producers on this queue retire before this submission anyway (stream order).
@@ -70,13 +71,25 @@ impl<M: StreamModel> Shared<M> {
             }
             return;
         }
-        let IssuerCache { work: spare_work, events: spare_events } = &mut *issuer;
+        let IssuerCache { work: spare_work, events: spare_events, last_event } = &mut *issuer;
         let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
+        // Taken whatever happens next: only a successful record (or share) below sets it again.
+        let shareable = last_event.take();
         let issued = {
-            let recorded =
-                if is_host_call { Ok(None) } else { self.enqueue_on_stream(slot, spare_events, &work, &wait_events) };
+            let recorded = if is_host_call {
+                Ok(None)
+            } else {
+                let shareable = shareable.filter(|_| {
+                    wait_events.is_empty()
+                        && work.profile().is_none()
+                        && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
+                        && self.model.enqueues_nothing(&work)
+                });
+                self.enqueue_on_stream(slot, spare_events, &work, &wait_events, shareable)
+            };
             match recorded {
                 Ok(event) => {
+                    last_event.clone_from(&event);
                     if let Some(event) = &event {
                         for (index, signal) in signals.iter().enumerate() {
                             if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
@@ -162,14 +175,21 @@ impl<M: StreamModel> Shared<M> {
         push_inflight(slot, entry);
     }
 
-    /// Stream-waits, enqueues and records; the event recorded after the work.
+    /// Stream-waits, enqueues and records; the event recorded after the work. Work that puts
+    /// nothing on the stream, issued when the stream's last event was recorded after everything on
+    /// it (`shared`), gets that event instead: the stream point it marks is the same, and one
+    /// driver call fewer is made (a barrier or an empty execute costs no record).
     fn enqueue_on_stream(
         &self,
         slot: &QueueSlot<M>,
         spare_events: &mut EventCache<M>,
         work: &Arc<Work>,
         wait_events: &[EventRef<M>],
+        shared: Option<EventRef<M>>,
     ) -> Result<Option<EventRef<M>>> {
+        if shared.is_some() {
+            return Ok(shared);
+        }
         for event in wait_events {
             self.model.wait_event(&slot.stream, event.event())?;
         }

@@ -107,6 +107,19 @@ struct QueueSlot<M: StreamModel> {
 struct IssuerCache<M: StreamModel> {
     work: Vec<Arc<Work>>,
     events: EventCache<M>,
+    /// The event recorded last on the queue's stream, while nothing was put on the stream after it
+    /// (no stream-wait, no work) and no host call was issued since: work that puts nothing on the
+    /// stream (a barrier, an empty execute) shares it instead of recording one, as it marks the
+    /// same point (see `issue::enqueue_on_stream`).
+    last_event: Option<EventRef<M>>,
+}
+
+impl<M: StreamModel> IssuerCache<M> {
+    /// Events held here and nowhere else: the free ones, and the last recorded one once every
+    /// submission that used it has retired.
+    fn cached_events(&self) -> usize {
+        self.events.len() + usize::from(self.last_event.as_ref().is_some_and(EventRef::is_sole_reference))
+    }
 }
 
 /// A submission on its way through a stream.
@@ -157,7 +170,11 @@ impl<M: StreamModel> Scheduler<M> {
             let stream = model.create_stream(queue)?;
             queues.push(QueueSlot {
                 stream,
-                issuer: CachePadded(Mutex::new(IssuerCache { work: Vec::new(), events: EventCache::new() })),
+                issuer: CachePadded(Mutex::new(IssuerCache {
+                    work: Vec::new(),
+                    events: EventCache::new(),
+                    last_event: None,
+                })),
                 inflight: CachePadded(Mutex::new(VecDeque::new())),
                 issued: CachePadded(AtomicU64::new(0)),
                 sleeping: CachePadded(AtomicBool::new(false)),
@@ -403,7 +420,7 @@ impl<M: StreamModel> Shared<M> {
     /// events counted as in use until it is done.
     pub(crate) fn events_in_use(&self) -> usize {
         let cached: usize =
-            self.queues.iter().map(|q| try_lock(&q.issuer).map_or(0, |issuer| issuer.events.len())).sum();
+            self.queues.iter().map(|q| try_lock(&q.issuer).map_or(0, |issuer| issuer.cached_events())).sum();
         self.events.in_use(cached)
     }
 
