@@ -107,6 +107,18 @@ pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: us
     });
 }
 
+/// Retires, on the issuing thread, a submission that put nothing on its stream while every earlier
+/// submission of its queue had retired (`retiring` held since that was seen, the in-flight FIFO
+/// empty): the stream point it marks has been reached. Its listeners are told once the lock is
+/// released, as after any retirement.
+pub(super) fn retire_at_issue<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, retiring: MutexGuard<'_, ()>) {
+    in_retirement(|| {
+        let work = retire(shared, entry, Ok(()));
+        drop(retiring);
+        shared.recycle_work(work);
+    });
+}
+
 crate::sync::thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
     /// How deep this thread is in retirements (see [`retiring_here`]).

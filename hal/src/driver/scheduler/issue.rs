@@ -16,7 +16,7 @@ use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::Ordering;
-use crate::sync::lock;
+use crate::sync::{lock, try_lock};
 
 impl<M: StreamModel> Shared<M> {
     /// Issues a submission whose waits are resolved, unless a blocking host call of its queue was
@@ -75,16 +75,31 @@ impl<M: StreamModel> Shared<M> {
         let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
         // Taken whatever happens next: only a successful record (or share) below sets it again.
         let shareable = last_event.take();
+        // Puts nothing on the stream and waits for nothing there: it marks the stream point where
+        // the queue's earlier work ends (never profiled; on cpu-sim, no upstream producer whose
+        // fault the stream would have to pass on).
+        let quiet = !is_host_call
+            && wait_events.is_empty()
+            && work.profile().is_none()
+            && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
+            && self.model.enqueues_nothing(&work);
+        // ... and if every earlier submission of the queue has retired, that point is reached: it
+        // retires here, with no event and no trip through the completion thread. The retiring lock
+        // (only tried: lock order) keeps retirements of the queue in order until it is done.
+        if quiet
+            && let Some(retiring) = try_lock(&slot.retiring)
+            && lock(&slot.inflight).is_empty()
+        {
+            drop(issuer);
+            let entry = InFlight { work, event: None, signals, waited, _wait_events: wait_events, producers };
+            super::completion::retire_at_issue(self, entry, retiring);
+            return;
+        }
         let issued = {
             let recorded = if is_host_call {
                 Ok(None)
             } else {
-                let shareable = shareable.filter(|_| {
-                    wait_events.is_empty()
-                        && work.profile().is_none()
-                        && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
-                        && self.model.enqueues_nothing(&work)
-                });
+                let shareable = shareable.filter(|_| quiet);
                 self.enqueue_on_stream(slot, spare_events, &work, &wait_events, shareable)
             };
             match recorded {
