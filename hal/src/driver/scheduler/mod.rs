@@ -12,6 +12,9 @@
 //!    queue's dispatch stream wait on the covering events, enqueues the work, records one pooled
 //!    event after it, publishes that event on every signal semaphore this device owns (so waiters
 //!    elsewhere can chain device-side) and hands the submission to the queue's completion thread.
+//!    Work that puts nothing on the stream (a barrier, an execute with no device work) retires right
+//!    there when every earlier submission of its queue has retired (its stream point is reached),
+//!    and otherwise shares the stream's last event when nothing was put on the stream since.
 //! 4. The completion thread (`completion`) blocks on the oldest in-flight event and then retires
 //!    every submission whose event has completed in one wake-up (coalesced): signals are applied, or
 //!    failed with the device fault, and events go back to the pool; a host call is handed to its
