@@ -14,6 +14,7 @@ use crate::driver::{BindingState, DeviceBackend, PreparedCommands};
 use crate::error::{Error, Result};
 use crate::executable::Executable;
 use crate::label::{Label, Unlabelled};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// Whether a command buffer runs once or many times.
@@ -277,7 +278,7 @@ struct Shared {
     binding_state: BindingState,
     /// Set at `end` when the buffer ended holding nothing but barriers (or nothing at all): an
     /// execute of it puts no work on a device stream. Read on every issue without the state lock.
-    no_device_work: std::sync::atomic::AtomicBool,
+    no_device_work: AtomicBool,
 }
 
 enum State {
@@ -314,7 +315,7 @@ impl CommandBuffer {
                 state: Mutex::new(State::Recording(Vec::new())),
                 label: Label::default(),
                 binding_state: BindingState::new(),
-                no_device_work: std::sync::atomic::AtomicBool::new(false),
+                no_device_work: AtomicBool::new(false),
             }),
         }
     }
@@ -884,7 +885,7 @@ impl CommandBuffer {
         };
         let collectives = has_collectives(&ready);
         let no_device_work = ready.iter().all(|command| matches!(command, Command::Barrier));
-        self.shared.no_device_work.store(no_device_work, std::sync::atomic::Ordering::Release);
+        self.shared.no_device_work.store(no_device_work, Ordering::Release);
         *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0, collectives };
         Ok(())
     }
@@ -892,7 +893,7 @@ impl CommandBuffer {
     /// Whether it ended holding no device work (no commands, or barriers only): executing it puts
     /// nothing on a stream. `false` while recording and for buffers that name binding slots.
     pub(crate) fn has_no_device_work(&self) -> bool {
-        self.shared.no_device_work.load(std::sync::atomic::Ordering::Acquire)
+        self.shared.no_device_work.load(Ordering::Acquire)
     }
 
     /// The recorded commands (empty while recording).

@@ -96,11 +96,11 @@ impl<M: StreamModel> Shared<M> {
             return;
         }
         let issued = {
-            let recorded = if is_host_call {
-                Ok(None)
-            } else {
-                let shareable = shareable.filter(|_| quiet);
-                self.enqueue_on_stream(slot, spare_events, &work, &wait_events, shareable)
+            // Quiet work right after a record marks the same stream point: it shares that event.
+            let recorded = match shareable.filter(|_| quiet) {
+                _ if is_host_call => Ok(None),
+                Some(event) => Ok(Some(event)),
+                None => self.enqueue_on_stream(slot, spare_events, &work, &wait_events),
             };
             match recorded {
                 Ok(event) => {
@@ -190,21 +190,14 @@ impl<M: StreamModel> Shared<M> {
         push_inflight(slot, entry);
     }
 
-    /// Stream-waits, enqueues and records; the event recorded after the work. Work that puts
-    /// nothing on the stream, issued when the stream's last event was recorded after everything on
-    /// it (`shared`), gets that event instead: the stream point it marks is the same, and one
-    /// driver call fewer is made (a barrier or an empty execute costs no record).
+    /// Stream-waits, enqueues and records; the event recorded after the work.
     fn enqueue_on_stream(
         &self,
         slot: &QueueSlot<M>,
         spare_events: &mut EventCache<M>,
         work: &Arc<Work>,
         wait_events: &[EventRef<M>],
-        shared: Option<EventRef<M>>,
     ) -> Result<Option<EventRef<M>>> {
-        if shared.is_some() {
-            return Ok(shared);
-        }
         for event in wait_events {
             self.model.wait_event(&slot.stream, event.event())?;
         }
