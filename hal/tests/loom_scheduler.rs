@@ -228,3 +228,42 @@ fn loom_cross_device_producer_retires_first() {
         assert_idle(&b);
     });
 }
+
+/// An open mark (a submission issued behind another, recording nothing) is sealed by three racing
+/// parties: the retirement of its queue, a stream of another queue that waits on its value, and the
+/// next issue on its own queue (whose record fills it). Exactly one record fills it, no stream waits
+/// on an unrecorded event (the model asserts that), and every signal arrives.
+#[test]
+fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
+    builder().check(|| {
+        let s = scheduler(2);
+        let first = s.create_semaphore(0);
+        let produced = s.create_semaphore(0);
+        let consumed = s.create_semaphore(0);
+        let next = s.create_semaphore(0);
+        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
+        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+        let retirer = {
+            let s = s.clone();
+            loom::thread::spawn(move || {
+                s.poll_completions(0);
+            })
+        };
+        let issuer = {
+            let (s, next) = (s.clone(), next.clone());
+            loom::thread::spawn(move || s.submit(0, QueueOp::Barrier, &[], &[SV::new(&next, 1)]).unwrap())
+        };
+        s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+        retirer.join().unwrap();
+        issuer.join().unwrap();
+        drain(&s, 2);
+        drain(&s, 2);
+        assert_eq!(produced.query().unwrap(), 1);
+        assert_eq!(consumed.query().unwrap(), 1);
+        assert_eq!(next.query().unwrap(), 1);
+        let usage = s.resource_usage();
+        let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
+        assert_eq!(events.in_use, 0, "{usage}");
+        assert_idle(&s);
+    });
+}

@@ -114,6 +114,14 @@ pub trait StreamModel: Send + Sync + 'static {
         false
     }
 
+    /// Whether the scheduler may leave a submission's stream point unrecorded until something
+    /// observes it (see the scheduler's `seal` module): consecutive submissions of a busy queue then
+    /// share one event. The default, `true`, suits backends whose records cost a driver call; a
+    /// backend (or a test model) that wants one event per submission says `false`.
+    fn leaves_marks_open(&self) -> bool {
+        true
+    }
+
     /// Runs on the completion thread after `work`'s event completed and before its signals are
     /// applied (e.g. to hand a read's staged bytes to the host). The default does nothing.
     fn complete(&self, work: &Work) -> Result<()> {

@@ -20,7 +20,12 @@ pub struct ManualStreams {
     pub fault: AtomicBool,
     /// When set, every enqueue fails (after the stream-waits the scheduler enqueued before it).
     pub fail_enqueue: AtomicBool,
+    /// When set, every record fails.
+    pub fail_record: AtomicBool,
     queries: AtomicUsize,
+    /// Whether the scheduler may leave marks open (`StreamModel::leaves_marks_open`); off unless a
+    /// test turns it on, so that each submission records its own event.
+    pub open_marks: AtomicBool,
     /// Holds the completion thread in `await_completion` until teardown.
     gate: (Mutex<bool>, Condvar),
 }
@@ -33,6 +38,12 @@ pub struct ManualEvent {
 impl ManualStreams {
     pub fn complete_up_to(&self, record: u64) {
         self.completed.store(record, Ordering::SeqCst);
+    }
+
+    /// Events recorded so far.
+    #[allow(dead_code)] // not every test counts records
+    pub fn records(&self) -> u64 {
+        self.recorded.load(Ordering::SeqCst)
     }
 
     #[allow(dead_code)] // not every test counts queries
@@ -64,6 +75,9 @@ impl StreamModel for ManualStreams {
         Ok(ManualEvent { record: AtomicU64::new(0) })
     }
     fn record_event(&self, event: &ManualEvent, _stream: &()) -> Result<()> {
+        if self.fail_record.load(Ordering::SeqCst) {
+            return Err(Error::data_loss("manual record failure"));
+        }
         event.record.store(self.recorded.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
         Ok(())
     }
@@ -100,6 +114,9 @@ impl StreamModel for ManualStreams {
     fn synchronize_stream(&self, _stream: &()) -> Result<()> {
         Ok(())
     }
+    fn leaves_marks_open(&self) -> bool {
+        self.open_marks.load(Ordering::SeqCst)
+    }
 }
 
 /// The scheduler under test. Dropping it (also when an assertion fails) first lets its completion
@@ -127,7 +144,9 @@ pub fn scheduler(queues: usize) -> Tested {
         completed: AtomicU64::new(0),
         fault: AtomicBool::new(false),
         fail_enqueue: AtomicBool::new(false),
+        fail_record: AtomicBool::new(false),
         queries: AtomicUsize::new(0),
+        open_marks: AtomicBool::new(false),
         gate: (Mutex::new(false), Condvar::new()),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())

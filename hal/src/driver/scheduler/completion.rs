@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents};
 use super::host_calls::Job;
+use super::seal::StreamMark;
 use super::{InFlight, Shared};
 use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
@@ -59,7 +60,9 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
         };
         let (id, event) = front;
         let status = match &event {
-            Some(event) => shared.model.await_completion(&slot.stream, event.event()),
+            Some(mark) => shared
+                .event_for_completion(queue, mark)
+                .and_then(|event| shared.model.await_completion(&slot.stream, event.event())),
             None => Ok(()),
         };
         drop(event);
@@ -78,8 +81,31 @@ pub(super) fn retire_completed<M: StreamModel>(
 ) -> usize {
     in_retirement(|| {
         let retiring = lock(&shared.queues[queue].retiring);
-        retire_completed_locked(shared, queue, front, None, retiring)
+        retire_completed_locked(shared, queue, front, Until::Open, retiring)
     })
+}
+
+/// Retires, without blocking on the device, every submission of `queue` that has completed, sealing
+/// open marks on the way (see `seal`): `Scheduler::poll_completions`, which tests and loom models
+/// drive completion with.
+pub(super) fn poll_completed<M: StreamModel>(shared: &Shared<M>, queue: usize) -> usize {
+    in_retirement(|| {
+        let retiring = lock(&shared.queues[queue].retiring);
+        retire_completed_locked(shared, queue, None, Until::Nothing, retiring)
+    })
+}
+
+/// Where a retirement pass stops (besides at a submission still running).
+#[derive(Clone, Copy)]
+enum Until<'a> {
+    /// Nowhere else: open marks are sealed (the issue lock is taken under the retiring lock, which
+    /// is safe: an issuer only ever tries the retiring lock).
+    Nothing,
+    /// At the first open mark: the completion thread seals it without blocking on the issue lock,
+    /// and a host waiter has its own event.
+    Open,
+    /// Once this work (a producer of a dependant being retired) has retired.
+    Retired(&'a Work),
 }
 
 /// How long a host waiter tries for a queue's retiring lock that another thread holds before it
@@ -103,7 +129,7 @@ pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: us
             }
             crate::sync::spin_hint();
         };
-        retire_completed_locked(shared, queue, Some(front), None, guard);
+        retire_completed_locked(shared, queue, Some(front), Until::Open, guard);
     });
 }
 
@@ -161,7 +187,7 @@ fn retire_completed_locked<M: StreamModel>(
     shared: &Shared<M>,
     queue: usize,
     front: Option<(u64, Result<()>)>,
-    until: Option<&Work>,
+    until: Until<'_>,
     _retiring: MutexGuard<'_, ()>,
 ) -> usize {
     let slot = &shared.queues[queue];
@@ -174,7 +200,7 @@ fn retire_completed_locked<M: StreamModel>(
     loop {
         // Retiring for a dependant stops at its producer: retiring more could need producers whose
         // queues this thread already holds further up.
-        if until.is_some_and(Work::is_retired) {
+        if matches!(until, Until::Retired(work) if work.is_retired()) {
             break;
         }
         let (id, front_event) = match lock(&slot.inflight).front() {
@@ -188,14 +214,24 @@ fn retire_completed_locked<M: StreamModel>(
             match (known.take(), front_event) {
                 (Some((known_id, status)), _) if known_id == id => status,
                 (_, None) => Ok(()),
-                (_, Some(event)) => match probe.front(shared, queue, id, &event) {
-                    Probed::Complete { covered } => {
-                        complete_prefix = covered - 1;
-                        Ok(())
+                (_, Some(mark)) => {
+                    let event = match (mark.recorded(), until) {
+                        (Some(outcome), _) => outcome,
+                        (None, Until::Open) => break,
+                        (None, _) => mark.sealed(shared),
+                    };
+                    match event {
+                        Err(status) => Err(status),
+                        Ok(event) => match probe.front(shared, queue, id, &event) {
+                            Probed::Complete { covered } => {
+                                complete_prefix = covered - 1;
+                                Ok(())
+                            }
+                            Probed::Front(status) => status,
+                            Probed::Pending => break,
+                        },
                     }
-                    Probed::Front(status) => status,
-                    Probed::Pending => break,
-                },
+                }
             }
         };
         let Some(entry) = lock(&slot.inflight).pop_front() else { break };
@@ -279,8 +315,13 @@ fn newer_event<M: StreamModel>(
     skip: usize,
 ) -> Option<(usize, u64, EventRef<M>)> {
     let inflight = lock(inflight);
-    let (at, entry) = inflight.iter().enumerate().rev().filter(|(_, e)| e.event.is_some()).nth(skip)?;
-    let event = entry.event.clone()?;
+    let (at, entry) = inflight
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, e)| e.event.as_ref().is_some_and(StreamMark::is_recorded))
+        .nth(skip)?;
+    let Some(Ok(event)) = entry.event.as_ref()?.recorded() else { return None };
     (at > 0).then(|| (at + 1, entry.work.id, event))
 }
 
@@ -396,7 +437,7 @@ fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Produ
         while !work.is_retired() {
             let slot = &shared.queues[work.queue];
             if let Some(guard) = try_lock(&slot.retiring) {
-                retire_completed_locked(shared, work.queue, None, Some(work), guard);
+                retire_completed_locked(shared, work.queue, None, Until::Retired(work), guard);
             }
             if !work.is_retired() {
                 // Another thread retires that queue now, or a host call ahead of the producer waits

@@ -20,7 +20,7 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::Shared;
-use super::event_pool::EventRef;
+use super::seal::StreamMark;
 use crate::device::DeviceId;
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
@@ -44,8 +44,9 @@ type Publishers<M> = SmallVec<[(DeviceId, Weak<Shared<M>>); 2]>;
 pub struct SignalEvent<M: StreamModel> {
     /// The value the work signals.
     pub value: u64,
-    /// Recorded after the work.
-    pub event: EventRef<M>,
+    /// Where the work ends on its stream: an event recorded after it, or the seal the next record
+    /// fills (see `seal`).
+    pub(crate) event: StreamMark<M>,
     /// The work (for its fault slot).
     pub producer: Arc<Work>,
     /// The queue whose stream recorded the event.
@@ -216,8 +217,15 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         let Some(entry) = self.covering(value) else { return false };
         let Some(shared) = self.scheduler_of(entry.device).and_then(|s| s.upgrade()) else { return false };
         let reached_otherwise = || semaphore.check_fast(value).is_some();
-        let Some(status) = shared.model.host_wait(entry.event.event(), deadline, &reached_otherwise) else {
-            return false;
+        // An open mark is sealed now: this waiter observes it.
+        let status = match entry.event.sealed(&shared) {
+            Ok(event) => {
+                let Some(status) = shared.model.host_wait(event.event(), deadline, &reached_otherwise) else {
+                    return false;
+                };
+                status
+            }
+            Err(status) => Err(status),
         };
         drop(entry.event);
         shared.retire_from_waiter(entry.queue, entry.producer.id, status);

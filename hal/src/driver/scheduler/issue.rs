@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::event_pool::{EventCache, EventRef};
+use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
 use super::pending_actions::Action;
+use super::seal::{RECORD_EVERY, Seal, StreamMark};
 use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
@@ -71,10 +72,9 @@ impl<M: StreamModel> Shared<M> {
             }
             return;
         }
-        let IssuerCache { work: spare_work, events: spare_events, last_event } = &mut *issuer;
-        let work = self.new_work(spare_work, id, queue, op, upstream, &signals);
-        // Taken whatever happens next: only a successful record (or share) below sets it again.
-        let shareable = last_event.take();
+        let work = self.new_work(&mut issuer.work, id, queue, op, upstream, &signals);
+        // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
+        let shareable = issuer.last_mark.take();
         // Puts nothing on the stream and waits for nothing there: it marks the stream point where
         // the queue's earlier work ends (never profiled; on cpu-sim, no upstream producer whose
         // fault the stream would have to pass on).
@@ -96,21 +96,22 @@ impl<M: StreamModel> Shared<M> {
             return;
         }
         let issued = {
-            // Quiet work right after a record marks the same stream point: it shares that event.
-            let recorded = match shareable.filter(|_| quiet) {
+            // Quiet work right after the last submission marks the same stream point: it shares
+            // that submission's mark.
+            let marked = match shareable.filter(|_| quiet) {
                 _ if is_host_call => Ok(None),
-                Some(event) => Ok(Some(event)),
-                None => self.enqueue_on_stream(slot, spare_events, &work, &wait_events),
+                Some(mark) => Ok(Some(mark)),
+                None => self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events).map(Some),
             };
-            match recorded {
-                Ok(event) => {
-                    last_event.clone_from(&event);
-                    if let Some(event) = &event {
+            match marked {
+                Ok(mark) => {
+                    issuer.last_mark.clone_from(&mark);
+                    if let Some(mark) = &mark {
                         for (index, signal) in signals.iter().enumerate() {
                             if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
                                 let entry = SignalEvent {
                                     value: signal.value,
-                                    event: event.clone(),
+                                    event: mark.clone(),
                                     producer: work.clone(),
                                     queue,
                                     device: self.device,
@@ -122,7 +123,7 @@ impl<M: StreamModel> Shared<M> {
                     }
                     let entry = InFlight {
                         work: work.clone(),
-                        event,
+                        event: mark,
                         signals: signals.clone(),
                         waited,
                         _wait_events: wait_events,
@@ -133,7 +134,7 @@ impl<M: StreamModel> Shared<M> {
                 }
                 Err(e) => {
                     if !wait_events.is_empty() {
-                        self.fence_failed_issue(slot, spare_events, &work, wait_events, producers, &e);
+                        self.fence_failed_issue(queue, &mut issuer, &work, wait_events, producers, &e);
                     }
                     Err(e)
                 }
@@ -166,45 +167,54 @@ impl<M: StreamModel> Shared<M> {
     /// device fault) will run nothing more, so then nothing needs keeping.
     fn fence_failed_issue(
         &self,
-        slot: &QueueSlot<M>,
-        spare_events: &mut EventCache<M>,
+        queue: usize,
+        issuer: &mut IssuerCache<M>,
         work: &Arc<Work>,
         wait_events: SmallVec<[EventRef<M>; 2]>,
         producers: SmallVec<[Producer<M>; 2]>,
         status: &Error,
     ) {
-        let Ok(fence) = self.events.acquire(spare_events, &self.model) else { return };
-        if self.model.record_event(fence.event(), &slot.stream).is_err() {
-            return;
-        }
+        let Ok(fence) = self.record_now(queue, issuer) else { return };
         // Retires as failed: its (empty) signal list is all it would apply.
         work.fail(status.clone());
         let entry = InFlight {
             work: work.clone(),
-            event: Some(fence),
+            event: Some(StreamMark::Recorded(fence)),
             signals: SemaphoreList::new(),
             waited: SemaphoreList::new(),
             _wait_events: wait_events,
             producers,
         };
-        push_inflight(slot, entry);
+        push_inflight(&self.queues[queue], entry);
     }
 
-    /// Stream-waits, enqueues and records; the event recorded after the work.
+    /// Stream-waits and enqueues; then records an event after the work, or leaves the submission
+    /// open (see `seal`): when the queue has work in flight that a later record will follow anyway,
+    /// nobody asked for a record, and fewer than [`RECORD_EVERY`] submissions are open. Profiled
+    /// work always records (its timing is read when it retires).
     fn enqueue_on_stream(
         &self,
-        slot: &QueueSlot<M>,
-        spare_events: &mut EventCache<M>,
+        queue: usize,
+        issuer: &mut IssuerCache<M>,
         work: &Arc<Work>,
         wait_events: &[EventRef<M>],
-    ) -> Result<Option<EventRef<M>>> {
+    ) -> Result<StreamMark<M>> {
+        let slot = &self.queues[queue];
         for event in wait_events {
             self.model.wait_event(&slot.stream, event.event())?;
         }
         self.model.enqueue(&slot.stream, work)?;
-        let event = self.events.acquire(spare_events, &self.model)?;
-        self.model.record_event(event.event(), &slot.stream)?;
-        Ok(Some(event))
+        let leave_open = self.model.leaves_marks_open()
+            && work.profile().is_none()
+            && issuer.unrecorded + 1 < RECORD_EVERY
+            && !slot.seal_wanted.load(Ordering::Relaxed)
+            && !lock(&slot.inflight).is_empty();
+        if leave_open {
+            issuer.unrecorded += 1;
+            let seal = issuer.open.get_or_insert_with(|| Seal::new(queue));
+            return Ok(StreamMark::Open(seal.clone()));
+        }
+        self.record_now(queue, issuer).map(StreamMark::Recorded)
     }
 }
 

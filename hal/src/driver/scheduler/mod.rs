@@ -9,9 +9,11 @@
 //!    Otherwise it becomes a pending action (`pending_actions`) with one timepoint per open wait,
 //!    and the resolution of its last wait issues it.
 //! 3. Issuing (`issue`: held back first while a blocking host call of the queue runs) makes the
-//!    queue's dispatch stream wait on the covering events, enqueues the work, records one pooled
-//!    event after it, publishes that event on every signal semaphore this device owns (so waiters
-//!    elsewhere can chain device-side) and hands the submission to the queue's completion thread.
+//!    queue's dispatch stream wait on the covering events, enqueues the work, marks where it ends
+//!    (`seal`: a pooled event recorded after it, or, while the queue is busy, an open mark that the
+//!    next record on the stream fills, made when something observes it), publishes that mark on
+//!    every signal semaphore this device owns (so waiters elsewhere can chain device-side) and
+//!    hands the submission to the queue's completion thread.
 //!    Work that puts nothing on the stream (a barrier, an execute with no device work) retires right
 //!    there when every earlier submission of its queue has retired (its stream point is reached),
 //!    and otherwise shares the stream's last event when nothing was put on the stream since.
@@ -29,6 +31,7 @@ mod host_calls;
 mod issue;
 mod pending_actions;
 mod report;
+mod seal;
 mod teardown;
 mod work_pool;
 
@@ -42,6 +45,7 @@ use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Cover, Producer, SemaphoreEvents};
 use self::host_calls::{Gates, HostCallRunner};
 use self::pending_actions::Action;
+use self::seal::{Seal, StreamMark};
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::driver::{ProfileSink, ProfileSwitch, QueueOp};
@@ -100,6 +104,9 @@ struct QueueSlot<M: StreamModel> {
     wake: Condvar,
     /// Held while retiring, so retirements of one queue apply their signals in stream order.
     retiring: CachePadded<Mutex<()>>,
+    /// Set by the completion thread when the oldest submission in flight is open (see `seal`) and
+    /// it could not take the issue lock to record: the next issue records.
+    seal_wanted: CachePadded<AtomicBool>,
     /// Blocking host calls not yet returned: later submissions to this queue wait for them.
     gates: Arc<Gates>,
 }
@@ -110,26 +117,31 @@ struct QueueSlot<M: StreamModel> {
 struct IssuerCache<M: StreamModel> {
     work: Vec<Arc<Work>>,
     events: EventCache<M>,
-    /// The event recorded last on the queue's stream, while nothing was put on the stream after it
-    /// (no stream-wait, no work) and no host call was issued since: work that puts nothing on the
-    /// stream (a barrier, an empty execute) shares it instead of recording one, as it marks the
-    /// same point (see `issue::enqueue_on_stream`).
-    last_event: Option<EventRef<M>>,
+    /// The mark of the last submission put on the queue's stream, while nothing was put on the
+    /// stream after it (no stream-wait, no work) and no host call was issued since: work that puts
+    /// nothing on the stream (a barrier, an empty execute) shares it instead of recording one, as
+    /// it marks the same point (see `Shared::issue`).
+    last_mark: Option<StreamMark<M>>,
+    /// The seal of the submissions issued since the last record, which recorded nothing (see
+    /// `seal`).
+    open: Option<Arc<Seal<M>>>,
+    /// How many submissions were left open since the last record.
+    unrecorded: u32,
 }
 
 impl<M: StreamModel> IssuerCache<M> {
     /// Events held here and nowhere else: the free ones, and the last recorded one once every
     /// submission that used it has retired.
     fn cached_events(&self) -> usize {
-        self.events.len() + usize::from(self.last_event.as_ref().is_some_and(EventRef::is_sole_reference))
+        self.events.len() + usize::from(self.last_mark.as_ref().is_some_and(StreamMark::holds_sole_event))
     }
 }
 
 /// A submission on its way through a stream.
 struct InFlight<M: StreamModel> {
     work: Arc<Work>,
-    /// Recorded after the work; `None` for host calls, which run on the completion thread.
-    event: Option<EventRef<M>>,
+    /// Where the work ends on the stream; `None` for host calls, which run on the completion thread.
+    event: Option<StreamMark<M>>,
     signals: SemaphoreList,
     /// The waits the device went past on an event (not reached on the host at issue): if one fails
     /// before it is reached, the signals carry that failure (see `completion::retire`).
@@ -176,13 +188,16 @@ impl<M: StreamModel> Scheduler<M> {
                 issuer: CachePadded(Mutex::new(IssuerCache {
                     work: Vec::new(),
                     events: EventCache::new(),
-                    last_event: None,
+                    last_mark: None,
+                    open: None,
+                    unrecorded: 0,
                 })),
                 inflight: CachePadded(Mutex::new(VecDeque::new())),
                 issued: CachePadded(AtomicU64::new(0)),
                 sleeping: CachePadded(AtomicBool::new(false)),
                 wake: Condvar::new(),
                 retiring: CachePadded(Mutex::new(())),
+                seal_wanted: CachePadded(AtomicBool::new(false)),
                 gates: Arc::new(Gates::default()),
             });
         }
@@ -323,10 +338,14 @@ impl<M: StreamModel> Scheduler<M> {
                             covered.upstream.extend(producer.map(Producer::local));
                         }
                         Some(Cover::Event(entry, scheduler)) => {
-                            covered.indices.push(index);
-                            covered.waited.push(wait.clone());
-                            covered.events.push(entry.event);
-                            covered.upstream.push(Producer { work: entry.producer, scheduler });
+                            // A mark that cannot be sealed (its stream faulted) covers nothing: the
+                            // wait is held, and the producer's retirement fails it.
+                            if let Ok(event) = entry.event.sealed_for(shared, scheduler.as_ref()) {
+                                covered.indices.push(index);
+                                covered.waited.push(wait.clone());
+                                covered.events.push(event);
+                                covered.upstream.push(Producer { work: entry.producer, scheduler });
+                            }
                         }
                         None => {}
                     }
@@ -353,7 +372,7 @@ impl<M: StreamModel> Scheduler<M> {
     /// Retires what has completed on `queue` without blocking; returns how many submissions retired.
     /// The completion threads do this on their own; tests and loom models call it directly.
     pub fn poll_completions(&self, queue: usize) -> usize {
-        completion::retire_completed(&self.shared, queue, None)
+        completion::poll_completed(&self.shared, queue)
     }
 
     /// Waits until every queue has nothing pending or in flight, or `timeout` passes.

@@ -140,6 +140,15 @@ impl<M: StreamModel> Action<M> {
                 }),
             Err(_) => None,
         };
+        // An open mark is sealed now (a stream of this device is going to wait on it); a mark that
+        // cannot be sealed means its stream faulted, and this wait fails with that.
+        let (covering, outcome) = match covering {
+            Some((producer, entry)) => match entry.event.sealed_for(shared, producer.scheduler.as_ref()) {
+                Ok(event) => (Some((producer, event)), outcome),
+                Err(status) => (None, Err(status)),
+            },
+            None => (None, outcome),
+        };
         let outcome = match outcome {
             Ok(()) if covering.is_none() => match wait.semaphore.query() {
                 Ok(v) if v >= wait.value => Ok(()),
@@ -161,9 +170,9 @@ impl<M: StreamModel> Action<M> {
             match outcome {
                 Err(status) => Self::take_failure(&mut state, status),
                 Ok(()) => {
-                    if let Some((producer, entry)) = covering {
+                    if let Some((producer, event)) = covering {
                         state.waited.push(wait.clone());
-                        state.wait_events.push(entry.event);
+                        state.wait_events.push(event);
                         state.upstream.push(producer);
                     }
                     state.remaining -= 1;

@@ -1,0 +1,147 @@
+//! Open stream marks (the scheduler's `seal` module): submissions issued while their queue is busy
+//! record no event of their own; one record later on the stream marks them all, made when something
+//! observes them (the completion thread, a host waiter, a stream of another queue) or at the latest
+//! every 16th submission. Over a stream model that counts records and completes work when the test
+//! says so; the completion threads are held at a gate unless a test lets them go.
+#![cfg(not(loom))]
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use hal::driver::QueueOp;
+use hal::{SemaphoreValue as SV, Timeout};
+
+#[path = "support/manual_streams.rs"]
+mod manual_streams;
+use manual_streams::{Tested, scheduler};
+
+const SECOND: Timeout = Timeout::After(Duration::from_secs(5));
+
+/// A scheduler whose model lets marks stay open (or not).
+fn with_open_marks(queues: usize, open: bool) -> Tested {
+    let s = scheduler(queues);
+    s.model().open_marks.store(open, Ordering::SeqCst);
+    s
+}
+
+/// Submits `count` barriers on queue 0 signalling `done` = 1..=count.
+fn barriers(s: &Tested, done: &hal::Semaphore, count: u64) {
+    for value in 1..=count {
+        s.submit(0, QueueOp::Barrier, &[], &[SV::new(done, value)]).unwrap();
+    }
+}
+
+#[test]
+fn a_busy_queue_records_once_every_sixteen_submissions_and_the_retirement_seals_the_rest() {
+    let s = with_open_marks(1, true);
+    let done = s.create_semaphore(0);
+    barriers(&s, &done, 41);
+    // The first finds the queue idle and records; then every 16th records and marks the 15 before.
+    assert_eq!(s.model().records(), 3, "records at submissions 1, 17 and 33");
+    s.model().complete_up_to(3);
+    assert_eq!(s.poll_completions(0), 33, "everything up to the last record retires");
+    assert_eq!(done.query().unwrap(), 33);
+    // The eight after it are open: retiring seals them with one record, which completes later.
+    assert_eq!(s.poll_completions(0), 0);
+    assert_eq!(s.model().records(), 4);
+    s.model().complete_up_to(4);
+    assert_eq!(s.poll_completions(0), 8);
+    assert_eq!(done.query().unwrap(), 41);
+}
+
+#[test]
+fn without_open_marks_every_submission_records() {
+    let s = with_open_marks(1, false);
+    let done = s.create_semaphore(0);
+    barriers(&s, &done, 41);
+    assert_eq!(s.model().records(), 41);
+    s.model().complete_up_to(41);
+    assert_eq!(s.poll_completions(0), 41);
+}
+
+#[test]
+fn a_host_waiter_seals_the_open_mark_it_waits_for() {
+    let s = with_open_marks(1, true);
+    let done = s.create_semaphore(0);
+    barriers(&s, &done, 3);
+    assert_eq!(s.model().records(), 1, "2 and 3 are open");
+    let waiter = {
+        let done = done.clone();
+        std::thread::spawn(move || done.wait(2, SECOND))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.model().records() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the waiter never recorded the event it waits for");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // (This model's host waits cannot take a deadline: the completion thread retires.)
+    s.model().complete_up_to(2);
+    s.model().release_completion_threads();
+    waiter.join().unwrap().unwrap();
+    done.wait(3, SECOND).unwrap();
+    assert_eq!(s.model().records(), 2, "the waiter's seal marks 3 too");
+}
+
+#[test]
+fn a_wait_on_another_queue_seals_the_open_mark_and_issues_at_once() {
+    let s = with_open_marks(2, true);
+    let first = s.create_semaphore(0);
+    let produced = s.create_semaphore(0);
+    let consumed = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+    assert_eq!(s.model().records(), 1, "the producer is open");
+    s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    // Sealed for the stream-wait (record 2), then the consumer's own record (3); nothing held.
+    assert_eq!(s.model().records(), 3);
+    let pending = s.resource_usage().pools.into_iter().find(|p| p.name == "pending actions").unwrap();
+    assert_eq!(pending.in_use, 0, "the consumer was issued, not held");
+    s.model().complete_up_to(3);
+    assert_eq!(s.poll_completions(0), 2);
+    assert_eq!(s.poll_completions(1), 1);
+    assert_eq!(consumed.query().unwrap(), 1);
+}
+
+#[test]
+fn a_wait_held_on_a_value_not_yet_issued_seals_when_its_producer_is_issued() {
+    let s = with_open_marks(2, true);
+    let gate = hal::Semaphore::new(0);
+    let first = s.create_semaphore(0);
+    let produced = s.create_semaphore(0);
+    let consumed = s.create_semaphore(0);
+    // The consumer is held: nothing signals `produced` yet.
+    s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&produced, 1)]).unwrap();
+    assert_eq!(s.model().records(), 1);
+    // Releasing the producer issues it open; its publication resolves the consumer, which seals it.
+    gate.signal(1).unwrap();
+    assert_eq!(s.model().records(), 3, "the seal for the consumer's stream-wait, then its own record");
+    s.model().complete_up_to(3);
+    s.poll_completions(0);
+    s.poll_completions(1);
+    assert_eq!(consumed.query().unwrap(), 1);
+}
+
+#[test]
+fn the_completion_thread_seals_what_it_reaches() {
+    let s = with_open_marks(1, true);
+    let done = s.create_semaphore(0);
+    s.model().release_completion_threads();
+    barriers(&s, &done, 100);
+    s.model().complete_up_to(u64::MAX);
+    done.wait(100, SECOND).unwrap();
+    assert!(s.model().records() < 100, "{} records for 100 submissions", s.model().records());
+}
+
+#[test]
+fn a_seal_that_cannot_record_fails_the_submissions_it_marks() {
+    let s = with_open_marks(1, true);
+    let done = s.create_semaphore(0);
+    barriers(&s, &done, 4);
+    s.model().complete_up_to(1);
+    s.model().fail_record.store(true, Ordering::SeqCst);
+    assert_eq!(s.poll_completions(0), 4, "the recorded one retires, the three open ones fail");
+    let failure = done.query().unwrap_err();
+    assert!(failure.message().contains("manual record failure"), "{failure}");
+}
