@@ -103,6 +103,24 @@ fn a_wait_on_another_queue_seals_the_open_mark_and_issues_at_once() {
 }
 
 #[test]
+fn signals_of_a_semaphore_another_queue_waits_on_record_at_issue_from_then_on() {
+    let s = with_open_marks(2, true);
+    let busy = s.create_semaphore(0);
+    let produced = s.create_semaphore(0);
+    let other = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&busy, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&other, 1)]).unwrap();
+    assert_eq!(s.model().records(), 1, "both left open while nobody waits elsewhere");
+    s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[]).unwrap();
+    assert_eq!(s.model().records(), 3, "the seal, then the waiter's own record");
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 2)]).unwrap();
+    assert_eq!(s.model().records(), 4, "`produced` is waited on elsewhere now: its signal records at issue");
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&other, 2)]).unwrap();
+    assert_eq!(s.model().records(), 4, "`other` is not: left open");
+}
+
+#[test]
 fn a_wait_held_on_a_value_not_yet_issued_seals_when_its_producer_is_issued() {
     let s = with_open_marks(2, true);
     let gate = hal::Semaphore::new(0);

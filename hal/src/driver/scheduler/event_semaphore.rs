@@ -24,6 +24,7 @@ use super::seal::StreamMark;
 use crate::device::DeviceId;
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// The published signal events of one semaphore, attached to it as driver data.
@@ -34,6 +35,10 @@ pub struct SemaphoreEvents<M: StreamModel> {
     /// The schedulers that published here, by device (the creating device's first): to help host
     /// waits (see `assist_wait`) and to retire another device's producers.
     publishers: Mutex<Publishers<M>>,
+    /// Set once a stream of another queue (or device) waited on one of this semaphore's events: its
+    /// signals are then recorded at issue rather than left open (see `seal`), since such a wait
+    /// seals them at once anyway, from the waiting side, at a higher cost.
+    waited_elsewhere: AtomicBool,
 }
 
 /// The schedulers that published into a table, by device.
@@ -97,7 +102,11 @@ impl<M: StreamModel> SemaphoreEvents<M> {
     pub(crate) fn new(device: DeviceId, scheduler: Weak<Shared<M>>) -> Self {
         let mut publishers = SmallVec::new();
         publishers.push((device, scheduler));
-        SemaphoreEvents { table: Mutex::new(VecDeque::new()), publishers: Mutex::new(publishers) }
+        SemaphoreEvents {
+            table: Mutex::new(VecDeque::new()),
+            publishers: Mutex::new(publishers),
+            waited_elsewhere: AtomicBool::new(false),
+        }
     }
 
     /// The table of `semaphore` that `device` publishes into and covers its waits from: the
@@ -167,10 +176,23 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         Some(match entry {
             Err(producer) => Cover::InStreamOrder(producer),
             Ok(entry) => {
+                self.note_waited_elsewhere();
                 let scheduler = if entry.device == device { None } else { self.scheduler_of(entry.device) };
                 Cover::Event(entry, scheduler)
             }
         })
+    }
+
+    /// Notes that a stream of a queue other than the signalling one waits on this semaphore.
+    pub(crate) fn note_waited_elsewhere(&self) {
+        if !self.waited_elsewhere.load(Ordering::Relaxed) {
+            self.waited_elsewhere.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a stream of a queue other than the signalling one ever waited on this semaphore.
+    pub(crate) fn waited_elsewhere(&self) -> bool {
+        self.waited_elsewhere.load(Ordering::Relaxed)
     }
 
     /// Drops the entries for values `<= value` (the host value has passed them).

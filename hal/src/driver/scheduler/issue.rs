@@ -101,7 +101,12 @@ impl<M: StreamModel> Shared<M> {
             let marked = match shareable.filter(|_| quiet) {
                 _ if is_host_call => Ok(None),
                 Some(mark) => Ok(Some(mark)),
-                None => self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events).map(Some),
+                None => {
+                    let waited_elsewhere = signals.iter().any(|signal| {
+                        SemaphoreEvents::<M>::of(&signal.semaphore, self.device).is_some_and(|t| t.waited_elsewhere())
+                    });
+                    self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some)
+                }
             };
             match marked {
                 Ok(mark) => {
@@ -190,14 +195,16 @@ impl<M: StreamModel> Shared<M> {
 
     /// Stream-waits and enqueues; then records an event after the work, or leaves the submission
     /// open (see `seal`): when the queue has work in flight that a later record will follow anyway,
-    /// nobody asked for a record, and fewer than [`RECORD_EVERY`] submissions are open. Profiled
-    /// work always records (its timing is read when it retires).
+    /// nobody asked for a record, fewer than [`RECORD_EVERY`] submissions are open, and none of its
+    /// signal semaphores is one that streams of other queues wait on (`waited_elsewhere`: they
+    /// would seal it at once). Profiled work always records (its timing is read when it retires).
     fn enqueue_on_stream(
         &self,
         queue: usize,
         issuer: &mut IssuerCache<M>,
         work: &Arc<Work>,
         wait_events: &[EventRef<M>],
+        waited_elsewhere: bool,
     ) -> Result<StreamMark<M>> {
         let slot = &self.queues[queue];
         for event in wait_events {
@@ -206,6 +213,7 @@ impl<M: StreamModel> Shared<M> {
         self.model.enqueue(&slot.stream, work)?;
         let leave_open = self.model.leaves_marks_open()
             && work.profile().is_none()
+            && !waited_elsewhere
             && issuer.unrecorded + 1 < RECORD_EVERY
             && !slot.seal_wanted.load(Ordering::Relaxed)
             && !lock(&slot.inflight).is_empty();

@@ -136,7 +136,11 @@ impl<M: StreamModel> Action<M> {
             Ok(()) => SemaphoreEvents::<M>::of(&wait.semaphore, shared.device)
                 .filter(|_| !matches!(wait.semaphore.query(), Ok(v) if v >= wait.value))
                 .and_then(|table| {
-                    table.covering(wait.value).map(|entry| (table.producer(&entry, shared.device), entry))
+                    let entry = table.covering(wait.value)?;
+                    if entry.device != shared.device || entry.queue != self.queue {
+                        table.note_waited_elsewhere();
+                    }
+                    Some((table.producer(&entry, shared.device), entry))
                 }),
             Err(_) => None,
         };
