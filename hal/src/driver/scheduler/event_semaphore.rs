@@ -39,6 +39,8 @@ pub struct SemaphoreEvents<M: StreamModel> {
     /// signals are then recorded at issue rather than left open (see `seal`), since such a wait
     /// seals them at once anyway, from the waiting side, at a higher cost.
     waited_elsewhere: AtomicBool,
+    /// The device that created the semaphore (first in `publishers`).
+    creator: DeviceId,
 }
 
 /// The schedulers that published into a table, by device.
@@ -106,6 +108,7 @@ impl<M: StreamModel> SemaphoreEvents<M> {
             table: Mutex::new(VecDeque::new()),
             publishers: Mutex::new(publishers),
             waited_elsewhere: AtomicBool::new(false),
+            creator: device,
         }
     }
 
@@ -122,7 +125,8 @@ impl<M: StreamModel> SemaphoreEvents<M> {
     /// Publishes the event recorded after work that signals `value`; `scheduler` is the recording
     /// device's (noted the first time that device publishes here).
     pub(crate) fn publish(&self, entry: SignalEvent<M>, scheduler: &Weak<Shared<M>>) {
-        {
+        // The creating device is always listed: its publications (nearly all) skip the lock.
+        if entry.device != self.creator {
             let mut publishers = lock(&self.publishers);
             if !publishers.iter().any(|(device, _)| *device == entry.device) {
                 publishers.push((entry.device, scheduler.clone()));

@@ -138,7 +138,12 @@ impl<M: StreamModel> StreamMark<M> {
 impl<M: StreamModel> StreamMark<M> {
     /// [`sealed`](Self::sealed) for a wait of `local`'s: the mark is on one of `local`'s queues, or,
     /// when `other` is given, on a queue of that (another device's) scheduler.
-    pub(crate) fn sealed_for(&self, local: &Shared<M>, other: Option<&Weak<Shared<M>>>) -> Result<EventRef<M>> {
+    /// Takes the mark: a recorded event moves out without touching its reference count (a line
+    /// the completion thread shares).
+    pub(crate) fn sealed_for(self, local: &Shared<M>, other: Option<&Weak<Shared<M>>>) -> Result<EventRef<M>> {
+        if let StreamMark::Recorded(event) = self {
+            return Ok(event);
+        }
         match other {
             None => self.sealed(local),
             Some(weak) => match (self.recorded(), weak.upgrade()) {
