@@ -1,10 +1,10 @@
 //! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`),
 //! alternating between queues 0 and 1 (`hop`), each execute followed by a host wait without a
 //! deadline (`roundtrip`), fan-out/fan-in rounds over every queue (`fanout`, N counts
-//! submissions), of an empty command buffer or one dispatch; or chained `queue_alloca` +
+//! submissions), of an empty command buffer, one dispatch or one indirect dispatch; or chained `queue_alloca` +
 //! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused).
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca] [empty|dispatch] [N]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca] [empty|dispatch|indirect] [N]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
@@ -21,7 +21,8 @@ fn main() -> Result<(), String> {
     let cb = match kind.as_str() {
         "empty" => env.empty.clone(),
         "dispatch" => env.dispatches(1).map_err(|e| e.to_string())?,
-        other => return Err(format!("unknown command buffer '{other}' (empty|dispatch)")),
+        "indirect" => env.indirect_dispatch().map_err(|e| e.to_string())?,
+        other => return Err(format!("unknown command buffer '{other}' (empty|dispatch|indirect)")),
     };
     let run = |ops| match workload.as_str() {
         "chain" => chain(&env, &cb, ops),
