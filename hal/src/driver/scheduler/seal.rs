@@ -20,7 +20,6 @@
 //! open submissions are always the newest in flight, and sealing takes the issue lock.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
 use super::event_pool::EventRef;
 use super::{IssuerCache, Shared};
@@ -33,11 +32,6 @@ use crate::sync::{Mutex, lock, try_lock};
 /// seal never spans more work than this, so its submissions retire (and release what they hold)
 /// in bounded batches.
 pub(crate) const RECORD_EVERY: u32 = 16;
-
-/// How long a completion thread that reached an open mark leaves its record to the queue's next
-/// issue (see `Shared::event_for_completion`): about the gap between two issues of a thread that
-/// keeps a queue fed, with room to spare.
-const LEAVE_TO_ISSUER: Duration = Duration::from_micros(20);
 
 /// Where a submission's work ends on its stream.
 pub(crate) enum StreamMark<M: StreamModel> {
@@ -190,28 +184,22 @@ impl<M: StreamModel> Shared<M> {
         self.record_now(seal.queue, issuer)
     }
 
-    /// The event a completion thread waits on for a submission marked `mark`. For an open mark the
-    /// thread first asks the submitting side to record (`seal_wanted`: the queue's next issue
-    /// records, in the run of driver calls it makes anyway) and gives it [`LEAVE_TO_ISSUER`] to do
-    /// so; a record from this thread would contend with that thread's launches for the driver's
-    /// locks. If no issue came, it seals the mark itself once the issue lock is free: it never
-    /// blocks on that lock, which would make the submitting thread pay a wake-up system call when
-    /// it lets go.
+    /// The event a completion thread waits on for a submission marked `mark`. An open mark is
+    /// sealed here if the queue's issue lock is free; while an issue holds it, the thread asks that
+    /// issue (or the next) to record, and tries again: a completion thread blocking on the lock
+    /// would make the submitting thread pay a wake-up system call when it lets go.
     pub(super) fn event_for_completion(&self, queue: usize, mark: &StreamMark<M>) -> Result<EventRef<M>> {
         let StreamMark::Open(seal) = mark else { return mark.sealed(self) };
         let slot = &self.queues[queue];
-        slot.seal_wanted.0.store(true, Ordering::Relaxed);
-        let asked = Instant::now();
         let mut tries = 0u32;
         loop {
             if let Some(outcome) = seal.outcome() {
                 return outcome;
             }
-            if asked.elapsed() >= LEAVE_TO_ISSUER
-                && let Some(mut issuer) = try_lock(&slot.issuer)
-            {
+            if let Some(mut issuer) = try_lock(&slot.issuer) {
                 return self.seal_locked(seal, &mut issuer);
             }
+            slot.seal_wanted.0.store(true, Ordering::Relaxed);
             tries += 1;
             if tries < 64 {
                 crate::sync::spin_hint();
