@@ -159,3 +159,27 @@ pub(crate) fn count_checked_and_taken_from_a_slot(cx: &Cx) -> CaseResult {
     )?;
     Ok(())
 }
+
+/// Chains of 300 and then 3,000 executes of an indirect dispatch whose count is in device memory,
+/// each execute waiting for the one before: more than the slots a queue keeps for counts in flight,
+/// and long enough that the stream, held at each dispatch until its launch, runs far behind the
+/// submitting thread. Every chain completes and the last fill is there (on CUDA with host-callback
+/// completion, the bench's chain of 2,000 such dispatches hung before 2026-11-26: a pending host
+/// function held the side stream's launches).
+pub(crate) fn long_chains_of_indirect_dispatches_complete(cx: &Cx) -> CaseResult {
+    let count = cx.device_buffer(12)?;
+    let out = cx.host_buffer(4 * ELEMENTS as u64)?;
+    let (queue, s) = (cx.queue(0), cx.sem(0)?);
+    queue.write(&[], to_bytes(&[1u32, 1, 1]), &count, 0, &[sv(&s, 1)]).ctx("write the count")?;
+    let cb = indirect_fill(cx, &count, 0, &out, 0x5a)?;
+    let mut value = 1;
+    for chain in [300, 3000] {
+        for _ in 0..chain {
+            queue.execute(&[sv(&s, value)], &cb, &[sv(&s, value + 1)]).ctx("execute")?;
+            value += 1;
+        }
+        cx.wait(&s, value)?;
+    }
+    ensure_eq!(cx.words(&out)?, filled(1, 0x5a), "after the chains of indirect dispatches");
+    Ok(())
+}

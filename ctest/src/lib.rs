@@ -361,6 +361,7 @@ macro_rules! __cts_case_list {
                 count_written_by_later_submitted_queue_work,
                 zero_and_oversized_counts,
                 count_checked_and_taken_from_a_slot,
+                long_chains_of_indirect_dispatches_complete,
             }
             kernel_abi {
                 declared_layout_reaches_the_kernel,

@@ -183,6 +183,8 @@ struct Pending {
 struct Shared {
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// Dispatches enqueued on their queues' streams and not released yet (kernel not launched).
+    unreleased: AtomicU64,
 }
 
 /// The device's launcher of indirect dispatches (one thread, started at the first one).
@@ -199,9 +201,23 @@ impl IndirectLauncher {
         IndirectLauncher {
             context: context.clone(),
             limits,
-            shared: Arc::new(Shared { pending: Mutex::new(Pending::default()), wake: Condvar::new() }),
+            shared: Arc::new(Shared {
+                pending: Mutex::new(Pending::default()),
+                wake: Condvar::new(),
+                unreleased: AtomicU64::new(0),
+            }),
             thread: OnceLock::new(),
         }
+    }
+
+    /// Whether a dispatch enqueued on some queue's stream still waits for this launcher to release
+    /// it (its kernel not launched yet). While one does, no host function may be pending behind a
+    /// wait for such a stream: CUDA may hold kernel launches of other streams (the side streams')
+    /// behind a pending host function, and the two would wait for each other (see
+    /// `CudaStreams::await_completion`; seen as a hang of 2,000 chained indirect dispatches with
+    /// host-callback completion).
+    pub fn holds_unreleased(&self) -> bool {
+        self.shared.unreleased.load(Ordering::Acquire) > 0
     }
 
     /// A new lane for one queue.
@@ -230,6 +246,8 @@ impl IndirectLauncher {
         result::stream_write_value64(bound, stream, lane.device, sequence)?;
         result::stream_wait_value64_geq(bound, stream, lane.word, sequence)?;
         let now = Instant::now();
+        // Counted before the job is visible to the launcher, which uncounts it at its release.
+        self.shared.unreleased.fetch_add(1, Ordering::AcqRel);
         let job = Job { launch, lane, sequence, work: work.clone(), who, since: now, queried: now };
         let mut pending = self.shared.pending.lock().unwrap_or_else(|p| p.into_inner());
         pending.jobs.push(job);
@@ -295,6 +313,7 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
         local.retain_mut(|job| {
             if job.lane.copied(job.sequence) {
                 launch(&bound, job, limits);
+                shared.unreleased.fetch_sub(1, Ordering::AcqRel);
                 progress = Instant::now();
                 return false;
             }
@@ -303,6 +322,7 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
                 if let Err(fault) = result::stream_query(&bound, job.lane.side) {
                     job.work.fault.set(fault);
                     release(&bound, job);
+                    shared.unreleased.fetch_sub(1, Ordering::AcqRel);
                     return false;
                 }
             }

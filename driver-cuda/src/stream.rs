@@ -406,8 +406,11 @@ impl StreamModel for CudaStreams {
 
     fn await_completion(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
         match &stream.callback {
-            Some(callback) => callback.wait(event),
-            None => event.synchronize(self.wait, self.poll_interval),
+            // A host function pending while an indirect dispatch waits for its kernel's launch
+            // could hold that launch and wait for it forever (`IndirectLauncher::holds_unreleased`):
+            // then this wait polls.
+            Some(callback) if !self.indirect.holds_unreleased() => callback.wait(event),
+            _ => event.synchronize(self.wait, self.poll_interval),
         }
     }
 
