@@ -85,6 +85,9 @@
 //! the submitting thread's launches need, so the completion thread sleeps between queries while host
 //! waiters query their own event. The measurements behind this (`examples/completion_modes.rs`,
 //! `examples/chain_costs.rs`, the bench) are in `docs/benchmarks.md`, "CUDA completion modes".
+//! While an indirect dispatch waits for the launcher to launch its kernel, a completion thread
+//! polls instead: CUDA may hold the launcher's side-stream launches behind a pending host
+//! function, which would wait for them forever (a chain of 2,000 indirect dispatches hung).
 //!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
