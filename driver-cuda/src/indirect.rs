@@ -312,8 +312,7 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
         let mut newest = None::<Instant>;
         local.retain_mut(|job| {
             if job.lane.copied(job.sequence) {
-                launch(&bound, job, limits);
-                shared.unreleased.fetch_sub(1, Ordering::AcqRel);
+                launch(&bound, job, limits, &shared.unreleased);
                 progress = Instant::now();
                 return false;
             }
@@ -321,8 +320,7 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
                 job.queried = Instant::now();
                 if let Err(fault) = result::stream_query(&bound, job.lane.side) {
                     job.work.fault.set(fault);
-                    release(&bound, job);
-                    shared.unreleased.fetch_sub(1, Ordering::AcqRel);
+                    release(&bound, job, &shared.unreleased);
                     return false;
                 }
             }
@@ -339,7 +337,7 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
 
 /// Reads `job`'s count, launches its kernel on the lane's side stream (or stores why not), and
 /// releases the queue's stream behind it.
-fn launch(bound: &Bound<'_>, job: &Job, limits: [u32; 3]) {
+fn launch(bound: &Bound<'_>, job: &Job, limits: [u32; 3], unreleased: &AtomicU64) {
     let count = job.lane.count(job.sequence);
     match hal::driver::indirect_workgroups(count, limits, &job.who) {
         Ok(Some(grid)) => {
@@ -352,17 +350,19 @@ fn launch(bound: &Bound<'_>, job: &Job, limits: [u32; 3]) {
         Ok(None) => {}
         Err(e) => job.work.fault.set(e),
     }
-    release(bound, job);
+    release(bound, job, unreleased);
 }
 
-/// Lets the queue's stream go past `job`'s wait once the side stream's work so far ran. If CUDA
-/// refuses the stream write, the word is written from the host at once (the kernel, if launched,
-/// may then overlap the work after it; the submission carries that failure).
-fn release(bound: &Bound<'_>, job: &Job) {
+/// Lets the queue's stream go past `job`'s wait once the side stream's work so far ran, and uncounts
+/// it from `unreleased`. If CUDA refuses the stream write, the word is written from the host at once
+/// (the kernel, if launched, may then overlap the work after it; the submission carries that
+/// failure).
+fn release(bound: &Bound<'_>, job: &Job, unreleased: &AtomicU64) {
     if let Err(e) = result::stream_write_value64(bound, job.lane.side, job.lane.word, job.sequence) {
         job.work.fault.set(e);
         if let Err(e) = result::memcpy_htod(bound, job.lane.word, &job.sequence.to_le_bytes()) {
             tracing::error!(%e, "cuda: releasing a queue held by an indirect dispatch failed");
         }
     }
+    unreleased.fetch_sub(1, Ordering::AcqRel);
 }

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session call 13: final checks at HEAD: 75989f2 and HEAD alternating (quick bench), full CTS in both modes, sanitizers.
+# Final checks of a change: the build before it (devbefore/) and HEAD (devbin/) alternating in quick
+# bench processes (abc.sh), the driver tests, the full CTS in both completion modes, the sanitizers.
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 echo "builds: $(cat devbefore/COMMIT) $(cat devbin/COMMIT)"; nvidia-smi -L

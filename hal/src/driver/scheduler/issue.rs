@@ -95,6 +95,9 @@ impl<M: StreamModel> Shared<M> {
             super::completion::retire_at_issue(self, entry, retiring);
             return;
         }
+        // The event tables of the signal semaphores this device publishes into (looked up once).
+        let tables: SmallVec<[Option<&SemaphoreEvents<M>>; 4]> =
+            signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, self.device)).collect();
         let issued = {
             // Quiet work right after the last submission marks the same stream point: it shares
             // that submission's mark.
@@ -102,9 +105,7 @@ impl<M: StreamModel> Shared<M> {
                 _ if is_host_call => Ok(None),
                 Some(mark) => Ok(Some(mark)),
                 None => {
-                    let waited_elsewhere = signals.iter().any(|signal| {
-                        SemaphoreEvents::<M>::of(&signal.semaphore, self.device).is_some_and(|t| t.waited_elsewhere())
-                    });
+                    let waited_elsewhere = tables.iter().flatten().any(|table| table.waited_elsewhere());
                     self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some)
                 }
             };
@@ -112,8 +113,8 @@ impl<M: StreamModel> Shared<M> {
                 Ok(mark) => {
                     issuer.last_mark.clone_from(&mark);
                     if let Some(mark) = &mark {
-                        for (index, signal) in signals.iter().enumerate() {
-                            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, self.device) {
+                        for (index, (signal, table)) in signals.iter().zip(&tables).enumerate() {
+                            if let Some(table) = table {
                                 let entry = SignalEvent {
                                     value: signal.value,
                                     event: mark.clone(),
