@@ -282,6 +282,8 @@ macro_rules! __cts_case_list {
                 alloca_reuse_across_queues,
                 alloca_waits_for_dealloca_under_pressure,
                 host_call_signals_later_from_thread,
+                host_calls_held_by_one_gate_keep_their_order,
+                host_call_waits_for_its_own_work_while_a_later_call_is_held,
                 dealloca_of_a_non_transient_buffer_refused,
                 dealloca_twice_refused,
             }

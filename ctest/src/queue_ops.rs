@@ -328,6 +328,96 @@ pub(crate) fn host_call_in_order(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// A blocking host call held behind another one keeps the work submitted after it waiting, even when
+/// that work comes just as the first call returns (the release of the first gate and the second
+/// call opening its own race with the submission): the second call still sees the buffer as it was,
+/// and the call after the fill sees the fill.
+pub(crate) fn host_calls_held_by_one_gate_keep_their_order(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let buffer = cleared(cx, 4, 0)?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let reader = |label: &'static str, round: u32| {
+        let (seen, buffer) = (seen.clone(), buffer.clone());
+        move || {
+            let mut word = [0u8; 4];
+            buffer.read(0, &mut word)?;
+            seen.lock().unwrap_or_else(|p| p.into_inner()).push((label, round, u32::from_le_bytes(word)));
+            Ok(())
+        }
+    };
+    let done = cx.sem(0)?;
+    let mut expected = Vec::new();
+    const ROUNDS: u32 = 200;
+    for round in 0..ROUNDS {
+        let returning = Arc::new(AtomicU32::new(0));
+        let first = {
+            let returning = returning.clone();
+            move || {
+                std::thread::sleep(std::time::Duration::from_micros(300));
+                returning.store(1, Ordering::SeqCst);
+                Ok(())
+            }
+        };
+        q.host_call(&[], first, &[]).ctx("the first host call")?;
+        q.host_call(&[], reader("second", round), &[]).ctx("the second host call, held by the first")?;
+        // Submits the fill as the first call returns, at a spread of moments around its release.
+        while returning.load(Ordering::SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+        for _ in 0..(round % 8) * 200 {
+            std::hint::spin_loop();
+        }
+        q.fill(&[], &buffer, 0, 4, round + 1, 4, &[]).ctx("the fill behind both")?;
+        q.host_call(&[], reader("after", round), &[sv(&done, u64::from(round) + 1)]).ctx("the call after")?;
+        expected.extend([("second", round, round), ("after", round, round + 1)]);
+        cx.wait(&done, u64::from(round) + 1)?;
+    }
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let wrong: Vec<_> = seen.iter().zip(&expected).filter(|(s, e)| s != e).take(3).collect();
+    ensure!(wrong.is_empty() && seen.len() == expected.len(), "(call, round, word it saw) against expected: {wrong:?}");
+    Ok(())
+}
+
+/// A blocking host call waits for work it submits to its own queue while a later blocking call,
+/// submitted from outside, is held by its gate: the later call's gate holds only work behind it.
+pub(crate) fn host_call_waits_for_its_own_work_while_a_later_call_is_held(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let buffer = cleared(cx, 8, 0)?;
+    let (inner, outer, later, last) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let submitted_later = hal::Semaphore::new(0);
+    let call = {
+        let (q, buffer, inner, submitted_later) = (q.clone(), buffer.clone(), inner.clone(), submitted_later.clone());
+        move || {
+            // Lets the test submit the later call first, so that it is held by this call's gate.
+            submitted_later.wait(1, hal::Timeout::After(crate::LONG))?;
+            q.fill(&[], &buffer, 0, 4, 0x11, 1, &[sv(&inner, 1)])?;
+            inner.wait(1, hal::Timeout::After(crate::LONG))
+        }
+    };
+    q.host_call(&[], call, &[sv(&outer, 1)]).ctx("the host call")?;
+    let after = {
+        let buffer = buffer.clone();
+        move || {
+            let mut word = [0u8; 4];
+            buffer.read(0, &mut word)?;
+            ensure_hal(word == [0x11; 4], format!("the later call saw {word:?}, not the first call's fill"))
+        }
+    };
+    q.host_call(&[], after, &[sv(&later, 1)]).ctx("the later host call")?;
+    q.fill(&[], &buffer, 4, 4, 0x22, 1, &[sv(&last, 1)]).ctx("the fill behind the later call")?;
+    submitted_later.signal(1).ctx("let the first call go on")?;
+    cx.wait(&outer, 1)?;
+    cx.wait(&later, 1)?;
+    cx.wait(&last, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, [[0x11; 4], [0x22; 4]].concat(), "bytes of the inner and the last fill");
+    Ok(())
+}
+
+/// `Ok` if `holds`, else a failed-precondition error (for checks inside host calls).
+fn ensure_hal(holds: bool, what: String) -> hal::Result<()> {
+    if holds { Ok(()) } else { Err(hal::Error::new(StatusCode::FailedPrecondition, what)) }
+}
+
 /// A host call submitted before its wait is signalled runs once, after it.
 pub(crate) fn host_call_wait_before_signal(cx: &Cx) -> CaseResult {
     let (gate, done) = (cx.sem(0)?, cx.sem(0)?);

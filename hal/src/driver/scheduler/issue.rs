@@ -20,28 +20,35 @@ use crate::sync::atomic::Ordering;
 use crate::sync::{lock, try_lock};
 
 impl<M: StreamModel> Shared<M> {
-    /// Issues a submission whose waits are resolved, unless a blocking host call of its queue was
-    /// issued and has not returned yet: then it is held until the call returns (the call's gate,
-    /// see `host_calls`), keeping the device events that cover its waits.
+    /// Issues a submission whose waits are resolved, unless a gate of its queue is ahead of it (a
+    /// blocking host call that has not returned, or held work not issued yet; see `host_calls`):
+    /// then it is held until those gates are released, keeping the device events that cover its
+    /// waits.
     pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, issue: Issue<M>) {
         let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
         // From its issue on, a blocking host call holds later work of its queue until it returns.
-        let opening = match &issue.op {
-            QueueOp::HostCall(call) if call.is_blocking() => Some(id),
-            _ => None,
-        };
-        if !self.queues[issue.queue].gates.add_waits(self.device.get(), issue.queue, opening, &mut gates) {
+        let blocking = matches!(&issue.op, QueueOp::HostCall(call) if call.is_blocking());
+        let queue = issue.queue;
+        let mut issue = issue;
+        let gated =
+            self.queues[queue].gates.add_waits(self.device.get(), queue, id, blocking, &mut issue.place, &mut gates);
+        if !gated {
+            let checked = issue.place.is_some();
             self.issue(id, issue);
+            if checked && !blocking {
+                // Its own gate, if gates held it before: it is in the stream order now.
+                self.queues[queue].gates.release(id);
+            }
             return;
         }
-        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
-        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream };
+        let Issue { queue, op, signals, waited, wait_events, upstream, place } = issue;
+        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream, place };
         Action::hold(self, id, queue, op, gates.into_iter().collect(), signals, covered);
     }
 
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, waited, wait_events, upstream } = issue;
+        let Issue { queue, op, signals, waited, wait_events, upstream, place: _ } = issue;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
         let has_upstream = !upstream.is_empty();

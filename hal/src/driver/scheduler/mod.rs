@@ -43,7 +43,7 @@ use smallvec::SmallVec;
 
 use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Cover, Producer, SemaphoreEvents};
-use self::host_calls::{Gates, HostCallRunner};
+use self::host_calls::{Gates, HostCallRunner, QueuePlace};
 use self::pending_actions::Action;
 use self::seal::{Seal, StreamMark};
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
@@ -162,6 +162,8 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) waited: SemaphoreList,
     pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
     pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
+    /// Its place in the queue's order once it has checked the host-call gates (`host_calls`).
+    pub(crate) place: Option<QueuePlace>,
 }
 
 /// Waits resolved at submission: reached on the host, or covered by device events.
@@ -171,6 +173,8 @@ pub(crate) struct Covered<M: StreamModel> {
     pub(crate) waited: SemaphoreList,
     pub(crate) events: SmallVec<[EventRef<M>; 2]>,
     pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
+    /// See [`Issue::place`].
+    pub(crate) place: Option<QueuePlace>,
 }
 
 impl<M: StreamModel> Scheduler<M> {
@@ -316,6 +320,7 @@ impl<M: StreamModel> Scheduler<M> {
             waited: SmallVec::new(),
             events: SmallVec::new(),
             upstream: SmallVec::new(),
+            place: None,
         };
         for (index, wait) in waits.iter().enumerate() {
             match wait.semaphore.query() {
@@ -361,6 +366,7 @@ impl<M: StreamModel> Scheduler<M> {
                 waited: covered.waited,
                 wait_events: covered.events,
                 upstream: covered.upstream,
+                place: None,
             };
             shared.issue_or_gate(id, issue);
         } else {

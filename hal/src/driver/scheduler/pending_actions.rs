@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use super::event_semaphore::{Producer, SemaphoreEvents};
+use super::host_calls::{GateOf, QueuePlace};
 use super::{Issue, Shared};
 use crate::driver::QueueOp;
 use crate::driver::stream_model::StreamModel;
@@ -39,6 +40,7 @@ struct ActionState<M: StreamModel> {
     waited: SemaphoreList,
     wait_events: SmallVec<[EventRef<M>; 2]>,
     upstream: SmallVec<[Producer<M>; 2]>,
+    place: Option<QueuePlace>,
 }
 
 /// What resolving one wait decided.
@@ -86,6 +88,7 @@ impl<M: StreamModel> Action<M> {
                 waited: covered.waited,
                 wait_events: covered.events,
                 upstream: covered.upstream,
+                place: covered.place,
             }),
         });
         shared.pending_insert(&action);
@@ -214,6 +217,7 @@ impl<M: StreamModel> Action<M> {
                 waited: std::mem::take(&mut state.waited),
                 wait_events: std::mem::take(&mut state.wait_events),
                 upstream: std::mem::take(&mut state.upstream),
+                place: state.place.take(),
             }),
             None => Step::Nothing,
         }
@@ -271,7 +275,10 @@ impl<M: StreamModel> Action<M> {
 
     /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
     /// `gate_of` names the blocking host call a wait stands for, if it is a gate.
-    pub(crate) fn describe_waits(&self, gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<u64>) -> Vec<String> {
+    pub(crate) fn describe_waits(
+        &self,
+        gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<GateOf>,
+    ) -> Vec<String> {
         let state = lock(&self.state);
         let op = state.op.as_ref().map(|op| op.describe()).unwrap_or_else(|| "(taken)".to_owned());
         let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
@@ -281,9 +288,22 @@ impl<M: StreamModel> Action<M> {
                 Err(e) => format!("failed: {e}"),
             };
             let status = if state.resolved[index] { "satisfied" } else { "WAITING" };
-            if let Some(call) = gate_of(&wait.semaphore) {
-                lines.push(format!("  waits until host call action {call} of queue {} returns {status}", self.queue));
-                continue;
+            match gate_of(&wait.semaphore) {
+                Some(GateOf::Call(call)) => {
+                    lines.push(format!(
+                        "  waits until host call action {call} of queue {} returns {status}",
+                        self.queue
+                    ));
+                    continue;
+                }
+                Some(GateOf::Held(held)) => {
+                    lines.push(format!(
+                        "  waits until action {held} of queue {}, held ahead of it, issues {status}",
+                        self.queue
+                    ));
+                    continue;
+                }
+                None => {}
             }
             lines.push(format!("  waits {} >= {} ({now}) {status}", wait.semaphore, wait.value));
         }

@@ -14,7 +14,7 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     let _ = writeln!(out, "{}: {} pending action(s)", shared.device, pending.len());
     for action in &pending {
         let gates = &shared.queues[action.queue].gates;
-        for line in action.describe_waits(&|semaphore| gates.action_of(semaphore)) {
+        for line in action.describe_waits(&|semaphore| gates.gate_of(semaphore)) {
             let _ = writeln!(out, "  {line}");
         }
     }
