@@ -284,6 +284,7 @@ macro_rules! __cts_case_list {
                 host_call_signals_later_from_thread,
                 host_calls_held_by_one_gate_keep_their_order,
                 host_call_waits_for_its_own_work_while_a_later_call_is_held,
+                work_behind_a_host_call_waits_for_the_calls_it_submitted,
                 dealloca_of_a_non_transient_buffer_refused,
                 dealloca_twice_refused,
             }

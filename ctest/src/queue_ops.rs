@@ -413,6 +413,42 @@ pub(crate) fn host_call_waits_for_its_own_work_while_a_later_call_is_held(cx: &C
     Ok(())
 }
 
+/// Work held behind a blocking host call also waits for the blocking calls that call submitted to
+/// its own queue (they are part of it) before it returned without waiting for them.
+pub(crate) fn work_behind_a_host_call_waits_for_the_calls_it_submitted(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let buffer = cleared(cx, 4, 0)?;
+    let (submitted, nested_done, last) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    let go = hal::Semaphore::new(0);
+    let call = {
+        let (q, buffer, go, submitted, nested_done) =
+            (q.clone(), buffer.clone(), go.clone(), submitted.clone(), nested_done.clone());
+        move || {
+            // Returns only once the fill below has been submitted (held by this call's gate).
+            go.wait(1, hal::Timeout::After(crate::LONG))?;
+            let nested = move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut word = [0u8; 4];
+                buffer.read(0, &mut word)?;
+                ensure_hal(
+                    word == [0; 4],
+                    format!("the nested call saw {word:?}: the fill behind its caller ran first"),
+                )
+            };
+            q.host_call(&[], nested, &[sv(&nested_done, 1)])?;
+            submitted.signal(1)
+        }
+    };
+    q.host_call(&[], call, &[]).ctx("the host call")?;
+    q.fill(&[], &buffer, 0, 4, 0x5A, 1, &[sv(&last, 1)]).ctx("the fill behind the call")?;
+    go.signal(1).ctx("let the call go on")?;
+    cx.wait(&submitted, 1)?;
+    cx.wait(&nested_done, 1)?;
+    cx.wait(&last, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0x5A; 4], "bytes after the fill");
+    Ok(())
+}
+
 /// `Ok` if `holds`, else a failed-precondition error (for checks inside host calls).
 fn ensure_hal(holds: bool, what: String) -> hal::Result<()> {
     if holds { Ok(()) } else { Err(hal::Error::new(StatusCode::FailedPrecondition, what)) }
