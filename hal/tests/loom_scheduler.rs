@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hal::driver::QueueOp;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::stream_model::{StreamModel, Work};
-use hal::{DeviceId, Result, SemaphoreValue as SV, Timeout};
+use hal::{DeviceId, Result, Semaphore, SemaphoreValue as SV, Timeout};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 
 /// Streams that run work at enqueue; events are complete once recorded.
@@ -74,6 +74,20 @@ fn builder() -> loom::model::Builder {
     builder
 }
 
+/// A thread that retires what has completed on `queue` (a completion thread's pass).
+fn spawn_retirer(s: &Arc<Scheduler<InlineStreams>>, queue: usize) -> loom::thread::JoinHandle<()> {
+    let s = s.clone();
+    loom::thread::spawn(move || {
+        s.poll_completions(queue);
+    })
+}
+
+/// A thread that submits a barrier on `queue` signalling `signal` to 1.
+fn spawn_barrier(s: &Arc<Scheduler<InlineStreams>>, queue: usize, signal: &Semaphore) -> loom::thread::JoinHandle<()> {
+    let (s, signal) = (s.clone(), signal.clone());
+    loom::thread::spawn(move || s.submit(queue, QueueOp::Barrier, &[], &[SV::new(&signal, 1)]).unwrap())
+}
+
 /// Retires everything on every queue; returns when nothing is in flight.
 fn drain(s: &Scheduler<InlineStreams>, queues: usize) {
     for q in 0..queues {
@@ -115,12 +129,7 @@ fn loom_completion_races_new_submission() {
         let a = s.create_semaphore(0);
         let b = s.create_semaphore(0);
         s.submit(0, QueueOp::Barrier, &[], &[SV::new(&a, 1)]).unwrap();
-        let retirer = {
-            let s = s.clone();
-            loom::thread::spawn(move || {
-                s.poll_completions(0);
-            })
-        };
+        let retirer = spawn_retirer(&s, 0);
         s.submit(1, QueueOp::Barrier, &[SV::new(&a, 1)], &[SV::new(&b, 1)]).unwrap();
         retirer.join().unwrap();
         drain(&s, 2);
@@ -141,16 +150,8 @@ fn loom_event_release_races_new_stream_wait() {
         let b = s.create_semaphore(0);
         let c = s.create_semaphore(0);
         s.submit(0, QueueOp::Barrier, &[], &[SV::new(&a, 1)]).unwrap();
-        let retirer = {
-            let s = s.clone();
-            loom::thread::spawn(move || {
-                s.poll_completions(0);
-            })
-        };
-        let fresh = {
-            let (s, c) = (s.clone(), c.clone());
-            loom::thread::spawn(move || s.submit(0, QueueOp::Barrier, &[], &[SV::new(&c, 1)]).unwrap())
-        };
+        let retirer = spawn_retirer(&s, 0);
+        let fresh = spawn_barrier(&s, 0, &c);
         s.submit(1, QueueOp::Barrier, &[SV::new(&a, 1)], &[SV::new(&b, 1)]).unwrap();
         retirer.join().unwrap();
         fresh.join().unwrap();
@@ -204,12 +205,7 @@ fn loom_cross_device_producer_retires_first() {
             0,
             "the wait on A's semaphore was covered by A's event, not held for the host"
         );
-        let a_retirer = {
-            let a = a.clone();
-            loom::thread::spawn(move || {
-                a.poll_completions(0);
-            })
-        };
+        let a_retirer = spawn_retirer(&a, 0);
         let b_retirer = {
             let (b, produced, consumed) = (b.clone(), produced.clone(), consumed.clone());
             loom::thread::spawn(move || {
@@ -243,16 +239,8 @@ fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
         let next = s.create_semaphore(0);
         s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
         s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
-        let retirer = {
-            let s = s.clone();
-            loom::thread::spawn(move || {
-                s.poll_completions(0);
-            })
-        };
-        let issuer = {
-            let (s, next) = (s.clone(), next.clone());
-            loom::thread::spawn(move || s.submit(0, QueueOp::Barrier, &[], &[SV::new(&next, 1)]).unwrap())
-        };
+        let retirer = spawn_retirer(&s, 0);
+        let issuer = spawn_barrier(&s, 0, &next);
         s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
         retirer.join().unwrap();
         issuer.join().unwrap();

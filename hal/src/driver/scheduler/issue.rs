@@ -24,12 +24,11 @@ impl<M: StreamModel> Shared<M> {
     /// blocking host call that has not returned, or held work not issued yet; see `host_calls`):
     /// then it is held until those gates are released, keeping the device events that cover its
     /// waits.
-    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, issue: Issue<M>) {
+    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, mut issue: Issue<M>) {
         let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
         // From its issue on, a blocking host call holds later work of its queue until it returns.
         let blocking = matches!(&issue.op, QueueOp::HostCall(call) if call.is_blocking());
         let queue = issue.queue;
-        let mut issue = issue;
         let gated =
             self.queues[queue].gates.add_waits(self.device.get(), queue, id, blocking, &mut issue.place, &mut gates);
         if !gated {
