@@ -240,6 +240,20 @@ impl Cx {
     }
 }
 
+/// Drops `device` on a thread of its own and fails unless the drop returns within [`LONG`]: a
+/// device's teardown never hangs, whatever its queues hold.
+pub fn drop_in_time(device: Device, what: &str) -> Result<(), CaseError> {
+    let dropper = std::thread::spawn(move || drop(device));
+    let deadline = std::time::Instant::now() + LONG;
+    while !dropper.is_finished() {
+        if std::time::Instant::now() >= deadline {
+            return Err(CaseError::Fail(format!("dropping the device {what} hangs")));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    dropper.join().map_err(|_| CaseError::Fail(format!("dropping the device {what} panicked")))
+}
+
 /// Little-endian bytes of `words`.
 pub fn to_bytes(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use hal::{BufferParams, CommandBufferMode, Error, Semaphore, StatusCode, Timeout};
 
-use crate::check::{CaseError, CaseResult, Context, expect_code, expect_one_of};
-use crate::context::{Cx, LONG, SHORT, sv};
+use crate::check::{CaseError, CaseResult, Context, expect_code};
+use crate::context::{Cx, LONG, SHORT, drop_in_time, sv};
 use crate::kernels::Kernel;
 use crate::{ensure, ensure_eq};
 
@@ -92,32 +92,83 @@ pub(crate) fn readback_of_a_failed_read_reports_its_cause(cx: &Cx) -> CaseResult
     Ok(())
 }
 
-/// A read held behind a wait when its device goes away fails (cancelled), within the wait's
-/// timeout: a readback never waits for bytes that cannot come.
+/// A read held behind a wait when its device goes away fails within the wait's timeout with the
+/// status its signal gets (the device's teardown, `Cancelled`), not a generic one: a readback never
+/// waits for bytes that cannot come, and says why.
 pub(crate) fn readback_of_a_read_dropped_at_teardown_fails(cx: &Cx) -> CaseResult {
     let device = cx.fixture().create_device().ctx("create a device to drop")?;
     let queue = device.queue(0).ctx("queue 0")?;
     let buffer = device.allocate_buffer(BufferParams::host_visible(), 64).ctx("allocate")?;
-    let gate = Semaphore::new(0);
-    let readback = queue.read(&[sv(&gate, 1)], &buffer, 0, 64, &[]).ctx("held read")?;
-    drop((device, queue, buffer));
+    let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
+    let readback = queue.read(&[sv(&gate, 1)], &buffer, 0, 64, &[sv(&done, 1)]).ctx("held read")?;
+    let unsignalled = queue.read(&[sv(&gate, 1)], &buffer, 0, 64, &[]).ctx("held read without signals")?;
+    drop((queue, buffer));
+    drop_in_time(device, "with held reads")?;
     let start = Instant::now();
     let outcome = readback.wait(Timeout::After(LONG));
     ensure!(start.elapsed() < LONG, "the readback of a dropped device's read waited out its timeout");
-    expect_one_of(outcome, &[StatusCode::Cancelled, StatusCode::Aborted], "the dropped read")?;
+    let signal = expect_code(done.wait(1, Timeout::After(LONG)), StatusCode::Cancelled, "the held read's signal")?;
+    let err = expect_code(outcome, StatusCode::Cancelled, "the held read's readback")?;
+    ensure!(
+        err.message().contains(signal.message()),
+        "the readback lost its signal's cause: readback {err:?}, signal {signal:?}"
+    );
+    let err =
+        expect_code(unsignalled.wait(Timeout::After(LONG)), StatusCode::Cancelled, "a held read without signals")?;
+    ensure!(err.message().contains("destroyed"), "the readback does not say its device went away: {err}");
     Ok(())
 }
 
+/// A task waker that panics when a read completes is contained: the read's signal is applied, its
+/// bytes stay there for a later wait, later work on its queue completes, and the device drops.
+pub(crate) fn a_panicking_readback_waker_does_not_stop_its_queue(cx: &Cx) -> CaseResult {
+    struct Bomb;
+    impl Wake for Bomb {
+        fn wake(self: Arc<Self>) {
+            panic!("a task waker that panics (on purpose)");
+        }
+    }
+    let device = cx.fixture().create_device().ctx("create a device to drop")?;
+    let queue = device.queue(0).ctx("queue 0")?;
+    let buffer = device.allocate_buffer(BufferParams::host_visible(), 16).ctx("allocate")?;
+    buffer.write_slice(0, &[5u32, 6, 7, 8]).ctx("write")?;
+    let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
+    let readback = queue.read(&[sv(&gate, 1)], &buffer, 0, 16, &[sv(&done, 1)]).ctx("held read")?;
+    let waker = Waker::from(Arc::new(Bomb));
+    let mut future = readback.wait_async();
+    let polled = std::pin::Pin::new(&mut future).poll(&mut TaskContext::from_waker(&waker));
+    ensure!(polled.is_pending(), "a held read's future is ready");
+    gate.signal(1).ctx("release the read")?;
+    done.wait(1, Timeout::After(LONG)).ctx("the read's signal, behind the panicking waker")?;
+    ensure_eq!(readback.wait_as::<u32>(Timeout::After(LONG)).ctx("the bytes")?, vec![5, 6, 7, 8], "bytes read");
+    let later = Semaphore::new(0);
+    for value in 1..=3 {
+        queue.fill(&[], &buffer, 0, 16, value as u32, 4, &[sv(&later, value)]).ctx("a later fill")?;
+    }
+    later.wait(3, Timeout::After(LONG)).ctx("later work on the queue of the panicking waker")?;
+    drop((queue, buffer));
+    drop_in_time(device, "after a panicking readback waker")
+}
+
 /// The bytes are handed over once: clones share them, a second `take` finds nothing and a later
-/// `wait` is `FailedPrecondition`; a length that is not a whole number of values is refused.
+/// `wait` is `FailedPrecondition`. A typed wait for a length that is not a whole number of values
+/// is refused without taking the bytes: a plain wait still gets them.
 pub(crate) fn readback_bytes_are_handed_over_once(cx: &Cx) -> CaseResult {
     let (queue, done) = (cx.queue(0), cx.sem(0)?);
     let buffer = cx.host_buffer_u32(&[1, 2, 3])?;
     let readback = queue.read(&[], &buffer, 0, 6, &[sv(&done, 1)]).ctx("read")?;
+    let early = readback.clone();
+    expect_code(early.wait_as::<u32>(Timeout::After(LONG)), StatusCode::InvalidArgument, "6 bytes as u32s, early")?;
     cx.wait(&done, 1)?;
     let clone = readback.clone();
     ensure!(clone.is_ready(), "the read signalled but its readback is not ready");
-    expect_code(clone.wait_as::<u32>(Timeout::Immediate), StatusCode::InvalidArgument, "6 bytes as u32s")?;
+    let err = expect_code(clone.wait_as::<u32>(Timeout::Immediate), StatusCode::InvalidArgument, "6 bytes as u32s")?;
+    ensure!(err.message().contains("6 bytes"), "the refusal does not name the length: {err}");
+    ensure_eq!(
+        clone.wait_as::<u16>(Timeout::Immediate).ctx("the same bytes as u16s")?,
+        bytemuck::cast_slice::<u32, u16>(&[1, 2])[..3].to_vec(),
+        "the bytes after refused typed waits"
+    );
     ensure!(readback.take().is_none(), "a clone's wait handed the bytes over; they are still there");
     expect_code(readback.wait(Timeout::Immediate), StatusCode::FailedPrecondition, "a wait after the hand-over")?;
     let second = queue.read(&[], &buffer, 0, 8, &[sv(&done, 2)]).ctx("second read")?;

@@ -133,3 +133,31 @@ pub(crate) fn imported_memory_refusals_release_at_once(cx: &Cx) -> CaseResult {
     }
     Ok(())
 }
+
+/// A release that panics on the HAL thread that let go of the memory last (here, the one retiring
+/// the fill that used it) is contained: that queue's later work completes.
+pub(crate) fn a_panicking_release_is_contained(cx: &Cx) -> CaseResult {
+    let Loan { ptr, bytes, release, back, releases } = lend(vec![0; 64]);
+    let panicking = move || {
+        release();
+        panic!("an embedder's release that panics (on purpose)");
+    };
+    // SAFETY: as in `import`: the loan's box stays allocated until its release.
+    let buffer = unsafe { cx.device().import_host_memory(ptr, bytes, BufferParams::host_visible(), panicking) };
+    let buffer = buffer.ctx("import")?;
+    let (queue, gate, done) = (cx.queue(0), cx.sem(0)?, cx.sem(0)?);
+    queue.fill(&[sv(&gate, 1)], &buffer, 0, 256, 3, 4, &[sv(&done, 1)]).ctx("held fill")?;
+    drop(buffer);
+    gate.signal(1).ctx("release the fill")?;
+    cx.wait(&done, 1)?;
+    let words = returned(&back)?;
+    ensure!(words.iter().all(|&w| w == 3), "the held fill did not land: {:?}", &words[..4]);
+    ensure_eq!(releases.load(Ordering::SeqCst), 1, "release runs");
+    let later = cx.host_buffer(16)?;
+    for value in 2..=4 {
+        queue.fill(&[], &later, 0, 16, value as u32, 4, &[sv(&done, value)]).ctx("a later fill")?;
+    }
+    cx.wait(&done, 4)?;
+    ensure_eq!(cx.words(&later)?, vec![4; 4], "later fills on the queue");
+    Ok(())
+}

@@ -332,6 +332,7 @@ macro_rules! __cts_case_list {
                 readback_is_awaitable,
                 readback_of_a_failed_read_reports_its_cause,
                 readback_of_a_read_dropped_at_teardown_fails,
+                a_panicking_readback_waker_does_not_stop_its_queue,
                 readback_bytes_are_handed_over_once,
                 typed_host_io_round_trips,
                 labels_name_objects_in_errors_and_reports,
@@ -348,6 +349,7 @@ macro_rules! __cts_case_list {
                 imported_memory_is_used_in_place,
                 imported_memory_released_once_after_its_last_use,
                 imported_memory_refusals_release_at_once,
+                a_panicking_release_is_contained,
             }
             binding_tables {
                 table_entries_reach_dispatches_and_transfers,

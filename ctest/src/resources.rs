@@ -8,7 +8,7 @@ use hal::driver::SemaphoreExt;
 use hal::{BufferBinding, CommandBufferMode, Device, Error, ResourceUsage, StatusCode, Timeout};
 
 use crate::check::{CaseError, CaseResult, Context, expect_code};
-use crate::context::{Cx, LONG, sv};
+use crate::context::{Cx, LONG, drop_in_time, sv};
 use crate::kernels::Kernel;
 use crate::runner::{IDLE_LIMIT, check_idle, is_checked_pool};
 use crate::{ensure, ensure_eq};
@@ -176,13 +176,7 @@ pub(crate) fn drop_device_with_pending_work(cx: &Cx) -> CaseResult {
     let queue = device.queue(0).ctx("queue")?;
     queue.fill(&[sv(&gate, 1)], &buffer, 0, 64, 1, 1, &[sv(&done, 1)]).ctx("held fill")?;
     drop(queue);
-    let dropper = std::thread::spawn(move || drop(device));
-    let deadline = std::time::Instant::now() + LONG;
-    while !dropper.is_finished() {
-        ensure!(std::time::Instant::now() < deadline, "dropping a device with held work hangs");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    dropper.join().map_err(|_| "dropping the device panicked")?;
+    drop_in_time(device, "with held work")?;
     expect_code(done.wait(1, Timeout::After(LONG)), StatusCode::Cancelled, "held work of a dropped device")?;
     Ok(())
 }

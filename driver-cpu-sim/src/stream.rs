@@ -191,7 +191,7 @@ fn run_op(work: &Arc<Work>, pool: &WorkgroupPool, times: Option<&mut DispatchTim
         QueueOp::Transfer(command) => execute_command(command, pool, &CancelSignal::of(work)),
         QueueOp::Write { data, target, offset } => write_buffer(target, *offset, data),
         QueueOp::Read { source, offset, length, target } => {
-            target.complete(read_buffer(source, *offset, *length)?);
+            target.stage(read_buffer(source, *offset, *length)?);
             Ok(())
         }
         QueueOp::Barrier => Ok(()),

@@ -321,7 +321,7 @@ impl CudaStreams {
         match &work.op {
             QueueOp::Read { length, target, .. } => {
                 if *length == 0 {
-                    target.complete(Vec::new());
+                    target.stage(Vec::new());
                     return Ok(());
                 }
                 let block = self.take_staged(work)?;
@@ -330,7 +330,7 @@ impl CudaStreams {
                 // the block holds at least `length` bytes (acquired for them).
                 unsafe { std::ptr::copy_nonoverlapping(block.as_ptr(), bytes.as_mut_ptr(), bytes.len()) };
                 drop(block);
-                target.complete(bytes);
+                target.stage(bytes);
                 Ok(())
             }
             QueueOp::Write { data, .. } | QueueOp::Transfer(Command::Update { data, .. }) if !data.is_empty() => {

@@ -14,16 +14,20 @@ use crate::error::{Error, Result};
 /// `bytes` as values of `T` (copied when their alignment differs); `InvalidArgument` naming `what`
 /// when they are not a whole number of `T`s.
 pub(crate) fn bytes_to_vec<T: Pod>(bytes: Vec<u8>, what: &str) -> Result<Vec<T>> {
-    let size = std::mem::size_of::<T>();
-    if size == 0 || !bytes.len().is_multiple_of(size) {
+    check_whole_values::<T>(bytes.len() as u64, what)?;
+    Ok(bytemuck::pod_collect_to_vec(&bytes))
+}
+
+/// `InvalidArgument` naming `what` when `length` bytes are not a whole number of `T`s.
+pub(crate) fn check_whole_values<T: Pod>(length: u64, what: &str) -> Result<()> {
+    let size = std::mem::size_of::<T>() as u64;
+    if size == 0 || !length.is_multiple_of(size) {
         return Err(Error::invalid_argument(format!(
-            "{what}: {} bytes are not a whole number of {}-byte values ({})",
-            bytes.len(),
-            size,
+            "{what}: {length} bytes are not a whole number of {size}-byte values ({})",
             std::any::type_name::<T>()
         )));
     }
-    Ok(bytemuck::pod_collect_to_vec(&bytes))
+    Ok(())
 }
 
 /// `values` as bytes, without a copy.

@@ -394,7 +394,7 @@ impl Queue {
         source.check_usage(BufferUsage::TRANSFER_SOURCE)?;
         source.check_range(offset, length)?;
         let what = format!("read of {} [{offset}, +{length}) on queue {}", source, self.index);
-        let (readback, target) = Readback::new(what, waits, signals);
+        let (readback, target) = Readback::new(what, length, waits, signals);
         self.submit(QueueOp::Read { source: source.clone(), offset, length, target }, waits, signals)?;
         Ok(readback)
     }

@@ -1,10 +1,12 @@
 //! The host end of a [`Queue::read`](crate::Queue::read): a handle that can be waited on (blocking,
 //! with a timeout) or awaited, and that hands over the bytes, or typed values, once the read ran.
 //!
-//! The driver holds the other end, a [`ReadTarget`] inside the queued operation. It completes the
-//! read with the bytes; if the operation is dropped without completing (its submission failed, was
-//! cancelled, or its device went away), the readback fails with the failure its wait or signal
-//! semaphores carry, so a waiter never waits for bytes that cannot come.
+//! The driver holds the other end, a [`ReadTarget`] inside the queued operation. It stages the bytes
+//! when the read ran; the scheduler hands them over when it retires the submission, in the same step
+//! that signals its semaphores, so the bytes are there exactly when the signals are reached. A read
+//! that does not run, or whose submission fails, fails its readback with the status its signals get
+//! (a failed wait, a failed issue, a device fault, the device's teardown), so a waiter never waits
+//! for bytes that cannot come, and learns why.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -17,8 +19,8 @@ use bytemuck::Pod;
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
-use crate::host_data::bytes_to_vec;
-use crate::semaphore::SemaphoreValue;
+use crate::host_data::{bytes_to_vec, check_whole_values};
+use crate::semaphore::{SemaphoreValue, wake_deferred};
 use crate::sync::{Condvar, Mutex, lock, wait, wait_timeout};
 use crate::timeout::Timeout;
 
@@ -42,7 +44,8 @@ pub struct Readback {
     shared: Arc<Shared>,
 }
 
-/// The driver's end of a read: completed with the bytes, or dropped (which fails the readback).
+/// The driver's end of a read: the driver stages the bytes once the read ran, and the scheduler
+/// settles it when the submission retires (or fails it when the read will not run).
 pub struct ReadTarget {
     shared: Arc<Shared>,
 }
@@ -52,25 +55,35 @@ struct Shared {
     changed: Condvar,
     /// What the read is, for messages ("read of buffer 3 [0, +64) on queue 1").
     what: String,
+    /// Bytes it reads (a typed wait checks the size against it before waiting).
+    length: u64,
     /// The read's waits and signals: the first failure among them is the readback's when the read
     /// never ran (a failed wait is why it did not run; a signal carries whatever failed it).
     causes: SmallVec<[SemaphoreValue; 2]>,
 }
 
 enum State {
-    Pending(Vec<Waker>),
+    /// Not decided: the tasks to wake, and the bytes once the driver staged them.
+    Pending(Vec<Waker>, Option<Vec<u8>>),
     Ready(Vec<u8>),
     Failed(Error),
     Taken,
 }
 
 impl Readback {
-    /// A readback and the target a driver completes, for the read `what` with `waits` and `signals`.
-    pub(crate) fn new(what: String, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> (Readback, ReadTarget) {
+    /// A readback and the target a driver completes, for the read `what` of `length` bytes with
+    /// `waits` and `signals`.
+    pub(crate) fn new(
+        what: String,
+        length: u64,
+        waits: &[SemaphoreValue],
+        signals: &[SemaphoreValue],
+    ) -> (Readback, ReadTarget) {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::Pending(Vec::new())),
+            state: Mutex::new(State::Pending(Vec::new(), None)),
             changed: Condvar::new(),
             what,
+            length,
             causes: waits.iter().chain(signals).cloned().collect(),
         });
         (Readback { shared: shared.clone() }, ReadTarget { shared })
@@ -102,9 +115,11 @@ impl Readback {
         }
     }
 
-    /// [`wait`](Self::wait), then the bytes as values of `T` (an `InvalidArgument` naming the read
-    /// when its length is not a whole number of `T`s).
+    /// [`wait`](Self::wait), then the bytes as values of `T`. A read whose length is not a whole
+    /// number of `T`s is refused at once with `InvalidArgument` naming the read, without waiting and
+    /// without taking the bytes: a later `wait` (or `wait_as` of a fitting type) still gets them.
     pub fn wait_as<T: Pod>(&self, timeout: Timeout) -> Result<Vec<T>> {
+        check_whole_values::<T>(self.shared.length, &self.shared.what)?;
         bytes_to_vec(self.wait(timeout)?, &self.shared.what)
     }
 
@@ -119,7 +134,7 @@ impl Readback {
 
     /// Whether a `wait` would return at once (the read ran or failed, or the bytes were taken).
     pub fn is_ready(&self) -> bool {
-        !matches!(&*lock(&self.shared.state), State::Pending(_))
+        !matches!(&*lock(&self.shared.state), State::Pending(..))
     }
 
     /// A future of the bytes (what `.await` on a `Readback` gives): no thread is parked and no async
@@ -152,7 +167,7 @@ impl Future for ReadbackFuture {
         if let Some(outcome) = take_outcome(&mut state, &shared.what) {
             return Poll::Ready(outcome);
         }
-        if let State::Pending(wakers) = &mut *state
+        if let State::Pending(wakers, _) = &mut *state
             && !wakers.iter().any(|w| w.will_wake(cx.waker()))
         {
             wakers.push(cx.waker().clone());
@@ -164,8 +179,8 @@ impl Future for ReadbackFuture {
 /// Takes the outcome out of a decided state (leaving `Taken`); `None` while pending.
 fn take_outcome(state: &mut State, what: &str) -> Option<Result<Vec<u8>>> {
     match std::mem::replace(state, State::Taken) {
-        State::Pending(wakers) => {
-            *state = State::Pending(wakers);
+        pending @ State::Pending(..) => {
+            *state = pending;
             None
         }
         State::Ready(bytes) => Some(Ok(bytes)),
@@ -178,22 +193,53 @@ fn take_outcome(state: &mut State, what: &str) -> Option<Result<Vec<u8>>> {
 }
 
 impl ReadTarget {
-    /// Hands the read's bytes to the readback (the driver calls this when the read ran).
-    pub fn complete(&self, bytes: Vec<u8>) {
-        self.shared.decide(State::Ready(bytes));
+    /// Keeps the read's bytes until the scheduler retires the submission (the driver calls this once
+    /// the read ran; the readback gets them when the read's signals are applied, or fails with their
+    /// status if the submission fails after all).
+    pub fn stage(&self, bytes: Vec<u8>) {
+        if let State::Pending(_, staged) = &mut *lock(&self.shared.state) {
+            *staged = Some(bytes);
+        }
     }
 
     /// What the read is, for the driver's messages.
     pub fn describe(&self) -> &str {
         &self.shared.what
     }
+
+    /// Decides the readback from the submission's outcome (the scheduler, at retirement): the staged
+    /// bytes when it succeeded, its status when it failed.
+    pub(crate) fn settle(&self, outcome: &Result<()>) {
+        match outcome {
+            Ok(()) => {
+                let staged = match &mut *lock(&self.shared.state) {
+                    State::Pending(_, staged) => staged.take(),
+                    _ => return,
+                };
+                self.shared.decide(match staged {
+                    Some(bytes) => State::Ready(bytes),
+                    None => State::Failed(Error::internal(format!(
+                        "{}: the submission completed but the driver staged no bytes",
+                        self.shared.what
+                    ))),
+                });
+            }
+            Err(status) => self.fail(status),
+        }
+    }
+
+    /// Fails the readback with `status` (the status its signals get), unless it is decided.
+    pub(crate) fn fail(&self, status: &Error) {
+        self.shared.decide(State::Failed(status.clone().context(&self.shared.what)));
+    }
 }
 
 impl Drop for ReadTarget {
-    /// A read dropped undecided never ran: its readback fails with the first failure among its waits
-    /// and signals, or `Aborted` when none carries one (yet).
+    /// A read dropped undecided never ran (the scheduler settles every read it issues, and fails those
+    /// it will not run): its readback fails with the first failure among its waits and signals, or
+    /// `Aborted` when none carries one.
     fn drop(&mut self) {
-        if !matches!(&*lock(&self.shared.state), State::Pending(_)) {
+        if !matches!(&*lock(&self.shared.state), State::Pending(..)) {
             return;
         }
         let failure = self.shared.causes.iter().find_map(|cause| cause.semaphore.query().err());
@@ -205,17 +251,18 @@ impl Drop for ReadTarget {
 }
 
 impl Shared {
-    /// Moves a pending readback to `decided` and wakes every waiter; a decided one stays as it is.
+    /// Moves a pending readback to `decided` and wakes every waiter (tasks after the scheduler's
+    /// locks are released, a panicking waker contained); a decided one stays as it is.
     fn decide(&self, decided: State) {
         let wakers = {
             let mut state = lock(&self.state);
-            let State::Pending(wakers) = &mut *state else { return };
+            let State::Pending(wakers, _) = &mut *state else { return };
             let wakers = std::mem::take(wakers);
             *state = decided;
             wakers
         };
         self.changed.notify_all();
-        wakers.into_iter().for_each(Waker::wake);
+        wake_deferred(wakers);
     }
 }
 

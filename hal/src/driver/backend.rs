@@ -284,10 +284,13 @@ pub enum QueueOp {
 
 impl QueueOp {
     /// The scheduler fails this op without running it, with `status`: a collective passes that
-    /// status on to the other ranks of its channel (see [`CollectiveCall`]).
+    /// status on to the other ranks of its channel (see [`CollectiveCall`]), a read to its readback.
     pub(crate) fn will_not_run(&self, status: &crate::error::Error) {
         for call in self.collectives() {
             call.will_not_run(status);
+        }
+        if let QueueOp::Read { target, .. } = self {
+            target.fail(status);
         }
     }
 

@@ -20,11 +20,15 @@ impl ReleaseOnce {
         ReleaseOnce { release: Mutex::new(Some(Box::new(release))) }
     }
 
-    /// Runs the release now, if it has not run.
+    /// Runs the release now, if it has not run. It may run on a thread of the HAL's (the one that
+    /// let go of the memory last): a panic in it is contained and logged, never passed on to that
+    /// thread.
     pub fn release(&self) {
         let release = lock(&self.release).take();
-        if let Some(release) = release {
-            release();
+        if let Some(release) = release
+            && let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(release))
+        {
+            tracing::error!(panic = %crate::error::panic_message(&*panic), "the release of imported memory panicked");
         }
     }
 }

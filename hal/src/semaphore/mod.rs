@@ -12,7 +12,9 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -318,7 +320,13 @@ crate::sync::thread_local! {
 
 struct Delivery {
     active: bool,
-    queue: VecDeque<(Timepoint, Result<()>)>,
+    queue: VecDeque<Notice>,
+}
+
+/// One held-back notification: a timepoint's outcome, or a task waker (a readback's).
+enum Notice {
+    Timepoint(Timepoint, Result<()>),
+    Wake(Waker),
 }
 
 /// Tells resolved timepoints their outcome. A listener may signal another semaphore from inside its
@@ -329,13 +337,17 @@ fn deliver(resolved: Resolved, outcome: Result<()>) {
     if resolved.is_empty() {
         return;
     }
-    let mut resolved = Some(resolved);
+    deliver_notices(resolved.into_iter().map(|timepoint| Notice::Timepoint(timepoint, outcome.clone())));
+}
+
+/// Delivers `notices` now, then whatever they raise, when no delivery is active on this thread;
+/// queues them behind the active one otherwise.
+fn deliver_notices(notices: impl Iterator<Item = Notice>) {
+    let mut notices = Some(notices);
     let nested = DELIVERY.with(|d| {
         let mut d = d.borrow_mut();
         if d.active {
-            for timepoint in resolved.take().into_iter().flatten() {
-                d.queue.push_back((timepoint, outcome.clone()));
-            }
+            d.queue.extend(notices.take().into_iter().flatten());
             true
         } else {
             d.active = true;
@@ -346,9 +358,7 @@ fn deliver(resolved: Resolved, outcome: Result<()>) {
         return;
     }
     let _active = ActiveDelivery;
-    for timepoint in resolved.into_iter().flatten() {
-        notify_guarded(timepoint, outcome.clone());
-    }
+    notices.into_iter().flatten().for_each(notify_guarded);
     drain_delivery_queue();
 }
 
@@ -385,17 +395,37 @@ impl Drop for ActiveDelivery {
 }
 
 fn drain_delivery_queue() {
-    while let Some((timepoint, outcome)) = DELIVERY.with(|d| d.borrow_mut().queue.pop_front()) {
-        notify_guarded(timepoint, outcome);
+    while let Some(notice) = DELIVERY.with(|d| d.borrow_mut().queue.pop_front()) {
+        notify_guarded(notice);
     }
 }
 
-/// Tells one listener, containing a panic: a panicking waker or listener must not stop delivery
-/// to the others, nor kill the thread delivering (a completion thread, a signaller).
-fn notify_guarded(timepoint: Timepoint, outcome: Result<()>) {
-    let who = timepoint.value;
-    if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| timepoint.notify(outcome))) {
-        tracing::error!(value = who, panic = %crate::error::panic_message(&*panic), "a semaphore listener panicked");
+/// Wakes task `wakers` the way listeners are told: after the scheduler's locks are released when a
+/// delivery is active on this thread (a retirement, say), at once otherwise; a waker that panics is
+/// contained either way.
+pub(crate) fn wake_deferred(wakers: Vec<Waker>) {
+    if !wakers.is_empty() {
+        deliver_notices(wakers.into_iter().map(Notice::Wake));
+    }
+}
+
+/// Tells one listener or wakes one task, containing a panic: a panicking waker or listener must not
+/// stop delivery to the others, nor kill the thread delivering (a completion thread, a signaller).
+fn notify_guarded(notice: Notice) {
+    let value = match &notice {
+        Notice::Timepoint(timepoint, _) => Some(timepoint.value),
+        Notice::Wake(_) => None,
+    };
+    let told = catch_unwind(AssertUnwindSafe(|| match notice {
+        Notice::Timepoint(timepoint, outcome) => timepoint.notify(outcome),
+        Notice::Wake(waker) => waker.wake(),
+    }));
+    if let Err(panic) = told {
+        let panic = crate::error::panic_message(&*panic);
+        match value {
+            Some(value) => tracing::error!(value, %panic, "a semaphore listener panicked"),
+            None => tracing::error!(%panic, "a task waker panicked"),
+        }
     }
 }
 

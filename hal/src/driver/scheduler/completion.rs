@@ -360,6 +360,10 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
     if let Some(failure) = waited.iter().find_map(|w| w.semaphore.failed_short_of(w.value)) {
         outcome = Err(failure);
     }
+    // A read's bytes reach the host in the step that applies its signals, or its status does.
+    if let QueueOp::Read { target, .. } = &work.op {
+        target.settle(&outcome);
+    }
     if let QueueOp::HostCall(call) = &work.op {
         let outcome = outcome.and_then(|()| work.take_upstream_fault().map_or(Ok(()), Err));
         let job = Job {
