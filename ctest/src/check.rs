@@ -84,13 +84,23 @@ macro_rules! ensure_eq {
     };
 }
 
-/// Checks `result` is an error with status `code`, and returns the error.
+/// Checks `result` is an error with status `code` and a one-line message, and returns the error.
 pub fn expect_code<T: fmt::Debug>(result: hal::Result<T>, code: StatusCode, what: &str) -> Result<Error, CaseError> {
     match result {
         Ok(value) => Err(CaseError::Fail(format!("{what}: expected {code}, but it succeeded ({value:?})"))),
-        Err(e) if e.code() == code => Ok(e),
+        Err(e) if e.code() == code => one_line(e, what),
         Err(e) => Err(CaseError::Fail(format!("{what}: expected {code}, got {e}"))),
     }
+}
+
+/// Checks `error`'s message is one line (no line break or other control character, no run of
+/// spaces, nothing to trim): every status a driver gives fits a log line.
+pub fn one_line(error: Error, what: &str) -> Result<Error, CaseError> {
+    let message = error.message();
+    if message.contains(char::is_control) || message.contains("  ") || message.trim() != message {
+        return Err(CaseError::Fail(format!("{what}: the message is not one line: {message:?}")));
+    }
+    Ok(error)
 }
 
 /// Checks `result` is an error with one of `codes`, and returns the error.
@@ -101,7 +111,7 @@ pub fn expect_one_of<T: fmt::Debug>(
 ) -> Result<Error, CaseError> {
     match result {
         Ok(value) => Err(CaseError::Fail(format!("{what}: expected one of {codes:?}, but it succeeded ({value:?})"))),
-        Err(e) if codes.contains(&e.code()) => Ok(e),
+        Err(e) if codes.contains(&e.code()) => one_line(e, what),
         Err(e) => Err(CaseError::Fail(format!("{what}: expected one of {codes:?}, got {e}"))),
     }
 }

@@ -9,7 +9,7 @@ use hal::{
     SemaphoreValue, StatusCode, Timeout,
 };
 
-use crate::check::{CaseError, Context, expect_code};
+use crate::check::{CaseError, Context, expect_code, one_line};
 use crate::fixture::Fixture;
 use crate::kernels::Kernel;
 
@@ -198,7 +198,7 @@ impl Cx {
                 semaphore.id(),
                 self.device.report()
             ))),
-            Err(e) => Ok(e),
+            Err(e) => one_line(e, &format!("wait on semaphore {} >= {value}", semaphore.id())),
         }
     }
 

@@ -194,7 +194,7 @@ impl Command {
                 // Both ranges fit their buffers (checked above); subspans of one memory overlap too.
                 if source.ranges_overlap(*source_offset, *length, target, *target_offset, *length) {
                     return Err(Error::invalid_argument(format!(
-                        "copy from {source} at {source_offset} to {target} at {target_offset}: the {length}-byte                          ranges overlap in memory"
+                        "copy from {source} at {source_offset} to {target} at {target_offset}: the {length}-byte ranges overlap in memory"
                     )));
                 }
                 Ok(())

@@ -66,6 +66,10 @@ impl fmt::Display for StatusCode {
 
 /// An error: a [`StatusCode`] and a message such as `"semaphore 7: signal to 3 but value is already 5"`.
 ///
+/// The message is always one line: line breaks, tabs and runs of spaces in what it is made of (a
+/// loader's or compiler's log, a multi-line text of a driver's) become single spaces, so it fits a
+/// log line and a C caller's status string alike.
+///
 /// Cheap to clone (the message is shared), because one failure is delivered to every waiter of a
 /// failed semaphore.
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,7 +88,7 @@ impl fmt::Debug for Error {
 impl Error {
     /// An error with `code` and `message`.
     pub fn new(code: StatusCode, message: impl Into<String>) -> Self {
-        Error { code, message: Arc::from(message.into()) }
+        Error { code, message: Arc::from(one_line(message.into())) }
     }
 
     /// The status code.
@@ -99,8 +103,23 @@ impl Error {
 
     /// The same error with `context` in front of its message, keeping the code.
     pub fn context(&self, context: impl fmt::Display) -> Self {
-        Error { code: self.code, message: Arc::from(format!("{context}: {}", self.message)) }
+        Error { code: self.code, message: Arc::from(one_line(format!("{context}: {}", self.message))) }
     }
+}
+
+/// `text` on one line: each run of whitespace that holds a control character (a line break, a tab)
+/// or more than one space becomes one space, and the ends are trimmed. Text that is one line
+/// already is returned as it is, without a copy.
+fn one_line(text: String) -> String {
+    let is_break = |c: char| c.is_control() || c.is_whitespace() && c != ' ';
+    let clean = !text.contains(is_break) && !text.contains("  ") && text.trim() == text;
+    if clean {
+        return text;
+    }
+    text.split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 macro_rules! constructors {
@@ -153,6 +172,15 @@ mod tests {
         let e = Error::failed_precondition("semaphore 7: signal to 3 but value is already 5");
         assert_eq!(e.code(), StatusCode::FailedPrecondition);
         assert_eq!(e.to_string(), "FAILED_PRECONDITION: semaphore 7: signal to 3 but value is already 5");
+    }
+
+    #[test]
+    fn messages_are_one_line() {
+        let log = "ptxas fatal   : Unresolved extern function 'f'\n  line 2\r\n\tline 3\n";
+        let e = Error::invalid_argument(log).context("cuda executable:\n  loading");
+        assert_eq!(e.message(), "cuda executable: loading: ptxas fatal : Unresolved extern function 'f' line 2 line 3");
+        let plain = "semaphore 7: signal to 3 but value is already 5";
+        assert_eq!(Error::internal(plain).message(), plain, "one line stays as it is");
     }
 
     #[test]

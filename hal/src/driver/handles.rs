@@ -149,7 +149,8 @@ pub trait SemaphoreExt: sealed::Sealed {
     ) -> Registration;
 
     /// Cancels a registration: `true` if it was removed before it resolved (the listener will not
-    /// be called), `false` if it resolved already.
+    /// be called), `false` if it resolved already or `id` was minted by another semaphore (which
+    /// is left as it was).
     fn cancel(&self, id: TimepointId) -> bool;
 
     /// How many timepoints are registered and unresolved (0 when nothing waits).

@@ -26,9 +26,13 @@ pub trait TimepointListener: Send + Sync {
     }
 }
 
-/// Identifies one registered timepoint on one semaphore, so its owner can cancel it.
+/// Identifies one registered timepoint on one semaphore, so its owner can cancel it. It names the
+/// semaphore that minted it: handed to another semaphore, it matches nothing there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct TimepointId(pub(crate) u64);
+pub struct TimepointId {
+    semaphore: u64,
+    sequence: u64,
+}
 
 /// What a timepoint waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,13 +88,20 @@ pub struct TimelineState {
     failure: Option<Error>,
     /// Sorted by value (stable for equal values), so a signal resolves a prefix.
     timepoints: Vec<Timepoint>,
+    /// The semaphore's process-unique id, carried by the timepoint ids it mints.
+    owner: u64,
     next_id: u64,
 }
 
 impl TimelineState {
     /// A semaphore state at `initial` with no waiters.
     pub fn new(initial: u64) -> Self {
-        TimelineState { value: initial, enqueued: initial, failure: None, timepoints: Vec::new(), next_id: 0 }
+        Self::owned_by(0, initial)
+    }
+
+    /// The state of semaphore `owner` (its process-unique id) at `initial`, with no waiters.
+    pub fn owned_by(owner: u64, initial: u64) -> Self {
+        TimelineState { value: initial, enqueued: initial, failure: None, timepoints: Vec::new(), owner, next_id: 0 }
     }
 
     /// The current value, or the failure.
@@ -171,7 +182,7 @@ impl TimelineState {
         if kind == TimepointKind::Enqueued && self.enqueued >= value {
             return Registration::Resolved(Ok(()));
         }
-        let id = TimepointId(self.next_id);
+        let id = TimepointId { semaphore: self.owner, sequence: self.next_id };
         self.next_id += 1;
         let at = self.timepoints.partition_point(|t| t.value <= value);
         self.timepoints.insert(at, Timepoint { value, kind, id, listener, tag });
@@ -208,6 +219,9 @@ impl TimelineState {
     /// Removes a pending timepoint. `true` when it was removed before it resolved (its listener will
     /// never be called); `false` when it already resolved (its listener was or is being called).
     pub fn cancel(&mut self, id: TimepointId) -> bool {
+        if id.semaphore != self.owner {
+            return false;
+        }
         match self.timepoints.iter().position(|t| t.id == id) {
             Some(at) => {
                 self.timepoints.remove(at);
@@ -324,5 +338,17 @@ mod tests {
         let fired = s.signal(3, &name()).unwrap();
         assert_eq!(fired.len(), 1);
         assert!(!s.cancel(b), "already resolved");
+    }
+
+    #[test]
+    fn an_id_of_another_semaphore_cancels_nothing() {
+        let log = Arc::new(Log::default());
+        let (mut a, mut b) = (TimelineState::owned_by(1, 0), TimelineState::owned_by(2, 0));
+        let Registration::Pending(of_a) = a.register(1, log.clone(), 0) else { panic!() };
+        let Registration::Pending(of_b) = b.register(1, log.clone(), 1) else { panic!() };
+        assert!(!b.cancel(of_a), "b cancelled a timepoint by an id a minted");
+        assert_eq!(b.pending_count(), 1, "b's own timepoint is still there");
+        assert!(b.cancel(of_b));
+        assert_eq!(a.pending_count(), 1);
     }
 }

@@ -112,7 +112,7 @@ impl Semaphore {
                 value: AtomicU64::new(initial),
                 failed: AtomicBool::new(false),
                 behind: AtomicU64::new(0),
-                state: Mutex::new(TimelineState::new(initial)),
+                state: Mutex::new(TimelineState::owned_by(id, initial)),
                 owner,
                 driver_data,
                 label: Label::default(),

@@ -224,6 +224,19 @@ fn registered_timepoints_are_notified_once_or_cancelled() {
 }
 
 #[test]
+fn a_timepoint_id_handed_to_another_semaphore_is_refused() {
+    let (a, b) = (Semaphore::new(0), Semaphore::new(0));
+    let listener = Arc::new(RecordingListener::default());
+    let Registration::Pending(of_a) = a.register(1, listener.clone(), 0) else { panic!() };
+    let Registration::Pending(_) = b.register(1, listener.clone(), 1) else { panic!() };
+    assert!(!b.cancel(of_a), "b cancelled a timepoint by an id that a minted");
+    assert_eq!((a.pending_count(), b.pending_count()), (1, 1), "neither semaphore lost its timepoint");
+    b.signal(1).unwrap();
+    a.signal(1).unwrap();
+    assert_eq!(listener.calls().len(), 2, "both listeners heard their signal");
+}
+
+#[test]
 fn wait_all_needs_every_value_and_any_needs_one() {
     let a = Semaphore::new(0);
     let b = Semaphore::new(0);

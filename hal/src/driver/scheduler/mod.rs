@@ -391,10 +391,12 @@ impl<M: StreamModel> Scheduler<M> {
                 return Ok(());
             }
             if std::time::Instant::now() >= deadline {
+                let report = self.report();
+                let report: Vec<&str> = report.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
                 return Err(Error::deadline_exceeded(format!(
-                    "{}: not idle after {timeout:?}:\n{}",
+                    "{}: not idle after {timeout:?}: {}",
                     self.shared.device,
-                    self.report()
+                    report.join("; ")
                 )));
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
