@@ -295,6 +295,7 @@ macro_rules! __cts_case_list {
                 staging_sized_transfers,
                 copies_in_flight,
                 zero_length_transfers,
+                host_memory_transfers_never_block_the_submitter,
             }
             failure {
                 failed_wait_fails_dependants,

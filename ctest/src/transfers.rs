@@ -354,3 +354,40 @@ pub(crate) fn zero_length_transfers(cx: &Cx) -> CaseResult {
     ensure_eq!(cx.bytes(&other)?, ramp(100, 16), "source after zero-length copies");
     Ok(())
 }
+
+/// Transfers that touch only host-visible memory (a queue copy between two such buffers, a write
+/// into one, a read of one, a command buffer copying between them) submitted behind a long kernel
+/// return at once: a submission never waits for the device, whatever memory it moves between.
+/// Each lands once the kernel is done, in order.
+pub(crate) fn host_memory_transfers_never_block_the_submitter(cx: &Cx) -> CaseResult {
+    const SLEEP_US: u32 = 400_000;
+    let sleep = cx.load(crate::kernels::Kernel::Sleep)?;
+    let (queue, s) = (cx.queue(0), cx.sem(0)?);
+    let (a, b, c) = (cx.host_buffer_u32(&[1, 2, 3, 4])?, cx.host_buffer(16)?, cx.host_buffer(16)?);
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.copy(&b, 0, &c, 0, 16).ctx("record a copy")?;
+    cb.end().ctx("end")?;
+    let slow = cx.command_buffer(CommandBufferMode::OneShot)?;
+    slow.dispatch(&sleep, 0, [1, 1, 1], &[SLEEP_US], &[]).ctx("record the sleep")?;
+    slow.end().ctx("end")?;
+    queue.execute(&[], &slow, &[sv(&s, 1)]).ctx("the long kernel")?;
+    let start = std::time::Instant::now();
+    queue.copy(&[sv(&s, 1)], &a, 0, &b, 0, 16, &[sv(&s, 2)]).ctx("copy host to host")?;
+    let copied = start.elapsed();
+    queue.execute(&[sv(&s, 2)], &cb, &[sv(&s, 3)]).ctx("execute the host copy")?;
+    let executed = start.elapsed();
+    queue.write_slice(&[sv(&s, 3)], &[9u32], &a, 0, &[sv(&s, 4)]).ctx("write into host memory")?;
+    let written = start.elapsed();
+    let read = queue.read(&[sv(&s, 4)], &a, 0, 8, &[sv(&s, 5)]).ctx("read of host memory")?;
+    let submitted = start.elapsed();
+    let bound = std::time::Duration::from_micros(u64::from(SLEEP_US) / 4);
+    ensure!(
+        submitted < bound,
+        "submissions behind a {SLEEP_US} us kernel took {submitted:?} (copy {copied:?}, execute {executed:?}, \
+         write {written:?}): a call waited for the device"
+    );
+    cx.wait(&s, 5)?;
+    ensure_eq!(cx.words(&c)?, vec![1, 2, 3, 4], "the command buffer's copy after the queue copy");
+    ensure_eq!(read.wait_as::<u32>(hal::Timeout::After(LONG)).ctx("the read")?, vec![9, 2], "the read after the write");
+    Ok(())
+}

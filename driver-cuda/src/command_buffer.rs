@@ -31,6 +31,7 @@ use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
 use crate::graph::{GraphExec, NodeParams, Recording, node_params};
+use crate::host_copy::{CopyEnd, copy_async};
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
@@ -536,10 +537,17 @@ pub fn enqueue_command(
             if *length == 0 {
                 return Ok(());
             }
-            let src = resolve_address(source, *source_offset, *length)?;
-            let dst = resolve_address(target, *target_offset, *length)?;
-            // Both ranges are `length` bytes of live memory (device or mapped pinned).
-            result::memcpy_async(bound, dst, src, *length as usize, stream)
+            let src = CopyEnd {
+                address: resolve_address(source, *source_offset, *length)?,
+                host: CudaMemory::of(source)?.is_host(),
+            };
+            let dst = CopyEnd {
+                address: resolve_address(target, *target_offset, *length)?,
+                host: CudaMemory::of(target)?.is_host(),
+            };
+            // SAFETY: both ranges are `length` bytes of live memory (device or mapped pinned) that the
+            // submission's buffers keep until it retires; the HAL refuses overlapping copies.
+            unsafe { copy_async(bound, dst, src, *length as usize, stream) }
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
             KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?

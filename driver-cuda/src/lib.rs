@@ -126,6 +126,7 @@ pub mod error;
 pub mod event;
 pub mod graph;
 pub mod host_callback;
+mod host_copy;
 pub mod indirect;
 pub mod loader;
 pub mod memory;

@@ -56,6 +56,7 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemHostGetDevicePointer_v2",
     "cuMemFreeHost",
     "cuMemAllocFromPoolAsync",
+    "cuMemAllocAsync",
     "cuMemFreeAsync",
     "cuMemsetD8Async",
     "cuMemsetD16Async",

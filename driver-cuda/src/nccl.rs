@@ -19,12 +19,13 @@
 //! (NCCL's own timeouts; see docs/embedding.md).
 //!
 //! NCCL 2.22 and later connect ranks lazily by default: the first collective of each kind blocks
-//! its enqueueing thread until every peer has enqueued it too. If a peer's collective is abandoned
-//! instead, that thread stays blocked inside NCCL, and the abort cannot run until it returns (a
-//! communicator is used by one thread at a time). With `NCCL_RUNTIME_CONNECT=0` NCCL connects
-//! everything when the channel is created and an abandoned collective releases its in-process
-//! peers; [`connects_lazily`] says which applies, and a channel of several ranks made while NCCL
-//! connects lazily logs a warning once.
+//! its enqueueing thread until every peer has enqueued it too. A runtime that drives every device
+//! from one thread would then deadlock on its first collective, and an abandoned first collective
+//! would leave its peers blocked inside NCCL, where no abort reaches them (a communicator is used by
+//! one thread at a time). So the driver connects eagerly: unless the process set
+//! `NCCL_RUNTIME_CONNECT` itself, it sets it to `0` before NCCL is loaded, and NCCL connects every
+//! rank when the channel is made. [`connects_lazily`] says whether the process chose otherwise (a
+//! channel of several ranks made then logs a warning once).
 
 use std::any::Any;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -64,6 +65,13 @@ pub fn probe() -> Result<i32> {
 }
 
 fn probe_uncached() -> Result<i32> {
+    if std::env::var_os(RUNTIME_CONNECT).is_none() {
+        // SAFETY: NCCL has no other way to be told to connect when a channel is made; this runs
+        // once, before NCCL is loaded and reads its settings. Rust's own environment accesses are
+        // serialised with it; a C library that reads the environment on another thread at this very
+        // moment is the remaining risk, which an embedder avoids by setting the variable itself.
+        unsafe { std::env::set_var(RUNTIME_CONNECT, "0") };
+    }
     let candidates = cudarc::get_lib_name_candidates("nccl");
     // SAFETY: loading NCCL runs its initialisers, which need nothing but being loaded; the handle is
     // only used to look symbols up.
@@ -121,12 +129,18 @@ pub fn unique_id() -> Result<ChannelId> {
 /// `NCCL_RUNTIME_CONNECT=0` (2.22.0).
 const LAZY_CONNECT_SINCE: i32 = 22200;
 
-/// Whether NCCL connects ranks at their first collective rather than when the channel is made
-/// (NCCL 2.22 and later without `NCCL_RUNTIME_CONNECT=0`): then an abandoned first collective leaves
-/// the other ranks of this process blocked in NCCL (see the module docs). `false` without NCCL.
+/// The environment variable that makes NCCL connect ranks when a channel is made (`0`).
+const RUNTIME_CONNECT: &str = "NCCL_RUNTIME_CONNECT";
+
+/// Whether NCCL connects ranks at their first collective rather than when the channel is made: only
+/// when the process set `NCCL_RUNTIME_CONNECT` to something other than `0` itself (the driver sets
+/// `0` otherwise, see the module docs) on NCCL 2.22 or later. Then a runtime that drives several
+/// ranks from one thread deadlocks on their first collective, and an abandoned first collective
+/// leaves the other ranks of this process blocked in NCCL. `false` without NCCL.
 pub fn connects_lazily() -> bool {
-    let eager = std::env::var("NCCL_RUNTIME_CONNECT").is_ok_and(|v| v.trim() == "0");
-    probe().is_ok_and(|version| version >= LAZY_CONNECT_SINCE) && !eager
+    let version = probe();
+    let eager = std::env::var(RUNTIME_CONNECT).is_ok_and(|v| v.trim() == "0");
+    version.is_ok_and(|version| version >= LAZY_CONNECT_SINCE) && !eager
 }
 
 /// One rank's NCCL communicator.
@@ -193,9 +207,9 @@ impl NcclChannel {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
                 tracing::warn!(
-                    "cuda: NCCL connects ranks at their first collective (NCCL_RUNTIME_CONNECT is not 0): a collective \
-                     abandoned on one rank can leave the other ranks of this process blocked in NCCL; set \
-                     NCCL_RUNTIME_CONNECT=0 to connect when channels are made"
+                    "cuda: NCCL connects ranks at their first collective (the process set NCCL_RUNTIME_CONNECT, not \
+                     to 0): ranks driven from one thread deadlock on their first collective, and one abandoned on \
+                     one rank can leave the other ranks of this process blocked in NCCL; leave it unset or 0"
                 )
             });
         }

@@ -379,40 +379,6 @@ pub(crate) fn memcpy_async(
     check(unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream) }, "cuMemcpyAsync")
 }
 
-/// `cuMemcpyAsync` from pinned host memory at `src` (a unified address) to `dst`.
-///
-/// # Safety
-/// `src` is pinned host memory (from [`mem_host_alloc`]) of at least `bytes` bytes that stays
-/// allocated and unwritten until the copy completed on `stream`.
-#[inline]
-pub(crate) unsafe fn memcpy_from_host_async(
-    _bound: &Bound<'_>,
-    dst: CUdeviceptr,
-    src: *const u8,
-    bytes: usize,
-    stream: CUstream,
-) -> Result<()> {
-    // SAFETY: the caller keeps the pinned source alive and untouched until the copy completed.
-    check(unsafe { sys::cuMemcpyAsync(dst, src as CUdeviceptr, bytes, stream) }, "cuMemcpyAsync")
-}
-
-/// `cuMemcpyAsync` from `src` into pinned host memory at `dst` (a unified address).
-///
-/// # Safety
-/// `dst` is pinned host memory (from [`mem_host_alloc`]) of at least `bytes` bytes that stays
-/// allocated, and that the host neither reads nor writes, until the copy completed on `stream`.
-#[inline]
-pub(crate) unsafe fn memcpy_to_host_async(
-    _bound: &Bound<'_>,
-    dst: *mut u8,
-    src: CUdeviceptr,
-    bytes: usize,
-    stream: CUstream,
-) -> Result<()> {
-    // SAFETY: the caller keeps the pinned destination alive and untouched until the copy completed.
-    check(unsafe { sys::cuMemcpyAsync(dst as CUdeviceptr, src, bytes, stream) }, "cuMemcpyAsync")
-}
-
 /// `cuMemHostAlloc`: `bytes` of pinned host memory (contents undefined).
 pub(crate) fn mem_host_alloc(_bound: &Bound<'_>, bytes: usize, flags: u32) -> Result<*mut c_void> {
     let mut host: *mut c_void = std::ptr::null_mut();
@@ -493,10 +459,20 @@ pub(crate) fn mem_alloc_from_pool_async(
     Ok(address)
 }
 
+/// `cuMemAllocAsync`: `bytes` from the device's current memory pool, usable by work enqueued on
+/// `stream` after this.
+#[inline]
+pub(crate) fn mem_alloc_async(_bound: &Bound<'_>, bytes: usize, stream: CUstream) -> Result<CUdeviceptr> {
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: `stream` is a live handle of the current context; the out-pointer is a live local.
+    check(unsafe { sys::cuMemAllocAsync(&mut address, bytes, stream) }, "cuMemAllocAsync")?;
+    Ok(address)
+}
+
 /// `cuMemFreeAsync` in `stream` order (null: the legacy stream).
 ///
 /// # Safety
-/// `address` came from [`mem_alloc_from_pool_async`], is freed once, and no work ordered after the
+/// `address` came from [`mem_alloc_from_pool_async`] or [`mem_alloc_async`], is freed once, and no work ordered after the
 /// free on `stream` (nor unordered with it) uses it.
 #[inline]
 pub(crate) unsafe fn mem_free_async(_bound: &Bound<'_>, address: CUdeviceptr, stream: CUstream) -> Result<()> {

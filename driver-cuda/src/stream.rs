@@ -30,6 +30,7 @@ use crate::context::{Bound, Context};
 use crate::device::CudaOptions;
 use crate::event::{CompletionWait, CudaEvent};
 use crate::host_callback::CallbackStream;
+use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect::{IndirectLauncher, Lane};
 use crate::memory::CudaMemory;
 use crate::result;
@@ -200,9 +201,12 @@ impl CudaStreams {
         // SAFETY: the block holds at least `data.len()` bytes and is ours until it goes back to the
         // pool, which happens only after the copy below completed (or now, if it is not enqueued).
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), block.as_ptr(), data.len()) };
+        let dst = CopyEnd { address: dst, host: CudaMemory::of(target)?.is_host() };
+        let src = CopyEnd { address: block.as_ptr() as u64, host: true };
         // SAFETY: the block is pinned and holds at least `data.len()` bytes; it stays on loan, untouched
-        // by the host, until the copy's submission completed (`staged`, then `complete_op`).
-        unsafe { result::memcpy_from_host_async(bound, dst, block.as_ptr(), data.len(), stream.raw) }?;
+        // by the host, until the copy's submission completed (`staged`, then `complete_op`); the
+        // target range is live memory its buffer keeps until then.
+        unsafe { copy_async(bound, dst, src, data.len(), stream.raw) }?;
         self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
         Ok(())
     }
@@ -224,9 +228,12 @@ impl CudaStreams {
         let len = usize::try_from(length)
             .map_err(|_| Error::resource_exhausted(format!("read of {length} bytes does not fit the address space")))?;
         let block = self.staging.acquire(len)?;
+        let src = CopyEnd { address: src, host: CudaMemory::of(source)?.is_host() };
+        let dst = CopyEnd { address: block.as_ptr() as u64, host: true };
         // SAFETY: the block is pinned and holds at least `len` bytes; it stays on loan, untouched by the
-        // host, until the copy's submission completed (`staged`, then `complete_op`).
-        unsafe { result::memcpy_to_host_async(bound, block.as_ptr(), src, len, stream.raw) }?;
+        // host, until the copy's submission completed (`staged`, then `complete_op`); the source range
+        // is live memory its buffer keeps until then.
+        unsafe { copy_async(bound, dst, src, len, stream.raw) }?;
         self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
         Ok(())
     }

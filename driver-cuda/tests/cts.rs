@@ -90,20 +90,12 @@ fn cuda_fixture() -> Fixture {
         // A case's devices go round the GPUs (its first on GPU 0 in a fresh process), so the
         // multi-device and collective cases cross GPUs; NCCL takes one rank per GPU.
         let next = Arc::new(AtomicUsize::new(0));
-        let fixture = fixture
+        fixture
             .with_factory(move || {
                 registry.create_device(driver_cuda::DRIVER_NAME, next.fetch_add(1, Ordering::Relaxed) % gpus)
             })
             .with_max_ranks(gpus)
-            .with_channels_dying_on_abandon();
-        if driver_cuda::nccl::connects_lazily() {
-            fixture.with_abandon_blocking_peers(
-                "NCCL connects ranks at their first collective (NCCL_RUNTIME_CONNECT is not 0): the peers of an \
-                 abandoned first collective stay blocked in NCCL",
-            )
-        } else {
-            fixture
-        }
+            .with_channels_dying_on_abandon()
     } else {
         // Every device of this fixture is on one GPU, and NCCL takes one rank per GPU.
         fixture.with_factory(move || registry.create_device(driver_cuda::DRIVER_NAME, first)).with_max_ranks(1)
