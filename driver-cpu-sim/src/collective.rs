@@ -5,7 +5,9 @@
 //! run (its wait failed, its device went away) arrives without blocking, with that status, and the
 //! meeting fails for every rank at once: nobody waits for it. A rank waiting at a meeting gives up
 //! with `Cancelled` when its work is asked to stop (device teardown), failing the meeting for the
-//! others too.
+//! others too. A rank that left (its last channel handle or its device dropped) fails, with
+//! `Unavailable` naming it, every meeting it had not arrived at and every later one; a rank that
+//! merely has not submitted yet is waited for.
 //!
 //! The meetings of a channel are held by the process that made its id, as NCCL's bootstrap root
 //! is. Its ranks on devices of that process join directly; a rank in another process on the same
@@ -93,7 +95,7 @@ fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
 
 /// One channel's meetings, in the process that holds them.
 struct Group {
-    id: [u8; ChannelId::LEN],
+    id: ChannelId,
     count: usize,
     state: Mutex<GroupState>,
     changed: Condvar,
@@ -315,12 +317,48 @@ impl CpuChannel {
         }
     }
 
+    /// This rank leaves while its handle lives (its device is gone, so it can never submit again):
+    /// the meetings it has not arrived at fail for the others.
+    fn leave(&self) {
+        match &self.end {
+            End::Local(local) => local.leave(),
+            #[cfg(target_os = "linux")]
+            End::Remote(remote) => remote.leave(),
+        }
+    }
+
     /// Records that this rank's part of `call` will not run, failing the meeting for the others.
     fn abandon(&self, call: &CollectiveCall, status: Error) {
         match &self.end {
             End::Local(local) => local.abandon(Key::of(call, local.rank), status),
             #[cfg(target_os = "linux")]
             End::Remote(remote) => remote.abandon(call, status),
+        }
+    }
+}
+
+/// The channels made on one device: when the device is dropped (after its work was drained), their
+/// ranks leave, since a rank without its device can never submit again and its peers must not wait
+/// for it.
+#[derive(Default)]
+pub(crate) struct DeviceChannels(Mutex<Vec<Weak<dyn ChannelBackend>>>);
+
+impl DeviceChannels {
+    /// Records `channel`, made on this device.
+    pub(crate) fn add(&self, channel: &Arc<dyn ChannelBackend>) {
+        let mut channels = lock(&self.0);
+        channels.retain(|c| c.strong_count() > 0);
+        channels.push(Arc::downgrade(channel));
+    }
+}
+
+impl Drop for DeviceChannels {
+    fn drop(&mut self) {
+        let channels: Vec<Weak<dyn ChannelBackend>> = lock(&self.0).drain(..).collect();
+        for channel in channels.iter().filter_map(Weak::upgrade) {
+            if let Some(channel) = channel.as_any().downcast_ref::<CpuChannel>() {
+                channel.leave();
+            }
         }
     }
 }
@@ -334,6 +372,7 @@ pub(crate) struct LocalRank {
 
 impl Drop for LocalRank {
     fn drop(&mut self) {
+        self.leave();
         let mut state = lock(&self.group.state);
         state.joined[self.rank] = false;
         self.group.changed.notify_all();
@@ -352,8 +391,8 @@ impl Drop for LocalRank {
         }
         drop(state);
         let mut groups = lock(groups());
-        if groups.get(&self.group.id).is_some_and(|g| g.strong_count() <= 1) {
-            groups.remove(&self.group.id);
+        if groups.get(self.group.id.as_bytes()).is_some_and(|g| g.strong_count() <= 1) {
+            groups.remove(self.group.id.as_bytes());
         }
     }
 }
@@ -373,12 +412,8 @@ impl LocalRank {
                         meetings: HashMap::new(),
                         owed: 0,
                     };
-                    let group = Arc::new(Group {
-                        id: *id.as_bytes(),
-                        count,
-                        state: Mutex::new(state),
-                        changed: Condvar::new(),
-                    });
+                    let group =
+                        Arc::new(Group { id: id.clone(), count, state: Mutex::new(state), changed: Condvar::new() });
                     groups.insert(*id.as_bytes(), Arc::downgrade(&group));
                     group
                 }
@@ -498,13 +533,22 @@ impl LocalRank {
         }
     }
 
-    /// This rank's process went away: every meeting it has not arrived at fails with `status`, and
-    /// so does every later one until the rank joins again.
+    /// This rank left (its channel or its device is gone): see [`lose`](Self::lose).
+    pub(crate) fn leave(&self) {
+        self.lose(Error::unavailable(format!(
+            "cpu-sim: rank {} left channel {:?} (its channel or its device was dropped)",
+            self.rank, self.group.id
+        )));
+    }
+
+    /// This rank will not come again (its process went away, or it left): every meeting it has not
+    /// arrived at fails with `status` (or the status it was first lost with), and so does every
+    /// later one until the rank joins again.
     pub(crate) fn lose(&self, status: Error) {
         let count = self.group.count;
         let mut state = lock(&self.group.state);
         let state = &mut *state;
-        state.lost[self.rank] = Some(status.clone());
+        let status = state.lost[self.rank].get_or_insert(status).clone();
         state.meetings.retain(|key, meeting| {
             if key.involves(self.rank) && meeting.parts[self.rank].is_none() {
                 arrive_lost(meeting, self.rank, &status);

@@ -2,9 +2,9 @@
 //! as NCCL's bootstrap root does: the first id made in a process starts one listener on an abstract
 //! Unix socket named from the pid and the process's nonce (no file to clean up; it goes with the
 //! process). Each connection is one rank of another process: its thread joins the channel for it,
-//! and takes part in each meeting with the bytes the rank sent, replying with its result. If the
-//! connection closes without the rank leaving (its process died), every meeting the rank is missing
-//! from fails for the other ranks, naming it.
+//! and takes part in each meeting with the bytes the rank sent, replying with its result. When the
+//! rank leaves, or its connection closes without it leaving (its process died), every meeting the
+//! rank is missing from fails for the other ranks, naming it.
 
 use std::collections::HashSet;
 use std::os::linux::net::SocketAddrExt;

@@ -169,6 +169,12 @@ impl RemoteRank {
         }
     }
 
+    /// Tells the host that this rank leaves (the meetings it has not arrived at fail there).
+    pub(crate) fn leave(&self) {
+        // If the host is gone there is no meeting left to fail.
+        let _ = self.shared.send(&Message::Leave);
+    }
+
     /// Tells the host that this rank's part of `call` will not run, with `status`.
     pub(crate) fn abandon(&self, call: &CollectiveCall, status: Error) {
         // If the host is gone there is no meeting left to fail.

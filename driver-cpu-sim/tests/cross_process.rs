@@ -211,6 +211,30 @@ fn child_process_rank() {
             collectives_as(0, &id);
         }
         "host then exit" => println!("{SAYS}{}", device().create_channel_id().unwrap().to_hex()),
+        "join then drop its channel" => {
+            let device = device();
+            drop(device.create_channel(&id(), 1, 2).unwrap());
+            println!("{SAYS}left");
+            std::thread::sleep(LIMIT * 2);
+        }
+        "join then drop its device" => {
+            let device = device();
+            let _channel = device.create_channel(&id(), 1, 2).unwrap();
+            drop(device);
+            println!("{SAYS}left");
+            std::thread::sleep(LIMIT * 2);
+        }
+        "host then drop its channel" => {
+            let device = device();
+            let id = device.create_channel_id().unwrap();
+            let channel = device.create_channel(&id, 0, 2).unwrap();
+            println!("{SAYS}{}", id.to_hex());
+            // Long enough, most runs, for the other rank's collectives to reach this process.
+            std::thread::sleep(Duration::from_millis(300));
+            drop(channel);
+            println!("{SAYS}left");
+            std::thread::sleep(LIMIT * 2);
+        }
         other => panic!("no scenario {other:?}"),
     }
 }
@@ -293,4 +317,47 @@ fn a_join_refused_by_the_host_comes_back_with_its_code() {
     let count = device().create_channel(&id, 1, 3).expect_err("the channel has 2 ranks");
     assert_eq!(count.code(), StatusCode::InvalidArgument, "{count}");
     child.kill();
+}
+
+/// Rank 1, in a child process that stays alive, joins and leaves as `scenario` says without
+/// submitting: the all-reduce rank 0 submitted before rank 1 even joined (legal: a peer may come
+/// later) fails, and so does the next, `Unavailable` naming rank 1 as having left.
+fn a_rank_of_another_process_that_leaves(scenario: &str) {
+    let device = device();
+    let id = device.create_channel_id().unwrap();
+    let channel = device.create_channel(&id, 0, 2).unwrap();
+    let first = all_reduce(&device, &channel, &[]);
+    let mut child = ChildProcess::spawn(scenario, Some(&id));
+    assert_eq!(child.hear(), "left");
+    for done in [first, all_reduce(&device, &channel, &[])] {
+        let status = done.wait(1, T).expect_err("rank 1 left the channel");
+        assert_eq!(status.code(), StatusCode::Unavailable, "{status}");
+        assert!(status.message().contains("rank 1 left"), "{status}");
+    }
+    assert!(child.child.try_wait().unwrap().is_none(), "the child left the channel, its process did not exit");
+}
+
+#[test]
+fn a_rank_of_another_process_that_drops_its_channel_fails_the_collectives_waiting_for_it() {
+    a_rank_of_another_process_that_leaves("join then drop its channel");
+}
+
+#[test]
+fn a_rank_of_another_process_whose_device_drops_fails_the_collectives_waiting_for_it() {
+    a_rank_of_another_process_that_leaves("join then drop its device");
+}
+
+#[test]
+fn the_host_processs_rank_that_drops_its_channel_fails_the_collectives_of_ranks_elsewhere() {
+    let child = ChildProcess::spawn("host then drop its channel", None);
+    let id = ChannelId::from_hex(&child.hear()).unwrap();
+    let device = device();
+    let channel = device.create_channel(&id, 1, 2).unwrap();
+    let pending = [all_reduce(&device, &channel, &[]), all_reduce(&device, &channel, &[])];
+    assert_eq!(child.hear(), "left");
+    for done in pending.into_iter().chain([all_reduce(&device, &channel, &[])]) {
+        let status = done.wait(1, T).expect_err("rank 0 left the channel");
+        assert_eq!(status.code(), StatusCode::Unavailable, "{status}");
+        assert!(status.message().contains("rank 0 left"), "{status}");
+    }
 }
