@@ -36,6 +36,9 @@ const REPLY_GRACE: Duration = Duration::from_secs(10);
 /// The first bytes of every id cpu-sim makes.
 const MAGIC: &[u8; 8] = b"cpu-sim\0";
 
+/// Bytes of an id before its signature: the magic, a serial, the pid and the nonce.
+const HEAD: usize = 28;
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves the state whole: a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
@@ -63,7 +66,8 @@ fn random_word(seed: u64) -> u64 {
 
 /// A new channel id, unique across processes: the magic, a serial, then the pid and nonce of this
 /// process, which holds the channel's meetings (on Linux its socket starts listening now, so a
-/// rank in another process can join as soon as it has the id).
+/// rank in another process can join as soon as it has the id), then this process's signature of
+/// those (the secret part: a rank of another process shows the whole id to join).
 pub fn new_channel_id() -> ChannelId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     #[cfg(target_os = "linux")]
@@ -73,24 +77,61 @@ pub fn new_channel_id() -> ChannelId {
     bytes[..8].copy_from_slice(MAGIC);
     bytes[8..16].copy_from_slice(&serial.to_le_bytes());
     bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-    bytes[20..28].copy_from_slice(&process_nonce().to_le_bytes());
-    for (i, chunk) in bytes[28..].chunks_mut(8).enumerate() {
-        let word = random_word(serial ^ (i as u64)).to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
+    bytes[20..HEAD].copy_from_slice(&process_nonce().to_le_bytes());
+    let signature = signature(&bytes[..HEAD]);
+    bytes[HEAD..].copy_from_slice(&signature);
     ChannelId::from_bytes(&bytes).expect("LEN bytes")
 }
 
-/// The process holding `id`'s meetings, `(pid, nonce)`, when it is not this one. Ids cpu-sim did
-/// not make meet in this process.
-fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
+/// This process's signature of an id's head: keyed hashes of it under a key drawn at random once
+/// per process, so only this process can make an id that names it (the head is public: the pid
+/// and nonce are in its socket's name).
+fn signature(head: &[u8]) -> [u8; ChannelId::LEN - HEAD] {
+    use std::hash::{BuildHasher, Hasher};
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+    let mut signature = [0u8; ChannelId::LEN - HEAD];
+    for (i, chunk) in signature.chunks_mut(8).enumerate() {
+        let mut hasher = key.build_hasher();
+        hasher.write(head);
+        hasher.write_usize(i);
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes()[..chunk.len()]);
+    }
+    signature
+}
+
+/// Whether this process made `id` (and so holds its meetings).
+pub(crate) fn made_here(id: &ChannelId) -> bool {
+    let bytes = id.as_bytes();
+    let expected = signature(&bytes[..HEAD]);
+    // Every byte is compared, so the time taken does not tell how much of a guess was right.
+    let differs = bytes[HEAD..].iter().zip(expected).fold(0, |acc, (a, b)| acc | (a ^ b));
+    maker(id).is_some_and(|(_, nonce)| nonce == process_nonce()) && differs == 0
+}
+
+/// The process that made `id`, `(pid, nonce)`, if cpu-sim made it.
+fn maker(id: &ChannelId) -> Option<(u32, u64)> {
     let bytes = id.as_bytes();
     if &bytes[..8] != MAGIC {
         return None;
     }
     let pid = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    let nonce = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
-    (nonce != process_nonce()).then_some((pid, nonce))
+    let nonce = u64::from_le_bytes(bytes[20..HEAD].try_into().expect("8 bytes"));
+    Some((pid, nonce))
+}
+
+/// The process holding `id`'s meetings, `(pid, nonce)`, when it is not this one. Ids cpu-sim did
+/// not make meet in this process.
+fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
+    maker(id).filter(|&(_, nonce)| nonce != process_nonce())
+}
+
+/// The abstract Unix socket where the process that made `id` holds its meetings for ranks of other
+/// processes (as `ss -xl` lists it, without the leading `@`); `None` for an id cpu-sim did not
+/// make. Only a process of the same user that shows the whole id may join through it.
+#[cfg(target_os = "linux")]
+pub fn host_socket_name(id: &ChannelId) -> Option<String> {
+    maker(id).map(|(pid, nonce)| crate::collective_host::socket_name(pid, nonce))
 }
 
 /// One channel's meetings, in the process that holds them.
@@ -826,6 +867,19 @@ mod tests {
         drop(first);
         join(&id, 0, 2).expect("rank 0 is free again once its channel dropped");
         assert_ne!(new_channel_id(), new_channel_id(), "ids are unique");
+    }
+
+    #[test]
+    fn an_id_counts_as_made_here_only_with_this_processs_signature() {
+        let id = new_channel_id();
+        assert!(made_here(&id));
+        let mut forged = *id.as_bytes();
+        forged[ChannelId::LEN - 1] ^= 1;
+        assert!(!made_here(&ChannelId::from_bytes(&forged).unwrap()), "a signature changed in one bit");
+        let mut elsewhere = *id.as_bytes();
+        elsewhere[20] ^= 1;
+        assert!(!made_here(&ChannelId::from_bytes(&elsewhere).unwrap()), "another process's nonce");
+        assert!(!made_here(&ChannelId::from_bytes(&[0; ChannelId::LEN]).unwrap()), "not cpu-sim's");
     }
 
     #[test]
