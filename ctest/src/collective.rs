@@ -38,6 +38,13 @@ fn group(cx: &Cx, ranks: usize) -> Result<(Vec<Device>, Vec<Channel>), CaseError
     while devices.len() < ranks {
         devices.push(cx.other_device()?);
     }
+    channels_on(devices)
+}
+
+/// A channel on each of `devices` (its index is its rank), made from one thread per rank, or a
+/// skip when the driver has no collectives.
+fn channels_on(devices: Vec<Device>) -> Result<(Vec<Device>, Vec<Channel>), CaseError> {
+    let ranks = devices.len();
     let id = match devices[0].create_channel_id() {
         Ok(id) => id,
         Err(e) if e.code() == StatusCode::Unimplemented || e.code() == StatusCode::Unavailable => {
@@ -391,6 +398,127 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
         }
     }
     Ok(())
+}
+
+/// How a rank leaves a channel without submitting its part.
+#[derive(Clone, Copy, Debug)]
+enum Leaving {
+    /// Its last handle of the channel is dropped, then its device.
+    DropsItsChannel,
+    /// Its device is dropped; its channel handle stays.
+    DropsItsDevice,
+}
+
+/// A rank that has not submitted yet is waited for; a rank that left is not: with 2 and 4 ranks,
+/// every rank but 1 submits an all-reduce, still pending while rank 1 holds its channel without
+/// submitting; rank 1 then submits and every rank gets the sum. The others submit a second
+/// all-reduce and rank 1 leaves as `leaving` says without submitting its part: theirs fail
+/// `Unavailable` (within the suite's bound, never a hang) naming rank 1, and so does a third
+/// submitted after it left.
+fn a_rank_that_leaves(cx: &Cx, leaving: Leaving) -> CaseResult {
+    let counts = rank_counts(cx, 2);
+    if counts.is_empty() {
+        return Err(CaseError::Skip("needs 2 ranks".into()));
+    }
+    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
+        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
+    }
+    let sum =
+        |b: &Buffer| CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4).send(b).recv(b);
+    for ranks in counts {
+        // Rank 1's device is the case's alone (the context keeps the others), so it can be dropped.
+        let mut devices = vec![cx.device().clone(), cx.fixture().create_device().ctx("rank 1's device")?];
+        while devices.len() < ranks {
+            devices.push(cx.other_device()?);
+        }
+        let (mut devices, mut channels) = channels_on(devices)?;
+        let bufs: Vec<Buffer> = (0..ranks).map(|r| buffer(&devices[r], 16, &[1, 0, 0, 0])).collect::<Result<_, _>>()?;
+        let signals: Vec<Semaphore> =
+            devices.iter().map(|d| d.create_semaphore(0).ctx("semaphore")).collect::<Result<_, _>>()?;
+        let submit = |r: usize, value: u64| -> CaseResult {
+            devices[r]
+                .queue(0)
+                .ctx("queue")?
+                .collective(&[], &channels[r], sum(&bufs[r]), &[sv(&signals[r], value)])
+                .ctx(format!("{ranks} ranks: rank {r}'s all-reduce {value}"))
+        };
+        // One thread per rank that submits first: NCCL may block a first collective until its
+        // peers arrive.
+        let (pending, late) = std::thread::scope(|scope| {
+            let early: Vec<_> =
+                (0..ranks).filter(|&r| r != 1).map(|r| (r, scope.spawn(move || submit(r, 1)))).collect();
+            let pending = cx.still_pending(&signals[0], 1, &format!("{ranks} ranks: before rank 1 submitted"));
+            let late = submit(1, 1);
+            for (r, join) in early {
+                join.join().unwrap_or_else(|_| Err(CaseError::Fail(format!("rank {r}'s submission panicked"))))?;
+            }
+            Ok::<_, CaseError>((pending, late))
+        })?;
+        pending?;
+        late?;
+        for (r, s) in signals.iter().enumerate() {
+            cx.wait(s, 1)?;
+            ensure_eq!(cx.bytes(&bufs[r])?[..4], (ranks as u32).to_le_bytes(), "{ranks} ranks, rank {r}'s sum");
+        }
+        for r in (0..ranks).filter(|&r| r != 1) {
+            submit(r, 2)?;
+        }
+        let kept = match leaving {
+            Leaving::DropsItsChannel => {
+                drop(channels.remove(1));
+                drop(devices.remove(1));
+                None
+            }
+            Leaving::DropsItsDevice => {
+                drop(devices.remove(1));
+                Some(channels.remove(1))
+            }
+        };
+        // Ranks 0, 2, 3 are now at 0, 1, 2.
+        let stayed = |i: usize| if i == 0 { 0 } else { i + 1 };
+        for (i, s) in signals.iter().enumerate().filter(|&(r, _)| r != 1).map(|(_, s)| s).enumerate() {
+            let e = cx.wait_failed(s, 2, StatusCode::Unavailable)?;
+            ensure!(
+                e.message().contains("rank 1"),
+                "{ranks} ranks, {leaving:?}: rank {}: names no rank: {e}",
+                stayed(i)
+            );
+        }
+        let after: Vec<Semaphore> =
+            devices.iter().map(|d| d.create_semaphore(0).ctx("semaphore")).collect::<Result<_, _>>()?;
+        for (i, device) in devices.iter().enumerate() {
+            let buffer = &bufs[stayed(i)];
+            device
+                .queue(0)
+                .ctx("queue")?
+                .collective(&[], &channels[i], sum(buffer), &[sv(&after[i], 1)])
+                .ctx(format!("{ranks} ranks: rank {}'s all-reduce after rank 1 left", stayed(i)))?;
+        }
+        for (i, s) in after.iter().enumerate() {
+            let e = cx.wait_failed(s, 1, StatusCode::Unavailable)?;
+            ensure!(
+                e.message().contains("rank 1"),
+                "{ranks} ranks, {leaving:?}: rank {}'s all-reduce after rank 1 left: names no rank: {e}",
+                stayed(i)
+            );
+        }
+        drop(kept);
+    }
+    Ok(())
+}
+
+/// A rank whose last channel handle (and then its device) is dropped without submitting its part
+/// fails the all-reduce the other ranks wait for, and every later one, `Unavailable` naming it;
+/// before that, a rank that has not submitted yet is waited for (see [`a_rank_that_leaves`]).
+pub(crate) fn a_rank_that_drops_its_channel_fails_the_others_collectives(cx: &Cx) -> CaseResult {
+    a_rank_that_leaves(cx, Leaving::DropsItsChannel)
+}
+
+/// A rank whose device is dropped while its channel handle lives (it can never submit again)
+/// fails the all-reduce the other ranks wait for, and every later one, `Unavailable` naming it
+/// (see [`a_rank_that_leaves`]).
+pub(crate) fn a_rank_whose_device_drops_fails_the_others_collectives(cx: &Cx) -> CaseResult {
+    a_rank_that_leaves(cx, Leaving::DropsItsDevice)
 }
 
 /// What is refused, and with which status, on a one-rank channel: a rank outside the channel or a

@@ -390,6 +390,8 @@ macro_rules! __cts_case_list {
                 gather_scatter_broadcast_and_all_to_all,
                 send_and_receive_pairs,
                 failure_on_one_rank_fails_every_rank,
+                a_rank_that_drops_its_channel_fails_the_others_collectives,
+                a_rank_whose_device_drops_fails_the_others_collectives,
                 arguments_checked,
                 command_buffer_all_reduce_executed_repeatedly,
                 command_buffer_and_queue_collectives_share_one_order,

@@ -5,7 +5,9 @@
 //! run (its wait failed, its device went away) arrives without blocking, with that status, and the
 //! meeting fails for every rank at once: nobody waits for it. A rank waiting at a meeting gives up
 //! with `Cancelled` when its work is asked to stop (device teardown), failing the meeting for the
-//! others too.
+//! others too. A rank that left (its last channel handle or its device dropped) fails, with
+//! `Unavailable` naming it, every meeting it had not arrived at and every later one; a rank that
+//! merely has not submitted yet is waited for.
 //!
 //! The meetings of a channel are held by the process that made its id, as NCCL's bootstrap root
 //! is. Its ranks on devices of that process join directly; a rank in another process on the same
@@ -34,6 +36,9 @@ const REPLY_GRACE: Duration = Duration::from_secs(10);
 /// The first bytes of every id cpu-sim makes.
 const MAGIC: &[u8; 8] = b"cpu-sim\0";
 
+/// Bytes of an id before its signature: the magic, a serial, the pid and the nonce.
+const HEAD: usize = 28;
+
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section here leaves the state whole: a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
@@ -61,7 +66,8 @@ fn random_word(seed: u64) -> u64 {
 
 /// A new channel id, unique across processes: the magic, a serial, then the pid and nonce of this
 /// process, which holds the channel's meetings (on Linux its socket starts listening now, so a
-/// rank in another process can join as soon as it has the id).
+/// rank in another process can join as soon as it has the id), then this process's signature of
+/// those (the secret part: a rank of another process shows the whole id to join).
 pub fn new_channel_id() -> ChannelId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     #[cfg(target_os = "linux")]
@@ -71,29 +77,66 @@ pub fn new_channel_id() -> ChannelId {
     bytes[..8].copy_from_slice(MAGIC);
     bytes[8..16].copy_from_slice(&serial.to_le_bytes());
     bytes[16..20].copy_from_slice(&std::process::id().to_le_bytes());
-    bytes[20..28].copy_from_slice(&process_nonce().to_le_bytes());
-    for (i, chunk) in bytes[28..].chunks_mut(8).enumerate() {
-        let word = random_word(serial ^ (i as u64)).to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
+    bytes[20..HEAD].copy_from_slice(&process_nonce().to_le_bytes());
+    let signature = signature(&bytes[..HEAD]);
+    bytes[HEAD..].copy_from_slice(&signature);
     ChannelId::from_bytes(&bytes).expect("LEN bytes")
 }
 
-/// The process holding `id`'s meetings, `(pid, nonce)`, when it is not this one. Ids cpu-sim did
-/// not make meet in this process.
-fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
+/// This process's signature of an id's head: keyed hashes of it under a key drawn at random once
+/// per process, so only this process can make an id that names it (the head is public: the pid
+/// and nonce are in its socket's name).
+fn signature(head: &[u8]) -> [u8; ChannelId::LEN - HEAD] {
+    use std::hash::{BuildHasher, Hasher};
+    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
+    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+    let mut signature = [0u8; ChannelId::LEN - HEAD];
+    for (i, chunk) in signature.chunks_mut(8).enumerate() {
+        let mut hasher = key.build_hasher();
+        hasher.write(head);
+        hasher.write_usize(i);
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes()[..chunk.len()]);
+    }
+    signature
+}
+
+/// Whether this process made `id` (and so holds its meetings).
+pub(crate) fn made_here(id: &ChannelId) -> bool {
+    let bytes = id.as_bytes();
+    let expected = signature(&bytes[..HEAD]);
+    // Every byte is compared, so the time taken does not tell how much of a guess was right.
+    let differs = bytes[HEAD..].iter().zip(expected).fold(0, |acc, (a, b)| acc | (a ^ b));
+    maker(id).is_some_and(|(_, nonce)| nonce == process_nonce()) && differs == 0
+}
+
+/// The process that made `id`, `(pid, nonce)`, if cpu-sim made it.
+fn maker(id: &ChannelId) -> Option<(u32, u64)> {
     let bytes = id.as_bytes();
     if &bytes[..8] != MAGIC {
         return None;
     }
     let pid = u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"));
-    let nonce = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
-    (nonce != process_nonce()).then_some((pid, nonce))
+    let nonce = u64::from_le_bytes(bytes[20..HEAD].try_into().expect("8 bytes"));
+    Some((pid, nonce))
+}
+
+/// The process holding `id`'s meetings, `(pid, nonce)`, when it is not this one. Ids cpu-sim did
+/// not make meet in this process.
+fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
+    maker(id).filter(|&(_, nonce)| nonce != process_nonce())
+}
+
+/// The abstract Unix socket where the process that made `id` holds its meetings for ranks of other
+/// processes (as `ss -xl` lists it, without the leading `@`); `None` for an id cpu-sim did not
+/// make. Only a process of the same user that shows the whole id may join through it.
+#[cfg(target_os = "linux")]
+pub fn host_socket_name(id: &ChannelId) -> Option<String> {
+    maker(id).map(|(pid, nonce)| crate::collective_host::socket_name(pid, nonce))
 }
 
 /// One channel's meetings, in the process that holds them.
 struct Group {
-    id: [u8; ChannelId::LEN],
+    id: ChannelId,
     count: usize,
     state: Mutex<GroupState>,
     changed: Condvar,
@@ -315,12 +358,48 @@ impl CpuChannel {
         }
     }
 
+    /// This rank leaves while its handle lives (its device is gone, so it can never submit again):
+    /// the meetings it has not arrived at fail for the others.
+    fn leave(&self) {
+        match &self.end {
+            End::Local(local) => local.leave(),
+            #[cfg(target_os = "linux")]
+            End::Remote(remote) => remote.leave(),
+        }
+    }
+
     /// Records that this rank's part of `call` will not run, failing the meeting for the others.
     fn abandon(&self, call: &CollectiveCall, status: Error) {
         match &self.end {
             End::Local(local) => local.abandon(Key::of(call, local.rank), status),
             #[cfg(target_os = "linux")]
             End::Remote(remote) => remote.abandon(call, status),
+        }
+    }
+}
+
+/// The channels made on one device: when the device is dropped (after its work was drained), their
+/// ranks leave, since a rank without its device can never submit again and its peers must not wait
+/// for it.
+#[derive(Default)]
+pub(crate) struct DeviceChannels(Mutex<Vec<Weak<dyn ChannelBackend>>>);
+
+impl DeviceChannels {
+    /// Records `channel`, made on this device.
+    pub(crate) fn add(&self, channel: &Arc<dyn ChannelBackend>) {
+        let mut channels = lock(&self.0);
+        channels.retain(|c| c.strong_count() > 0);
+        channels.push(Arc::downgrade(channel));
+    }
+}
+
+impl Drop for DeviceChannels {
+    fn drop(&mut self) {
+        let channels: Vec<Weak<dyn ChannelBackend>> = lock(&self.0).drain(..).collect();
+        for channel in channels.iter().filter_map(Weak::upgrade) {
+            if let Some(channel) = channel.as_any().downcast_ref::<CpuChannel>() {
+                channel.leave();
+            }
         }
     }
 }
@@ -334,6 +413,7 @@ pub(crate) struct LocalRank {
 
 impl Drop for LocalRank {
     fn drop(&mut self) {
+        self.leave();
         let mut state = lock(&self.group.state);
         state.joined[self.rank] = false;
         self.group.changed.notify_all();
@@ -352,8 +432,8 @@ impl Drop for LocalRank {
         }
         drop(state);
         let mut groups = lock(groups());
-        if groups.get(&self.group.id).is_some_and(|g| g.strong_count() <= 1) {
-            groups.remove(&self.group.id);
+        if groups.get(self.group.id.as_bytes()).is_some_and(|g| g.strong_count() <= 1) {
+            groups.remove(self.group.id.as_bytes());
         }
     }
 }
@@ -373,12 +453,8 @@ impl LocalRank {
                         meetings: HashMap::new(),
                         owed: 0,
                     };
-                    let group = Arc::new(Group {
-                        id: *id.as_bytes(),
-                        count,
-                        state: Mutex::new(state),
-                        changed: Condvar::new(),
-                    });
+                    let group =
+                        Arc::new(Group { id: id.clone(), count, state: Mutex::new(state), changed: Condvar::new() });
                     groups.insert(*id.as_bytes(), Arc::downgrade(&group));
                     group
                 }
@@ -498,13 +574,22 @@ impl LocalRank {
         }
     }
 
-    /// This rank's process went away: every meeting it has not arrived at fails with `status`, and
-    /// so does every later one until the rank joins again.
+    /// This rank left (its channel or its device is gone): see [`lose`](Self::lose).
+    pub(crate) fn leave(&self) {
+        self.lose(Error::unavailable(format!(
+            "cpu-sim: rank {} left channel {:?} (its channel or its device was dropped)",
+            self.rank, self.group.id
+        )));
+    }
+
+    /// This rank will not come again (its process went away, or it left): every meeting it has not
+    /// arrived at fails with `status` (or the status it was first lost with), and so does every
+    /// later one until the rank joins again.
     pub(crate) fn lose(&self, status: Error) {
         let count = self.group.count;
         let mut state = lock(&self.group.state);
         let state = &mut *state;
-        state.lost[self.rank] = Some(status.clone());
+        let status = state.lost[self.rank].get_or_insert(status).clone();
         state.meetings.retain(|key, meeting| {
             if key.involves(self.rank) && meeting.parts[self.rank].is_none() {
                 arrive_lost(meeting, self.rank, &status);
@@ -782,6 +867,19 @@ mod tests {
         drop(first);
         join(&id, 0, 2).expect("rank 0 is free again once its channel dropped");
         assert_ne!(new_channel_id(), new_channel_id(), "ids are unique");
+    }
+
+    #[test]
+    fn an_id_counts_as_made_here_only_with_this_processs_signature() {
+        let id = new_channel_id();
+        assert!(made_here(&id));
+        let mut forged = *id.as_bytes();
+        forged[ChannelId::LEN - 1] ^= 1;
+        assert!(!made_here(&ChannelId::from_bytes(&forged).unwrap()), "a signature changed in one bit");
+        let mut elsewhere = *id.as_bytes();
+        elsewhere[20] ^= 1;
+        assert!(!made_here(&ChannelId::from_bytes(&elsewhere).unwrap()), "another process's nonce");
+        assert!(!made_here(&ChannelId::from_bytes(&[0; ChannelId::LEN]).unwrap()), "not cpu-sim's");
     }
 
     #[test]

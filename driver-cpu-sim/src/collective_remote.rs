@@ -60,45 +60,33 @@ impl RemoteRank {
         let address = socket_address(&name)
             .map_err(|e| Error::invalid_argument(format!("cpu-sim: {host}: not a socket name: {e}")))?;
         let deadline = Instant::now() + JOIN_DEADLINE;
-        let stream = loop {
-            match UnixStream::connect_addr(&address) {
-                Ok(stream) => break stream,
-                // The host listened before it made the id: no listener means it is gone (or on
-                // another host). A busy one is tried again until the deadline.
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused || e.kind() == ErrorKind::NotFound => {
-                    return Err(Error::unavailable(format!(
-                        "cpu-sim: {host}: nobody listens ({e}); the process that made the id must live while its \
-                         ranks do, on this host"
-                    )));
-                }
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => {
-                    return Err(Error::unavailable(format!(
-                        "cpu-sim: {host} does not answer after {JOIN_DEADLINE:?} ({e})"
-                    )));
-                }
-            }
-        };
         let unanswered =
             |e: std::io::Error| Error::unavailable(format!("cpu-sim: {host} did not answer the join: {e}"));
-        let mut reader = stream.try_clone().map_err(unanswered)?;
-        reader.set_read_timeout(Some(JOIN_DEADLINE)).map_err(unanswered)?;
+        let join = Message::Join { id: id.clone(), rank: rank as u64, count: count as u64 };
+        let (stream, reader) = loop {
+            let stream = connect(&address, &host, deadline)?;
+            let mut reader = stream.try_clone().map_err(unanswered)?;
+            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+            reader.set_read_timeout(Some(left)).map_err(unanswered)?;
+            // A host that refuses at once may close before the join arrives: its answer is still read.
+            let _ = write_message(&mut &stream, &join);
+            match read_message(&mut reader) {
+                Ok(Message::Joined(Ok(()))) => break (stream, reader),
+                Ok(Message::Joined(Err(refused))) => return Err(refused),
+                Ok(other) => return Err(Error::internal(format!("cpu-sim: {host} answered a join with {other:?}"))),
+                // Closed unanswered: the host had as many connections yet to join as it takes.
+                Err(e) if closed(&e) && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(unanswered(e)),
+            }
+        };
+        reader.set_read_timeout(None).map_err(unanswered)?;
         let shared = Arc::new(Shared {
             writer: Mutex::new(stream),
             replies: Mutex::default(),
             replied: Condvar::new(),
             next_tag: AtomicU64::new(0),
-            host: host.clone(),
+            host,
         });
-        shared.send(&Message::Join { id: id.clone(), rank: rank as u64, count: count as u64 })?;
-        match read_message(&mut reader).map_err(unanswered)? {
-            Message::Joined(Ok(())) => {}
-            Message::Joined(Err(refused)) => return Err(refused),
-            other => {
-                return Err(Error::internal(format!("cpu-sim: {} answered a join with {other:?}", shared.host)));
-            }
-        }
-        reader.set_read_timeout(None).map_err(unanswered)?;
         let replies = shared.clone();
         let reader = std::thread::Builder::new()
             .name("cpu-sim-channel-replies".into())
@@ -169,6 +157,12 @@ impl RemoteRank {
         }
     }
 
+    /// Tells the host that this rank leaves (the meetings it has not arrived at fail there).
+    pub(crate) fn leave(&self) {
+        // If the host is gone there is no meeting left to fail.
+        let _ = self.shared.send(&Message::Leave);
+    }
+
     /// Tells the host that this rank's part of `call` will not run, with `status`.
     pub(crate) fn abandon(&self, call: &CollectiveCall, status: Error) {
         // If the host is gone there is no meeting left to fail.
@@ -184,6 +178,35 @@ impl Drop for RemoteRank {
             let _ = reader.join();
         }
     }
+}
+
+/// A connection to the host at `address` (named `host`), tried again while it is busy until
+/// `deadline`.
+fn connect(address: &std::os::unix::net::SocketAddr, host: &str, deadline: Instant) -> Result<UnixStream> {
+    loop {
+        match UnixStream::connect_addr(address) {
+            Ok(stream) => return Ok(stream),
+            // The host listened before it made the id: no listener means it is gone (or on
+            // another host). A busy one is tried again until the deadline.
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused || e.kind() == ErrorKind::NotFound => {
+                return Err(Error::unavailable(format!(
+                    "cpu-sim: {host}: nobody listens ({e}); the process that made the id must live while its ranks \
+                     do, on this host"
+                )));
+            }
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                return Err(Error::unavailable(format!(
+                    "cpu-sim: {host} does not answer after {JOIN_DEADLINE:?} ({e})"
+                )));
+            }
+        }
+    }
+}
+
+/// Whether `e` says the other end closed the connection.
+fn closed(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe)
 }
 
 /// The reader thread: files each reply by its tag until the connection ends.

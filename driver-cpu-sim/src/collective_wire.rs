@@ -27,6 +27,9 @@ pub(crate) enum Message {
     Done { tag: u64, outcome: Result<Vec<u8>, Error> },
 }
 
+/// The payload bytes of a join, the most a connection may send before it joined.
+pub(crate) const JOIN_LENGTH: u64 = 1 + 8 + ChannelId::LEN as u64 + 8 + 8;
+
 /// Every status code, to rebuild an error from its name.
 const CODES: [StatusCode; 13] = [
     StatusCode::InvalidArgument,
@@ -108,9 +111,18 @@ pub(crate) fn write_message(out: &mut impl Write, message: &Message) -> io::Resu
 
 /// Reads one frame (`UnexpectedEof` when the other end closed; `InvalidData` for a malformed one).
 pub(crate) fn read_message(input: &mut impl Read) -> io::Result<Message> {
+    read_message_within(input, u64::MAX)
+}
+
+/// Reads one frame of at most `most` payload bytes: a longer one is refused (`InvalidData`) from
+/// its length, before any of its payload is read.
+pub(crate) fn read_message_within(input: &mut impl Read, most: u64) -> io::Result<Message> {
     let mut length = [0u8; 8];
     input.read_exact(&mut length)?;
     let length = u64::from_le_bytes(length);
+    if length > most {
+        return Err(malformed(&format!("a message of {length} bytes where at most {most} may come")));
+    }
     // Read as it arrives: a bad length cannot make us allocate more than was sent.
     let mut payload = Vec::new();
     input.take(length).read_to_end(&mut payload)?;
@@ -357,5 +369,27 @@ mod tests {
         let mut huge = u64::MAX.to_le_bytes().to_vec();
         huge.push(3);
         assert!(read_message(&mut huge.as_slice()).is_err(), "a length past the data is refused, not allocated");
+    }
+
+    #[test]
+    fn a_join_fits_the_length_allowed_before_joining_and_longer_frames_are_refused_unread() {
+        let mut join = Vec::new();
+        write_message(
+            &mut join,
+            &Message::Join { id: ChannelId::from_bytes(&[7; ChannelId::LEN]).unwrap(), rank: 1, count: 2 },
+        )
+        .unwrap();
+        assert_eq!(join.len() as u64, 8 + JOIN_LENGTH);
+        let Message::Join { rank: 1, count: 2, .. } = read_message_within(&mut join.as_slice(), JOIN_LENGTH).unwrap()
+        else {
+            panic!("not the join sent")
+        };
+        // A length one past the limit, followed by the bytes it announces: none of them is read.
+        let mut long = (JOIN_LENGTH + 1).to_le_bytes().to_vec();
+        long.extend(std::iter::repeat_n(0u8, JOIN_LENGTH as usize + 1));
+        let mut input = long.as_slice();
+        let refused = read_message_within(&mut input, JOIN_LENGTH).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+        assert_eq!(input.len(), JOIN_LENGTH as usize + 1, "only the length was read");
     }
 }

@@ -89,6 +89,8 @@ pub struct CpuDevice {
     budget: Arc<MemoryBudget>,
     // Dropped first: drains the streams while memory and executables are still alive.
     scheduler: Scheduler<CpuStreams>,
+    // After the drain: the channels' ranks leave, failing what their peers wait for.
+    channels: crate::collective::DeviceChannels,
 }
 
 impl CpuDevice {
@@ -101,6 +103,7 @@ impl CpuDevice {
             info: device_info(options),
             budget: Arc::new(MemoryBudget::with_limit(options.memory_limit)),
             scheduler,
+            channels: Default::default(),
         })
     }
 }
@@ -160,7 +163,9 @@ impl DeviceBackend for CpuDevice {
         rank: usize,
         count: usize,
     ) -> Result<(Arc<dyn hal::driver::ChannelBackend>, Option<hal::driver::AbandonFn>)> {
-        crate::collective::join(id, rank, count)
+        let (channel, abandon) = crate::collective::join(id, rank, count)?;
+        self.channels.add(&channel);
+        Ok((channel, abandon))
     }
 
     /// Every cpu-sim device's memory is host memory: copies between devices are plain copies.

@@ -21,6 +21,8 @@ pub mod collective;
 #[cfg(target_os = "linux")]
 mod collective_host;
 #[cfg(target_os = "linux")]
+mod collective_peer;
+#[cfg(target_os = "linux")]
 mod collective_remote;
 #[cfg(target_os = "linux")]
 mod collective_wire;

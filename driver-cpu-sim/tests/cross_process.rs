@@ -1,89 +1,24 @@
 //! Ranks of one channel in two processes: this test binary runs again as the second process
-//! (`child_process_rank`, which acts only when `CHILD_SCENARIO` is set) and the two meet through
-//! the socket of the process that made the id. Every wait is bounded, so a bug fails instead of
+//! (`child_process`, see `support/child_process.rs`) and the two meet through the socket of the
+//! process that made the id. Every wait is bounded, so a bug fails instead of
 //! hanging.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+#[path = "support/child_process.rs"]
+#[allow(dead_code)] // Each test binary uses its own part.
+mod child_process;
+
 use std::time::{Duration, Instant};
 
+use child_process::{ChildProcess, LIMIT, given_id, say};
 use hal::{
     BufferParams, Channel, ChannelId, CollectiveArgs, CollectiveOp, Device, ElementType, Error, ReduceOp,
     SemaphoreValue as SV, StatusCode, Timeout,
 };
 
-/// Which scenario the child process plays (unset: this is the parent).
-const CHILD_SCENARIO: &str = "CPU_SIM_CROSS_PROCESS_SCENARIO";
-/// The channel id (hex) the child joins.
-const CHILD_ID: &str = "CPU_SIM_CROSS_PROCESS_ID";
-/// What the child prints before a line meant for the parent.
-const SAYS: &str = "child says: ";
-/// The longest any step may take.
-const LIMIT: Duration = Duration::from_secs(20);
 const T: Timeout = Timeout::After(LIMIT);
 
 fn device() -> Device {
     driver_cpu_sim::create_device().expect("cpu-sim device")
-}
-
-/// The child process, its stdout lines meant for the parent, and a kill on drop.
-struct ChildProcess {
-    child: Child,
-    lines: Receiver<String>,
-}
-
-impl ChildProcess {
-    fn spawn(scenario: &str, id: Option<&ChannelId>) -> ChildProcess {
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut command = Command::new(exe);
-        command.args(["--exact", "child_process_rank", "--nocapture", "--test-threads=1"]);
-        command.env(CHILD_SCENARIO, scenario).stdout(Stdio::piped());
-        if let Some(id) = id {
-            command.env(CHILD_ID, id.to_hex());
-        }
-        let mut child = command.spawn().expect("spawn the child process");
-        let stdout = child.stdout.take().expect("piped");
-        let (send, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may have begun the line ("test child_process_rank ... ").
-                if let Some((_, said)) = line.split_once(SAYS) {
-                    let _ = send.send(said.to_string());
-                }
-            }
-        });
-        ChildProcess { child, lines }
-    }
-
-    /// The child's next line for the parent.
-    fn hear(&self) -> String {
-        self.lines.recv_timeout(LIMIT).expect("the child said nothing in time (or died)")
-    }
-
-    /// Waits for the child to exit and asserts it succeeded.
-    fn succeeds(mut self) {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("child status") {
-                assert!(status.success(), "the child process failed: {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "the child process did not finish in {LIMIT:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for ChildProcess {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }
 
 /// Submits `args` on `channel` after `waits` and returns the semaphore it signals to 1.
@@ -183,9 +118,9 @@ fn failed_waits_as(rank: usize, id: &ChannelId) {
 
 /// The entry point of the child process: a scenario picked by the parent, or nothing at all.
 #[test]
-fn child_process_rank() {
-    let Ok(scenario) = std::env::var(CHILD_SCENARIO) else { return };
-    let id = || ChannelId::from_hex(&std::env::var(CHILD_ID).expect("an id")).expect("a channel id");
+fn child_process() {
+    let Some(scenario) = child_process::scenario() else { return };
+    let id = given_id;
     match scenario.as_str() {
         "collectives" => collectives_as(1, &id()),
         "failed waits" => failed_waits_as(1, &id()),
@@ -195,22 +130,46 @@ fn child_process_rank() {
             let _done = all_reduce(&device, &channel, &[]);
             // Long enough for the part to reach the host; then wait to be killed.
             std::thread::sleep(Duration::from_millis(200));
-            println!("{SAYS}submitted");
+            say("submitted");
             std::thread::sleep(LIMIT * 2);
         }
         "host then linger" => {
             let device = device();
             let id = device.create_channel_id().unwrap();
             let _channel = device.create_channel(&id, 0, 2).unwrap();
-            println!("{SAYS}{}", id.to_hex());
+            say(&id.to_hex());
             std::thread::sleep(LIMIT * 2);
         }
         "host collectives then exit" => {
             let id = device().create_channel_id().unwrap();
-            println!("{SAYS}{}", id.to_hex());
+            say(&id.to_hex());
             collectives_as(0, &id);
         }
-        "host then exit" => println!("{SAYS}{}", device().create_channel_id().unwrap().to_hex()),
+        "host then exit" => say(&device().create_channel_id().unwrap().to_hex()),
+        "join then drop its channel" => {
+            let device = device();
+            drop(device.create_channel(&id(), 1, 2).unwrap());
+            say("left");
+            std::thread::sleep(LIMIT * 2);
+        }
+        "join then drop its device" => {
+            let device = device();
+            let _channel = device.create_channel(&id(), 1, 2).unwrap();
+            drop(device);
+            say("left");
+            std::thread::sleep(LIMIT * 2);
+        }
+        "host then drop its channel" => {
+            let device = device();
+            let id = device.create_channel_id().unwrap();
+            let channel = device.create_channel(&id, 0, 2).unwrap();
+            say(&id.to_hex());
+            // Long enough, most runs, for the other rank's collectives to reach this process.
+            std::thread::sleep(Duration::from_millis(300));
+            drop(channel);
+            say("left");
+            std::thread::sleep(LIMIT * 2);
+        }
         other => panic!("no scenario {other:?}"),
     }
 }
@@ -293,4 +252,47 @@ fn a_join_refused_by_the_host_comes_back_with_its_code() {
     let count = device().create_channel(&id, 1, 3).expect_err("the channel has 2 ranks");
     assert_eq!(count.code(), StatusCode::InvalidArgument, "{count}");
     child.kill();
+}
+
+/// Rank 1, in a child process that stays alive, joins and leaves as `scenario` says without
+/// submitting: the all-reduce rank 0 submitted before rank 1 even joined (legal: a peer may come
+/// later) fails, and so does the next, `Unavailable` naming rank 1 as having left.
+fn a_rank_of_another_process_that_leaves(scenario: &str) {
+    let device = device();
+    let id = device.create_channel_id().unwrap();
+    let channel = device.create_channel(&id, 0, 2).unwrap();
+    let first = all_reduce(&device, &channel, &[]);
+    let mut child = ChildProcess::spawn(scenario, Some(&id));
+    assert_eq!(child.hear(), "left");
+    for done in [first, all_reduce(&device, &channel, &[])] {
+        let status = done.wait(1, T).expect_err("rank 1 left the channel");
+        assert_eq!(status.code(), StatusCode::Unavailable, "{status}");
+        assert!(status.message().contains("rank 1 left"), "{status}");
+    }
+    assert!(child.runs(), "the child left the channel, its process did not exit");
+}
+
+#[test]
+fn a_rank_of_another_process_that_drops_its_channel_fails_the_collectives_waiting_for_it() {
+    a_rank_of_another_process_that_leaves("join then drop its channel");
+}
+
+#[test]
+fn a_rank_of_another_process_whose_device_drops_fails_the_collectives_waiting_for_it() {
+    a_rank_of_another_process_that_leaves("join then drop its device");
+}
+
+#[test]
+fn the_host_processs_rank_that_drops_its_channel_fails_the_collectives_of_ranks_elsewhere() {
+    let child = ChildProcess::spawn("host then drop its channel", None);
+    let id = ChannelId::from_hex(&child.hear()).unwrap();
+    let device = device();
+    let channel = device.create_channel(&id, 1, 2).unwrap();
+    let pending = [all_reduce(&device, &channel, &[]), all_reduce(&device, &channel, &[])];
+    assert_eq!(child.hear(), "left");
+    for done in pending.into_iter().chain([all_reduce(&device, &channel, &[])]) {
+        let status = done.wait(1, T).expect_err("rank 0 left the channel");
+        assert_eq!(status.code(), StatusCode::Unavailable, "{status}");
+        assert!(status.message().contains("rank 0 left"), "{status}");
+    }
 }

@@ -10,7 +10,10 @@
 //! the same order (as with NCCL); each runs when its waits are reached on every rank.
 //!
 //! If one rank's collective cannot run (its wait failed, its device went away), that collective
-//! fails on every rank with a status naming the rank, instead of leaving the others waiting.
+//! fails on every rank with a status naming the rank, instead of leaving the others waiting. A rank
+//! that leaves (its last [`Channel`] handle or its device dropped) fails the collectives the others
+//! wait for it in, and every later one, with `Unavailable` naming it; a rank that has merely not
+//! submitted yet is waited for.
 //!
 //! ```
 //! use hal::{BufferParams, CollectiveArgs, CollectiveOp, ElementType, ReduceOp, SemaphoreValue as SV, Timeout};

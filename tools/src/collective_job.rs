@@ -1,6 +1,7 @@
 //! `hal collective`: one rank of a collective job per process, as a launcher starts them on one
 //! node or several. Rank 0 makes the channel id and publishes it in a file (written aside, then
-//! renamed, so a reader never sees half of it); the other ranks wait for the file. Each rank then
+//! renamed, so a reader never sees half of it; readable by its owner only, since whoever holds the
+//! id may join the channel); the other ranks wait for the file. Each rank then
 //! runs an all-reduce (sum, `f32`), an all-gather (`i32`) and a barrier per iteration, chained on
 //! one queue by a timeline semaphore, and checks what it received against values computed from
 //! the rank numbers. Every wait is bounded by the job's timeout, so a rank whose peers never come
@@ -71,14 +72,34 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Writes `id` to `path` as hex, atomically: a temporary file beside it, then a rename.
+/// Writes `id` to `path` as hex, atomically (a new file beside it, then a rename) and readable by
+/// its owner only (the id is all a process needs to join the channel).
 pub fn publish_id(path: &Path, id: &ChannelId) -> Result<(), String> {
     let mut aside = path.as_os_str().to_owned();
     aside.push(format!(".{}.tmp", std::process::id()));
     let aside = PathBuf::from(aside);
-    std::fs::write(&aside, format!("{}\n", id.to_hex()))
-        .and_then(|()| std::fs::rename(&aside, path))
-        .map_err(|e| format!("cannot publish the channel id at {}: {e}", path.display()))
+    let published =
+        write_private(&aside, format!("{}\n", id.to_hex()).as_bytes()).and_then(|()| std::fs::rename(&aside, path));
+    if published.is_err() {
+        let _ = std::fs::remove_file(&aside);
+    }
+    published.map_err(|e| format!("cannot publish the channel id at {}: {e}", path.display()))
+}
+
+/// Writes `bytes` to a new file at `path` that only its owner may read. Whatever was at `path`
+/// (a file left by an earlier run, a link planted there) is replaced, never written through.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut options = std::fs::OpenOptions::new();
+    // `create_new` fails rather than follow a link created meanwhile.
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(bytes)
 }
 
 /// The id at `path`, waiting for the file until `deadline`.
@@ -261,6 +282,29 @@ mod tests {
         assert!(alone.contains("did not finish within 0.3 s: is every one of the 2 ranks running"), "{alone}");
         let bad = run(&device, "cpu-sim", &job(2, 2, &path)).unwrap_err();
         assert_eq!(bad, "rank 2 of 2 ranks does not exist");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_published_id_is_readable_by_its_owner_only_and_never_written_through_a_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = scratch("private");
+        let id = driver_cpu_sim::create_device().unwrap().create_channel_id().unwrap();
+        // An id file an earlier run left readable by everyone is replaced, not reused.
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // A link planted where the id is first written leads nowhere.
+        let victim = path.with_file_name("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let aside = path.with_file_name(format!("id.{}.tmp", std::process::id()));
+        let _ = std::fs::remove_file(&aside);
+        std::os::unix::fs::symlink(&victim, &aside).unwrap();
+        publish_id(&path, &id).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the id file's mode is {mode:o}");
+        assert_eq!(await_id(&path, Instant::now(), Duration::ZERO).unwrap(), id);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert!(!aside.exists(), "nothing is left beside the id file");
     }
 
     #[test]

@@ -56,7 +56,8 @@ enum Command {
     /// One rank of a collective job per process: all-reduce, all-gather and barrier, checked
     ///
     /// Start one process per rank, as a launcher would (one per GPU). Rank 0 makes the channel id
-    /// and writes it to --id-file (atomically); the other ranks wait for that file, so it must
+    /// and writes it to --id-file (atomically, readable by its owner only: the id lets a process
+    /// join the channel); the other ranks, run by the same user, wait for that file, so it must
     /// reach them: a path every rank sees (a shared filesystem across nodes) or a copy. Use a fresh
     /// path per job. On CUDA give each process its own GPU (--device cuda:R): NCCL's own transports
     /// (NVLink, PCIe, InfiniBand/RoCE, sockets) carry the same job across nodes, and NCCL's
