@@ -229,6 +229,13 @@ pub struct CudaDevice {
     peers: std::sync::Mutex<Vec<(usize, PeerPath)>>,
 }
 
+impl Drop for CudaDevice {
+    /// Its ranks leave their channels before its queues are torn down (see [`crate::nccl`]).
+    fn drop(&mut self) {
+        crate::nccl::device_dropped(self.id);
+    }
+}
+
 /// How copies between this device's GPU and another go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PeerPath {
@@ -396,7 +403,7 @@ impl DeviceBackend for CudaDevice {
         rank: usize,
         count: usize,
     ) -> Result<(Arc<dyn hal::driver::ChannelBackend>, Option<hal::driver::AbandonFn>)> {
-        crate::nccl::NcclChannel::create(&self.context, &self.memory, id, rank, count)
+        crate::nccl::NcclChannel::create(self.id, &self.context, &self.memory, id, rank, count)
     }
 
     /// Another CUDA device's memory: on the same GPU a plain copy; on another GPU a peer copy where

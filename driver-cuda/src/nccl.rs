@@ -18,6 +18,11 @@
 //! Ranks in other processes are not reached this way: they wait until their own process aborts
 //! (NCCL's own timeouts; see docs/embedding.md).
 //!
+//! A rank *leaves* when its last channel handle drops or its device drops: it can never enqueue
+//! again. The process remembers how many collectives it had enqueued; a peer whose collectives go
+//! past that number is aborted (its surplus would wait on the GPU for ever), and a peer's later
+//! collective past it fails at enqueue, both with `Unavailable` naming the rank that left.
+//!
 //! NCCL 2.22 and later connect ranks lazily by default: the first collective of each kind blocks
 //! its enqueueing thread until every peer has enqueued it too. A runtime that drives every device
 //! from one thread would then deadlock on its first collective, and an abandoned first collective
@@ -28,11 +33,12 @@
 //! channel of several ranks made then logs a warning once).
 
 use std::any::Any;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use cudarc::nccl::sys;
 use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
-use hal::{ChannelId, CollectiveOp, ElementType, Error, ReduceOp, Result};
+use hal::{ChannelId, CollectiveOp, DeviceId, ElementType, Error, ReduceOp, Result};
 
 use crate::command_buffer::resolve_address;
 use crate::context::{Bound, Context};
@@ -150,6 +156,13 @@ pub struct NcclChannel {
     context: Arc<Context>,
     rank: usize,
     count: usize,
+    /// The device whose queues enqueue on it (its drop makes this rank leave).
+    device: DeviceId,
+    /// Collectives enqueued (or about to be: counted under the registry's lock before NCCL is
+    /// called), so a rank that leaves knows which of its peers' collectives can never complete.
+    enqueued: AtomicU64,
+    /// Set once this rank left (see the module docs).
+    left: AtomicBool,
     /// Serialises enqueues from several queues and the abort (a communicator is not thread-safe).
     calls: Mutex<()>,
     /// Why, once the communicator was aborted. Read without the lock: retiring a collective must not
@@ -159,13 +172,36 @@ pub struct NcclChannel {
     scratch: CudaMemory,
 }
 
-/// The communicators of this process, by channel id.
-type Live = Mutex<Vec<([u8; ChannelId::LEN], std::sync::Weak<NcclChannel>)>>;
+/// The communicators of this process by channel id, and the ranks that left them.
+#[derive(Default)]
+struct Live {
+    channels: Vec<([u8; ChannelId::LEN], Weak<NcclChannel>)>,
+    departures: Vec<Departure>,
+}
 
-/// The communicators of this process: an abandoned collective aborts those of its channel.
-fn live() -> &'static Live {
-    static LIVE: OnceLock<Live> = OnceLock::new();
-    LIVE.get_or_init(|| Mutex::new(Vec::new()))
+/// A rank that left channel `id` after enqueueing `after` collectives, and the status it leaves.
+struct Departure {
+    id: [u8; ChannelId::LEN],
+    after: u64,
+    status: Error,
+}
+
+/// The communicators of this process: an abandoned collective aborts those of its channel, and a
+/// rank that leaves those whose collectives go past its own.
+fn live() -> std::sync::MutexGuard<'static, Live> {
+    static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
+    LIVE.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Device `device` is being dropped: each of its ranks leaves its channel (it can never enqueue
+/// again), even where the embedder still holds the channel handle.
+pub fn device_dropped(device: DeviceId) {
+    // Upgraded under the lock, looked at and dropped outside it: dropping the last handle of a
+    // channel leaves it, which takes the lock.
+    let channels: Vec<Arc<NcclChannel>> = live().channels.iter().filter_map(|(_, weak)| weak.upgrade()).collect();
+    for channel in channels.iter().filter(|channel| channel.device == device) {
+        channel.leave();
+    }
 }
 
 // SAFETY: the communicator is used only under `calls`' lock (enqueues, abort) or with exclusive
@@ -184,6 +220,7 @@ impl NcclChannel {
     /// Joins communicator `id` as `rank` of `count` on `context`'s GPU: blocks until every rank
     /// joined (NCCL's `ncclCommInitRank`).
     pub fn create(
+        device: DeviceId,
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         id: &ChannelId,
@@ -219,14 +256,19 @@ impl NcclChannel {
             context: context.clone(),
             rank,
             count,
+            device,
+            enqueued: AtomicU64::new(0),
+            left: AtomicBool::new(false),
             calls: Mutex::new(()),
             aborted: OnceLock::new(),
             scratch,
         });
         {
-            let mut live = live().lock().unwrap_or_else(|p| p.into_inner());
-            live.retain(|(_, weak)| weak.strong_count() > 0);
-            live.push((*id.as_bytes(), Arc::downgrade(&channel)));
+            let mut guard = live();
+            let Live { channels, departures } = &mut *guard;
+            channels.retain(|(_, weak)| weak.strong_count() > 0);
+            channels.push((*id.as_bytes(), Arc::downgrade(&channel)));
+            departures.retain(|d| channels.iter().any(|(id, _)| *id == d.id));
         }
         let abandon: AbandonFn = Arc::new(|call: &CollectiveCall, status: Error| {
             if let Some(channel) = call.channel.backend().as_any().downcast_ref::<NcclChannel>() {
@@ -251,8 +293,7 @@ impl NcclChannel {
         let status = status.context(format!("rank {}'s {call} did not run", self.rank));
         tracing::error!(%status, "cuda: aborting the channel's NCCL communicators in this process");
         let peers: Vec<Arc<NcclChannel>> = live()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .channels
             .iter()
             .filter(|(id, _)| *id == self.id)
             .filter_map(|(_, weak)| weak.upgrade())
@@ -260,6 +301,50 @@ impl NcclChannel {
         for peer in peers {
             peer.abort(&status);
         }
+    }
+
+    /// This rank leaves (once): its peers in this process whose collectives go past the ones it
+    /// enqueued are aborted, and their later ones past it fail at enqueue (see the module docs).
+    fn leave(&self) {
+        if self.count < 2 || self.left.swap(true, Ordering::AcqRel) || self.aborted.get().is_some() {
+            return;
+        }
+        // Peers are upgraded under the lock and dropped outside it (see `device_dropped`).
+        let (peers, after, status) = {
+            let mut live = live();
+            let after = self.enqueued.load(Ordering::Acquire);
+            let status = Error::unavailable(format!(
+                "rank {} left channel {:?} after its {after} collective(s) (its channel or its device was dropped)",
+                self.rank,
+                ChannelId::from_bytes(&self.id).map(|id| format!("{id:?}")).unwrap_or_default()
+            ));
+            live.departures.push(Departure { id: self.id, after, status: status.clone() });
+            let peers: Vec<Arc<NcclChannel>> = live
+                .channels
+                .iter()
+                .filter(|(id, _)| *id == self.id)
+                .filter_map(|(_, weak)| weak.upgrade())
+                .collect();
+            (peers, after, status)
+        };
+        // A peer that counted a collective past `after` did so before the departure was recorded
+        // (the lock orders them): that collective can never complete.
+        for peer in peers.iter().filter(|p| !std::ptr::eq(&***p, self) && p.enqueued.load(Ordering::Acquire) > after) {
+            tracing::error!(%status, rank = peer.rank, "cuda: aborting a rank whose collectives wait for a rank that left");
+            peer.abort(&status);
+        }
+    }
+
+    /// Counts the collective about to be enqueued, unless a rank of the channel left before it:
+    /// then its status (the lock orders this against [`leave`](Self::leave)).
+    fn reserve(&self) -> Result<()> {
+        let live = live();
+        let number = self.enqueued.load(Ordering::Acquire) + 1;
+        if let Some(gone) = live.departures.iter().find(|d| d.id == self.id && d.after < number) {
+            return Err(gone.status.clone());
+        }
+        self.enqueued.store(number, Ordering::Release);
+        Ok(())
     }
 
     /// Aborts this communicator (once): kernels in flight return, and every collective of it fails
@@ -288,6 +373,7 @@ impl NcclChannel {
         if let Some(status) = self.aborted.get() {
             return Err(status.context(format!("{call}: the channel was aborted")));
         }
+        self.reserve().map_err(|status| status.context(format!("{call}")))?;
         call.settle();
         let _ = bound;
         let args = &call.args;
@@ -371,6 +457,7 @@ impl NcclChannel {
 impl Drop for NcclChannel {
     fn drop(&mut self) {
         // Every collective of the channel holds it until it retired: nothing is in flight now.
+        self.leave();
         let aborted = self.aborted.get().is_some();
         if !aborted {
             let _bound = self.context.bind();
