@@ -141,11 +141,7 @@ impl Cx {
 
     /// Loads catalogue kernel `kernel` on `device`.
     pub fn load_on(&self, device: &Device, kernel: Kernel) -> Result<Executable, CaseError> {
-        let catalogue = self.fixture.catalogue();
-        let kind =
-            crate::kernels::choose_kind(catalogue, device.info()).ctx(format!("choosing a kind for {kernel:?}"))?;
-        let source = catalogue.source(kernel, kind).ctx(format!("catalogue source of {kernel:?} as {kind}"))?;
-        device.load_executable(&source).ctx(format!("load_executable({kernel:?})"))
+        crate::kernels::load(self.fixture.catalogue(), device, kernel).map_err(CaseError::from)
     }
 
     /// A command buffer of the case's device.

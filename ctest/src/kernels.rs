@@ -12,7 +12,7 @@
 pub mod cuda;
 pub mod native;
 
-use hal::{DeviceInfo, EntryPointInfo, ExecutableKind, ExecutableSource, Result};
+use hal::{Device, DeviceInfo, EntryPointInfo, Executable, ExecutableKind, ExecutableSource, Result};
 
 /// Threads per workgroup of the element-wise kernels.
 pub const ELEMENTWISE_WORKGROUP: u32 = 64;
@@ -147,6 +147,16 @@ pub trait KernelCatalogue: Send + Sync {
 /// catalogue's kinds the device loads, or `Unimplemented` naming the kinds on both sides.
 pub fn choose_kind(catalogue: &dyn KernelCatalogue, info: &DeviceInfo) -> Result<ExecutableKind> {
     info.choose_executable_kind(&catalogue.kinds()).map_err(|e| e.context("the suite's kernel catalogue"))
+}
+
+/// Loads `catalogue`'s `kernel` on `device`, in the kind [`choose_kind`] picks; an error names the
+/// kernel and the step that failed.
+pub fn load(catalogue: &dyn KernelCatalogue, device: &Device, kernel: Kernel) -> Result<Executable> {
+    let kind =
+        choose_kind(catalogue, device.info()).map_err(|e| e.context(format!("choosing a kind for {kernel:?}")))?;
+    let source =
+        catalogue.source(kernel, kind).map_err(|e| e.context(format!("catalogue source of {kernel:?} as {kind}")))?;
+    device.load_executable(&source).map_err(|e| e.context(format!("load_executable({kernel:?})")))
 }
 
 /// The error for a kind `catalogue_name` does not provide.

@@ -20,6 +20,7 @@
 pub mod check;
 pub mod context;
 pub mod fixture;
+pub mod fuzz;
 pub mod isolate;
 pub mod kernels;
 pub mod runner;

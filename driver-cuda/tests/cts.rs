@@ -21,44 +21,9 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use ctest::kernels::cuda::CudaCatalogue;
-use ctest::{Fixture, Kernel, KernelCatalogue};
+use ctest::Fixture;
 use driver_cuda::context::Context;
 use hal::driver::Driver;
-use hal::{Error, ExecutableKind, ExecutableSource, Result};
-
-/// Compiles `source` (CUDA C) named `program` to PTX with NVRTC.
-fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {
-    // SAFETY: only tries to open the NVRTC library (cudarc panics on first use when it is missing).
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::unavailable(format!(
-            "NVRTC (libnvrtc.so) not found: cannot compile ctest's CUDA kernel '{program}'"
-        )));
-    }
-    let options = cudarc::nvrtc::CompileOptions { name: Some(format!("{program}.cu")), ..Default::default() };
-    match cudarc::nvrtc::compile_ptx_with_opts(source, options) {
-        Ok(ptx) => Ok(ptx.to_src().into_bytes()),
-        Err(e) => Err(Error::invalid_argument(format!("NVRTC could not compile ctest's kernel '{program}': {e}"))),
-    }
-}
-
-/// The catalogue shared by every case of this process, so each kernel is compiled once.
-struct SharedCatalogue(&'static CudaCatalogue);
-
-impl KernelCatalogue for SharedCatalogue {
-    fn kinds(&self) -> Vec<ExecutableKind> {
-        self.0.kinds()
-    }
-
-    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
-        self.0.source(kernel, kind)
-    }
-}
-
-fn catalogue() -> SharedCatalogue {
-    static CATALOGUE: OnceLock<CudaCatalogue> = OnceLock::new();
-    SharedCatalogue(CATALOGUE.get_or_init(|| CudaCatalogue::new(compile_ptx)))
-}
 
 /// In a process that runs cases (a child, or every case with `CTEST_ISOLATE=0`), keeps the GPU's
 /// primary context retained for the process, so the devices of consecutive cases do not each create
@@ -81,7 +46,7 @@ fn cuda_fixture() -> Fixture {
     keep_primary_context();
     let mut registry = hal::Registry::new();
     driver_cuda::register(&mut registry);
-    let fixture = Fixture::from_registry(registry.clone(), driver_cuda::DRIVER_NAME, catalogue())
+    let fixture = Fixture::from_registry(registry.clone(), driver_cuda::DRIVER_NAME, common::ctest_catalogue())
         .with_sticky_faults()
         .with_fault_marker("CUDA_ERROR_");
     let gpus = driver_cuda::loader::probe().map_or(1, |p| p.device_count);

@@ -15,7 +15,7 @@ cp target/release/examples/completion_modes target/release/examples/chain_costs 
    target/release/bench target/release/hal devbin/
 # not_run checks the no-GPU behaviour here (cargo test); on the GPU the other binaries cover it.
 rm -f devbin/cuda_timing devbin/not_run; cp scripts/gpu/*.sh devbin/
-strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/cuda_completion_modes devbin/completion_modes \
+strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/contract_fuzz devbin/cuda_completion_modes devbin/completion_modes \
    devbin/chain_costs devbin/submit_profile devbin/bench devbin/hal
 # Unstripped (symbols and line tables) for perf on the device machine; reports are read here too,
 # since the binary's path is the same.

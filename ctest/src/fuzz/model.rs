@@ -1,4 +1,4 @@
-//! The reference model of the timeline contract for `fuzz_program`'s programs: which outcomes each
+//! The reference model of the timeline contract for the generator's programs: which outcomes each
 //! submission and each wait may have. A submission's signals are applied iff all its waits are
 //! reached without failure; a failed wait fails its signals with the same status; a host `fail`
 //! fails a gate for good; waits that can never be reached (cycles, values nobody signals) stay
@@ -9,7 +9,7 @@
 
 use hal::StatusCode;
 
-use crate::fuzz_program::{Op, Program, SemKind, Step};
+use super::program::{Op, Program, SemKind, Step};
 
 /// The status a host call of the graph returns when its spec says it fails.
 pub const HOST_CALL_FAILURE: StatusCode = StatusCode::Unimplemented;

@@ -1,11 +1,11 @@
-//! Random programs over the timeline contract (`contract_fuzz.rs`): submissions on 2 devices x 4
-//! queues with wait and signal lists, host signals, fails and timed waits, and directed scenarios,
-//! drawn from a seed. Each semaphore is either a *timeline*, signalled only by submissions whose
-//! values are assigned in increasing order and chained (each producer waits on the value before its
-//! own), or a *gate*, signalled and failed only by the host in program order. That makes every
-//! outcome predictable by `timeline_model` without modelling signals that land behind the value.
+//! Random programs over the timeline contract: submissions on 2 devices x 4 queues with wait and
+//! signal lists, host signals, fails and timed waits, and directed scenarios, drawn from a seed.
+//! Each semaphore is either a *timeline*, signalled only by submissions whose values are assigned
+//! in increasing order and chained (each producer waits on the value before its own), or a *gate*,
+//! signalled and failed only by the host in program order. That makes every outcome predictable by
+//! the model (`model.rs`) without modelling signals that land behind the value.
 
-use crate::splitmix::Rng;
+use super::rng::Rng;
 
 /// Devices per program.
 pub const DEVICES: usize = 2;
@@ -33,27 +33,39 @@ pub enum Family {
     HostCalls,
     /// Host calls that submit to another queue (or device) and wait for it.
     HostCallSubmitWait,
-    /// Host calls that submit to their own queue and wait for it (known bug 2).
+    /// Host calls that submit to their own queue and wait for it.
     HostCallOwnQueue,
-    /// Timed host waits whose work sits behind a long host call (known bug 2, second half).
+    /// Timed host waits whose work sits behind a long host call.
     TimeoutsDuringHostCall,
-    /// Command buffer executions in the graph, held ones included when the device drops (bug 3).
+    /// Command buffer executions in the graph, held ones included when the device drops.
     CommandBuffers,
-    /// Async waits polled with a waker that panics (known bug 4).
+    /// Async waits polled with a waker that panics.
     PanickingWakers,
-    /// Work after a host call on its queue must not run before the call returns (known bug 5).
+    /// Work after a host call on its queue must not run before the call returns.
     HostCallOrder,
-    /// The host fails a semaphore that issued device work waits on (known bug 6).
+    /// The host fails a semaphore that issued device work waits on.
     HostFailIssued,
-    /// A host signal releases a wait that an in-flight higher device signal also covers (bug 7).
+    /// A host signal releases a wait that an in-flight higher device signal also covers.
     PartialSignalWait,
-    /// Every handle of the devices dropped while work is in flight or held (known bug 1).
+    /// Every handle of the devices dropped while work is in flight or held.
     DropInFlight,
+    /// Semaphore futures and readback futures polled with wakers that panic when woken, cloned or
+    /// dropped; a waiter polled beside each must still be woken.
+    HostileWakers,
+    /// `Readback::wait_as::<T>` with `T`s whose size does not divide the read: `InvalidArgument`,
+    /// and the bytes stay for a following `wait`.
+    TypedReads,
+    /// A device dropped while a read on it is held or in flight: the readback fails with its
+    /// signals' status, or has the bytes if it ran.
+    DroppedMidRead,
+    /// One rank of a 2-rank channel drops its channel and device without taking part: the other's
+    /// collective fails within a bound, naming the rank.
+    RanksThatLeave,
 }
 
 impl Family {
     /// Every family, in the order they are listed.
-    pub const ALL: [Family; 17] = [
+    pub const ALL: [Family; 21] = [
         Family::Cycles,
         Family::CrossDevice,
         Family::HostSignals,
@@ -71,6 +83,10 @@ impl Family {
         Family::HostFailIssued,
         Family::PartialSignalWait,
         Family::DropInFlight,
+        Family::HostileWakers,
+        Family::TypedReads,
+        Family::DroppedMidRead,
+        Family::RanksThatLeave,
     ];
 
     /// The name `HAL_FUZZ_FAMILIES` takes.
@@ -93,6 +109,10 @@ impl Family {
             Family::HostFailIssued => "host_fail_issued",
             Family::PartialSignalWait => "partial_signal_wait",
             Family::DropInFlight => "drop_in_flight",
+            Family::HostileWakers => "hostile_wakers",
+            Family::TypedReads => "typed_reads",
+            Family::DroppedMidRead => "dropped_mid_read",
+            Family::RanksThatLeave => "ranks_that_leave",
         }
     }
 
@@ -127,9 +147,33 @@ impl Families {
         Families(self.0 & !(1 << family as u32))
     }
 
+    /// The families in both sets.
+    pub fn intersect(self, other: Families) -> Self {
+        Families(self.0 & other.0)
+    }
+
     /// Whether `family` is in the set.
     pub fn has(self, family: Family) -> bool {
         self.0 & 1 << family as u32 != 0
+    }
+
+    /// The families `spec` names: `default` (which is `default` here), `all`, names, and `+name` /
+    /// `-name` edits, comma-separated, applied left to right (`HAL_FUZZ_FAMILIES`' syntax). An
+    /// unknown name is an error naming it.
+    pub fn parse(spec: &str, default: Families) -> Result<Families, String> {
+        let mut set = Families::default();
+        for word in spec.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            let family = |name: &str| Family::parse(name).ok_or_else(|| format!("unknown fuzz family {name:?}"));
+            set = match word {
+                "default" => default,
+                "all" => Families::all(),
+                _ => match word.strip_prefix('-') {
+                    Some(name) => set.without(family(name)?),
+                    None => set.with(family(word.strip_prefix('+').unwrap_or(word))?),
+                },
+            };
+        }
+        Ok(set)
     }
 
     /// The names, comma-separated.
@@ -229,6 +273,82 @@ pub enum Scenario {
     /// A host call sleeps `sleep_ms`; a barrier behind it signals `s`; a timed host wait on `s` must
     /// return by its deadline.
     TimeoutDuringHostCall { device: usize, queue: usize, sleep_ms: u64 },
+    /// On a device of its own: a read of known bytes held by `hold`, signalling a device or a host
+    /// semaphore; the device drops with the read held or in flight. The readback must fail with
+    /// the status its signal semaphore carries, or hold the bytes if the read ran.
+    DroppedMidRead { queue: usize, hold: ReadHold, host_signal: bool, offset: u64, length: u64 },
+    /// On two devices of their own, ranks 0 and 1 of one channel: rank `leaver` drops its channel
+    /// and its device without submitting (before the other rank submits its all-reduce, or
+    /// `delay_us` after), the channel first or the device first. The other's all-reduce must fail
+    /// within a bound, its status naming rank `leaver`.
+    RankLeaves { leaver: usize, before_submit: bool, device_first: bool, delay_us: u64 },
+}
+
+/// What holds the read of [`Scenario::DroppedMidRead`] when its device drops.
+#[derive(Clone, Copy, Debug)]
+pub enum ReadHold {
+    /// A wait on a host semaphore that is not signalled until after the drop: the read cannot run.
+    HostWait,
+    /// A dispatch of the catalogue's sleep kernel ahead of it on its queue: the read may be in
+    /// flight, or may have run.
+    DeviceWork { sleep_us: u32 },
+    /// A blocking host call that sleeps ahead of it on its queue.
+    HostCall { sleep_us: u64 },
+}
+
+/// What a readback is polled through in [`Step::HostileWaker`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WakerTarget {
+    /// `Semaphore::wait_async(value)`.
+    Semaphore { sem: usize, value: u64 },
+    /// The readback of read node `node`: its `IntoFuture` (`into_future`) or `wait_async`.
+    Read { node: usize, into_future: bool },
+}
+
+/// When a hostile waker panics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanicsWhen {
+    /// When woken.
+    Woken,
+    /// When cloned (so a poll that keeps it panics, in the poller's thread).
+    Cloned,
+    /// When its last clone is dropped (after waking, when woken by value).
+    Dropped,
+}
+
+/// The element type of a [`Step::TypedRead`], by size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    /// `u8`.
+    U8,
+    /// `u16`.
+    U16,
+    /// `[u8; 3]`.
+    Bytes3,
+    /// `u32`.
+    U32,
+    /// `[u8; 5]`.
+    Bytes5,
+    /// `u64`.
+    U64,
+}
+
+impl Element {
+    /// Every element type, smallest first.
+    pub const ALL: [Element; 6] =
+        [Element::U8, Element::U16, Element::Bytes3, Element::U32, Element::Bytes5, Element::U64];
+
+    /// Its size in bytes.
+    pub fn size(self) -> u64 {
+        match self {
+            Element::U8 => 1,
+            Element::U16 => 2,
+            Element::Bytes3 => 3,
+            Element::U32 => 4,
+            Element::Bytes5 => 5,
+            Element::U64 => 8,
+        }
+    }
 }
 
 /// One step of the host thread, in program order.
@@ -246,6 +366,12 @@ pub enum Step {
     PanickingWaker { sem: usize, value: u64 },
     /// A directed scenario.
     Scenario(Scenario),
+    /// Poll a future of `target` with a hostile waker, then another with a counting waker; both are
+    /// kept past the devices' drop, and checked then.
+    HostileWaker { target: WakerTarget, mode: PanicsWhen },
+    /// `wait_as` of read node `node`'s readback as `element`s, without blocking (retried once the
+    /// program settled).
+    TypedRead { node: usize, element: Element },
 }
 
 /// A generated program.
@@ -474,7 +600,78 @@ pub fn generate(seed: u64, families: Families) -> Program {
         steps.insert(at, Step::Scenario(scenario));
     }
     let drop_order = if rng.below(2) == 0 { [0, 1] } else { [1, 0] };
+    // The later families draw from a stream of their own and only add steps, so a program of the
+    // earlier families alone is what it always was.
+    add_later_families(&mut Rng::fork(seed, 1), families, &nodes, &waitable, &mut steps);
     Program { seed, families, sems, nodes, steps, drop_order }
+}
+
+/// Adds the steps of `hostile_wakers`, `typed_reads`, `dropped_mid_read` and `ranks_that_leave`.
+fn add_later_families(
+    rng: &mut Rng,
+    families: Families,
+    nodes: &[Node],
+    waitable: &[(usize, u64)],
+    steps: &mut Vec<Step>,
+) {
+    let has = |f| families.has(f);
+    let modes = [PanicsWhen::Woken, PanicsWhen::Cloned, PanicsWhen::Dropped];
+    // A step about read node `n` goes anywhere after its submission.
+    let after_submit = |rng: &mut Rng, steps: &mut Vec<Step>, n: usize, step: Step| {
+        let submitted = steps.iter().position(|s| matches!(s, Step::Submit(m) if *m == n)).expect("submitted");
+        let at = submitted + 1 + rng.index(steps.len() - submitted);
+        steps.insert(at, step);
+    };
+    for (n, node) in nodes.iter().enumerate() {
+        let Op::Read { length, .. } = node.op else { continue };
+        if has(Family::TypedReads) && rng.below(2) == 0 {
+            // Mostly a size that does not divide the read (the contract under test), at times one
+            // that does (the values must then be the bytes).
+            let (fit, misfit): (Vec<Element>, Vec<Element>) =
+                Element::ALL.into_iter().partition(|e| length % e.size() == 0);
+            let pool = if misfit.is_empty() || rng.below(4) == 0 { fit } else { misfit };
+            let element = pool[rng.index(pool.len())];
+            after_submit(rng, steps, n, Step::TypedRead { node: n, element });
+        }
+        if has(Family::HostileWakers) && rng.below(3) == 0 {
+            let target = WakerTarget::Read { node: n, into_future: rng.below(2) == 0 };
+            let mode = modes[rng.index(modes.len())];
+            after_submit(rng, steps, n, Step::HostileWaker { target, mode });
+        }
+    }
+    if has(Family::HostileWakers) {
+        for _ in 0..1 + rng.below(3) {
+            let (sem, top) = waitable[rng.index(waitable.len())];
+            let target = WakerTarget::Semaphore { sem, value: 1 + rng.below(top) };
+            let mode = modes[rng.index(modes.len())];
+            steps.insert(rng.index(steps.len() + 1), Step::HostileWaker { target, mode });
+        }
+    }
+    if has(Family::DroppedMidRead) {
+        let hold = match rng.below(3) {
+            0 => ReadHold::HostWait,
+            1 => ReadHold::DeviceWork { sleep_us: 500 + rng.below(20_000) as u32 },
+            _ => ReadHold::HostCall { sleep_us: 500 + rng.below(20_000) },
+        };
+        let offset = rng.below(SCRATCH_BYTES / 2);
+        let scenario = Scenario::DroppedMidRead {
+            queue: rng.index(QUEUES),
+            hold,
+            host_signal: rng.below(2) == 0,
+            offset,
+            length: 1 + rng.below(256),
+        };
+        steps.insert(rng.index(steps.len() + 1), Step::Scenario(scenario));
+    }
+    if has(Family::RanksThatLeave) {
+        let scenario = Scenario::RankLeaves {
+            leaver: rng.index(2),
+            before_submit: rng.below(2) == 0,
+            device_first: rng.below(2) == 0,
+            delay_us: rng.below(5_000),
+        };
+        steps.insert(rng.index(steps.len() + 1), Step::Scenario(scenario));
+    }
 }
 
 /// Picks an operation for a node on (`device`, `queue`); a dealloca adds its wait on the alloca.
