@@ -292,12 +292,8 @@ impl NcclChannel {
     fn abandoned(&self, call: &CollectiveCall, status: Error) {
         let status = status.context(format!("rank {}'s {call} did not run", self.rank));
         tracing::error!(%status, "cuda: aborting the channel's NCCL communicators in this process");
-        let peers: Vec<Arc<NcclChannel>> = live()
-            .channels
-            .iter()
-            .filter(|(id, _)| *id == self.id)
-            .filter_map(|(_, weak)| weak.upgrade())
-            .collect();
+        let peers: Vec<Arc<NcclChannel>> =
+            live().channels.iter().filter(|(id, _)| *id == self.id).filter_map(|(_, weak)| weak.upgrade()).collect();
         for peer in peers {
             peer.abort(&status);
         }
@@ -319,12 +315,8 @@ impl NcclChannel {
                 ChannelId::from_bytes(&self.id).map(|id| format!("{id:?}")).unwrap_or_default()
             ));
             live.departures.push(Departure { id: self.id, after, status: status.clone() });
-            let peers: Vec<Arc<NcclChannel>> = live
-                .channels
-                .iter()
-                .filter(|(id, _)| *id == self.id)
-                .filter_map(|(_, weak)| weak.upgrade())
-                .collect();
+            let peers: Vec<Arc<NcclChannel>> =
+                live.channels.iter().filter(|(id, _)| *id == self.id).filter_map(|(_, weak)| weak.upgrade()).collect();
             (peers, after, status)
         };
         // A peer that counted a collective past `after` did so before the departure was recorded

@@ -60,6 +60,8 @@ struct Shared {
     /// The read's waits and signals: the first failure among them is the readback's when the read
     /// never ran (a failed wait is why it did not run; a signal carries whatever failed it).
     causes: SmallVec<[SemaphoreValue; 2]>,
+    /// Where the signals start in `causes`.
+    first_signal: usize,
 }
 
 enum State {
@@ -85,6 +87,7 @@ impl Readback {
             what,
             length,
             causes: waits.iter().chain(signals).cloned().collect(),
+            first_signal: waits.len(),
         });
         (Readback { shared: shared.clone() }, ReadTarget { shared })
     }
@@ -228,9 +231,13 @@ impl ReadTarget {
         }
     }
 
-    /// Fails the readback with `status` (the status its signals get), unless it is decided.
+    /// Fails the readback with the status its signals get, unless it is decided: `status`, or the
+    /// failure a signal semaphore holds already (a failure is for good, so that is what the
+    /// signal's waiters see).
     pub(crate) fn fail(&self, status: &Error) {
-        self.shared.decide(State::Failed(status.clone().context(&self.shared.what)));
+        let signals = &self.shared.causes[self.shared.first_signal..];
+        let status = signals.iter().find_map(|s| s.semaphore.query().err()).unwrap_or_else(|| status.clone());
+        self.shared.decide(State::Failed(status.context(&self.shared.what)));
     }
 }
 

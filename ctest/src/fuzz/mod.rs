@@ -47,12 +47,8 @@ use model::Prediction;
 use program::Program;
 use run::{Run, RunSettings};
 
-/// Families switched off by default while a known bug makes them fail; enable one with
-/// `HAL_FUZZ_FAMILIES=default,+<name>`. Each waits for a fix on its own branch:
-/// `hostile_wakers` (a readback wakes its wakers on the driver's thread without containing a
-/// panic), `typed_reads` (`wait_as` takes the bytes before it checks their length),
-/// `dropped_mid_read` (a read dropped with its device fails `Aborted` before its signals fail
-/// `Cancelled`), `ranks_that_leave` (cpu-sim leaves a collective waiting for a rank that left).
+/// Families switched off by default while a known bug makes them fail (none now); enable one with
+/// `HAL_FUZZ_FAMILIES=default,+<name>`.
 pub const DISABLED_PENDING_FIXES: &[Family] = &[];
 
 /// Programs a run makes without `HAL_FUZZ_SEEDS`, `HAL_FUZZ_SECONDS` or `HAL_FUZZ_SEED`.

@@ -545,16 +545,24 @@ impl<'p> Run<'p> {
         let fits = length % element.size() == 0;
         match wait_as(&readback, element, timeout) {
             Err(e) if e.code() == StatusCode::DeadlineExceeded => self.typed_reads_left.push((at, node, element)),
-            Err(e) if e.code() == StatusCode::InvalidArgument && !fits => {
-                let following = readback.wait(Timeout::Immediate);
-                if !following.as_ref().is_ok_and(|b| b.len() as u64 == length) {
-                    self.violations.push(format!(
-                        "{what}: {e}; the wait() that follows should still give the {length} bytes, it gave \
-                         {following:?}"
-                    ));
+            // Refused at once, read or not: the bytes, or the read's failure, stay for a plain wait.
+            Err(e) if e.code() == StatusCode::InvalidArgument && !fits => match readback.wait(timeout) {
+                Err(f) if f.code() == StatusCode::DeadlineExceeded => {}
+                Ok(bytes) if bytes.len() as u64 == length => self.read_outcomes[node] = Some(Ok(bytes)),
+                Err(f)
+                    if f.code() != StatusCode::FailedPrecondition
+                        && self.prediction.nodes[node].after_drop().may_fail_with(f.code()) =>
+                {
+                    self.read_outcomes[node] = Some(Err(f));
                 }
-                self.read_outcomes[node] = Some(following);
-            }
+                following => {
+                    self.violations.push(format!(
+                        "{what}: {e}; the wait() that follows should still give the {length} bytes (or the \
+                         read's failure), it gave {following:?}"
+                    ));
+                    self.read_outcomes[node] = Some(following);
+                }
+            },
             Ok(bytes) if fits && bytes.len() as u64 == length => self.read_outcomes[node] = Some(Ok(bytes)),
             Ok(bytes) => {
                 self.violations.push(format!("{what}: gave {} bytes of values", bytes.len()));
