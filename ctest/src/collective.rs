@@ -352,9 +352,6 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
     }
-    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
-        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
-    }
     if cx.fixture().channel_dies_on_abandon() {
         cx.note("the channel dies with the abandoned collective: the next one must fail, not hang");
     }
@@ -419,9 +416,6 @@ fn a_rank_that_leaves(cx: &Cx, leaving: Leaving) -> CaseResult {
     let counts = rank_counts(cx, 2);
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
-    }
-    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
-        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
     }
     let sum =
         |b: &Buffer| CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4).send(b).recv(b);
@@ -828,9 +822,6 @@ pub(crate) fn command_buffer_collective_abandoned_fails_every_rank(cx: &Cx) -> C
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
     }
-    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
-        return Err(CaseError::Skip(format!("the driver cannot release the other ranks: {reason}")));
-    }
     let dies = cx.fixture().channel_dies_on_abandon();
     if dies {
         cx.note("the channel dies with the abandoned collectives: the next execute must fail, not hang");
@@ -866,7 +857,10 @@ pub(crate) fn command_buffer_collective_abandoned_fails_every_rank(cx: &Cx) -> C
             ensure!(e.message().contains("the gate's producer was lost"), "{ranks} ranks, rank {r}: {e}");
             ensure!(r == 1 || e.message().contains("rank 1"), "{ranks} ranks, rank {r}: names no rank: {e}");
         }
-        for (r, out) in outs.iter().enumerate() {
+        // Where abandoning aborts the collectives in flight (the channel dies), the stream goes on
+        // past them: the commands after them may run, on whatever the aborted collective left. The
+        // rank whose execute did not run never copies.
+        for (r, out) in outs.iter().enumerate().filter(|&(r, _)| r == 1 || !dies) {
             ensure_eq!(cx.bytes(out)?, [0; 16], "{ranks} ranks, rank {r}: the copy after a failed collective ran");
         }
         let again = per_rank(ranks, |r| {

@@ -38,8 +38,6 @@ pub struct Fixture {
     unavailable: Option<String>,
     /// How many ranks of one channel its devices can be (see [`Fixture::with_max_ranks`]).
     max_ranks: usize,
-    /// Why a rank's abandoned collective leaves the other ranks waiting, if it does.
-    abandon_blocks_peers: Option<String>,
     /// Whether a channel is dead once one of its collectives was abandoned (NCCL aborts it).
     channel_dies_on_abandon: bool,
 }
@@ -63,7 +61,6 @@ impl Fixture {
             fault_marker: None,
             unavailable: None,
             max_ranks: usize::MAX,
-            abandon_blocks_peers: None,
             channel_dies_on_abandon: false,
         }
     }
@@ -84,7 +81,6 @@ impl Fixture {
             fault_marker: None,
             unavailable: None,
             max_ranks: usize::MAX,
-            abandon_blocks_peers: None,
             channel_dies_on_abandon: false,
         }
     }
@@ -173,18 +169,6 @@ impl Fixture {
     pub fn with_max_ranks(mut self, ranks: usize) -> Self {
         self.max_ranks = ranks;
         self
-    }
-
-    /// Says that when one rank's collective does not run, the driver cannot release the other
-    /// ranks (`reason` says why): the case that checks it is skipped with the reason.
-    pub fn with_abandon_blocking_peers(mut self, reason: impl Into<String>) -> Self {
-        self.abandon_blocks_peers = Some(reason.into());
-        self
-    }
-
-    /// Why an abandoned collective leaves the other ranks waiting, if it does.
-    pub fn abandon_blocks_peers(&self) -> Option<&str> {
-        self.abandon_blocks_peers.as_deref()
     }
 
     /// Says that a channel is dead once one of its collectives was abandoned (every later

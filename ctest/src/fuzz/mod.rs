@@ -71,8 +71,6 @@ pub fn unsupported_families(fixture: &Fixture) -> Vec<(Family, String)> {
                 fixture.max_ranks()
             ),
         ));
-    } else if let Some(reason) = fixture.abandon_blocks_peers() {
-        unsupported.push((Family::RanksThatLeave, format!("the driver cannot release the other ranks: {reason}")));
     }
     unsupported
 }
