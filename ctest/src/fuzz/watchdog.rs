@@ -82,20 +82,28 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(not a string)".to_string())
 }
 
-/// Threads of this process now (0 where `/proc` is missing: the check then holds trivially).
+/// The HAL's and its drivers' threads in this process now, by the names they give their threads
+/// (`hal-...`, `cpu-sim-...`): a driver library's own threads (CUDA starts one the first time a
+/// host function runs, say) are not the HAL's to stop. 0 where `/proc` is missing: the check then
+/// holds trivially.
 pub(crate) fn threads_now() -> usize {
-    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+    hal_thread_names().len()
 }
 
-/// The names of this process's threads, sorted.
+/// The names of the HAL's threads in this process (see [`threads_now`]), sorted.
 pub(crate) fn thread_names() -> String {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return String::new() };
+    hal_thread_names().join(", ")
+}
+
+fn hal_thread_names() -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
     let mut names: Vec<String> = tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .map(|n| n.trim().to_string())
+        .filter(|n| n.starts_with("hal-") || n.starts_with("cpu-sim-"))
         .collect();
     names.sort();
-    names.join(", ")
+    names
 }
 
 /// Polls `done` until it holds or [`SETTLE`] passes.
