@@ -54,11 +54,26 @@ fn setup() -> Option<(Fixture, FuzzOptions)> {
             .with_fault_marker("CUDA_ERROR_")
             .with_max_ranks(1);
     let warm = fixture.create_device().unwrap_or_else(|e| panic!("cuda device 0: {e}"));
+    let mut sleep = None;
     for kernel in [Kernel::FillU32, Kernel::Sleep] {
-        if let Err(e) = ctest::kernels::load(fixture.catalogue(), &warm, kernel) {
-            panic!("loading ctest's {kernel:?} kernel: {e}");
+        match ctest::kernels::load(fixture.catalogue(), &warm, kernel) {
+            Ok(executable) => sleep = Some(executable),
+            Err(e) => panic!("loading ctest's {kernel:?} kernel: {e}"),
         }
     }
+    // A 20 ms kernel waited on through the device's queue, so that in host-callback mode CUDA has
+    // started the thread that runs host functions: it lives as long as the process, and takes the
+    // name of the thread that first launched one (a completion thread's).
+    let warm_up = || -> hal::Result<()> {
+        let sleep = sleep.as_ref().ok_or_else(|| hal::Error::internal("no sleep kernel"))?;
+        let commands = warm.create_command_buffer(hal::CommandBufferMode::OneShot)?;
+        commands.dispatch(sleep, 0, [1, 1, 1], &[20_000], &[])?;
+        commands.end()?;
+        let done = warm.create_semaphore(0)?;
+        warm.queue(0)?.execute(&[], &commands, &[hal::SemaphoreValue::new(&done, 1)])?;
+        done.wait(1, hal::Timeout::After(std::time::Duration::from_secs(10)))
+    };
+    warm_up().unwrap_or_else(|e| panic!("warming up: {e}"));
     drop(warm);
     let options =
         FuzzOptions::new(&fixture, REPLAY).with_slack(CUDA_SLACK).from_env().unwrap_or_else(|e| panic!("{e}"));

@@ -700,6 +700,11 @@ impl<'p> Run<'p> {
     fn check_after_drop(&mut self) {
         let baseline = self.threads_before;
         if self.settings.check_threads && !eventually(|| threads_now() <= baseline) {
+            // A debugger can look at the threads left while this waits (`HAL_FUZZ_PAUSE_SECONDS`).
+            if let Some(seconds) = std::env::var("HAL_FUZZ_PAUSE_SECONDS").ok().and_then(|s| s.parse().ok()) {
+                eprintln!("fuzz: paused {seconds} s with threads left: {}", thread_names());
+                std::thread::sleep(Duration::from_secs(seconds));
+            }
             self.violations.push(format!(
                 "threads left after the devices dropped: {} before, {} now ({})",
                 baseline,

@@ -83,9 +83,10 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The HAL's and its drivers' threads in this process now, by the names they give their threads
-/// (`hal-...`, `cpu-sim-...`): a driver library's own threads (CUDA starts one the first time a
-/// host function runs, say) are not the HAL's to stop. 0 where `/proc` is missing: the check then
-/// holds trivially.
+/// (`hal-...`, `cpu-sim-...`): a driver library's own threads are not the HAL's to stop. (One that
+/// a HAL thread starts takes that thread's name, as CUDA's host-function thread does; the CUDA
+/// fuzz starts it before the first count.) 0 where `/proc` is missing: the check then holds
+/// trivially.
 pub(crate) fn threads_now() -> usize {
     hal_thread_names().len()
 }
