@@ -31,21 +31,7 @@ pub(crate) enum Message {
 pub(crate) const JOIN_LENGTH: u64 = 1 + 8 + ChannelId::LEN as u64 + 8 + 8;
 
 /// Every status code, to rebuild an error from its name.
-const CODES: [StatusCode; 13] = [
-    StatusCode::InvalidArgument,
-    StatusCode::OutOfRange,
-    StatusCode::FailedPrecondition,
-    StatusCode::DeadlineExceeded,
-    StatusCode::Aborted,
-    StatusCode::Cancelled,
-    StatusCode::ResourceExhausted,
-    StatusCode::Unavailable,
-    StatusCode::Unimplemented,
-    StatusCode::Internal,
-    StatusCode::DataLoss,
-    StatusCode::NotFound,
-    StatusCode::PermissionDenied,
-];
+const CODES: [StatusCode; 13] = StatusCode::ALL;
 
 const REDUCE_OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
 

@@ -38,6 +38,23 @@ pub enum StatusCode {
 }
 
 impl StatusCode {
+    /// Every status code, in declaration order (to rebuild one from its name or number, say).
+    pub const ALL: [StatusCode; 13] = [
+        StatusCode::InvalidArgument,
+        StatusCode::OutOfRange,
+        StatusCode::FailedPrecondition,
+        StatusCode::DeadlineExceeded,
+        StatusCode::Aborted,
+        StatusCode::Cancelled,
+        StatusCode::ResourceExhausted,
+        StatusCode::Unavailable,
+        StatusCode::Unimplemented,
+        StatusCode::Internal,
+        StatusCode::DataLoss,
+        StatusCode::NotFound,
+        StatusCode::PermissionDenied,
+    ];
+
     /// The canonical upper-case name, as IREE prints it.
     pub fn as_str(self) -> &'static str {
         match self {
