@@ -7,14 +7,15 @@ use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
 use hal::{
-    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, ResourceUsage,
-    Result, Semaphore, SemaphoreValue,
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
+    ResourceUsage, Result, Semaphore, SemaphoreValue,
 };
 
 use crate::command_exec::CpuPreparedCommands;
 use crate::executable::{MAX_WORKGROUP_COUNT, MAX_WORKGROUP_SIZE, MAX_WORKGROUP_THREADS, NativeExecutable};
 use crate::memory::{HostMemory, MemoryBudget};
 use crate::stream::CpuStreams;
+use crate::stream_rules::{PanicOnBrokenRules, RULE_BREAKS_POOL};
 use crate::workgroup_pool::WorkgroupPool;
 
 /// How to build a cpu-sim device.
@@ -87,23 +88,28 @@ pub struct CpuDevice {
     id: DeviceId,
     info: DeviceInfo,
     budget: Arc<MemoryBudget>,
-    // Dropped first: drains the streams while memory and executables are still alive.
     scheduler: Scheduler<CpuStreams>,
     // After the drain: the channels' ranks leave, failing what their peers wait for.
     channels: crate::collective::DeviceChannels,
+    /// Declared after the scheduler, so it drops after it: a stream destroyed with work in flight
+    /// as the scheduler drops is seen too (see `stream_rules`).
+    rules: PanicOnBrokenRules,
 }
 
 impl CpuDevice {
     /// Starts a device: its workgroup pool, one stream and completion thread per queue.
     pub fn new(id: DeviceId, options: &CpuSimOptions) -> Result<Self> {
         let pool = Arc::new(WorkgroupPool::with_threads(resolved_threads(options))?);
-        let scheduler = Scheduler::new(id, CpuStreams::new(pool), options.queue_count)?;
+        let streams = CpuStreams::new(pool);
+        let rules = PanicOnBrokenRules::new(id, streams.rule_log().clone());
+        let scheduler = Scheduler::new(id, streams, options.queue_count)?;
         Ok(CpuDevice {
             id,
             info: device_info(options),
             budget: Arc::new(MemoryBudget::with_limit(options.memory_limit)),
             scheduler,
             channels: Default::default(),
+            rules,
         })
     }
 }
@@ -185,12 +191,19 @@ impl DeviceBackend for CpuDevice {
         self.scheduler.end_profiling()
     }
 
+    /// The scheduler's report, then the stream-model rules broken on this device, if any.
     fn report(&self) -> String {
-        self.scheduler.report()
+        let broken = self.rules.log().describe();
+        let report = self.scheduler.report();
+        if broken.is_empty() { report } else { format!("{report}\n{broken}") }
     }
 
+    /// The scheduler's pools, then the broken stream-model rules as a pool that is never idle again
+    /// once one broke (so a leak check fails; see `stream_rules`).
     fn resource_usage(&self) -> ResourceUsage {
         let mut usage = self.scheduler.resource_usage();
+        let broken = self.rules.log().count();
+        usage.pools.push(PoolUsage::new(RULE_BREAKS_POOL, broken, broken));
         usage.memory_in_use = self.budget.in_use();
         usage
     }
@@ -199,5 +212,39 @@ impl DeviceBackend for CpuDevice {
 impl std::fmt::Debug for CpuDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CpuDevice({})", self.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream_rules::StreamRule;
+
+    /// A broken stream-model rule leaves the device never idle again (the CTS leak check fails the
+    /// case), is named in its report, and in debug builds makes dropping the device panic.
+    #[test]
+    fn a_broken_stream_model_rule_shows_in_the_pools_and_the_report_and_fails_the_drop() {
+        let options = CpuSimOptions { queue_count: 1, workgroup_threads: 1, ..CpuSimOptions::default() };
+        let device = CpuDevice::new(DeviceId::next(), &options).unwrap();
+        let rule_pool = |device: &CpuDevice| {
+            let usage = device.resource_usage();
+            usage.pools.iter().find(|p| p.name == RULE_BREAKS_POOL).map(|p| (p.in_use, p.created)).unwrap()
+        };
+        assert_eq!(rule_pool(&device), (0, 0));
+        assert!(device.resource_usage().is_idle());
+        assert!(!device.report().contains("stream-model"), "{}", device.report());
+        device.rules.log().broken(StreamRule::DropWithWorkInFlight, "stream 9 (queue 0) destroyed".into());
+        assert_eq!(rule_pool(&device), (1, 1));
+        assert!(!device.resource_usage().is_idle());
+        let report = device.report();
+        assert!(
+            report.ends_with(
+                "cpu-sim stream-model rules broken 1 time(s):\n  cpu-sim stream-model rule broken (no stream \
+                 destroyed with work in flight): stream 9 (queue 0) destroyed"
+            ),
+            "{report}"
+        );
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(device)));
+        assert_eq!(dropped.is_err(), cfg!(debug_assertions), "the drop panics in debug builds only");
     }
 }

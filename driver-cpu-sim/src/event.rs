@@ -1,8 +1,10 @@
 //! cpu-sim events: a completion point with CUDA's semantics. Each record bumps the event's epoch and
 //! queues a marker on the stream; the stream's worker marks the epoch complete when it gets there. A
-//! wait or synchronize targets the latest epoch recorded at the time of the call.
+//! wait or synchronize targets the latest epoch recorded at the time of the call. An event also
+//! counts the stream waits enqueued on it that have not run, so a record can tell whether it breaks
+//! the stream model's rules (see `stream_rules`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -11,18 +13,26 @@ use std::time::{Duration, Instant};
 /// stencil; watching (politely, yielding the core) catches the event as it completes.
 const WATCH: Duration = Duration::from_micros(200);
 
+/// Numbers events for messages (0 is never used).
+static NEXT_EVENT: AtomicU64 = AtomicU64::new(1);
+
 /// A cpu-sim event. Cheap to clone; clones are the same event.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct CpuEvent {
     pub(crate) inner: Arc<EventState>,
 }
 
-#[derive(Default)]
 pub(crate) struct EventState {
+    /// Process-unique, for messages.
+    id: u64,
     epochs: Mutex<Epochs>,
     completed: Condvar,
     /// `Epochs::completed`, readable without the lock (for watching waiters).
     completed_epoch: AtomicU64,
+    /// Stream waits enqueued on a record of this event that their stream has not run yet:
+    /// incremented under the `epochs` lock when one is enqueued, decremented by the stream worker
+    /// once it is past the wait (without the lock).
+    pending_waits: AtomicUsize,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -34,20 +44,92 @@ struct Epochs {
     recorded_on: usize,
     /// Threads blocked in `wait_for`: `complete` notifies (a system call) only when there are some.
     waiters: usize,
+    /// The latest epoch a stream wait was enqueued on (0: none), for messages.
+    waited: u64,
+}
+
+/// What a new record of an event replaced: what the stream model's rules ask of it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NewRecord {
+    /// The epoch of the new record.
+    pub(crate) epoch: u64,
+    /// The previous record had not completed.
+    pub(crate) previous_running: bool,
+    /// Stream waits enqueued on earlier records that have not run yet.
+    pub(crate) pending_waits: usize,
+    /// The latest epoch a stream wait was enqueued on.
+    pub(crate) waited: u64,
+}
+
+impl NewRecord {
+    /// Whether the record breaks a rule (the rare path).
+    pub(crate) fn breaks_rules(&self) -> bool {
+        self.previous_running || self.pending_waits > 0
+    }
+}
+
+/// What a stream wait on an event has to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitTarget {
+    /// The event was never recorded: nothing (CUDA's rule, and a broken stream-model rule).
+    NeverRecorded,
+    /// Its latest record was on the waiting stream itself: nothing, the stream runs in order.
+    SameStream,
+    /// Wait for this epoch (counted in `pending_waits` until the stream calls `wait_passed`).
+    Epoch(u64),
 }
 
 impl EventState {
+    fn new() -> Self {
+        EventState {
+            id: NEXT_EVENT.fetch_add(1, Ordering::Relaxed),
+            epochs: Mutex::default(),
+            completed: Condvar::new(),
+            completed_epoch: AtomicU64::new(0),
+            pending_waits: AtomicUsize::new(0),
+        }
+    }
+
+    /// The event's number, for messages.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
     fn epochs(&self) -> MutexGuard<'_, Epochs> {
         self.epochs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a new capture; the stream completes it when it reaches the returned epoch's marker.
-    /// `stream` is the recording stream's id (non-zero, see `recorded_on`).
-    pub(crate) fn begin_record(&self, stream: usize) -> u64 {
+    /// Starts a new capture; the stream completes it when it reaches the new record's epoch's
+    /// marker. `stream` is the recording stream's id (non-zero, see `recorded_on`).
+    pub(crate) fn begin_record(&self, stream: usize) -> NewRecord {
         let mut epochs = self.epochs();
+        let previous_running = epochs.completed < epochs.recorded;
+        // Acquire: a stream that passed its wait decremented before it ran anything after the wait,
+        // so a record ordered after that work sees the decrement.
+        let pending_waits = self.pending_waits.load(Ordering::Acquire);
         epochs.recorded += 1;
         epochs.recorded_on = stream;
-        epochs.recorded
+        NewRecord { epoch: epochs.recorded, previous_running, pending_waits, waited: epochs.waited }
+    }
+
+    /// What a wait by stream `stream` (its id) has to wait for; an epoch to wait for is counted as a
+    /// pending wait from now on.
+    pub(crate) fn begin_wait(&self, stream: usize) -> WaitTarget {
+        let mut epochs = self.epochs();
+        if epochs.recorded == 0 {
+            WaitTarget::NeverRecorded
+        } else if epochs.recorded_on == stream {
+            WaitTarget::SameStream
+        } else {
+            self.pending_waits.fetch_add(1, Ordering::Relaxed);
+            epochs.waited = epochs.recorded;
+            WaitTarget::Epoch(epochs.recorded)
+        }
+    }
+
+    /// A stream is past a wait that [`begin_wait`](Self::begin_wait) counted.
+    pub(crate) fn wait_passed(&self) {
+        self.pending_waits.fetch_sub(1, Ordering::Release);
     }
 
     /// The stream reached the marker of `epoch`.
@@ -123,7 +205,13 @@ impl EventState {
 impl CpuEvent {
     /// A new, never-recorded event.
     pub fn new() -> Self {
-        CpuEvent::default()
+        CpuEvent { inner: Arc::new(EventState::new()) }
+    }
+}
+
+impl Default for CpuEvent {
+    fn default() -> Self {
+        CpuEvent::new()
     }
 }
 
@@ -135,8 +223,8 @@ mod tests {
     fn epochs_follow_cuda_semantics() {
         let event = CpuEvent::new();
         assert!(event.inner.is_complete(), "never recorded counts as complete");
-        let first = event.inner.begin_record(1);
-        let second = event.inner.begin_record(1);
+        let first = event.inner.begin_record(1).epoch;
+        let second = event.inner.begin_record(1).epoch;
         assert!(!event.inner.is_complete());
         event.inner.complete(first);
         assert!(!event.inner.is_complete(), "only the latest capture counts");
@@ -145,13 +233,35 @@ mod tests {
         event.inner.wait_for(second);
     }
 
+    /// A record says what it replaced: a record still running, stream waits not run yet (counted
+    /// only for waits by another stream than the recording one), and the epoch they wait on.
+    #[test]
+    fn a_record_reports_the_running_record_and_the_pending_waits_it_replaces() {
+        let event = CpuEvent::new();
+        assert_eq!(event.inner.begin_wait(5), WaitTarget::NeverRecorded);
+        let first = event.inner.begin_record(1);
+        assert!(!first.breaks_rules(), "the first record replaces nothing: {first:?}");
+        assert_eq!(event.inner.begin_wait(1), WaitTarget::SameStream, "the recording stream is in order anyway");
+        assert_eq!(event.inner.begin_wait(2), WaitTarget::Epoch(first.epoch));
+        assert_eq!(event.inner.begin_wait(3), WaitTarget::Epoch(first.epoch));
+        let second = event.inner.begin_record(1);
+        assert!(second.previous_running && second.breaks_rules());
+        assert_eq!((second.pending_waits, second.waited), (2, first.epoch));
+        event.inner.complete(second.epoch);
+        event.inner.wait_passed();
+        event.inner.wait_passed();
+        let third = event.inner.begin_record(1);
+        assert!(!third.breaks_rules(), "completed, and both waits passed: {third:?}");
+        assert_ne!(CpuEvent::new().inner.id(), event.inner.id(), "events are numbered apart");
+    }
+
     /// A stream worker's wait returns once the event completes, whether that happens while it
     /// watches or after it went to sleep (and the sleeper is counted, so `complete` wakes it).
     #[test]
     fn a_watching_waiter_sees_completion_while_watching_and_after_sleeping() {
         for delay in [std::time::Duration::ZERO, WATCH * 20] {
             let event = CpuEvent::new();
-            let epoch = event.inner.begin_record(3);
+            let epoch = event.inner.begin_record(3).epoch;
             let (done, finished) = std::sync::mpsc::channel();
             let waiter = {
                 let event = event.clone();
@@ -179,7 +289,7 @@ mod tests {
     #[test]
     fn a_waiter_blocked_before_completion_is_woken() {
         let event = CpuEvent::new();
-        let epoch = event.inner.begin_record(7);
+        let epoch = event.inner.begin_record(7).epoch;
         assert_eq!(event.inner.latest(), (epoch, 7));
         let (done, woken) = std::sync::mpsc::channel();
         let waiter = {

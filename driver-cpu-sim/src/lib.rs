@@ -32,6 +32,7 @@ pub mod event;
 pub mod executable;
 pub mod memory;
 pub mod stream;
+pub mod stream_rules;
 pub mod workgroup_pool;
 
 use std::sync::Arc;

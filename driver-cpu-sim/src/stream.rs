@@ -1,7 +1,9 @@
 //! cpu-sim streams: one worker thread per stream running a FIFO of work, event markers and
 //! event waits, in order, as a GPU stream does. Dispatches fan out over the device's workgroup pool.
+//! The model checks the stream model's rules as it goes (see `stream_rules`).
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -13,21 +15,55 @@ use hal::{Error, Result};
 
 use crate::collective::CpuChannel;
 use crate::command_exec::{CancelSignal, DispatchTimes, execute_command, execute_timed, read_buffer, write_buffer};
-use crate::event::{CpuEvent, EventState};
+use crate::event::{CpuEvent, EventState, NewRecord, WaitTarget};
 use crate::memory::{commit_buffer, release_buffer};
+use crate::stream_rules::{RuleLog, StreamRule};
 use crate::workgroup_pool::WorkgroupPool;
 
 /// The cpu-sim stream model: streams are worker threads, events are completion points.
 pub struct CpuStreams {
     pool: Arc<WorkgroupPool>,
+    /// Where its calls, and its streams when dropped, record broken stream-model rules.
+    rules: Arc<RuleLog>,
 }
 
 impl CpuStreams {
     /// Streams whose dispatches run on `pool`.
     pub fn new(pool: Arc<WorkgroupPool>) -> Self {
-        CpuStreams { pool }
+        CpuStreams { pool, rules: RuleLog::new() }
+    }
+
+    /// The stream-model rules its callers broke so far (see `stream_rules`).
+    pub fn rule_log(&self) -> &Arc<RuleLog> {
+        &self.rules
+    }
+
+    /// Records the rules a record of `event` on `stream` broke (see [`NewRecord::breaks_rules`]).
+    #[cold]
+    fn record_broke_rules(&self, event: &EventState, stream: &CpuStream, record: NewRecord) {
+        let (id, epoch) = (event.id(), record.epoch);
+        let on = stream.shared.describe();
+        if record.pending_waits > 0 {
+            self.rules.broken(
+                StreamRule::RecordUnderPendingWait,
+                format!(
+                    "event {id} recorded again (epoch {epoch}) on {on} while {} stream wait(s) enqueued on its \
+                     epoch {} or earlier had not run: they may observe the new record",
+                    record.pending_waits, record.waited
+                ),
+            );
+        }
+        if record.previous_running {
+            self.rules.broken(
+                StreamRule::RecordBeforeCompletion,
+                format!("event {id} recorded again (epoch {epoch}) on {on} before its epoch {} completed", epoch - 1),
+            );
+        }
     }
 }
+
+/// Numbers streams for messages.
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
 /// One in-order stream and its worker thread; dropping it drains the FIFO and joins the worker.
 pub struct CpuStream {
@@ -38,6 +74,14 @@ pub struct CpuStream {
 struct StreamShared {
     items: Mutex<VecDeque<Item>>,
     more: Condvar,
+    /// Items pushed and not finished yet (the one the worker runs included). A record counts as
+    /// finished just before it completes its event, so whoever sees the completion sees the count.
+    unfinished: AtomicUsize,
+    /// The model's log, for a drop that breaks a rule.
+    rules: Arc<RuleLog>,
+    /// Process-unique, for messages.
+    serial: u64,
+    queue: usize,
 }
 
 enum Item {
@@ -52,7 +96,18 @@ impl StreamShared {
         self.items.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// "stream 3 (queue 1)", for messages.
+    fn describe(&self) -> String {
+        format!("stream {} (queue {})", self.serial, self.queue)
+    }
+
+    /// The worker finished an item (see `unfinished`).
+    fn finished(&self) {
+        self.unfinished.fetch_sub(1, Ordering::Release);
+    }
+
     fn push(&self, item: Item) {
+        self.unfinished.fetch_add(1, Ordering::Relaxed);
         let mut items = self.items();
         // The worker sleeps on `more` only when it found the FIFO empty: only the push that ends an
         // empty stretch needs the notify (a system call). Workers do not watch for work before they
@@ -73,8 +128,15 @@ impl CpuStream {
         Arc::as_ptr(&self.shared) as usize
     }
 
-    fn start(queue: usize, pool: Arc<WorkgroupPool>) -> Result<Self> {
-        let shared = Arc::new(StreamShared { items: Mutex::new(VecDeque::new()), more: Condvar::new() });
+    fn start(queue: usize, pool: Arc<WorkgroupPool>, rules: Arc<RuleLog>) -> Result<Self> {
+        let shared = Arc::new(StreamShared {
+            items: Mutex::new(VecDeque::new()),
+            more: Condvar::new(),
+            unfinished: AtomicUsize::new(0),
+            rules,
+            serial: NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
+            queue,
+        });
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new()
             .name(format!("cpu-sim-stream-{queue}"))
@@ -86,12 +148,25 @@ impl CpuStream {
 
 impl Drop for CpuStream {
     fn drop(&mut self) {
-        // Drain: the worker finishes everything queued before `Stop`.
-        self.shared.push(Item::Stop);
         // The worker itself may drop the last handle to its device (it ran work holding the last
-        // reference): it then stops at `Stop` on its own and must not join itself.
-        if let Some(worker) = self.worker.take()
-            && worker.thread().id() != std::thread::current().id()
+        // reference): it is inside an item then, stops at `Stop` on its own and must not join itself.
+        let worker = self.worker.take().filter(|w| w.thread().id() != std::thread::current().id());
+        // Acquire: pairs with `finished`, so work whose completion the dropping thread saw counts
+        // as run.
+        let unfinished = self.shared.unfinished.load(Ordering::Acquire);
+        if worker.is_some() && unfinished > 0 {
+            self.shared.rules.broken(
+                StreamRule::DropWithWorkInFlight,
+                format!(
+                    "{} destroyed with {unfinished} item(s) enqueued and not yet run (work, event records or \
+                     stream waits)",
+                    self.shared.describe()
+                ),
+            );
+        }
+        // Drain anyway: the worker finishes everything queued before `Stop`.
+        self.shared.push(Item::Stop);
+        if let Some(worker) = worker
             && worker.join().is_err()
         {
             tracing::error!("cpu-sim stream worker panicked");
@@ -130,9 +205,17 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
                         }
                     }
                 }
+                shared.finished();
             }
-            Item::Record(event, epoch) => event.complete(epoch),
-            Item::Wait(event, epoch) => event.watch_then_wait_for(epoch),
+            Item::Record(event, epoch) => {
+                shared.finished();
+                event.complete(epoch);
+            }
+            Item::Wait(event, epoch) => {
+                event.watch_then_wait_for(epoch);
+                event.wait_passed();
+                shared.finished();
+            }
             Item::Stop => return,
         }
     }
@@ -204,7 +287,7 @@ impl StreamModel for CpuStreams {
     type Event = CpuEvent;
 
     fn create_stream(&self, queue: usize) -> Result<CpuStream> {
-        CpuStream::start(queue, self.pool.clone())
+        CpuStream::start(queue, self.pool.clone(), self.rules.clone())
     }
 
     /// Events are host objects every stream thread can wait on, whichever device recorded them.
@@ -214,18 +297,32 @@ impl StreamModel for CpuStreams {
         Ok(CpuEvent::new())
     }
 
+    /// A record that replaces one still running or still awaited by a stream wait breaks a rule:
+    /// recorded as such, and then made as CUDA would make it.
     fn record_event(&self, event: &CpuEvent, stream: &CpuStream) -> Result<()> {
-        let epoch = event.inner.begin_record(stream.id());
-        stream.shared.push(Item::Record(event.inner.clone(), epoch));
+        let record = event.inner.begin_record(stream.id());
+        stream.shared.push(Item::Record(event.inner.clone(), record.epoch));
+        if record.breaks_rules() {
+            self.record_broke_rules(&event.inner, stream, record);
+        }
         Ok(())
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
-        let (epoch, recorded_on) = event.inner.latest();
-        // Never recorded: nothing to wait for (CUDA's rule). Recorded on this very stream: everything
-        // pushed from now on already runs after the marker.
-        if epoch > 0 && recorded_on != stream.id() {
-            stream.shared.push(Item::Wait(event.inner.clone(), epoch));
+        match event.inner.begin_wait(stream.id()) {
+            // Nothing to wait for (CUDA's rule), and a broken rule: the scheduler never waits on an
+            // event before recording it.
+            WaitTarget::NeverRecorded => self.rules.broken(
+                StreamRule::WaitOnUnrecordedEvent,
+                format!(
+                    "{} waited on event {}, which was never recorded (the wait orders nothing)",
+                    stream.shared.describe(),
+                    event.inner.id()
+                ),
+            ),
+            // Everything pushed from now on already runs after the marker.
+            WaitTarget::SameStream => {}
+            WaitTarget::Epoch(epoch) => stream.shared.push(Item::Wait(event.inner.clone(), epoch)),
         }
         Ok(())
     }
