@@ -20,12 +20,26 @@ fn fixture() -> Fixture {
     Fixture::from_fn(driver_cpu_sim::DRIVER_NAME, move || driver.create_device(0), NativeCatalogue)
 }
 
+/// The fuzzer's options, once the process-lifetime threads are there: the first channel id made in
+/// a process starts cpu-sim's listener for ranks of other processes, which lives as long as the
+/// process, so the threads a program leaves behind are counted from after it.
 fn options(fixture: &Fixture) -> FuzzOptions {
+    let device = fixture.create_device().unwrap_or_else(|e| panic!("cpu-sim device: {e}"));
+    device.create_channel_id().unwrap_or_else(|e| panic!("a channel id: {e}"));
+    drop(device);
     FuzzOptions::new(fixture, REPLAY).from_env().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One fuzz test at a time: a program counts the HAL's threads in the whole process before and
+/// after it, so another test's devices must not come and go meanwhile.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[test]
 fn contract_fuzz() {
+    let _serial = one_at_a_time();
     let fixture = fixture();
     match run_fuzz(&fixture, &options(&fixture)) {
         Ok(report) => println!("{report}"),
@@ -35,6 +49,7 @@ fn contract_fuzz() {
 
 #[test]
 fn contract_fuzz_regression_seeds() {
+    let _serial = one_at_a_time();
     let fixture = fixture();
     if let Err(failure) = run_regression_seeds(&fixture, &options(&fixture)) {
         panic!("{failure}");
