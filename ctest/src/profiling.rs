@@ -142,8 +142,8 @@ fn timed_sleeps(cx: &Cx, indirect: bool) -> CaseResult {
     cb.end().ctx("end")?;
     let s = cx.sem(0)?;
     // A kernel's time on the device is wall time: when other processes share the GPU, it may be
-    // time-sliced out for milliseconds (a 200 us kernel measured 2.5 ms beside another process's
-    // spinning kernels). The device guarantees a kernel at least its own length and the host's
+    // time-sliced out for milliseconds (beside another process's spinning kernels, say). The device
+    // guarantees a kernel at least its own length and the host's
     // interval around it; its upper length is checked only as far as the host interval bounds it,
     // and reported. Up to `ATTEMPTS` runs are made to report one on an idle GPU.
     for attempt in 1..=ATTEMPTS {
