@@ -118,13 +118,17 @@ impl NativeExecutable {
         let shown = path.display();
         // SAFETY: loading runs the library's initialisers. The caller chose this library as a kernel
         // library, which the ABI requires to be safe to load; we trust it as we trust its kernels.
-        let library = unsafe { libloading::Library::new(path) }
-            .map_err(|e| Error::unavailable(format!("kernel library {shown}: cannot be loaded: {e}")))?;
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| {
+            Error::unavailable(format!("kernel library {shown}: cannot be loaded: {}", loader_text(&e)))
+        })?;
         let table_fn: KernelTableFn = {
             // SAFETY: the ABI defines the symbol's type as `KernelTableFn`; the symbol is copied out as
             // a plain function pointer, which stays valid because `library` is kept with it below.
             let symbol = unsafe { library.get::<KernelTableFn>(KERNEL_TABLE_SYMBOL) }.map_err(|e| {
-                Error::not_found(format!("kernel library {shown}: no symbol `{KERNEL_TABLE_SYMBOL}`: {e}"))
+                Error::not_found(format!(
+                    "kernel library {shown}: no symbol `{KERNEL_TABLE_SYMBOL}`: {}",
+                    loader_text(&e)
+                ))
             })?;
             *symbol
         };
@@ -175,6 +179,19 @@ impl std::fmt::Debug for NativeExecutable {
             .field("library", &self.library_path())
             .finish()
     }
+}
+
+/// A loader error with its causes: libloading's own text is only "dlopen failed" or "dlsym
+/// failed"; the system loader's explanation is the error's source.
+fn loader_text(error: &libloading::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(error);
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    text
 }
 
 /// Checks the rules of the module docs; `origin` names the executable in messages.
@@ -406,6 +423,10 @@ pub(crate) mod tests {
         let err = NativeExecutable::load(&ExecutableSource::SharedLibrary(path)).unwrap_err();
         assert_eq!(err.code(), StatusCode::Unavailable);
         assert!(err.message().contains("/nonexistent/dir/libno_such_kernels.so"), "{err}");
+        assert!(!err.message().contains('\n'), "{err}");
+        // The system loader's reason, not only libloading's "dlopen failed".
+        #[cfg(target_os = "linux")]
+        assert!(err.message().contains("No such file or directory"), "{err}");
     }
 
     #[test]
@@ -415,6 +436,9 @@ pub(crate) mod tests {
         let err = NativeExecutable::from_shared_library(Path::new("libc.so.6")).unwrap_err();
         assert_eq!(err.code(), StatusCode::NotFound);
         assert!(err.message().contains("libc.so.6") && err.message().contains(KERNEL_TABLE_SYMBOL), "{err}");
+        assert!(!err.message().contains('\n'), "{err}");
+        // The system loader's reason, not only libloading's "dlsym failed".
+        assert!(err.message().contains("undefined symbol"), "{err}");
     }
 
     unsafe extern "C" fn returns_three(_: *const KernelArgs) -> i32 {
