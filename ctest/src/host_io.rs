@@ -75,6 +75,29 @@ pub(crate) fn readback_is_awaitable(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// `wait_as_async::<T>()` awaits typed values. A length that is not a whole number of `T`s is
+/// refused at the first poll, while the read is still held, and takes nothing: a fitting type
+/// awaited afterwards gets the values.
+pub(crate) fn readback_is_awaitable_as_values(cx: &Cx) -> CaseResult {
+    let (queue, gate) = (cx.queue(0), cx.sem(0)?);
+    let buffer = cx.host_buffer_u32(&[7, 8, 9])?;
+    let readback = queue.read(&[sv(&gate, 1)], &buffer, 0, 12, &[]).ctx("read")?;
+    let mut refused = pin!(readback.wait_as_async::<u64>());
+    match refused.as_mut().poll(&mut TaskContext::from_waker(Waker::noop())) {
+        Poll::Ready(outcome) => {
+            let err = expect_code(outcome, StatusCode::InvalidArgument, "12 bytes as u64s")?;
+            ensure!(err.message().contains("12 bytes"), "the refusal does not name the length: {err}");
+        }
+        Poll::Pending => return Err(CaseError::Fail("12 bytes as u64s: pending instead of refused".into())),
+    }
+    ensure!(!readback.is_ready(), "a read held behind an unreached wait is ready");
+    gate.signal(1).ctx("release the read")?;
+    let values = block_on(readback.wait_as_async::<u32>(), LONG)?.ctx("awaited u32s")?;
+    ensure_eq!(values, vec![7, 8, 9], "awaited values");
+    expect_code(readback.wait(Timeout::Immediate), StatusCode::FailedPrecondition, "a wait after the hand-over")?;
+    Ok(())
+}
+
 /// A read whose wait failed never runs; its readback fails with that wait's failure (with or
 /// without signals of its own), and its signals carry it too.
 pub(crate) fn readback_of_a_failed_read_reports_its_cause(cx: &Cx) -> CaseResult {

@@ -332,6 +332,7 @@ macro_rules! __cts_case_list {
             host_io {
                 readback_waits_for_its_read,
                 readback_is_awaitable,
+                readback_is_awaitable_as_values,
                 readback_of_a_failed_read_reports_its_cause,
                 readback_of_a_read_dropped_at_teardown_fails,
                 a_panicking_readback_waker_does_not_stop_its_queue,

@@ -53,6 +53,10 @@ mod timeout;
 
 pub use binding_table::{BindingRef, BufferRef};
 pub use buffer::{Buffer, BufferParams, BufferUsage, Mapping, MemoryType};
+/// The `bytemuck` crate the typed host I/O is written against (`Pod` is re-exported at the top),
+/// for its casts without a dependency of your own: `hal::bytemuck::cast_slice(&values)`,
+/// `hal::bytemuck::Zeroable`.
+pub use bytemuck;
 pub use bytemuck::Pod;
 pub use collective::{Channel, ChannelId, CollectiveArgs, CollectiveOp, ElementType, ReduceOp};
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
@@ -66,7 +70,7 @@ pub use executable_kind::ExecutableKind;
 pub use label::MAX_LABEL_BYTES;
 pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, QueueOperationTiming};
 pub use queue::{HostCallFlags, Queue};
-pub use readback::{Readback, ReadbackFuture};
+pub use readback::{Readback, ReadbackAsFuture, ReadbackFuture};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;

@@ -10,6 +10,7 @@
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
@@ -145,6 +146,42 @@ impl Readback {
     pub fn wait_async(&self) -> ReadbackFuture {
         ReadbackFuture { readback: self.clone() }
     }
+
+    /// A future of the bytes as values of `T`: [`wait_as`](Self::wait_as) without blocking. A read
+    /// whose length is not a whole number of `T`s makes the future ready at its first poll with
+    /// `InvalidArgument` naming the read, without waiting and without taking the bytes.
+    ///
+    /// ```
+    /// use hal::{BufferParams, SemaphoreValue as SV, StatusCode};
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let (queue, timeline) = (device.queue(0)?, device.create_semaphore(0)?);
+    /// let buffer = device.allocate_buffer(BufferParams::device_local(), 12)?;
+    /// queue.write_slice(&[], &[1.5f32, 2.5, 3.5], &buffer, 0, &[SV::new(&timeline, 1)])?;
+    /// let readback = queue.read(&[SV::new(&timeline, 1)], &buffer, 0, 12, &[])?;
+    /// # fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    /// #     struct Unpark(std::thread::Thread);
+    /// #     impl std::task::Wake for Unpark {
+    /// #         fn wake(self: std::sync::Arc<Self>) { self.0.unpark() }
+    /// #     }
+    /// #     let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    /// #     let mut future = std::pin::pin!(future);
+    /// #     loop {
+    /// #         let poll = future.as_mut().poll(&mut std::task::Context::from_waker(&waker));
+    /// #         if let std::task::Poll::Ready(output) = poll { return output; }
+    /// #         std::thread::park();
+    /// #     }
+    /// # }
+    /// // Any executor drives it (here a few lines that park the thread); 12 bytes are not a whole
+    /// // number of u64s.
+    /// let refused = block_on(readback.wait_as_async::<u64>());
+    /// assert_eq!(refused.unwrap_err().code(), StatusCode::InvalidArgument);
+    /// assert_eq!(block_on(readback.wait_as_async::<f32>())?, [1.5, 2.5, 3.5]);
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn wait_as_async<T: Pod>(&self) -> ReadbackAsFuture<T> {
+        ReadbackAsFuture { bytes: self.wait_async(), values: PhantomData }
+    }
 }
 
 impl IntoFuture for Readback {
@@ -176,6 +213,23 @@ impl Future for ReadbackFuture {
             wakers.push(cx.waker().clone());
         }
         Poll::Pending
+    }
+}
+
+/// The future of a [`Readback`]'s bytes as values of `T` (see [`Readback::wait_as_async`]).
+pub struct ReadbackAsFuture<T> {
+    bytes: ReadbackFuture,
+    /// `fn() -> T`: the future makes `T`s, it holds none (so it is `Send`, `Sync` and `Unpin`).
+    values: PhantomData<fn() -> T>,
+}
+
+impl<T: Pod> Future for ReadbackAsFuture<T> {
+    type Output = Result<Vec<T>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let shared = self.bytes.readback.shared.clone();
+        check_whole_values::<T>(shared.length, &shared.what)?;
+        Pin::new(&mut self.bytes).poll(cx).map(|bytes| bytes_to_vec(bytes?, &shared.what))
     }
 }
 
