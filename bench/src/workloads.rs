@@ -136,8 +136,11 @@ pub fn touch_source(info: &DeviceInfo) -> Result<ExecutableSource> {
         _ => ExecutableSource::Native(vec![NativeEntryPoint::new(
             entry,
             Arc::new(|inv: &NativeInvocation<'_>| {
-                inv.bindings[0].store_u32(0, inv.constants[0]);
-                Ok(())
+                if inv.bindings[0].store_u32(0, inv.constants[0]) {
+                    Ok(())
+                } else {
+                    Err("store outside the binding".into())
+                }
             }),
         )]),
     })

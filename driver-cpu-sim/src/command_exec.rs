@@ -312,6 +312,15 @@ fn with_workgroup_memory<R>(words: usize, f: impl FnOnce(&[AtomicU32]) -> R) -> 
     result
 }
 
+/// `Err` naming the binding when one of `bindings` recorded a load or store past its end: a
+/// kernel that ignored the `false` or `None` it got still fails its dispatch.
+fn no_out_of_range_access(bindings: &[NativeBinding]) -> std::result::Result<(), String> {
+    match bindings.iter().enumerate().find_map(|(at, b)| Some((at, b.first_out_of_range()?))) {
+        Some((at, access)) => Err(format!("binding {at}: {access}")),
+        None => Ok(()),
+    }
+}
+
 fn dispatch(
     executable: &Executable,
     entry_point: u32,
@@ -378,12 +387,12 @@ fn dispatch(
         }
         let invocation =
             NativeInvocation::new(workgroup_id(index, workgroups), workgroups, workgroup_size, constants, bindings);
-        if memory_words == 0 {
-            return kernel(&invocation).map_err(WorkgroupStop::Kernel);
-        }
-        with_workgroup_memory(memory_words, |memory| {
-            kernel(&invocation.with_workgroup_memory(memory)).map_err(WorkgroupStop::Kernel)
-        })
+        let outcome = if memory_words == 0 {
+            kernel(&invocation)
+        } else {
+            with_workgroup_memory(memory_words, |memory| kernel(&invocation.with_workgroup_memory(memory)))
+        };
+        outcome.and_then(|()| no_out_of_range_access(bindings)).map_err(WorkgroupStop::Kernel)
     };
     let result = if total <= INLINE_WORKGROUPS {
         // Small grids run on the stream's own thread: no hand-off, no allocation.
@@ -766,6 +775,42 @@ mod tests {
         let ids = f.native("ids", 1, 1, id_writer());
         f.run(dispatch(&ids, [8, 1, 1], &[], &[BufferBinding::whole(&out)])).unwrap();
         assert_eq!(u32s(&out.read_to_vec().unwrap()), (0..8).collect::<Vec<u32>>());
+    }
+
+    #[test]
+    fn kernel_storing_past_a_too_small_buffer_fails_its_dispatch() {
+        let f = Fixture::new();
+        // Writes 16 elements into binding 1 and ignores the `false` stores past its end return.
+        let kernel: NativeKernel = Arc::new(|inv: &NativeInvocation<'_>| {
+            for i in 0..16 {
+                let _ = inv.bindings[1].store_u32(i, 7);
+            }
+            Ok(())
+        });
+        let exe = f.native("overrun", 1, 2, kernel);
+        let (roomy, small) = (f.buffer(64), f.buffer(16));
+        let bindings = [BufferBinding::whole(&roomy), BufferBinding::whole(&small)];
+        let err = f.run(dispatch(&exe, [1, 1, 1], &[], &bindings)).unwrap_err();
+        assert_eq!(err.code(), StatusCode::Aborted);
+        assert_eq!(
+            err.message(),
+            "dispatch of 'overrun' workgroup [0,0,0]: binding 1: out-of-range store of element 4 in a binding of \
+             16 bytes (4 u32 elements)"
+        );
+        // A load past the end fails the dispatch too.
+        let loader: NativeKernel = Arc::new(|inv: &NativeInvocation<'_>| {
+            let mut row = [0f32; 8];
+            let _ = inv.bindings[0].load_f32s(2, &mut row);
+            Ok(())
+        });
+        let exe = f.native("short_read", 1, 1, loader);
+        let err = f.run(dispatch(&exe, [1, 1, 1], &[], &[BufferBinding::whole(&small)])).unwrap_err();
+        assert!(
+            err.message().ends_with(
+                "binding 0: out-of-range load of 8 elements from element 2 in a binding of 16 bytes (4 u32 elements)"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

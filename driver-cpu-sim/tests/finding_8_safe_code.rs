@@ -133,7 +133,9 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     let kernels = ExecutableSource::Native(vec![NativeEntryPoint::new(
         EntryPointInfo::new("touch", 1, 1, 0),
         std::sync::Arc::new(|inv: &NativeInvocation<'_>| {
-            inv.bindings[0].store_u32(0, 1);
+            if !inv.bindings[0].store_u32(0, 1) {
+                return Err("store outside the binding".to_string());
+            }
             Ok(())
         }),
     )]);

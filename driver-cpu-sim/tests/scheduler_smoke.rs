@@ -73,7 +73,9 @@ fn faulting_kernel_fails_its_signals_and_downstream_but_not_other_work() {
         NativeEntryPoint::new(
             EntryPointInfo::new("write_one", 1, 1, 0),
             Arc::new(|inv: &NativeInvocation<'_>| {
-                inv.bindings[0].store_u32(0, 1);
+                if !inv.bindings[0].store_u32(0, 1) {
+                    return Err("store outside the binding".to_string());
+                }
                 Ok(())
             }),
         ),
@@ -188,7 +190,9 @@ fn chain_over_four_queues_with_dispatches_never_hangs() {
                 let base = inv.workgroup_id[0] as usize * 16;
                 for i in base..base + 16 {
                     let v = inv.bindings[0].load_u32(i).ok_or("out of range")?;
-                    inv.bindings[0].store_u32(i, v + inv.constants[0]);
+                    if !inv.bindings[0].store_u32(i, v + inv.constants[0]) {
+                        return Err(format!("store of element {i} outside the binding"));
+                    }
                 }
                 Ok(())
             }),

@@ -4,8 +4,8 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crate::device::DeviceId;
 use crate::driver::ExecutableBackend;
@@ -229,6 +229,12 @@ impl<'a> NativeInvocation<'a> {
 /// [`load_f32s`](Self::load_f32s), [`store_f32s`](Self::store_f32s), which check the range once and
 /// copy in a tight loop (and work on misaligned bindings too).
 ///
+/// # Out of range
+/// An access outside the binding does nothing and says so (`None` or `false`, which must be used),
+/// and the binding keeps the first such access ([`first_out_of_range`](Self::first_out_of_range)):
+/// cpu-sim fails the dispatch with it, naming the binding, the index and the binding's size, even
+/// when the kernel ignored the result and returned `Ok`.
+///
 /// # Construction
 /// Only a driver builds one, through the `unsafe` [`NativeBinding::new`]: its loads and stores are
 /// safe because that constructor's contract makes the range valid for as long as the binding lives.
@@ -238,7 +244,7 @@ impl<'a> NativeInvocation<'a> {
 /// #![forbid(unsafe_code)]
 /// // Finding 8b: this compiled (as a struct literal) and wrote to a dangling address.
 /// let forged = hal::NativeBinding::new(std::ptr::dangling_mut::<u8>(), 4);
-/// forged.store_u32(0, 1);
+/// let _ = forged.store_u32(0, 1);
 /// ```
 ///
 /// ```compile_fail,E0451
@@ -258,6 +264,37 @@ pub struct NativeBinding {
     ptr: *mut u8,
     /// Bound length in bytes.
     len: usize,
+    /// The first load or store past the end, kept so that the driver fails the dispatch even when
+    /// the kernel ignored the `false` or `None` it got.
+    out_of_range: OnceLock<OutOfRangeAccess>,
+}
+
+/// A load or store past a [`NativeBinding`]'s end, as the binding records the first one
+/// ([`NativeBinding::first_out_of_range`]). Its `Display` is one line: "out-of-range store of
+/// element 64 in a binding of 64 bytes (16 u32 elements)".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OutOfRangeAccess {
+    /// A store (else a load).
+    pub store: bool,
+    /// The first `u32` element it addressed.
+    pub first: usize,
+    /// How many elements it addressed.
+    pub count: usize,
+    /// The binding's length in bytes.
+    pub binding_bytes: usize,
+}
+
+impl fmt::Display for OutOfRangeAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = if self.store { "store" } else { "load" };
+        write!(f, "out-of-range {kind} of ")?;
+        match self.count {
+            1 => write!(f, "element {}", self.first)?,
+            count => write!(f, "{count} elements from element {}", self.first)?,
+        }
+        write!(f, " in a binding of {} bytes ({} u32 elements)", self.binding_bytes, self.binding_bytes / 4)
+    }
 }
 
 // SAFETY: `new`'s caller keeps the memory valid on every thread the binding reaches, and every
@@ -279,7 +316,19 @@ impl NativeBinding {
     /// [`crate::driver::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
     /// keep past their call (a binding is neither `Copy` nor `Clone`).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
-        NativeBinding { ptr, len }
+        NativeBinding { ptr, len, out_of_range: OnceLock::new() }
+    }
+
+    /// The first load or store (of the element methods and the bulk copies) that fell outside the
+    /// binding, if any. cpu-sim fails the dispatch with it even when the kernel returned `Ok`.
+    pub fn first_out_of_range(&self) -> Option<OutOfRangeAccess> {
+        self.out_of_range.get().copied()
+    }
+
+    /// Keeps `first .. first + count` as the binding's first out-of-range access (if it is).
+    #[cold]
+    fn record_out_of_range(&self, store: bool, first: usize, count: usize) {
+        let _ = self.out_of_range.set(OutOfRangeAccess { store, first, count, binding_bytes: self.len });
     }
 
     /// Address of the first bound byte (for handing to foreign code; dereferencing it is `unsafe`,
@@ -343,10 +392,13 @@ impl NativeBinding {
         }
     }
 
-    /// Loads element `index` as a `u32`, or `None` when out of range.
+    /// Loads element `index` as a `u32`, or `None` when out of range (which also fails the dispatch
+    /// on cpu-sim: see [`first_out_of_range`](Self::first_out_of_range)).
     #[inline]
+    #[must_use = "`None` means the index is outside the binding"]
     pub fn load_u32(&self, index: usize) -> Option<u32> {
         if index >= self.len_u32() {
+            self.record_out_of_range(false, index, 1);
             return None;
         }
         Some(match self.as_atomic_u32() {
@@ -355,10 +407,13 @@ impl NativeBinding {
         })
     }
 
-    /// Stores `value` at element `index`; `false` when out of range.
+    /// Stores `value` at element `index`; `false` when out of range (which also fails the dispatch
+    /// on cpu-sim: see [`first_out_of_range`](Self::first_out_of_range)).
     #[inline]
+    #[must_use = "`false` means the index is outside the binding and nothing was stored"]
     pub fn store_u32(&self, index: usize, value: u32) -> bool {
         if index >= self.len_u32() {
+            self.record_out_of_range(true, index, 1);
             return false;
         }
         match self.as_atomic_u32() {
@@ -370,12 +425,14 @@ impl NativeBinding {
 
     /// Loads element `index` as an `f32`.
     #[inline]
+    #[must_use = "`None` means the index is outside the binding"]
     pub fn load_f32(&self, index: usize) -> Option<f32> {
         self.load_u32(index).map(f32::from_bits)
     }
 
     /// Stores `value` at element `index` as an `f32`; `false` when out of range.
     #[inline]
+    #[must_use = "`false` means the index is outside the binding and nothing was stored"]
     pub fn store_f32(&self, index: usize, value: f32) -> bool {
         self.store_u32(index, value.to_bits())
     }
@@ -388,6 +445,7 @@ impl NativeBinding {
     /// Loads elements `first .. first + out.len()` into `out`; `false` (and `out` untouched) when
     /// the range is not inside the binding.
     #[inline]
+    #[must_use = "`false` means the range is outside the binding and nothing was loaded"]
     pub fn load_u32s(&self, first: usize, out: &mut [u32]) -> bool {
         self.load_with(first, out, |bits| bits)
     }
@@ -395,18 +453,21 @@ impl NativeBinding {
     /// Stores `values` at elements `first ..`; `false` (and nothing stored) when the range is not
     /// inside the binding.
     #[inline]
+    #[must_use = "`false` means the range is outside the binding and nothing was stored"]
     pub fn store_u32s(&self, first: usize, values: &[u32]) -> bool {
         self.store_with(first, values, |&value| value)
     }
 
     /// Loads elements `first .. first + out.len()` as `f32`s; `false` when out of range.
     #[inline]
+    #[must_use = "`false` means the range is outside the binding and nothing was loaded"]
     pub fn load_f32s(&self, first: usize, out: &mut [f32]) -> bool {
         self.load_with(first, out, f32::from_bits)
     }
 
     /// Stores `values` as `f32` bits at elements `first ..`; `false` when out of range.
     #[inline]
+    #[must_use = "`false` means the range is outside the binding and nothing was stored"]
     pub fn store_f32s(&self, first: usize, values: &[f32]) -> bool {
         self.store_with(first, values, |value| value.to_bits())
     }
@@ -414,6 +475,7 @@ impl NativeBinding {
     #[inline]
     fn load_with<T>(&self, first: usize, out: &mut [T], convert: impl Fn(u32) -> T) -> bool {
         if !self.in_range(first, out.len()) {
+            self.record_out_of_range(false, first, out.len());
             return false;
         }
         match self.as_atomic_u32() {
@@ -435,6 +497,7 @@ impl NativeBinding {
     #[inline]
     fn store_with<T>(&self, first: usize, values: &[T], convert: impl Fn(&T) -> u32) -> bool {
         if !self.in_range(first, values.len()) {
+            self.record_out_of_range(true, first, values.len());
             return false;
         }
         match self.as_atomic_u32() {

@@ -64,7 +64,7 @@ pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
     EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, KernelParam, NativeBinding, NativeEntryPoint,
-    NativeInvocation, NativeKernel,
+    NativeInvocation, NativeKernel, OutOfRangeAccess,
 };
 pub use executable_kind::ExecutableKind;
 pub use label::MAX_LABEL_BYTES;

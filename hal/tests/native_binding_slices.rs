@@ -53,6 +53,28 @@ fn bulk_loads_and_stores_check_the_range_once_and_refuse_outside() {
 }
 
 #[test]
+fn the_first_out_of_range_access_is_kept_for_the_driver() {
+    let mut words = [0u32; 4];
+    let b = binding(&mut words, 0, 16);
+    assert!(b.store_u32(3, 1) && b.load_u32(0).is_some());
+    assert_eq!(b.first_out_of_range(), None, "accesses inside the binding are not recorded");
+    let _ignored = b.store_u32s(2, &[1, 2, 3]);
+    let _later = b.load_u32(9);
+    let first = b.first_out_of_range().expect("the overrun is recorded");
+    assert!(first.store && (first.first, first.count, first.binding_bytes) == (2, 3, 16), "{first:?}");
+    assert_eq!(
+        first.to_string(),
+        "out-of-range store of 3 elements from element 2 in a binding of 16 bytes (4 u32 elements)"
+    );
+    let loads = binding(&mut words, 0, 16);
+    let _ = loads.load_f32(4);
+    assert_eq!(
+        loads.first_out_of_range().map(|a| a.to_string()).as_deref(),
+        Some("out-of-range load of element 4 in a binding of 16 bytes (4 u32 elements)")
+    );
+}
+
+#[test]
 fn misaligned_binding_has_no_u32_view_and_still_reads_and_writes_exactly() {
     let mut words = [0u32; 6];
     let b = binding(&mut words, 1, 17);
