@@ -148,11 +148,9 @@ impl Fixture {
     #[cfg(feature = "cpu-sim")]
     pub fn cpu_sim() -> Self {
         let mut registry = Registry::new();
-        let options = driver_cpu_sim::CpuSimOptions {
-            memory_limit: CPU_SIM_MEMORY_LIMIT,
-            max_allocation_size: CPU_SIM_MEMORY_LIMIT,
-            ..driver_cpu_sim::CpuSimOptions::default()
-        };
+        let options = driver_cpu_sim::CpuSimOptions::default()
+            .with_memory_limit(CPU_SIM_MEMORY_LIMIT)
+            .with_max_allocation_size(CPU_SIM_MEMORY_LIMIT);
         registry.register(Arc::new(driver_cpu_sim::CpuSimDriver::with_options(options)));
         Fixture::from_registry(registry, driver_cpu_sim::DRIVER_NAME, crate::kernels::native::NativeCatalogue)
     }

@@ -18,7 +18,9 @@ use crate::stream::CpuStreams;
 use crate::stream_rules::{PanicOnBrokenRules, RULE_BREAKS_POOL};
 use crate::workgroup_pool::WorkgroupPool;
 
-/// How to build a cpu-sim device.
+/// How to build a cpu-sim device: start from [`Default`] and change what you need with the
+/// `with_*` methods (new options will come as new methods, with defaults that keep today's device).
+/// See the crate docs for an example.
 #[derive(Clone, Debug)]
 pub struct CpuSimOptions {
     /// Queues, each with its own stream worker.
@@ -33,8 +35,37 @@ pub struct CpuSimOptions {
 }
 
 impl Default for CpuSimOptions {
+    /// 4 queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all.
     fn default() -> Self {
         CpuSimOptions { queue_count: 4, workgroup_threads: 0, max_allocation_size: 4 << 30, memory_limit: 8 << 30 }
+    }
+}
+
+impl CpuSimOptions {
+    /// The same options with `count` queues (each a stream with its own worker thread).
+    pub fn with_queue_count(mut self, count: usize) -> Self {
+        self.queue_count = count;
+        self
+    }
+
+    /// The same options with `threads` pool threads running workgroups beside the stream thread
+    /// (0: one fewer than the available cores, at least one).
+    pub fn with_workgroup_threads(mut self, threads: usize) -> Self {
+        self.workgroup_threads = threads;
+        self
+    }
+
+    /// The same options with allocations of at most `bytes` each (larger ones are
+    /// `ResourceExhausted`).
+    pub fn with_max_allocation_size(mut self, bytes: u64) -> Self {
+        self.max_allocation_size = bytes;
+        self
+    }
+
+    /// The same options with at most `bytes` held by all the device's allocations at once.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory_limit = bytes;
+        self
     }
 }
 
@@ -224,7 +255,7 @@ mod tests {
     /// case), is named in its report, and in debug builds makes dropping the device panic.
     #[test]
     fn a_broken_stream_model_rule_shows_in_the_pools_and_the_report_and_fails_the_drop() {
-        let options = CpuSimOptions { queue_count: 1, workgroup_threads: 1, ..CpuSimOptions::default() };
+        let options = CpuSimOptions::default().with_queue_count(1).with_workgroup_threads(1);
         let device = CpuDevice::new(DeviceId::next(), &options).unwrap();
         let rule_pool = |device: &CpuDevice| {
             let usage = device.resource_usage();

@@ -16,6 +16,32 @@
 //! done.wait(1, Timeout::Infinite).unwrap();
 //! assert_eq!(buffer.read_to_vec().unwrap(), vec![0xAB; 16]);
 //! ```
+//!
+//! # Configuration
+//!
+//! [`register`] and [`create_device`] build the default device ([`CpuSimOptions::default`]: 4
+//! queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all). For another, give
+//! a [`CpuSimDriver`] its options and register it (or call its `create_device` directly):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use driver_cpu_sim::{CpuSimDriver, CpuSimOptions};
+//! use hal::{BufferParams, Registry, StatusCode};
+//!
+//! let options = CpuSimOptions::default()
+//!     .with_queue_count(2) // queues, each a stream with its own worker thread
+//!     .with_workgroup_threads(3) // pool threads beside the stream thread (0: cores - 1)
+//!     .with_max_allocation_size(1 << 20) // bytes of one allocation
+//!     .with_memory_limit(4 << 20); // bytes of all allocations at once
+//! let mut registry = Registry::new();
+//! registry.register(Arc::new(CpuSimDriver::with_options(options)));
+//! let device = registry.create_device("cpu-sim", 0)?;
+//! assert_eq!(device.queue_count(), 2);
+//! assert_eq!(device.info().name, "cpu-sim (4 workgroup runners)");
+//! let too_big = device.allocate_buffer(BufferParams::device_local(), 2 << 20).unwrap_err();
+//! assert_eq!(too_big.code(), StatusCode::ResourceExhausted);
+//! # Ok::<(), hal::Error>(())
+//! ```
 
 pub mod collective;
 #[cfg(target_os = "linux")]

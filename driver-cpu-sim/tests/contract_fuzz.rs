@@ -15,7 +15,7 @@ const REPLAY: &str = "cargo test -p timeline-hal-cpu-sim --test contract_fuzz --
 
 /// cpu-sim devices with 2 workgroup threads (the fuzzer's devices are many and short-lived).
 fn fixture() -> Fixture {
-    let options = driver_cpu_sim::CpuSimOptions { workgroup_threads: 2, ..Default::default() };
+    let options = driver_cpu_sim::CpuSimOptions::default().with_workgroup_threads(2);
     let driver = driver_cpu_sim::CpuSimDriver::with_options(options);
     Fixture::from_fn(driver_cpu_sim::DRIVER_NAME, move || driver.create_device(0), NativeCatalogue)
 }
