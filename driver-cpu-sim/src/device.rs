@@ -22,6 +22,7 @@ use crate::workgroup_pool::WorkgroupPool;
 /// `with_*` methods (new options will come as new methods, with defaults that keep today's device).
 /// See the crate docs for an example.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CpuSimOptions {
     /// Queues, each with its own stream worker.
     pub queue_count: usize,

@@ -38,9 +38,9 @@ pub fn run() -> hal::Result<()> {
         ),
         NativeEntryPoint::new(
             EntryPointInfo::new("mark", 1, 1, 1),
-            Arc::new(|wg: &NativeInvocation<'_>| {
-                wg.bindings[0].store_u32(0, wg.constants[0]);
-                Ok(())
+            Arc::new(|wg: &NativeInvocation<'_>| match wg.bindings[0].store_u32(0, wg.constants[0]) {
+                true => Ok(()),
+                false => Err("the mark's binding holds no word".to_string()),
             }),
         ),
     ]))?;

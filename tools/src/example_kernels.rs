@@ -60,7 +60,9 @@ pub fn add_constant(info: &DeviceInfo, count: u32) -> Result<ExecutableSource> {
                     let i = (wg.workgroup_id[0] * wg.workgroup_size[0] + thread) as usize;
                     if i < count as usize {
                         let value = data.load_u32(i).ok_or("index outside the binding")?;
-                        data.store_u32(i, value.wrapping_add(wg.constants[0]));
+                        if !data.store_u32(i, value.wrapping_add(wg.constants[0])) {
+                            return Err("index outside the binding".into());
+                        }
                     }
                 }
                 Ok(())

@@ -751,7 +751,7 @@ mod tests {
 
     #[test]
     fn a_grid_larger_than_the_device_allocates_is_refused() {
-        let options = driver_cpu_sim::CpuSimOptions { max_allocation_size: 1 << 10, ..Default::default() };
+        let options = driver_cpu_sim::CpuSimOptions::default().with_max_allocation_size(1 << 10);
         let device =
             hal::driver::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).unwrap();
         let error = run(&[device], &Config { size: 64, steps: 1, window: 4 }, None, &mut |_| {}).unwrap_err();
