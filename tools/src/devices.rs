@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::counts::count;
 use hal::{DeviceInfo, ExecutableKind, MemoryType, Registry};
 
 /// The listing `hal devices` prints: one block per driver of `registry`, or one line with the reason
@@ -12,7 +13,7 @@ pub fn render(registry: &Registry) -> String {
     for listing in registry.list() {
         match &listing.devices {
             Ok(devices) => {
-                let _ = writeln!(out, "{}: {} device(s)", listing.name, devices.len());
+                let _ = writeln!(out, "{}: {}", listing.name, count(devices.len() as u64, "device", "devices"));
                 for info in devices {
                     render_device(&mut out, &listing.name, info);
                 }
@@ -70,7 +71,7 @@ mod tests {
     #[test]
     fn lists_cpu_sim_with_properties_and_cuda_either_way() {
         let text = render(&crate::registry());
-        assert!(text.starts_with("cpu-sim: 1 device(s)"), "{text}");
+        assert!(text.starts_with("cpu-sim: 1 device\n"), "{text}");
         assert!(text.contains("queues:"), "{text}");
         assert!(text.contains("workgroup_threads:"), "{text}");
         assert!(text.contains("    select with:           --device cpu-sim:0\n"), "{text}");

@@ -9,7 +9,7 @@
 //!   [`trace_file`] opened before the run.
 //! - [`probe`] timestamps the values a semaphore reaches (the completion of each submission as the
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
-//! - [`progress`] is the one-line progress display of long runs.
+//! - [`progress`] is the one-line progress display of long runs; [`counts`] words its counts.
 //! - [`collective_job`] is `hal collective`: one rank of a collective job per process, meeting
 //!   through a channel id in a file.
 //!
@@ -17,6 +17,7 @@
 //! guide with its doc-tested snippets is [`embedding`].
 
 pub mod collective_job;
+pub mod counts;
 pub mod cts;
 pub mod device_spec;
 pub mod devices;

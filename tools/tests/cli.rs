@@ -15,7 +15,7 @@ fn devices_lists_cpu_sim() {
     let out = hal(&["devices"]);
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("cpu-sim: 1 device(s)\n  device 0: cpu-sim"), "{stdout}");
+    assert!(stdout.starts_with("cpu-sim: 1 device\n  device 0: cpu-sim"), "{stdout}");
     assert!(stdout.contains("queues:"), "{stdout}");
     assert!(stdout.contains("    select with:           --device cpu-sim:0\n"), "{stdout}");
 }
@@ -207,4 +207,15 @@ fn collective_rank_whose_peers_never_come_fails_within_its_timeout() {
     let out = hal(&["collective", "--rank", "2", "--ranks", "2", "--id-file", id_file]);
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("--rank 2 is not a rank of --ranks 2: 0 to 1"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    let out = hal(&["run", "--size", "16", "--steps", "1", "--window", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in ["f32, 1 step, halves", "host waited 0 times (window of 1 step)"] {
+        assert!(stdout.contains(needle), "missing '{needle}' in:\n{stdout}");
+    }
+    assert!(!stdout.contains("(s)") && !stdout.contains(" 1 steps"), "{stdout}");
 }

@@ -36,6 +36,7 @@ use hal::{
     Queue, Readback, Result, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitMode, wait_semaphores,
 };
 
+use crate::counts::count;
 use crate::trace::TraceRecorder;
 use timeline::Ledger;
 
@@ -168,8 +169,8 @@ impl Report {
         };
         let _ = writeln!(
             out,
-            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {} steps, {placement} of {}",
-            c.steps,
+            "hal run: 2-D Jacobi heat stencil, {n} x {n} f32, {}, {placement} of {}",
+            count(c.steps.into(), "step", "steps"),
             self.device,
             n = c.size
         );
@@ -207,15 +208,14 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  submissions:  {} ({} stencil dispatches, {} halo copies, {} uploads, {} readbacks); host waited {} \
-             time(s) (window of {} steps)",
+            "  submissions:  {} ({}, {}, {}, {}); host waited {} (window of {})",
             self.submissions,
-            parts * u64::from(c.steps),
-            self.halo_copies(),
-            parts * UPLOADS,
-            parts,
-            self.host_waits,
-            c.window
+            count(parts * u64::from(c.steps), "stencil dispatch", "stencil dispatches"),
+            count(self.halo_copies(), "halo copy", "halo copies"),
+            count(parts * UPLOADS, "upload", "uploads"),
+            count(parts, "readback", "readbacks"),
+            count(self.host_waits as u64, "time", "times"),
+            count(c.window.into(), "step", "steps")
         );
         for usage in &self.queues {
             let share = if self.wall.is_zero() { 0.0 } else { usage.busy.as_secs_f64() / self.wall.as_secs_f64() };
@@ -223,12 +223,12 @@ impl Report {
                 if self.devices == 1 { format!("queue {}:", usage.queue) } else { format!("device {}:", usage.device) };
             let _ = writeln!(
                 out,
-                "  {name:<13} busy {:.3} s of {:.3} s ({:.0}%), {} submissions, {} rows",
+                "  {name:<13} busy {:.3} s of {:.3} s ({:.0}%), {}, {}",
                 usage.busy.as_secs_f64(),
                 self.wall.as_secs_f64(),
                 share * 100.0,
-                usage.submissions,
-                usage.rows
+                count(usage.submissions as u64, "submission", "submissions"),
+                count(usage.rows.into(), "row", "rows")
             );
         }
         let _ = writeln!(
