@@ -61,7 +61,7 @@ fn finding_10_huge_steps_is_refused_not_aborted() {
 
     // Past u32 is still a number: say it is too large rather than "not a whole number".
     let out = hal(&["run", "--steps", "99999999999"]);
-    assert_usage_error(&out, &["--steps", "99999999999", "at most"]);
+    assert_usage_error(&out, &["--steps", "99999999999", "between 0 and 10000000"]);
 }
 
 #[test]
@@ -71,9 +71,36 @@ fn finding_10_bad_sizes_name_the_flag_and_value() {
         (&["run", "--size", "3"], &["--size", "3", "between 4 and 16384"]),
         (&["run", "--size", "18446744073709551616"], &["--size", "18446744073709551616"]),
         (&["run", "--window", "0"], &["--window", "0", "at least 1"]),
-        (&["run", "--steps", "-1"], &["--steps", "'-1'", "whole number"]),
+        (&["run", "--steps", "-1"], &["--steps", "'-1'", "between 0 and 10000000"]),
+        (&["run", "--size", "many"], &["--size", "'many'", "not a whole number"]),
     ] {
         assert_usage_error(&hal(args), needles);
+    }
+}
+
+#[test]
+fn every_out_of_range_option_says_it_one_way() {
+    for (args, expected) in [
+        (
+            &["run", "--devices", "0"][..],
+            "invalid value '0' for '--devices <N>': 0 is out of range: it must be between 1 and 16",
+        ),
+        (
+            &["run", "--size", "3"],
+            "invalid value '3' for '--size <N>': 3 is out of range: it must be between 4 and 16384",
+        ),
+        (
+            &["run", "--steps", "-1"],
+            "invalid value '-1' for '--steps <K>': -1 is out of range: it must be between 0 and 10000000",
+        ),
+        (
+            &["collective", "--rank", "2", "--ranks", "2", "--id-file", "unused"],
+            "invalid value '2' for '--rank <R>': 2 is out of range: it must be between 0 and 1 (a rank of --ranks 2)",
+        ),
+    ] {
+        let out = hal(args);
+        assert_usage_error(&out, &[expected]);
+        assert!(text(&out.stderr).starts_with(&format!("hal: error: {expected} (see `hal {} --help`)", args[0])));
     }
 }
 
