@@ -21,6 +21,19 @@ fn devices_lists_cpu_sim() {
 }
 
 #[test]
+fn devices_prints_sizes_one_way_and_thread_counts_that_agree() {
+    let stdout = text(&hal(&["devices"]).stdout);
+    assert!(stdout.contains("    max allocation:        4 GiB\n"), "{stdout}");
+    assert!(stdout.contains("    memory_limit:          8 GiB\n"), "{stdout}");
+    assert!(!stdout.contains("bytes") && !stdout.contains("8589934592"), "{stdout}");
+    // The device's name counts its workgroup runners; the pool-threads property says the same number.
+    let runners = stdout.split_once("device 0: cpu-sim (").and_then(|(_, rest)| rest.split_once(" workgroup runners)"));
+    let runners = runners.expect("the runner count in the name").0;
+    let threads = stdout.lines().find(|l| l.trim_start().starts_with("workgroup_threads:")).expect("the property");
+    assert!(threads.ends_with(&format!(": {runners} workgroup runners")), "{threads} vs {runners} runners");
+}
+
+#[test]
 fn device_is_chosen_by_driver_and_ordinal_as_devices_spells_it() {
     let out = hal(&["run", "--device", "cpu-sim:0", "--size", "16", "--steps", "2"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
