@@ -19,7 +19,12 @@ pub fn render(registry: &Registry) -> String {
                 }
             }
             Err(reason) => {
-                let _ = writeln!(out, "{}: unavailable: {reason}", listing.name);
+                let _ = writeln!(
+                    out,
+                    "{}: unavailable: {}",
+                    listing.name,
+                    crate::unavailable_reason(&listing.name, reason)
+                );
             }
         }
     }

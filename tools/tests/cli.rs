@@ -237,3 +237,23 @@ fn counts_of_one_are_singular() {
     }
     assert!(!stdout.contains("(s)") && !stdout.contains(" 1 steps"), "{stdout}");
 }
+
+#[test]
+fn an_unavailable_driver_is_explained_once_and_briefly() {
+    let devices = text(&hal(&["devices"]).stdout);
+    assert!(devices.lines().all(|l| l.len() < 250), "{devices}");
+    assert!(!devices.contains("UNAVAILABLE: cuda:"), "the listing names the driver once: {devices}");
+    let mut asked = vec!["bogus"];
+    if devices.contains("\ncuda: unavailable: ") {
+        asked.push("cuda");
+    }
+    for device in asked {
+        let out = hal(&["run", "--device", device]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("cuda: cuda:") && stderr.len() < 450, "{device}: {stderr}");
+        assert!(stderr.matches("the CUDA driver library was not found").count() <= 1, "{stderr}");
+        assert!(stderr.contains("available devices: cpu-sim:0"), "{stderr}");
+    }
+}
