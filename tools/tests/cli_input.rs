@@ -182,7 +182,7 @@ fn finding_10_cts_list_into_a_closed_pipe_exits_quietly() {
 }
 
 /// `hal run --devices N` splits the stencil over N devices (on cpu-sim, devices of the one
-/// ordinal), bit-exact against the CPU reference; a count outside 1..=16 is a usage error.
+/// ordinal, each opened as a separate device and named so), bit-exact against the CPU reference; a count outside 1..=16 is a usage error.
 #[test]
 fn run_over_several_devices_is_verified() {
     for (count, halos) in [("2", "60 halo copies"), ("3", "120 halo copies")] {
@@ -192,6 +192,9 @@ fn run_over_several_devices_is_verified() {
         assert!(stdout.contains(&format!("{count} parts on queue 0 of each of {count} devices")), "{stdout}");
         assert!(stdout.contains(halos), "{stdout}");
         assert!(stdout.contains("check:        PASS"), "{stdout}");
+        // cpu-sim has one ordinal: each device of the run is named, the reopened ones as such.
+        assert!(stdout.contains("device 0 = ordinal 0, device 1 = ordinal 0 opened again"), "{stdout}");
+        assert!(stdout.contains("(each opening a separate device)") && !stdout.contains("ordinals"), "{stdout}");
         assert!(stdout.contains(&format!("device {}:", count.parse::<usize>().unwrap() - 1)), "{stdout}");
     }
     assert_usage_error(&hal(&["run", "--devices", "17"]), &["--devices", "17"]);

@@ -240,6 +240,24 @@ impl Report {
     }
 }
 
+/// "driver 'D' 'NAME': device 0 = ordinal 0, device 1 = ordinal 1": the run's devices as the report's
+/// per-device rows number them. A driver with fewer devices than the run opens an ordinal again as
+/// a separate device, which the text says rather than listing the same ordinal twice.
+fn describe_devices(devices: &[Device]) -> String {
+    let names: Vec<String> = devices.iter().map(|d| format!("'{}'", d.info().name)).collect();
+    let names = if names.iter().all(|n| *n == names[0]) { names[0].clone() } else { names.join(", ") };
+    let mut seen = Vec::new();
+    let mut placed = Vec::new();
+    for (index, device) in devices.iter().enumerate() {
+        let ordinal = device.info().ordinal;
+        let again = if seen.contains(&ordinal) { " opened again" } else { "" };
+        seen.push(ordinal);
+        placed.push(format!("device {index} = ordinal {ordinal}{again}"));
+    }
+    let note = if placed.iter().any(|p| p.ends_with(" again")) { " (each opening a separate device)" } else { "" };
+    format!("driver '{}' {names}: {}{note}", devices[0].info().driver, placed.join(", "))
+}
+
 /// One part of the grid and the objects its queue uses.
 struct Part {
     queue: Queue,
@@ -464,12 +482,7 @@ pub fn run(
 
     let described = match devices {
         [one] => format!("driver '{}' device '{}'", one.info().driver, one.info().name),
-        many => {
-            let ordinals: Vec<String> = many.iter().map(|d| d.info().ordinal.to_string()).collect();
-            let names: Vec<String> = many.iter().map(|d| format!("'{}'", d.info().name)).collect();
-            let names = if names.iter().all(|n| *n == names[0]) { names[0].clone() } else { names.join(", ") };
-            format!("driver '{}' devices {names} (ordinals {})", device.info().driver, ordinals.join(", "))
-        }
+        many => describe_devices(many),
     };
     Ok(Report {
         config: *config,
