@@ -50,10 +50,15 @@ impl TraceFile {
         &self.path
     }
 
-    /// Empties the file and hands it over for writing (kept from now on, whatever happens).
+    /// Empties the file and hands it over for writing (kept from now on, whatever happens). Only a
+    /// regular file is emptied: a device or a pipe (`/dev/stdout`, `/dev/full`) has no length, and
+    /// its first write says whether it takes the trace.
     pub fn start(mut self) -> Result<File, String> {
         let file = self.file.take().ok_or_else(|| format!("the trace {} was started already", self.path.display()))?;
-        file.set_len(0).map_err(|e| format!("cannot write the trace to {}: {e}", self.path.display()))?;
+        let error = |e: std::io::Error| format!("cannot write the trace to {}: {e}", self.path.display());
+        if file.metadata().map_err(error)?.is_file() {
+            file.set_len(0).map_err(error)?;
+        }
         Ok(file)
     }
 }

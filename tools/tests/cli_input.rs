@@ -200,3 +200,17 @@ fn run_over_several_devices_is_verified() {
     assert_usage_error(&hal(&["run", "--devices", "17"]), &["--devices", "17"]);
     assert_usage_error(&hal(&["run", "--devices", "0"]), &["--devices", "0"]);
 }
+
+#[test]
+fn a_trace_device_that_takes_no_bytes_fails_before_the_run_with_the_write_error() {
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let out = hal(&["run", "--size", "64", "--steps", "50", "--trace", "/dev/full"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "hal: error: cannot write the trace to /dev/full: No space left on device (os error 28)\n"
+    );
+    assert!(out.stdout.is_empty(), "the run went ahead: {}", text(&out.stdout));
+}
