@@ -214,3 +214,23 @@ fn a_trace_device_that_takes_no_bytes_fails_before_the_run_with_the_write_error(
     );
     assert!(out.stdout.is_empty(), "the run went ahead: {}", text(&out.stdout));
 }
+
+#[test]
+fn bench_result_files_that_cannot_be_written_fail_before_the_bench() {
+    let json = std::env::temp_dir().join(format!("hal-bench-json-{}.json", std::process::id()));
+    let json = json.to_str().unwrap();
+    for (args, path) in [
+        (&["bench", "--quick", "--json", "/nonexistent/dir/b.json"][..], "/nonexistent/dir/b.json"),
+        (&["bench", "--quick", "--json", json, "--svg", "/nonexistent/dir/b.svg"], "/nonexistent/dir/b.svg"),
+    ] {
+        let started = Instant::now();
+        let out = hal(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("hal: error: cannot create the ") && stderr.contains(path), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "the bench ran first: {stderr}");
+        assert!(out.stdout.is_empty(), "the bench ran first: {}", text(&out.stdout));
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    }
+    assert!(!std::path::Path::new(json).exists(), "the JSON file of a bench that did not run was left behind");
+}
