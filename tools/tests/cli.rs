@@ -257,3 +257,14 @@ fn an_unavailable_driver_is_explained_once_and_briefly() {
         assert!(stderr.contains("available devices: cpu-sim:0"), "{stderr}");
     }
 }
+
+#[test]
+fn run_without_the_check_says_it_was_skipped() {
+    let out = hal(&["run", "--size", "32", "--steps", "3", "--no-check"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("  check:        skipped (--no-check)"), "{stdout}");
+    assert!(!stdout.contains("PASS") && !stdout.contains("CPU reference 0"), "{stdout}");
+    let help = text(&hal(&["run", "--help"]).stdout);
+    assert!(help.contains("--no-check") && help.contains("CPU reference"), "{help}");
+}
