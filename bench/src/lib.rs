@@ -5,7 +5,8 @@
 //!
 //! The `cuda` feature (on by default) builds in the CUDA driver and the raw-CUDA baselines; without
 //! it the bench runs on cpu-sim only. [`session`] is one run with the options both front-ends
-//! share (the `bench` binary and `hal bench`); [`alloc_count`] counts heap allocations.
+//! share (the `bench` binary and `hal bench`); [`alloc_count`] counts heap allocations; [`output_file`]
+//! is a result file opened before the run.
 //!
 //! ```no_run
 //! let device = driver_cpu_sim::create_device().unwrap();
@@ -18,6 +19,7 @@ pub mod alloc_count;
 pub mod baseline;
 #[cfg_attr(not(feature = "cuda"), path = "cuda_baseline_absent.rs")]
 pub mod cuda_baseline;
+pub mod output_file;
 pub mod report;
 pub mod session;
 pub mod stats;

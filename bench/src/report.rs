@@ -4,39 +4,82 @@ use std::fmt::Write;
 
 use crate::workloads::Row;
 
-/// A fixed-width table: workload, unit, HAL median (p10-p90), baseline median and what it is, ratio,
-/// and the target where the row has one (`ok` or `MISSED`).
+/// The widest line [`table`] aims for: workload names wrap to keep within it.
+pub const TABLE_WIDTH: usize = 120;
+
+/// A fixed-width table within [`TABLE_WIDTH`] columns: workload (wrapped), unit, HAL median
+/// (p10-p90), baseline median with its key, ratio, and the target where any row has one (`ok` or
+/// `MISSED`); then what each baseline key stands for.
 pub fn table(rows: &[Row]) -> String {
-    let name_w = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).max(8);
-    let base_w = rows.iter().filter_map(|r| r.baseline.as_ref().map(|(n, _)| n.len())).max().unwrap_or(11).max(11);
+    let mut baselines: Vec<&str> = Vec::new();
+    let cells: Vec<[String; 4]> = rows
+        .iter()
+        .map(|row| {
+            let hal = format!("{:.2} ({:.2}-{:.2})", row.hal.median(), row.hal.p10(), row.hal.p90());
+            let base = match &row.baseline {
+                Some((name, b)) => {
+                    let key = baselines.iter().position(|n| n == name).unwrap_or_else(|| {
+                        baselines.push(name);
+                        baselines.len() - 1
+                    });
+                    format!("{:.2} [{}]", b.median(), key + 1)
+                }
+                None => "-".to_string(),
+            };
+            let ratio = row.ratio().map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".to_string());
+            [row.unit.to_string(), hal, base, ratio]
+        })
+        .collect();
+    let header = ["unit", "hal median (p10-p90)", "baseline", "ratio"];
+    let widths: Vec<usize> =
+        (0..4).map(|i| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0)).collect();
+    let targets = rows.iter().any(|r| r.target.is_some());
+    let target_w = if targets { rows.iter().map(|r| target_text(r).len()).max().unwrap_or(0) + 2 } else { 0 };
+    let rest = widths.iter().sum::<usize>() + 2 * widths.len() + target_w;
+    let longest = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).max(8);
+    let name_w = longest.min(TABLE_WIDTH.saturating_sub(rest).max(24));
+    let line = |name: &str, cells: [&str; 4], target: &str| {
+        let [unit, hal, base, ratio] = cells;
+        let [unit_w, hal_w, base_w, ratio_w] = [widths[0], widths[1], widths[2], widths[3]];
+        let text = format!("{name:<name_w$}  {unit:<unit_w$}  {hal:>hal_w$}  {base:>base_w$}  {ratio:>ratio_w$}");
+        if targets { format!("{text}  {target}") } else { text }
+    };
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "{:<name_w$}  {:<13} {:>24} {:>10}  {:<base_w$} {:>7}  target",
-        "workload", "unit", "hal median (p10-p90)", "baseline", "baseline is", "ratio"
-    );
-    for row in rows {
-        let hal = format!("{:.2} ({:.2}-{:.2})", row.hal.median(), row.hal.p10(), row.hal.p90());
-        let (base, base_name) = match &row.baseline {
-            Some((name, b)) => (format!("{:.2}", b.median()), *name),
-            None => ("-".to_string(), "-"),
-        };
-        let ratio = row.ratio().map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".to_string());
-        let _ = writeln!(
-            out,
-            "{:<name_w$}  {:<13} {:>24} {:>10}  {:<base_w$} {:>7}  {}",
-            row.name,
-            row.unit,
-            hal,
-            base,
-            base_name,
-            ratio,
-            target_text(row)
-        );
+    let _ = writeln!(out, "{}", line("workload", header, "target").trim_end());
+    for (row, cells) in rows.iter().zip(&cells) {
+        let mut names = wrap(&row.name, name_w).into_iter();
+        let first = names.next().unwrap_or_default();
+        let [unit, hal, base, ratio] = cells;
+        let _ = writeln!(out, "{}", line(&first, [unit, hal, base, ratio], &target_text(row)).trim_end());
+        for more in names {
+            let _ = writeln!(out, "  {more}");
+        }
+    }
+    for (key, name) in baselines.iter().enumerate() {
+        let _ = writeln!(out, "baseline [{}]: {name}", key + 1);
     }
     let _ =
         write!(out, "(medians of {} trials, microseconds per unit)", rows.first().map_or(0, |r| r.hal.us_per_op.len()));
     out
+}
+
+/// `text` in lines of at most `width` characters, broken between words (a longer word stays
+/// whole); the lines after the first are indented by two, so they have two fewer.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut current = String::new();
+    for word in text.split(' ') {
+        let limit = if lines.is_empty() { width } else { width.saturating_sub(2) };
+        if !current.is_empty() && current.len() + 1 + word.len() > limit {
+            lines.push(std::mem::take(&mut current));
+        }
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(word);
+    }
+    lines.push(current);
+    lines
 }
 
 /// `<= 1.25x ok`, `<= 1.25x MISSED`, or empty without a target.
@@ -184,4 +227,68 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
 
 fn xml(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::Samples;
+
+    fn samples(us: f64) -> Samples {
+        Samples::from_values(vec![us * 0.9, us, us * 1.1])
+    }
+
+    fn rows() -> Vec<Row> {
+        let long = "10-dispatch command buffer, binding table cycling over 16 buffers (submit 18.29)";
+        vec![
+            Row::new(
+                long,
+                "us/execute",
+                samples(152.85),
+                Some(("the same with fixed bindings (HAL, row above)", samples(32.74))),
+            ),
+            Row::new(
+                "host signal -> released 1-dispatch work done",
+                "us/release",
+                samples(168.07),
+                Some(("mutex+condvar round trip", samples(8.08))),
+            ),
+            Row::new("1-dispatch command buffer, chained", "us/execute", samples(28.15), None),
+            Row::new(
+                "host round trip",
+                "us/round trip",
+                samples(58.05),
+                Some(("mutex+condvar round trip", samples(7.36))),
+            ),
+        ]
+    }
+
+    #[test]
+    fn table_keeps_within_its_width_and_drops_an_empty_target_column() {
+        let text = table(&rows());
+        assert!(text.lines().all(|l| l.len() <= TABLE_WIDTH), "{text}");
+        assert!(!text.contains("target"), "no row has a target: {text}");
+        assert!(text.contains("binding table cycling over 16"), "{text}");
+        // Each baseline is named once, under the table, by its key.
+        assert_eq!(text.matches("mutex+condvar round trip").count(), 1, "{text}");
+        assert!(text.contains("baseline [2]: mutex+condvar round trip\n"), "{text}");
+        let round_trip = text.lines().find(|l| l.starts_with("host round trip")).unwrap();
+        assert!(round_trip.contains("7.36 [2]") && round_trip.ends_with("7.89x"), "{round_trip}");
+    }
+
+    #[test]
+    fn table_shows_targets_where_a_row_has_one() {
+        let mut rows = rows();
+        rows[1] = rows[1].clone().with_target(Some(1.25));
+        let text = table(&rows);
+        assert!(text.lines().all(|l| l.len() <= TABLE_WIDTH), "{text}");
+        assert!(text.lines().next().unwrap().ends_with("  target"), "{text}");
+        assert!(text.contains("20.80x  <= 1.25x MISSED"), "{text}");
+    }
+
+    #[test]
+    fn long_names_wrap_between_words() {
+        assert_eq!(wrap("a bb ccc dddd", 6), ["a bb", "ccc", "dddd"]);
+        assert_eq!(wrap("unbreakable", 4), ["unbreakable"]);
+    }
 }

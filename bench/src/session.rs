@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hal::{Device, SemaphoreValue as SV, Timeout};
 
 use crate::alloc_count;
+use crate::output_file::OutputFile;
 use crate::report;
 use crate::workloads::{self, Env, Sizes};
 
@@ -56,7 +57,8 @@ fn failed(step: &str) -> impl Fn(hal::Error) -> Failure + '_ {
 }
 
 /// Runs the bench on `device` with `options`, writing the report to `out` and each workload's name
-/// to `progress` as it starts; writes the JSON and SVG files the options ask for. With `peer`, a
+/// to `progress` as it starts; writes the JSON and SVG files the options ask for, opened (created)
+/// before anything runs. With `peer`, a
 /// second device of the same driver, the cross-device rows run too.
 pub fn run(
     device: Device,
@@ -65,6 +67,11 @@ pub fn run(
     out: &mut dyn Write,
     progress: &mut dyn FnMut(&str),
 ) -> Result<(), Failure> {
+    // Opened first: a path that cannot be written fails now, not after the whole bench.
+    let json = options.json.as_deref().map(|path| OutputFile::create(path, "the JSON file")).transpose();
+    let json = json.map_err(Failure::Bench)?;
+    let svg = options.svg.as_deref().map(|path| OutputFile::create(path, "the SVG file")).transpose();
+    let svg = svg.map_err(Failure::Bench)?;
     let description = format!("{} '{}'", device.info().driver, device.info().name);
     let (sizes, mode) = if options.quick { (Sizes::quick(), "quick") } else { (Sizes::full(), "full") };
     let mut env = Env::new(device).map_err(failed("preparing the benchmarks"))?;
@@ -112,18 +119,14 @@ pub fn run(
         extra.push(("allocations_by_idle_polling_left_out".to_string(), polling.to_string()));
     }
     extra.push(("long_run".to_string(), long));
-    if let Some(path) = &options.json {
-        write_file(path, &report::json(&description, &rows, &extra))?;
+    if let Some(file) = json {
+        file.write_all(report::json(&description, &rows, &extra).as_bytes()).map_err(Failure::Bench)?;
     }
-    if let Some(path) = &options.svg {
+    if let Some(file) = svg {
         let title = format!("hal bench on {description}: median latency per operation vs baseline");
-        write_file(path, &report::svg(&title, &rows))?;
+        file.write_all(report::svg(&title, &rows).as_bytes()).map_err(Failure::Bench)?;
     }
     Ok(())
-}
-
-fn write_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
-    std::fs::write(path, text).map_err(|e| Failure::Bench(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Heap allocations (on every thread) per submission of a chained execute of a reused one-dispatch

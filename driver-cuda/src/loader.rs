@@ -133,9 +133,9 @@ fn probe_uncached() -> Result<Probe> {
     }
     let Some((library_name, library)) = opened else {
         return Err(Error::unavailable(format!(
-            "cuda: the CUDA driver library was not found ({}; also tried {})",
+            "cuda: the CUDA driver library was not found ({}; tried {})",
             first_error.unwrap_or_else(|| "no candidate names".to_string()),
-            candidates.join(", ")
+            some_names(&candidates)
         )));
     };
     let missing: Vec<&str> = REQUIRED_SYMBOLS
@@ -172,9 +172,25 @@ fn probe_uncached() -> Result<Probe> {
     Ok(Probe { library: library_name, driver_version: version, device_count: count as usize })
 }
 
+/// The first few `names` and how many more: the reason stays one short line (cudarc has ~30).
+fn some_names(names: &[String]) -> String {
+    const SHOWN: usize = 3;
+    match names.len().checked_sub(SHOWN) {
+        Some(more) if more > 0 => format!("{} and {more} more", names[..SHOWN].join(", ")),
+        _ => names.join(", "),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::REQUIRED_SYMBOLS;
+
+    #[test]
+    fn library_names_tried_are_cut_short() {
+        let names: Vec<String> = (0..30).map(|i| format!("lib{i}.so")).collect();
+        assert_eq!(super::some_names(&names), "lib0.so, lib1.so, lib2.so and 27 more");
+        assert_eq!(super::some_names(&names[..3]), "lib0.so, lib1.so, lib2.so");
+    }
 
     /// Every driver function this crate calls is checked by the probe: cudarc panics on a missing one.
     #[test]

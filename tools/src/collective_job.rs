@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::counts::count;
 use hal::{
     BufferParams, ChannelId, CollectiveArgs, CollectiveOp, Device, ElementType, ReduceOp, SemaphoreValue as SV,
     StatusCode, Timeout,
@@ -53,14 +54,14 @@ impl Report {
         let mean = times.iter().sum::<Duration>() / times.len().max(1) as u32;
         let best = times.iter().min().copied().unwrap_or_default();
         format!(
-            "rank {} of {} on {}: checked all-reduce (f32 x {}), all-gather (i32 x {} per rank) and barrier, {} \
-             iterations; join {:.2} ms, iteration mean {:.3} ms, best {:.3} ms\n",
+            "rank {} of {} on {}: checked all-reduce (f32 x {}), all-gather (i32 x {} per rank) and barrier, {}; \
+             join {:.2} ms, iteration mean {:.3} ms, best {:.3} ms\n",
             job.rank,
             job.ranks,
             self.device,
             job.elements,
             job.elements,
-            times.len(),
+            count(times.len() as u64, "iteration", "iterations"),
             ms(self.join),
             ms(mean),
             ms(best)
@@ -128,7 +129,7 @@ pub fn await_id(path: &Path, deadline: Instant, waited: Duration) -> Result<Chan
 /// Runs `job` on `device` (named `device_name` in the report).
 pub fn run(device: &Device, device_name: &str, job: &Job) -> Result<Report, String> {
     if job.ranks == 0 || job.rank >= job.ranks {
-        return Err(format!("rank {} of {} ranks does not exist", job.rank, job.ranks));
+        return Err(format!("rank {} of {} does not exist", job.rank, count(job.ranks as u64, "rank", "ranks")));
     }
     let who = format!("rank {} of {}", job.rank, job.ranks);
     let started = Instant::now();
@@ -163,10 +164,9 @@ pub fn run(device: &Device, device_name: &str, job: &Job) -> Result<Report, Stri
     let failed = |what: &str, e: hal::Error| {
         if e.code() == StatusCode::DeadlineExceeded {
             format!(
-                "{who}: {what} did not finish within {:.1} s: is every one of the {} ranks running, with the same \
-                 id?",
+                "{who}: {what} did not finish within {:.1} s: is every one of the {} running, with the same id?",
                 job.timeout.as_secs_f64(),
-                job.ranks
+                count(job.ranks as u64, "rank", "ranks")
             )
         } else {
             format!("{who}: {what} failed: {e}")

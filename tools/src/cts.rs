@@ -26,23 +26,24 @@ pub fn case_ids() -> Vec<String> {
 
 /// Runs the cases whose id contains `filter` (all when `None`) on `driver`, writing the suite's table
 /// to `out`; each case runs in a child process started with `child` (given the case's id) unless
-/// `child` is `None`, when they all run in this process.
+/// `child` is `None`, when they all run in this process. A filter that matches no case is an error,
+/// before anything is written.
 pub fn run(
     driver: &str,
     filter: Option<&str>,
     child: Option<&dyn Fn(&str) -> Command>,
     out: &mut dyn Write,
 ) -> Result<Summary, String> {
+    // Checked first: a filter that matches nothing is an error, without an empty table before it.
+    if !cases().iter().any(|case| filter.is_none_or(|f| case.id().contains(f))) {
+        return Err(format!("no case matches the filter '{}' (see `hal cts --list`)", filter.unwrap_or("")));
+    }
     let fixture = fixture(driver)?;
     let mut run_one = |case: &'static ctest::Case| match child {
         Some(child) => isolate::run_in_child(child(&case.id()), case),
         None => run_case(&fixture, case),
     };
-    let summary = run_suite_with(driver, filter, &mut run_one, out).map_err(|e| format!("writing the report: {e}"))?;
-    if summary.reports.is_empty() {
-        return Err(format!("no case matches the filter '{}'", filter.unwrap_or("")));
-    }
-    Ok(summary)
+    run_suite_with(driver, filter, &mut run_one, out).map_err(|e| format!("writing the report: {e}"))
 }
 
 /// Runs case `id` in this process and prints its outcome for the parent (the child's side of

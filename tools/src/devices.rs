@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use crate::counts::count;
 use hal::{DeviceInfo, ExecutableKind, MemoryType, Registry};
 
 /// The listing `hal devices` prints: one block per driver of `registry`, or one line with the reason
@@ -12,13 +13,18 @@ pub fn render(registry: &Registry) -> String {
     for listing in registry.list() {
         match &listing.devices {
             Ok(devices) => {
-                let _ = writeln!(out, "{}: {} device(s)", listing.name, devices.len());
+                let _ = writeln!(out, "{}: {}", listing.name, count(devices.len() as u64, "device", "devices"));
                 for info in devices {
                     render_device(&mut out, &listing.name, info);
                 }
             }
             Err(reason) => {
-                let _ = writeln!(out, "{}: unavailable: {reason}", listing.name);
+                let _ = writeln!(
+                    out,
+                    "{}: unavailable: {}",
+                    listing.name,
+                    crate::unavailable_reason(&listing.name, reason)
+                );
             }
         }
     }
@@ -41,7 +47,24 @@ fn render_device(out: &mut String, driver: &str, info: &DeviceInfo) {
     let _ = writeln!(out, "    max workgroup count:   {:?}", info.max_workgroup_count);
     let _ = writeln!(out, "    executable formats:    {}", ExecutableKind::list(&info.executable_kinds));
     for (name, value) in &info.properties {
-        let _ = writeln!(out, "    {:<22} {value}", format!("{name}:"));
+        let _ = writeln!(out, "    {:<22} {}", format!("{name}:"), property_value(driver, name, value));
+    }
+}
+
+/// Driver properties that are byte counts, printed as sizes like the rest of the listing.
+const BYTE_PROPERTIES: [&str; 2] = ["memory_limit", "total_memory_bytes"];
+
+/// A property's value as the listing prints it: byte counts as sizes; cpu-sim's pool threads with
+/// the workgroup runners its device name counts (the pool and the stream thread running a dispatch).
+fn property_value(driver: &str, name: &str, value: &str) -> String {
+    match value.parse::<u64>() {
+        Ok(n) if BYTE_PROPERTIES.contains(&name) => bytes(n),
+        Ok(n) if driver == driver_cpu_sim::DRIVER_NAME && name == "workgroup_threads" => format!(
+            "{} beside the stream thread running a dispatch: {}",
+            count(n, "pool thread", "pool threads"),
+            count(n + 1, "workgroup runner", "workgroup runners")
+        ),
+        _ => value.to_string(),
     }
 }
 
@@ -51,7 +74,8 @@ fn memory_type_name(memory_type: MemoryType) -> String {
     names.join(" | ")
 }
 
-/// A byte count with a binary unit.
+/// A byte count with a binary unit: exact where it is a whole number of the unit (`4 GiB`), else to
+/// one decimal (`1.5 KiB`).
 fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut value = n as f64;
@@ -60,7 +84,7 @@ fn bytes(n: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{n} B") } else { format!("{value:.1} {} ({n} bytes)", UNITS[unit]) }
+    if value.fract() == 0.0 { format!("{value} {}", UNITS[unit]) } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
 #[cfg(test)]
@@ -70,7 +94,7 @@ mod tests {
     #[test]
     fn lists_cpu_sim_with_properties_and_cuda_either_way() {
         let text = render(&crate::registry());
-        assert!(text.starts_with("cpu-sim: 1 device(s)"), "{text}");
+        assert!(text.starts_with("cpu-sim: 1 device\n"), "{text}");
         assert!(text.contains("queues:"), "{text}");
         assert!(text.contains("workgroup_threads:"), "{text}");
         assert!(text.contains("    select with:           --device cpu-sim:0\n"), "{text}");
@@ -89,6 +113,14 @@ mod tests {
             "DEVICE_LOCAL | HOST_VISIBLE"
         );
         assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(4 << 30), "4.0 GiB (4294967296 bytes)");
+        assert_eq!(bytes(4 << 30), "4 GiB");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(property_value("cuda", "total_memory_bytes", "85899345920"), "80 GiB");
+        assert_eq!(property_value("cpu-sim", "memory_limit", "8589934592"), "8 GiB");
+        assert_eq!(
+            property_value("cpu-sim", "workgroup_threads", "1"),
+            "1 pool thread beside the stream thread running a dispatch: 2 workgroup runners"
+        );
+        assert_eq!(property_value("cuda", "pci_bus_id", "23"), "23");
     }
 }

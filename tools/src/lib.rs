@@ -9,7 +9,7 @@
 //!   [`trace_file`] opened before the run.
 //! - [`probe`] timestamps the values a semaphore reaches (the completion of each submission as the
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
-//! - [`progress`] is the one-line progress display of long runs.
+//! - [`progress`] is the one-line progress display of long runs; [`counts`] words its counts.
 //! - [`collective_job`] is `hal collective`: one rank of a collective job per process, meeting
 //!   through a channel id in a file.
 //!
@@ -17,6 +17,7 @@
 //! guide with its doc-tested snippets is [`embedding`].
 
 pub mod collective_job;
+pub mod counts;
 pub mod cts;
 pub mod device_spec;
 pub mod devices;
@@ -89,20 +90,30 @@ pub fn open_device(name: &str) -> hal::Result<hal::Device> {
 }
 
 /// Opens the device `spec` names from `registry`. An error names the device, says why, and lists
-/// the devices there are (as `--device` spells them) and the drivers this build leaves out.
+/// the devices there are (as `--device` spells them) and the drivers without devices, each reason
+/// said once.
 pub fn open(registry: &Registry, spec: &DeviceSpec) -> Result<hal::Device, String> {
     registry.create_device_at(spec.path()).map_err(|e| {
         let reason = match drivers_not_built_in().iter().find(|(name, _)| *name == spec.driver()) {
             Some((name, why)) => format!("driver '{name}' is {why}"),
-            None => e.to_string(),
+            // The registry's own list of unavailable drivers is left to the listing below.
+            None => e.to_string().split("; unavailable: ").next().unwrap_or_default().to_string(),
         };
-        format!("cannot open device '{spec}': {reason}; {}", available_devices(registry))
+        format!("cannot open device '{spec}': {reason}; {}", available_devices(registry, spec.driver()))
     })
 }
 
+/// Why driver `name` has no devices: `error`'s message without the driver's own name before it
+/// (the listing names the driver already).
+pub fn unavailable_reason(name: &str, error: &hal::Error) -> String {
+    let message = error.message();
+    message.strip_prefix(name).and_then(|rest| rest.strip_prefix(": ")).unwrap_or(message).to_string()
+}
+
 /// One line: the devices of `registry` as `--device` spells them, then the drivers without
-/// devices and those not built in (`hal devices` says more).
-pub fn available_devices(registry: &Registry) -> String {
+/// devices (with the reason, but for driver `reported`, whose error says it already) and those not
+/// built in (`hal devices` says more).
+pub fn available_devices(registry: &Registry, reported: &str) -> String {
     let mut usable = Vec::new();
     let mut unusable = Vec::new();
     for listing in registry.list() {
@@ -111,7 +122,10 @@ pub fn available_devices(registry: &Registry) -> String {
                 usable.extend(devices.iter().map(|d| format!("{}:{}", listing.name, d.ordinal)));
             }
             Ok(_) => unusable.push(format!("{} (no devices)", listing.name)),
-            Err(_) => unusable.push(format!("{} (unavailable)", listing.name)),
+            Err(_) if listing.name == reported => unusable.push(format!("{} (unavailable)", listing.name)),
+            Err(e) => {
+                unusable.push(format!("{} (unavailable: {})", listing.name, unavailable_reason(&listing.name, &e)))
+            }
         }
     }
     unusable.extend(drivers_not_built_in().iter().map(|(name, _)| format!("{name} (not built in)")));

@@ -147,7 +147,8 @@ impl TraceRecorder {
         let path = file.path().to_path_buf();
         let error = |e: std::io::Error| format!("cannot write the trace to {}: {e}", path.display());
         let mut out = BufWriter::with_capacity(STREAM_BUFFER, file.start()?);
-        write_header(&mut out).map_err(error)?;
+        // Flushed now, so a file that takes no bytes (a full disk, `/dev/full`) fails before the run.
+        write_header(&mut out).and_then(|()| out.flush()).map_err(error)?;
         Ok(TraceRecorder::with_sink(Sink::Stream(Stream { out, path, named: Vec::new(), error: None })))
     }
 

@@ -13,9 +13,10 @@
 //! assert!(TraceFile::create("/nonexistent/dir/run.json".as_ref()).is_err());
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::Path;
+
+use bench::output_file::OutputFile;
 
 #[cfg(doc)]
 use crate::trace::TraceRecorder;
@@ -24,50 +25,30 @@ use crate::trace::TraceRecorder;
 /// failed to begin), it removes the file if it created it, and leaves a file that was there
 /// untouched.
 #[derive(Debug)]
-pub struct TraceFile {
-    path: PathBuf,
-    file: Option<File>,
-    created: bool,
-}
+pub struct TraceFile(OutputFile);
 
 impl TraceFile {
     /// Opens `path` for writing, creating it if it does not exist; an error names the path.
     pub fn create(path: &Path) -> Result<TraceFile, String> {
-        let error = |e: std::io::Error| format!("cannot create the trace file {}: {e}", path.display());
-        let (file, created) = match OpenOptions::new().write(true).create_new(true).open(path) {
-            Ok(file) => (file, true),
-            // Truncated only when started, so a run that fails to begin keeps what was there.
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                (OpenOptions::new().write(true).truncate(false).open(path).map_err(error)?, false)
-            }
-            Err(e) => return Err(error(e)),
-        };
-        Ok(TraceFile { path: path.to_path_buf(), file: Some(file), created })
+        OutputFile::create(path, "the trace file").map(TraceFile)
     }
 
     /// The path it writes.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.0.path()
     }
 
-    /// Empties the file and hands it over for writing (kept from now on, whatever happens).
-    pub fn start(mut self) -> Result<File, String> {
-        let file = self.file.take().ok_or_else(|| format!("the trace {} was started already", self.path.display()))?;
-        file.set_len(0).map_err(|e| format!("cannot write the trace to {}: {e}", self.path.display()))?;
-        Ok(file)
-    }
-}
-
-impl Drop for TraceFile {
-    fn drop(&mut self) {
-        if self.file.take().is_some() && self.created {
-            let _ = std::fs::remove_file(&self.path);
-        }
+    /// Empties the file (a regular one: a device or a pipe has no length) and hands it over for
+    /// writing (kept from now on, whatever happens).
+    pub fn start(self) -> Result<File, String> {
+        self.0.start()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
     use crate::trace::TraceRecorder;
 

@@ -15,9 +15,22 @@ fn devices_lists_cpu_sim() {
     let out = hal(&["devices"]);
     assert!(out.status.success());
     let stdout = text(&out.stdout);
-    assert!(stdout.starts_with("cpu-sim: 1 device(s)\n  device 0: cpu-sim"), "{stdout}");
+    assert!(stdout.starts_with("cpu-sim: 1 device\n  device 0: cpu-sim"), "{stdout}");
     assert!(stdout.contains("queues:"), "{stdout}");
     assert!(stdout.contains("    select with:           --device cpu-sim:0\n"), "{stdout}");
+}
+
+#[test]
+fn devices_prints_sizes_one_way_and_thread_counts_that_agree() {
+    let stdout = text(&hal(&["devices"]).stdout);
+    assert!(stdout.contains("    max allocation:        4 GiB\n"), "{stdout}");
+    assert!(stdout.contains("    memory_limit:          8 GiB\n"), "{stdout}");
+    assert!(!stdout.contains("bytes") && !stdout.contains("8589934592"), "{stdout}");
+    // The device's name counts its workgroup runners; the pool-threads property says the same number.
+    let runners = stdout.split_once("device 0: cpu-sim (").and_then(|(_, rest)| rest.split_once(" workgroup runners)"));
+    let runners = runners.expect("the runner count in the name").0;
+    let threads = stdout.lines().find(|l| l.trim_start().starts_with("workgroup_threads:")).expect("the property");
+    assert!(threads.ends_with(&format!(": {runners} workgroup runners")), "{threads} vs {runners} runners");
 }
 
 #[test]
@@ -118,9 +131,14 @@ fn cts_lists_cases_and_runs_one_in_a_child_process() {
     let (area, case) = first.split_once("::").unwrap();
     assert!(stdout.lines().any(|l| l.starts_with(area) && l.contains(case)), "{stdout}");
 
+    // The error alone: no empty table before it.
     let out = hal(&["cts", "--filter", "no such case anywhere"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("no case matches"), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "hal: error: no case matches the filter 'no such case anywhere' (see `hal cts --list`)\n"
+    );
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
 
 /// A fresh directory for one test's files.
@@ -205,6 +223,48 @@ fn collective_rank_whose_peers_never_come_fails_within_its_timeout() {
     assert!(stderr.contains(&format!("rank 1 of 2: no channel id at {id_file} after 1.0 s")), "{stderr}");
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "both gave up near their 1 s timeout");
     let out = hal(&["collective", "--rank", "2", "--ranks", "2", "--id-file", id_file]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stderr).contains("--rank 2 is not a rank of --ranks 2: 0 to 1"), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("2 is out of range: it must be between 0 and 1"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    let out = hal(&["run", "--size", "16", "--steps", "1", "--window", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for needle in ["f32, 1 step, halves", "host waited 0 times (window of 1 step)"] {
+        assert!(stdout.contains(needle), "missing '{needle}' in:\n{stdout}");
+    }
+    assert!(!stdout.contains("(s)") && !stdout.contains(" 1 steps"), "{stdout}");
+}
+
+#[test]
+fn an_unavailable_driver_is_explained_once_and_briefly() {
+    let devices = text(&hal(&["devices"]).stdout);
+    assert!(devices.lines().all(|l| l.len() < 250), "{devices}");
+    assert!(!devices.contains("UNAVAILABLE: cuda:"), "the listing names the driver once: {devices}");
+    let mut asked = vec!["bogus"];
+    if devices.contains("\ncuda: unavailable: ") {
+        asked.push("cuda");
+    }
+    for device in asked {
+        let out = hal(&["run", "--device", device]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("cuda: cuda:") && stderr.len() < 450, "{device}: {stderr}");
+        assert!(stderr.matches("the CUDA driver library was not found").count() <= 1, "{stderr}");
+        assert!(stderr.contains("available devices: cpu-sim:0"), "{stderr}");
+    }
+}
+
+#[test]
+fn run_without_the_check_says_it_was_skipped() {
+    let out = hal(&["run", "--size", "32", "--steps", "3", "--no-check"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("  check:        skipped (--no-check)"), "{stdout}");
+    assert!(!stdout.contains("PASS") && !stdout.contains("CPU reference 0"), "{stdout}");
+    let help = text(&hal(&["run", "--help"]).stdout);
+    assert!(help.contains("--no-check") && help.contains("CPU reference"), "{help}");
 }

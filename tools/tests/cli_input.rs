@@ -61,7 +61,7 @@ fn finding_10_huge_steps_is_refused_not_aborted() {
 
     // Past u32 is still a number: say it is too large rather than "not a whole number".
     let out = hal(&["run", "--steps", "99999999999"]);
-    assert_usage_error(&out, &["--steps", "99999999999", "at most"]);
+    assert_usage_error(&out, &["--steps", "99999999999", "between 0 and 10000000"]);
 }
 
 #[test]
@@ -71,9 +71,36 @@ fn finding_10_bad_sizes_name_the_flag_and_value() {
         (&["run", "--size", "3"], &["--size", "3", "between 4 and 16384"]),
         (&["run", "--size", "18446744073709551616"], &["--size", "18446744073709551616"]),
         (&["run", "--window", "0"], &["--window", "0", "at least 1"]),
-        (&["run", "--steps", "-1"], &["--steps", "'-1'", "whole number"]),
+        (&["run", "--steps", "-1"], &["--steps", "'-1'", "between 0 and 10000000"]),
+        (&["run", "--size", "many"], &["--size", "'many'", "not a whole number"]),
     ] {
         assert_usage_error(&hal(args), needles);
+    }
+}
+
+#[test]
+fn every_out_of_range_option_says_it_one_way() {
+    for (args, expected) in [
+        (
+            &["run", "--devices", "0"][..],
+            "invalid value '0' for '--devices <N>': 0 is out of range: it must be between 1 and 16",
+        ),
+        (
+            &["run", "--size", "3"],
+            "invalid value '3' for '--size <N>': 3 is out of range: it must be between 4 and 16384",
+        ),
+        (
+            &["run", "--steps", "-1"],
+            "invalid value '-1' for '--steps <K>': -1 is out of range: it must be between 0 and 10000000",
+        ),
+        (
+            &["collective", "--rank", "2", "--ranks", "2", "--id-file", "unused"],
+            "invalid value '2' for '--rank <R>': 2 is out of range: it must be between 0 and 1 (a rank of --ranks 2)",
+        ),
+    ] {
+        let out = hal(args);
+        assert_usage_error(&out, &[expected]);
+        assert!(text(&out.stderr).starts_with(&format!("hal: error: {expected} (see `hal {} --help`)", args[0])));
     }
 }
 
@@ -155,7 +182,7 @@ fn finding_10_cts_list_into_a_closed_pipe_exits_quietly() {
 }
 
 /// `hal run --devices N` splits the stencil over N devices (on cpu-sim, devices of the one
-/// ordinal), bit-exact against the CPU reference; a count outside 1..=16 is a usage error.
+/// ordinal, each opened as a separate device and named so), bit-exact against the CPU reference; a count outside 1..=16 is a usage error.
 #[test]
 fn run_over_several_devices_is_verified() {
     for (count, halos) in [("2", "60 halo copies"), ("3", "120 halo copies")] {
@@ -165,8 +192,45 @@ fn run_over_several_devices_is_verified() {
         assert!(stdout.contains(&format!("{count} parts on queue 0 of each of {count} devices")), "{stdout}");
         assert!(stdout.contains(halos), "{stdout}");
         assert!(stdout.contains("check:        PASS"), "{stdout}");
+        // cpu-sim has one ordinal: each device of the run is named, the reopened ones as such.
+        assert!(stdout.contains("device 0 = ordinal 0, device 1 = ordinal 0 opened again"), "{stdout}");
+        assert!(stdout.contains("(each opening a separate device)") && !stdout.contains("ordinals"), "{stdout}");
         assert!(stdout.contains(&format!("device {}:", count.parse::<usize>().unwrap() - 1)), "{stdout}");
     }
     assert_usage_error(&hal(&["run", "--devices", "17"]), &["--devices", "17"]);
     assert_usage_error(&hal(&["run", "--devices", "0"]), &["--devices", "0"]);
+}
+
+#[test]
+fn a_trace_device_that_takes_no_bytes_fails_before_the_run_with_the_write_error() {
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    let out = hal(&["run", "--size", "64", "--steps", "50", "--trace", "/dev/full"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stderr),
+        "hal: error: cannot write the trace to /dev/full: No space left on device (os error 28)\n"
+    );
+    assert!(out.stdout.is_empty(), "the run went ahead: {}", text(&out.stdout));
+}
+
+#[test]
+fn bench_result_files_that_cannot_be_written_fail_before_the_bench() {
+    let json = std::env::temp_dir().join(format!("hal-bench-json-{}.json", std::process::id()));
+    let json = json.to_str().unwrap();
+    for (args, path) in [
+        (&["bench", "--quick", "--json", "/nonexistent/dir/b.json"][..], "/nonexistent/dir/b.json"),
+        (&["bench", "--quick", "--json", json, "--svg", "/nonexistent/dir/b.svg"], "/nonexistent/dir/b.svg"),
+    ] {
+        let started = Instant::now();
+        let out = hal(args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.starts_with("hal: error: cannot create the ") && stderr.contains(path), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "the bench ran first: {stderr}");
+        assert!(out.stdout.is_empty(), "the bench ran first: {}", text(&out.stdout));
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    }
+    assert!(!std::path::Path::new(json).exists(), "the JSON file of a bench that did not run was left behind");
 }
