@@ -7,6 +7,11 @@
 //! Drivers (`timeline-hal-cpu-sim`, `timeline-hal-cuda`) implement the traits in [`driver`], the
 //! one module written for driver authors.
 //!
+//! The embedding guide (`docs/embedding.md` in the repository) walks a runtime through each step.
+//! In debug builds, set `[profile.dev.package.timeline-hal] opt-level = 2` in your `Cargo.toml`:
+//! buffer memory is copied word by word with relaxed atomics, which unoptimized is several times
+//! slower than a `memcpy`.
+//!
 //! ```
 //! use hal::{Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores, Error};
 //! use std::time::Duration;
