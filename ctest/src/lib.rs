@@ -1,5 +1,6 @@
 //! `ctest`: the HAL conformance test suite (CTS). Every driver must pass it; it is written once,
-//! generic over any device, and checks each line of the contract in `design.md`.
+//! generic over any device, and checks each line of the contract (docs/semaphores.md and
+//! docs/embedding.md state it).
 //!
 //! - A driver supplies a [`Fixture`]: how to create its devices (a [`hal::Registry`] and a driver
 //!   name, or a closure) and a [`KernelCatalogue`] giving the suite's [`Kernel`]s in its own format.
