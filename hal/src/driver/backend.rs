@@ -295,7 +295,7 @@ impl QueueOp {
     }
 
     /// Whether it gives a device stream nothing to run: a barrier, or an execute of a command buffer
-    /// that holds no device work (see [`StreamModel::enqueues_nothing`](crate::driver::StreamModel::enqueues_nothing)).
+    /// that holds no device work (see [`StreamModel::enqueues_nothing`](crate::driver::stream_model::StreamModel::enqueues_nothing)).
     pub fn runs_nothing_on_a_stream(&self) -> bool {
         match self {
             QueueOp::Barrier => true,
