@@ -30,9 +30,6 @@ pub(crate) enum Message {
 /// The payload bytes of a join, the most a connection may send before it joined.
 pub(crate) const JOIN_LENGTH: u64 = 1 + 8 + ChannelId::LEN as u64 + 8 + 8;
 
-/// Every status code, to rebuild an error from its name.
-const CODES: [StatusCode; 13] = StatusCode::ALL;
-
 const REDUCE_OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
 
 const ELEMENTS: [ElementType; 10] = [
@@ -277,7 +274,7 @@ impl<'a> Fields<'a> {
         let name = self.string()?;
         let message = self.string()?;
         // A code this build does not know (a newer peer) still fails, as an internal error.
-        let code = CODES.iter().copied().find(|c| c.as_str() == name).unwrap_or(StatusCode::Internal);
+        let code = StatusCode::ALL.iter().copied().find(|c| c.as_str() == name).unwrap_or(StatusCode::Internal);
         Ok(Error::new(code, message))
     }
 
@@ -337,7 +334,7 @@ mod tests {
             panic!("not the reply sent")
         };
         assert_eq!(bytes, vec![9; 4]);
-        for code in CODES {
+        for code in StatusCode::ALL {
             let Message::Joined(Err(e)) = round_trip(&Message::Joined(Err(Error::new(code, "m")))) else { panic!() };
             assert_eq!(e.code(), code);
         }

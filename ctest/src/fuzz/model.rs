@@ -17,10 +17,8 @@ pub const HOST_CALL_FAILURE: StatusCode = StatusCode::Unimplemented;
 pub const GATE_FAILURES: [StatusCode; 4] =
     [StatusCode::DataLoss, StatusCode::Aborted, StatusCode::NotFound, StatusCode::PermissionDenied];
 
-const CODES: [StatusCode; 13] = StatusCode::ALL;
-
 fn bit(code: StatusCode) -> u32 {
-    1 << CODES.iter().position(|&c| c == code).expect("every status code is listed")
+    1 << StatusCode::ALL.iter().position(|&c| c == code).expect("every status code is listed")
 }
 
 /// The outcomes something may have: completed, still pending, or failed with one of `fails`.
@@ -99,7 +97,7 @@ impl std::fmt::Display for Outcomes {
         if self.pending {
             parts.push("pending".to_string());
         }
-        for code in CODES {
+        for code in StatusCode::ALL {
             if self.may_fail_with(code) {
                 parts.push(code.as_str().to_string());
             }
