@@ -352,6 +352,9 @@ pub(crate) fn failure_on_one_rank_fails_every_rank(cx: &Cx) -> CaseResult {
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
     }
+    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
+        return Err(CaseError::Skip(format!("the driver as configured cannot release the other ranks: {reason}")));
+    }
     if cx.fixture().channel_dies_on_abandon() {
         cx.note("the channel dies with the abandoned collective: the next one must fail, not hang");
     }
@@ -821,6 +824,9 @@ pub(crate) fn command_buffer_collective_abandoned_fails_every_rank(cx: &Cx) -> C
     let counts = rank_counts(cx, 2);
     if counts.is_empty() {
         return Err(CaseError::Skip("needs 2 ranks".into()));
+    }
+    if let Some(reason) = cx.fixture().abandon_blocks_peers() {
+        return Err(CaseError::Skip(format!("the driver as configured cannot release the other ranks: {reason}")));
     }
     let dies = cx.fixture().channel_dies_on_abandon();
     if dies {

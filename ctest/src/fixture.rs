@@ -40,6 +40,9 @@ pub struct Fixture {
     max_ranks: usize,
     /// Whether a channel is dead once one of its collectives was abandoned (NCCL aborts it).
     channel_dies_on_abandon: bool,
+    /// Why a rank's abandoned collective leaves the other ranks waiting, where the embedder's
+    /// configuration makes it so.
+    abandon_blocks_peers: Option<String>,
 }
 
 impl Fixture {
@@ -62,6 +65,7 @@ impl Fixture {
             unavailable: None,
             max_ranks: usize::MAX,
             channel_dies_on_abandon: false,
+            abandon_blocks_peers: None,
         }
     }
 
@@ -82,6 +86,7 @@ impl Fixture {
             unavailable: None,
             max_ranks: usize::MAX,
             channel_dies_on_abandon: false,
+            abandon_blocks_peers: None,
         }
     }
 
@@ -167,6 +172,19 @@ impl Fixture {
     pub fn with_max_ranks(mut self, ranks: usize) -> Self {
         self.max_ranks = ranks;
         self
+    }
+
+    /// Says that when one rank's collective does not run, the driver as the embedder configured it
+    /// cannot release the other ranks (`reason` says why): the cases that abandon a collective
+    /// report themselves as not run, with the reason.
+    pub fn with_abandon_blocking_peers(mut self, reason: impl Into<String>) -> Self {
+        self.abandon_blocks_peers = Some(reason.into());
+        self
+    }
+
+    /// Why an abandoned collective leaves the other ranks waiting, if the driver was configured so.
+    pub fn abandon_blocks_peers(&self) -> Option<&str> {
+        self.abandon_blocks_peers.as_deref()
     }
 
     /// Says that a channel is dead once one of its collectives was abandoned (every later

@@ -55,12 +55,22 @@ fn cuda_fixture() -> Fixture {
         // A case's devices go round the GPUs (its first on GPU 0 in a fresh process), so the
         // multi-device and collective cases cross GPUs; NCCL takes one rank per GPU.
         let next = Arc::new(AtomicUsize::new(0));
-        fixture
+        let fixture = fixture
             .with_factory(move || {
                 registry.create_device(driver_cuda::DRIVER_NAME, next.fetch_add(1, Ordering::Relaxed) % gpus)
             })
             .with_max_ranks(gpus)
-            .with_channels_dying_on_abandon()
+            .with_channels_dying_on_abandon();
+        // The embedder's choice of lazy connection (see `driver_cuda::nccl::connects_lazily`)
+        // blocks the peers of an abandoned first collective inside NCCL, where no abort reaches them.
+        if driver_cuda::nccl::connects_lazily() {
+            fixture.with_abandon_blocking_peers(
+                "the process set NCCL_RUNTIME_CONNECT to other than 0, so NCCL connects ranks at their first \
+                 collective and the peers of an abandoned one stay blocked inside NCCL",
+            )
+        } else {
+            fixture
+        }
     } else {
         // Every device of this fixture is on one GPU, and NCCL takes one rank per GPU.
         fixture.with_factory(move || registry.create_device(driver_cuda::DRIVER_NAME, first)).with_max_ranks(1)
