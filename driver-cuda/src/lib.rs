@@ -30,7 +30,7 @@
 //! ```
 //!
 //! # The driver-call layer
-//! Every CUDA driver function the crate calls is wrapped once, in `src/result.rs` (crate-private):
+//! Every CUDA driver and NCCL function the crate calls is wrapped once, in `src/result.rs` (crate-private):
 //! one small function per call (`event_record`, `stream_wait_event`, `launch_kernel`, ...) that
 //! makes the `sys` call and returns a [`hal::Result`] whose error names the call. Functions that need
 //! the device's context current take a [`context::Bound`] token, which only [`context::Context::bind`]
