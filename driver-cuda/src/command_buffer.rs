@@ -36,7 +36,7 @@ use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
 use crate::stream::CudaStream;
-use crate::timing::{SubmissionTimer, Timed};
+use crate::timing::{DispatchTiming, SubmissionTimer, Timed};
 
 /// How a prepared buffer replays.
 enum Replay {
@@ -202,15 +202,15 @@ impl CudaPreparedCommands {
         })
     }
 
-    /// The prepared form of an ended `command_buffer`.
-    pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<dyn PreparedCommands>> {
-        let prepared = command_buffer
+    /// The prepared form of an ended `command_buffer`; `InvalidArgument` if another driver
+    /// prepared it.
+    pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<CudaPreparedCommands>> {
+        let prepared: Arc<dyn Any + Send + Sync> = command_buffer
             .prepared()
             .ok_or_else(|| Error::failed_precondition(format!("{}: executed before end()", command_buffer)))?;
-        if prepared.as_any().downcast_ref::<CudaPreparedCommands>().is_none() {
-            return Err(Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)));
-        }
-        Ok(prepared)
+        prepared
+            .downcast::<CudaPreparedCommands>()
+            .map_err(|_| Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)))
     }
 
     /// Whether it replays as a CUDA graph (its own, or one its command buffer's executes share).
@@ -253,19 +253,19 @@ impl CudaPreparedCommands {
         Recording { commands: &self.commands, payload: self.payload.address(), offsets: &self.payload.offsets }
     }
 
-    /// Enqueues one execution whose dispatches at command indices `timed` (ascending) are each
-    /// bracketed by two timing events from `timer`, kept in `out`. A graph replay launches the
-    /// graph's profiled variant, whose event record nodes record this launch's events on the
-    /// device between its kernels; a direct replay records them from the host around each launch.
+    /// Enqueues one execution whose dispatches at command indices `timing.indices` (ascending) are
+    /// each bracketed by two timing events from `timing.timer`, kept in `timing.out`. A graph
+    /// replay launches the graph's profiled variant, whose event record nodes record this launch's
+    /// events on the device between its kernels; a direct replay records them from the host around
+    /// each launch.
     pub fn enqueue_timed(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
         work: &Arc<Work>,
-        timed: &[usize],
-        timer: &SubmissionTimer,
-        out: &mut Timed,
+        timing: DispatchTiming<'_>,
     ) -> Result<()> {
+        let DispatchTiming { indices: timed, timer, out } = timing;
         let (payload, offsets) = (self.payload.address(), &self.payload.offsets[..]);
         let build =
             |instances| move || GraphExec::build(&self.context, &self.commands, payload, offsets, instances, timed);
