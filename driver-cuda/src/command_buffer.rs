@@ -109,7 +109,7 @@ pub struct CudaPreparedCommands {
 impl CudaPreparedCommands {
     /// Prepares `commands`: checks executables, uploads update payloads, and builds a graph when the
     /// buffer has at least `graph_min_commands` commands and no transient buffers.
-    pub fn prepare(
+    pub(crate) fn prepare(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         commands: &Arc<[Command]>,
@@ -143,7 +143,7 @@ impl CudaPreparedCommands {
     /// ones only compute their node parameters, which the launch applies in place. Commands that
     /// touch transient buffers, and buffers of fewer than `graph_min_commands` commands, replay
     /// directly.
-    pub fn prepare_bound(
+    pub(crate) fn prepare_bound(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         commands: &Arc<[Command]>,
@@ -204,7 +204,7 @@ impl CudaPreparedCommands {
 
     /// The prepared form of an ended `command_buffer`; `InvalidArgument` if another driver
     /// prepared it.
-    pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<CudaPreparedCommands>> {
+    pub(crate) fn of(command_buffer: &CommandBuffer) -> Result<Arc<CudaPreparedCommands>> {
         let prepared: Arc<dyn Any + Send + Sync> = command_buffer
             .prepared()
             .ok_or_else(|| Error::failed_precondition(format!("{}: executed before end()", command_buffer)))?;
@@ -233,7 +233,7 @@ impl CudaPreparedCommands {
     }
 
     /// Enqueues one execution (of submission `work`) on `stream`.
-    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+    pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream, &[]),
             Replay::Bound { graph, params, .. } => {
@@ -258,7 +258,7 @@ impl CudaPreparedCommands {
     /// replay launches the graph's profiled variant, whose event record nodes record this launch's
     /// events on the device between its kernels; a direct replay records them from the host around
     /// each launch.
-    pub fn enqueue_timed(
+    pub(crate) fn enqueue_timed(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
@@ -353,7 +353,7 @@ impl CudaPreparedCommands {
     /// Enqueues the commands one by one, calling `around(index, command, after)` on the stream
     /// just before (`after` false) and just after (`after` true) each one: where profiling records
     /// its timing events.
-    pub fn enqueue_direct_with(
+    pub(crate) fn enqueue_direct_with(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
@@ -498,7 +498,7 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
 /// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;
 /// single `queue_update`s go through staging instead. `work` is the submission an indirect
 /// dispatch reports later failures to (commands of an execute have one).
-pub fn enqueue_command(
+pub(crate) fn enqueue_command(
     bound: &Bound<'_>,
     command: &Command,
     cuda_stream: &CudaStream,

@@ -211,11 +211,6 @@ impl CudaMemory {
         &self.context
     }
 
-    /// Its kind.
-    pub fn kind(&self) -> MemoryKind {
-        self.kind
-    }
-
     /// Whether it is a `queue_alloca` buffer (its address is known only once the alloca is enqueued).
     pub fn is_transient(&self) -> bool {
         matches!(self.kind, MemoryKind::TransientDevice | MemoryKind::TransientHost)
@@ -224,11 +219,6 @@ impl CudaMemory {
     /// Whether it is host memory (pinned).
     pub fn is_host(&self) -> bool {
         matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost | MemoryKind::Imported)
-    }
-
-    /// Size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
     }
 
     fn state(&self) -> MutexGuard<'_, State> {

@@ -130,7 +130,7 @@ pub fn connects_lazily() -> bool {
 }
 
 /// One rank's NCCL communicator.
-pub struct NcclChannel {
+pub(crate) struct NcclChannel {
     comm: ncclComm_t,
     id: [u8; ChannelId::LEN],
     context: Arc<Context>,
@@ -175,7 +175,7 @@ fn live() -> std::sync::MutexGuard<'static, Live> {
 
 /// Device `device` is being dropped: each of its ranks leaves its channel (it can never enqueue
 /// again), even where the embedder still holds the channel handle.
-pub fn device_dropped(device: DeviceId) {
+pub(crate) fn device_dropped(device: DeviceId) {
     // Upgraded under the lock, looked at and dropped outside it: dropping the last handle of a
     // channel leaves it, which takes the lock.
     let channels: Vec<Arc<NcclChannel>> = live().channels.iter().filter_map(|(_, weak)| weak.upgrade()).collect();
@@ -199,7 +199,7 @@ impl ChannelBackend for NcclChannel {
 impl NcclChannel {
     /// Joins communicator `id` as `rank` of `count` on `context`'s GPU: blocks until every rank
     /// joined (NCCL's `ncclCommInitRank`).
-    pub fn create(
+    pub(crate) fn create(
         device: DeviceId,
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
@@ -256,7 +256,7 @@ impl NcclChannel {
     }
 
     /// The channel behind `call`, if this driver made it.
-    pub fn of(call: &CollectiveCall) -> Result<&NcclChannel> {
+    pub(crate) fn of(call: &CollectiveCall) -> Result<&NcclChannel> {
         call.channel
             .backend()
             .as_any()
@@ -335,12 +335,12 @@ impl NcclChannel {
 
     /// Why this channel's collectives fail, once its communicator was aborted (a completed
     /// collective of an aborted communicator may have returned early, so it fails too).
-    pub fn failure(&self) -> Option<Error> {
+    pub(crate) fn failure(&self) -> Option<Error> {
         self.aborted.get().cloned()
     }
 
     /// Enqueues `call` on `stream`.
-    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
+    pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
         let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(status) = self.aborted.get() {
             return Err(status.context(format!("{call}: the channel was aborted")));

@@ -101,11 +101,6 @@ impl StagingPool {
     pub fn created(&self) -> usize {
         self.created.load(Ordering::Relaxed)
     }
-
-    /// Pinned bytes held (on loan or free).
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
 }
 
 impl Drop for StagingPool {
@@ -127,11 +122,6 @@ impl StagingBlock {
     /// The block's first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.0.as_ptr()
-    }
-
-    /// The block's size in bytes.
-    pub fn capacity(&self) -> usize {
-        1usize << (self.class as u32 + MIN_CLASS_SHIFT)
     }
 }
 

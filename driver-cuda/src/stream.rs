@@ -170,11 +170,6 @@ impl CudaStreams {
         &self.staging
     }
 
-    /// How completion threads wait.
-    pub fn completion_wait(&self) -> CompletionWait {
-        self.wait
-    }
-
     fn staged(&self, queue: usize) -> Result<MutexGuard<'_, VecDeque<Staged>>> {
         let fifo = self
             .staged
