@@ -4,6 +4,7 @@
 //! counts the stream waits enqueued on it that have not run, so a record can tell whether it breaks
 //! the stream model's rules (see `stream_rules`).
 
+use hal::driver::{lock, wait, wait_timeout};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -96,7 +97,7 @@ impl EventState {
     }
 
     fn epochs(&self) -> MutexGuard<'_, Epochs> {
-        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.epochs)
     }
 
     /// Starts a new capture; the stream completes it when it reaches the new record's epoch's
@@ -177,17 +178,14 @@ impl EventState {
         while epochs.completed < epoch {
             epochs.waiters += 1;
             epochs = match deadline {
-                None => self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner()),
+                None => wait(&self.completed, epochs),
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         epochs.waiters -= 1;
                         return false;
                     }
-                    match self.completed.wait_timeout(epochs, left) {
-                        Ok((guard, _)) => guard,
-                        Err(poisoned) => poisoned.into_inner().0,
-                    }
+                    wait_timeout(&self.completed, epochs, left).0
                 }
             };
             epochs.waiters -= 1;

@@ -11,6 +11,7 @@ use std::time::Instant;
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
 use hal::driver::stream_model::{StreamModel, Work};
+use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::collective::CpuChannel;
@@ -93,7 +94,7 @@ enum Item {
 
 impl StreamShared {
     fn items(&self) -> MutexGuard<'_, VecDeque<Item>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.items)
     }
 
     /// "stream 3 (queue 1)", for messages.
@@ -182,7 +183,7 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
                 if let Some(item) = items.pop_front() {
                     break item;
                 }
-                items = shared.more.wait(items).unwrap_or_else(|p| p.into_inner());
+                items = wait(&shared.more, items);
             }
         };
         match item {

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use hal::driver::lock;
 use hal::{
     CommandBufferMode, EntryPointInfo, ExecutableSource, HostCallFlags, NativeEntryPoint, NativeInvocation, Semaphore,
     SemaphoreValue as SV, StatusCode, Timeout,
@@ -19,7 +20,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs `body` on its own thread and fails if it does not finish within `limit`.
 fn within(limit: Duration, what: &str, body: impl FnOnce() + Send + 'static) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = lock(&SERIAL);
     let (done_tx, done_rx) = mpsc::channel();
     let runner = std::thread::spawn(move || {
         body();

@@ -24,6 +24,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use hal::driver::PreparedCommands;
+use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::driver::{BindingState, Command};
 use hal::driver::{BufferExt, CommandBufferExt};
@@ -85,7 +86,7 @@ struct ProfiledGraph(std::sync::Mutex<Option<Arc<GraphExec>>>);
 impl ProfiledGraph {
     /// The graph timing exactly `timed`, built by `build` if the one kept times others (or none).
     fn get(&self, timed: &[usize], build: impl FnOnce() -> Result<GraphExec>) -> Result<Arc<GraphExec>> {
-        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = lock(&self.0);
         if let Some(graph) = kept.as_ref().filter(|g| g.timed() == timed) {
             return Ok(graph.clone());
         }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use hal::driver::lock;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BindingState, Command};
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
@@ -253,7 +254,7 @@ impl CudaDevice {
         if ordinal == self.context.ordinal() {
             return Ok(None);
         }
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.peers);
         if let Some((_, path)) = peers.iter().find(|(o, _)| *o == ordinal) {
             return Ok(Some(*path));
         }
@@ -434,7 +435,7 @@ impl DeviceBackend for CudaDevice {
 
     fn report(&self) -> String {
         let mut report = self.scheduler.report();
-        for (ordinal, path) in self.peers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (ordinal, path) in lock(&self.peers).iter() {
             report += &format!("copies with cuda:{ordinal}: {path:?}\n");
         }
         report

@@ -36,6 +36,7 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use hal::driver::lock;
 use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
 use hal::{ChannelId, CollectiveOp, DeviceId, ElementType, Error, ReduceOp, Result};
 
@@ -170,7 +171,7 @@ struct Departure {
 /// rank that leaves those whose collectives go past its own.
 fn live() -> std::sync::MutexGuard<'static, Live> {
     static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
-    LIVE.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+    lock(LIVE.get_or_init(Mutex::default))
 }
 
 /// Device `device` is being dropped: each of its ranks leaves its channel (it can never enqueue
@@ -319,7 +320,7 @@ impl NcclChannel {
     /// Aborts this communicator (once): kernels in flight return, and every collective of it fails
     /// with `status` from now on (see [`failure`](Self::failure)).
     fn abort(&self, status: &Error) {
-        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let _calls = lock(&self.calls);
         // Set before the abort, so a collective seen complete while this is unset ran to its end.
         if self.aborted.set(status.clone()).is_ok() {
             let aborted = self.context.bind().and_then(|bound| {
@@ -341,7 +342,7 @@ impl NcclChannel {
 
     /// Enqueues `call` on `stream`.
     pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
-        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let _calls = lock(&self.calls);
         if let Some(status) = self.aborted.get() {
             return Err(status.context(format!("{call}: the channel was aborted")));
         }

@@ -22,6 +22,7 @@ use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
 use hal::driver::Command;
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
+use hal::driver::lock;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Buffer, Error, Result};
 
@@ -175,7 +176,7 @@ impl CudaStreams {
             .staged
             .get(queue)
             .ok_or_else(|| Error::internal(format!("cuda: queue {queue} has no staging list")))?;
-        Ok(fifo.lock().unwrap_or_else(|p| p.into_inner()))
+        Ok(lock(fifo))
     }
 
     /// Copies `data` through a staging block into `target` at `offset`.

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUstream, CUstream_flags};
+use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::{Error, Result};
 
@@ -105,11 +106,6 @@ pub struct DispatchTiming<'a> {
     pub timer: &'a SubmissionTimer,
     /// The submission's timings, which keep the events until it retires.
     pub out: &'a mut Timed,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here leaves the data whole: a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A new timing event of `context`'s device.
