@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// How long a stream worker waiting on another stream's event watches it before it sleeps. On a
-/// 2-core VM a sleeping worker took tens of microseconds to wake, once per step of a two-queue
-/// stencil; watching (politely, yielding the core) catches the event as it completes.
+/// How long a stream worker waiting on another stream's event watches it before it sleeps: waking a
+/// sleeping worker can cost more than a short step of work (a two-queue stencil pays it once per
+/// step), and watching (politely, yielding the core) catches the event as it completes.
 const WATCH: Duration = Duration::from_micros(200);
 
 /// Numbers events for messages (0 is never used).

@@ -424,7 +424,7 @@ mod tests {
 
     /// A dispatch that another dispatch joins before the first finishes its first chunk never wakes
     /// a pool thread: both keep their own stream threads, and the pool is not woken to take the
-    /// core the second needs (formerly every such dispatch woke it at its start).
+    /// core the second needs.
     #[test]
     fn a_dispatch_joined_within_its_first_chunk_wakes_no_pool_thread() {
         let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());

@@ -3,8 +3,8 @@
 //! Two replay modes:
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
 //!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
-//!   becomes an instantiated CUDA graph ([`crate::graph`]), relaunched by each execute: on the H100
-//!   a one-kernel graph launch costs less than the kernel launch itself;
+//!   becomes an instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel
+//!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`);
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
 //!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is

@@ -49,10 +49,9 @@ pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
 
 impl Default for CompletionWait {
     /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
-    /// queries, on plain events. It beat or matched the earlier default, `PollThenSleep(100us)` with
-    /// queries 10 us apart, in the bench (figures in `docs/benchmarks.md`, "CUDA completion modes"):
-    /// fewer queries leave the driver lock to the submitting threads, and host waiters query their
-    /// own event, so the completion thread's later wake-up costs them nothing.
+    /// queries, on plain events. Fewer queries leave the driver lock to the submitting threads, and
+    /// host waiters query their own event, so the completion thread's later wake-up costs them
+    /// nothing (the comparison of the modes is in `docs/benchmarks.md`, "CUDA completion modes").
     fn default() -> Self {
         CompletionWait::PollThenSleep(Duration::ZERO)
     }

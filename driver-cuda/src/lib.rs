@@ -52,21 +52,21 @@
 //!
 //! # Device faults
 //! A kernel that traps or touches an illegal address raises a *sticky* error in the CUDA context.
-//! Measured on an H100 (driver 580, CUDA 13.0) by `tests/cuda_fault.rs`, a kernel that executes
-//! `trap`:
+//! What the driver does with one, held by `tests/cuda_fault.rs` (a kernel that executes `trap`;
+//! the times it printed on a GPU are in `docs/benchmarks.md`, "CUDA: a device fault"):
 //! - the submission that faulted fails its signal semaphores with `DataLoss` naming the CUDA error
-//!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), about 0.58 s
-//!   after the launch (the driver's fault handling); a watchdog timeout maps to `Aborted`;
+//!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), once the CUDA
+//!   driver's fault handling reported it; a watchdog timeout maps to `Aborted`;
 //! - work behind it on the same queue, work on other queues waiting on it, and every later
 //!   submission on any queue fail their signals with `DataLoss` and the same CUDA error; nothing
 //!   hangs, and the submitting calls themselves still return `Ok`;
 //! - every other `hal::Device` of the same GPU in the process fails too (they share the GPU's
 //!   primary context): its allocations return `DataLoss`;
 //! - the process does not abort; host-visible memory stays readable; dropping the faulted devices
-//!   does not hang (about 50-60 ms, teardown errors are logged);
+//!   does not hang (teardown errors are logged);
 //! - the GPU stays unusable **for the rest of the process**: once every device and object is
 //!   dropped, creating a new device fails at once with `DataLoss` (`cuDevicePrimaryCtxRetain:
-//!   CUDA_ERROR_LAUNCH_FAILED`), and `cuDevicePrimaryCtxReset` does not change that (also measured).
+//!   CUDA_ERROR_LAUNCH_FAILED`), and `cuDevicePrimaryCtxReset` does not change that.
 //!   As CUDA documents for sticky errors, only a new process gets the GPU back: run kernels you do
 //!   not trust in a child process.
 //!
@@ -89,13 +89,13 @@
 //! host function (`cuLaunchHostFunc`), which wakes the completion thread; at most one callback is
 //! outstanding per queue and each retires everything that completed (see `src/host_callback.rs`). Polling
 //! stays the default because the callback costs a stream-wait, a host function and a thread wake-up
-//! per burst and measured slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
+//! per burst and is the slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
 //! the submitting thread's launches need, so the completion thread sleeps between queries while host
 //! waiters query their own event. The measurements behind this (`examples/completion_modes.rs`,
 //! `examples/chain_costs.rs`, the bench) are in `docs/benchmarks.md`, "CUDA completion modes".
 //! While an indirect dispatch waits for the launcher to launch its kernel, a completion thread
 //! polls instead: CUDA may hold the launcher's side-stream launches behind a pending host
-//! function, which would wait for them forever (a chain of 2,000 indirect dispatches hung).
+//! function, which would wait for them forever.
 //!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
