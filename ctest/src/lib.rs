@@ -1,6 +1,6 @@
 //! `ctest`: the HAL conformance test suite (CTS). Every driver must pass it; it is written once,
-//! generic over any device, and checks each line of the contract (docs/semaphores.md and
-//! docs/embedding.md state it).
+//! generic over any device, and checks each line of the contract every driver honours
+//! (docs/contract.md states it, with docs/semaphores.md and docs/embedding.md for the details).
 //!
 //! - A driver supplies a [`Fixture`]: how to create its devices (a [`hal::Registry`] and a driver
 //!   name, or a closure) and a [`KernelCatalogue`] giving the suite's [`Kernel`]s in its own format.

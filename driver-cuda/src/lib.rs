@@ -85,7 +85,7 @@
 //! event back to back for 200 us first (`StreamModel::host_wait`).
 //!
 //! **Host callbacks against a polling completion thread.** [`CompletionWait::HostCallback`] is the
-//! design's other candidate: each queue gets a callback stream that waits on the event and runs one
+//! other way to wake the completion thread: each queue gets a callback stream that waits on the event and runs one
 //! host function (`cuLaunchHostFunc`), which wakes the completion thread; at most one callback is
 //! outstanding per queue and each retires everything that completed (see `src/host_callback.rs`). Polling
 //! stays the default because the callback costs a stream-wait, a host function and a thread wake-up
