@@ -275,8 +275,8 @@ impl RawCuda {
         })
     }
 
-    /// Launch + `cuEventRecord` per operation on one stream, then a stream synchronize (the design's
-    /// "launch+record", the baseline of a dependent chain of single-dispatch submissions).
+    /// Launch + `cuEventRecord` per operation on one stream, then a stream synchronize
+    /// ("launch+record", the baseline of a dependent chain of single-dispatch submissions).
     pub fn launch_record_chain(&self, ops: u64) -> Result<Duration> {
         self.timed(|| {
             for i in 0..ops {

@@ -52,7 +52,7 @@ pub struct Row {
     pub hal: Samples,
     /// The baseline's name and times.
     pub baseline: Option<(&'static str, Samples)>,
-    /// The most the ratio may be (the CUDA driver's targets, issue 6), where one is set.
+    /// The most the ratio may be (the CUDA driver's targets), where one is set.
     pub target: Option<f64>,
 }
 
@@ -84,7 +84,7 @@ impl Row {
     }
 }
 
-/// The CUDA driver's targets (issue 6): the most each HAL workload may cost as a multiple of its
+/// The CUDA driver's targets: the most each HAL workload may cost as a multiple of its
 /// raw-CUDA baseline measured in the same run.
 pub mod targets {
     /// Dependent chain of single-dispatch executes vs launch + `cuEventRecord`.
@@ -706,7 +706,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 .with_target(target),
         );
         if dispatches == 1 {
-            // Issue 16: the same dispatch with its workgroup count read from a device buffer when it
+            // The same dispatch with its workgroup count read from a device buffer when it
             // runs, against the direct one (the HAL's row above).
             let indirect = env.indirect_dispatch()?;
             let ops = ops.min(2000);
@@ -719,7 +719,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             ));
         }
         if dispatches == 10 {
-            // Issue 16: the same function with a new binding table every execute, against fixed
+            // The same function with a new binding table every execute, against fixed
             // bindings (the HAL's own row above) as the baseline.
             let slotted = env.dispatches_on_slot(10)?;
             let mut tables = vec![[BufferBinding::range(&env.buffer, 0, 4)]];

@@ -139,9 +139,19 @@ impl Cx {
         self.load_on(&self.device, kernel)
     }
 
-    /// Loads catalogue kernel `kernel` on `device`.
+    /// Loads catalogue kernel `kernel` on `device` (see [`needs_kernel`](Self::needs_kernel)).
     pub fn load_on(&self, device: &Device, kernel: Kernel) -> Result<Executable, CaseError> {
+        self.needs_kernel(kernel)?;
         crate::kernels::load(self.fixture.catalogue(), device, kernel).map_err(CaseError::from)
+    }
+
+    /// Skips the case when the fixture's catalogue has no kernels at all
+    /// ([`NoKernels`](crate::kernels::NoKernels): a driver that loads none): the case needs `kernel`.
+    pub fn needs_kernel(&self, kernel: Kernel) -> Result<(), CaseError> {
+        if self.fixture.catalogue().kinds().is_empty() {
+            return Err(CaseError::Skip(format!("needs the {kernel:?} kernel; the driver loads no kernels")));
+        }
+        Ok(())
     }
 
     /// A command buffer of the case's device.

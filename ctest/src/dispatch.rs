@@ -123,7 +123,7 @@ pub(crate) fn wrong_constant_count_refused(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
-/// Finding 9 (unbounded work): a workgroup count beyond the device's per-axis limit
+/// A workgroup count beyond the device's per-axis limit
 /// (`DeviceInfo::max_workgroup_count`) is `OutOfRange` at record time, naming the axis, the count and
 /// the limit, and nothing is recorded; a count at the limit is recorded.
 pub(crate) fn unbounded_work_grid_beyond_limit_refused(cx: &Cx) -> CaseResult {

@@ -164,8 +164,8 @@ pub(crate) fn count_checked_and_taken_from_a_slot(cx: &Cx) -> CaseResult {
 /// each execute waiting for the one before: more than the slots a queue keeps for counts in flight,
 /// and long enough that the stream, held at each dispatch until its launch, runs far behind the
 /// submitting thread. Every chain completes and the last fill is there (on CUDA with host-callback
-/// completion, the bench's chain of 2,000 such dispatches hung before 2026-11-26: a pending host
-/// function held the side stream's launches).
+/// completion a pending host function can hold the side stream's launches, which the driver must
+/// not wait behind).
 pub(crate) fn long_chains_of_indirect_dispatches_complete(cx: &Cx) -> CaseResult {
     let count = cx.device_buffer(12)?;
     let out = cx.host_buffer(4 * ELEMENTS as u64)?;

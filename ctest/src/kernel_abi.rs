@@ -22,6 +22,7 @@ fn source_with(
     kernel: Kernel,
     entries: Vec<EntryPointInfo>,
 ) -> Result<(ExecutableSource, ExecutableKind), CaseError> {
+    cx.needs_kernel(kernel)?;
     let catalogue = cx.fixture().catalogue();
     let kind = choose_kind(catalogue, cx.device().info()).ctx("choosing a kind")?;
     match catalogue.source(kernel, kind).ctx("catalogue source")? {

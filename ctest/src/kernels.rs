@@ -143,6 +143,21 @@ pub trait KernelCatalogue: Send + Sync {
     fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource>;
 }
 
+/// The catalogue of a driver that loads no kernels (an inline or skeleton driver): the cases that
+/// need a kernel skip, and every other case runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoKernels;
+
+impl KernelCatalogue for NoKernels {
+    fn kinds(&self) -> Vec<ExecutableKind> {
+        Vec::new()
+    }
+
+    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
+        Err(kind_not_provided("no kernels", kernel, kind))
+    }
+}
+
 /// The kind to load `catalogue`'s kernels as on the device `info` describes: the first of the
 /// catalogue's kinds the device loads, or `Unimplemented` naming the kinds on both sides.
 pub fn choose_kind(catalogue: &dyn KernelCatalogue, info: &DeviceInfo) -> Result<ExecutableKind> {

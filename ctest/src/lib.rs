@@ -1,6 +1,6 @@
 //! `ctest`: the HAL conformance test suite (CTS). Every driver must pass it; it is written once,
-//! generic over any device, and checks each line of the contract (docs/semaphores.md and
-//! docs/embedding.md state it).
+//! generic over any device, and checks each line of the contract every driver honours
+//! (docs/contract.md states it, with docs/semaphores.md and docs/embedding.md for the details).
 //!
 //! - A driver supplies a [`Fixture`]: how to create its devices (a [`hal::Registry`] and a driver
 //!   name, or a closure) and a [`KernelCatalogue`] giving the suite's [`Kernel`]s in its own format.
@@ -416,15 +416,15 @@ macro_rules! __cts_case_list {
                 zero_workgroup_dispatch_among_other_commands,
             }
             misuse {
-                finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,
-                finding_2a_host_call_waits_on_its_own_queue,
-                finding_2b_timed_wait_returns_by_its_deadline_while_a_host_call_runs,
-                finding_3_held_execute_is_cancelled_when_the_device_drops,
-                finding_4_a_panicking_waker_does_not_stop_delivery,
-                finding_5_later_work_on_the_queue_starts_after_the_host_call_returns,
-                finding_5_non_blocking_host_call_lets_later_work_run,
-                finding_6_failing_a_semaphore_fails_issued_work_that_waits_on_it,
-                finding_7_a_single_wait_wakes_when_the_host_reaches_the_value,
+                last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock,
+                host_call_waits_on_its_own_queue,
+                timed_wait_returns_by_its_deadline_while_a_host_call_runs,
+                held_execute_is_cancelled_when_the_device_drops,
+                a_panicking_waker_does_not_stop_delivery,
+                later_work_on_the_queue_starts_after_the_host_call_returns,
+                non_blocking_host_call_lets_later_work_run,
+                failing_a_semaphore_fails_issued_work_that_waits_on_it,
+                a_single_wait_wakes_when_the_host_reaches_the_value,
             }
         }
     };

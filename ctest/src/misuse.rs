@@ -1,9 +1,9 @@
-//! Misuse: what a hostile but fair embedder does (the misuse review, issue 14), one case per
-//! finding, named after it: last handles dropped with cross-queue work in flight, host calls that
-//! wait on their own queue, deadlines while a host call runs, held work cancelled at teardown,
-//! panicking wakers, host-call ordering, failing a semaphore under issued work, a single wait woken
-//! by the host. Every case failed or hung at `29a64f7`. The cpu-sim-only checks (threads left
-//! behind, huge native dispatches) stay in `driver-cpu-sim/tests/contract_misuse.rs`.
+//! Misuse: what a hostile but fair embedder does, one case per behaviour the HAL must keep: last
+//! handles dropped with cross-queue work in flight, host calls that wait on their own queue,
+//! deadlines while a host call runs, held work cancelled at teardown, panicking wakers, host-call
+//! ordering, failing a semaphore under issued work, a single wait woken by the host. The
+//! cpu-sim-only checks (threads left behind, huge native dispatches) are in
+//! `driver-cpu-sim/tests/contract_misuse.rs`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
@@ -27,9 +27,9 @@ fn sleeping(cx: &Cx, device: &Device, us: u32) -> Result<CommandBuffer, CaseErro
     Ok(commands)
 }
 
-/// Finding 1: the last handles of a device dropped while work chained across two queues is in
+/// The last handles of a device dropped while work chained across two queues is in
 /// flight never deadlock: the chain completes or is cancelled, within the wait's timeout.
-pub(crate) fn finding_1_last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock(cx: &Cx) -> CaseResult {
+pub(crate) fn last_handles_dropped_with_cross_queue_work_in_flight_never_deadlock(cx: &Cx) -> CaseResult {
     for round in 0..10 {
         let device = cx.fixture().create_device().ctx("create a device to drop")?;
         let (q0, q1) = (device.queue(0).ctx("queue 0")?, device.queue(1 % device.queue_count()).ctx("queue 1")?);
@@ -50,9 +50,9 @@ pub(crate) fn finding_1_last_handles_dropped_with_cross_queue_work_in_flight_nev
     Ok(())
 }
 
-/// Finding 2a: a host call may submit to its own queue and wait for that work; the queue keeps
+/// A host call may submit to its own queue and wait for that work; the queue keeps
 /// working afterwards.
-pub(crate) fn finding_2a_host_call_waits_on_its_own_queue(cx: &Cx) -> CaseResult {
+pub(crate) fn host_call_waits_on_its_own_queue(cx: &Cx) -> CaseResult {
     let q0 = cx.queue(0);
     let (inner, outer) = (cx.sem(0)?, Semaphore::new(0));
     let (queue, sem) = (q0.clone(), inner.clone());
@@ -76,9 +76,9 @@ pub(crate) fn finding_2a_host_call_waits_on_its_own_queue(cx: &Cx) -> CaseResult
     cx.wait(&after, 1)
 }
 
-/// Finding 2b: a timed wait on work queued behind a running host call returns by its deadline, for
+/// A timed wait on work queued behind a running host call returns by its deadline, for
 /// a device semaphore and a host semaphore alike.
-pub(crate) fn finding_2b_timed_wait_returns_by_its_deadline_while_a_host_call_runs(cx: &Cx) -> CaseResult {
+pub(crate) fn timed_wait_returns_by_its_deadline_while_a_host_call_runs(cx: &Cx) -> CaseResult {
     let q0 = cx.queue(0);
     let buffer = cx.device_buffer(1 << 20)?;
     let (release_tx, release_rx) = mpsc::channel::<()>();
@@ -108,8 +108,8 @@ pub(crate) fn finding_2b_timed_wait_returns_by_its_deadline_while_a_host_call_ru
     cx.wait(&device_sem, 1)
 }
 
-/// Finding 3: an execute held behind a semaphore no one signals is cancelled when its device drops.
-pub(crate) fn finding_3_held_execute_is_cancelled_when_the_device_drops(cx: &Cx) -> CaseResult {
+/// An execute held behind a semaphore no one signals is cancelled when its device drops.
+pub(crate) fn held_execute_is_cancelled_when_the_device_drops(cx: &Cx) -> CaseResult {
     let device = cx.fixture().create_device().ctx("create a device to drop")?;
     let q0 = device.queue(0).ctx("queue 0")?;
     let (gate, done) = (Semaphore::new(0), device.create_semaphore(0).ctx("semaphore")?);
@@ -137,9 +137,9 @@ fn arm_bomb(future: &mut std::pin::Pin<Box<hal::WaitFuture>>) -> CaseResult {
     Ok(())
 }
 
-/// Finding 4: a waker that panics does not stop delivery: another waiter on the same host semaphore
+/// A waker that panics does not stop delivery: another waiter on the same host semaphore
 /// still wakes, and the device's completion keeps completing later work.
-pub(crate) fn finding_4_a_panicking_waker_does_not_stop_delivery(cx: &Cx) -> CaseResult {
+pub(crate) fn a_panicking_waker_does_not_stop_delivery(cx: &Cx) -> CaseResult {
     let host = Semaphore::new(0);
     let mut bomb = Box::pin(host.wait_async(1));
     arm_bomb(&mut bomb)?;
@@ -164,7 +164,7 @@ pub(crate) fn finding_4_a_panicking_waker_does_not_stop_delivery(cx: &Cx) -> Cas
     cx.wait(&s, 2)
 }
 
-/// Finding 5: work queued after a host call starts only after the call returns; with
+/// Work queued after a host call starts only after the call returns; with
 /// `NON_BLOCKING` it may run alongside (here it has, by the time the call reads).
 fn host_call_then_fill(cx: &Cx, flags: HostCallFlags, expected: usize) -> CaseResult {
     let q0 = cx.queue(0);
@@ -192,18 +192,18 @@ fn host_call_then_fill(cx: &Cx, flags: HostCallFlags, expected: usize) -> CaseRe
     Ok(())
 }
 
-/// Finding 5, blocking host call: the fill queued behind it has not run when it reads.
-pub(crate) fn finding_5_later_work_on_the_queue_starts_after_the_host_call_returns(cx: &Cx) -> CaseResult {
+/// Blocking host call: the fill queued behind it has not run when it reads.
+pub(crate) fn later_work_on_the_queue_starts_after_the_host_call_returns(cx: &Cx) -> CaseResult {
     host_call_then_fill(cx, HostCallFlags::empty(), 0)
 }
 
-/// Finding 5, `NON_BLOCKING` host call: the fill behind it runs while it sleeps.
-pub(crate) fn finding_5_non_blocking_host_call_lets_later_work_run(cx: &Cx) -> CaseResult {
+/// `NON_BLOCKING` host call: the fill behind it runs while it sleeps.
+pub(crate) fn non_blocking_host_call_lets_later_work_run(cx: &Cx) -> CaseResult {
     host_call_then_fill(cx, HostCallFlags::NON_BLOCKING, 0xAB)
 }
 
-/// Finding 6: failing a semaphore fails work already issued device-side that waits on it.
-pub(crate) fn finding_6_failing_a_semaphore_fails_issued_work_that_waits_on_it(cx: &Cx) -> CaseResult {
+/// Failing a semaphore fails work already issued device-side that waits on it.
+pub(crate) fn failing_a_semaphore_fails_issued_work_that_waits_on_it(cx: &Cx) -> CaseResult {
     let (q0, q1) = (cx.queue(0), cx.queue(1));
     let (s, t) = (cx.sem(0)?, cx.sem(0)?);
     let buffer = cx.device_buffer(4096)?;
@@ -217,9 +217,9 @@ pub(crate) fn finding_6_failing_a_semaphore_fails_issued_work_that_waits_on_it(c
     Ok(())
 }
 
-/// Finding 7: a single wait for 3 wakes when the host signals 3, while device work that signals 5
+/// A single wait for 3 wakes when the host signals 3, while device work that signals 5
 /// still runs.
-pub(crate) fn finding_7_a_single_wait_wakes_when_the_host_reaches_the_value(cx: &Cx) -> CaseResult {
+pub(crate) fn a_single_wait_wakes_when_the_host_reaches_the_value(cx: &Cx) -> CaseResult {
     let s = cx.sem(0)?;
     let slow = sleeping(cx, cx.device(), 600_000)?;
     cx.queue(0).execute(&[], &slow, &[sv(&s, 5)]).ctx("slow execute")?;
@@ -233,7 +233,8 @@ pub(crate) fn finding_7_a_single_wait_wakes_when_the_host_reaches_the_value(cx: 
     let woke = waiter.join().map_err(|_| "the waiter panicked")?.ctx("wait for 3")?;
     let latency = woke.saturating_duration_since(signalled);
     cx.note(format!("woke {latency:?} after the host signal"));
-    // A margin for a loaded machine; the bug woke only when the device work ended (about 550 ms).
+    // A margin for a loaded machine, well below the device work's length (a wait that wakes only
+    // when the device work ends fails).
     ensure!(latency < Duration::from_millis(200), "woke {latency:?} after the host signal");
     cx.wait(&s, 5)
 }

@@ -72,6 +72,8 @@ pub(crate) fn wait_on_another_devices_signal_goes_to_the_device(cx: &Cx) -> Case
 /// submitted, B's held action is issued on A's event while A's work still runs (B's pending
 /// actions drop to 0 before the value is reached), and B's work lands after A's.
 pub(crate) fn wait_before_signal_across_devices(cx: &Cx) -> CaseResult {
+    // Before anything is held: a skip part-way would leave B's fill held.
+    cx.needs_kernel(Kernel::Sleep)?;
     let [a, b] = cx.devices::<2>()?;
     let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
     let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;

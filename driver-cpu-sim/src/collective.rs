@@ -18,10 +18,11 @@
 use std::any::Any;
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
+use hal::driver::{lock, wait_timeout};
 use hal::{ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result};
 
 use crate::command_exec::{read_buffer, write_buffer};
@@ -38,11 +39,6 @@ const MAGIC: &[u8; 8] = b"cpu-sim\0";
 
 /// Bytes of an id before its signature: the magic, a serial, the pid and the nonce.
 const HEAD: usize = 28;
-
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here leaves the state whole: a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The channels of this process, by id.
 fn groups() -> &'static Mutex<HashMap<[u8; ChannelId::LEN], Weak<Group>>> {
@@ -428,7 +424,7 @@ impl Drop for LocalRank {
                 );
                 break;
             }
-            state = self.group.changed.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            state = wait_timeout(&self.group.changed, state, deadline - now).0;
         }
         drop(state);
         let mut groups = lock(groups());
@@ -552,7 +548,7 @@ impl LocalRank {
                 group.changed.notify_all();
                 continue;
             }
-            state = group.changed.wait_timeout(state, CANCEL_POLL).unwrap_or_else(|p| p.into_inner()).0;
+            state = wait_timeout(&group.changed, state, CANCEL_POLL).0;
         }
     }
 

@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use hal::{ChannelId, Error};
 
-use crate::collective::{LocalRank, Part, RemotePart, lock, made_here, process_nonce};
+use crate::collective::{LocalRank, Part, RemotePart, made_here, process_nonce};
 use crate::collective_wire::{JOIN_LENGTH, Message, read_message, read_message_within, write_message};
+use hal::driver::lock;
 
 /// Connections that have not yet shown an id this process made, at most, at once: another is
 /// closed as soon as it is accepted (a joining rank then tries again).

@@ -12,9 +12,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use hal::driver::CollectiveCall;
+use hal::driver::{lock, wait_timeout};
 use hal::{ChannelId, Error, Result};
 
-use crate::collective::{CANCEL_POLL, Key, lock};
+use crate::collective::{CANCEL_POLL, Key};
 use crate::collective_host::{socket_address, socket_name};
 use crate::collective_wire::{Message, read_message, write_message};
 use crate::command_exec::{read_buffer, write_buffer};
@@ -153,7 +154,7 @@ impl RemoteRank {
                 replies = lock(&self.shared.replies);
                 continue;
             }
-            replies = self.shared.replied.wait_timeout(replies, CANCEL_POLL).unwrap_or_else(|p| p.into_inner()).0;
+            replies = wait_timeout(&self.shared.replied, replies, CANCEL_POLL).0;
         }
     }
 

@@ -37,8 +37,8 @@ const INLINE_BINDINGS: usize = 8;
 
 /// Grids of at most this many workgroups run on the stream thread instead of the pool: waking the
 /// pool and moving the dispatch's data to its threads costs more than it saves for them, and queues
-/// that dispatch side by side already fill the cores. (`hal run`'s dispatches are 128 workgroups of
-/// 1024 cells: 0.19-0.23 s on its stream threads, 0.24-0.29 s with the pool, on 2 cores.)
+/// that dispatch side by side already fill the cores (`hal run`'s 128-workgroup dispatches run
+/// faster on their stream threads than on the pool; `docs/benchmarks.md` has the measurement).
 const INLINE_WORKGROUPS: u64 = 256;
 
 /// How running commands learn that their submission was cancelled: the submission's [`Work`], or
@@ -649,7 +649,7 @@ mod tests {
         })
     }
 
-    /// Finding (data race): workgroups of one dispatch run on several threads, and two of them may
+    /// Workgroups of one dispatch run on several threads, and two of them may
     /// store to the same element. Every access is a relaxed atomic now, so the element ends as one of
     /// the values written (aligned `u32`: never a torn mix), and a misaligned binding works too.
     #[test]
@@ -690,7 +690,7 @@ mod tests {
         f.run(dispatch(&exe, [1024, 1, 1], &[], &[BufferBinding::range(&out, 1, 16)])).unwrap();
     }
 
-    /// Finding (data race): a host mapping read racing a dispatch that writes the same bytes (a bug
+    /// A host mapping read racing a dispatch that writes the same bytes (a bug
     /// in the program, but not undefined behaviour now: both sides copy with relaxed atomics). Every
     /// aligned word read is one a kernel wrote or the fill's.
     #[test]
@@ -918,7 +918,7 @@ mod tests {
         Arc::new(Work::new(1, 0, hal::driver::QueueOp::Barrier, SmallVec::new()))
     }
 
-    /// Finding 9 (unbounded work): a dispatch of 100 000 workgroups of 1 ms (25 s on 4 runners)
+    /// A dispatch of 100 000 workgroups of 1 ms (25 s on 4 runners)
     /// stops within a few workgroups per runner once its submission's cancel is requested.
     #[test]
     fn unbounded_work_dispatch_stops_soon_after_cancel() {
@@ -953,7 +953,7 @@ mod tests {
         assert_eq!(ran_inline.load(Ordering::Relaxed), 0);
     }
 
-    /// Finding 9 (unbounded work): a cancelled command list stops before its next command.
+    /// A cancelled command list stops before its next command.
     #[test]
     fn unbounded_work_cancelled_list_stops_before_the_next_command() {
         let f = Fixture::new();

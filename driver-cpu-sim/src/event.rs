@@ -4,13 +4,14 @@
 //! counts the stream waits enqueued on it that have not run, so a record can tell whether it breaks
 //! the stream model's rules (see `stream_rules`).
 
+use hal::driver::{lock, wait, wait_timeout};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// How long a stream worker waiting on another stream's event watches it before it sleeps. On a
-/// 2-core VM a sleeping worker took tens of microseconds to wake, once per step of a two-queue
-/// stencil; watching (politely, yielding the core) catches the event as it completes.
+/// How long a stream worker waiting on another stream's event watches it before it sleeps: waking a
+/// sleeping worker can cost more than a short step of work (a two-queue stencil pays it once per
+/// step), and watching (politely, yielding the core) catches the event as it completes.
 const WATCH: Duration = Duration::from_micros(200);
 
 /// Numbers events for messages (0 is never used).
@@ -96,7 +97,7 @@ impl EventState {
     }
 
     fn epochs(&self) -> MutexGuard<'_, Epochs> {
-        self.epochs.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.epochs)
     }
 
     /// Starts a new capture; the stream completes it when it reaches the new record's epoch's
@@ -177,17 +178,14 @@ impl EventState {
         while epochs.completed < epoch {
             epochs.waiters += 1;
             epochs = match deadline {
-                None => self.completed.wait(epochs).unwrap_or_else(|p| p.into_inner()),
+                None => wait(&self.completed, epochs),
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         epochs.waiters -= 1;
                         return false;
                     }
-                    match self.completed.wait_timeout(epochs, left) {
-                        Ok((guard, _)) => guard,
-                        Err(poisoned) => poisoned.into_inner().0,
-                    }
+                    wait_timeout(&self.completed, epochs, left).0
                 }
             };
             epochs.waiters -= 1;

@@ -41,8 +41,8 @@ use hal::{
 /// The largest workgroup (x*y*z threads) an entry point may declare.
 pub const MAX_WORKGROUP_THREADS: u32 = 1024;
 
-/// The most dynamic workgroup memory an entry point may declare (an H100 gives a block up to
-/// 227 KiB of shared memory).
+/// The most dynamic workgroup memory an entry point may declare: the most shared memory a current
+/// CUDA GPU gives one block, so kernels written against cpu-sim fit a GPU too.
 pub const MAX_WORKGROUP_MEMORY: u32 = 227 * 1024;
 
 /// The largest workgroup size per axis an entry point may declare (CUDA's block limits, so what

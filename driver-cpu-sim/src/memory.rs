@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hal::driver::BufferBackend;
 use hal::driver::BufferExt;
 use hal::driver::HostView;
+use hal::driver::lock;
 use hal::driver::{ImportedHostMemory, ReleaseOnce};
 use hal::{Buffer, Error, Result};
 
@@ -253,7 +254,7 @@ impl HostMemory {
 
     fn state(&self) -> MutexGuard<'_, State> {
         // Transitions never panic half way, so a poisoned lock still holds a consistent state.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
     }
 
     fn describe(&self) -> String {

@@ -11,6 +11,7 @@ use std::time::Instant;
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
 use hal::driver::stream_model::{StreamModel, Work};
+use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::collective::CpuChannel;
@@ -93,7 +94,7 @@ enum Item {
 
 impl StreamShared {
     fn items(&self) -> MutexGuard<'_, VecDeque<Item>> {
-        self.items.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.items)
     }
 
     /// "stream 3 (queue 1)", for messages.
@@ -111,8 +112,8 @@ impl StreamShared {
         let mut items = self.items();
         // The worker sleeps on `more` only when it found the FIFO empty: only the push that ends an
         // empty stretch needs the notify (a system call). Workers do not watch for work before they
-        // sleep (as the scheduler's completion threads do): tried on the 2-core development machine,
-        // two watching workers took a cross-queue ping-pong from about 3 to 12 us per hop.
+        // sleep (as the scheduler's completion threads do): two watching workers take the cores
+        // that the work they wait for needs, which made the cross-queue hop slower, not faster.
         let was_empty = items.is_empty();
         items.push_back(item);
         drop(items);
@@ -182,7 +183,7 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
                 if let Some(item) = items.pop_front() {
                     break item;
                 }
-                items = shared.more.wait(items).unwrap_or_else(|p| p.into_inner());
+                items = wait(&shared.more, items);
             }
         };
         match item {
@@ -407,7 +408,7 @@ mod tests {
         Arc::new(Work::new(7, 0, op, SmallVec::new()))
     }
 
-    /// Finding 9 (unbounded work): work whose cancel was requested before it reached the front of its
+    /// Work whose cancel was requested before it reached the front of its
     /// stream does not start, and fails with `Cancelled` naming the submission.
     #[test]
     fn unbounded_work_cancelled_work_does_not_start() {
@@ -432,7 +433,7 @@ mod tests {
         assert_eq!(target.read_to_vec().unwrap(), vec![0; 16], "the fill did not run");
     }
 
-    /// Finding 9 (unbounded work): a dispatch of 100 000 workgroups of 1 ms running on a stream stops
+    /// A dispatch of 100 000 workgroups of 1 ms running on a stream stops
     /// soon after its work's cancel is requested, and the stream goes on with later work.
     #[test]
     fn unbounded_work_cancel_stops_a_running_dispatch() {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hal::DeviceId;
+use hal::driver::lock;
 
 /// The name of the resource-usage pool that counts a cpu-sim device's broken stream-model rules.
 pub const RULE_BREAKS_POOL: &str = "stream-model rule breaks";
@@ -86,7 +87,7 @@ impl RuleLog {
     }
 
     fn kept(&self) -> MutexGuard<'_, Vec<RuleBreak>> {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.kept)
     }
 
     /// Records that `rule` was broken, as `detail` says; logged at once.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use hal::Error;
+use hal::driver::{lock, wait};
 
 /// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
 const CHUNKS_PER_RUNNER: u64 = 4;
@@ -71,7 +72,7 @@ struct PoolState {
 impl PoolShared {
     fn state(&self) -> MutexGuard<'_, PoolState> {
         // Critical sections only push, pop and flag; a poisoned lock still holds consistent data.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.state)
     }
 }
 
@@ -247,7 +248,7 @@ fn worker_loop(shared: &PoolShared) {
                 {
                     break job.clone();
                 }
-                state = shared.work.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+                state = wait(&shared.work, state);
             }
         };
         job.work_while(&|| shared.running.load(Ordering::Relaxed) <= 1);
@@ -284,7 +285,7 @@ where
     E: Send,
 {
     fn record(&self, failure: JobFailure<E>) {
-        let mut slot = self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut slot = lock(&self.failure);
         if slot.is_none() {
             *slot = Some(failure);
         }
@@ -311,20 +312,20 @@ where
     fn retire(&self, count: u64) {
         // AcqRel: the last retirer sees every other runner's writes, and the waiter sees them through `done`.
         if self.retired.fetch_add(count, Ordering::AcqRel) + count == self.total {
-            *self.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+            *lock(&self.done) = true;
             self.finished.notify_all();
         }
     }
 
     fn wait(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut done = lock(&self.done);
         while !*done {
-            done = self.finished.wait(done).unwrap_or_else(|poisoned| poisoned.into_inner());
+            done = wait(&self.finished, done);
         }
     }
 
     fn take_failure(&self) -> Result<(), JobFailure<E>> {
-        match self.failure.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+        match lock(&self.failure).take() {
             Some(failure) => Err(failure),
             None => Ok(()),
         }
@@ -423,7 +424,7 @@ mod tests {
 
     /// A dispatch that another dispatch joins before the first finishes its first chunk never wakes
     /// a pool thread: both keep their own stream threads, and the pool is not woken to take the
-    /// core the second needs (formerly every such dispatch woke it at its start).
+    /// core the second needs.
     #[test]
     fn a_dispatch_joined_within_its_first_chunk_wakes_no_pool_thread() {
         let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());

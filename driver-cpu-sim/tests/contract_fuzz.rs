@@ -10,6 +10,7 @@ use ctest::Fixture;
 use ctest::fuzz::{FuzzOptions, run_fuzz, run_regression_seeds};
 use ctest::kernels::native::NativeCatalogue;
 use hal::driver::Driver;
+use hal::driver::lock;
 
 const REPLAY: &str = "cargo test -p timeline-hal-cpu-sim --test contract_fuzz -- --nocapture";
 
@@ -34,7 +35,7 @@ fn options(fixture: &Fixture) -> FuzzOptions {
 /// after it, so another test's devices must not come and go meanwhile.
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    lock(&SERIAL)
 }
 
 #[test]

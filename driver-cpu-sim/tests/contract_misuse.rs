@@ -1,14 +1,14 @@
-//! Regression tests for the misuse findings of issue 14 (a hostile but fair embedder) that only
-//! cpu-sim can check, named after the finding: no HAL thread left after teardown, a user deadlock
-//! named by the report, huge native dispatches stopped, behind-the-value signals counted, host calls
-//! released together. The driver-independent findings (1, 2a, 2b, 3, 4, 5, 6, 7) are ctest's `misuse`
-//! cases, run on every driver. Each test runs under a watchdog, so a hang fails with a message
+//! What a hostile but fair embedder does, in the checks only cpu-sim can make: no HAL thread left
+//! after teardown, a user deadlock named by the report, huge native dispatches stopped,
+//! behind-the-value signals counted, host calls released together. The driver-independent checks
+//! are ctest's `misuse` cases, run on every driver. Each test runs under a watchdog, so a hang fails with a message
 //! instead of stalling the suite, and the tests run one at a time (they count the process's threads).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use hal::driver::lock;
 use hal::{
     CommandBufferMode, EntryPointInfo, ExecutableSource, HostCallFlags, NativeEntryPoint, NativeInvocation, Semaphore,
     SemaphoreValue as SV, StatusCode, Timeout,
@@ -19,7 +19,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Runs `body` on its own thread and fails if it does not finish within `limit`.
 fn within(limit: Duration, what: &str, body: impl FnOnce() + Send + 'static) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _serial = lock(&SERIAL);
     let (done_tx, done_rx) = mpsc::channel();
     let runner = std::thread::spawn(move || {
         body();
@@ -92,12 +92,12 @@ fn sleeping_commands(device: &hal::Device, per_workgroup: Duration, workgroups: 
 
 const SHORT: Duration = Duration::from_secs(5);
 
-/// Findings 1 and 3 on cpu-sim: a device dropped with work in flight across queues and work held
+/// A device dropped with work in flight across queues and work held
 /// behind a gate leaves none of its threads behind. ctest's `misuse` cases check the outcomes (no
 /// deadlock, `Cancelled`) on every driver.
 #[test]
-fn finding_1_and_3_teardown_with_work_in_flight_leaves_no_hal_thread() {
-    within(Duration::from_secs(60), "findings 1 and 3 (threads)", || {
+fn teardown_with_work_in_flight_leaves_no_hal_thread() {
+    within(Duration::from_secs(60), "teardown with work in flight", || {
         let baseline = thread_count();
         for round in 0..20 {
             let device = device();
@@ -114,12 +114,15 @@ fn finding_1_and_3_teardown_with_work_in_flight_leaves_no_hal_thread() {
             let err = s1.wait(2, Timeout::After(SHORT)).unwrap_err();
             assert_eq!(err.code(), StatusCode::Cancelled, "round {round}: {err}");
         }
-        assert_threads_back_to(baseline, "findings 1 and 3");
+        assert_threads_back_to(baseline, "teardown with work in flight");
     });
 }
+
+/// A host call's closure that holds the last clone of its device drops it on the host-call thread:
+/// the device tears down from there, and none of its threads is left behind.
 #[test]
-fn finding_1_last_device_clone_in_a_host_call_closure() {
-    within(Duration::from_secs(30), "finding 1 (host call)", || {
+fn last_device_clone_dropped_in_a_host_call_leaves_no_hal_thread() {
+    within(Duration::from_secs(30), "last device clone in a host call", || {
         let baseline = thread_count();
         for round in 0..10 {
             let device = device();
@@ -150,13 +153,13 @@ fn finding_1_last_device_clone_in_a_host_call_closure() {
                 assert_eq!(e.code(), StatusCode::Cancelled, "round {round}: {e}");
             }
         }
-        assert_threads_back_to(baseline, "finding 1 (host call)");
+        assert_threads_back_to(baseline, "last device clone in a host call");
     });
 }
 
 #[test]
-fn finding_2c_a_user_deadlock_is_named_by_the_report() {
-    within(Duration::from_secs(20), "finding 2c", || {
+fn a_user_deadlock_is_named_by_the_report() {
+    within(Duration::from_secs(20), "user deadlock report", || {
         let device = device();
         let q0 = device.queue(0).unwrap();
         let never = Semaphore::new(0);
@@ -197,8 +200,8 @@ fn huge_dispatch_running() -> (hal::Device, hal::Queue, Semaphore, hal::CommandB
 }
 
 #[test]
-fn finding_9_failing_every_signal_of_a_huge_dispatch_stops_it() {
-    within(Duration::from_secs(20), "finding 9 (fail)", || {
+fn failing_every_signal_of_a_huge_dispatch_stops_it() {
+    within(Duration::from_secs(20), "huge dispatch, signals failed", || {
         let (device, q0, s, _huge) = huge_dispatch_running();
         s.fail(hal::Error::aborted("nobody wants it any more"));
         // The queue is free again soon: later work completes.
@@ -209,8 +212,8 @@ fn finding_9_failing_every_signal_of_a_huge_dispatch_stops_it() {
 }
 
 #[test]
-fn finding_9_dropping_the_device_stops_a_huge_dispatch() {
-    within(Duration::from_secs(20), "finding 9 (drop)", || {
+fn dropping_the_device_stops_a_huge_dispatch() {
+    within(Duration::from_secs(20), "huge dispatch, device dropped", || {
         let (device, q0, s, huge) = huge_dispatch_running();
         let start = Instant::now();
         drop((device, q0, huge));

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{self, CUevent_flags};
 use driver_cuda::{CompletionWait, CudaDriver, CudaOptions};
 use hal::driver::Driver;
+use hal::driver::lock;
 use hal::{SemaphoreValue as SV, Timeout};
 
 /// The same `touch` kernel the bench uses.
@@ -83,7 +84,7 @@ fn raw(neighbour: Neighbour, launch: bool) -> Result<f64, String> {
                         pause(d);
                     }
                     Neighbour::Lock(d) => {
-                        queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                        lock(&queue).clear();
                         pause(d);
                     }
                 }
@@ -105,7 +106,7 @@ fn raw(neighbour: Neighbour, launch: bool) -> Result<f64, String> {
                 break;
             }
             if matches!(neighbour, Neighbour::Lock(_)) {
-                queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(i);
+                lock(&queue).push_back(i);
             }
             newest.store(i, Ordering::Release);
         }

@@ -3,8 +3,8 @@
 //! Two replay modes:
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
 //!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
-//!   becomes an instantiated CUDA graph ([`crate::graph`]), relaunched by each execute: on the H100
-//!   a one-kernel graph launch costs less than the kernel launch itself;
+//!   becomes an instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel
+//!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`);
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
 //!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
@@ -24,6 +24,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use hal::driver::PreparedCommands;
+use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::driver::{BindingState, Command};
 use hal::driver::{BufferExt, CommandBufferExt};
@@ -36,7 +37,7 @@ use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
 use crate::stream::CudaStream;
-use crate::timing::{SubmissionTimer, Timed};
+use crate::timing::{DispatchTiming, SubmissionTimer, Timed};
 
 /// How a prepared buffer replays.
 enum Replay {
@@ -85,7 +86,7 @@ struct ProfiledGraph(std::sync::Mutex<Option<Arc<GraphExec>>>);
 impl ProfiledGraph {
     /// The graph timing exactly `timed`, built by `build` if the one kept times others (or none).
     fn get(&self, timed: &[usize], build: impl FnOnce() -> Result<GraphExec>) -> Result<Arc<GraphExec>> {
-        let mut kept = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = lock(&self.0);
         if let Some(graph) = kept.as_ref().filter(|g| g.timed() == timed) {
             return Ok(graph.clone());
         }
@@ -109,7 +110,7 @@ pub struct CudaPreparedCommands {
 impl CudaPreparedCommands {
     /// Prepares `commands`: checks executables, uploads update payloads, and builds a graph when the
     /// buffer has at least `graph_min_commands` commands and no transient buffers.
-    pub fn prepare(
+    pub(crate) fn prepare(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         commands: &Arc<[Command]>,
@@ -143,7 +144,7 @@ impl CudaPreparedCommands {
     /// ones only compute their node parameters, which the launch applies in place. Commands that
     /// touch transient buffers, and buffers of fewer than `graph_min_commands` commands, replay
     /// directly.
-    pub fn prepare_bound(
+    pub(crate) fn prepare_bound(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         commands: &Arc<[Command]>,
@@ -202,15 +203,15 @@ impl CudaPreparedCommands {
         })
     }
 
-    /// The prepared form of an ended `command_buffer`.
-    pub fn of(command_buffer: &CommandBuffer) -> Result<Arc<dyn PreparedCommands>> {
-        let prepared = command_buffer
+    /// The prepared form of an ended `command_buffer`; `InvalidArgument` if another driver
+    /// prepared it.
+    pub(crate) fn of(command_buffer: &CommandBuffer) -> Result<Arc<CudaPreparedCommands>> {
+        let prepared: Arc<dyn Any + Send + Sync> = command_buffer
             .prepared()
             .ok_or_else(|| Error::failed_precondition(format!("{}: executed before end()", command_buffer)))?;
-        if prepared.as_any().downcast_ref::<CudaPreparedCommands>().is_none() {
-            return Err(Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)));
-        }
-        Ok(prepared)
+        prepared
+            .downcast::<CudaPreparedCommands>()
+            .map_err(|_| Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)))
     }
 
     /// Whether it replays as a CUDA graph (its own, or one its command buffer's executes share).
@@ -233,7 +234,7 @@ impl CudaPreparedCommands {
     }
 
     /// Enqueues one execution (of submission `work`) on `stream`.
-    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+    pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream, &[]),
             Replay::Bound { graph, params, .. } => {
@@ -253,19 +254,19 @@ impl CudaPreparedCommands {
         Recording { commands: &self.commands, payload: self.payload.address(), offsets: &self.payload.offsets }
     }
 
-    /// Enqueues one execution whose dispatches at command indices `timed` (ascending) are each
-    /// bracketed by two timing events from `timer`, kept in `out`. A graph replay launches the
-    /// graph's profiled variant, whose event record nodes record this launch's events on the
-    /// device between its kernels; a direct replay records them from the host around each launch.
-    pub fn enqueue_timed(
+    /// Enqueues one execution whose dispatches at command indices `timing.indices` (ascending) are
+    /// each bracketed by two timing events from `timing.timer`, kept in `timing.out`. A graph
+    /// replay launches the graph's profiled variant, whose event record nodes record this launch's
+    /// events on the device between its kernels; a direct replay records them from the host around
+    /// each launch.
+    pub(crate) fn enqueue_timed(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
         work: &Arc<Work>,
-        timed: &[usize],
-        timer: &SubmissionTimer,
-        out: &mut Timed,
+        timing: DispatchTiming<'_>,
     ) -> Result<()> {
+        let DispatchTiming { indices: timed, timer, out } = timing;
         let (payload, offsets) = (self.payload.address(), &self.payload.offsets[..]);
         let build =
             |instances| move || GraphExec::build(&self.context, &self.commands, payload, offsets, instances, timed);
@@ -353,7 +354,7 @@ impl CudaPreparedCommands {
     /// Enqueues the commands one by one, calling `around(index, command, after)` on the stream
     /// just before (`after` false) and just after (`after` true) each one: where profiling records
     /// its timing events.
-    pub fn enqueue_direct_with(
+    pub(crate) fn enqueue_direct_with(
         &self,
         bound: &Bound<'_>,
         stream: &CudaStream,
@@ -498,7 +499,7 @@ pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Resu
 /// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;
 /// single `queue_update`s go through staging instead. `work` is the submission an indirect
 /// dispatch reports later failures to (commands of an execute have one).
-pub fn enqueue_command(
+pub(crate) fn enqueue_command(
     bound: &Bound<'_>,
     command: &Command,
     cuda_stream: &CudaStream,

@@ -48,7 +48,7 @@ unsafe impl Sync for Context {}
 /// code calling `cuCtxSetCurrent`) makes it stale. The crate keeps tokens to the scope of one entry
 /// point for that reason. A stale token is a correctness bug, not a memory-safety one: driver calls
 /// then fail or act on the wrong context, and no pointer the layer dereferences depends on it.
-pub struct Bound<'a> {
+pub(crate) struct Bound<'a> {
     context: &'a Context,
     /// `*const ()` makes the token `!Send + !Sync`.
     _this_thread: PhantomData<*const ()>,
@@ -57,7 +57,7 @@ pub struct Bound<'a> {
 impl<'a> Bound<'a> {
     /// The context that is current.
     #[inline]
-    pub fn context(&self) -> &'a Context {
+    pub(crate) fn context(&self) -> &'a Context {
         self.context
     }
 }
@@ -88,7 +88,7 @@ impl Context {
     /// Makes this context current on the calling thread unless it already is (one thread-local
     /// comparison on the fast path), and returns the token that says so.
     #[inline]
-    pub fn bind(&self) -> Result<Bound<'_>> {
+    pub(crate) fn bind(&self) -> Result<Bound<'_>> {
         if BOUND.with(Cell::get) != self.id {
             self.bind_slow()?;
         }
@@ -103,12 +103,12 @@ impl Context {
     }
 
     /// The context handle.
-    pub fn raw(&self) -> CUcontext {
+    pub(crate) fn raw(&self) -> CUcontext {
         self.raw
     }
 
     /// The device handle.
-    pub fn device(&self) -> CUdevice {
+    pub(crate) fn device(&self) -> CUdevice {
         self.device
     }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use hal::driver::lock;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BindingState, Command};
 use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
@@ -43,7 +44,7 @@ pub struct CudaOptions {
     /// recently launched is updated in place. 1 updates a single instance every time.
     pub bound_graph_instances: usize,
     /// Time every submission on the device with a pair of timing events; the time appears as
-    /// `device_ns` on the submission's `complete` span (see [`crate::timing`]). Costs two event
+    /// `device_ns` on the submission's `complete` span (see the crate docs, "Device timings per submission"). Costs two event
     /// records per submission.
     pub submission_timings: bool,
 }
@@ -145,7 +146,7 @@ fn micros(name: &str, value: &str, min: u64) -> Result<std::time::Duration> {
 }
 
 /// The memory types a CUDA device offers: device-local, and pinned host memory the device maps.
-pub fn memory_types() -> Vec<MemoryType> {
+pub(crate) fn memory_types() -> Vec<MemoryType> {
     vec![MemoryType::DEVICE_LOCAL, MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED]
 }
 
@@ -154,7 +155,7 @@ fn attribute(device: CUdevice, attribute: CUdevice_attribute) -> Result<i32> {
 }
 
 /// What device `ordinal` is, read without creating a context. The probe must have succeeded.
-pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> {
+pub(crate) fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> {
     use CUdevice_attribute as A;
     let device = result::device_get(ordinal)?;
     let name = result::device_get_name(device)?;
@@ -213,7 +214,8 @@ pub fn device_info(ordinal: usize, options: &CudaOptions) -> Result<DeviceInfo> 
 
 /// What a CUDA device loads ([`crate::module::CudaExecutable::load`]): module images the driver
 /// API takes, PTX first (JIT-compiled for any architecture); never native kernel tables.
-pub const EXECUTABLE_KINDS: [ExecutableKind; 3] = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
+pub(crate) const EXECUTABLE_KINDS: [ExecutableKind; 3] =
+    [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
 
 /// A CUDA device.
 pub struct CudaDevice {
@@ -238,7 +240,7 @@ impl Drop for CudaDevice {
 
 /// How copies between this device's GPU and another go.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PeerPath {
+pub(crate) enum PeerPath {
     /// Peer access is enabled: the copy engines move the bytes GPU to GPU (NVLink or PCIe).
     Peer,
     /// The GPUs cannot reach each other's memory: CUDA stages the copy through host memory.
@@ -248,11 +250,11 @@ pub enum PeerPath {
 impl CudaDevice {
     /// How copies with GPU `ordinal`'s memory go (`None`: the same GPU). Enables peer access at
     /// the first call for a GPU that allows it.
-    pub fn peer_path(&self, ordinal: usize, peer: &Context) -> Result<Option<PeerPath>> {
+    pub(crate) fn peer_path(&self, ordinal: usize, peer: &Context) -> Result<Option<PeerPath>> {
         if ordinal == self.context.ordinal() {
             return Ok(None);
         }
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut peers = lock(&self.peers);
         if let Some((_, path)) = peers.iter().find(|(o, _)| *o == ordinal) {
             return Ok(Some(*path));
         }
@@ -407,7 +409,7 @@ impl DeviceBackend for CudaDevice {
     }
 
     /// Another CUDA device's memory: on the same GPU a plain copy; on another GPU a peer copy where
-    /// the GPUs allow it, staged by CUDA otherwise (see [`PeerPath`]).
+    /// the GPUs allow it, staged by CUDA otherwise (see `PeerPath`).
     fn copies_with(&self, buffer: &hal::Buffer) -> bool {
         let Ok(memory) = CudaMemory::of(buffer) else { return false };
         match self.peer_path(memory.context().ordinal(), memory.context()) {
@@ -433,7 +435,7 @@ impl DeviceBackend for CudaDevice {
 
     fn report(&self) -> String {
         let mut report = self.scheduler.report();
-        for (ordinal, path) in self.peers.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (ordinal, path) in lock(&self.peers).iter() {
             report += &format!("copies with cuda:{ordinal}: {path:?}\n");
         }
         report

@@ -13,7 +13,7 @@
 //! - [`CompletionWait::PollThenSleep`] (the default): plain events polled, then polled with growing
 //!   sleeps; the device-run measurement chose it (numbers on `CompletionWait::default`).
 //! - [`CompletionWait::HostCallback`]: plain events; a host function on a per-queue callback stream
-//!   wakes the thread (see [`crate::host_callback`]).
+//!   wakes the thread (see the crate docs, "Completion").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -35,10 +35,10 @@ pub enum CompletionWait {
     /// Poll `cuEventQuery` for up to the duration, then block (`BLOCKING_SYNC` events).
     SpinThenBlock(Duration),
     /// Poll `cuEventQuery` for up to the duration, then keep polling with sleeps that grow to
-    /// [`MAX_POLL_SLEEP`] between queries; plain events (no interrupt-armed `BLOCKING_SYNC` records).
+    /// `MAX_POLL_SLEEP` (100 us) between queries; plain events (no interrupt-armed `BLOCKING_SYNC` records).
     PollThenSleep(Duration),
     /// A host function on a per-queue callback stream wakes the thread (`cuLaunchHostFunc` after a
-    /// `cuStreamWaitEvent`; at most one outstanding per queue, see [`crate::host_callback`]). Host
+    /// `cuStreamWaitEvent`; at most one outstanding per queue, see the crate docs, "Completion"). Host
     /// threads that wait for a value poll as `PollThenSleep(100us)` does.
     HostCallback,
 }
@@ -49,10 +49,9 @@ pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
 
 impl Default for CompletionWait {
     /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
-    /// queries, on plain events. It beat or matched the earlier default, `PollThenSleep(100us)` with
-    /// queries 10 us apart, in the bench (figures in `docs/benchmarks.md`, "CUDA completion modes"):
-    /// fewer queries leave the driver lock to the submitting threads, and host waiters query their
-    /// own event, so the completion thread's later wake-up costs them nothing.
+    /// queries, on plain events. Fewer queries leave the driver lock to the submitting threads, and
+    /// host waiters query their own event, so the completion thread's later wake-up costs them
+    /// nothing (the comparison of the modes is in `docs/benchmarks.md`, "CUDA completion modes").
     fn default() -> Self {
         CompletionWait::PollThenSleep(Duration::ZERO)
     }
@@ -60,7 +59,7 @@ impl Default for CompletionWait {
 
 impl CompletionWait {
     /// The flags events are created with for this mode.
-    pub fn event_flags(self) -> u32 {
+    pub(crate) fn event_flags(self) -> u32 {
         let disable_timing = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         match self {
             CompletionWait::Spin | CompletionWait::PollThenSleep(_) | CompletionWait::HostCallback => disable_timing,
@@ -191,7 +190,7 @@ impl CudaEvent {
     }
 
     /// Pauses, then queries: every `poll_interval` for `budget`, then with sleeps growing to
-    /// [`MAX_POLL_SLEEP`], until the capture completed (or faulted), or `deadline` passed or `stop()`
+    /// `MAX_POLL_SLEEP` (100 us), until the capture completed (or faulted), or `deadline` passed or `stop()`
     /// said to give up (`None`).
     ///
     /// It pauses before the first query because every caller has just queried (a completion thread

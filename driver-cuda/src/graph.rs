@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{CUevent, CUgraph, CUgraphExec, CUgraphNode};
 use hal::driver::Command;
+use hal::driver::{get_mut, lock};
 use hal::{Error, Result};
 use smallvec::SmallVec;
 
@@ -367,7 +368,7 @@ impl GraphExec {
     /// Enqueues one launch of the graph as built on `stream`; its timed dispatches (if any) record
     /// `events`, a (start, end) pair each in command order.
     pub fn launch(&self, bound: &Bound<'_>, stream: &CudaStream, events: &[(CUevent, CUevent)]) -> Result<()> {
-        let instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let instances = lock(&self.instances);
         if !self.timed.is_empty() {
             instances[0].set_timers(bound, events)?;
         }
@@ -399,7 +400,7 @@ impl GraphExec {
                 self.node_count
             )));
         }
-        let mut instances = self.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let mut instances = lock(&self.instances);
         let launches = instances.iter().map(|i| i.last_launch).max().unwrap_or(0) + 1;
         let index = match instances.iter().position(|i| i.current == params) {
             Some(index) => index,
@@ -469,7 +470,7 @@ fn set_node_params(
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let Ok(bound) = self.context.bind() else { return };
-        for instance in std::mem::take(self.instances.get_mut().unwrap_or_else(|p| p.into_inner())) {
+        for instance in std::mem::take(get_mut(&mut self.instances)) {
             instance.destroy(&bound);
         }
     }

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use cudarc::driver::sys::{CUstream, CUstream_flags};
 use hal::Result;
+use hal::driver::{lock, wait_timeout};
 
 use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
@@ -39,7 +40,7 @@ unsafe extern "C" fn callback_reached(user_data: *mut c_void) {
     // leaks the notifier if callbacks are still outstanding after that (faulted context).
     let notifier = unsafe { &*(user_data as *const Notifier) };
     // Never panic here: unwinding out of an `extern "C"` function aborts the process.
-    let mut ran = notifier.ran.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ran = lock(&notifier.ran);
     *ran += 1;
     notifier.wake.notify_all();
 }
@@ -76,7 +77,7 @@ impl CallbackStream {
 
     /// How many callbacks the driver has run on this stream.
     pub fn callbacks_run(&self) -> u64 {
-        *self.notifier.ran.lock().unwrap_or_else(|p| p.into_inner())
+        *lock(&self.notifier.ran)
     }
 
     /// Blocks until `event`'s latest capture completed, woken by a host callback; `Err` on a device
@@ -87,15 +88,15 @@ impl CallbackStream {
         // being re-recorded meanwhile.
         result::stream_wait_event(&bound, self.raw, event.raw())?;
         let target = self.launch(&bound)?;
-        let mut ran = self.notifier.ran.lock().unwrap_or_else(|p| p.into_inner());
+        let mut ran = lock(&self.notifier.ran);
         while *ran < target {
-            let (guard, timeout) = self.notifier.wake.wait_timeout(ran, FAULT_CHECK).unwrap_or_else(|p| p.into_inner());
+            let (guard, timed_out) = wait_timeout(&self.notifier.wake, ran, FAULT_CHECK);
             ran = guard;
-            if timeout.timed_out() && *ran < target {
+            if timed_out && *ran < target {
                 drop(ran);
                 // A fault stops host functions for good: report it instead of waiting for the callback.
                 event.query()?;
-                ran = self.notifier.ran.lock().unwrap_or_else(|p| p.into_inner());
+                ran = lock(&self.notifier.ran);
             }
         }
         Ok(())

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream, CUstream_flags};
 use hal::driver::stream_model::Work;
+use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
@@ -249,7 +250,7 @@ impl IndirectLauncher {
         // Counted before the job is visible to the launcher, which uncounts it at its release.
         self.shared.unreleased.fetch_add(1, Ordering::AcqRel);
         let job = Job { launch, lane, sequence, work: work.clone(), who, since: now, queried: now };
-        let mut pending = self.shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pending = lock(&self.shared.pending);
         pending.jobs.push(job);
         drop(pending);
         self.shared.wake.notify_one();
@@ -258,7 +259,7 @@ impl IndirectLauncher {
 
     fn start(&self) -> Result<()> {
         let slot = self.thread.get_or_init(|| Mutex::new(None));
-        let mut thread = slot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut thread = lock(slot);
         if thread.is_none() {
             let (shared, context, limits) = (self.shared.clone(), self.context.clone(), self.limits);
             let handle = std::thread::Builder::new()
@@ -275,10 +276,10 @@ impl IndirectLauncher {
 
 impl Drop for IndirectLauncher {
     fn drop(&mut self) {
-        self.shared.pending.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+        lock(&self.shared.pending).stop = true;
         self.shared.wake.notify_all();
         if let Some(slot) = self.thread.get()
-            && let Some(handle) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+            && let Some(handle) = lock(slot).take()
         {
             let _ = handle.join();
         }
@@ -293,12 +294,12 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
     let mut progress = Instant::now();
     loop {
         {
-            let mut pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pending = lock(&shared.pending);
             while pending.jobs.is_empty() && local.is_empty() {
                 if pending.stop {
                     return;
                 }
-                pending = shared.wake.wait(pending).unwrap_or_else(|p| p.into_inner());
+                pending = wait(&shared.wake, pending);
             }
             local.append(&mut pending.jobs);
         }

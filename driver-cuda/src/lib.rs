@@ -29,11 +29,19 @@
 //! }
 //! ```
 //!
+//! # What the crate exports
+//! The driver ([`CudaDriver`], [`register`], [`create_device`]) and its options ([`CudaOptions`],
+//! [`CompletionWait`], the `HAL_CUDA_*` names); [`CudaDevice`] and [`Context`] for embedders that
+//! build a device themselves or keep the GPU's primary context retained; [`CudaPreparedCommands`]
+//! to see how an ended command buffer replays; the probe ([`loader`]), CUDA results as HAL errors
+//! ([`error`]), NCCL ids and settings ([`nccl`]) and the kernel dispatch ABI ([`module`]). The
+//! streams, events, memory, graphs, staging and timing behind them are the crate's own.
+//!
 //! # The driver-call layer
-//! Every CUDA driver function the crate calls is wrapped once, in `src/result.rs` (crate-private):
+//! Every CUDA driver and NCCL function the crate calls is wrapped once, in `src/result.rs` (crate-private):
 //! one small function per call (`event_record`, `stream_wait_event`, `launch_kernel`, ...) that
 //! makes the `sys` call and returns a [`hal::Result`] whose error names the call. Functions that need
-//! the device's context current take a [`context::Bound`] token, which only [`context::Context::bind`]
+//! the device's context current take a `Bound` token, which only `Context::bind`
 //! makes and which cannot leave its thread; so "the context is bound" is checked by the compiler
 //! instead of asserted by comments. The rest of the crate writes no `unsafe` for a driver call except
 //! where it must promise something the layer cannot check: destroying or freeing a handle once,
@@ -44,21 +52,21 @@
 //!
 //! # Device faults
 //! A kernel that traps or touches an illegal address raises a *sticky* error in the CUDA context.
-//! Measured on an H100 (driver 580, CUDA 13.0) by `tests/cuda_fault.rs`, a kernel that executes
-//! `trap`:
+//! What the driver does with one, held by `tests/cuda_fault.rs` (a kernel that executes `trap`;
+//! the times it printed on a GPU are in `docs/benchmarks.md`, "CUDA: a device fault"):
 //! - the submission that faulted fails its signal semaphores with `DataLoss` naming the CUDA error
-//!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), about 0.58 s
-//!   after the launch (the driver's fault handling); a watchdog timeout maps to `Aborted`;
+//!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), once the CUDA
+//!   driver's fault handling reported it; a watchdog timeout maps to `Aborted`;
 //! - work behind it on the same queue, work on other queues waiting on it, and every later
 //!   submission on any queue fail their signals with `DataLoss` and the same CUDA error; nothing
 //!   hangs, and the submitting calls themselves still return `Ok`;
 //! - every other `hal::Device` of the same GPU in the process fails too (they share the GPU's
 //!   primary context): its allocations return `DataLoss`;
 //! - the process does not abort; host-visible memory stays readable; dropping the faulted devices
-//!   does not hang (about 50-60 ms, teardown errors are logged);
+//!   does not hang (teardown errors are logged);
 //! - the GPU stays unusable **for the rest of the process**: once every device and object is
 //!   dropped, creating a new device fails at once with `DataLoss` (`cuDevicePrimaryCtxRetain:
-//!   CUDA_ERROR_LAUNCH_FAILED`), and `cuDevicePrimaryCtxReset` does not change that (also measured).
+//!   CUDA_ERROR_LAUNCH_FAILED`), and `cuDevicePrimaryCtxReset` does not change that.
 //!   As CUDA documents for sticky errors, only a new process gets the GPU back: run kernels you do
 //!   not trust in a child process.
 //!
@@ -67,7 +75,7 @@
 //! from host threads waiting for a semaphore value (they wait on the device event themselves, until
 //! their deadline if they have one) and from whichever thread signals a semaphore that releases held
 //! work. Each call binds the device's primary context on that thread (a thread-local check, see
-//! [`context`]), and leaves it bound; the [`context::Bound`] token it gets is what it hands to the
+//! `src/context.rs`), and leaves it bound; the `Bound` token it gets is what it hands to the
 //! driver calls.
 //!
 //! # Completion
@@ -77,17 +85,17 @@
 //! event back to back for 200 us first (`StreamModel::host_wait`).
 //!
 //! **Host callbacks against a polling completion thread.** [`CompletionWait::HostCallback`] is the
-//! design's other candidate: each queue gets a callback stream that waits on the event and runs one
+//! other way to wake the completion thread: each queue gets a callback stream that waits on the event and runs one
 //! host function (`cuLaunchHostFunc`), which wakes the completion thread; at most one callback is
-//! outstanding per queue and each retires everything that completed (see [`host_callback`]). Polling
+//! outstanding per queue and each retires everything that completed (see `src/host_callback.rs`). Polling
 //! stays the default because the callback costs a stream-wait, a host function and a thread wake-up
-//! per burst and measured slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
+//! per burst and is the slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
 //! the submitting thread's launches need, so the completion thread sleeps between queries while host
 //! waiters query their own event. The measurements behind this (`examples/completion_modes.rs`,
 //! `examples/chain_costs.rs`, the bench) are in `docs/benchmarks.md`, "CUDA completion modes".
 //! While an indirect dispatch waits for the launcher to launch its kernel, a completion thread
 //! polls instead: CUDA may hold the launcher's side-stream launches behind a pending host
-//! function, which would wait for them forever (a chain of 2,000 indirect dispatches hung).
+//! function, which would wait for them forever.
 //!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
@@ -103,14 +111,14 @@
 //! variable and the value.
 //!
 //! # Profiling
-//! [`hal::Device::begin_profiling`] is implemented with timing events ([`timing`]). Queue
+//! [`hal::Device::begin_profiling`] is implemented with timing events (`src/timing.rs`). Queue
 //! operations are bracketed on their stream. The dispatches of a graph-replayed command buffer are
 //! bracketed by event-record nodes in a profiled copy of its graph, pointed at each launch's own
 //! events. Device times reach the host's clock through anchor events stamped on an idle stream.
 //!
 //! # Device timings per submission
 //! With [`CudaOptions::submission_timings`] each submission is bracketed by two timing events, and the
-//! time the GPU spent on it appears as `device_ns` on its `complete` tracing span ([`timing`]); `hal
+//! time the GPU spent on it appears as `device_ns` on its `complete` tracing span (`src/timing.rs`); `hal
 //! run --trace` turns it on and puts the figure on the timeline. It costs two event records per
 //! submission.
 
@@ -119,23 +127,24 @@
 #[cfg(target_endian = "big")]
 compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slots; big-endian hosts are not supported");
 
-pub mod command_buffer;
-pub mod context;
-pub mod device;
+// Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
+mod command_buffer;
+mod context;
+mod device;
 pub mod error;
-pub mod event;
-pub mod graph;
-pub mod host_callback;
+mod event;
+mod graph;
+mod host_callback;
 mod host_copy;
-pub mod indirect;
+mod indirect;
 pub mod loader;
-pub mod memory;
+mod memory;
 pub mod module;
 pub mod nccl;
-pub(crate) mod result;
-pub mod staging;
-pub mod stream;
-pub mod timing;
+mod result;
+mod staging;
+mod stream;
+mod timing;
 
 use std::sync::Arc;
 
@@ -143,6 +152,8 @@ use hal::driver::DeviceExt;
 use hal::driver::Driver;
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
+pub use command_buffer::CudaPreparedCommands;
+pub use context::Context;
 pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
 pub use event::CompletionWait;
 

@@ -23,6 +23,7 @@ use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
 use hal::driver::BufferBackend;
 use hal::driver::BufferExt;
 use hal::driver::{HostView, ImportedHostMemory, ReleaseOnce};
+use hal::driver::{get_mut, lock};
 use hal::{Buffer, Error, Result};
 
 use crate::context::{Bound, Context};
@@ -159,7 +160,7 @@ impl CudaMemory {
         } else {
             CudaMemory::with(context, counter, size, MemoryKind::TransientDevice, 0, std::ptr::null_mut(), 0)
         };
-        *memory.state.get_mut().unwrap_or_else(|p| p.into_inner()) = State::Uncommitted;
+        *get_mut(&mut memory.state) = State::Uncommitted;
         Ok(memory)
     }
 
@@ -211,11 +212,6 @@ impl CudaMemory {
         &self.context
     }
 
-    /// Its kind.
-    pub fn kind(&self) -> MemoryKind {
-        self.kind
-    }
-
     /// Whether it is a `queue_alloca` buffer (its address is known only once the alloca is enqueued).
     pub fn is_transient(&self) -> bool {
         matches!(self.kind, MemoryKind::TransientDevice | MemoryKind::TransientHost)
@@ -226,13 +222,8 @@ impl CudaMemory {
         matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost | MemoryKind::Imported)
     }
 
-    /// Size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn refuse(&self, what: &str, why: &str) -> Error {
@@ -342,7 +333,7 @@ impl Drop for CudaMemory {
     fn drop(&mut self) {
         self.uncount();
         let Ok(bound) = self.context.bind() else { return };
-        let state = *self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let state = *get_mut(&mut self.state);
         let address = *self.address.get_mut();
         let freed = match self.kind {
             // SAFETY: allocated by cuMemAlloc in `device`, freed once here; no queue work holds the

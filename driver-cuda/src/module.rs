@@ -35,7 +35,7 @@ use crate::result;
 use crate::stream::CudaStream;
 
 /// A loaded CUDA module and its entry points.
-pub struct CudaExecutable {
+pub(crate) struct CudaExecutable {
     context: Arc<Context>,
     module: CUmodule,
     format: ExecutableFormat,
@@ -56,7 +56,7 @@ impl CudaExecutable {
     /// Loads `source` (PTX, cubin or fatbin bytes) and looks up every declared entry point.
     /// Declared workgroup sizes are checked against `device`'s block limits (per axis and in all)
     /// before anything is loaded.
-    pub fn load(context: &Arc<Context>, source: &ExecutableSource, device: &DeviceInfo) -> Result<Self> {
+    pub(crate) fn load(context: &Arc<Context>, source: &ExecutableSource, device: &DeviceInfo) -> Result<Self> {
         let (format, data, entry_points) = match source {
             ExecutableSource::Bytes { format, data, entry_points } => (*format, data, entry_points),
             other => {
@@ -150,7 +150,7 @@ impl CudaExecutable {
     }
 
     /// The `CudaExecutable` behind `executable`, or `InvalidArgument`.
-    pub fn of(executable: &Executable) -> Result<&CudaExecutable> {
+    pub(crate) fn of(executable: &Executable) -> Result<&CudaExecutable> {
         executable
             .backend()
             .as_any()
@@ -159,7 +159,7 @@ impl CudaExecutable {
     }
 
     /// The function and ABI of entry point `ordinal`.
-    pub fn entry(&self, ordinal: u32) -> Result<(CUfunction, &EntryPointInfo)> {
+    pub(crate) fn entry(&self, ordinal: u32) -> Result<(CUfunction, &EntryPointInfo)> {
         let at = ordinal as usize;
         match (self.functions.get(at), self.entry_points.get(at)) {
             (Some(&function), Some(info)) => Ok((function, info)),
@@ -168,11 +168,6 @@ impl CudaExecutable {
                 self.entry_points.len()
             ))),
         }
-    }
-
-    /// The format it was loaded from.
-    pub fn format(&self) -> ExecutableFormat {
-        self.format
     }
 }
 
@@ -307,15 +302,15 @@ impl Drop for CudaExecutable {
 /// One resolved dispatch: the function, grid, block, dynamic shared memory and parameter values per
 /// the entry point's layout.
 #[derive(Clone, PartialEq)]
-pub struct KernelLaunch {
+pub(crate) struct KernelLaunch {
     /// The kernel.
-    pub function: CUfunction,
+    pub(crate) function: CUfunction,
     /// Workgroup count.
-    pub grid: [u32; 3],
+    pub(crate) grid: [u32; 3],
     /// Declared workgroup size.
-    pub block: [u32; 3],
+    pub(crate) block: [u32; 3],
     /// Dynamic shared memory bytes.
-    pub shared_bytes: u32,
+    pub(crate) shared_bytes: u32,
     /// One value per kernel parameter, each in its own 8-byte slot (little-endian, so a 4-byte
     /// parameter's value is the slot's first bytes).
     values: SmallVec<[u64; 16]>,
@@ -330,7 +325,7 @@ unsafe impl Sync for KernelLaunch {}
 impl KernelLaunch {
     /// Resolves a dispatch: reads each binding's current device address (so a transient buffer must
     /// be committed by now) and lays the values out as the entry point declares.
-    pub fn resolve(
+    pub(crate) fn resolve(
         executable: &Executable,
         entry_point: u32,
         workgroups: [u32; 3],
@@ -395,14 +390,14 @@ impl KernelLaunch {
 
     /// Calls `f` with the `kernelParams` array (one pointer per parameter); the pointers are valid
     /// only during the call, which is when CUDA copies the values.
-    pub fn with_params<R>(&mut self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
+    pub(crate) fn with_params<R>(&mut self, f: impl FnOnce(*mut *mut c_void) -> R) -> R {
         let mut params: SmallVec<[*mut c_void; 16]> =
             self.values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
         f(params.as_mut_ptr())
     }
 
     /// Enqueues the launch on `stream`.
-    pub fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
+    pub(crate) fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         self.launch_on(bound, stream.raw())
     }
 

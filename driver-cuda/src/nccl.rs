@@ -36,13 +36,14 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use cudarc::nccl::sys;
+use hal::driver::lock;
 use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
 use hal::{ChannelId, CollectiveOp, DeviceId, ElementType, Error, ReduceOp, Result};
 
 use crate::command_buffer::resolve_address;
 use crate::context::{Bound, Context};
 use crate::memory::{CudaMemory, MemoryCounter};
+use crate::result::{self, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 use crate::stream::CudaStream;
 
 /// Every NCCL function this file calls (the probe checks each is exported).
@@ -94,39 +95,19 @@ fn probe_uncached() -> Result<i32> {
     if !missing.is_empty() {
         return Err(Error::unavailable(format!("cuda: {name} lacks {}", missing.join(", "))));
     }
-    // SAFETY: cudarc opens the same candidates; with one present its loader cannot fail.
-    if !unsafe { sys::is_culib_present() } {
+    // cudarc opens the same candidates; with one present its loader cannot fail.
+    if !result::is_nccl_library_present() {
         return Err(Error::unavailable(format!("cuda: {name} opened but cudarc could not load it")));
     }
-    let mut version = 0;
-    // SAFETY: the library and the symbol are present (checked above); the out-pointer is a live local.
-    check(unsafe { sys::ncclGetVersion(&mut version) }, "ncclGetVersion")?;
+    let version = result::nccl_get_version()?;
     std::mem::forget(library);
     Ok(version)
-}
-
-/// `Err` naming `call` and NCCL's message unless `code` is success.
-fn check(code: sys::ncclResult_t, call: &str) -> Result<()> {
-    use sys::ncclResult_t as R;
-    if code == R::ncclSuccess {
-        return Ok(());
-    }
-    // SAFETY: NCCL returns a static string for every result code.
-    let text = unsafe { std::ffi::CStr::from_ptr(sys::ncclGetErrorString(code)) }.to_string_lossy().into_owned();
-    let message = format!("{call}: {code:?} ({text})");
-    Err(match code {
-        R::ncclInvalidArgument | R::ncclInvalidUsage => Error::invalid_argument(message),
-        R::ncclRemoteError | R::ncclSystemError => Error::unavailable(message),
-        _ => Error::internal(message),
-    })
 }
 
 /// A new NCCL unique id (rank 0 calls this).
 pub fn unique_id() -> Result<ChannelId> {
     probe()?;
-    let mut id = sys::ncclUniqueId { internal: [0; 128] };
-    // SAFETY: NCCL is loaded (probe); the out-pointer is a live local.
-    check(unsafe { sys::ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
+    let id = result::nccl_get_unique_id()?;
     let bytes: Vec<u8> = id.internal.iter().map(|&c| c as u8).collect();
     ChannelId::from_bytes(&bytes)
 }
@@ -150,8 +131,8 @@ pub fn connects_lazily() -> bool {
 }
 
 /// One rank's NCCL communicator.
-pub struct NcclChannel {
-    comm: sys::ncclComm_t,
+pub(crate) struct NcclChannel {
+    comm: ncclComm_t,
     id: [u8; ChannelId::LEN],
     context: Arc<Context>,
     rank: usize,
@@ -190,12 +171,12 @@ struct Departure {
 /// rank that leaves those whose collectives go past its own.
 fn live() -> std::sync::MutexGuard<'static, Live> {
     static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
-    LIVE.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+    lock(LIVE.get_or_init(Mutex::default))
 }
 
 /// Device `device` is being dropped: each of its ranks leaves its channel (it can never enqueue
 /// again), even where the embedder still holds the channel handle.
-pub fn device_dropped(device: DeviceId) {
+pub(crate) fn device_dropped(device: DeviceId) {
     // Upgraded under the lock, looked at and dropped outside it: dropping the last handle of a
     // channel leaves it, which takes the lock.
     let channels: Vec<Arc<NcclChannel>> = live().channels.iter().filter_map(|(_, weak)| weak.upgrade()).collect();
@@ -219,7 +200,7 @@ impl ChannelBackend for NcclChannel {
 impl NcclChannel {
     /// Joins communicator `id` as `rank` of `count` on `context`'s GPU: blocks until every rank
     /// joined (NCCL's `ncclCommInitRank`).
-    pub fn create(
+    pub(crate) fn create(
         device: DeviceId,
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
@@ -230,16 +211,13 @@ impl NcclChannel {
         probe()?;
         let scratch = CudaMemory::device(context, counter, 4)?;
         // NCCL takes the GPU from the current context.
-        let _bound = context.bind()?;
-        let mut unique = sys::ncclUniqueId { internal: [0; 128] };
+        let bound = context.bind()?;
+        let mut unique = ncclUniqueId { internal: [0; 128] };
         for (slot, byte) in unique.internal.iter_mut().zip(id.as_bytes()) {
             *slot = *byte as std::ffi::c_char;
         }
         let ranks = i32::try_from(count).map_err(|_| Error::invalid_argument(format!("{count} ranks")))?;
-        let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        // SAFETY: NCCL is loaded; the context of this GPU is bound (`_bound`); the out-pointer is a
-        // live local. It blocks until every rank called it.
-        check(unsafe { sys::ncclCommInitRank(&mut comm, ranks, unique, rank as i32) }, "ncclCommInitRank")?;
+        let comm = result::nccl_comm_init_rank(&bound, ranks, unique, rank as i32)?;
         if count > 1 && connects_lazily() {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
@@ -279,7 +257,7 @@ impl NcclChannel {
     }
 
     /// The channel behind `call`, if this driver made it.
-    pub fn of(call: &CollectiveCall) -> Result<&NcclChannel> {
+    pub(crate) fn of(call: &CollectiveCall) -> Result<&NcclChannel> {
         call.channel
             .backend()
             .as_any()
@@ -342,12 +320,15 @@ impl NcclChannel {
     /// Aborts this communicator (once): kernels in flight return, and every collective of it fails
     /// with `status` from now on (see [`failure`](Self::failure)).
     fn abort(&self, status: &Error) {
-        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let _calls = lock(&self.calls);
         // Set before the abort, so a collective seen complete while this is unset ran to its end.
         if self.aborted.set(status.clone()).is_ok() {
-            let _bound = self.context.bind();
-            // SAFETY: the communicator is live and aborted once, under the lock (no enqueue runs).
-            if let Err(e) = check(unsafe { sys::ncclCommAbort(self.comm) }, "ncclCommAbort") {
+            let aborted = self.context.bind().and_then(|bound| {
+                // SAFETY: the communicator is live and aborted once (`aborted` was unset), under the
+                // lock (no enqueue runs); `Drop` does not destroy an aborted one.
+                unsafe { result::nccl_comm_abort(&bound, self.comm) }
+            });
+            if let Err(e) = aborted {
                 tracing::warn!(%e, "cuda: aborting an NCCL communicator failed");
             }
         }
@@ -355,19 +336,18 @@ impl NcclChannel {
 
     /// Why this channel's collectives fail, once its communicator was aborted (a completed
     /// collective of an aborted communicator may have returned early, so it fails too).
-    pub fn failure(&self) -> Option<Error> {
+    pub(crate) fn failure(&self) -> Option<Error> {
         self.aborted.get().cloned()
     }
 
     /// Enqueues `call` on `stream`.
-    pub fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
-        let _calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, call: &CollectiveCall) -> Result<()> {
+        let _calls = lock(&self.calls);
         if let Some(status) = self.aborted.get() {
             return Err(status.context(format!("{call}: the channel was aborted")));
         }
         self.reserve().map_err(|status| status.context(format!("{call}")))?;
         call.settle();
-        let _ = bound;
         let args = &call.args;
         let (n, element) = (args.count as usize, args.element);
         let size = element.size();
@@ -380,66 +360,61 @@ impl NcclChannel {
         };
         let send = address(&args.send, send_elements)?;
         let recv = address(&args.recv, recv_elements)?;
-        let (comm, raw) = (self.comm, stream.raw() as sys::cudaStream_t);
+        let (comm, raw) = (self.comm, stream.raw());
         let dtype = data_type(element);
-        // SAFETY (every call below): NCCL is loaded; the communicator is live and used under the
-        // lock; `send` and `recv` address the element counts NCCL reads and writes for this
-        // operation on this rank (checked by the HAL, resolved above), in memory the collective's
-        // buffers keep alive until it retires; the stream is this queue's.
+        // Each `unsafe` below carries the result layer's contract for collectives: the communicator
+        // is live and used under `calls`' lock, the stream is this queue's (of the bound context),
+        // and `send`/`recv` address the element counts NCCL uses on this rank (checked by the HAL,
+        // resolved above) in memory the collective's buffers keep alive until it retires.
         match args.op {
-            CollectiveOp::AllReduce(op) => {
-                check(unsafe { sys::ncclAllReduce(send, recv, n, dtype, red_op(op), comm, raw) }, "ncclAllReduce")
-            }
+            // SAFETY: `send` and `recv` hold `n` elements each; see the contract above.
+            CollectiveOp::AllReduce(op) => unsafe {
+                result::nccl_all_reduce(bound, send, recv, n, dtype, red_op(op), comm, raw)
+            },
             CollectiveOp::Broadcast { root } => {
                 let send = if send.is_null() { recv } else { send };
-                check(unsafe { sys::ncclBroadcast(send, recv, n, dtype, root as i32, comm, raw) }, "ncclBroadcast")
+                // SAFETY: `recv` (and `send` on the root) hold `n` elements; see the contract above.
+                unsafe { result::nccl_broadcast(bound, send, recv, n, dtype, root as i32, comm, raw) }
             }
             CollectiveOp::Reduce { op, root } => {
                 let recv = if recv.is_null() { send } else { recv };
-                check(
-                    unsafe { sys::ncclReduce(send, recv, n, dtype, red_op(op), root as i32, comm, raw) },
-                    "ncclReduce",
-                )
+                // SAFETY: `send` (and `recv` on the root) hold `n` elements; see the contract above.
+                unsafe { result::nccl_reduce(bound, send, recv, n, dtype, red_op(op), root as i32, comm, raw) }
             }
-            CollectiveOp::AllGather => {
-                check(unsafe { sys::ncclAllGather(send, recv, n, dtype, comm, raw) }, "ncclAllGather")
-            }
-            CollectiveOp::ReduceScatter(op) => check(
-                unsafe { sys::ncclReduceScatter(send, recv, n, dtype, red_op(op), comm, raw) },
-                "ncclReduceScatter",
-            ),
+            // SAFETY: `send` holds `n` elements, `recv` `n` per rank; see the contract above.
+            CollectiveOp::AllGather => unsafe { result::nccl_all_gather(bound, send, recv, n, dtype, comm, raw) },
+            // SAFETY: `send` holds `n` elements per rank, `recv` `n`; see the contract above.
+            CollectiveOp::ReduceScatter(op) => unsafe {
+                result::nccl_reduce_scatter(bound, send, recv, n, dtype, red_op(op), comm, raw)
+            },
             CollectiveOp::AllToAll => {
                 let block = n as u64 * size;
-                check(unsafe { sys::ncclGroupStart() }, "ncclGroupStart")?;
+                result::nccl_group_start(bound)?;
                 let mut outcome = Ok(());
                 for peer in 0..self.count {
                     let offset = peer as u64 * block;
                     let (to, from) = (send.wrapping_byte_add(offset as usize), recv.wrapping_byte_add(offset as usize));
-                    outcome = outcome
-                        .and_then(|()| {
-                            check(unsafe { sys::ncclSend(to, n, dtype, peer as i32, comm, raw) }, "ncclSend")
-                        })
-                        .and_then(|()| {
-                            check(unsafe { sys::ncclRecv(from, n, dtype, peer as i32, comm, raw) }, "ncclRecv")
-                        });
+                    let peer = peer as i32;
+                    // SAFETY: `to` is this peer's block of `n` elements in `send`; see the contract above.
+                    outcome = outcome.and_then(|()| unsafe { result::nccl_send(bound, to, n, dtype, peer, comm, raw) });
+                    // SAFETY: `from` is this peer's block of `n` elements in `recv`; see the contract above.
+                    outcome =
+                        outcome.and_then(|()| unsafe { result::nccl_recv(bound, from, n, dtype, peer, comm, raw) });
                 }
                 // The group is closed whatever happened inside it.
-                outcome.and(check(unsafe { sys::ncclGroupEnd() }, "ncclGroupEnd"))
+                outcome.and(result::nccl_group_end(bound))
             }
-            CollectiveOp::Send { peer } => {
-                check(unsafe { sys::ncclSend(send, n, dtype, peer as i32, comm, raw) }, "ncclSend")
-            }
-            CollectiveOp::Recv { peer } => {
-                check(unsafe { sys::ncclRecv(recv, n, dtype, peer as i32, comm, raw) }, "ncclRecv")
-            }
+            // SAFETY: `send` holds `n` elements; see the contract above.
+            CollectiveOp::Send { peer } => unsafe { result::nccl_send(bound, send, n, dtype, peer as i32, comm, raw) },
+            // SAFETY: `recv` holds `n` elements; see the contract above.
+            CollectiveOp::Recv { peer } => unsafe { result::nccl_recv(bound, recv, n, dtype, peer as i32, comm, raw) },
             CollectiveOp::Barrier => {
                 let scratch = hal::driver::BufferBackend::device_address(&self.scratch) as *mut std::ffi::c_void;
-                let int32 = sys::ncclDataType_t::ncclInt32;
-                let sum = sys::ncclRedOp_t::ncclSum;
-                check(
-                    unsafe { sys::ncclAllReduce(scratch, scratch, 1, int32, sum, comm, raw) },
-                    "ncclAllReduce (barrier)",
-                )
+                let (int32, sum) = (ncclDataType_t::ncclInt32, ncclRedOp_t::ncclSum);
+                // SAFETY: the scratch word is this channel's own 4 bytes, alive as long as it is; see
+                // the contract above.
+                unsafe { result::nccl_all_reduce(bound, scratch, scratch, 1, int32, sum, comm, raw) }
+                    .map_err(|e| e.context("barrier"))
             }
         }
         .map_err(|e| e.context(format!("{call}")))
@@ -452,17 +427,19 @@ impl Drop for NcclChannel {
         self.leave();
         let aborted = self.aborted.get().is_some();
         if !aborted {
-            let _bound = self.context.bind();
-            // SAFETY: destroyed once, here, with nothing enqueued on it any more.
-            if let Err(e) = check(unsafe { sys::ncclCommDestroy(self.comm) }, "ncclCommDestroy") {
+            let destroyed = self.context.bind().and_then(|bound| {
+                // SAFETY: destroyed once, here, not aborted, with nothing enqueued on it any more.
+                unsafe { result::nccl_comm_destroy(&bound, self.comm) }
+            });
+            if let Err(e) = destroyed {
                 tracing::warn!(%e, "cuda: destroying an NCCL communicator failed");
             }
         }
     }
 }
 
-fn data_type(element: ElementType) -> sys::ncclDataType_t {
-    use sys::ncclDataType_t as T;
+fn data_type(element: ElementType) -> ncclDataType_t {
+    use ncclDataType_t as T;
     match element {
         ElementType::I8 => T::ncclInt8,
         ElementType::U8 => T::ncclUint8,
@@ -477,8 +454,8 @@ fn data_type(element: ElementType) -> sys::ncclDataType_t {
     }
 }
 
-fn red_op(op: ReduceOp) -> sys::ncclRedOp_t {
-    use sys::ncclRedOp_t as R;
+fn red_op(op: ReduceOp) -> ncclRedOp_t {
+    use ncclRedOp_t as R;
     match op {
         ReduceOp::Sum => R::ncclSum,
         ReduceOp::Prod => R::ncclProd,

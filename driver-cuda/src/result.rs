@@ -1,5 +1,5 @@
-//! The driver-call layer: every CUDA driver function this crate calls, wrapped once, here and nowhere
-//! else. Each wrapper makes one `cudarc::driver::sys` call and returns a [`hal::Result`] whose error
+//! The driver-call layer: every CUDA driver and NCCL function this crate calls, wrapped once, here and
+//! nowhere else. Each wrapper makes one `cudarc::driver::sys` (or `cudarc::nccl::sys`) call and returns a [`hal::Result`] whose error
 //! names that call (`cuEventQuery: CUDA_ERROR_LAUNCH_FAILED (...)`); the rest of the crate owns
 //! lifetimes and ordering and writes no `unsafe` for a driver call. A HIP driver would mirror this
 //! file function for function (`hipEventQuery`, `hipStreamWaitEvent`, ...) and keep the rest.
@@ -869,27 +869,255 @@ pub(crate) unsafe fn graph_exec_destroy(_bound: &Bound<'_>, exec: CUgraphExec) -
     check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
 }
 
+// ---- NCCL (loaded at run time; `crate::nccl::probe` checks that every symbol below is exported) ----
+
+/// NCCL's types, for the callers of the wrappers below.
+pub(crate) use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
+
+use cudarc::nccl::sys as nccl;
+
+/// `Err` naming `call` and NCCL's message unless `code` is success.
+fn check_nccl(code: nccl::ncclResult_t, call: &str) -> Result<()> {
+    use nccl::ncclResult_t as R;
+    if code == R::ncclSuccess {
+        return Ok(());
+    }
+    // SAFETY: NCCL returns a static NUL-terminated string for every result code.
+    let text = unsafe { CStr::from_ptr(nccl::ncclGetErrorString(code)) }.to_string_lossy().into_owned();
+    let message = format!("{call}: {code:?} ({text})");
+    Err(match code {
+        R::ncclInvalidArgument | R::ncclInvalidUsage => hal::Error::invalid_argument(message),
+        R::ncclRemoteError | R::ncclSystemError => hal::Error::unavailable(message),
+        _ => hal::Error::internal(message),
+    })
+}
+
+/// The stream type NCCL's bindings name for a driver-API stream (the same handle).
+fn nccl_stream(stream: CUstream) -> nccl::cudaStream_t {
+    stream as nccl::cudaStream_t
+}
+
+/// Whether cudarc can open the NCCL library (`is_culib_present`); loads nothing else.
+pub(crate) fn is_nccl_library_present() -> bool {
+    // SAFETY: it only tries to open the library by the names cudarc knows; no symbol is called.
+    unsafe { nccl::is_culib_present() }
+}
+
+/// `ncclGetVersion` (e.g. 22805 for 2.28.5).
+pub(crate) fn nccl_get_version() -> Result<i32> {
+    let mut version = 0;
+    // SAFETY: the out-pointer is a live local.
+    check_nccl(unsafe { nccl::ncclGetVersion(&mut version) }, "ncclGetVersion")?;
+    Ok(version)
+}
+
+/// `ncclGetUniqueId`: a new communicator id (rank 0 makes it, every rank joins with it).
+pub(crate) fn nccl_get_unique_id() -> Result<ncclUniqueId> {
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: the out-pointer is a live local of the struct the call fills.
+    check_nccl(unsafe { nccl::ncclGetUniqueId(&mut id) }, "ncclGetUniqueId")?;
+    Ok(id)
+}
+
+/// `ncclCommInitRank`: joins communicator `id` as `rank` of `ranks` on the bound context's GPU;
+/// blocks until every rank joined.
+pub(crate) fn nccl_comm_init_rank(_bound: &Bound<'_>, ranks: i32, id: ncclUniqueId, rank: i32) -> Result<ncclComm_t> {
+    let mut comm: ncclComm_t = std::ptr::null_mut();
+    // SAFETY: the out-pointer is a live local; NCCL takes the GPU from the bound context.
+    check_nccl(unsafe { nccl::ncclCommInitRank(&mut comm, ranks, id, rank) }, "ncclCommInitRank")?;
+    Ok(comm)
+}
+
+/// `ncclCommAbort`: kernels of `comm` in flight return; it can only be destroyed after.
+///
+/// # Safety
+/// `comm` is live, aborted once, not destroyed after, and no other thread uses it meanwhile.
+pub(crate) unsafe fn nccl_comm_abort(_bound: &Bound<'_>, comm: ncclComm_t) -> Result<()> {
+    // SAFETY: the caller aborts a live communicator once, with no concurrent use.
+    check_nccl(unsafe { nccl::ncclCommAbort(comm) }, "ncclCommAbort")
+}
+
+/// `ncclCommDestroy`.
+///
+/// # Safety
+/// `comm` is live (not aborted), destroyed once, with nothing enqueued on it in flight, and not
+/// used after.
+pub(crate) unsafe fn nccl_comm_destroy(_bound: &Bound<'_>, comm: ncclComm_t) -> Result<()> {
+    // SAFETY: the caller destroys a live, idle communicator once.
+    check_nccl(unsafe { nccl::ncclCommDestroy(comm) }, "ncclCommDestroy")
+}
+
+// Every collective below is enqueued on `stream`. The shared `# Safety` of each: `comm` is live and
+// used by one thread at a time; `send` and `recv` address device memory of the element counts NCCL
+// reads and writes for this operation on this rank, kept alive until the work on `stream` retires;
+// `stream` is a live stream of the bound context.
+
+/// `ncclAllReduce`.
+///
+/// # Safety
+/// See the comment above this group of collectives.
+#[allow(clippy::too_many_arguments)] // mirrors the NCCL call's arguments
+pub(crate) unsafe fn nccl_all_reduce(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, both buffers and the stream.
+    check_nccl(unsafe { nccl::ncclAllReduce(send, recv, count, dtype, op, comm, nccl_stream(stream)) }, "ncclAllReduce")
+}
+
+/// `ncclBroadcast` from rank `root`.
+///
+/// # Safety
+/// See the comment above this group of collectives.
+#[allow(clippy::too_many_arguments)] // mirrors the NCCL call's arguments
+pub(crate) unsafe fn nccl_broadcast(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    root: i32,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, both buffers and the stream.
+    check_nccl(
+        unsafe { nccl::ncclBroadcast(send, recv, count, dtype, root, comm, nccl_stream(stream)) },
+        "ncclBroadcast",
+    )
+}
+
+/// `ncclReduce` to rank `root`.
+///
+/// # Safety
+/// See the comment above this group of collectives.
+#[allow(clippy::too_many_arguments)] // mirrors the NCCL call's arguments
+pub(crate) unsafe fn nccl_reduce(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    op: ncclRedOp_t,
+    root: i32,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, both buffers and the stream.
+    check_nccl(unsafe { nccl::ncclReduce(send, recv, count, dtype, op, root, comm, nccl_stream(stream)) }, "ncclReduce")
+}
+
+/// `ncclAllGather`: `count` elements from each rank.
+///
+/// # Safety
+/// See the comment above this group of collectives.
+#[allow(clippy::too_many_arguments)] // mirrors the NCCL call's arguments
+pub(crate) unsafe fn nccl_all_gather(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, both buffers and the stream.
+    check_nccl(unsafe { nccl::ncclAllGather(send, recv, count, dtype, comm, nccl_stream(stream)) }, "ncclAllGather")
+}
+
+/// `ncclReduceScatter`: `count` elements to each rank.
+///
+/// # Safety
+/// See the comment above this group of collectives.
+#[allow(clippy::too_many_arguments)] // mirrors the NCCL call's arguments
+pub(crate) unsafe fn nccl_reduce_scatter(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    op: ncclRedOp_t,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, both buffers and the stream.
+    let code = unsafe { nccl::ncclReduceScatter(send, recv, count, dtype, op, comm, nccl_stream(stream)) };
+    check_nccl(code, "ncclReduceScatter")
+}
+
+/// `ncclSend` of `count` elements to rank `peer`.
+///
+/// # Safety
+/// See the comment above this group of collectives (`send` only).
+pub(crate) unsafe fn nccl_send(
+    _bound: &Bound<'_>,
+    send: *const c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    peer: i32,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, the buffer and the stream.
+    check_nccl(unsafe { nccl::ncclSend(send, count, dtype, peer, comm, nccl_stream(stream)) }, "ncclSend")
+}
+
+/// `ncclRecv` of `count` elements from rank `peer`.
+///
+/// # Safety
+/// See the comment above this group of collectives (`recv` only).
+pub(crate) unsafe fn nccl_recv(
+    _bound: &Bound<'_>,
+    recv: *mut c_void,
+    count: usize,
+    dtype: ncclDataType_t,
+    peer: i32,
+    comm: ncclComm_t,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: the caller vouches for the communicator, the buffer and the stream.
+    check_nccl(unsafe { nccl::ncclRecv(recv, count, dtype, peer, comm, nccl_stream(stream)) }, "ncclRecv")
+}
+
+/// `ncclGroupStart`: the calls up to [`nccl_group_end`] are issued as one operation.
+pub(crate) fn nccl_group_start(_bound: &Bound<'_>) -> Result<()> {
+    // SAFETY: takes no arguments; it only opens this thread's group.
+    check_nccl(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart")
+}
+
+/// `ncclGroupEnd`: issues the calls since [`nccl_group_start`].
+pub(crate) fn nccl_group_end(_bound: &Bound<'_>) -> Result<()> {
+    // SAFETY: takes no arguments; the calls of the group were each vouched for by their caller.
+    check_nccl(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd")
+}
+
 #[cfg(test)]
 mod tests {
-    /// The layer is the crate's only caller of the driver: no other source file names a
-    /// `sys::cu...` function. (`nccl.rs` is the layer of NCCL's calls, `cudarc::nccl::sys`, whose
-    /// names include its own `cudaStream_t` and library probe.)
+    /// The layer is the crate's only caller of CUDA and NCCL: no other source file names a
+    /// `sys::cu...` driver function or NCCL's bindings (`cudarc::nccl::sys`, whose types this file
+    /// re-exports).
     #[test]
-    fn driver_calls_only_in_the_result_layer() {
+    fn driver_and_nccl_calls_only_in_the_result_layer() {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut outside = Vec::new();
         for entry in std::fs::read_dir(&src).expect("the crate's sources") {
             let path = entry.expect("a source entry").path();
-            if path.file_name().is_some_and(|name| name == "result.rs" || name == "nccl.rs") {
+            if path.file_name().is_some_and(|name| name == "result.rs") {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("a readable source");
             for (number, line) in text.lines().enumerate() {
-                if line.contains("sys::cu") || line.contains("sys::is_culib_present") {
+                if line.contains("sys::cu") || line.contains("sys::is_culib_present") || line.contains("nccl::sys") {
                     outside.push(format!("{}:{}: {}", path.display(), number + 1, line.trim()));
                 }
             }
         }
-        assert!(outside.is_empty(), "driver calls outside result.rs:\n{}", outside.join("\n"));
+        assert!(outside.is_empty(), "driver or NCCL calls outside result.rs:\n{}", outside.join("\n"));
     }
 }

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
+use hal::driver::{get_mut, lock};
 use hal::{Error, Result};
 
 use crate::context::Context;
@@ -72,7 +73,7 @@ impl StagingPool {
     /// A block of at least `len` bytes.
     pub fn acquire(self: &Arc<Self>, len: usize) -> Result<StagingBlock> {
         let class = Self::class_of(len)?;
-        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner())[class].pop();
+        let reused = lock(&self.free)[class].pop();
         let ptr = match reused {
             Some(ptr) => ptr,
             None => self.create(class)?,
@@ -101,17 +102,12 @@ impl StagingPool {
     pub fn created(&self) -> usize {
         self.created.load(Ordering::Relaxed)
     }
-
-    /// Pinned bytes held (on loan or free).
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
 }
 
 impl Drop for StagingPool {
     fn drop(&mut self) {
         // Every block on loan holds an `Arc` of the pool, so all blocks are in the free lists now.
-        let free = std::mem::take(self.free.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let free = std::mem::take(get_mut(&mut self.free));
         let Ok(bound) = self.context.bind() else { return };
         for ptr in free.into_iter().flatten() {
             // SAFETY: the block came from cuMemHostAlloc and is freed once, here; no block is on loan
@@ -128,17 +124,12 @@ impl StagingBlock {
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.0.as_ptr()
     }
-
-    /// The block's size in bytes.
-    pub fn capacity(&self) -> usize {
-        1usize << (self.class as u32 + MIN_CLASS_SHIFT)
-    }
 }
 
 impl Drop for StagingBlock {
     fn drop(&mut self) {
         self.pool.in_use.fetch_sub(1, Ordering::Relaxed);
-        self.pool.free.lock().unwrap_or_else(|p| p.into_inner())[self.class].push(self.ptr);
+        lock(&self.pool.free)[self.class].push(self.ptr);
     }
 }
 

@@ -22,6 +22,7 @@ use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
 use hal::driver::Command;
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
+use hal::driver::lock;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Buffer, Error, Result};
 
@@ -35,7 +36,7 @@ use crate::indirect::{IndirectLauncher, Lane};
 use crate::memory::CudaMemory;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
-use crate::timing::{ProfileClock, SubmissionTimer, Timed};
+use crate::timing::{DispatchTiming, ProfileClock, SubmissionTimer};
 
 /// The CUDA stream model of one device.
 pub struct CudaStreams {
@@ -170,17 +171,12 @@ impl CudaStreams {
         &self.staging
     }
 
-    /// How completion threads wait.
-    pub fn completion_wait(&self) -> CompletionWait {
-        self.wait
-    }
-
     fn staged(&self, queue: usize) -> Result<MutexGuard<'_, VecDeque<Staged>>> {
         let fifo = self
             .staged
             .get(queue)
             .ok_or_else(|| Error::internal(format!("cuda: queue {queue} has no staging list")))?;
-        Ok(fifo.lock().unwrap_or_else(|p| p.into_inner()))
+        Ok(lock(fifo))
     }
 
     /// Copies `data` through a staging block into `target` at `offset`.
@@ -250,14 +246,21 @@ impl CudaStreams {
         Err(Error::internal(format!("cuda: queue {} action {}: staging block missing", work.queue, work.id)))
     }
 
-    /// Enqueues `work`'s operation on `stream`.
-    fn enqueue_op(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+    /// Enqueues `work`'s operation on `stream`: the plain enqueue. `dispatches`, for an execute
+    /// that a profile times dispatches of, brackets each of those with timing events.
+    fn enqueue_op(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        dispatches: Option<DispatchTiming<'_>>,
+    ) -> Result<()> {
         match &work.op {
             QueueOp::Execute { command_buffer, .. } => {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
-                match prepared.as_any().downcast_ref::<CudaPreparedCommands>() {
-                    Some(prepared) => prepared.enqueue(bound, stream, work),
-                    None => Err(Error::internal("cuda: prepared commands changed type")),
+                match dispatches {
+                    Some(timing) => prepared.enqueue_timed(bound, stream, work, timing),
+                    None => prepared.enqueue(bound, stream, work),
                 }
             }
             QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
@@ -277,48 +280,6 @@ impl CudaStreams {
             QueueOp::Barrier => Ok(()),
             QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
             QueueOp::Collective(call) => crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call),
-        }
-    }
-
-    /// Enqueues `work` with timing events into `timed`: around the whole submission if `whole`,
-    /// around each dispatch its profile selects if `dispatches` (the command buffer then replays
-    /// command by command).
-    fn enqueue_timed(
-        &self,
-        bound: &Bound<'_>,
-        stream: &CudaStream,
-        work: &Arc<Work>,
-        whole: bool,
-        dispatches: bool,
-        timed: &mut Timed,
-    ) -> Result<()> {
-        let start = if whole { Some(self.timer.record(bound, stream)?) } else { None };
-        let enqueued = match (&work.op, work.profile()) {
-            (QueueOp::Execute { command_buffer, .. }, Some(profile)) if dispatches => {
-                let prepared = CudaPreparedCommands::of(command_buffer)?;
-                let prepared = prepared
-                    .as_any()
-                    .downcast_ref::<CudaPreparedCommands>()
-                    .ok_or_else(|| Error::internal("cuda: prepared commands changed type"))?;
-                let selected = timed_dispatches(&command_buffer.commands(), profile.options());
-                prepared.enqueue_timed(bound, stream, work, &selected, &self.timer, timed)
-            }
-            _ => self.enqueue_op(bound, stream, work),
-        };
-        let Some(start) = start else { return enqueued };
-        if let Err(e) = enqueued {
-            timed.hold(Some(start));
-            return Err(e);
-        }
-        match self.timer.record(bound, stream) {
-            Ok(end) => {
-                timed.set_whole(start, end);
-                Ok(())
-            }
-            Err(e) => {
-                timed.hold(Some(start));
-                Err(e)
-            }
         }
     }
 
@@ -354,11 +315,6 @@ fn timed_dispatches(commands: &[Command], options: &hal::ProfileOptions) -> Vec<
     let is_dispatch =
         |command: &Command| matches!(command, Command::Dispatch { .. } | Command::DispatchIndirect { .. });
     (0..commands.len()).filter(|&index| is_dispatch(&commands[index]) && options.records_command(index)).collect()
-}
-
-/// Whether `options` time any dispatch of `commands` (if not, the buffer replays as usual).
-fn selects_a_dispatch(commands: &[Command], options: &hal::ProfileOptions) -> bool {
-    !timed_dispatches(commands, options).is_empty()
 }
 
 impl StreamModel for CudaStreams {
@@ -463,14 +419,14 @@ impl StreamModel for CudaStreams {
         let bound = self.context.bind()?;
         let profile = work.profile();
         let time_whole = self.time_every_submission || profile.is_some_and(|p| p.options().records_queue_operations());
-        let time_dispatches = match (&work.op, profile) {
+        let timed_dispatches = match (&work.op, profile) {
             (QueueOp::Execute { command_buffer, .. }, Some(profile)) => {
-                selects_a_dispatch(&command_buffer.commands(), profile.options())
+                timed_dispatches(&command_buffer.commands(), profile.options())
             }
-            _ => false,
+            _ => Vec::new(),
         };
-        if !time_whole && !time_dispatches {
-            return self.enqueue_op(&bound, stream, work);
+        if !time_whole && timed_dispatches.is_empty() {
+            return self.enqueue_op(&bound, stream, work, None);
         }
         let anchor = match (profile, self.clock.get()) {
             (Some(profile), Some(clock)) => {
@@ -480,14 +436,14 @@ impl StreamModel for CudaStreams {
             }
             _ => None,
         };
-        let mut timed = Timed::new(work.id, anchor);
-        match self.enqueue_timed(&bound, stream, work, time_whole, time_dispatches, &mut timed) {
-            Ok(()) => self.timer.keep(work.queue, timed),
-            Err(e) => {
-                self.timer.abandon(timed);
-                Err(e)
-            }
-        }
+        self.timer.enqueue_timed(&bound, stream, work, time_whole, anchor, |timed| {
+            let dispatches = (!timed_dispatches.is_empty()).then_some(DispatchTiming {
+                indices: &timed_dispatches,
+                timer: &self.timer,
+                out: timed,
+            });
+            self.enqueue_op(&bound, stream, work, dispatches)
+        })
     }
 
     /// A barrier or an execute with no device work makes no CUDA call, unless every submission

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUstream, CUstream_flags};
+use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::{Error, Result};
 
@@ -62,12 +63,12 @@ pub struct Timed {
 
 impl Timed {
     /// Nothing recorded yet, for submission `work`.
-    pub fn new(work: u64, anchor: Option<Arc<Anchor>>) -> Self {
+    fn new(work: u64, anchor: Option<Arc<Anchor>>) -> Self {
         Timed { work, whole: None, dispatches: Vec::new(), anchor, loose: Vec::new() }
     }
 
     /// The events around the whole submission.
-    pub fn set_whole(&mut self, start: CudaEvent, end: CudaEvent) {
+    fn set_whole(&mut self, start: CudaEvent, end: CudaEvent) {
         self.whole = Some((start, end));
     }
 
@@ -97,9 +98,14 @@ impl Timed {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here leaves the data whole: a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
+/// The dispatches of one execute that a profile times, and where their timing events go.
+pub struct DispatchTiming<'a> {
+    /// Command indices of the timed dispatches, ascending.
+    pub indices: &'a [usize],
+    /// Where the events come from.
+    pub timer: &'a SubmissionTimer,
+    /// The submission's timings, which keep the events until it retires.
+    pub out: &'a mut Timed,
 }
 
 /// A new timing event of `context`'s device.
@@ -156,9 +162,57 @@ impl SubmissionTimer {
         }
     }
 
+    /// Enqueues submission `work` on `stream` through `enqueue` (the plain enqueue), bracketed by
+    /// two timing events if `whole`; `enqueue` may add events of its own (timed dispatches) to the
+    /// submission's timings it is handed. The timings are kept until the submission retires
+    /// ([`take`](Self::take)), or given back at once if anything fails.
+    pub fn enqueue_timed(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Work,
+        whole: bool,
+        anchor: Option<Arc<Anchor>>,
+        enqueue: impl FnOnce(&mut Timed) -> Result<()>,
+    ) -> Result<()> {
+        let mut timed = Timed::new(work.id, anchor);
+        match self.bracket(bound, stream, whole, &mut timed, enqueue) {
+            Ok(()) => self.keep(work.queue, timed),
+            Err(e) => {
+                self.abandon(timed);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `enqueue`, between two recorded timing events if `whole`.
+    fn bracket(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        whole: bool,
+        timed: &mut Timed,
+        enqueue: impl FnOnce(&mut Timed) -> Result<()>,
+    ) -> Result<()> {
+        if !whole {
+            return enqueue(timed);
+        }
+        let start = self.record(bound, stream)?;
+        match enqueue(timed).and_then(|()| self.record(bound, stream)) {
+            Ok(end) => {
+                timed.set_whole(start, end);
+                Ok(())
+            }
+            Err(e) => {
+                timed.hold(Some(start));
+                Err(e)
+            }
+        }
+    }
+
     /// Keeps `timed` (its events all recorded after its submission's earlier work on queue `queue`)
     /// until the submission retires.
-    pub fn keep(&self, queue: usize, timed: Timed) -> Result<()> {
+    fn keep(&self, queue: usize, timed: Timed) -> Result<()> {
         match self.open.get(queue) {
             Some(fifo) => {
                 lock(fifo).push_back(timed);
@@ -172,7 +226,7 @@ impl SubmissionTimer {
     }
 
     /// Gives back the events of work that could not be enqueued.
-    pub fn abandon(&self, timed: Timed) {
+    fn abandon(&self, timed: Timed) {
         self.release(timed.events());
     }
 

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use ctest::fuzz::{FuzzOptions, run_fuzz, run_regression_seeds};
 use ctest::{Fixture, Kernel};
-use driver_cuda::context::Context;
+use driver_cuda::Context;
 
 /// How late a wait may return after its deadline on a GPU, unless `HAL_FUZZ_SLACK_MS` says.
 const CUDA_SLACK: Duration = Duration::from_millis(200);
@@ -42,7 +42,7 @@ fn setup() -> Option<(Fixture, FuzzOptions)> {
         common::not_run("NVRTC (libnvrtc.so) not found: ctest's CUDA kernels cannot be compiled");
         return None;
     }
-    let completion = std::env::var(driver_cuda::device::ENV_COMPLETION).unwrap_or_else(|_| "poll".to_string());
+    let completion = std::env::var(driver_cuda::ENV_COMPLETION).unwrap_or_else(|_| "poll".to_string());
     if let Err(e) = driver_cuda::CudaOptions::from_env() {
         panic!("{e}");
     }
@@ -77,7 +77,7 @@ fn setup() -> Option<(Fixture, FuzzOptions)> {
     drop(warm);
     let options =
         FuzzOptions::new(&fixture, REPLAY).with_slack(CUDA_SLACK).from_env().unwrap_or_else(|e| panic!("{e}"));
-    println!("contract_fuzz on cuda: completion {completion} ({})", driver_cuda::device::ENV_COMPLETION);
+    println!("contract_fuzz on cuda: completion {completion} ({})", driver_cuda::ENV_COMPLETION);
     Some((fixture, options))
 }
 

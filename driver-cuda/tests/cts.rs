@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ctest::Fixture;
-use driver_cuda::context::Context;
+use driver_cuda::Context;
 use hal::driver::Driver;
 
 /// In a process that runs cases (a child, or every case with `CTEST_ISOLATE=0`), keeps the GPU's

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use driver_cuda::command_buffer::CudaPreparedCommands;
+use driver_cuda::CudaPreparedCommands;
 use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{
     BufferBinding, BufferParams, CommandBufferMode, Error, ExecutableFormat, ExecutableSource, SemaphoreValue as SV,

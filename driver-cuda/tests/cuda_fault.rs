@@ -104,8 +104,8 @@ fn trap_fails_its_submission_and_poisons_the_gpu_for_this_process() {
         }
         Err(e) => println!("MEASURED: {what}: fails: {e}"),
     };
-    // CUDA documents sticky errors as needing a new process; on the H100 (driver 580) even retaining
-    // the primary context again fails. Either way: a clear error, no panic, no hang.
+    // CUDA documents sticky errors as needing a new process; retaining the primary context again may
+    // fail too. Either way: a clear error, no panic, no hang.
     let start = Instant::now();
     let again = attempt();
     show("a new device after dropping the faulted ones", &again);

@@ -45,7 +45,7 @@ impl fmt::Display for DeviceId {
 pub struct DeviceInfo {
     /// The driver's name (`"cpu-sim"`, `"cuda"`).
     pub driver: String,
-    /// The device's name (`"NVIDIA H100 80GB HBM3"`).
+    /// The device's name, as its driver reports it (a GPU's product name).
     pub name: String,
     /// Index among the driver's devices (may change when devices come and go, or with
     /// `CUDA_VISIBLE_DEVICES`).

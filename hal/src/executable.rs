@@ -242,7 +242,7 @@ impl<'a> NativeInvocation<'a> {
 ///
 /// ```compile_fail,E0133
 /// #![forbid(unsafe_code)]
-/// // Finding 8b: this compiled (as a struct literal) and wrote to a dangling address.
+/// // Were this to compile, it would write to a dangling address.
 /// let forged = hal::NativeBinding::new(std::ptr::dangling_mut::<u8>(), 4);
 /// let _ = forged.store_u32(0, 1);
 /// ```

@@ -40,7 +40,8 @@ pub(crate) fn take_batch<T>(from: &Mutex<Vec<T>>, into: &mut Vec<T>, batch: usiz
 }
 
 /// Whether this build is a loom model (`--cfg loom`): the scheduler then starts no threads of its
-/// own and the models drive it. The one place outside this file that may ask.
+/// own and the models drive it. Read where the scheduler would start its completion threads, where
+/// host calls would start theirs (they run in place), and where a host wait would spin on a clock.
 pub(crate) const MODEL_CHECKED: bool = cfg!(loom);
 
 /// Blocks on `condvar` until notified, ignoring poisoning as [`lock`] does.

@@ -1,5 +1,5 @@
 //! `NativeBinding`'s element and slice access: range checks, misaligned bindings, and racing
-//! workgroups (the data-race finding: plain raw-pointer accesses from several workgroup threads).
+//! workgroups (plain raw-pointer accesses from several workgroup threads would race).
 
 use std::sync::atomic::Ordering;
 

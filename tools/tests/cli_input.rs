@@ -1,4 +1,4 @@
-//! Finding 10: what the `hal` binary does with command lines it cannot honour (sizes that cannot
+//! What the `hal` binary does with command lines it cannot honour (sizes that cannot
 //! work, a trace path it cannot write, repeated flags) and the conveniences around them (`--help`
 //! per command, `--version`, a closed stdout). Each case runs the built binary under a deadline.
 
@@ -45,7 +45,7 @@ fn assert_usage_error(out: &Output, needles: &[&str]) {
 }
 
 #[test]
-fn finding_10_huge_steps_is_refused_not_aborted() {
+fn huge_steps_is_refused_not_aborted() {
     // Under a 4 GiB address-space limit, so a binary that pre-sizes its logs by the step count
     // (68 GB for this one) fails its allocation at once instead of taking the machine's memory.
     let child = Command::new("sh")
@@ -65,7 +65,7 @@ fn finding_10_huge_steps_is_refused_not_aborted() {
 }
 
 #[test]
-fn finding_10_bad_sizes_name_the_flag_and_value() {
+fn bad_sizes_name_the_flag_and_value() {
     for (args, needles) in [
         (&["run", "--size", "4294967295"][..], &["--size", "4294967295", "between 4 and 16384"][..]),
         (&["run", "--size", "3"], &["--size", "3", "between 4 and 16384"]),
@@ -105,7 +105,7 @@ fn every_out_of_range_option_says_it_one_way() {
 }
 
 #[test]
-fn finding_10_unwritable_trace_fails_before_the_run() {
+fn unwritable_trace_fails_before_the_run() {
     let path = "/nonexistent/dir/run.json";
     let started = Instant::now();
     let out = hal(&["run", "--size", "64", "--steps", "50", "--trace", path]);
@@ -120,14 +120,14 @@ fn finding_10_unwritable_trace_fails_before_the_run() {
 #[test]
 fn a_failed_run_leaves_no_trace_file_behind() {
     // The trace file is created before the run; a run that then fails does not leave it empty.
-    let path = std::env::temp_dir().join(format!("hal-finding-10-{}.json", std::process::id()));
+    let path = std::env::temp_dir().join(format!("hal-unwritable-trace-{}.json", std::process::id()));
     let out = hal(&["run", "--driver", "nope", "--trace", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(!path.exists(), "left {} behind", path.display());
 }
 
 #[test]
-fn finding_10_repeated_flag_is_an_error() {
+fn repeated_flag_is_an_error() {
     // clap's wording: "the argument '--steps <K>' cannot be used multiple times".
     assert_usage_error(&hal(&["run", "--steps", "5", "--steps", "6"]), &["--steps", "multiple times"]);
     assert_usage_error(&hal(&["run", "--size=8", "--size", "8"]), &["--size", "multiple times"]);
@@ -137,7 +137,7 @@ fn finding_10_repeated_flag_is_an_error() {
 }
 
 #[test]
-fn finding_10_run_help_prints_usage_and_exits_0() {
+fn run_help_prints_usage_and_exits_0() {
     for args in [&["run", "--help"][..], &["run", "-h"], &["help", "run"], &["run", "--steps", "5", "--help"]] {
         let out = hal(args);
         let stdout = text(&out.stdout);
@@ -154,7 +154,7 @@ fn finding_10_run_help_prints_usage_and_exits_0() {
 }
 
 #[test]
-fn finding_10_version_prints_the_version() {
+fn version_prints_the_version() {
     for flag in ["--version", "-V"] {
         let out = hal(&[flag]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -163,7 +163,7 @@ fn finding_10_version_prints_the_version() {
 }
 
 #[test]
-fn finding_10_cts_list_into_a_closed_pipe_exits_quietly() {
+fn cts_list_into_a_closed_pipe_exits_quietly() {
     // A pipe whose reader is gone before hal starts: its first write fails with EPIPE
     // (`hal cts --list | head -1`, deterministically).
     let (reader, writer) = std::io::pipe().expect("make a pipe");

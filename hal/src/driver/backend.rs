@@ -159,7 +159,7 @@ pub trait DeviceBackend: Send + Sync {
 /// Safe code cannot implement it, so it cannot hand the HAL memory it does not have:
 ///
 /// ```compile_fail,E0200
-/// // Finding 8c: a safe impl like this one made `Buffer::write` write to a dangling address.
+/// // A safe impl like this one would make `Buffer::write` write to a dangling address.
 /// use hal::driver::HostView;
 ///
 /// /// Claims a megabyte of host memory at a dangling address.

@@ -14,6 +14,9 @@
 //!   hook drivers register.
 //! - [`ProfileSink`]: where a driver puts the timings of profiled submissions.
 //! - [`shared_memory`]: copies into memory other threads (and kernels) may touch concurrently.
+//! - [`lock`], [`try_lock`], [`get_mut`], [`wait`], [`wait_timeout`]: `std::sync` locking with one
+//!   policy for poisoned locks (ignored: a driver's critical sections keep their data whole), so
+//!   drivers do not each spell it out.
 //!
 //! Building a driver step by step is in `docs/drivers.md` ("Writing a driver").
 //!
@@ -40,6 +43,7 @@ mod backend;
 mod binding_state;
 mod handles;
 mod imported;
+mod locks;
 mod profiling;
 pub mod scheduler;
 pub mod shared_memory;
@@ -63,5 +67,6 @@ pub use backend::{
 pub use binding_state::BindingState;
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};
 pub use imported::{ImportedHostMemory, ReleaseOnce};
+pub use locks::{get_mut, lock, try_lock, wait, wait_timeout};
 pub use profiling::ProfileSink;
 pub(crate) use profiling::ProfileSwitch;

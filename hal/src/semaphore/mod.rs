@@ -33,9 +33,9 @@ pub use future::WaitFuture;
 pub use wait::{WaitMode, wait_semaphores};
 
 /// How long a host wait re-reads the value before it parks the thread: enough to catch a signal
-/// already on its way without burning a core. Bounded by time, not a count of re-reads: a spin-loop
-/// pause costs from a few cycles to about 50 ns depending on the CPU, so 256 of them took 12 us on
-/// the H100 machines' CPUs, longer than a whole device round trip.
+/// already on its way without burning a core. Bounded by time, not a count of re-reads: what a
+/// spin-loop pause costs differs by two orders of magnitude between CPUs, so a fixed count can
+/// outlast a whole device round trip on some.
 const SPIN_TIME: std::time::Duration = std::time::Duration::from_micros(1);
 
 /// A timeline semaphore. Cheap to clone; clones are the same semaphore.

@@ -1,4 +1,4 @@
-//! Finding 8: no safe call sequence reaches undefined behaviour through buffer memory.
+//! No safe call sequence reaches undefined behaviour through buffer memory.
 //!
 //! (a) A transient buffer's memory is never reached after its `queue_dealloca` freed it: a mapping
 //! taken before the dealloca keeps the memory alive until it drops, and every access that starts
@@ -42,7 +42,7 @@ fn assert_names_buffer(err: &hal::Error, buffer: &Buffer) {
 }
 
 #[test]
-fn finding_8a_stale_mapping_after_dealloca_keeps_its_memory_alive() {
+fn stale_mapping_after_dealloca_keeps_its_memory_alive() {
     let device = device();
     let queue = device.queue(0).unwrap();
     let done = device.create_semaphore(0).unwrap();
@@ -147,7 +147,7 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     queue.execute(&[], &cb, &[SV::new(&dispatch, 1)]).unwrap();
     assert_names_buffer(&dispatch.wait(1, T).unwrap_err(), &buffer);
 
-    // A second dealloca is refused at the call now (it used to fail its signals).
+    // A second dealloca is refused at the call, signalling nothing.
     let second = device.create_semaphore(0).unwrap();
     let err = queue.dealloca(&[], &buffer, &[SV::new(&second, 1)]).unwrap_err();
     assert_names_buffer(&err, &buffer);
@@ -184,7 +184,7 @@ fn queue_work_racing_a_dealloca_on_another_queue_never_touches_freed_memory() {
 }
 
 #[test]
-fn finding_8c_buffer_size_is_its_memorys_own() {
+fn buffer_size_is_its_memorys_own() {
     // Before the fix a safe caller chose the size (`from_backend(device, 64, params, 8 bytes)`) and
     // `map` trusted it; now the buffer takes the size its backend's `unsafe impl` vouches for.
     let budget = std::sync::Arc::new(MemoryBudget::unlimited());

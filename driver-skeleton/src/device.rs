@@ -1,0 +1,125 @@
+//! The device backend: the HAL's scheduler over the inline stream model, plus the driver's own
+//! parts (memory, executables, command buffers).
+
+use std::sync::Arc;
+
+use hal::driver::scheduler::Scheduler;
+use hal::driver::{
+    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp,
+};
+use hal::{
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableSource, MemoryType, ResourceUsage, Result,
+    Semaphore, SemaphoreValue,
+};
+
+use crate::commands::Recorded;
+use crate::inline_stream::InlineStreams;
+use crate::memory::{HostMemory, MemoryCounter};
+
+/// Queues per device.
+const QUEUE_COUNT: usize = 4;
+
+/// The largest single allocation.
+const MAX_ALLOCATION_SIZE: u64 = 1 << 30;
+
+/// What the skeleton's device is: host memory of every type, no executable kinds.
+pub(crate) fn device_info() -> DeviceInfo {
+    let mut info = DeviceInfo::new(crate::DRIVER_NAME, "skeleton (inline, host memory)", 0);
+    info.stable_id = "skeleton-0".to_owned();
+    info.queue_count = QUEUE_COUNT;
+    info.memory_types = vec![
+        MemoryType::DEVICE_LOCAL,
+        MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED,
+        MemoryType::DEVICE_LOCAL | MemoryType::HOST_LOCAL,
+    ];
+    info.max_allocation_size = MAX_ALLOCATION_SIZE;
+    info
+}
+
+/// A skeleton device.
+pub struct SkeletonDevice {
+    info: DeviceInfo,
+    memory: Arc<MemoryCounter>,
+    // The last field, so dropped first: teardown drains the queues while memory is still counted.
+    scheduler: Scheduler<InlineStreams>,
+}
+
+impl SkeletonDevice {
+    /// Device `id`.
+    pub fn new(id: DeviceId) -> Result<Self> {
+        let scheduler = Scheduler::new(id, InlineStreams, QUEUE_COUNT)?;
+        Ok(SkeletonDevice { info: device_info(), memory: Arc::default(), scheduler })
+    }
+}
+
+impl DeviceBackend for SkeletonDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn allocate(&self, _params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(HostMemory::new(size, false, &self.memory)?))
+    }
+
+    fn allocate_transient(&self, _params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(HostMemory::new(size, true, &self.memory)?))
+    }
+
+    fn import_host_memory(&self, _params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(HostMemory::import(memory, &self.memory)))
+    }
+
+    /// Every skeleton buffer is host memory: its queues copy to and from any of them.
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        HostMemory::of(buffer).is_ok()
+    }
+
+    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
+        Ok(self.scheduler.create_semaphore(initial))
+    }
+
+    fn load_executable(&self, _source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
+        Err(Error::unimplemented(format!(
+            "{}: loads no executables (it lists no executable kinds)",
+            crate::DRIVER_NAME
+        )))
+    }
+
+    fn prepare_commands(
+        &self,
+        _commands: &Arc<[Command]>,
+        _mode: CommandBufferMode,
+    ) -> Result<Arc<dyn PreparedCommands>> {
+        Ok(Arc::new(Recorded))
+    }
+
+    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.scheduler.submit(queue, op, waits, signals)
+    }
+
+    fn flush(&self, _queue: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
+        self.scheduler.begin_profiling(options)
+    }
+
+    fn collect_profile(&self) -> Result<hal::Profile> {
+        self.scheduler.collect_profile()
+    }
+
+    fn end_profiling(&self) -> Result<hal::Profile> {
+        self.scheduler.end_profiling()
+    }
+
+    fn report(&self) -> String {
+        self.scheduler.report()
+    }
+
+    fn resource_usage(&self) -> ResourceUsage {
+        let mut usage = self.scheduler.resource_usage();
+        usage.memory_in_use = self.memory.in_use();
+        usage
+    }
+}
