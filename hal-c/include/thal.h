@@ -386,7 +386,7 @@ thal_status_t thal_driver_count(size_t *count);
 thal_status_t thal_driver_name(size_t index, const char **name);
 
 // Writes how many devices driver `name` has here to `*count`, or fails with why it has none
-// (`UNAVAILABLE`: no GPU, no libcuda; `NOT_FOUND`: no such driver).
+// (`UNAVAILABLE`: no GPU, no libcuda, or no driver of that name).
 //
 // # Safety
 // `name` is NUL-terminated; `count` is writable.

@@ -47,8 +47,9 @@ pub type thal_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 unsafe fn buffer_params(params: *const thal_buffer_params_t) -> Result<BufferParams> {
     // SAFETY: the caller's contract.
     let params = unsafe { crate::params::versioned(params, "params", "thal_buffer_params_t") }?;
-    let memory_type = MemoryType::from_bits(params.memory_type)
-        .ok_or_else(|| Error::invalid_argument(format!("params.memory_type {:#x}: unknown bits", params.memory_type)))?;
+    let memory_type = MemoryType::from_bits(params.memory_type).ok_or_else(|| {
+        Error::invalid_argument(format!("params.memory_type {:#x}: unknown bits", params.memory_type))
+    })?;
     let usage = BufferUsage::from_bits(params.usage)
         .ok_or_else(|| Error::invalid_argument(format!("params.usage {:#x}: unknown bits", params.usage)))?;
     Ok(BufferParams::new(memory_type, usage))

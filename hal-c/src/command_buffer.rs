@@ -5,8 +5,8 @@ use std::ffi::c_void;
 use hal::{BindingRef, Buffer, BufferRef, CommandBuffer, CommandBufferMode, Device, Error, Executable, Result};
 
 use crate::buffer::host_bytes;
-use crate::handle::{self, check_out, get, get_optional, store, thal_buffer_t, thal_command_buffer_t, thal_device_t};
 use crate::handle::thal_executable_t;
+use crate::handle::{self, check_out, get, get_optional, store, thal_buffer_t, thal_command_buffer_t, thal_device_t};
 use crate::queue::{THAL_WHOLE_LENGTH, c_array};
 use crate::status::{guard, thal_status_t};
 

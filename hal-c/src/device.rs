@@ -88,7 +88,7 @@ pub unsafe extern "C" fn thal_driver_name(index: usize, name: *mut *const c_char
 }
 
 /// Writes how many devices driver `name` has here to `*count`, or fails with why it has none
-/// (`UNAVAILABLE`: no GPU, no libcuda; `NOT_FOUND`: no such driver).
+/// (`UNAVAILABLE`: no GPU, no libcuda, or no driver of that name).
 ///
 /// # Safety
 /// `name` is NUL-terminated; `count` is writable.

@@ -259,7 +259,8 @@ pub unsafe extern "C" fn thal_queue_barrier(
     guard("thal_queue_barrier", || {
         // SAFETY: the caller's contract.
         unsafe {
-            get::<Queue>(queue, "queue")?.barrier(&semaphore_list(waits, "waits")?, &semaphore_list(signals, "signals")?)
+            get::<Queue>(queue, "queue")?
+                .barrier(&semaphore_list(waits, "waits")?, &semaphore_list(signals, "signals")?)
         }
     })
 }
@@ -298,8 +299,7 @@ pub unsafe extern "C" fn thal_queue_host_call(
     flags: u32,
 ) -> thal_status_t {
     guard("thal_queue_host_call", || {
-        let function =
-            function.ok_or_else(|| Error::invalid_argument("argument 'function': a NULL host call"))?;
+        let function = function.ok_or_else(|| Error::invalid_argument("argument 'function': a NULL host call"))?;
         let flags = HostCallFlags::from_bits(flags)
             .ok_or_else(|| Error::invalid_argument(format!("host call flags {flags:#x}: unknown bits")))?;
         let call = HostCall { function, user_data };

@@ -231,9 +231,7 @@ pub unsafe extern "C" fn thal_status_make(code: thal_status_code_t, message: *co
         // SAFETY: the caller passes a NUL-terminated string.
         unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
     };
-    guard_value(std::ptr::null_mut(), || {
-        Box::into_raw(Box::new(thal_status_s { code, message: c_string(&text) }))
-    })
+    guard_value(std::ptr::null_mut(), || Box::into_raw(Box::new(thal_status_s { code, message: c_string(&text) })))
 }
 
 /// Takes a status out of C's hands as a HAL error (NULL is `Ok`).
@@ -247,4 +245,31 @@ pub(crate) unsafe fn take_status(status: thal_status_t) -> hal::Result<()> {
     // SAFETY: a non-NULL status came from `Box::into_raw`; the caller hands over its ownership.
     let owned = unsafe { Box::from_raw(status) };
     Err(error_from_code(owned.code, &owned.message.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_an_entry_point_becomes_internal_naming_it() {
+        let status = guard("thal_example", || panic!("broken invariant"));
+        // SAFETY: `guard` returned a live status, freed once below.
+        unsafe {
+            assert_eq!(thal_status_code(status), THAL_STATUS_INTERNAL);
+            let message = std::ffi::CStr::from_ptr(thal_status_message(status)).to_str().unwrap();
+            assert_eq!(message, "thal_example: panicked: broken invariant");
+            thal_status_free(status);
+        }
+    }
+
+    #[test]
+    fn every_hal_code_keeps_its_number_through_a_c_status() {
+        for code in StatusCode::ALL {
+            let number = code_of(code);
+            assert_ne!(number, THAL_STATUS_UNKNOWN, "{code} has an IREE number");
+            assert_eq!(code_name(number).to_str().unwrap(), code.as_str());
+            assert_eq!(error_from_code(number, "m").code(), code);
+        }
+    }
 }
