@@ -16,10 +16,11 @@ struct Built {
     kernels: PathBuf,
 }
 
-/// The directory holding this crate's `libthal.so` (the target profile directory).
+/// The directory holding this crate's `libthal.so` as built for this test run: `deps`, beside the
+/// test binary (the copy one level up is refreshed by `cargo build` only).
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("the test knows its path");
-    exe.parent().and_then(Path::parent).expect("tests run from <target>/<profile>/deps").to_path_buf()
+    exe.parent().expect("tests run from <target>/<profile>/deps").to_path_buf()
 }
 
 fn sanitize() -> bool {
@@ -81,6 +82,9 @@ fn run(name: &str) {
     let built = built();
     let mut child = Command::new(&built.program)
         .args(["cpu-sim", built.kernels.to_str().expect("UTF-8 path"), name])
+        // cargo's LD_LIBRARY_PATH names the profile directory first, whose libthal.so only `cargo
+        // build` refreshes: the program must load the one it was linked against (its rpath).
+        .env_remove("LD_LIBRARY_PATH")
         .env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=23")
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .stdout(Stdio::piped())

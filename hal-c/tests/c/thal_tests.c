@@ -393,6 +393,9 @@ static void test_teardown_from_a_callback(void) {
                                         &imported),
          THAL_STATUS_INVALID_ARGUMENT, "host-visible");
   CHECK(refused_releases == 1 && imported == NULL);
+  EXPECT(thal_buffer_import_host_memory(device, &p, NULL, 64, count_release, &refused_releases, &imported),
+         THAL_STATUS_INVALID_ARGUMENT, "NULL memory");
+  CHECK(refused_releases == 2);
   thal_device_release(device);
 }
 
