@@ -106,6 +106,37 @@ fn run(name: &str) {
     assert!(!text.contains("runtime error"), "C test {name}: UBSan reported:\n{text}");
 }
 
+/// The example a C programmer copies (examples-c/hello.c) builds with its documented line and prints
+/// what it promises.
+#[test]
+fn c_example_builds_and_prints_its_results() {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-example");
+    std::fs::create_dir_all(&out).expect("the target tmp directory is writable");
+    let program = out.join("hello");
+    let lib_dir = library_dir();
+    let path = |p: &Path| p.to_str().expect("UTF-8 paths").to_owned();
+    compile(&[
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        &format!("-I{}", path(&crate_dir.join("include"))),
+        &path(&crate_dir.join("../examples-c/hello.c")),
+        &format!("-L{}", path(&lib_dir)),
+        "-lthal",
+        &format!("-Wl,-rpath,{}", path(&lib_dir)),
+        "-o",
+        &path(&program),
+    ]);
+    let output = Command::new(&program).env_remove("LD_LIBRARY_PATH").output().expect("the example runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the example failed: {text}{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        text,
+        "host call: the copy is done\nread back: hello from C!\nwait after fail: CANCELLED: the request was cancelled\n"
+    );
+}
+
 macro_rules! c_tests {
     ($($name:ident),* $(,)?) => {
         $(#[test]
