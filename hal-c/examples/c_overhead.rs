@@ -168,12 +168,7 @@ fn main() {
     let minute_ns = 60_000_000_000;
     type Row<'a> = (&'a str, u64, Box<dyn Fn() -> Duration + 'a>, Box<dyn Fn() -> Duration + 'a>);
     let rows: Vec<Row<'_>> = vec![
-        (
-            "dependent chain, empty execute",
-            ops,
-            Box::new(|| rust.chain(ops)),
-            Box::new(|| c.chain(ops)),
-        ),
+        ("dependent chain, empty execute", ops, Box::new(|| rust.chain(ops)), Box::new(|| c.chain(ops))),
         (
             "round trip, empty execute, wait with no deadline",
             round_trips,
