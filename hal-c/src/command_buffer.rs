@@ -56,7 +56,7 @@ unsafe fn buffer_ref(reference: thal_buffer_ref_t, arg: &str) -> Result<BufferRe
 ///
 /// # Safety
 /// `binding.buffer` is NULL or a handle the caller holds.
-unsafe fn binding_ref(binding: &thal_binding_ref_t, arg: &str) -> Result<BindingRef> {
+unsafe fn binding_ref(binding: &thal_binding_ref_t, arg: impl std::fmt::Display + Copy) -> Result<BindingRef> {
     // SAFETY: the caller's contract.
     match unsafe { get_optional::<Buffer>(binding.buffer, arg) }? {
         Some(buffer) => {
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn thal_command_buffer_dispatch(
             let bindings = c_array(bindings, binding_count, "bindings")?
                 .iter()
                 .enumerate()
-                .map(|(i, b)| binding_ref(b, &format!("bindings[{i}]")))
+                .map(|(i, b)| binding_ref(b, format_args!("bindings[{i}]")))
                 .collect::<Result<Vec<_>>>()?;
             get::<CommandBuffer>(command_buffer, "command_buffer")?.dispatch_refs(
                 get::<Executable>(executable, "executable")?,

@@ -1,6 +1,7 @@
 //! Opaque handles: an `Arc` whose first word is a tag naming the kind, so that NULL, released and
 //! wrong-kind handles are refused with `INVALID_ARGUMENT` instead of being used.
 
+use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -93,11 +94,11 @@ pub(crate) fn into_handle<T: Kind>(value: T) -> *mut T::C {
     Arc::into_raw(Arc::new(Tagged { tag: AtomicU64::new(T::TAG), value })) as *mut T::C
 }
 
-/// Checks that `handle` (argument `arg`) is a live `T` handle.
+/// Checks that `handle` (argument `arg`, formatted only for a message) is a live `T` handle.
 ///
 /// # Safety
 /// `handle` is NULL or points to at least 8 readable bytes (any handle of this library does).
-unsafe fn check<T: Kind>(handle: *const T::C, arg: &str) -> Result<*const Tagged<T>> {
+unsafe fn check<T: Kind>(handle: *const T::C, arg: impl Display) -> Result<*const Tagged<T>> {
     if handle.is_null() {
         return Err(Error::invalid_argument(format!("argument '{arg}': a NULL {}", T::NAME)));
     }
@@ -123,7 +124,7 @@ unsafe fn check<T: Kind>(handle: *const T::C, arg: &str) -> Result<*const Tagged
 /// # Safety
 /// `handle` is NULL or a pointer the caller got from this library and still holds a reference to
 /// (or at least 8 readable bytes, which are then refused).
-pub(crate) unsafe fn get<'a, T: Kind>(handle: *const T::C, arg: &str) -> Result<&'a T> {
+pub(crate) unsafe fn get<'a, T: Kind>(handle: *const T::C, arg: impl Display) -> Result<&'a T> {
     // SAFETY: the caller's contract; `check` returns only pointers tagged as a live `T`.
     unsafe { check::<T>(handle, arg).map(|tagged| &(*tagged).value) }
 }
@@ -132,7 +133,7 @@ pub(crate) unsafe fn get<'a, T: Kind>(handle: *const T::C, arg: &str) -> Result<
 ///
 /// # Safety
 /// As `get`.
-pub(crate) unsafe fn get_optional<'a, T: Kind>(handle: *const T::C, arg: &str) -> Result<Option<&'a T>> {
+pub(crate) unsafe fn get_optional<'a, T: Kind>(handle: *const T::C, arg: impl Display) -> Result<Option<&'a T>> {
     if handle.is_null() {
         return Ok(None);
     }

@@ -35,7 +35,7 @@ pub type thal_host_call_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)
 ///
 /// # Safety
 /// `binding.buffer` is NULL or a handle the caller holds.
-pub(crate) unsafe fn buffer_binding(binding: &thal_buffer_binding_t, arg: &str) -> Result<BufferBinding> {
+pub(crate) unsafe fn buffer_binding(binding: &thal_buffer_binding_t, arg: impl std::fmt::Display) -> Result<BufferBinding> {
     // SAFETY: the caller's contract.
     let buffer = unsafe { get::<Buffer>(binding.buffer, arg) }?;
     let length = match binding.length {
@@ -108,7 +108,7 @@ pub unsafe extern "C" fn thal_queue_execute_with_bindings(
             let table = c_array(bindings, binding_count, "bindings")?
                 .iter()
                 .enumerate()
-                .map(|(i, b)| buffer_binding(b, &format!("bindings[{i}].buffer")))
+                .map(|(i, b)| buffer_binding(b, format_args!("bindings[{i}].buffer")))
                 .collect::<Result<Vec<_>>>()?;
             get::<Queue>(queue, "queue")?.execute_with_bindings(
                 &semaphore_list(waits, "waits")?,

@@ -4,6 +4,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use hal::{Device, Error, Result, Semaphore, SemaphoreValue, Timeout, WaitMode};
+use smallvec::SmallVec;
 
 use crate::handle::{self, check_out, get, store, thal_device_t, thal_semaphore_t, write_value};
 use crate::status::{guard, take_status, thal_status_t};
@@ -56,15 +57,18 @@ pub extern "C" fn thal_now_ns() -> thal_time_t {
     crate::status::guard_value(0, || i64::try_from(epoch().elapsed().as_nanos()).unwrap_or(i64::MAX - 1))
 }
 
+/// A converted semaphore list: short lists, the common case, stay off the heap.
+pub(crate) type SemaphoreValues = SmallVec<[SemaphoreValue; 4]>;
+
 /// The (semaphore, value) pairs of a C list, each semaphore cloned.
 ///
 /// # Safety
 /// `list` is NULL or a valid list whose arrays hold `count` entries.
-pub(crate) unsafe fn semaphore_list(list: *const thal_semaphore_list_t, arg: &str) -> Result<Vec<SemaphoreValue>> {
+pub(crate) unsafe fn semaphore_list(list: *const thal_semaphore_list_t, arg: &str) -> Result<SemaphoreValues> {
     // SAFETY: the caller's contract.
-    let Some(list) = (unsafe { list.as_ref() }) else { return Ok(Vec::new()) };
+    let Some(list) = (unsafe { list.as_ref() }) else { return Ok(SemaphoreValues::new()) };
     if list.count == 0 {
-        return Ok(Vec::new());
+        return Ok(SemaphoreValues::new());
     }
     if list.semaphores.is_null() || list.values.is_null() {
         return Err(Error::invalid_argument(format!("argument '{arg}': NULL arrays with count {}", list.count)));
@@ -73,7 +77,7 @@ pub(crate) unsafe fn semaphore_list(list: *const thal_semaphore_list_t, arg: &st
         .map(|i| {
             // SAFETY: both arrays hold `count` entries by the caller's contract.
             unsafe {
-                let semaphore = get::<Semaphore>(*list.semaphores.add(i), &format!("{arg}.semaphores[{i}]"))?;
+                let semaphore = get::<Semaphore>(*list.semaphores.add(i), format_args!("{arg}.semaphores[{i}]"))?;
                 Ok(SemaphoreValue::new(semaphore, *list.values.add(i)))
             }
         })
