@@ -39,24 +39,24 @@ int main(void) {
   check(thal_semaphore_create(device, 0, &timeline), "semaphore");
 
   /* Semaphore lists are (count, semaphores[], values[]). */
-  uint64_t one = 1, two = 2;
-  thal_semaphore_list_t at1 = {1, &timeline, &one}, at2 = {1, &timeline, &two};
+  uint64_t one = 1, two = 2, three = 3;
+  thal_semaphore_list_t at1 = {1, &timeline, &one}, at2 = {1, &timeline, &two}, at3 = {1, &timeline, &three};
 
   /* Submitted first, runs second: queue 1 copies a to b once queue 0's write signals 1. */
   check(thal_queue_copy(q1, &at1, a, 0, b, 0, 16, &at2), "copy");
-  check(thal_queue_host_call(q1, &at2, announce, "the copy is done", NULL, 0), "host call");
+  check(thal_queue_host_call(q1, &at2, announce, "the copy is done", &at3, 0), "host call");
   const char text[16] = "hello from C!";
   check(thal_queue_update(q0, NULL, text, sizeof text, a, 0, &at1), "update");
 
   thal_readback_t *readback = NULL;
   char back[16];
-  check(thal_queue_read(q1, &at2, b, 0, sizeof back, NULL, &readback), "read");
+  check(thal_queue_read(q1, &at3, b, 0, sizeof back, NULL, &readback), "read");
   check(thal_readback_wait(readback, thal_now_ns() + 5000000000LL, back, sizeof back), "readback");
   printf("read back: %s\n", back);
 
   /* A failure is a value: it travels to everything waiting, code and message intact. */
   check(thal_semaphore_fail(timeline, thal_status_make(THAL_STATUS_CANCELLED, "the request was cancelled")), "fail");
-  thal_status_t status = thal_semaphore_wait(timeline, 3, THAL_TIME_INFINITE_FUTURE);
+  thal_status_t status = thal_semaphore_wait(timeline, 4, THAL_TIME_INFINITE_FUTURE);
   printf("wait after fail: %s: %s\n", thal_status_code_name(thal_status_code(status)), thal_status_message(status));
   thal_status_free(status);
 
