@@ -349,6 +349,13 @@ thal_status_t thal_command_buffer_copy(thal_command_buffer_t *command_buffer, th
 // Handles are ones the caller holds; `workgroups` has 3 entries; the arrays hold their counts.
 thal_status_t thal_command_buffer_dispatch(thal_command_buffer_t *command_buffer, thal_executable_t *executable, uint32_t entry_point, const uint32_t *workgroups, const uint32_t *constants, size_t constant_count, const thal_binding_ref_t *bindings, size_t binding_count);
 
+// Records a dispatch as `thal_command_buffer_dispatch` does, taking its workgroup count from three
+// `uint32_t`s at `count_offset` of `count` (a buffer or a binding-table slot) when it runs.
+//
+// # Safety
+// Handles are ones the caller holds; the arrays hold their counts.
+thal_status_t thal_command_buffer_dispatch_indirect(thal_command_buffer_t *command_buffer, thal_executable_t *executable, uint32_t entry_point, thal_buffer_ref_t count, uint64_t count_offset, const uint32_t *constants, size_t constant_count, const thal_binding_ref_t *bindings, size_t binding_count);
+
 // Records an execution barrier: commands after it start after the commands before it completed.
 //
 // # Safety
@@ -527,6 +534,21 @@ thal_status_t thal_queue_copy(thal_queue_t *queue, const thal_semaphore_list_t *
 // # Safety
 // Handles are ones the caller holds; lists are NULL or valid; `out` is writable.
 thal_status_t thal_queue_read(thal_queue_t *queue, const thal_semaphore_list_t *waits, thal_buffer_t *source, uint64_t offset, uint64_t length, const thal_semaphore_list_t *signals, thal_readback_t **out);
+
+// Allocates a transient buffer of `size` bytes into `*out` (at once, as a handle) whose memory is
+// there once `waits` are reached, when `signals` fire; give it back with `thal_queue_dealloca`.
+//
+// # Safety
+// `queue` is a handle the caller holds; `params` is a valid versioned struct; lists are NULL or
+// valid; `out` is writable.
+thal_status_t thal_queue_alloca(thal_queue_t *queue, const thal_semaphore_list_t *waits, const thal_buffer_params_t *params, uint64_t size, const thal_semaphore_list_t *signals, thal_buffer_t **out);
+
+// Frees the memory of a `thal_queue_alloca` buffer once `waits` are reached (the handle stays
+// the caller's to release).
+//
+// # Safety
+// Handles are ones the caller holds; lists are NULL or valid.
+thal_status_t thal_queue_dealloca(thal_queue_t *queue, const thal_semaphore_list_t *waits, thal_buffer_t *buffer, const thal_semaphore_list_t *signals);
 
 // Signals `signals` once `waits` are reached and the queue's earlier work completed.
 //

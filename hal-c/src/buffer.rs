@@ -44,7 +44,7 @@ pub type thal_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
 ///
 /// # Safety
 /// `params` is NULL or points to `struct_size` readable bytes.
-unsafe fn buffer_params(params: *const thal_buffer_params_t) -> Result<BufferParams> {
+pub(crate) unsafe fn buffer_params(params: *const thal_buffer_params_t) -> Result<BufferParams> {
     // SAFETY: the caller's contract.
     let params = unsafe { crate::params::versioned(params, "params", "thal_buffer_params_t") }?;
     let memory_type = MemoryType::from_bits(params.memory_type).ok_or_else(|| {

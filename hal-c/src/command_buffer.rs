@@ -74,6 +74,20 @@ unsafe fn binding_ref(binding: &thal_binding_ref_t, arg: impl std::fmt::Display 
     }
 }
 
+/// The HAL form of a dispatch's bindings.
+///
+/// # Safety
+/// `bindings` has `count` entries whose buffers are NULL or handles the caller holds.
+unsafe fn binding_refs(bindings: *const thal_binding_ref_t, count: usize) -> Result<Vec<BindingRef>> {
+    // SAFETY: the caller's contract.
+    unsafe { c_array(bindings, count, "bindings")? }
+        .iter()
+        .enumerate()
+        // SAFETY: the caller's contract.
+        .map(|(i, b)| unsafe { binding_ref(b, format_args!("bindings[{i}]")) })
+        .collect()
+}
+
 /// A new command buffer of `device` in `mode` (`THAL_COMMAND_BUFFER_MODE_*`) into `*out`.
 ///
 /// # Safety
@@ -201,15 +215,45 @@ pub unsafe extern "C" fn thal_command_buffer_dispatch(
         // SAFETY: the caller's contract.
         unsafe {
             let grid = c_array(workgroups, 3, "workgroups")?;
-            let bindings = c_array(bindings, binding_count, "bindings")?
-                .iter()
-                .enumerate()
-                .map(|(i, b)| binding_ref(b, format_args!("bindings[{i}]")))
-                .collect::<Result<Vec<_>>>()?;
+            let bindings = binding_refs(bindings, binding_count)?;
             get::<CommandBuffer>(command_buffer, "command_buffer")?.dispatch_refs(
                 get::<Executable>(executable, "executable")?,
                 entry_point,
                 [grid[0], grid[1], grid[2]],
+                c_array(constants, constant_count, "constants")?,
+                &bindings,
+            )
+        }
+    })
+}
+
+/// Records a dispatch as `thal_command_buffer_dispatch` does, taking its workgroup count from three
+/// `uint32_t`s at `count_offset` of `count` (a buffer or a binding-table slot) when it runs.
+///
+/// # Safety
+/// Handles are ones the caller holds; the arrays hold their counts.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn thal_command_buffer_dispatch_indirect(
+    command_buffer: *mut thal_command_buffer_t,
+    executable: *mut thal_executable_t,
+    entry_point: u32,
+    count: thal_buffer_ref_t,
+    count_offset: u64,
+    constants: *const u32,
+    constant_count: usize,
+    bindings: *const thal_binding_ref_t,
+    binding_count: usize,
+) -> thal_status_t {
+    guard("thal_command_buffer_dispatch_indirect", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            let bindings = binding_refs(bindings, binding_count)?;
+            get::<CommandBuffer>(command_buffer, "command_buffer")?.dispatch_indirect_refs(
+                get::<Executable>(executable, "executable")?,
+                entry_point,
+                buffer_ref(count, "count")?,
+                count_offset,
                 c_array(constants, constant_count, "constants")?,
                 &bindings,
             )

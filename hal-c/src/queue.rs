@@ -4,7 +4,7 @@ use std::ffi::c_void;
 
 use hal::{Buffer, BufferBinding, CommandBuffer, Error, HostCallFlags, Queue, Readback, Result};
 
-use crate::buffer::host_bytes;
+use crate::buffer::{buffer_params, host_bytes, thal_buffer_params_t};
 use crate::handle::{self, check_out, get, store, thal_buffer_t, thal_command_buffer_t, thal_queue_t, thal_readback_t};
 use crate::semaphore::{semaphore_list, thal_semaphore_list_t, thal_time_t, timeout_of};
 use crate::status::{guard, take_status, thal_status_t};
@@ -35,7 +35,10 @@ pub type thal_host_call_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)
 ///
 /// # Safety
 /// `binding.buffer` is NULL or a handle the caller holds.
-pub(crate) unsafe fn buffer_binding(binding: &thal_buffer_binding_t, arg: impl std::fmt::Display) -> Result<BufferBinding> {
+pub(crate) unsafe fn buffer_binding(
+    binding: &thal_buffer_binding_t,
+    arg: impl std::fmt::Display,
+) -> Result<BufferBinding> {
     // SAFETY: the caller's contract.
     let buffer = unsafe { get::<Buffer>(binding.buffer, arg) }?;
     let length = match binding.length {
@@ -243,6 +246,61 @@ pub unsafe extern "C" fn thal_queue_read(
             store(out, PendingRead { readback, length });
         }
         Ok(())
+    })
+}
+
+/// Allocates a transient buffer of `size` bytes into `*out` (at once, as a handle) whose memory is
+/// there once `waits` are reached, when `signals` fire; give it back with `thal_queue_dealloca`.
+///
+/// # Safety
+/// `queue` is a handle the caller holds; `params` is a valid versioned struct; lists are NULL or
+/// valid; `out` is writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn thal_queue_alloca(
+    queue: *mut thal_queue_t,
+    waits: *const thal_semaphore_list_t,
+    params: *const thal_buffer_params_t,
+    size: u64,
+    signals: *const thal_semaphore_list_t,
+    out: *mut *mut thal_buffer_t,
+) -> thal_status_t {
+    guard("thal_queue_alloca", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            check_out(out, "out")?;
+            let buffer = get::<Queue>(queue, "queue")?.alloca(
+                &semaphore_list(waits, "waits")?,
+                buffer_params(params)?,
+                size,
+                &semaphore_list(signals, "signals")?,
+            )?;
+            store(out, buffer);
+        }
+        Ok(())
+    })
+}
+
+/// Frees the memory of a `thal_queue_alloca` buffer once `waits` are reached (the handle stays
+/// the caller's to release).
+///
+/// # Safety
+/// Handles are ones the caller holds; lists are NULL or valid.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn thal_queue_dealloca(
+    queue: *mut thal_queue_t,
+    waits: *const thal_semaphore_list_t,
+    buffer: *mut thal_buffer_t,
+    signals: *const thal_semaphore_list_t,
+) -> thal_status_t {
+    guard("thal_queue_dealloca", || {
+        // SAFETY: the caller's contract.
+        unsafe {
+            get::<Queue>(queue, "queue")?.dealloca(
+                &semaphore_list(waits, "waits")?,
+                get::<Buffer>(buffer, "buffer")?,
+                &semaphore_list(signals, "signals")?,
+            )
+        }
     })
 }
 

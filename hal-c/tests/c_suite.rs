@@ -155,4 +155,5 @@ c_tests! {
     binding_tables,
     waits_from_several_threads,
     subspans,
+    transient_buffers_and_indirect_dispatch,
 }

@@ -529,6 +529,53 @@ static void test_subspans(void) {
   thal_device_release(device);
 }
 
+/* A transient buffer lives between its alloca's and dealloca's signals; an indirect dispatch takes
+ * its workgroup count from a buffer written by earlier queue work. */
+static void test_transient_buffers_and_indirect_dispatch(void) {
+  enum { N = 512 };
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  thal_executable_t *kernels = load_kernels(device);
+  uint32_t fill_index = 0;
+  OK(thal_executable_entry_point(kernels, "fill_index", &fill_index));
+  thal_semaphore_t *t = semaphore(device);
+  pair_t w, s;
+  thal_buffer_params_t p = host_params();
+  thal_buffer_t *transient = NULL, *result = host_buffer(device, N * 4), *count = host_buffer(device, 12);
+  OK(thal_queue_alloca(queue, NULL, &p, N * 4, one(&s, t, 1), &transient));
+  uint32_t grid[3] = {N / 64, 1, 1};
+  OK(thal_queue_update(queue, one(&w, t, 1), grid, sizeof grid, count, 0, one(&s, t, 2)));
+
+  thal_command_buffer_t *cb = NULL;
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &cb));
+  uint32_t constants[2] = {7, N};
+  thal_binding_ref_t out = {transient, 0, 0, THAL_WHOLE_LENGTH};
+  thal_buffer_ref_t count_ref = {count, 0};
+  OK(thal_command_buffer_dispatch_indirect(cb, kernels, fill_index, count_ref, 0, constants, 2, &out, 1));
+  OK(thal_command_buffer_barrier(cb));
+  thal_buffer_ref_t from = {transient, 0}, to = {result, 0};
+  OK(thal_command_buffer_copy(cb, from, 0, to, 0, N * 4));
+  OK(thal_command_buffer_end(cb));
+  OK(thal_queue_execute(queue, one(&w, t, 2), cb, one(&s, t, 3)));
+  OK(thal_queue_dealloca(queue, one(&w, t, 3), transient, one(&s, t, 4)));
+  EXPECT(thal_queue_dealloca(queue, one(&w, t, 3), transient, one(&s, t, 5)), THAL_STATUS_FAILED_PRECONDITION, "");
+  EXPECT(thal_queue_dealloca(queue, NULL, result, one(&s, t, 5)), THAL_STATUS_INVALID_ARGUMENT, "");
+  OK(thal_semaphore_wait(t, 4, THAL_TIME_INFINITE_FUTURE));
+  uint32_t values[N];
+  OK(thal_buffer_read(result, 0, values, sizeof values));
+  for (uint32_t i = 0; i < N; i++)
+    if (values[i] != 7 + i) FAIL("values[%u] = %u, expected %u", i, values[i], 7 + i);
+  thal_command_buffer_release(cb);
+  thal_buffer_release(transient);
+  thal_buffer_release(result);
+  thal_buffer_release(count);
+  thal_semaphore_release(t);
+  thal_executable_release(kernels);
+  thal_queue_release(queue);
+  thal_device_release(device);
+}
+
 static const struct {
   const char *name;
   void (*run)(void);
@@ -541,6 +588,7 @@ static const struct {
     {"binding_tables", test_binding_tables},
     {"waits_from_several_threads", test_waits_from_several_threads},
     {"subspans", test_subspans},
+    {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
 };
 
 int main(int argc, char **argv) {
