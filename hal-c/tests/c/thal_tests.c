@@ -541,7 +541,9 @@ static void test_transient_buffers_and_indirect_dispatch(void) {
   OK(thal_executable_entry_point(kernels, "fill_index", &fill_index));
   thal_semaphore_t *t = semaphore(device);
   pair_t w, s;
-  thal_buffer_params_t p = host_params();
+  thal_buffer_params_t p = {sizeof p, THAL_MEMORY_TYPE_DEVICE_LOCAL,
+                            THAL_BUFFER_USAGE_TRANSFER_SOURCE | THAL_BUFFER_USAGE_TRANSFER_TARGET |
+                                THAL_BUFFER_USAGE_DISPATCH_STORAGE};
   thal_buffer_t *transient = NULL, *result = host_buffer(device, N * 4), *count = host_buffer(device, 12);
   OK(thal_queue_alloca(queue, NULL, &p, N * 4, one(&s, t, 1), &transient));
   uint32_t grid[3] = {N / 64, 1, 1};
