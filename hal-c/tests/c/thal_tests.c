@@ -1,0 +1,615 @@
+/* The C API's tests, written against include/thal.h alone. Usage: thal_tests DRIVER KERNELS TEST|all
+ * (KERNELS: kernels.c built as a cpu-sim kernel library, or kernels.cu compiled to a .ptx file for
+ * cuda). Exit 0: passed. */
+#include "thal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *driver_name;
+static const char *kernels_path;
+
+#define FAIL(...)                                        \
+  do {                                                   \
+    fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);      \
+    fprintf(stderr, __VA_ARGS__);                        \
+    fprintf(stderr, "\n");                               \
+    exit(1);                                             \
+  } while (0)
+
+/* The call must succeed; otherwise print its status and fail. */
+#define OK(call)                                                                              \
+  do {                                                                                        \
+    thal_status_t s_ = (call);                                                                \
+    if (s_) FAIL("%s: %s: %s", #call, thal_status_code_name(thal_status_code(s_)), thal_status_message(s_)); \
+  } while (0)
+
+#define CHECK(cond)                       \
+  do {                                    \
+    if (!(cond)) FAIL("check failed: %s", #cond); \
+  } while (0)
+
+/* The call must fail with `code` and a message containing `text`; the status is freed. */
+static void expect_status(thal_status_t s, thal_status_code_t code, const char *text, const char *what, int line) {
+  if (thal_status_code(s) != code || !strstr(thal_status_message(s), text)) {
+    fprintf(stderr, "%s:%d: %s: expected %s containing '%s', got %s: %s\n", __FILE__, line, what,
+            thal_status_code_name(code), text, thal_status_code_name(thal_status_code(s)), thal_status_message(s));
+    exit(1);
+  }
+  thal_status_free(s);
+}
+#define EXPECT(call, code, text) expect_status((call), (code), (text), #call, __LINE__)
+
+static thal_buffer_params_t host_params(void) {
+  thal_buffer_params_t p = {sizeof(thal_buffer_params_t), THAL_MEMORY_TYPE_HOST_VISIBLE | THAL_MEMORY_TYPE_HOST_COHERENT,
+                            THAL_BUFFER_USAGE_TRANSFER_SOURCE | THAL_BUFFER_USAGE_TRANSFER_TARGET |
+                                THAL_BUFFER_USAGE_DISPATCH_STORAGE | THAL_BUFFER_USAGE_MAPPING};
+  return p;
+}
+
+static thal_buffer_t *host_buffer(thal_device_t *device, uint64_t size) {
+  thal_buffer_params_t p = host_params();
+  thal_buffer_t *buffer = NULL;
+  OK(thal_buffer_allocate(device, &p, size, &buffer));
+  return buffer;
+}
+
+static thal_device_t *open_device(void) {
+  thal_device_t *device = NULL;
+  OK(thal_device_create(driver_name, 0, &device));
+  return device;
+}
+
+static thal_semaphore_t *semaphore(thal_device_t *device) {
+  thal_semaphore_t *s = NULL;
+  OK(thal_semaphore_create(device, 0, &s));
+  return s;
+}
+
+/* The kernels of kernels.c (cpu-sim library) or kernels.cu compiled to PTX (a path ending .ptx). */
+static thal_executable_t *load_kernels(thal_device_t *device) {
+  thal_executable_t *executable = NULL;
+  size_t n = strlen(kernels_path);
+  if (n < 4 || strcmp(kernels_path + n - 4, ".ptx") != 0) {
+    OK(thal_executable_load_library(device, kernels_path, &executable));
+    return executable;
+  }
+  FILE *f = fopen(kernels_path, "rb");
+  if (!f) FAIL("cannot open %s", kernels_path);
+  static char ptx[1 << 20];
+  size_t length = fread(ptx, 1, sizeof ptx - 1, f);
+  fclose(f);
+  thal_entry_point_t entries[3] = {
+      {"fill_index", {64, 1, 1}, 1, 2}, {"add", {64, 1, 1}, 2, 2}, {"trap", {1, 1, 1}, 0, 0}};
+  thal_executable_params_t params = {sizeof params, THAL_EXECUTABLE_FORMAT_PTX, ptx, length + 1, entries, 3};
+  OK(thal_executable_load_bytes(device, &params, &executable));
+  return executable;
+}
+
+static int is_cpu_sim(void) { return strcmp(driver_name, "cpu-sim") == 0; }
+
+/* A one-pair semaphore list (the arrays live in the caller's `pair`). */
+typedef struct {
+  thal_semaphore_t *semaphore;
+  uint64_t value;
+  thal_semaphore_list_t list;
+} pair_t;
+static const thal_semaphore_list_t *one(pair_t *pair, thal_semaphore_t *s, uint64_t value) {
+  pair->semaphore = s;
+  pair->value = value;
+  pair->list.count = 1;
+  pair->list.semaphores = &pair->semaphore;
+  pair->list.values = &pair->value;
+  return &pair->list;
+}
+
+/* ---- tests ---- */
+
+static void test_statuses_and_handles(void) {
+  CHECK(thal_api_version() == (THAL_API_VERSION_MAJOR << 16 | THAL_API_VERSION_MINOR << 8 | THAL_API_VERSION_PATCH));
+  CHECK(strlen(thal_version_string()) > 0);
+  CHECK(thal_status_code(NULL) == THAL_STATUS_OK && strcmp(thal_status_message(NULL), "") == 0);
+
+  size_t drivers = 0;
+  int found = 0;
+  OK(thal_driver_count(&drivers));
+  for (size_t i = 0; i < drivers; i++) {
+    const char *name = NULL;
+    OK(thal_driver_name(i, &name));
+    found |= strcmp(name, "cpu-sim") == 0;
+  }
+  CHECK(found);
+  EXPECT(thal_driver_name(drivers, &(const char *){NULL}), THAL_STATUS_OUT_OF_RANGE, "driver index");
+  thal_device_t *none = (thal_device_t *)1;
+  EXPECT(thal_device_create("no-such-driver", 0, &none), THAL_STATUS_UNAVAILABLE, "no-such-driver");
+  CHECK(none == NULL); /* a failed create leaves NULL */
+
+  thal_device_t *device = open_device();
+  thal_buffer_t *buffer = host_buffer(device, 64);
+  thal_queue_t *queue = NULL;
+  EXPECT(thal_device_queue(device, 1000, &queue), THAL_STATUS_OUT_OF_RANGE, "1000");
+  OK(thal_device_queue(device, 0, &queue));
+
+  /* NULL, wrong-kind and NULL-out arguments are refused, naming the argument. */
+  EXPECT(thal_queue_barrier(NULL, NULL, NULL), THAL_STATUS_INVALID_ARGUMENT, "'queue': a NULL thal_queue_t");
+  EXPECT(thal_queue_barrier((thal_queue_t *)buffer, NULL, NULL), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_buffer_t, not a thal_queue_t");
+  EXPECT(thal_device_queue(device, 0, NULL), THAL_STATUS_INVALID_ARGUMENT, "NULL out-pointer");
+  pair_t p;
+  EXPECT(thal_queue_barrier(queue, NULL, one(&p, (thal_semaphore_t *)queue, 1)), THAL_STATUS_INVALID_ARGUMENT,
+         "signals.semaphores[0]");
+
+  /* A versioned struct from a caller compiled against a smaller one is refused. */
+  thal_buffer_params_t old = host_params();
+  old.struct_size = sizeof(size_t);
+  thal_buffer_t *refused = NULL;
+  EXPECT(thal_buffer_allocate(device, &old, 64, &refused), THAL_STATUS_INVALID_ARGUMENT, "struct_size");
+
+  /* Statuses: clone outlives the original; made statuses keep code and message. */
+  thal_status_t made = thal_status_make(THAL_STATUS_ABORTED, "made in C");
+  thal_status_t copy = thal_status_clone(made);
+  thal_status_free(made);
+  CHECK(thal_status_code(copy) == THAL_STATUS_ABORTED && strcmp(thal_status_message(copy), "made in C") == 0);
+  thal_status_free(copy);
+  CHECK(thal_status_make(THAL_STATUS_OK, "ignored") == NULL);
+  CHECK(strcmp(thal_status_code_name(THAL_STATUS_DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED") == 0);
+
+  /* retain/release count: two releases after one retain free the buffer. */
+  OK(thal_buffer_retain(buffer));
+  OK(thal_buffer_release(buffer));
+  uint64_t size = 0;
+  OK(thal_buffer_size(buffer, &size));
+  CHECK(size == 64);
+  OK(thal_buffer_release(buffer));
+  OK(thal_queue_release(queue));
+  OK(thal_device_release(device));
+  OK(thal_device_release(NULL));
+}
+
+/* Queue 1's work is submitted before queue 0's work it depends on (wait-before-signal): a kernel
+ * fills A on queue 0, queue 1 adds 5 into B, and a readback lands in caller memory. */
+static void test_two_queue_pipeline_out_of_order(void) {
+  enum { N = 1000 };
+  thal_device_t *device = open_device();
+  thal_queue_t *q0 = NULL, *q1 = NULL;
+  OK(thal_device_queue(device, 0, &q0));
+  OK(thal_device_queue(device, 1, &q1));
+  thal_executable_t *kernels = load_kernels(device);
+  uint32_t fill_index = 0, add = 0;
+  OK(thal_executable_entry_point(kernels, "fill_index", &fill_index));
+  OK(thal_executable_entry_point(kernels, "add", &add));
+  EXPECT(thal_executable_entry_point(kernels, "missing", &add), THAL_STATUS_NOT_FOUND, "missing");
+  thal_buffer_t *a = host_buffer(device, N * 4), *b = host_buffer(device, N * 4);
+  thal_semaphore_t *t0 = semaphore(device), *t1 = semaphore(device);
+
+  uint32_t groups[3] = {(N + 63) / 64, 1, 1};
+  uint32_t add_constants[2] = {5, N}, fill_constants[2] = {100, N};
+  thal_binding_ref_t ab[2] = {{a, 0, 0, THAL_WHOLE_LENGTH}, {b, 0, 0, THAL_WHOLE_LENGTH}};
+  thal_command_buffer_t *second = NULL, *first = NULL;
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &second));
+  OK(thal_command_buffer_dispatch(second, kernels, add, groups, add_constants, 2, ab, 2));
+  OK(thal_command_buffer_end(second));
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &first));
+  OK(thal_command_buffer_dispatch(first, kernels, fill_index, groups, fill_constants, 2, ab, 1));
+  OK(thal_command_buffer_end(first));
+
+  pair_t w, s;
+  thal_readback_t *readback = NULL;
+  OK(thal_queue_read(q1, one(&w, t1, 1), b, 0, N * 4, NULL, &readback));
+  OK(thal_queue_execute(q1, one(&w, t0, 1), second, one(&s, t1, 1)));
+  uint64_t value = 99;
+  OK(thal_semaphore_query(t1, &value));
+  CHECK(value == 0); /* nothing ran yet: queue 0 has no work */
+  OK(thal_queue_execute(q0, NULL, first, one(&s, t0, 1)));
+
+  uint32_t out[N];
+  EXPECT(thal_readback_wait(readback, THAL_TIME_INFINITE_FUTURE, out, 4), THAL_STATUS_INVALID_ARGUMENT, "4 bytes");
+  OK(thal_readback_wait(readback, THAL_TIME_INFINITE_FUTURE, out, sizeof out));
+  for (uint32_t i = 0; i < N; i++)
+    if (out[i] != 105 + i) FAIL("out[%u] = %u, expected %u", i, out[i], 105 + i);
+  OK(thal_semaphore_query(t0, &value));
+  CHECK(value == 1);
+
+  thal_readback_release(readback);
+  thal_command_buffer_release(first);
+  thal_command_buffer_release(second);
+  thal_semaphore_release(t0);
+  thal_semaphore_release(t1);
+  thal_buffer_release(a);
+  thal_buffer_release(b);
+  thal_executable_release(kernels);
+  thal_queue_release(q0);
+  thal_queue_release(q1);
+  thal_device_release(device);
+}
+
+static thal_status_t failing_call(void *user_data) {
+  return thal_status_make(THAL_STATUS_DATA_LOSS, (const char *)user_data);
+}
+
+/* A failure's status and message reach C through every path: a semaphore failed from C, a failed
+ * wait down a chain across queues, a readback, a failing host call, and a kernel's failure. */
+static void test_failure_propagation(void) {
+  thal_device_t *device = open_device();
+  thal_queue_t *q0 = NULL, *q1 = NULL;
+  OK(thal_device_queue(device, 0, &q0));
+  OK(thal_device_queue(device, 1, &q1));
+  thal_buffer_t *buffer = host_buffer(device, 16);
+  thal_semaphore_t *input = semaphore(device), *mid = semaphore(device), *done = semaphore(device);
+  pair_t w, s;
+  OK(thal_queue_fill(q0, one(&w, input, 1), buffer, 0, 16, 7, 1, one(&s, mid, 1)));
+  OK(thal_queue_copy(q1, one(&w, mid, 1), buffer, 0, buffer, 8, 8, one(&s, done, 1)));
+  thal_readback_t *readback = NULL;
+  OK(thal_queue_read(q1, one(&w, done, 1), buffer, 0, 16, NULL, &readback));
+
+  OK(thal_semaphore_fail(input, thal_status_make(THAL_STATUS_CANCELLED, "the request was cancelled")));
+  EXPECT(thal_semaphore_wait(done, 1, THAL_TIME_INFINITE_FUTURE), THAL_STATUS_CANCELLED, "the request was cancelled");
+  uint64_t value = 0;
+  EXPECT(thal_semaphore_query(mid, &value), THAL_STATUS_CANCELLED, "the request was cancelled");
+  EXPECT(thal_semaphore_signal(done, 2), THAL_STATUS_CANCELLED, "the request was cancelled");
+  uint8_t bytes[16];
+  EXPECT(thal_readback_wait(readback, THAL_TIME_INFINITE_FUTURE, bytes, 16), THAL_STATUS_CANCELLED,
+         "the request was cancelled");
+  OK(thal_buffer_read(buffer, 0, bytes, 16));
+  for (int i = 0; i < 16; i++) CHECK(bytes[i] == 0); /* the fill never ran */
+  EXPECT(thal_semaphore_fail(done, NULL), THAL_STATUS_INVALID_ARGUMENT, "OK (NULL) status");
+
+  /* A host call's status fails its signals; an IREE code the HAL lacks keeps its name. */
+  thal_semaphore_t *called = semaphore(device);
+  OK(thal_queue_host_call(q0, NULL, failing_call, "checksum mismatch", one(&s, called, 1), 0));
+  EXPECT(thal_semaphore_wait(called, 1, THAL_TIME_INFINITE_FUTURE), THAL_STATUS_DATA_LOSS, "checksum mismatch");
+  thal_semaphore_t *exists = semaphore(device);
+  OK(thal_semaphore_fail(exists, thal_status_make(THAL_STATUS_ALREADY_EXISTS, "a twin")));
+  EXPECT(thal_semaphore_wait(exists, 1, THAL_TIME_INFINITE_PAST), THAL_STATUS_FAILED_PRECONDITION,
+         "ALREADY_EXISTS: a twin");
+
+  /* A kernel that returns nonzero fails the execute with ABORTED naming the entry point. */
+  if (is_cpu_sim()) { /* on a GPU a trap ends the context; cpu-sim keeps going */
+    thal_executable_t *kernels = load_kernels(device);
+    uint32_t trap = 0;
+    OK(thal_executable_entry_point(kernels, "trap", &trap));
+    thal_command_buffer_t *cb = NULL;
+    OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &cb));
+    uint32_t one_group[3] = {1, 1, 1};
+    OK(thal_command_buffer_dispatch(cb, kernels, trap, one_group, NULL, 0, NULL, 0));
+    OK(thal_command_buffer_end(cb));
+    thal_semaphore_t *faulted = semaphore(device);
+    OK(thal_queue_execute(q0, NULL, cb, one(&s, faulted, 1)));
+    EXPECT(thal_semaphore_wait(faulted, 1, THAL_TIME_INFINITE_FUTURE), THAL_STATUS_ABORTED, "trap");
+    thal_semaphore_release(faulted);
+    thal_command_buffer_release(cb);
+    thal_executable_release(kernels);
+  }
+  /* A library that cannot be opened names its path. */
+  thal_executable_t *missing = NULL;
+  if (is_cpu_sim())
+    EXPECT(thal_executable_load_library(device, "/nonexistent/libkernels.so", &missing), THAL_STATUS_UNAVAILABLE,
+           "/nonexistent/libkernels.so");
+
+  thal_readback_release(readback);
+  thal_semaphore_release(exists);
+  thal_semaphore_release(called);
+  thal_semaphore_release(input);
+  thal_semaphore_release(mid);
+  thal_semaphore_release(done);
+  thal_buffer_release(buffer);
+  thal_queue_release(q0);
+  thal_queue_release(q1);
+  thal_device_release(device);
+}
+
+typedef struct {
+  thal_queue_t *queue;
+  thal_buffer_t *buffer;
+  thal_semaphore_t *timeline;
+} reentry_t;
+
+/* Runs on a HAL thread: submits more work and signals from the host, through the C API. */
+static thal_status_t submit_from_callback(void *user_data) {
+  reentry_t *r = (reentry_t *)user_data;
+  pair_t s;
+  thal_status_t status = thal_queue_fill(r->queue, NULL, r->buffer, 0, 16, 0x2A, 1, one(&s, r->timeline, 2));
+  if (status) return status;
+  uint64_t value = 0;
+  status = thal_semaphore_query(r->timeline, &value);
+  if (status) return status;
+  return value < 2 ? thal_semaphore_signal(r->timeline, 1) : NULL;
+}
+
+static void test_host_call_calls_back_into_the_api(void) {
+  thal_device_t *device = open_device();
+  reentry_t r = {NULL, host_buffer(device, 16), semaphore(device)};
+  OK(thal_device_queue(device, 0, &r.queue));
+  thal_semaphore_t *called = semaphore(device);
+  pair_t s;
+  OK(thal_queue_host_call(r.queue, NULL, submit_from_callback, &r, one(&s, called, 1), THAL_HOST_CALL_NON_BLOCKING));
+  OK(thal_semaphore_wait(called, 1, THAL_TIME_INFINITE_FUTURE));
+  OK(thal_semaphore_wait(r.timeline, 2, THAL_TIME_INFINITE_FUTURE));
+  uint8_t bytes[16];
+  OK(thal_buffer_read(r.buffer, 0, bytes, 16));
+  for (int i = 0; i < 16; i++) CHECK(bytes[i] == 0x2A);
+  EXPECT(thal_queue_host_call(r.queue, NULL, NULL, NULL, NULL, 0), THAL_STATUS_INVALID_ARGUMENT, "NULL host call");
+  EXPECT(thal_queue_host_call(r.queue, NULL, submit_from_callback, &r, NULL, 0x80), THAL_STATUS_INVALID_ARGUMENT,
+         "0x80");
+  thal_semaphore_release(called);
+  thal_semaphore_release(r.timeline);
+  thal_buffer_release(r.buffer);
+  thal_queue_release(r.queue);
+  thal_device_release(device);
+}
+
+typedef struct {
+  thal_device_t *device;
+  thal_queue_t *queue;
+  thal_buffer_t *buffer;
+  int releases;
+} teardown_t;
+
+/* Gives up the last references to the device, its queue and a buffer from the device's own thread. */
+static thal_status_t release_everything(void *user_data) {
+  teardown_t *t = (teardown_t *)user_data;
+  thal_status_t s = thal_buffer_release(t->buffer);
+  if (!s) s = thal_queue_release(t->queue);
+  if (!s) s = thal_device_release(t->device);
+  t->releases = 3;
+  return s;
+}
+
+static void count_release(void *user_data) { __atomic_fetch_add((int *)user_data, 1, __ATOMIC_SEQ_CST); }
+
+static void test_teardown_from_a_callback(void) {
+  teardown_t t = {open_device(), NULL, NULL, 0};
+  OK(thal_device_queue(t.device, 0, &t.queue));
+  t.buffer = host_buffer(t.device, 64);
+  /* Imported memory: its release callback runs exactly once, after the last user let it go. */
+  static uint32_t lent[256];
+  int imported_releases = 0;
+  thal_buffer_params_t p = host_params();
+  thal_buffer_t *imported = NULL;
+  OK(thal_buffer_import_host_memory(t.device, &p, lent, sizeof lent, count_release, &imported_releases, &imported));
+  thal_semaphore_t *done = semaphore(t.device);
+  pair_t w, s;
+  OK(thal_queue_fill(t.queue, NULL, imported, 0, sizeof lent, 9, 4, one(&s, done, 1)));
+  OK(thal_buffer_release(imported)); /* the queued fill keeps it */
+  OK(thal_queue_host_call(t.queue, one(&w, done, 1), release_everything, &t, one(&s, done, 2), 0));
+  OK(thal_semaphore_wait(done, 2, THAL_TIME_INFINITE_FUTURE));
+  CHECK(t.releases == 3);
+  CHECK(lent[0] == 9 && lent[255] == 9);
+  /* The device may finish closing after the signal; the import is released within a bound. */
+  thal_time_t deadline = thal_now_ns() + 5000000000LL;
+  while (__atomic_load_n(&imported_releases, __ATOMIC_SEQ_CST) == 0 && thal_now_ns() < deadline) {
+    thal_semaphore_wait(done, 3, thal_now_ns() + 1000000); /* sleeps 1 ms (DEADLINE_EXCEEDED) */
+  }
+  CHECK(imported_releases == 1);
+  thal_semaphore_release(done);
+
+  /* A refused import runs its release at once. */
+  int refused_releases = 0;
+  thal_device_t *device = open_device();
+  thal_buffer_params_t device_only = {sizeof device_only, THAL_MEMORY_TYPE_DEVICE_LOCAL, THAL_BUFFER_USAGE_TRANSFER_TARGET};
+  EXPECT(thal_buffer_import_host_memory(device, &device_only, lent, sizeof lent, count_release, &refused_releases,
+                                        &imported),
+         THAL_STATUS_INVALID_ARGUMENT, "host-visible");
+  CHECK(refused_releases == 1 && imported == NULL);
+  EXPECT(thal_buffer_import_host_memory(device, &p, NULL, 64, count_release, &refused_releases, &imported),
+         THAL_STATUS_INVALID_ARGUMENT, "NULL memory");
+  CHECK(refused_releases == 2);
+  thal_device_release(device);
+}
+
+/* One reusable command buffer recorded against slots runs with different buffers per execute. */
+static void test_binding_tables(void) {
+  enum { N = 256 };
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  thal_executable_t *kernels = load_kernels(device);
+  uint32_t add = 0;
+  OK(thal_executable_entry_point(kernels, "add", &add));
+  thal_command_buffer_t *cb = NULL;
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_REUSABLE, &cb));
+  thal_buffer_ref_t slot0 = {NULL, 0}, slot1 = {NULL, 1};
+  OK(thal_command_buffer_fill(cb, slot0, 0, N * 4, 3, 4));
+  OK(thal_command_buffer_barrier(cb));
+  uint32_t groups[3] = {N / 64, 1, 1}, ten[2] = {10, N};
+  thal_binding_ref_t bindings[2] = {{NULL, 0, 0, N * 4}, {NULL, 1, 0, N * 4}};
+  OK(thal_command_buffer_dispatch(cb, kernels, add, groups, ten, 2, bindings, 2));
+  OK(thal_command_buffer_barrier(cb));
+  uint32_t marker = 0xABCD;
+  OK(thal_command_buffer_update(cb, slot1, 0, &marker, 4));
+  OK(thal_command_buffer_copy(cb, slot1, 0, slot1, 4 * (N - 1), 4));
+  thal_binding_ref_t whole_slot = {NULL, 0, 0, THAL_WHOLE_LENGTH};
+  EXPECT(thal_command_buffer_dispatch(cb, kernels, add, groups, ten, 2, &whole_slot, 1), THAL_STATUS_INVALID_ARGUMENT,
+         "THAL_WHOLE_LENGTH");
+  OK(thal_command_buffer_end(cb));
+  EXPECT(thal_command_buffer_barrier(cb), THAL_STATUS_FAILED_PRECONDITION, "");
+
+  thal_buffer_t *in[2] = {host_buffer(device, N * 4), host_buffer(device, N * 4)};
+  thal_buffer_t *out[2] = {host_buffer(device, N * 4), host_buffer(device, N * 4)};
+  thal_semaphore_t *done = semaphore(device);
+  pair_t s;
+  EXPECT(thal_queue_execute(queue, NULL, cb, one(&s, done, 1)), THAL_STATUS_INVALID_ARGUMENT, "binding slots");
+  for (int i = 0; i < 2; i++) {
+    thal_buffer_binding_t table[2] = {{in[i], 0, THAL_WHOLE_LENGTH}, {out[i], 0, THAL_WHOLE_LENGTH}};
+    OK(thal_queue_execute_with_bindings(queue, NULL, cb, table, 2, one(&s, done, (uint64_t)i + 1)));
+  }
+  thal_buffer_binding_t short_table[1] = {{in[0], 0, THAL_WHOLE_LENGTH}};
+  EXPECT(thal_queue_execute_with_bindings(queue, NULL, cb, short_table, 1, one(&s, done, 3)),
+         THAL_STATUS_INVALID_ARGUMENT, "the table has 1 entries");
+  OK(thal_semaphore_wait(done, 2, THAL_TIME_INFINITE_FUTURE));
+  for (int i = 0; i < 2; i++) {
+    uint32_t values[N];
+    OK(thal_buffer_read(out[i], 0, values, sizeof values));
+    CHECK(values[0] == 0xABCD && values[N - 1] == 0xABCD);
+    for (int j = 1; j < N - 1; j++) CHECK(values[j] == 13);
+  }
+  for (int i = 0; i < 2; i++) {
+    thal_buffer_release(in[i]);
+    thal_buffer_release(out[i]);
+  }
+  thal_semaphore_release(done);
+  thal_command_buffer_release(cb);
+  thal_executable_release(kernels);
+  thal_queue_release(queue);
+  thal_device_release(device);
+}
+
+typedef struct {
+  thal_semaphore_t *semaphore;
+  uint64_t value;
+  thal_status_code_t code;
+} waiter_t;
+
+static void *wait_on(void *arg) {
+  waiter_t *w = (waiter_t *)arg;
+  thal_status_t s = thal_semaphore_wait(w->semaphore, w->value, thal_now_ns() + 20000000000LL);
+  w->code = thal_status_code(s);
+  thal_status_free(s);
+  return NULL;
+}
+
+/* Eight threads wait on one semaphore (and a list) with deadlines; the host signals, then fails it. */
+static void test_waits_from_several_threads(void) {
+  enum { THREADS = 8 };
+  thal_device_t *device = open_device();
+  thal_semaphore_t *timeline = semaphore(device);
+  thal_semaphore_t *host = NULL;
+  OK(thal_semaphore_create_host(0, &host));
+  EXPECT(thal_semaphore_wait(timeline, 1, THAL_TIME_INFINITE_PAST), THAL_STATUS_DEADLINE_EXCEEDED, "");
+  thal_time_t before = thal_now_ns();
+  EXPECT(thal_semaphore_wait(timeline, 1, before + 20000000), THAL_STATUS_DEADLINE_EXCEEDED, "");
+  CHECK(thal_now_ns() - before >= 20000000);
+
+  pthread_t threads[THREADS];
+  waiter_t waiters[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    waiters[i].semaphore = timeline;
+    waiters[i].value = i < THREADS / 2 ? 1 : 2; /* half are released by the signal, half by the failure */
+    waiters[i].code = 99;
+    CHECK(pthread_create(&threads[i], NULL, wait_on, &waiters[i]) == 0);
+  }
+  OK(thal_semaphore_signal(timeline, 1));
+  thal_semaphore_t *both[2] = {timeline, host};
+  uint64_t values[2] = {1, 5};
+  thal_semaphore_list_t list = {2, both, values};
+  OK(thal_semaphore_wait_list(THAL_WAIT_MODE_ANY, &list, THAL_TIME_INFINITE_FUTURE));
+  EXPECT(thal_semaphore_wait_list(THAL_WAIT_MODE_ALL, &list, THAL_TIME_INFINITE_PAST), THAL_STATUS_DEADLINE_EXCEEDED, "");
+  EXPECT(thal_semaphore_wait_list(7, &list, THAL_TIME_INFINITE_PAST), THAL_STATUS_INVALID_ARGUMENT, "wait mode 7");
+  for (int i = 0; i < THREADS / 2; i++) {
+    CHECK(pthread_join(threads[i], NULL) == 0);
+    CHECK(waiters[i].code == THAL_STATUS_OK);
+  }
+  /* Waiters for 2, started or not yet, all get the failure. */
+  OK(thal_semaphore_fail(timeline, thal_status_make(THAL_STATUS_ABORTED, "shutting down")));
+  for (int i = THREADS / 2; i < THREADS; i++) {
+    CHECK(pthread_join(threads[i], NULL) == 0);
+    CHECK(waiters[i].code == THAL_STATUS_ABORTED);
+  }
+  thal_semaphore_release(host);
+  thal_semaphore_release(timeline);
+  thal_device_release(device);
+}
+
+/* A subspan is a buffer over part of its parent, which it keeps alive. */
+static void test_subspans(void) {
+  thal_device_t *device = open_device();
+  thal_buffer_t *parent = host_buffer(device, 64), *span = NULL, *refused = NULL;
+  EXPECT(thal_buffer_subspan(parent, 48, 32, &refused), THAL_STATUS_OUT_OF_RANGE, "");
+  CHECK(refused == NULL);
+  OK(thal_buffer_subspan(parent, 16, 32, &span));
+  OK(thal_buffer_release(parent));
+  uint32_t words[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[16] = {0};
+  OK(thal_buffer_write(span, 0, words, sizeof words));
+  EXPECT(thal_buffer_write(span, 4, words, sizeof words), THAL_STATUS_OUT_OF_RANGE, "");
+  OK(thal_buffer_read(span, 0, back, sizeof words));
+  CHECK(memcmp(words, back, sizeof words) == 0);
+  thal_buffer_release(span);
+  thal_device_release(device);
+}
+
+/* A transient buffer lives between its alloca's and dealloca's signals; an indirect dispatch takes
+ * its workgroup count from a buffer written by earlier queue work. */
+static void test_transient_buffers_and_indirect_dispatch(void) {
+  enum { N = 512 };
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  thal_executable_t *kernels = load_kernels(device);
+  uint32_t fill_index = 0;
+  OK(thal_executable_entry_point(kernels, "fill_index", &fill_index));
+  thal_semaphore_t *t = semaphore(device);
+  pair_t w, s;
+  thal_buffer_params_t p = {sizeof p, THAL_MEMORY_TYPE_DEVICE_LOCAL,
+                            THAL_BUFFER_USAGE_TRANSFER_SOURCE | THAL_BUFFER_USAGE_TRANSFER_TARGET |
+                                THAL_BUFFER_USAGE_DISPATCH_STORAGE};
+  thal_buffer_t *transient = NULL, *result = host_buffer(device, N * 4), *count = host_buffer(device, 12);
+  OK(thal_queue_alloca(queue, NULL, &p, N * 4, one(&s, t, 1), &transient));
+  uint32_t grid[3] = {N / 64, 1, 1};
+  OK(thal_queue_update(queue, one(&w, t, 1), grid, sizeof grid, count, 0, one(&s, t, 2)));
+
+  thal_command_buffer_t *cb = NULL;
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &cb));
+  uint32_t constants[2] = {7, N};
+  thal_binding_ref_t out = {transient, 0, 0, THAL_WHOLE_LENGTH};
+  thal_buffer_ref_t count_ref = {count, 0};
+  OK(thal_command_buffer_dispatch_indirect(cb, kernels, fill_index, count_ref, 0, constants, 2, &out, 1));
+  OK(thal_command_buffer_barrier(cb));
+  thal_buffer_ref_t from = {transient, 0}, to = {result, 0};
+  OK(thal_command_buffer_copy(cb, from, 0, to, 0, N * 4));
+  OK(thal_command_buffer_end(cb));
+  OK(thal_queue_execute(queue, one(&w, t, 2), cb, one(&s, t, 3)));
+  OK(thal_queue_dealloca(queue, one(&w, t, 3), transient, one(&s, t, 4)));
+  EXPECT(thal_queue_dealloca(queue, one(&w, t, 3), transient, one(&s, t, 5)), THAL_STATUS_FAILED_PRECONDITION, "");
+  EXPECT(thal_queue_dealloca(queue, NULL, result, one(&s, t, 5)), THAL_STATUS_INVALID_ARGUMENT, "");
+  OK(thal_semaphore_wait(t, 4, THAL_TIME_INFINITE_FUTURE));
+  uint32_t values[N];
+  OK(thal_buffer_read(result, 0, values, sizeof values));
+  for (uint32_t i = 0; i < N; i++)
+    if (values[i] != 7 + i) FAIL("values[%u] = %u, expected %u", i, values[i], 7 + i);
+  thal_command_buffer_release(cb);
+  thal_buffer_release(transient);
+  thal_buffer_release(result);
+  thal_buffer_release(count);
+  thal_semaphore_release(t);
+  thal_executable_release(kernels);
+  thal_queue_release(queue);
+  thal_device_release(device);
+}
+
+static const struct {
+  const char *name;
+  void (*run)(void);
+} TESTS[] = {
+    {"statuses_and_handles", test_statuses_and_handles},
+    {"two_queue_pipeline_out_of_order", test_two_queue_pipeline_out_of_order},
+    {"failure_propagation", test_failure_propagation},
+    {"host_call_calls_back_into_the_api", test_host_call_calls_back_into_the_api},
+    {"teardown_from_a_callback", test_teardown_from_a_callback},
+    {"binding_tables", test_binding_tables},
+    {"waits_from_several_threads", test_waits_from_several_threads},
+    {"subspans", test_subspans},
+    {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
+};
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s DRIVER KERNELS TEST|all\n", argv[0]);
+    return 2;
+  }
+  driver_name = argv[1];
+  kernels_path = argv[2];
+  int ran = 0;
+  for (size_t i = 0; i < sizeof TESTS / sizeof TESTS[0]; i++) {
+    if (strcmp(argv[3], "all") != 0 && strcmp(argv[3], TESTS[i].name) != 0) continue;
+    TESTS[i].run();
+    printf("ok %s\n", TESTS[i].name);
+    ran++;
+  }
+  if (!ran) {
+    fprintf(stderr, "no test named %s\n", argv[3]);
+    return 2;
+  }
+  return 0;
+}
