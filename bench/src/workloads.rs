@@ -810,7 +810,7 @@ mod tests {
 
     #[test]
     fn touch_kernel_is_chosen_by_the_kinds_the_device_loads() {
-        let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let cpu_sim = driver_cpu_sim::device_info(&driver_cpu_sim::CpuSimOptions::default());
         let with = |kinds: &[ExecutableKind]| {
             let mut info = cpu_sim.clone();
             info.executable_kinds = kinds.to_vec();

@@ -77,6 +77,7 @@ impl PoolShared {
 
 impl WorkgroupPool {
     /// A pool of `available_parallelism` threads (at least 2).
+    #[cfg(test)]
     pub fn new() -> hal::Result<Self> {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
         Self::with_threads(threads)
@@ -136,11 +137,13 @@ impl WorkgroupPool {
     }
 
     /// Times a dispatch called the pool threads to help (each a wake-up); for tests and statistics.
+    #[cfg(test)]
     pub fn calls_for_help(&self) -> u64 {
         self.shared.calls_for_help.load(Ordering::Relaxed)
     }
 
     /// Number of pool threads (the caller of `run` helps too).
+    #[cfg(test)]
     pub fn thread_count(&self) -> usize {
         self.threads.len()
     }

@@ -4,15 +4,13 @@
 //! taken before the dealloca keeps the memory alive until it drops, and every access that starts
 //! after the dealloca fails cleanly, naming the buffer. (b) and (c) are compile-time properties,
 //! checked by the `compile_fail` doc tests on `hal::NativeBinding` and `hal::driver::BufferBackend`;
-//! the test of (c) here checks the size the HAL trusts is the memory's own.
+//! that the size the HAL trusts is the memory's own is a unit test of cpu-sim's memory.
 
 use std::time::Duration;
 
-use driver_cpu_sim::memory::{HostMemory, MemoryBudget};
-use hal::driver::BufferExt;
 use hal::{
-    Buffer, BufferBinding, BufferParams, Device, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint,
-    NativeInvocation, Queue, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
+    Buffer, BufferBinding, BufferParams, Device, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeInvocation,
+    Queue, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
 };
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
@@ -181,17 +179,4 @@ fn queue_work_racing_a_dealloca_on_another_queue_never_touches_freed_memory() {
     q1.barrier(&[], &[SV::new(&idle, 1)]).unwrap();
     idle.wait(1, T).unwrap();
     assert_eq!(memory_in_use(&device), 0, "every transient buffer was freed");
-}
-
-#[test]
-fn finding_8c_buffer_size_is_its_memorys_own() {
-    // Before the fix a safe caller chose the size (`from_backend(device, 64, params, 8 bytes)`) and
-    // `map` trusted it; now the buffer takes the size its backend's `unsafe impl` vouches for.
-    let budget = std::sync::Arc::new(MemoryBudget::unlimited());
-    let memory = std::sync::Arc::new(HostMemory::new(8, &budget).unwrap());
-    // SAFETY: cpu-sim host memory, touched only through this buffer's host calls.
-    let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), memory) };
-    assert_eq!(buffer.size(), 8);
-    assert_eq!(buffer.map(0, 64).err().unwrap().code(), StatusCode::OutOfRange);
-    assert_eq!(buffer.read_to_vec().unwrap(), vec![0; 8]);
 }

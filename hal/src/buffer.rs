@@ -443,7 +443,7 @@ impl fmt::Debug for Buffer {
 /// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
 ///
 /// An unordered access is a bug in the program but not undefined behaviour: [`read`](Self::read)
-/// and [`write`](Self::write) copy with relaxed atomics ([`crate::driver::shared_memory`]: one `AtomicU32`
+/// and [`write`](Self::write) copy with relaxed atomics (`hal::driver::shared_memory`, for driver authors: one `AtomicU32`
 /// per aligned word, `AtomicU8` for unaligned edges), as cpu-sim's kernels and transfers do, so a
 /// racing copy sees some mix of old and new words. Rust's rule against racing atomics of different
 /// sizes still applies at unaligned edges (see [`NativeBinding`](crate::NativeBinding)).

@@ -209,7 +209,7 @@ impl<'a> NativeInvocation<'a> {
 /// kernel may legally (if racily) have two workgroups touch the same element, as on a GPU. So every
 /// access a binding makes is a relaxed atomic: a racing access gives one of the written values, never
 /// undefined behaviour. The rule, shared with [`Mapping`](crate::Mapping) and the cpu-sim driver's
-/// transfers ([`crate::driver::shared_memory`]): in a binding whose address is 4-byte aligned, each `u32`
+/// transfers (`hal::driver::shared_memory`, for driver authors): in a binding whose address is 4-byte aligned, each `u32`
 /// element is one `AtomicU32` access (no torn values); in a misaligned binding (an unaligned binding
 /// offset) each element is four `AtomicU8` accesses, so a racing store can tear it byte-wise.
 /// On x86-64 and AArch64 a relaxed load or store compiles to a plain move, so aligned access costs
@@ -313,7 +313,7 @@ impl NativeBinding {
     /// host mappings, transfers) must be atomic: no `&`/`&mut [u8]` to them and no plain copy may
     /// overlap the binding's life unless ordered before or after it. A driver keeps this by holding
     /// the bound buffer's memory until the dispatch has finished, by doing its own transfers through
-    /// [`crate::driver::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
+    /// `hal::driver::shared_memory`, and by giving kernels only `&NativeBinding`s, which they cannot
     /// keep past their call (a binding is neither `Copy` nor `Clone`).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
         NativeBinding { ptr, len, out_of_range: OnceLock::new() }

@@ -14,7 +14,7 @@
 //!   through a channel id in a file.
 //!
 //! The repository's README (with its doc-tested embedding example) is [`readme`]; the embedding
-//! guide with its doc-tested snippets is [`embedding`].
+//! guide is `hal::guide`, doc-tested with the `hal` library.
 
 pub mod collective_job;
 pub mod counts;
@@ -30,9 +30,6 @@ pub mod trace_file;
 
 #[doc = include_str!("../../README.md")]
 pub mod readme {}
-
-#[doc = include_str!("../../docs/embedding.md")]
-pub mod embedding {}
 
 use hal::Registry;
 
