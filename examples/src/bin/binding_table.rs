@@ -7,10 +7,10 @@
 //! reads back (copies slot 1 to slot 2). Each call passes new input and output buffers; every
 //! output is checked against a CPU reference (`input + 111`).
 //!
-//! `cargo run -p tools --example binding_table [-- DRIVER]` (default: cpu-sim).
+//! `cargo run --bin binding_table [-- DRIVER]` (default: cpu-sim).
 
 use hal::{BindingRef, BufferBinding, BufferParams, BufferRef, CommandBufferMode, SemaphoreValue as SV, Timeout};
-use tools::example_kernels::{WORKGROUP, add_constant};
+use timeline_hal_examples::{WORKGROUP, add_constant};
 
 /// Elements per call.
 const COUNT: u32 = 4096;
@@ -25,7 +25,7 @@ fn main() -> hal::Result<()> {
 
 /// The example on driver `driver`.
 pub fn run(driver: &str) -> hal::Result<()> {
-    let device = tools::open_device(driver)?;
+    let device = timeline_hal_examples::open_device(driver)?;
     let executable = device.load_executable(&add_constant(device.info(), COUNT)?)?;
     let entry = executable.entry_point("add_constant")?;
     let bytes = u64::from(COUNT) * 4;
