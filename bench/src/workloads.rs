@@ -194,7 +194,7 @@ impl Env {
     pub fn indirect_dispatch(&self) -> Result<CommandBuffer> {
         let count = self.device.allocate_buffer(BufferParams::device_local(), 12)?;
         let written = self.device.create_semaphore(0)?;
-        self.device.queue(0)?.write_slice(&[], &[1u32, 1, 1], &count, 0, &[SV::new(&written, 1)])?;
+        self.device.queue(0)?.write_values(&[], &count, 0, &[1u32, 1, 1], &[SV::new(&written, 1)])?;
         written.wait(1, LONG)?;
         let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
         cb.dispatch_indirect(&self.executable, 0, &count, 0, &[0], &[BufferBinding::range(&self.buffer, 0, 4)])?;

@@ -12,7 +12,7 @@
 //! let queue = device.queue(0).unwrap();
 //! let buffer = device.allocate_buffer(BufferParams::host_visible(), 16).unwrap();
 //! let done = device.create_semaphore(0).unwrap();
-//! queue.fill(&[], &buffer, 0, 16, 0xAB, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//! queue.fill(&[], &buffer, 0, 16, 0xABu8, &[SemaphoreValue::new(&done, 1)]).unwrap();
 //! done.wait(1, Timeout::Infinite).unwrap();
 //! assert_eq!(buffer.read_to_vec().unwrap(), vec![0xAB; 16]);
 //! ```
@@ -56,6 +56,7 @@ mod command_exec;
 mod device;
 mod event;
 mod executable;
+mod kernel_panics;
 mod memory;
 mod stream;
 mod stream_rules;

@@ -9,12 +9,13 @@
 //! No thread is spawned per dispatch; the threads are joined when the pool drops.
 
 use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use hal::Error;
+
+use crate::kernel_panics::catch_kernel_panic;
 
 /// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
 const CHUNKS_PER_RUNNER: u64 = 4;
@@ -155,10 +156,10 @@ impl WorkgroupPool {
         F: Fn(u64) -> Result<(), E>,
     {
         for index in 0..total {
-            match catch_unwind(AssertUnwindSafe(|| task(index))) {
+            match catch_kernel_panic(|| task(index)) {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => return Err(JobFailure::Failed { index, error }),
-                Err(payload) => return Err(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+                Err(message) => return Err(JobFailure::Panicked { index, message }),
             }
         }
         Ok(())
@@ -297,17 +298,17 @@ where
     /// Runs `start..end`, stopping at a failure.
     fn run_range(&self, start: u64, end: u64) {
         let mut index = start;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = catch_kernel_panic(|| {
             while index < end && !self.failed.load(Ordering::Relaxed) {
                 (self.task)(index)?;
                 index += 1;
             }
             Ok(())
-        }));
+        });
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(error)) => self.record(JobFailure::Failed { index, error }),
-            Err(payload) => self.record(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+            Err(message) => self.record(JobFailure::Panicked { index, message }),
         }
     }
 
@@ -365,17 +366,6 @@ where
                 return;
             }
         }
-    }
-}
-
-/// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "panic with a non-string payload".to_owned()
     }
 }
 
@@ -531,7 +521,9 @@ mod tests {
             Ok::<(), ()>(())
         });
         match result {
-            Err(JobFailure::Panicked { index: 57, message }) => assert_eq!(message, "workgroup 57 exploded"),
+            Err(JobFailure::Panicked { index: 57, message }) => {
+                assert!(message.starts_with("workgroup 57 exploded (at "), "{message}")
+            }
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(pool.run(100, |_| Ok::<(), ()>(())), Ok(()));

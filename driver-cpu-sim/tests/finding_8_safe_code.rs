@@ -116,7 +116,7 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     done.wait(2, T).unwrap();
 
     let fill = device.create_semaphore(0).unwrap();
-    queue.fill(&[], &buffer, 0, 256, 0xFF, 1, &[SV::new(&fill, 1)]).unwrap();
+    queue.fill(&[], &buffer, 0, 256, 0xFFu8, &[SV::new(&fill, 1)]).unwrap();
     assert_names_buffer(&fill.wait(1, T).unwrap_err(), &buffer);
 
     let copy = device.create_semaphore(0).unwrap();
@@ -154,7 +154,7 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
 
     // The queue keeps working after these failures.
     let after = device.create_semaphore(0).unwrap();
-    queue.fill(&[], &other, 0, 4, 9, 1, &[SV::new(&after, 1)]).unwrap();
+    queue.fill(&[], &other, 0, 4, 9u8, &[SV::new(&after, 1)]).unwrap();
     after.wait(1, T).unwrap();
     assert_eq!(&other.read_to_vec().unwrap()[..4], &[9; 4]);
 }
@@ -168,7 +168,7 @@ fn queue_work_racing_a_dealloca_on_another_queue_never_touches_freed_memory() {
         let buffer = alloca(&q0, &done, BIG);
         // Unordered on purpose (a bug in the caller): the fill either runs on live memory or fails.
         let fill = device.create_semaphore(0).unwrap();
-        q1.fill(&[], &buffer, 0, BIG, 0x5A, 1, &[SV::new(&fill, 1)]).unwrap();
+        q1.fill(&[], &buffer, 0, BIG, 0x5Au8, &[SV::new(&fill, 1)]).unwrap();
         q0.dealloca(&[], &buffer, &[SV::new(&done, 2)]).unwrap();
         done.wait(2, T).unwrap();
         if let Err(err) = fill.wait(1, T) {

@@ -44,12 +44,15 @@ mod binding_table;
 mod buffer;
 mod collective;
 mod command_buffer;
+mod constants;
 mod device;
 #[cfg_attr(not(hal_driver_docs), doc(hidden))]
 pub mod driver;
 mod error;
 mod executable;
 mod executable_kind;
+mod fill_pattern;
+mod flag_names;
 mod host_data;
 mod label;
 mod profile;
@@ -69,6 +72,7 @@ pub use bytemuck;
 pub use bytemuck::Pod;
 pub use collective::{Channel, ChannelId, CollectiveArgs, CollectiveOp, ElementType, ReduceOp};
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
+pub use constants::Constant;
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
@@ -76,6 +80,7 @@ pub use executable::{
     NativeInvocation, NativeKernel, OutOfRangeAccess,
 };
 pub use executable_kind::ExecutableKind;
+pub use fill_pattern::FillPattern;
 pub use label::MAX_LABEL_BYTES;
 pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, QueueOperationTiming};
 pub use queue::{HostCallFlags, Queue};

@@ -50,7 +50,7 @@ pub fn run(driver: &str) -> hal::Result<()> {
     for call in 0..CALLS {
         let input = device.allocate_buffer(BufferParams::host_visible(), bytes)?;
         let values: Vec<u32> = (0..COUNT).map(|i| call as u32 * 100_000 + i).collect();
-        input.write_slice(0, &values)?;
+        input.write_values(0, &values)?;
         let output = device.allocate_buffer(BufferParams::host_visible(), bytes)?;
         let table = [BufferBinding::whole(&input), BufferBinding::whole(&scratch), BufferBinding::whole(&output)];
         queue.execute_with_bindings(&[SV::new(&calls, call)], &function, &table, &[SV::new(&calls, call + 1)])?;

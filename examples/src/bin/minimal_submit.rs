@@ -37,7 +37,7 @@ pub fn run(driver: &str) -> hal::Result<()> {
     let queue = device.queue(0)?;
     let timeline = device.create_semaphore(0)?;
     let input: Vec<u8> = (0..COUNT).flat_map(|i| i.to_le_bytes()).collect();
-    queue.write(&[], input, &data, 0, &[SV::new(&timeline, 1)])?;
+    queue.write(&[], &data, 0, input, &[SV::new(&timeline, 1)])?;
     queue.execute(&[SV::new(&timeline, 1)], &commands, &[SV::new(&timeline, 2)])?;
     queue.execute(&[SV::new(&timeline, 2)], &commands, &[SV::new(&timeline, 3)])?;
     let readback = queue.read(&[SV::new(&timeline, 3)], &data, 0, u64::from(COUNT) * 4, &[SV::new(&timeline, 4)])?;

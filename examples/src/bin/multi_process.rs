@@ -114,7 +114,7 @@ fn rank_from_env() -> Result<String, String> {
         let step = device.create_semaphore(0)?;
         let sums = device.allocate_buffer(BufferParams::device_local(), 4 * ELEMENTS)?;
         let input: Vec<f32> = (0..ELEMENTS).map(|i| value(rank as u64, i)).collect();
-        queue.write_slice(&[], &input, &sums, 0, &[SV::new(&step, 1)])?;
+        queue.write_values(&[], &sums, 0, &input, &[SV::new(&step, 1)])?;
         let all_reduce = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, ELEMENTS)
             .send(&sums)
             .recv(&sums);
