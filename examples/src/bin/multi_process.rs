@@ -56,8 +56,12 @@ fn main() -> Result<(), String> {
 /// names the ranks that failed.
 fn launch(ranks: usize, driver: &str) -> Result<Vec<String>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program to start the ranks: {e}"))?;
+    // A new directory only this user may enter: whoever reads the id may join the channel.
     let dir = std::env::temp_dir().join(format!("hal-multi-process-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
     let id_file = dir.join("channel-id");
     let mut children = Vec::with_capacity(ranks);
     for rank in 0..ranks {
@@ -139,11 +143,18 @@ fn value(rank: u64, i: u64) -> f32 {
     ((rank + 1) * (i % 7 + 1)) as f32
 }
 
-/// Writes `id` to `path` as hex: to a file beside it, then renamed, so a reader never sees half of
-/// it. Whoever reads the id may join the channel: keep the file where only the job's user reads it.
+/// Writes `id` to `path` as hex: to a new file beside it, readable by its owner only (whoever reads
+/// the id may join the channel), then renamed, so a reader never sees half of it.
 fn publish(path: &Path, id: &ChannelId) -> Result<(), String> {
+    use std::io::Write;
     let aside = path.with_extension("tmp");
-    std::fs::write(&aside, format!("{}\n", id.to_hex()))
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&aside)
+        .and_then(|mut file| file.write_all(format!("{}\n", id.to_hex()).as_bytes()))
         .and_then(|()| std::fs::rename(&aside, path))
         .map_err(|e| format!("cannot publish the channel id at {}: {e}", path.display()))
 }
