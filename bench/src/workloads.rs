@@ -194,7 +194,7 @@ impl Env {
     pub fn indirect_dispatch(&self) -> Result<CommandBuffer> {
         let count = self.device.allocate_buffer(BufferParams::device_local(), 12)?;
         let written = self.device.create_semaphore(0)?;
-        self.device.queue(0)?.write_slice(&[], &[1u32, 1, 1], &count, 0, &[SV::new(&written, 1)])?;
+        self.device.queue(0)?.write_values(&[], &count, 0, &[1u32, 1, 1], &[SV::new(&written, 1)])?;
         written.wait(1, LONG)?;
         let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
         cb.dispatch_indirect(&self.executable, 0, &count, 0, &[0], &[BufferBinding::range(&self.buffer, 0, 4)])?;
@@ -810,7 +810,7 @@ mod tests {
 
     #[test]
     fn touch_kernel_is_chosen_by_the_kinds_the_device_loads() {
-        let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let cpu_sim = driver_cpu_sim::device_info(&driver_cpu_sim::CpuSimOptions::default());
         let with = |kinds: &[ExecutableKind]| {
             let mut info = cpu_sim.clone();
             info.executable_kinds = kinds.to_vec();

@@ -18,7 +18,7 @@ fn function(cx: &Cx, value: u32) -> Result<CommandBuffer, CaseError> {
     cb.dispatch_refs(&fill, 0, [1, 1, 1], &[value], &[BindingRef::slot(0, 0, 256)]).ctx("dispatch on slot 0")?;
     cb.barrier().ctx("barrier")?;
     cb.copy(BufferRef::slot(0), 0, BufferRef::slot(1), 0, 64).ctx("copy slot 0 to slot 1")?;
-    cb.fill(BufferRef::slot(2), 4, 8, 0x5A, 1).ctx("fill slot 2")?;
+    cb.fill(BufferRef::slot(2), 4, 8, 0x5Au8).ctx("fill slot 2")?;
     cb.end().ctx("end")?;
     Ok(cb)
 }
@@ -127,7 +127,7 @@ pub(crate) fn tables_of_every_memory_kind(cx: &Cx) -> CaseResult {
         let (a, b, c) = (make(256)?, make(64)?, make(64)?);
         if *kind == "transient" {
             // Transient memory holds whatever was there: zero slot 2 first, like the others.
-            queue.fill(&[sv(&s, value)], &c, 0, 64, 0, 1, &[sv(&s, value + 1)]).ctx("zero slot 2")?;
+            queue.fill(&[sv(&s, value)], &c, 0, 64, 0u8, &[sv(&s, value + 1)]).ctx("zero slot 2")?;
             value += 1;
         }
         let table = [BufferBinding::whole(&a), BufferBinding::whole(&b), BufferBinding::whole(&c)];
@@ -164,7 +164,7 @@ pub(crate) fn tables_of_buffers_freed_and_reallocated(cx: &Cx) -> CaseResult {
 /// A device-local buffer of `size` zero bytes (device memory starts undefined).
 fn zeroed_device_buffer(cx: &Cx, size: u64) -> Result<hal::Buffer, CaseError> {
     let (buffer, zeroed) = (cx.device_buffer(size)?, cx.sem(0)?);
-    cx.queue(0).fill(&[], &buffer, 0, size, 0, 1, &[sv(&zeroed, 1)]).ctx("zero a device buffer")?;
+    cx.queue(0).fill(&[], &buffer, 0, size, 0u8, &[sv(&zeroed, 1)]).ctx("zero a device buffer")?;
     cx.wait(&zeroed, 1)?;
     Ok(buffer)
 }
@@ -175,7 +175,7 @@ fn zeroed_device_buffer(cx: &Cx, size: u64) -> Result<hal::Buffer, CaseError> {
 pub(crate) fn bad_tables_refused_at_the_call(cx: &Cx) -> CaseResult {
     let (queue, s) = (cx.queue(0), cx.sem(0)?);
     let one_shot = cx.command_buffer(CommandBufferMode::OneShot)?;
-    one_shot.fill(BufferRef::slot(1), 0, 64, 1, 4).ctx("record")?;
+    one_shot.fill(BufferRef::slot(1), 0, 64, 1u32).ctx("record")?;
     one_shot.end().ctx("end")?;
     let (a, b) = (cx.host_buffer(64)?, cx.host_buffer(64)?);
     let e = expect_code(queue.execute(&[], &one_shot, &[sv(&s, 1)]), StatusCode::InvalidArgument, "no table")?;
@@ -225,7 +225,7 @@ pub(crate) fn fixed_buffers_and_slots_mix(cx: &Cx) -> CaseResult {
     cx.wait(&s, 1)?;
     ensure_eq!(cx.words(&target)?, vec![5; 16], "slot 0 after the copy");
     let plain = cx.command_buffer(CommandBufferMode::Reusable)?;
-    plain.fill(&target, 0, 64, 6, 4).ctx("fill")?;
+    plain.fill(&target, 0, 64, 6u32).ctx("fill")?;
     plain.end().ctx("end")?;
     ensure_eq!(plain.binding_slots(), 0, "slots of a buffer without slots");
     queue.execute_with_bindings(&[], &plain, &[BufferBinding::whole(&fixed)], &[sv(&s, 2)]).ctx("ignored table")?;

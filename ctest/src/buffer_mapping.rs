@@ -152,7 +152,7 @@ pub(crate) fn host_writes_visible_to_device(cx: &Cx) -> CaseResult {
 pub(crate) fn device_writes_visible_to_host(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(4096)?;
     let done = cx.sem(0)?;
-    cx.queue(0).fill(&[], &buffer, 0, 4096, 0xC0FF_EE00, 4, &[sv(&done, 1)]).ctx("queue fill")?;
+    cx.queue(0).fill(&[], &buffer, 0, 4096, 0xC0FF_EE00u32, &[sv(&done, 1)]).ctx("queue fill")?;
     cx.wait(&done, 1)?;
     let words = cx.words(&buffer)?;
     ensure!(words.iter().all(|&w| w == 0xC0FF_EE00), "filled words: {:x?}", &words[..4]);
@@ -201,7 +201,7 @@ pub(crate) fn stale_mapping_after_dealloca(cx: &Cx) -> CaseResult {
     names_buffer(expect_code(buffer.write(0, &[1]), precondition, "write after the dealloca")?, "write")?;
     names_buffer(expect_code(buffer.read_to_vec(), precondition, "read after the dealloca")?, "read")?;
     let fill = cx.sem(0)?;
-    q.fill(&[], &buffer, 0, 256, 7, 1, &[sv(&fill, 1)]).ctx("fill after the dealloca")?;
+    q.fill(&[], &buffer, 0, 256, 7u8, &[sv(&fill, 1)]).ctx("fill after the dealloca")?;
     names_buffer(cx.wait_failed(&fill, 1, precondition)?, "fill")?;
     let again = cx.sem(0)?;
     names_buffer(expect_code(q.dealloca(&[], &buffer, &[sv(&again, 1)]), precondition, "second dealloca")?, "dealloca")

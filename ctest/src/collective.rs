@@ -606,7 +606,7 @@ pub(crate) fn command_buffer_all_reduce_executed_repeatedly(cx: &Cx) -> CaseResu
             .map(|r| -> Result<CommandBuffer, CaseError> {
                 let [input, sum, out] = [&buffers[r][0], &buffers[r][1], &buffers[r][2]];
                 let cb = devices[r].create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer")?;
-                cb.fill(sum, 0, bytes as u64, 0xDEAD_BEEF, 4).ctx("fill")?;
+                cb.fill(sum, 0, bytes as u64, 0xDEAD_BEEFu32).ctx("fill")?;
                 cb.update(out, 0, &[0xAB; 4 * N]).ctx("update")?;
                 cb.barrier().ctx("barrier")?;
                 let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, N as u64)

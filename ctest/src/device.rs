@@ -267,8 +267,8 @@ pub(crate) fn two_devices_work_independently(cx: &Cx) -> CaseResult {
     let b = other.allocate_buffer(hal::BufferParams::host_visible(), 64).ctx("allocate on the second device")?;
     let sa = cx.sem(0)?;
     let sb = other.create_semaphore(0).ctx("semaphore on the second device")?;
-    cx.queue(0).fill(&[], &a, 0, 64, 0x11, 1, &[crate::sv(&sa, 1)]).ctx("fill on device 1")?;
-    other.queue(0).ctx("queue 0")?.fill(&[], &b, 0, 64, 0x22, 1, &[crate::sv(&sb, 1)]).ctx("fill on device 2")?;
+    cx.queue(0).fill(&[], &a, 0, 64, 0x11u8, &[crate::sv(&sa, 1)]).ctx("fill on device 1")?;
+    other.queue(0).ctx("queue 0")?.fill(&[], &b, 0, 64, 0x22u8, &[crate::sv(&sb, 1)]).ctx("fill on device 2")?;
     cx.wait(&sa, 1)?;
     cx.wait(&sb, 1)?;
     ensure_eq!(cx.bytes(&a)?, vec![0x11; 64], "first device's buffer");

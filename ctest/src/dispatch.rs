@@ -49,7 +49,7 @@ pub(crate) fn scale_offset_constants(cx: &Cx) -> CaseResult {
     let exe = cx.load(Kernel::ScaleOffsetF32)?;
     let data: Vec<f32> = (0..64).map(|i| i as f32).collect();
     let buffer = cx.host_buffer_f32(&data)?;
-    let constants = [2.5f32.to_bits(), (-1.0f32).to_bits()];
+    let constants = hal::constants![2.5f32, -1.0f32];
     run_recorded(cx, |cb| {
         cb.dispatch(&exe, 0, [1, 1, 1], &constants, &[BufferBinding::whole(&buffer)]).ctx("dispatch")
     })?;
@@ -296,15 +296,14 @@ pub(crate) fn pipeline_with_barriers(cx: &Cx) -> CaseResult {
     let grid = [n / E, 1, 1];
     let (bx, by, bz) = (BufferBinding::whole(&x), BufferBinding::whole(&y), BufferBinding::whole(&z));
     run_recorded(cx, |cb| {
-        cb.dispatch(&fill, 0, grid, &[1.5f32.to_bits()], std::slice::from_ref(&bx)).ctx("fill x")?;
-        cb.dispatch(&fill, 0, grid, &[2.0f32.to_bits()], std::slice::from_ref(&by)).ctx("fill y")?;
+        cb.dispatch(&fill, 0, grid, &hal::constants![1.5f32], std::slice::from_ref(&bx)).ctx("fill x")?;
+        cb.dispatch(&fill, 0, grid, &hal::constants![2.0f32], std::slice::from_ref(&by)).ctx("fill y")?;
         cb.barrier().ctx("barrier")?;
-        cb.dispatch(&scale, 0, grid, &[4.0f32.to_bits(), 1.0f32.to_bits()], std::slice::from_ref(&bx)).ctx("x*4+1")?;
+        cb.dispatch(&scale, 0, grid, &hal::constants![4.0f32, 1.0f32], std::slice::from_ref(&bx)).ctx("x*4+1")?;
         cb.barrier().ctx("barrier")?;
         cb.dispatch(&add, 0, grid, &[], &[bx.clone(), by.clone(), bz.clone()]).ctx("z = x + y")?;
         cb.barrier().ctx("barrier")?;
-        cb.dispatch(&scale, 0, grid, &[0.5f32.to_bits(), 0.25f32.to_bits()], std::slice::from_ref(&bz))
-            .ctx("z*0.5+0.25")?;
+        cb.dispatch(&scale, 0, grid, &hal::constants![0.5f32, 0.25f32], std::slice::from_ref(&bz)).ctx("z*0.5+0.25")?;
         Ok(())
     })?;
     ensure!(cx.floats(&x)?.iter().all(|&v| v == 7.0), "x is not 1.5 * 4 + 1 = 7 everywhere");

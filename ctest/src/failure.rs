@@ -65,7 +65,7 @@ pub(crate) fn failed_wait_fails_dependants(cx: &Cx) -> CaseResult {
     let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
     let cb = fill_command_buffer(cx, &buffer, 5)?;
     cx.queue(0).execute(&[sv(&gate, 1)], &cb, &[sv(&done, 1)]).ctx("execute")?;
-    cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 256, 9, 1, &[sv(&done, 2)]).ctx("fill")?;
+    cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 256, 9u8, &[sv(&done, 2)]).ctx("fill")?;
     let cause = Error::data_loss("ctest: upstream broke");
     gate.fail(cause.clone());
     let e = cx.wait_failed(&done, 1, StatusCode::DataLoss)?;
@@ -87,7 +87,7 @@ pub(crate) fn failed_before_submission(cx: &Cx) -> CaseResult {
     let flag = ran.clone();
     let submissions: [(&str, hal::Result<()>); 3] = [
         ("execute", cx.queue(0).execute(&[sv(&gate, 1)], &cb, &[sv(&done, 1)])),
-        ("fill", cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 8, 1, 1, &[sv(&done, 2)])),
+        ("fill", cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 8, 1u8, &[sv(&done, 2)])),
         (
             "host_call",
             cx.queue(2).host_call(
@@ -121,7 +121,7 @@ pub(crate) fn failure_propagates_down_chain(cx: &Cx) -> CaseResult {
     let mut previous = sv(&gate, 1);
     for (i, link) in links.iter().enumerate() {
         let at = i as u64 * 16;
-        cx.queue(i).fill(&[previous], &buffer, at, 16, 0xFF, 1, &[sv(link, 1)]).ctx(format!("link {i}"))?;
+        cx.queue(i).fill(&[previous], &buffer, at, 16, 0xFFu8, &[sv(link, 1)]).ctx(format!("link {i}"))?;
         previous = sv(link, 1);
     }
     let cause = Error::aborted("ctest: the head of the chain broke");
@@ -166,7 +166,7 @@ pub(crate) fn failure_does_not_stop_other_work(cx: &Cx) -> CaseResult {
     for q in 0..cx.device().queue_count() {
         let buffer = cleared(cx, 16)?;
         let done = cx.sem(0)?;
-        cx.queue(q).fill(&[], &buffer, 0, 16, q as u32 + 1, 1, &[sv(&done, 1)]).ctx(format!("fill on queue {q}"))?;
+        cx.queue(q).fill(&[], &buffer, 0, 16, q as u8 + 1, &[sv(&done, 1)]).ctx(format!("fill on queue {q}"))?;
         cx.wait(&done, 1)?;
         ensure_eq!(cx.bytes(&buffer)?, vec![q as u8 + 1; 16], "queue {q}'s buffer");
     }
@@ -324,8 +324,8 @@ pub(crate) fn fail_with_dependants_held(cx: &Cx) -> CaseResult {
     let hold = hal::Semaphore::new(0);
     let (s, t, u, produced) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
     let (source, target) = (cleared(cx, 64)?, cleared(cx, 64)?);
-    cx.queue(0).fill(&[sv(&hold, 1)], &source, 0, 64, 0xAA, 1, &[sv(&s, 1), sv(&produced, 1)]).ctx("producer")?;
-    cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBB, 1, &[sv(&t, 1)]).ctx("dependant")?;
+    cx.queue(0).fill(&[sv(&hold, 1)], &source, 0, 64, 0xAAu8, &[sv(&s, 1), sv(&produced, 1)]).ctx("producer")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBBu8, &[sv(&t, 1)]).ctx("dependant")?;
     cx.queue(2).barrier(&[sv(&t, 1)], &[sv(&u, 1)]).ctx("transitive dependant")?;
     cx.still_pending(&t, 1, "the dependant before anything happens")?;
     let cause = Error::data_loss("ctest: s failed while its dependants were queued");
@@ -357,14 +357,14 @@ pub(crate) fn fail_with_dependants_issued(cx: &Cx) -> CaseResult {
     for fills in [4u32, 16, 64] {
         let producer = cx.command_buffer(CommandBufferMode::OneShot)?;
         for i in 0..fills {
-            producer.fill(&busy, 0, SIZE, i, 1).ctx("record a fill")?;
+            producer.fill(&busy, 0, SIZE, i as u8).ctx("record a fill")?;
         }
         producer.end().ctx("end")?;
         let (s, t, u, producer_done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
         // `producer_done` first: a driver applying signals in list order reaches it before `s`.
         let signals = [sv(&producer_done, 1), sv(&s, 1)];
         cx.queue(0).execute(&[], &producer, &signals).ctx("producer")?;
-        cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBB, 1, &[sv(&t, 1)]).ctx("dependant")?;
+        cx.queue(1).fill(&[sv(&s, 1)], &target, 0, 64, 0xBBu8, &[sv(&t, 1)]).ctx("dependant")?;
         cx.queue(2).barrier(&[sv(&t, 1)], &[sv(&u, 1)]).ctx("transitive dependant")?;
         let cause = Error::data_loss("ctest: s failed while its producer was running");
         let before = s.query().ctx("query s")?;
@@ -542,7 +542,7 @@ pub(crate) mod sticky {
         q0.execute(&[], &fault, &[sv(&s, 1)]).ctx("execute fault")?;
         // Right behind the fault on its queue (enqueued before the fault shows, most likely): a
         // write and a read through the driver's staging memory, which must come back to its pool.
-        let write = q0.write(&[], vec![0xAB; 64], &staged, 0, &[sv(&wrote, 1)]);
+        let write = q0.write(&[], &staged, 0, vec![0xAB; 64], &[sv(&wrote, 1)]);
         let (read_submitted, back) = match q0.read(&[], &staged, 0, 64, &[sv(&read, 1)]) {
             Ok(back) => (Ok(()), Some(back)),
             Err(e) => (Err(e), None),
@@ -559,7 +559,7 @@ pub(crate) mod sticky {
             let (done, filled) = (cx.sem(0)?, cx.sem(0)?);
             let executed = cx.queue(q).execute(&[], fill, &[sv(&done, 1)]);
             let e = expect_failure(cx, &format!("a dispatch on queue {q} after the fault"), executed, &done, 1)?;
-            let queued = cx.queue(q).fill(&[], buffer, 0, 256, 0xEE, 1, &[sv(&filled, 1)]);
+            let queued = cx.queue(q).fill(&[], buffer, 0, 256, 0xEEu8, &[sv(&filled, 1)]);
             expect_failure(cx, &format!("a queue fill on queue {q} after the fault"), queued, &filled, 1)?;
             ensure_eq!(cx.words(buffer)?, vec![0; 64], "queue {q}'s buffer (nothing runs after the fault)");
             example.get_or_insert(e);

@@ -43,7 +43,7 @@ pub(crate) fn readback_waits_for_its_read(cx: &Cx) -> CaseResult {
     let (queue, gate) = (cx.queue(0), cx.sem(0)?);
     let buffer = cx.device_buffer(16)?;
     let values = [1.5f32, -2.25, 1e-3, 4096.0];
-    queue.write_slice(&[sv(&gate, 1)], &values, &buffer, 0, &[sv(&gate, 2)]).ctx("write_slice")?;
+    queue.write_values(&[sv(&gate, 1)], &buffer, 0, &values, &[sv(&gate, 2)]).ctx("write_values")?;
     let readback = queue.read(&[sv(&gate, 2)], &buffer, 4, 12, &[]).ctx("read")?;
     std::thread::sleep(SHORT);
     ensure!(!readback.is_ready(), "a read held behind an unreached wait is ready");
@@ -154,7 +154,7 @@ pub(crate) fn a_panicking_readback_waker_does_not_stop_its_queue(cx: &Cx) -> Cas
     let device = cx.fixture().create_device().ctx("create a device to drop")?;
     let queue = device.queue(0).ctx("queue 0")?;
     let buffer = device.allocate_buffer(BufferParams::host_visible(), 16).ctx("allocate")?;
-    buffer.write_slice(0, &[5u32, 6, 7, 8]).ctx("write")?;
+    buffer.write_values(0, &[5u32, 6, 7, 8]).ctx("write")?;
     let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
     let readback = queue.read(&[sv(&gate, 1)], &buffer, 0, 16, &[sv(&done, 1)]).ctx("held read")?;
     let waker = Waker::from(Arc::new(Bomb));
@@ -166,7 +166,7 @@ pub(crate) fn a_panicking_readback_waker_does_not_stop_its_queue(cx: &Cx) -> Cas
     ensure_eq!(readback.wait_as::<u32>(Timeout::After(LONG)).ctx("the bytes")?, vec![5, 6, 7, 8], "bytes read");
     let later = Semaphore::new(0);
     for value in 1..=3 {
-        queue.fill(&[], &buffer, 0, 16, value as u32, 4, &[sv(&later, value)]).ctx("a later fill")?;
+        queue.fill(&[], &buffer, 0, 16, value as u32, &[sv(&later, value)]).ctx("a later fill")?;
     }
     later.wait(3, Timeout::After(LONG)).ctx("later work on the queue of the panicking waker")?;
     drop((queue, buffer));
@@ -205,20 +205,44 @@ pub(crate) fn readback_bytes_are_handed_over_once(cx: &Cx) -> CaseResult {
 pub(crate) fn typed_host_io_round_trips(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(32)?;
     let pairs = [[1.0f32, 2.0], [3.5, -4.5], [0.0, 1e9], [f32::MIN_POSITIVE, 7.0]];
-    buffer.write_slice(0, &pairs).ctx("write [f32; 2]s")?;
+    buffer.write_values(0, &pairs).ctx("write [f32; 2]s")?;
     ensure_eq!(buffer.read_as::<[f32; 2]>().ctx("read_as")?, pairs.to_vec(), "pairs");
     let mut middle = [0u64; 2];
-    buffer.read_slice(8, &mut middle).ctx("read u64s")?;
+    buffer.read_values(1, &mut middle).ctx("read u64s")?;
     ensure_eq!(bytemuck::cast_slice::<u64, [f32; 2]>(&middle), &pairs[1..3], "u64 view of the middle");
     let mut mapping = buffer.map(16, 16).ctx("map")?;
-    mapping.write_slice(4, &[9u32, 10, 11]).ctx("mapping write u32s")?;
+    mapping.write_values(1, &[9u32, 10, 11]).ctx("mapping write u32s")?;
     let mut words = [0u32; 4];
-    mapping.read_slice(0, &mut words).ctx("mapping read u32s")?;
+    mapping.read_values(0, &mut words).ctx("mapping read u32s")?;
     ensure_eq!(words, [0f32.to_bits(), 9, 10, 11], "mapping words");
-    expect_code(mapping.write_slice(8, &[1u64, 2]), StatusCode::OutOfRange, "16 bytes at 8 of a 16-byte mapping")?;
+    expect_code(
+        mapping.write_values(1, &[1u64, 2]),
+        StatusCode::OutOfRange,
+        "u64 elements 1 and 2 of a 16-byte mapping",
+    )?;
     drop(mapping);
     let odd = cx.host_buffer(6)?;
     expect_code(odd.read_as::<u32>(), StatusCode::InvalidArgument, "a 6-byte buffer as u32s")?;
+
+    // Allocate and upload in one call; queue writes of typed values count in elements too.
+    let device = cx.device();
+    let uploaded = device.allocate_buffer_init(BufferParams::device_local(), &[1u16, 2, 3, 4]).ctx("upload u16s")?;
+    ensure_eq!(uploaded.size(), 8, "an uploaded buffer's size");
+    let (queue, s) = (cx.queue(0), cx.sem(0)?);
+    queue.write_values(&[], &uploaded, 2, &[30u16], &[sv(&s, 1)]).ctx("queue write of u16 element 2")?;
+    let back = queue.read(&[sv(&s, 1)], &uploaded, 0, 8, &[]).ctx("read")?;
+    ensure_eq!(back.wait_as::<u16>(Timeout::After(LONG)).ctx("wait_as")?, [1, 2, 30, 4], "after the queue write");
+    let past_any_offset = queue.write_values(&[], &uploaded, u64::MAX, &[1u16], &[sv(&s, 2)]);
+    expect_code(past_any_offset, StatusCode::OutOfRange, "an element past any byte offset")?;
+    let unwritable = BufferParams::new(hal::MemoryType::DEVICE_LOCAL, hal::BufferUsage::DISPATCH_STORAGE);
+    match device.allocate_buffer_init(unwritable, &[1.0f32]) {
+        Ok(_) => return Err(CaseError::Fail("an upload without TRANSFER_TARGET succeeded".into())),
+        Err(refused) => {
+            ensure_eq!(refused.code(), StatusCode::PermissionDenied, "upload without TRANSFER_TARGET");
+            let flags = "needs usage TRANSFER_TARGET but was allocated with DISPATCH_STORAGE";
+            ensure!(refused.message().contains(flags), "flags named as constants: {refused}");
+        }
+    }
     Ok(())
 }
 
@@ -250,7 +274,7 @@ pub(crate) fn labels_name_objects_in_errors_and_reports(cx: &Cx) -> CaseResult {
     step.set_label("step").ctx("label the command buffer")?;
     let err = expect_code(queue.execute(&[], &step, &[]), StatusCode::FailedPrecondition, "execute before end")?;
     ensure!(err.message().contains("'step'"), "the command buffer's error does not name it: {err}");
-    step.fill(&weights, 0, 16, 0, 4).ctx("record a fill")?;
+    step.fill(&weights, 0, 16, 0u32).ctx("record a fill")?;
     step.end().ctx("end")?;
     let done = cx.sem(0)?;
     queue.execute(&[sv(&gate, 1)], &step, &[sv(&done, 1)]).ctx("held execute")?;

@@ -72,7 +72,7 @@ pub(crate) fn imported_memory_is_used_in_place(cx: &Cx) -> CaseResult {
     let buffer = buffer.ctx("import 4 KiB")?;
     ensure_eq!(buffer.size(), 4096, "imported size");
     let (queue, s) = (cx.queue(0), cx.sem(0)?);
-    queue.fill(&[], &buffer, 0, 1024, 7, 4, &[sv(&s, 1)]).ctx("fill the first 256 words")?;
+    queue.fill(&[], &buffer, 0, 1024, 7u32, &[sv(&s, 1)]).ctx("fill the first 256 words")?;
     let window = buffer.subspan(1024, 1024).ctx("subspan")?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
     cb.dispatch(&fill, 0, [4, 1, 1], &[9], &[BufferBinding::whole(&window)]).ctx("dispatch on the subspan")?;
@@ -105,7 +105,7 @@ pub(crate) fn imported_memory_released_once_after_its_last_use(cx: &Cx) -> CaseR
     let (buffer, back, releases) = import(cx, lend(vec![0; 64]), BufferParams::host_visible());
     let buffer = buffer.ctx("import")?;
     let (queue, gate, done) = (cx.queue(0), cx.sem(0)?, cx.sem(0)?);
-    queue.fill(&[sv(&gate, 1)], &buffer, 0, 256, 5, 4, &[sv(&done, 1)]).ctx("held fill")?;
+    queue.fill(&[sv(&gate, 1)], &buffer, 0, 256, 5u32, &[sv(&done, 1)]).ctx("held fill")?;
     drop(buffer);
     std::thread::sleep(SHORT);
     ensure_eq!(releases.load(Ordering::SeqCst), 0, "releases while a held fill still uses the memory");
@@ -146,7 +146,7 @@ pub(crate) fn a_panicking_release_is_contained(cx: &Cx) -> CaseResult {
     let buffer = unsafe { cx.device().import_host_memory(ptr, bytes, BufferParams::host_visible(), panicking) };
     let buffer = buffer.ctx("import")?;
     let (queue, gate, done) = (cx.queue(0), cx.sem(0)?, cx.sem(0)?);
-    queue.fill(&[sv(&gate, 1)], &buffer, 0, 256, 3, 4, &[sv(&done, 1)]).ctx("held fill")?;
+    queue.fill(&[sv(&gate, 1)], &buffer, 0, 256, 3u32, &[sv(&done, 1)]).ctx("held fill")?;
     drop(buffer);
     gate.signal(1).ctx("release the fill")?;
     cx.wait(&done, 1)?;
@@ -155,7 +155,7 @@ pub(crate) fn a_panicking_release_is_contained(cx: &Cx) -> CaseResult {
     ensure_eq!(releases.load(Ordering::SeqCst), 1, "release runs");
     let later = cx.host_buffer(16)?;
     for value in 2..=4 {
-        queue.fill(&[], &later, 0, 16, value as u32, 4, &[sv(&done, value)]).ctx("a later fill")?;
+        queue.fill(&[], &later, 0, 16, value as u32, &[sv(&done, value)]).ctx("a later fill")?;
     }
     cx.wait(&done, 4)?;
     ensure_eq!(cx.words(&later)?, vec![4; 4], "later fills on the queue");

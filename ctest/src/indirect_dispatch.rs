@@ -43,7 +43,7 @@ pub(crate) fn count_read_from_a_buffer_at_each_execute(cx: &Cx) -> CaseResult {
     queue.execute(&[], &cb, &[sv(&s, 1)]).ctx("execute")?;
     cx.wait(&s, 1)?;
     ensure_eq!(cx.words(&out)?, filled(3, 0x11), "count [3, 1, 1]");
-    count.write_slice(4, &[4u32, 1, 1]).ctx("write the count")?;
+    count.write_values(1, &[4u32, 1, 1]).ctx("write the count")?;
     out.write(0, &vec![0u8; 4 * ELEMENTS]).ctx("zero out")?;
     queue.execute(&[], &cb, &[sv(&s, 2)]).ctx("execute again")?;
     cx.wait(&s, 2)?;
@@ -82,14 +82,14 @@ pub(crate) fn count_written_by_later_submitted_queue_work(cx: &Cx) -> CaseResult
     let count = cx.device_buffer(12)?;
     let out = cx.host_buffer(4 * ELEMENTS as u64)?;
     let zero = cx.sem(0)?;
-    cx.queue(0).fill(&[], &count, 0, 12, 0, 4, &[sv(&zero, 1)]).ctx("zero the count")?;
+    cx.queue(0).fill(&[], &count, 0, 12, 0u32, &[sv(&zero, 1)]).ctx("zero the count")?;
     cx.wait(&zero, 1)?;
     let cb = indirect_fill(cx, &count, 0, &out, 9)?;
     let (written, done) = (cx.sem(0)?, cx.sem(0)?);
     cx.queue(0).execute(&[sv(&written, 1)], &cb, &[sv(&done, 1)]).ctx("held execute")?;
     cx.still_pending(&done, 1, "the execute waiting for its count")?;
     let other = cx.device().queue_count().min(2) - 1;
-    cx.queue(other).write_slice(&[], &[2u32, 1, 1], &count, 0, &[sv(&written, 1)]).ctx("write the count")?;
+    cx.queue(other).write_values(&[], &count, 0, &[2u32, 1, 1], &[sv(&written, 1)]).ctx("write the count")?;
     cx.wait(&done, 1)?;
     ensure_eq!(cx.words(&out)?, filled(2, 9), "count [2, 1, 1] written after the submission");
     Ok(())
@@ -115,7 +115,7 @@ pub(crate) fn zero_and_oversized_counts(cx: &Cx) -> CaseResult {
     ensure!(e.message().contains("workgroup count"), "the failure does not name the count: {e}");
     ensure_eq!(cx.words(&out)?, filled(0, 3), "an oversized count wrote");
     // The queue is not held: later work runs.
-    queue.fill(&[], &out, 0, 4, 8, 4, &[sv(&s, 2)]).ctx("later fill")?;
+    queue.fill(&[], &out, 0, 4, 8u32, &[sv(&s, 2)]).ctx("later fill")?;
     cx.wait(&s, 2)?;
     ensure_eq!(cx.words(&out)?[0], 8, "the fill after the failed execute");
     Ok(())
@@ -170,7 +170,7 @@ pub(crate) fn long_chains_of_indirect_dispatches_complete(cx: &Cx) -> CaseResult
     let count = cx.device_buffer(12)?;
     let out = cx.host_buffer(4 * ELEMENTS as u64)?;
     let (queue, s) = (cx.queue(0), cx.sem(0)?);
-    queue.write(&[], to_bytes(&[1u32, 1, 1]), &count, 0, &[sv(&s, 1)]).ctx("write the count")?;
+    queue.write(&[], &count, 0, to_bytes(&[1u32, 1, 1]), &[sv(&s, 1)]).ctx("write the count")?;
     let cb = indirect_fill(cx, &count, 0, &out, 0x5a)?;
     let mut value = 1;
     for chain in [300, 3000] {

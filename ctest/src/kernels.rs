@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn kind_is_chosen_by_what_the_device_loads() {
-        let mut info = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let mut info = driver_cpu_sim::device_info(&driver_cpu_sim::CpuSimOptions::default());
         assert_eq!(choose_kind(&NativeCatalogue, &info), Ok(ExecutableKind::Native));
         info.executable_kinds = vec![ExecutableKind::Ptx, ExecutableKind::Cubin];
         let err = choose_kind(&NativeCatalogue, &info).unwrap_err();

@@ -125,7 +125,6 @@ macro_rules! __cts_case_list {
                 fill_pattern_low_bytes_only,
                 fill_misaligned_offset_refused,
                 fill_misaligned_length_refused,
-                fill_bad_pattern_length_refused,
                 fill_out_of_range_refused,
                 transfer_usage_refused,
                 update_sub_range,

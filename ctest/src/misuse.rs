@@ -92,7 +92,7 @@ pub(crate) fn timed_wait_returns_by_its_deadline_while_a_host_call_runs(cx: &Cx)
     )
     .ctx("host_call")?;
     let (device_sem, host_sem) = (cx.sem(0)?, Semaphore::new(0));
-    q0.fill(&[], &buffer, 0, 1 << 20, 1, 1, &[sv(&device_sem, 1), sv(&host_sem, 1)]).ctx("fill")?;
+    q0.fill(&[], &buffer, 0, 1 << 20, 1u8, &[sv(&device_sem, 1), sv(&host_sem, 1)]).ctx("fill")?;
     for (sem, kind) in [(&device_sem, "device"), (&host_sem, "host")] {
         let asked = Duration::from_millis(300);
         let start = Instant::now();
@@ -180,12 +180,12 @@ fn host_call_then_fill(cx: &Cx, flags: HostCallFlags, expected: usize) -> CaseRe
             record.store(usize::from(bytes[0]), Ordering::SeqCst);
             Ok(())
         },
-        &[sv(&called, 1)],
         flags,
+        &[sv(&called, 1)],
     )
     .ctx("host_call_with")?;
     let filled = cx.sem(0)?;
-    q0.fill(&[], &buffer, 0, 4, 0xAB, 1, &[sv(&filled, 1)]).ctx("fill")?;
+    q0.fill(&[], &buffer, 0, 4, 0xABu8, &[sv(&filled, 1)]).ctx("fill")?;
     cx.wait(&filled, 1)?;
     cx.wait(&called, 1)?;
     ensure_eq!(seen.load(Ordering::SeqCst), expected, "what the {flags:?} host call saw");
@@ -210,7 +210,7 @@ pub(crate) fn failing_a_semaphore_fails_issued_work_that_waits_on_it(cx: &Cx) ->
     let slow = sleeping(cx, cx.device(), 200_000)?;
     q0.execute(&[], &slow, &[sv(&s, 1)]).ctx("slow execute")?;
     // Issued at once: the wait is covered by q0's event.
-    q1.fill(&[sv(&s, 1)], &buffer, 0, 4096, 3, 1, &[sv(&t, 1)]).ctx("fill waiting on s")?;
+    q1.fill(&[sv(&s, 1)], &buffer, 0, 4096, 3u8, &[sv(&t, 1)]).ctx("fill waiting on s")?;
     s.fail(Error::aborted("the host gave up on s"));
     let err = cx.wait_failed(&t, 1, StatusCode::Aborted)?;
     ensure!(err.message().contains("gave up"), "t's failure is not s's: {err}");

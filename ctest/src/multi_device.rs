@@ -52,7 +52,7 @@ pub(crate) fn wait_on_another_devices_signal_goes_to_the_device(cx: &Cx) -> Case
         let s = owner.create_semaphore(0).ctx("semaphore")?;
         let done = b.create_semaphore(0).ctx("done")?;
         a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 50_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
-        b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 16, round as u32, 1, &[sv(&done, 1)]).ctx("B's fill")?;
+        b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 16, round as u8, &[sv(&done, 1)]).ctx("B's fill")?;
         let held = pending(&b);
         let still_running = s.query().ctx("query")? == 0;
         cx.still_pending(&done, 1, "B's fill before A's work finished")?;
@@ -77,7 +77,7 @@ pub(crate) fn wait_before_signal_across_devices(cx: &Cx) -> CaseResult {
     let [a, b] = cx.devices::<2>()?;
     let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
     let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;
-    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 7, 1, &[sv(&done, 1)]).ctx("B's held fill")?;
+    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 7u8, &[sv(&done, 1)]).ctx("B's held fill")?;
     ensure_eq!(pending(&b), 1, "B's fill is held before anyone signals");
     a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 100_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
     eventually("B's held fill issued", || pending(&b) == 0)?;
@@ -115,7 +115,7 @@ pub(crate) fn failure_crosses_devices_after_the_device_wait(cx: &Cx) -> CaseResu
     let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
     let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;
     a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 50_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
-    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 3, 1, &[sv(&done, 1)]).ctx("B's fill")?;
+    b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 3u8, &[sv(&done, 1)]).ctx("B's fill")?;
     s.fail(Error::unavailable("ctest: A's result was lost"));
     let e = cx.wait_failed(&done, 1, StatusCode::Unavailable)?;
     ensure!(e.message().contains("A's result was lost"), "B's failure is not A's: {e}");
@@ -176,7 +176,7 @@ pub(crate) fn ring_of_four_devices(cx: &Cx) -> CaseResult {
     devices[0]
         .queue(0)
         .ctx("queue")?
-        .fill(&[sv(&gate, 1)], &bufs[0], 0, WORDS * 4, 0, 4, &[sv(&sems[0], 1)])
+        .fill(&[sv(&gate, 1)], &bufs[0], 0, WORDS * 4, 0u32, &[sv(&sems[0], 1)])
         .ctx("device 0's first fill")?;
     // Hop h (1-based) runs on device h % 4 and signals that device's semaphore to `h + 1`'s round
     // value; it waits on the previous device's value for hop h - 1.
@@ -246,7 +246,7 @@ pub(crate) fn copies_between_devices(cx: &Cx) -> CaseResult {
     let (a_dev, b_dev, b_host, a_host) = (on(&a, false)?, on(&b, false)?, on(&b, true)?, on(&a, true)?);
     // A writes its device-local buffer; B's queue copies it into B's device memory, then to B's host
     // memory.
-    qa.fill(&[], &a_dev, 0, N, 0x5A, 1, &[sv(&sa, 1)]).ctx("A's fill")?;
+    qa.fill(&[], &a_dev, 0, N, 0x5Au8, &[sv(&sa, 1)]).ctx("A's fill")?;
     qb.copy(&[sv(&sa, 1)], &a_dev, 0, &b_dev, 0, N, &[sv(&sb, 1)]).ctx("B's queue copy from A")?;
     qb.copy(&[sv(&sb, 1)], &b_dev, 0, &b_host, 0, N, &[sv(&sb, 2)]).ctx("B's local copy")?;
     cx.wait(&sb, 2)?;
@@ -254,7 +254,7 @@ pub(crate) fn copies_between_devices(cx: &Cx) -> CaseResult {
     // B's command buffer writes its memory and copies it into A's host memory (a copy to another
     // device); A's queue then copies a half back into B's host memory (a queue copy to another device).
     let cb = b.create_command_buffer(CommandBufferMode::OneShot).ctx("command buffer on B")?;
-    cb.fill(&b_dev, 0, N, 0xC3, 1).ctx("fill")?;
+    cb.fill(&b_dev, 0, N, 0xC3u8).ctx("fill")?;
     cb.barrier().ctx("barrier")?;
     cb.copy(&b_dev, 0, &a_host, 0, N).ctx("copy to A's memory")?;
     cb.end().ctx("end")?;
@@ -269,7 +269,7 @@ pub(crate) fn copies_between_devices(cx: &Cx) -> CaseResult {
     let slotted = b.create_command_buffer(CommandBufferMode::Reusable).ctx("command buffer on B")?;
     slotted.copy(hal::BufferRef::slot(0), 0, &b_host, 0, N).ctx("copy from slot 0")?;
     slotted.end().ctx("end")?;
-    qa.fill(&[], &a_dev, 0, N, 0x11, 1, &[sv(&sa, 3)]).ctx("A's second fill")?;
+    qa.fill(&[], &a_dev, 0, N, 0x11u8, &[sv(&sa, 3)]).ctx("A's second fill")?;
     qb.execute_with_bindings(&[sv(&sa, 3)], &slotted, &[BufferBinding::whole(&a_dev)], &[sv(&sb, 4)])
         .ctx("B's execute with A's buffer in its table")?;
     cx.wait(&sb, 4)?;

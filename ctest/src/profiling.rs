@@ -88,7 +88,7 @@ pub(crate) fn queue_operations_recorded_in_stream_order(cx: &Cx) -> CaseResult {
     let session = Session::begin(cx.device(), ProfileOptions::queue_operations())?;
     let (queue, s) = (cx.queue(0), cx.sem(0)?);
     let before = Instant::now();
-    queue.fill(&[], &out, 0, 16, 7, 4, &[sv(&s, 1)]).ctx("fill")?;
+    queue.fill(&[], &out, 0, 16, 7u32, &[sv(&s, 1)]).ctx("fill")?;
     queue.execute(&[sv(&s, 1)], &cb, &[sv(&s, 2)]).ctx("execute")?;
     let readback = queue.read(&[sv(&s, 2)], &out, 0, 8, &[sv(&s, 3)]).ctx("read")?;
     cx.wait(&s, 3)?;
@@ -132,7 +132,7 @@ fn timed_sleeps(cx: &Cx, indirect: bool) -> CaseResult {
     cb.barrier().ctx("barrier")?; // 1
     cb.dispatch(&sleep, 0, [1, 1, 1], &[2000], &[]).ctx("sleep 2 ms")?; // 2
     cb.barrier().ctx("barrier")?; // 3
-    cb.fill(&out, 0, 4, 9, 4).ctx("fill")?; // 4
+    cb.fill(&out, 0, 4, 9u32).ctx("fill")?; // 4
     cb.barrier().ctx("barrier")?; // 5
     if indirect {
         cb.dispatch_indirect(&sleep, 0, &count, 0, &[200], &[]).ctx("sleep 200 us, indirect")?; // 6
@@ -250,17 +250,17 @@ pub(crate) fn sessions_misuse_and_unrun_work(cx: &Cx) -> CaseResult {
     let (queue, s, failed, never) = (cx.queue(0), cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
     let out = cx.device_buffer(64)?;
     failed.fail(hal::Error::aborted("upstream failed on purpose"));
-    queue.fill(&[sv(&failed, 1)], &out, 0, 64, 1, 4, &[sv(&never, 1)]).ctx("fill behind a failed wait")?;
+    queue.fill(&[sv(&failed, 1)], &out, 0, 64, 1u32, &[sv(&never, 1)]).ctx("fill behind a failed wait")?;
     cx.wait_failed(&never, 1, StatusCode::Aborted)?;
-    queue.fill(&[], &out, 0, 64, 2, 4, &[sv(&s, 1)]).ctx("fill")?;
+    queue.fill(&[], &out, 0, 64, 2u32, &[sv(&s, 1)]).ctx("fill")?;
     cx.wait(&s, 1)?;
     let first = session.end()?;
     ensure_eq!(first.queue_operations.len(), 1, "only the fill that ran: {first}");
     expect_code(device.end_profiling(), StatusCode::FailedPrecondition, "end twice")?;
-    queue.fill(&[], &out, 0, 64, 3, 4, &[sv(&s, 2)]).ctx("fill after the end")?;
+    queue.fill(&[], &out, 0, 64, 3u32, &[sv(&s, 2)]).ctx("fill after the end")?;
     cx.wait(&s, 2)?;
     let session = Session::begin(device, ProfileOptions::queue_operations())?;
-    queue.fill(&[], &out, 0, 64, 4, 4, &[sv(&s, 3)]).ctx("fill in the second session")?;
+    queue.fill(&[], &out, 0, 64, 4u32, &[sv(&s, 3)]).ctx("fill in the second session")?;
     cx.wait(&s, 3)?;
     let second = session.end()?;
     ensure_eq!(second.queue_operations.len(), 1, "only the second session's fill: {second}");

@@ -22,9 +22,9 @@ pub(crate) fn fill_patterns(cx: &Cx) -> CaseResult {
     let buffer = cleared(cx, 32, 0xEE)?;
     let s = cx.sem(0)?;
     let q = cx.queue(0);
-    q.fill(&[], &buffer, 1, 3, 0xA1, 1, &[sv(&s, 1)]).ctx("1-byte fill")?;
-    q.fill(&[sv(&s, 1)], &buffer, 6, 4, 0xB2C3, 2, &[sv(&s, 2)]).ctx("2-byte fill")?;
-    q.fill(&[sv(&s, 2)], &buffer, 12, 8, 0xD4E5_F607, 4, &[sv(&s, 3)]).ctx("4-byte fill")?;
+    q.fill(&[], &buffer, 1, 3, 0xA1u8, &[sv(&s, 1)]).ctx("1-byte fill")?;
+    q.fill(&[sv(&s, 1)], &buffer, 6, 4, 0xB2C3u16, &[sv(&s, 2)]).ctx("2-byte fill")?;
+    q.fill(&[sv(&s, 2)], &buffer, 12, 8, 0xD4E5_F607u32, &[sv(&s, 3)]).ctx("4-byte fill")?;
     cx.wait(&s, 3)?;
     let mut expected = vec![0xEE; 32];
     expected[1..4].fill(0xA1);
@@ -42,10 +42,9 @@ pub(crate) fn fill_refused(cx: &Cx) -> CaseResult {
     let done = cx.sem(0)?;
     let q = cx.queue(0);
     let signals = [sv(&done, 1)];
-    expect_code(q.fill(&[], &buffer, 2, 4, 1, 4, &signals), StatusCode::InvalidArgument, "4-byte fill at 2")?;
-    expect_code(q.fill(&[], &buffer, 0, 3, 1, 2, &signals), StatusCode::InvalidArgument, "2-byte fill of 3 bytes")?;
-    expect_code(q.fill(&[], &buffer, 0, 4, 1, 3, &signals), StatusCode::InvalidArgument, "3-byte pattern")?;
-    expect_code(q.fill(&[], &buffer, 28, 8, 1, 4, &signals), StatusCode::OutOfRange, "fill across the end")?;
+    expect_code(q.fill(&[], &buffer, 2, 4, 1u32, &signals), StatusCode::InvalidArgument, "4-byte fill at 2")?;
+    expect_code(q.fill(&[], &buffer, 0, 3, 1u16, &signals), StatusCode::InvalidArgument, "2-byte fill of 3 bytes")?;
+    expect_code(q.fill(&[], &buffer, 28, 8, 1u32, &signals), StatusCode::OutOfRange, "fill across the end")?;
     cx.still_pending(&done, 1, "after refused fills")?;
     ensure_eq!(cx.bytes(&buffer)?, vec![0; 32], "buffer after refused fills");
     Ok(())
@@ -56,7 +55,7 @@ pub(crate) fn update(cx: &Cx) -> CaseResult {
     let buffer = cleared(cx, 32, 0xEE)?;
     let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
     let mut data = ramp(1, 9);
-    cx.queue(0).update(&[sv(&gate, 1)], &data, &buffer, 3, &[sv(&done, 1)]).ctx("update")?;
+    cx.queue(0).update(&[sv(&gate, 1)], &buffer, 3, &data, &[sv(&done, 1)]).ctx("update")?;
     let original = data.clone();
     data.fill(0);
     gate.signal(1).ctx("signal")?;
@@ -71,7 +70,7 @@ pub(crate) fn update(cx: &Cx) -> CaseResult {
 pub(crate) fn update_refused(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(16)?;
     let done = cx.sem(0)?;
-    let result = cx.queue(0).update(&[], &[1; 8], &buffer, 12, &[sv(&done, 1)]);
+    let result = cx.queue(0).update(&[], &buffer, 12, &[1; 8], &[sv(&done, 1)]);
     expect_code(result, StatusCode::OutOfRange, "update across the end")?;
     cx.still_pending(&done, 1, "after a refused update")
 }
@@ -107,9 +106,9 @@ pub(crate) fn copy_refused(cx: &Cx) -> CaseResult {
 pub(crate) fn write(cx: &Cx) -> CaseResult {
     let buffer = cleared(cx, 64, 0)?;
     let s = cx.sem(0)?;
-    cx.queue(0).write(&[], ramp(1, 10), &buffer, 7, &[sv(&s, 1)]).ctx("write from a Vec")?;
+    cx.queue(0).write(&[], &buffer, 7, ramp(1, 10), &[sv(&s, 1)]).ctx("write from a Vec")?;
     let shared: Arc<[u8]> = Arc::from(ramp(100, 8));
-    cx.queue(1).write(&[sv(&s, 1)], shared.clone(), &buffer, 40, &[sv(&s, 2)]).ctx("write from an Arc")?;
+    cx.queue(1).write(&[sv(&s, 1)], &buffer, 40, shared.clone(), &[sv(&s, 2)]).ctx("write from an Arc")?;
     cx.wait(&s, 2)?;
     let mut expected = vec![0; 64];
     expected[7..17].copy_from_slice(&ramp(1, 10));
@@ -125,12 +124,12 @@ pub(crate) fn write_refused(cx: &Cx) -> CaseResult {
     let done = cx.sem(0)?;
     let q = cx.queue(0);
     expect_code(
-        q.write(&[], vec![1u8; 8], &buffer, 12, &[sv(&done, 1)]),
+        q.write(&[], &buffer, 12, vec![1u8; 8], &[sv(&done, 1)]),
         StatusCode::OutOfRange,
         "write across the end",
     )?;
     expect_code(
-        q.write(&[], vec![1u8; 4], &read_only, 0, &[sv(&done, 1)]),
+        q.write(&[], &read_only, 0, vec![1u8; 4], &[sv(&done, 1)]),
         StatusCode::PermissionDenied,
         "write without TRANSFER_TARGET",
     )?;
@@ -171,7 +170,7 @@ pub(crate) fn write_read_device_local(cx: &Cx) -> CaseResult {
     let buffer = cx.device_buffer(4096)?;
     let s = cx.sem(0)?;
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
-    cx.queue(0).write(&[], data.clone(), &buffer, 0, &[sv(&s, 1)]).ctx("write")?;
+    cx.queue(0).write(&[], &buffer, 0, data.clone(), &[sv(&s, 1)]).ctx("write")?;
     let back = cx.queue(1).read(&[sv(&s, 1)], &buffer, 0, 4096, &[sv(&s, 2)]).ctx("read")?;
     cx.wait(&s, 2)?;
     ensure!(back.take() == Some(data), "device-local bytes did not round-trip");
@@ -184,8 +183,8 @@ pub(crate) fn transfers_on_every_queue(cx: &Cx) -> CaseResult {
         let (a, b) = (cx.host_buffer(16)?, cx.host_buffer(16)?);
         let s = cx.sem(0)?;
         let queue = cx.queue(q);
-        queue.fill(&[], &a, 0, 16, q as u32, 1, &[sv(&s, 1)]).ctx("fill")?;
-        queue.update(&[sv(&s, 1)], &[0xFF], &a, 0, &[sv(&s, 2)]).ctx("update")?;
+        queue.fill(&[], &a, 0, 16, q as u8, &[sv(&s, 1)]).ctx("fill")?;
+        queue.update(&[sv(&s, 1)], &a, 0, &[0xFF], &[sv(&s, 2)]).ctx("update")?;
         queue.copy(&[sv(&s, 2)], &a, 0, &b, 0, 16, &[sv(&s, 3)]).ctx("copy")?;
         let back = queue.read(&[sv(&s, 3)], &b, 0, 2, &[sv(&s, 4)]).ctx("read")?;
         cx.wait(&s, 4)?;
@@ -202,7 +201,7 @@ pub(crate) fn alloca_dealloca_ordering(cx: &Cx) -> CaseResult {
     let buffer = q.alloca(&[sv(&gate, 1)], BufferParams::device_local(), 256, &[sv(&s, 1)]).ctx("alloca")?;
     ensure_eq!(buffer.size(), 256, "alloca size");
     ensure_eq!(buffer.device(), cx.device().id(), "alloca device");
-    q.write(&[sv(&s, 1)], ramp(5, 256), &buffer, 0, &[sv(&s, 2)]).ctx("write")?;
+    q.write(&[sv(&s, 1)], &buffer, 0, ramp(5, 256), &[sv(&s, 2)]).ctx("write")?;
     let back = q.read(&[sv(&s, 2)], &buffer, 0, 256, &[sv(&s, 3)]).ctx("read")?;
     q.dealloca(&[sv(&s, 3)], &buffer, &[sv(&s, 4)]).ctx("dealloca")?;
     cx.still_pending(&s, 1, "before the gate opens")?;
@@ -216,7 +215,7 @@ pub(crate) fn alloca_dealloca_ordering(cx: &Cx) -> CaseResult {
 pub(crate) fn alloca_across_queues(cx: &Cx) -> CaseResult {
     let s = cx.sem(0)?;
     let buffer = cx.queue(0).alloca(&[], BufferParams::device_local(), 64, &[sv(&s, 1)]).ctx("alloca")?;
-    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 64, 0x3C, 1, &[sv(&s, 2)]).ctx("fill")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 64, 0x3Cu8, &[sv(&s, 2)]).ctx("fill")?;
     let back = cx.queue(2).read(&[sv(&s, 2)], &buffer, 0, 64, &[sv(&s, 3)]).ctx("read")?;
     cx.queue(3).dealloca(&[sv(&s, 3)], &buffer, &[sv(&s, 4)]).ctx("dealloca")?;
     cx.wait(&s, 4)?;
@@ -266,7 +265,7 @@ pub(crate) fn alloca_many_cycles(cx: &Cx) -> CaseResult {
         let q = cx.queue(i as usize);
         let v = 4 * i;
         let buffer = q.alloca(&[sv(&s, v)], BufferParams::device_local(), 4096, &[sv(&s, v + 1)]).ctx("alloca")?;
-        q.fill(&[sv(&s, v + 1)], &buffer, 0, 4096, i as u32, 4, &[sv(&s, v + 2)]).ctx("fill")?;
+        q.fill(&[sv(&s, v + 1)], &buffer, 0, 4096, i as u32, &[sv(&s, v + 2)]).ctx("fill")?;
         reads.push(q.read(&[sv(&s, v + 2)], &buffer, 4092, 4, &[sv(&s, v + 3)]).ctx("read")?);
         q.dealloca(&[sv(&s, v + 3)], &buffer, &[sv(&s, v + 4)]).ctx("dealloca")?;
     }
@@ -311,7 +310,7 @@ pub(crate) fn host_call_in_order(cx: &Cx) -> CaseResult {
     let seen = Arc::new(Mutex::new(Vec::new()));
     for i in 0..10u64 {
         let q = cx.queue(i as usize);
-        q.fill(&[sv(&s, 2 * i)], &buffer, 0, 4, i as u32 * 10, 4, &[sv(&s, 2 * i + 1)]).ctx("fill")?;
+        q.fill(&[sv(&s, 2 * i)], &buffer, 0, 4, i as u32 * 10, &[sv(&s, 2 * i + 1)]).ctx("fill")?;
         let (seen, buffer) = (seen.clone(), buffer.clone());
         let call = move || {
             let mut word = [0u8; 4];
@@ -367,7 +366,7 @@ pub(crate) fn host_calls_held_by_one_gate_keep_their_order(cx: &Cx) -> CaseResul
         for _ in 0..(round % 8) * 200 {
             std::hint::spin_loop();
         }
-        q.fill(&[], &buffer, 0, 4, round + 1, 4, &[]).ctx("the fill behind both")?;
+        q.fill(&[], &buffer, 0, 4, round + 1, &[]).ctx("the fill behind both")?;
         q.host_call(&[], reader("after", round), &[sv(&done, u64::from(round) + 1)]).ctx("the call after")?;
         expected.extend([("second", round, round), ("after", round, round + 1)]);
         cx.wait(&done, u64::from(round) + 1)?;
@@ -390,7 +389,7 @@ pub(crate) fn host_call_waits_for_its_own_work_while_a_later_call_is_held(cx: &C
         move || {
             // Lets the test submit the later call first, so that it is held by this call's gate.
             submitted_later.wait(1, hal::Timeout::After(crate::LONG))?;
-            q.fill(&[], &buffer, 0, 4, 0x11, 1, &[sv(&inner, 1)])?;
+            q.fill(&[], &buffer, 0, 4, 0x11u8, &[sv(&inner, 1)])?;
             inner.wait(1, hal::Timeout::After(crate::LONG))
         }
     };
@@ -404,7 +403,7 @@ pub(crate) fn host_call_waits_for_its_own_work_while_a_later_call_is_held(cx: &C
         }
     };
     q.host_call(&[], after, &[sv(&later, 1)]).ctx("the later host call")?;
-    q.fill(&[], &buffer, 4, 4, 0x22, 1, &[sv(&last, 1)]).ctx("the fill behind the later call")?;
+    q.fill(&[], &buffer, 4, 4, 0x22u8, &[sv(&last, 1)]).ctx("the fill behind the later call")?;
     submitted_later.signal(1).ctx("let the first call go on")?;
     cx.wait(&outer, 1)?;
     cx.wait(&later, 1)?;
@@ -440,7 +439,7 @@ pub(crate) fn work_behind_a_host_call_waits_for_the_calls_it_submitted(cx: &Cx) 
         }
     };
     q.host_call(&[], call, &[]).ctx("the host call")?;
-    q.fill(&[], &buffer, 0, 4, 0x5A, 1, &[sv(&last, 1)]).ctx("the fill behind the call")?;
+    q.fill(&[], &buffer, 0, 4, 0x5Au8, &[sv(&last, 1)]).ctx("the fill behind the call")?;
     go.signal(1).ctx("let the call go on")?;
     cx.wait(&submitted, 1)?;
     cx.wait(&nested_done, 1)?;
@@ -479,7 +478,7 @@ pub(crate) fn host_call_error_fails_signals(cx: &Cx) -> CaseResult {
     let cause = hal::Error::data_loss("ctest: host call failed on purpose");
     let returned = cause.clone();
     cx.queue(0).host_call(&[], move || Err(returned), &[sv(&s, 1), sv(&t, 5)]).ctx("host_call")?;
-    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 8, 1, 1, &[sv(&after, 1)]).ctx("dependent fill")?;
+    cx.queue(1).fill(&[sv(&s, 1)], &buffer, 0, 8, 1u8, &[sv(&after, 1)]).ctx("dependent fill")?;
     for (sem, value) in [(&s, 1), (&t, 5), (&after, 1)] {
         let e = cx.wait_failed(sem, value, StatusCode::DataLoss)?;
         expect_same_status(&e, &cause, &format!("semaphore {}", sem.id()))?;
@@ -494,7 +493,7 @@ pub(crate) fn host_call_signals_host_semaphore(cx: &Cx) -> CaseResult {
     let gate = hal::Semaphore::new(0);
     let (started, done) = (cx.sem(0)?, cx.sem(0)?);
     let buffer = cleared(cx, 8, 0)?;
-    cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 8, 0x66, 1, &[sv(&done, 1)]).ctx("fill held on the gate")?;
+    cx.queue(1).fill(&[sv(&gate, 1)], &buffer, 0, 8, 0x66u8, &[sv(&done, 1)]).ctx("fill held on the gate")?;
     let opener = gate.clone();
     cx.queue(0).host_call(&[], move || opener.signal(1), &[sv(&started, 1)]).ctx("host_call")?;
     cx.wait(&started, 1)?;
@@ -515,9 +514,9 @@ pub(crate) fn alloca_reuse_across_queues(cx: &Cx) -> CaseResult {
     let (a, b) = (cx.sem(0)?, cx.sem(0)?);
     let q0 = cx.queue(0);
     let mine = q0.alloca(&[], BufferParams::device_local(), SIZE, &[sv(&a, 1)]).ctx("alloca on queue 0")?;
-    q0.fill(&[sv(&a, 1)], &mine, 0, SIZE, 0xA5, 1, &[sv(&a, 2)]).ctx("pattern on queue 0")?;
+    q0.fill(&[sv(&a, 1)], &mine, 0, SIZE, 0xA5u8, &[sv(&a, 2)]).ctx("pattern on queue 0")?;
     for i in 0..4u64 {
-        q0.fill(&[sv(&a, 2 + i)], &busy, 0, BUSY, i as u32, 1, &[sv(&a, 3 + i)]).ctx("busy fill on queue 0")?;
+        q0.fill(&[sv(&a, 2 + i)], &busy, 0, BUSY, i as u8, &[sv(&a, 3 + i)]).ctx("busy fill on queue 0")?;
     }
     let pending = q0.read(&[sv(&a, 6)], &mine, 0, SIZE, &[sv(&a, 7)]).ctx("read on queue 0")?;
     q0.dealloca(&[sv(&a, 7)], &mine, &[sv(&a, 8)]).ctx("dealloca on queue 0")?;
@@ -527,7 +526,7 @@ pub(crate) fn alloca_reuse_across_queues(cx: &Cx) -> CaseResult {
     for i in 0..8u64 {
         let buffer = q1.alloca(&[sv(&b, 3 * i)], BufferParams::device_local(), SIZE, &[sv(&b, 3 * i + 1)]);
         let buffer = buffer.ctx(format!("alloca {i} on queue 1"))?;
-        q1.fill(&[sv(&b, 3 * i + 1)], &buffer, 0, SIZE, 0x5A, 1, &[sv(&b, 3 * i + 2)]).ctx("fill on queue 1")?;
+        q1.fill(&[sv(&b, 3 * i + 1)], &buffer, 0, SIZE, 0x5Au8, &[sv(&b, 3 * i + 2)]).ctx("fill on queue 1")?;
         let back = q1.read(&[sv(&b, 3 * i + 2)], &buffer, 0, SIZE, &[sv(&b, 3 * i + 3)]).ctx("read on queue 1")?;
         theirs.push((buffer, back));
     }
@@ -576,7 +575,7 @@ pub(crate) fn alloca_waits_for_dealloca_under_pressure(cx: &Cx) -> CaseResult {
         let v = 4 * round;
         let waits = [sv(&gate, 1), sv(&s, v)];
         let buffer = q.alloca(&waits, BufferParams::device_local(), size, &[sv(&s, v + 1)]).ctx("alloca")?;
-        q.fill(&[sv(&s, v + 1)], &buffer, size - 4096, 4096, round as u32 + 1, 1, &[sv(&s, v + 2)]).ctx("fill")?;
+        q.fill(&[sv(&s, v + 1)], &buffer, size - 4096, 4096, round as u8 + 1, &[sv(&s, v + 2)]).ctx("fill")?;
         reads.push(q.read(&[sv(&s, v + 2)], &buffer, size - 16, 16, &[sv(&s, v + 3)]).ctx("read")?);
         q.dealloca(&[sv(&s, v + 3)], &buffer, &[sv(&s, v + 4)]).ctx("dealloca")?;
     }
@@ -612,8 +611,8 @@ pub(crate) fn host_call_signals_later_from_thread(cx: &Cx) -> CaseResult {
     };
     let q0 = cx.queue(0);
     q0.host_call(&[], call, &[sv(&called, 1)]).ctx("host_call")?;
-    q0.fill(&[sv(&called, 1)], &buffer, 0, 8, 0x11, 1, &[sv(&after, 1)]).ctx("work after the host call")?;
-    cx.queue(1).fill(&[sv(&later, 1)], &buffer, 8, 8, 0x22, 1, &[sv(&woken, 1)]).ctx("work waiting on the thread")?;
+    q0.fill(&[sv(&called, 1)], &buffer, 0, 8, 0x11u8, &[sv(&after, 1)]).ctx("work after the host call")?;
+    cx.queue(1).fill(&[sv(&later, 1)], &buffer, 8, 8, 0x22u8, &[sv(&woken, 1)]).ctx("work waiting on the thread")?;
     let waiter = {
         let later = later.clone();
         std::thread::spawn(move || later.wait(1, hal::Timeout::After(crate::LONG)))
@@ -652,7 +651,7 @@ pub(crate) fn dealloca_of_a_non_transient_buffer_refused(cx: &Cx) -> CaseResult 
     names(&e, &format!("buffer {}", buffer.id()))?;
     ensure!(!buffer.is_transient(), "allocate_buffer gave a transient buffer");
     cx.still_pending(&done, 1, "the signal of the refused dealloca")?;
-    q.fill(&[], &buffer, 0, 64, 0x22, 1, &[sv(&done, 1)]).ctx("fill after the refused dealloca")?;
+    q.fill(&[], &buffer, 0, 64, 0x22u8, &[sv(&done, 1)]).ctx("fill after the refused dealloca")?;
     cx.wait(&done, 1)?;
     ensure_eq!(cx.bytes(&buffer)?, vec![0x22; 64], "the buffer after the refused dealloca");
     Ok(())

@@ -36,7 +36,7 @@ fn workload(cx: &Cx, rounds: u64) -> CaseResult {
         let q = cx.queue(i as usize);
         let v = 3 * i;
         q.execute(&[sv(&s, v)], &cb, &[sv(&s, v + 1)]).ctx("execute")?;
-        q.update(&[sv(&s, v + 1)], &[0], &data, 252, &[sv(&s, v + 2)]).ctx("update")?;
+        q.update(&[sv(&s, v + 1)], &data, 252, &[0], &[sv(&s, v + 2)]).ctx("update")?;
         cx.queue(i as usize + 1).host_call(&[sv(&s, v + 2)], || Ok(()), &[sv(&s, v + 3)]).ctx("host_call")?;
     }
     cx.wait(&s, 3 * rounds)?;
@@ -59,7 +59,7 @@ pub(crate) fn usage_reports_pending_work(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(64)?;
     for i in 0..8u64 {
         cx.queue(i as usize)
-            .fill(&[sv(&gate, 1), sv(&done, i)], &buffer, 0, 64, 1, 1, &[sv(&done, i + 1)])
+            .fill(&[sv(&gate, 1), sv(&done, i)], &buffer, 0, 64, 1u8, &[sv(&done, i + 1)])
             .ctx("fill")?;
     }
     let usage = cx.device().resource_usage();
@@ -83,7 +83,7 @@ pub(crate) fn idle_after_failures(cx: &Cx) -> CaseResult {
         let (gate, s) = (cx.sem(0)?, cx.sem(0)?);
         let q = cx.queue(i as usize);
         q.barrier(&[sv(&gate, 1)], &[sv(&s, 1)]).ctx("barrier")?;
-        q.fill(&[sv(&s, 1)], &scratch, 0, 64, 1, 1, &[sv(&s, 2)]).ctx("fill")?;
+        q.fill(&[sv(&s, 1)], &scratch, 0, 64, 1u8, &[sv(&s, 2)]).ctx("fill")?;
         gate.fail(Error::aborted("ctest: broke"));
         let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
         cb.dispatch(&exe, 0, [4, 1, 1], &[], &[BufferBinding::whole(&scratch)]).ctx("dispatch")?;
@@ -174,7 +174,7 @@ pub(crate) fn drop_device_with_pending_work(cx: &Cx) -> CaseResult {
     let done = device.create_semaphore(0).ctx("semaphore")?;
     let buffer = device.allocate_buffer(hal::BufferParams::host_visible(), 64).ctx("buffer")?;
     let queue = device.queue(0).ctx("queue")?;
-    queue.fill(&[sv(&gate, 1)], &buffer, 0, 64, 1, 1, &[sv(&done, 1)]).ctx("held fill")?;
+    queue.fill(&[sv(&gate, 1)], &buffer, 0, 64, 1u8, &[sv(&done, 1)]).ctx("held fill")?;
     drop(queue);
     drop_in_time(device, "with held work")?;
     expect_code(done.wait(1, Timeout::After(LONG)), StatusCode::Cancelled, "held work of a dropped device")?;
@@ -189,7 +189,7 @@ pub(crate) fn drop_device_with_work_in_flight(cx: &Cx) -> CaseResult {
         (0..64).map(|_| device.create_semaphore(0)).collect::<hal::Result<_>>().ctx("semaphores")?;
     for (i, s) in sems.iter().enumerate() {
         let queue = device.queue(i % device.queue_count()).ctx("queue")?;
-        queue.fill(&[], &buffer, 0, 1 << 20, i as u32, 4, &[sv(s, 1)]).ctx("fill")?;
+        queue.fill(&[], &buffer, 0, 1 << 20, i as u32, &[sv(s, 1)]).ctx("fill")?;
     }
     let dropper = std::thread::spawn(move || drop(device));
     for (i, s) in sems.iter().enumerate() {

@@ -209,7 +209,7 @@ pub(crate) fn deadline_wait_on_inflight_work(cx: &Cx) -> CaseResult {
     let target = cx.device_buffer(BYTES)?;
     let cb = cx.command_buffer(hal::CommandBufferMode::Reusable)?;
     for pattern in 0..16u32 {
-        cb.fill(&target, 0, BYTES, pattern, 4).ctx("record fill")?;
+        cb.fill(&target, 0, BYTES, pattern).ctx("record fill")?;
     }
     cb.end().ctx("end")?;
     let s = cx.sem(0)?;

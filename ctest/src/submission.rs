@@ -18,7 +18,7 @@ pub(crate) fn execute_empty_lists(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(16)?;
     buffer.write(0, &[0; 16]).ctx("clear")?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    cb.fill(&buffer, 0, 16, 0x42, 1).ctx("fill")?;
+    cb.fill(&buffer, 0, 16, 0x42u8).ctx("fill")?;
     cb.end().ctx("end")?;
     cx.queue(0).execute(&[], &cb, &[]).ctx("execute with empty lists")?;
     let deadline = Instant::now() + LONG;
@@ -48,7 +48,7 @@ pub(crate) fn wait_before_signal_host(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(16)?;
     buffer.write(0, &[0; 16]).ctx("clear")?;
     let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
-    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 16, 0x77, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 16, 0x77u8, &[sv(&done, 1)]).ctx("fill")?;
     cx.still_pending(&done, 1, "before the host signal")?;
     ensure_eq!(cx.bytes(&buffer)?, vec![0; 16], "buffer before the host signal");
     gate.signal(1).ctx("host signal")?;
@@ -71,7 +71,7 @@ pub(crate) fn wait_before_signal_beyond(cx: &Cx) -> CaseResult {
 pub(crate) fn wait_already_reached(cx: &Cx) -> CaseResult {
     let (gate, done) = (cx.sem(5)?, cx.sem(0)?);
     let buffer = cx.host_buffer(8)?;
-    cx.queue(0).fill(&[sv(&gate, 3), sv(&gate, 5)], &buffer, 0, 8, 1, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.queue(0).fill(&[sv(&gate, 3), sv(&gate, 5)], &buffer, 0, 8, 1u8, &[sv(&done, 1)]).ctx("fill")?;
     cx.wait(&done, 1)?;
     ensure_eq!(cx.bytes(&buffer)?, vec![1; 8], "buffer");
     Ok(())
@@ -145,7 +145,7 @@ pub(crate) fn fan_out_fan_in(cx: &Cx) -> CaseResult {
         let at = i as u64 * 64;
         cx.queue(i).copy(&[sv(&produced, 1)], &source, at, &target, at, 64, &[sv(s, 1)]).ctx("consumer copy")?;
     }
-    cx.queue(0).write(&[], ramp(1, 512), &source, 0, &[sv(&produced, 1)]).ctx("producer write")?;
+    cx.queue(0).write(&[], &source, 0, ramp(1, 512), &[sv(&produced, 1)]).ctx("producer write")?;
     cx.wait(&joined, 1)?;
     ensure_eq!(cx.bytes(&target)?, ramp(1, 512), "fanned-in bytes");
     Ok(())
@@ -178,7 +178,7 @@ pub(crate) fn pending_cascade(cx: &Cx) -> CaseResult {
     buffer.write(0, &vec![0; n as usize * 4]).ctx("clear")?;
     for i in (0..n).rev() {
         let waits = [sv(&gate, 1), sv(&s, i)];
-        cx.queue(i as usize).fill(&waits, &buffer, i * 4, 4, i as u32 + 1, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+        cx.queue(i as usize).fill(&waits, &buffer, i * 4, 4, i as u32 + 1, &[sv(&s, i + 1)]).ctx("fill")?;
     }
     cx.still_pending(&s, 1, "before the gate opens")?;
     gate.signal(1).ctx("open the gate")?;
@@ -194,7 +194,7 @@ pub(crate) fn submission_does_not_block(cx: &Cx) -> CaseResult {
     let start = Instant::now();
     for i in 0..200u64 {
         let waits = [sv(&gate, 1), sv(&s, i)];
-        cx.queue(i as usize).fill(&waits, &buffer, 0, 4, i as u32, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+        cx.queue(i as usize).fill(&waits, &buffer, 0, 4, i as u32, &[sv(&s, i + 1)]).ctx("fill")?;
     }
     let took = start.elapsed();
     ensure!(took < Duration::from_secs(2), "200 held submissions took {took:?} to submit");
@@ -209,7 +209,7 @@ pub(crate) fn submission_does_not_block(cx: &Cx) -> CaseResult {
 pub(crate) fn host_semaphores_in_lists(cx: &Cx) -> CaseResult {
     let (gate, done) = (Semaphore::new(0), Semaphore::new(0));
     let buffer = cx.host_buffer(8)?;
-    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 8, 3, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &buffer, 0, 8, 3u8, &[sv(&done, 1)]).ctx("fill")?;
     cx.still_pending(&done, 1, "before the host semaphore is signalled")?;
     gate.signal(1).ctx("signal")?;
     cx.wait(&done, 1)?;
@@ -223,7 +223,7 @@ pub(crate) fn other_device_semaphore_wait(cx: &Cx) -> CaseResult {
     let (gate, theirs) = (cx.sem(0)?, other.create_semaphore(0).ctx("semaphore on the other device")?);
     let done = cx.sem(0)?;
     let buffer = cx.host_buffer(8)?;
-    cx.queue(0).fill(&[sv(&theirs, 1)], &buffer, 0, 8, 9, 1, &[sv(&done, 1)]).ctx("fill waiting on the other")?;
+    cx.queue(0).fill(&[sv(&theirs, 1)], &buffer, 0, 8, 9u8, &[sv(&done, 1)]).ctx("fill waiting on the other")?;
     other.queue(0).ctx("queue")?.barrier(&[sv(&gate, 1)], &[sv(&theirs, 1)]).ctx("barrier on the other")?;
     cx.still_pending(&done, 1, "before the other device signals")?;
     gate.signal(1).ctx("open the gate")?;
@@ -241,7 +241,7 @@ pub(crate) fn signal_not_ahead_refused(cx: &Cx) -> CaseResult {
     let other = cx.host_buffer(16)?;
     buffer.write(0, &[0; 16]).ctx("clear")?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    cb.fill(&buffer, 0, 16, 1, 1).ctx("fill")?;
+    cb.fill(&buffer, 0, 16, 1u8).ctx("fill")?;
     cb.end().ctx("end")?;
     let ran = Arc::new(AtomicBool::new(false));
     let q = cx.queue(0);
@@ -250,10 +250,10 @@ pub(crate) fn signal_not_ahead_refused(cx: &Cx) -> CaseResult {
         let signals = [sv(&ahead, 1), sv(&behind, value)];
         let what = |op: &str| format!("{op} signalling {value} at 5");
         expect_code(q.execute(&[], &cb, &signals), code, &what("execute"))?;
-        expect_code(q.fill(&[], &buffer, 0, 16, 1, 1, &signals), code, &what("fill"))?;
-        expect_code(q.update(&[], &[1; 4], &buffer, 0, &signals), code, &what("update"))?;
+        expect_code(q.fill(&[], &buffer, 0, 16, 1u8, &signals), code, &what("fill"))?;
+        expect_code(q.update(&[], &buffer, 0, &[1; 4], &signals), code, &what("update"))?;
         expect_code(q.copy(&[], &other, 0, &buffer, 0, 16, &signals), code, &what("copy"))?;
-        expect_code(q.write(&[], vec![1u8; 4], &buffer, 0, &signals), code, &what("write"))?;
+        expect_code(q.write(&[], &buffer, 0, vec![1u8; 4], &signals), code, &what("write"))?;
         expect_code(q.read(&[], &buffer, 0, 4, &signals), code, &what("read"))?;
         expect_code(q.barrier(&[], &signals), code, &what("barrier"))?;
         expect_code(q.alloca(&[], BufferParams::device_local(), 64, &signals), code, &what("alloca"))?;
@@ -279,7 +279,7 @@ pub(crate) fn signal_failed_semaphore_refused(cx: &Cx) -> CaseResult {
     broken.fail(hal::Error::data_loss("ctest: broken before the submission"));
     let buffer = cx.host_buffer(8)?;
     buffer.write(0, &[0; 8]).ctx("clear")?;
-    let result = cx.queue(0).fill(&[], &buffer, 0, 8, 1, 1, &[sv(&broken, 1)]);
+    let result = cx.queue(0).fill(&[], &buffer, 0, 8, 1u8, &[sv(&broken, 1)]);
     expect_code(result, StatusCode::DataLoss, "fill signalling a failed semaphore")?;
     std::thread::sleep(crate::SHORT);
     ensure_eq!(cx.bytes(&buffer)?, vec![0; 8], "buffer");
@@ -295,9 +295,9 @@ pub(crate) fn other_device_buffer_refused(cx: &Cx) -> CaseResult {
     let q = cx.queue(0);
     let signals = [sv(&done, 1)];
     let code = StatusCode::InvalidArgument;
-    expect_code(q.fill(&[], &foreign, 0, 4, 1, 4, &signals), code, "fill")?;
-    expect_code(q.update(&[], &[1], &foreign, 0, &signals), code, "update")?;
-    expect_code(q.write(&[], vec![1u8; 4], &foreign, 0, &signals), code, "write")?;
+    expect_code(q.fill(&[], &foreign, 0, 4, 1u32, &signals), code, "fill")?;
+    expect_code(q.update(&[], &foreign, 0, &[1], &signals), code, "update")?;
+    expect_code(q.write(&[], &foreign, 0, vec![1u8; 4], &signals), code, "write")?;
     expect_code(q.read(&[], &foreign, 0, 4, &signals), code, "read")?;
     expect_code(q.dealloca(&[], &foreign, &signals), code, "dealloca")?;
     cx.still_pending(&done, 1, "after refused submissions")
@@ -307,7 +307,7 @@ pub(crate) fn other_device_buffer_refused(cx: &Cx) -> CaseResult {
 pub(crate) fn hang_report_names_wait(cx: &Cx) -> CaseResult {
     let (gate, done) = (cx.sem(0)?, cx.sem(0)?);
     let buffer = cx.host_buffer(8)?;
-    cx.queue(0).fill(&[sv(&gate, 42)], &buffer, 0, 8, 1, 1, &[sv(&done, 1)]).ctx("fill")?;
+    cx.queue(0).fill(&[sv(&gate, 42)], &buffer, 0, 8, 1u8, &[sv(&done, 1)]).ctx("fill")?;
     let needle = format!("semaphore {} >= 42", gate.id());
     let report = cx.device().report();
     ensure!(report.contains(&needle), "the report lacks '{needle}':\n{report}");
@@ -326,7 +326,7 @@ pub(crate) fn same_queue_timeline(cx: &Cx) -> CaseResult {
     let s = cx.sem(0)?;
     let buffer = cx.host_buffer(4)?;
     for i in 0..20u64 {
-        cx.queue(0).fill(&[sv(&s, i)], &buffer, 0, 4, i as u32, 4, &[sv(&s, i + 1)]).ctx("fill")?;
+        cx.queue(0).fill(&[sv(&s, i)], &buffer, 0, 4, i as u32, &[sv(&s, i + 1)]).ctx("fill")?;
     }
     for i in 1..=20 {
         cx.wait(&s, i)?;
@@ -340,8 +340,8 @@ pub(crate) fn wait_on_later_submission(cx: &Cx) -> CaseResult {
     let s = cx.sem(0)?;
     let buffer = cx.host_buffer(8)?;
     buffer.write(0, &[0; 8]).ctx("clear")?;
-    cx.queue(0).fill(&[sv(&s, 1)], &buffer, 0, 8, 2, 1, &[sv(&s, 2)]).ctx("second step")?;
-    cx.queue(1).fill(&[], &buffer, 0, 8, 1, 1, &[sv(&s, 1)]).ctx("first step")?;
+    cx.queue(0).fill(&[sv(&s, 1)], &buffer, 0, 8, 2u8, &[sv(&s, 2)]).ctx("second step")?;
+    cx.queue(1).fill(&[], &buffer, 0, 8, 1u8, &[sv(&s, 1)]).ctx("first step")?;
     cx.wait(&s, 2)?;
     ensure_eq!(cx.bytes(&buffer)?, vec![2; 8], "second step ran last");
     Ok(())
@@ -364,7 +364,7 @@ pub(crate) fn signal_after_work(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(size)?;
     for round in 1..=3u32 {
         let done = cx.sem(0)?;
-        cx.queue(round as usize).fill(&[], &buffer, 0, size, round, 4, &[sv(&done, 1)]).ctx("fill")?;
+        cx.queue(round as usize).fill(&[], &buffer, 0, size, round, &[sv(&done, 1)]).ctx("fill")?;
         cx.wait(&done, 1)?;
         let mut tail = [0u8; 4];
         buffer.read(size - 4, &mut tail).ctx("read of the last word")?;
@@ -382,7 +382,7 @@ pub(crate) fn wait_released_by_larger_signal_held(cx: &Cx) -> CaseResult {
     let target = cx.host_buffer(4096)?;
     target.write(0, &[0; 4096]).ctx("clear")?;
     cx.queue(1).copy(&[sv(&s, 3)], &data, 0, &target, 0, 4096, &[sv(&done, 1)]).ctx("copy waiting on s >= 3")?;
-    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, 4096, 0x5A, 1, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, 4096, 0x5Au8, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
     cx.still_pending(&done, 1, "the waiter before the producer runs")?;
     cx.expect_value(&s, 0, "s before the gate opens")?;
     gate.signal(1).ctx("open the gate")?;
@@ -401,8 +401,8 @@ pub(crate) fn wait_covered_by_larger_signal_issued(cx: &Cx) -> CaseResult {
     let target = cx.host_buffer(SIZE)?;
     let (s, done) = (cx.sem(0)?, cx.sem(0)?);
     let q = cx.queue(0);
-    q.fill(&[], &data, 0, SIZE, 0x1111_1111, 4, &[sv(&s, 2)]).ctx("fill signalling s = 2")?;
-    q.fill(&[sv(&s, 2)], &data, 0, SIZE, 0x2222_2222, 4, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
+    q.fill(&[], &data, 0, SIZE, 0x1111_1111u32, &[sv(&s, 2)]).ctx("fill signalling s = 2")?;
+    q.fill(&[sv(&s, 2)], &data, 0, SIZE, 0x2222_2222u32, &[sv(&s, 5)]).ctx("fill signalling s = 5")?;
     cx.queue(1).copy(&[sv(&s, 3)], &data, 0, &target, 0, SIZE, &[sv(&done, 1)]).ctx("copy waiting on s >= 3")?;
     cx.wait(&done, 1)?;
     cx.expect_value(&s, 5, "s after both fills")?;
@@ -432,7 +432,7 @@ pub(crate) fn queue_signal_and_wait_at_max(cx: &Cx) -> CaseResult {
     let target = cx.host_buffer(SIZE)?;
     // Held: the wait for MAX comes first, the producer is behind a gate.
     cx.queue(1).copy(&[sv(&s, max)], &data, 0, &target, 0, SIZE, &[sv(&done, 1)]).ctx("copy waiting on MAX")?;
-    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, SIZE, 0x4D, 1, &[sv(&s, max)]).ctx("fill signalling MAX")?;
+    cx.queue(0).fill(&[sv(&gate, 1)], &data, 0, SIZE, 0x4Du8, &[sv(&s, max)]).ctx("fill signalling MAX")?;
     cx.still_pending(&done, 1, "the wait for MAX before the producer")?;
     gate.signal(1).ctx("open the gate")?;
     cx.wait(&done, 1)?;
@@ -441,8 +441,8 @@ pub(crate) fn queue_signal_and_wait_at_max(cx: &Cx) -> CaseResult {
     // Issued: the producer is on the device when the wait for MAX is submitted.
     let (t, done2) = (cx.sem(max - 2)?, cx.sem(0)?);
     let q = cx.queue(2);
-    q.fill(&[], &data, 0, SIZE, 0x0102_0304, 4, &[sv(&t, max - 1)]).ctx("fill signalling MAX - 1")?;
-    q.fill(&[sv(&t, max - 1)], &data, 0, SIZE, 0x7E7E_7E7E, 4, &[sv(&t, max)]).ctx("fill signalling MAX")?;
+    q.fill(&[], &data, 0, SIZE, 0x0102_0304u32, &[sv(&t, max - 1)]).ctx("fill signalling MAX - 1")?;
+    q.fill(&[sv(&t, max - 1)], &data, 0, SIZE, 0x7E7E_7E7Eu32, &[sv(&t, max)]).ctx("fill signalling MAX")?;
     cx.queue(3).copy(&[sv(&t, max)], &data, 0, &target, 0, SIZE, &[sv(&done2, 1)]).ctx("copy waiting on MAX")?;
     cx.wait(&done2, 1)?;
     ensure!(cx.bytes(&target)? == vec![0x7E; SIZE as usize], "the copy covered by the signal of MAX ran early");
@@ -466,7 +466,7 @@ pub(crate) fn rapid_one_shot_cycles(cx: &Cx) -> CaseResult {
     let start = Instant::now();
     for cycle in 0..200u32 {
         let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-        cb.fill(&buffer, 0, 64, cycle, 4).ctx("fill")?;
+        cb.fill(&buffer, 0, 64, cycle).ctx("fill")?;
         // Commands not separated by a barrier may run concurrently (a CUDA graph without an edge).
         cb.barrier().ctx("barrier")?;
         cb.update(&buffer, 4 * (cycle as u64 % 16), &(!cycle).to_le_bytes()).ctx("update")?;
@@ -492,7 +492,7 @@ pub(crate) fn signal_twice_in_one_list_refused(cx: &Cx) -> CaseResult {
     let q = cx.queue(0);
     for (a, b) in [(2, 1), (1, 1), (1, 2)] {
         let signals = [sv(&s, a), sv(&other, 1), sv(&s, b)];
-        let result = q.fill(&[], &buffer, 0, 8, 7, 1, &signals);
+        let result = q.fill(&[], &buffer, 0, 8, 7u8, &signals);
         let e = expect_code(result, StatusCode::InvalidArgument, &format!("fill signalling s to {a} and {b}"))?;
         ensure!(
             e.message().contains(&format!("semaphore {}", s.id())) && e.message().contains(&format!("{a} and to {b}")),
@@ -516,7 +516,7 @@ pub(crate) fn signal_behind_own_wait_refused(cx: &Cx) -> CaseResult {
     let buffer = cx.host_buffer(8)?;
     buffer.write(0, &[0; 8]).ctx("clear")?;
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    cb.fill(&buffer, 0, 8, 1, 1).ctx("fill")?;
+    cb.fill(&buffer, 0, 8, 1u8).ctx("fill")?;
     cb.end().ctx("end")?;
     let q = cx.queue(0);
     let code = StatusCode::InvalidArgument;
@@ -530,8 +530,8 @@ pub(crate) fn signal_behind_own_wait_refused(cx: &Cx) -> CaseResult {
             s.id()
         );
         expect_code(q.execute(&waits, &cb, &signals), code, &what("execute"))?;
-        expect_code(q.fill(&waits, &buffer, 0, 8, 1, 1, &signals), code, &what("fill"))?;
-        expect_code(q.write(&waits, vec![1u8; 4], &buffer, 0, &signals), code, &what("write"))?;
+        expect_code(q.fill(&waits, &buffer, 0, 8, 1u8, &signals), code, &what("fill"))?;
+        expect_code(q.write(&waits, &buffer, 0, vec![1u8; 4], &signals), code, &what("write"))?;
         expect_code(q.read(&waits, &buffer, 0, 4, &signals), code, &what("read"))?;
         expect_code(q.alloca(&waits, BufferParams::device_local(), 64, &signals), code, &what("alloca"))?;
         expect_code(q.host_call(&waits, || Ok(()), &signals), code, &what("host_call"))?;

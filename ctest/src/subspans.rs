@@ -36,9 +36,9 @@ pub(crate) fn subspan_transfers_touch_only_their_range(cx: &Cx) -> CaseResult {
     let memory = cx.device_buffer(256)?;
     let (a, b, c) =
         (memory.subspan(0, 64).ctx("a")?, memory.subspan(64, 64).ctx("b")?, memory.subspan(192, 64).ctx("c")?);
-    queue.fill(&[], &memory, 0, 256, 0, 4, &[sv(&s, 1)]).ctx("clear")?;
-    queue.fill(&[sv(&s, 1)], &a, 4, 8, 0x1111_1111, 4, &[sv(&s, 2)]).ctx("fill a")?;
-    queue.update(&[sv(&s, 2)], &[7, 7, 7, 7], &b, 60, &[sv(&s, 3)]).ctx("update b")?;
+    queue.fill(&[], &memory, 0, 256, 0u32, &[sv(&s, 1)]).ctx("clear")?;
+    queue.fill(&[sv(&s, 1)], &a, 4, 8, 0x1111_1111u32, &[sv(&s, 2)]).ctx("fill a")?;
+    queue.update(&[sv(&s, 2)], &b, 60, &[7, 7, 7, 7], &[sv(&s, 3)]).ctx("update b")?;
     queue.copy(&[sv(&s, 3)], &a, 0, &c, 32, 16, &[sv(&s, 4)]).ctx("copy a to c")?;
     let back = queue.read(&[sv(&s, 4)], &c, 32, 16, &[]).ctx("read c")?.wait(Timeout::After(LONG)).ctx("wait")?;
     ensure_eq!(back, [[0u8; 4], [0x11; 4], [0x11; 4], [0; 4]].concat(), "read of the copy's target");
@@ -103,7 +103,7 @@ pub(crate) fn subspan_of_a_transient_buffer(cx: &Cx) -> CaseResult {
     let (queue, s) = (cx.queue(0), cx.sem(0)?);
     let transient = queue.alloca(&[], BufferParams::device_local(), 128, &[sv(&s, 1)]).ctx("alloca")?;
     let half = transient.subspan(64, 64).ctx("subspan")?;
-    queue.fill(&[sv(&s, 1)], &half, 0, 64, 0x5A, 1, &[sv(&s, 2)]).ctx("fill the subspan")?;
+    queue.fill(&[sv(&s, 1)], &half, 0, 64, 0x5Au8, &[sv(&s, 2)]).ctx("fill the subspan")?;
     let back = queue.read(&[sv(&s, 2)], &half, 0, 64, &[sv(&s, 3)]).ctx("read the subspan")?;
     let e = expect_code(queue.dealloca(&[sv(&s, 3)], &half, &[]), StatusCode::InvalidArgument, "dealloca subspan")?;
     ensure!(e.message().contains("subspan"), "the error does not say why: {e}");

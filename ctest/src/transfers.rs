@@ -3,7 +3,7 @@
 //! to take a driver's staging path, many copies in flight, and zero-length transfers (IREE's no-ops
 //! that still honour their waits and signals).
 
-use hal::{Buffer, CommandBufferMode, Semaphore, WaitMode};
+use hal::{Buffer, CommandBufferMode, FillPattern, Semaphore, WaitMode};
 
 use crate::check::{CaseError, CaseResult, Context};
 use crate::context::{Cx, LONG, ramp, sv};
@@ -24,6 +24,15 @@ fn noise(seed: u32, count: usize) -> Vec<u8> {
     (0..count as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 24) as u8).collect()
 }
 
+/// The fill pattern of width `pattern_len` (1, 2 or 4) in the low bytes of `pattern`.
+fn sized_pattern(pattern: u32, pattern_len: u8) -> FillPattern {
+    match pattern_len {
+        1 => FillPattern::U8(pattern as u8),
+        2 => FillPattern::U16(pattern as u16),
+        _ => FillPattern::U32(pattern),
+    }
+}
+
 /// `length` bytes of a `pattern_len`-byte fill pattern (little-endian).
 fn pattern_bytes(pattern: u32, pattern_len: u8, length: u64) -> Vec<u8> {
     let unit = &pattern.to_le_bytes()[..usize::from(pattern_len)];
@@ -34,7 +43,7 @@ fn pattern_bytes(pattern: u32, pattern_len: u8, length: u64) -> Vec<u8> {
 /// signals `s` to 1.
 fn device_buffer_with(cx: &Cx, bytes: Vec<u8>, queue: usize, s: &Semaphore) -> Result<Buffer, CaseError> {
     let buffer = cx.device_buffer(bytes.len() as u64)?;
-    cx.queue(queue).write(&[], bytes, &buffer, 0, &[sv(s, 1)]).ctx("background write")?;
+    cx.queue(queue).write(&[], &buffer, 0, bytes, &[sv(s, 1)]).ctx("background write")?;
     Ok(buffer)
 }
 
@@ -96,7 +105,14 @@ pub(crate) fn fill_size_classes(cx: &Cx) -> CaseResult {
                 let done = cx.sem(0)?;
                 let target = device_buffer_with(cx, vec![BACKGROUND; size as usize], i, &done)?;
                 cx.queue(i + 1)
-                    .fill(&[sv(&done, 1)], &target, offset, length, pattern, pattern_len, &[sv(&done, 2)])
+                    .fill(
+                        &[sv(&done, 1)],
+                        &target,
+                        offset,
+                        length,
+                        sized_pattern(pattern, pattern_len),
+                        &[sv(&done, 2)],
+                    )
                     .ctx(format!("fill of {length} bytes at {offset} with a {pattern_len}-byte pattern"))?;
                 let mut expected = vec![BACKGROUND; size as usize];
                 expected[offset as usize..(offset + length) as usize].copy_from_slice(&pattern_bytes(
@@ -128,7 +144,7 @@ pub(crate) fn copy_size_classes(cx: &Cx) -> CaseResult {
             let size = length + slack;
             let target = cx.device_buffer(size)?;
             cx.queue(i + 1)
-                .write(&[sv(&done, 1)], vec![BACKGROUND; size as usize], &target, 0, &[sv(&done, 2)])
+                .write(&[sv(&done, 1)], &target, 0, vec![BACKGROUND; size as usize], &[sv(&done, 2)])
                 .ctx("background write")?;
             cx.queue(i + 2)
                 .copy(&[sv(&done, 2)], &source, source_offset, &target, target_offset, length, &[sv(&done, 3)])
@@ -152,7 +168,7 @@ pub(crate) fn command_buffer_size_classes(cx: &Cx) -> CaseResult {
     let mut step = 0;
     let mut write = |bytes: Vec<u8>, target: &Buffer| -> CaseResult {
         let waits = [sv(&ready, step)];
-        cx.queue(0).write(&waits, bytes, target, 0, &[sv(&ready, step + 1)]).ctx("write before the command buffer")?;
+        cx.queue(0).write(&waits, target, 0, bytes, &[sv(&ready, step + 1)]).ctx("write before the command buffer")?;
         step += 1;
         Ok(())
     };
@@ -166,7 +182,8 @@ pub(crate) fn command_buffer_size_classes(cx: &Cx) -> CaseResult {
         write(vec![BACKGROUND; size as usize], &copy_target)?;
         write(data.clone(), &source)?;
         let (offset, pattern_len) = if length % 2 == 0 { (GUARD + 2, 2u8) } else { (GUARD + 7, 1u8) };
-        cb.fill(&fill_target, offset, length, 0x5A6B, pattern_len).ctx(format!("record fill of {length} bytes"))?;
+        cb.fill(&fill_target, offset, length, sized_pattern(0x5A6B, pattern_len))
+            .ctx(format!("record fill of {length} bytes"))?;
         cb.copy(&source, 0, &copy_target, GUARD + 7, length).ctx(format!("record copy of {length} bytes"))?;
         let mut filled = vec![BACKGROUND; size as usize];
         filled[offset as usize..(offset + length) as usize].copy_from_slice(&pattern_bytes(
@@ -205,13 +222,13 @@ pub(crate) fn staging_sized_transfers(cx: &Cx) -> CaseResult {
     let updated = cx.device_buffer(UPDATE as u64 + 64)?;
     let update_data = noise(7, UPDATE);
     let q = cx.queue(0);
-    q.fill(&[], &updated, 0, updated.size(), u32::from(BACKGROUND), 1, &[sv(&s, 1)]).ctx("background fill")?;
-    q.update(&[sv(&s, 1)], &update_data, &updated, 19, &[sv(&s, 2)]).ctx("update of 128 KiB + 37")?;
+    q.fill(&[], &updated, 0, updated.size(), BACKGROUND, &[sv(&s, 1)]).ctx("background fill")?;
+    q.update(&[sv(&s, 1)], &updated, 19, &update_data, &[sv(&s, 2)]).ctx("update of 128 KiB + 37")?;
     let updated_back = cx.queue(1).read(&[sv(&s, 2)], &updated, 0, updated.size(), &[sv(&s, 3)]).ctx("read")?;
     // Write 256 KiB to device-local memory, read it back.
     let written = cx.device_buffer(BIG as u64 + 16)?;
     let write_data = noise(11, BIG);
-    cx.queue(2).write(&[sv(&s, 3)], write_data.clone(), &written, 5, &[sv(&s, 4)]).ctx("write of 256 KiB")?;
+    cx.queue(2).write(&[sv(&s, 3)], &written, 5, write_data.clone(), &[sv(&s, 4)]).ctx("write of 256 KiB")?;
     let written_back = cx.queue(3).read(&[sv(&s, 4)], &written, 5, BIG as u64, &[sv(&s, 5)]).ctx("read of 256 KiB")?;
     // Copy 256 KiB host-visible -> device-local -> host-visible, at odd offsets.
     let host_source = cx.host_buffer(BIG as u64 + 32)?;
@@ -299,12 +316,12 @@ pub(crate) fn zero_length_transfers(cx: &Cx) -> CaseResult {
         let w = [sv(&gate, 1)];
         zero_length(
             &format!("fill of 0 bytes at {offset}"),
-            q.fill(&w, &buffer, offset, 0, 0xFF, 1, &[sv(&s[0], 1)]),
+            q.fill(&w, &buffer, offset, 0, 0xFFu8, &[sv(&s[0], 1)]),
             &mut refused,
         );
         zero_length(
             &format!("update of 0 bytes at {offset}"),
-            q.update(&w, &[], &buffer, offset, &[sv(&s[1], 1)]),
+            q.update(&w, &buffer, offset, &[], &[sv(&s[1], 1)]),
             &mut refused,
         );
         zero_length(
@@ -314,7 +331,7 @@ pub(crate) fn zero_length_transfers(cx: &Cx) -> CaseResult {
         );
         zero_length(
             &format!("write of 0 bytes at {offset}"),
-            q.write(&w, Vec::new(), &buffer, offset, &[sv(&s[3], 1)]),
+            q.write(&w, &buffer, offset, Vec::new(), &[sv(&s[3], 1)]),
             &mut refused,
         );
         match q.read(&w, &buffer, offset, 0, &[sv(&s[4], 1)]) {
@@ -324,7 +341,7 @@ pub(crate) fn zero_length_transfers(cx: &Cx) -> CaseResult {
         signals.extend(s);
     }
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    zero_length("recorded fill of 0 bytes", cb.fill(&buffer, 4, 0, 0xFF, 4), &mut refused);
+    zero_length("recorded fill of 0 bytes", cb.fill(&buffer, 4, 0, 0xFFu32), &mut refused);
     zero_length("recorded update of 0 bytes", cb.update(&buffer, 5, &[]), &mut refused);
     zero_length("recorded copy of 0 bytes", cb.copy(&other, 3, &buffer, 3, 0), &mut refused);
     cb.end().ctx("end")?;
@@ -376,7 +393,7 @@ pub(crate) fn host_memory_transfers_never_block_the_submitter(cx: &Cx) -> CaseRe
     let copied = start.elapsed();
     queue.execute(&[sv(&s, 2)], &cb, &[sv(&s, 3)]).ctx("execute the host copy")?;
     let executed = start.elapsed();
-    queue.write_slice(&[sv(&s, 3)], &[9u32], &a, 0, &[sv(&s, 4)]).ctx("write into host memory")?;
+    queue.write_values(&[sv(&s, 3)], &a, 0, &[9u32], &[sv(&s, 4)]).ctx("write into host memory")?;
     let written = start.elapsed();
     let read = queue.read(&[sv(&s, 4)], &a, 0, 8, &[sv(&s, 5)]).ctx("read of host memory")?;
     let submitted = start.elapsed();

@@ -33,7 +33,7 @@ pub(crate) fn zero_byte_buffers_allocate_map_read_and_bind(cx: &Cx) -> CaseResul
         // The zero-workgroup dispatch checks the binding, then runs nothing.
         let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
         cb.dispatch(&fill, 0, [0, 1, 1], &[5], &[BufferBinding::whole(&empty)]).ctx(&what)?;
-        cb.fill(&empty, 0, 0, 7, 4).ctx(&what)?;
+        cb.fill(&empty, 0, 0, 7u32).ctx(&what)?;
         cb.end().ctx(&what)?;
         queue.execute(&[sv(&s, value)], &cb, &[sv(&s, value + 1)]).ctx(&what)?;
         queue.copy(&[sv(&s, value + 1)], &empty, 0, &empty, 0, 0, &[sv(&s, value + 2)]).ctx(&what)?;
@@ -52,7 +52,7 @@ pub(crate) fn zero_byte_alloca_and_dealloca(cx: &Cx) -> CaseResult {
     ensure!(buffer.is_transient() && buffer.size() == 0, "alloca of 0 gave {buffer:?}");
     cx.still_pending(&s, 1, "the 0-byte alloca behind its wait")?;
     gate.signal(1).ctx("release")?;
-    queue.fill(&[sv(&s, 1)], &buffer, 0, 0, 0, 1, &[sv(&s, 2)]).ctx("0-byte fill")?;
+    queue.fill(&[sv(&s, 1)], &buffer, 0, 0, 0u8, &[sv(&s, 2)]).ctx("0-byte fill")?;
     queue.dealloca(&[sv(&s, 2)], &buffer, &[sv(&s, 3)]).ctx("dealloca")?;
     cx.wait(&s, 3)?;
     expect_code(queue.dealloca(&[], &buffer, &[]), StatusCode::FailedPrecondition, "a second dealloca")?;
@@ -86,7 +86,7 @@ pub(crate) fn zero_workgroup_dispatch_held_then_released(cx: &Cx) -> CaseResult 
     cb.dispatch(&fill, 0, [1, 0, 1], &[9], &[BufferBinding::whole(&buffer)]).ctx("record")?;
     cb.end().ctx("end")?;
     queue.execute(&[sv(&gate, 1)], &cb, &[sv(&s, 1)]).ctx("held execute")?;
-    queue.fill(&[sv(&s, 1)], &buffer, 0, 256, 4, 4, &[sv(&s, 2)]).ctx("fill after it")?;
+    queue.fill(&[sv(&s, 1)], &buffer, 0, 256, 4u32, &[sv(&s, 2)]).ctx("fill after it")?;
     std::thread::sleep(crate::context::SHORT);
     cx.still_pending(&s, 1, "the zero-workgroup dispatch behind its wait")?;
     ensure!(cx.words(&buffer)?.iter().all(|&w| w == 0), "work behind the held dispatch ran");
@@ -103,7 +103,7 @@ pub(crate) fn zero_workgroup_dispatch_among_other_commands(cx: &Cx) -> CaseResul
     let fill = cx.load(Kernel::FillU32)?;
     let (a, b) = (cx.host_buffer_u32(&[0; 64])?, cx.host_buffer_u32(&[0; 64])?);
     let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
-    cb.fill(&a, 0, 256, 1, 4).ctx("fill a")?;
+    cb.fill(&a, 0, 256, 1u32).ctx("fill a")?;
     cb.barrier().ctx("barrier")?;
     cb.dispatch(&fill, 0, [0, 1, 1], &[9], &[BufferBinding::whole(&a)]).ctx("zero-workgroup dispatch on a")?;
     cb.barrier().ctx("barrier")?;

@@ -83,7 +83,8 @@ pub fn memory_types() -> Vec<MemoryType> {
 /// in process or from a shared library; it has no GPU for PTX, cubin or fatbin.
 pub const EXECUTABLE_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::SharedLibrary];
 
-/// The device info a cpu-sim device with `options` reports.
+/// The device info a cpu-sim device with `options` reports, without making the device (what
+/// [`CpuSimDriver`](crate::CpuSimDriver) enumerates).
 pub fn device_info(options: &CpuSimOptions) -> DeviceInfo {
     let threads = resolved_threads(options);
     let mut info = DeviceInfo::new(crate::DRIVER_NAME, format!("cpu-sim ({} workgroup runners)", threads + 1), 0);

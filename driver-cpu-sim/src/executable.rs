@@ -152,6 +152,7 @@ impl NativeExecutable {
     }
 
     /// The kernel at `ordinal`, or `None` when out of range.
+    #[cfg(test)]
     pub fn kernel(&self, ordinal: u32) -> Option<&NativeKernel> {
         self.kernels.get(ordinal as usize)
     }

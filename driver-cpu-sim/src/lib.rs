@@ -12,7 +12,7 @@
 //! let queue = device.queue(0).unwrap();
 //! let buffer = device.allocate_buffer(BufferParams::host_visible(), 16).unwrap();
 //! let done = device.create_semaphore(0).unwrap();
-//! queue.fill(&[], &buffer, 0, 16, 0xAB, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//! queue.fill(&[], &buffer, 0, 16, 0xABu8, &[SemaphoreValue::new(&done, 1)]).unwrap();
 //! done.wait(1, Timeout::Infinite).unwrap();
 //! assert_eq!(buffer.read_to_vec().unwrap(), vec![0xAB; 16]);
 //! ```
@@ -43,7 +43,7 @@
 //! # Ok::<(), hal::Error>(())
 //! ```
 
-pub mod collective;
+mod collective;
 #[cfg(target_os = "linux")]
 mod collective_host;
 #[cfg(target_os = "linux")]
@@ -52,14 +52,15 @@ mod collective_peer;
 mod collective_remote;
 #[cfg(target_os = "linux")]
 mod collective_wire;
-pub mod command_exec;
-pub mod device;
-pub mod event;
-pub mod executable;
-pub mod memory;
-pub mod stream;
-pub mod stream_rules;
-pub mod workgroup_pool;
+mod command_exec;
+mod device;
+mod event;
+mod executable;
+mod kernel_panics;
+mod memory;
+mod stream;
+mod stream_rules;
+mod workgroup_pool;
 
 use std::sync::Arc;
 
@@ -67,7 +68,11 @@ use hal::driver::DeviceExt;
 use hal::driver::Driver;
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
-pub use device::{CpuDevice, CpuSimOptions};
+use device::CpuDevice;
+
+#[cfg(target_os = "linux")]
+pub use collective::host_socket_name;
+pub use device::{CpuSimOptions, device_info};
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cpu-sim";

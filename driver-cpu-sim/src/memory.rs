@@ -56,6 +56,7 @@ impl MemoryBudget {
     }
 
     /// The limit, if any.
+    #[cfg(test)]
     pub fn limit(&self) -> Option<u64> {
         match self.limit.load(Ordering::Relaxed) {
             u64::MAX => None,
@@ -69,6 +70,7 @@ impl MemoryBudget {
     }
 
     /// The most bytes ever reserved at once.
+    #[cfg(test)]
     pub fn peak(&self) -> u64 {
         self.peak.load(Ordering::Relaxed)
     }
@@ -110,13 +112,6 @@ impl Default for MemoryBudget {
 pub struct Reservation {
     budget: Arc<MemoryBudget>,
     size: u64,
-}
-
-impl Reservation {
-    /// Bytes reserved.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
 }
 
 impl Drop for Reservation {
@@ -237,17 +232,14 @@ impl HostMemory {
         }
     }
 
-    /// Size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
     /// Whether it was created by [`transient`](Self::transient).
+    #[cfg(test)]
     pub fn is_transient(&self) -> bool {
         self.transient
     }
 
     /// Whether memory is there now.
+    #[cfg(test)]
     pub fn is_committed(&self) -> bool {
         !self.ptr.load(Ordering::Acquire).is_null()
     }
@@ -512,5 +504,20 @@ mod tests {
         let bytes = unsafe { std::slice::from_raw_parts(view.ptr().as_ptr(), 4096) };
         assert!(bytes.iter().all(|&b| b == 0));
         worker.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_buffer_takes_its_size_from_the_memory_behind_it() {
+        // The buffer's size is the one its backend's `unsafe impl` vouches for, not a caller's
+        // choice, so a mapping past the memory is refused.
+        use hal::driver::BufferExt;
+        use hal::{Buffer, BufferParams, DeviceId, StatusCode};
+        let budget = Arc::new(MemoryBudget::unlimited());
+        let memory = Arc::new(HostMemory::new(8, &budget).unwrap());
+        // SAFETY: cpu-sim host memory, touched only through this buffer's host calls.
+        let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), memory) };
+        assert_eq!(buffer.size(), 8);
+        assert_eq!(buffer.map(0, 64).err().unwrap().code(), StatusCode::OutOfRange);
+        assert_eq!(buffer.read_to_vec().unwrap(), vec![0; 8]);
     }
 }

@@ -108,6 +108,7 @@ impl RuleLog {
     }
 
     /// The broken rules, oldest first (the first few dozen).
+    #[cfg(test)]
     pub fn breaks(&self) -> Vec<RuleBreak> {
         self.kept().clone()
     }

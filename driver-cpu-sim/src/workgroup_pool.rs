@@ -9,13 +9,14 @@
 //! No thread is spawned per dispatch; the threads are joined when the pool drops.
 
 use std::collections::VecDeque;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use hal::Error;
 use hal::driver::{lock, wait};
+
+use crate::kernel_panics::catch_kernel_panic;
 
 /// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
 const CHUNKS_PER_RUNNER: u64 = 4;
@@ -78,6 +79,7 @@ impl PoolShared {
 
 impl WorkgroupPool {
     /// A pool of `available_parallelism` threads (at least 2).
+    #[cfg(test)]
     pub fn new() -> hal::Result<Self> {
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
         Self::with_threads(threads)
@@ -137,11 +139,13 @@ impl WorkgroupPool {
     }
 
     /// Times a dispatch called the pool threads to help (each a wake-up); for tests and statistics.
+    #[cfg(test)]
     pub fn calls_for_help(&self) -> u64 {
         self.shared.calls_for_help.load(Ordering::Relaxed)
     }
 
     /// Number of pool threads (the caller of `run` helps too).
+    #[cfg(test)]
     pub fn thread_count(&self) -> usize {
         self.threads.len()
     }
@@ -153,10 +157,10 @@ impl WorkgroupPool {
         F: Fn(u64) -> Result<(), E>,
     {
         for index in 0..total {
-            match catch_unwind(AssertUnwindSafe(|| task(index))) {
+            match catch_kernel_panic(|| task(index)) {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => return Err(JobFailure::Failed { index, error }),
-                Err(payload) => return Err(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+                Err(message) => return Err(JobFailure::Panicked { index, message }),
             }
         }
         Ok(())
@@ -295,17 +299,17 @@ where
     /// Runs `start..end`, stopping at a failure.
     fn run_range(&self, start: u64, end: u64) {
         let mut index = start;
-        let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let outcome = catch_kernel_panic(|| {
             while index < end && !self.failed.load(Ordering::Relaxed) {
                 (self.task)(index)?;
                 index += 1;
             }
             Ok(())
-        }));
+        });
         match outcome {
             Ok(Ok(())) => {}
             Ok(Err(error)) => self.record(JobFailure::Failed { index, error }),
-            Err(payload) => self.record(JobFailure::Panicked { index, message: panic_message(payload.as_ref()) }),
+            Err(message) => self.record(JobFailure::Panicked { index, message }),
         }
     }
 
@@ -363,17 +367,6 @@ where
                 return;
             }
         }
-    }
-}
-
-/// The text of a panic payload (`&str` or `String`, as `panic!` makes them).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(message) = payload.downcast_ref::<&str>() {
-        (*message).to_owned()
-    } else if let Some(message) = payload.downcast_ref::<String>() {
-        message.clone()
-    } else {
-        "panic with a non-string payload".to_owned()
     }
 }
 
@@ -529,7 +522,9 @@ mod tests {
             Ok::<(), ()>(())
         });
         match result {
-            Err(JobFailure::Panicked { index: 57, message }) => assert_eq!(message, "workgroup 57 exploded"),
+            Err(JobFailure::Panicked { index: 57, message }) => {
+                assert!(message.starts_with("workgroup 57 exploded (at "), "{message}")
+            }
             other => panic!("unexpected {other:?}"),
         }
         assert_eq!(pool.run(100, |_| Ok::<(), ()>(())), Ok(()));

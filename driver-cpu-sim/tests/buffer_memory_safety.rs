@@ -4,15 +4,13 @@
 //! taken before the dealloca keeps the memory alive until it drops, and every access that starts
 //! after the dealloca fails cleanly, naming the buffer. (b) and (c) are compile-time properties,
 //! checked by the `compile_fail` doc tests on `hal::NativeBinding` and `hal::driver::BufferBackend`;
-//! the test of (c) here checks the size the HAL trusts is the memory's own.
+//! that the size the HAL trusts is the memory's own is a unit test of cpu-sim's memory.
 
 use std::time::Duration;
 
-use driver_cpu_sim::memory::{HostMemory, MemoryBudget};
-use hal::driver::BufferExt;
 use hal::{
-    Buffer, BufferBinding, BufferParams, Device, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint,
-    NativeInvocation, Queue, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
+    Buffer, BufferBinding, BufferParams, Device, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeInvocation,
+    Queue, Semaphore, SemaphoreValue as SV, StatusCode, Timeout,
 };
 
 const T: Timeout = Timeout::After(Duration::from_secs(10));
@@ -118,7 +116,7 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
     done.wait(2, T).unwrap();
 
     let fill = device.create_semaphore(0).unwrap();
-    queue.fill(&[], &buffer, 0, 256, 0xFF, 1, &[SV::new(&fill, 1)]).unwrap();
+    queue.fill(&[], &buffer, 0, 256, 0xFFu8, &[SV::new(&fill, 1)]).unwrap();
     assert_names_buffer(&fill.wait(1, T).unwrap_err(), &buffer);
 
     let copy = device.create_semaphore(0).unwrap();
@@ -156,7 +154,7 @@ fn queue_work_after_dealloca_fails_its_signals_cleanly() {
 
     // The queue keeps working after these failures.
     let after = device.create_semaphore(0).unwrap();
-    queue.fill(&[], &other, 0, 4, 9, 1, &[SV::new(&after, 1)]).unwrap();
+    queue.fill(&[], &other, 0, 4, 9u8, &[SV::new(&after, 1)]).unwrap();
     after.wait(1, T).unwrap();
     assert_eq!(&other.read_to_vec().unwrap()[..4], &[9; 4]);
 }
@@ -170,7 +168,7 @@ fn queue_work_racing_a_dealloca_on_another_queue_never_touches_freed_memory() {
         let buffer = alloca(&q0, &done, BIG);
         // Unordered on purpose (a bug in the caller): the fill either runs on live memory or fails.
         let fill = device.create_semaphore(0).unwrap();
-        q1.fill(&[], &buffer, 0, BIG, 0x5A, 1, &[SV::new(&fill, 1)]).unwrap();
+        q1.fill(&[], &buffer, 0, BIG, 0x5Au8, &[SV::new(&fill, 1)]).unwrap();
         q0.dealloca(&[], &buffer, &[SV::new(&done, 2)]).unwrap();
         done.wait(2, T).unwrap();
         if let Err(err) = fill.wait(1, T) {
@@ -181,17 +179,4 @@ fn queue_work_racing_a_dealloca_on_another_queue_never_touches_freed_memory() {
     q1.barrier(&[], &[SV::new(&idle, 1)]).unwrap();
     idle.wait(1, T).unwrap();
     assert_eq!(memory_in_use(&device), 0, "every transient buffer was freed");
-}
-
-#[test]
-fn buffer_size_is_its_memorys_own() {
-    // Before the fix a safe caller chose the size (`from_backend(device, 64, params, 8 bytes)`) and
-    // `map` trusted it; now the buffer takes the size its backend's `unsafe impl` vouches for.
-    let budget = std::sync::Arc::new(MemoryBudget::unlimited());
-    let memory = std::sync::Arc::new(HostMemory::new(8, &budget).unwrap());
-    // SAFETY: cpu-sim host memory, touched only through this buffer's host calls.
-    let buffer = unsafe { Buffer::from_backend(DeviceId::next(), BufferParams::host_visible(), memory) };
-    assert_eq!(buffer.size(), 8);
-    assert_eq!(buffer.map(0, 64).err().unwrap().code(), StatusCode::OutOfRange);
-    assert_eq!(buffer.read_to_vec().unwrap(), vec![0; 8]);
 }

@@ -28,7 +28,7 @@ fn device() -> Device {
 
 /// A connection to the socket of the process that made `id`, as any process could open.
 fn connect(id: &ChannelId) -> UnixStream {
-    let name = driver_cpu_sim::collective::host_socket_name(id).expect("an id cpu-sim made");
+    let name = driver_cpu_sim::host_socket_name(id).expect("an id cpu-sim made");
     let address = SocketAddr::from_abstract_name(name.as_bytes()).expect("a socket name");
     let stream = UnixStream::connect_addr(&address).expect("connect to the host");
     stream.set_write_timeout(Some(LIMIT)).unwrap();

@@ -139,8 +139,8 @@ fn last_device_clone_dropped_in_a_host_call_leaves_no_hal_thread() {
                     drop(kept);
                     Ok(())
                 },
-                &[SV::new(&done, 1)],
                 HostCallFlags::NON_BLOCKING,
+                &[SV::new(&done, 1)],
             )
             .unwrap();
             // Work behind the call on its queue, and a dependant on another queue.
@@ -264,8 +264,8 @@ fn host_calls_released_together_each_get_a_thread() {
                     target.barrier(&[], &[SV::new(&sem, 1)])?;
                     sem.wait(1, Timeout::After(Duration::from_secs(2)))
                 },
-                &[SV::new(&done, 1)],
                 HostCallFlags::NON_BLOCKING,
+                &[SV::new(&done, 1)],
             )
             .unwrap();
             q2.host_call(

@@ -40,24 +40,24 @@ fn collectives_as(rank: usize, id: &ChannelId) {
 
     // All-reduce (sum): rank r holds r + 1 + i.
     let sums = buffer(32);
-    sums.write_slice(0, &(0..8).map(|i| (rank + 1 + i) as f32).collect::<Vec<_>>()).unwrap();
+    sums.write_values(0, &(0..8).map(|i| (rank + 1 + i) as f32).collect::<Vec<_>>()).unwrap();
     let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, 8).send(&sums).recv(&sums);
     submit(&device, &channel, &[], args).wait(1, T).unwrap();
     assert_eq!(sums.read_to_vec().unwrap(), floats(&(0..8).map(|i| (3 + 2 * i) as f32).collect::<Vec<_>>()));
 
     // All-gather: rank r sends 10r + i; everyone gets both in rank order.
     let (mine, all) = (buffer(16), buffer(32));
-    mine.write_slice(0, &(0..4).map(|i| 10 * rank as i32 + i).collect::<Vec<_>>()).unwrap();
+    mine.write_values(0, &(0..4).map(|i| 10 * rank as i32 + i).collect::<Vec<_>>()).unwrap();
     let args = CollectiveArgs::new(CollectiveOp::AllGather, ElementType::I32, 4).send(&mine).recv(&all);
     submit(&device, &channel, &[], args).wait(1, T).unwrap();
     let mut gathered = [0i32; 8];
-    all.read_slice(0, &mut gathered).unwrap();
+    all.read_values(0, &mut gathered).unwrap();
     assert_eq!(gathered, [0, 1, 2, 3, 10, 11, 12, 13]);
 
     // Broadcast from rank 1 (the rank in the other process is the root).
     let shared = buffer(8);
     if rank == 1 {
-        shared.write_slice(0, &[2.5f64]).unwrap();
+        shared.write_values(0, &[2.5f64]).unwrap();
     }
     let mut args = CollectiveArgs::new(CollectiveOp::Broadcast { root: 1 }, ElementType::F64, 1).recv(&shared);
     if rank == 1 {
@@ -65,7 +65,7 @@ fn collectives_as(rank: usize, id: &ChannelId) {
     }
     submit(&device, &channel, &[], args).wait(1, T).unwrap();
     let mut value = [0f64];
-    shared.read_slice(0, &mut value).unwrap();
+    shared.read_values(0, &mut value).unwrap();
     assert_eq!(value, [2.5]);
 
     // Send and receive, both ways: rank 0 sends 7s, rank 1 sends back 9s.
@@ -73,14 +73,14 @@ fn collectives_as(rank: usize, id: &ChannelId) {
     for sender in [0, 1] {
         let data = buffer(12);
         let args = if rank == sender {
-            data.write_slice(0, &[7 + 2 * sender as u32; 3]).unwrap();
+            data.write_values(0, &[7 + 2 * sender as u32; 3]).unwrap();
             CollectiveArgs::new(CollectiveOp::Send { peer }, ElementType::U32, 3).send(&data)
         } else {
             CollectiveArgs::new(CollectiveOp::Recv { peer }, ElementType::U32, 3).recv(&data)
         };
         submit(&device, &channel, &[], args).wait(1, T).unwrap();
         let mut got = [0u32; 3];
-        data.read_slice(0, &mut got).unwrap();
+        data.read_values(0, &mut got).unwrap();
         assert_eq!(got, [7 + 2 * sender as u32; 3], "rank {rank}, sent by rank {sender}");
     }
 

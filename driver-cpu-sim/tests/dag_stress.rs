@@ -144,10 +144,10 @@ fn run_round(seed: u64) {
         let q = &queues[*queue];
         let submitted = match op {
             Op::Fill { buf, word, words, value } => {
-                q.fill(&wait_list, &buffers[*buf], (*word * 4) as u64, (*words * 4) as u64, *value, 4, &signal_list)
+                q.fill(&wait_list, &buffers[*buf], (*word * 4) as u64, (*words * 4) as u64, *value, &signal_list)
             }
             Op::Update { buf, word, data } => {
-                q.update(&wait_list, &words_to_bytes(data), &buffers[*buf], (*word * 4) as u64, &signal_list)
+                q.update(&wait_list, &buffers[*buf], (*word * 4) as u64, &words_to_bytes(data), &signal_list)
             }
             Op::Copy { src, src_word, dst, dst_word, words } => q.copy(
                 &wait_list,

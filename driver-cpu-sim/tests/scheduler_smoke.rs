@@ -25,7 +25,7 @@ fn fill_then_copy_across_queues_in_semaphore_order() {
     let s = device.create_semaphore(0).unwrap();
     // Submitted first, runs second: the copy waits for the fill on the other queue.
     q1.copy(&[SV::new(&s, 1)], &a, 0, &b, 0, 64, &[SV::new(&s, 2)]).unwrap();
-    q0.fill(&[], &a, 0, 64, 0x1234_5678, 4, &[SV::new(&s, 1)]).unwrap();
+    q0.fill(&[], &a, 0, 64, 0x1234_5678u32, &[SV::new(&s, 1)]).unwrap();
     s.wait(2, T).unwrap();
     let bytes = b.read_to_vec().unwrap();
     assert_eq!(&bytes[..4], &0x1234_5678u32.to_le_bytes());
@@ -39,7 +39,7 @@ fn wait_before_signal_is_held_then_released_by_the_host() {
     let buf = device.allocate_buffer(BufferParams::host_visible(), 8).unwrap();
     let gate = device.create_semaphore(0).unwrap();
     let done = device.create_semaphore(0).unwrap();
-    q.fill(&[SV::new(&gate, 5)], &buf, 0, 8, 7, 1, &[SV::new(&done, 1)]).unwrap();
+    q.fill(&[SV::new(&gate, 5)], &buf, 0, 8, 7u8, &[SV::new(&done, 1)]).unwrap();
     assert!(done.wait(1, Timeout::After(Duration::from_millis(50))).is_err(), "must be held");
     let report = device.report();
     assert!(report.contains(&format!("semaphore {} >= 5", gate.id())), "report names the wait: {report}");
@@ -55,7 +55,7 @@ fn failed_wait_fails_signals_without_running() {
     let buf = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
     let gate = device.create_semaphore(0).unwrap();
     let done = device.create_semaphore(0).unwrap();
-    q.fill(&[SV::new(&gate, 1)], &buf, 0, 4, 9, 1, &[SV::new(&done, 1)]).unwrap();
+    q.fill(&[SV::new(&gate, 1)], &buf, 0, 4, 9u8, &[SV::new(&done, 1)]).unwrap();
     gate.fail(hal::Error::data_loss("upstream broke"));
     let err = done.wait(1, T).unwrap_err();
     assert_eq!(err.code(), StatusCode::DataLoss);
@@ -121,7 +121,7 @@ fn dependent_chain_across_three_queues_and_pools_return_to_idle() {
     let n = 300u64;
     for i in 0..n {
         let q = device.queue((i % 3) as usize).unwrap();
-        q.fill(&[SV::new(&s, i)], &buf, 0, 4, i as u32, 4, &[SV::new(&s, i + 1)]).unwrap();
+        q.fill(&[SV::new(&s, i)], &buf, 0, 4, i as u32, &[SV::new(&s, i + 1)]).unwrap();
         if (i + 1) % 100 == 0 {
             s.wait(i + 1, T).unwrap();
             device_idle(&device);
@@ -158,7 +158,7 @@ fn alloca_read_write_host_call_in_order() {
     let q = device.queue(2).unwrap();
     let s = device.create_semaphore(0).unwrap();
     let buf = q.alloca(&[], BufferParams::device_local(), 16, &[SV::new(&s, 1)]).unwrap();
-    q.write(&[SV::new(&s, 1)], vec![5u8; 16], &buf, 0, &[SV::new(&s, 2)]).unwrap();
+    q.write(&[SV::new(&s, 1)], &buf, 0, vec![5u8; 16], &[SV::new(&s, 2)]).unwrap();
     let back = q.read(&[SV::new(&s, 2)], &buf, 4, 8, &[SV::new(&s, 3)]).unwrap();
     let seen = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = seen.clone();
@@ -231,7 +231,7 @@ fn submissions_after_idle_gaps_wake_the_completion_thread() {
         for (i, &gap) in gaps_us.iter().enumerate() {
             std::thread::sleep(Duration::from_micros(gap));
             let queue = &queues[(round + i) % 2];
-            queue.fill(&[SV::new(&s, value)], &buf, 0, 64, value as u32, 4, &[SV::new(&s, value + 1)]).unwrap();
+            queue.fill(&[SV::new(&s, value)], &buf, 0, 64, value as u32, &[SV::new(&s, value + 1)]).unwrap();
             value += 1;
             let started = std::time::Instant::now();
             s.wait(value, Timeout::After(Duration::from_secs(5)))
@@ -264,14 +264,14 @@ fn work_with_nothing_to_run_shares_the_last_event() {
     empty.end().unwrap();
     let (filled, barriers, executes, after) =
         (device.create_semaphore(0).unwrap(), hal::Semaphore::new(0), hal::Semaphore::new(0), hal::Semaphore::new(0));
-    q.fill(&[], &big, 0, 256 << 20, 0x01, 1, &[SV::new(&filled, 1)]).unwrap();
+    q.fill(&[], &big, 0, 256 << 20, 0x01u8, &[SV::new(&filled, 1)]).unwrap();
     let (_, created) = events(&device);
     for i in 1..=100 {
         q.barrier(&[], &[SV::new(&barriers, i)]).unwrap();
         q.execute(&[], &empty, &[SV::new(&executes, i)]).unwrap();
     }
     let (_, shared_created) = events(&device);
-    q.fill(&[], &small, 0, 64, 0x02, 1, &[SV::new(&after, 1)]).unwrap();
+    q.fill(&[], &small, 0, 64, 0x02u8, &[SV::new(&after, 1)]).unwrap();
     let (_, fill_created) = events(&device);
     barriers.wait(100, T).unwrap();
     assert_eq!(filled.query().unwrap(), 1, "a barrier's signal was reached before the work it follows");
@@ -315,7 +315,7 @@ fn work_with_nothing_to_run_on_an_idle_queue_retires_at_issue() {
     empty.end().unwrap();
     let buf = device.allocate_buffer(BufferParams::host_visible(), 64).unwrap();
     let s = device.create_semaphore(0).unwrap();
-    q.fill(&[], &buf, 0, 64, 0x03, 1, &[SV::new(&s, 1)]).unwrap();
+    q.fill(&[], &buf, 0, 64, 0x03u8, &[SV::new(&s, 1)]).unwrap();
     s.wait(1, T).unwrap();
     // The completion thread may still hold the queue's retiring lock for a moment after the wait:
     // then the submission takes the ordinary path. Some of a few tries, spaced out, find it idle.
@@ -338,7 +338,7 @@ fn work_with_nothing_to_run_on_an_idle_queue_retires_at_issue() {
         s.wait(value, T).unwrap();
     }
     assert!(at_issue > 0, "no barrier or empty execute on the idle queue retired at issue");
-    q.fill(&[SV::new(&s, 21)], &buf, 0, 64, 0x04, 1, &[SV::new(&s, 22)]).unwrap();
+    q.fill(&[SV::new(&s, 21)], &buf, 0, 64, 0x04u8, &[SV::new(&s, 22)]).unwrap();
     s.wait(22, T).unwrap();
     assert_eq!(buf.read_to_vec().unwrap(), vec![0x04; 64]);
     eventually("no event in use once idle", || events(&device).0 == 0);

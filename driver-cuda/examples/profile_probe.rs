@@ -53,8 +53,8 @@ fn main() -> hal::Result<()> {
             cb.dispatch(&sleep, 0, [1, 1, 1], &[2000], &[])?;
             cb.barrier()?;
             match between {
-                "host fill" => cb.fill(&host, 0, 4, 9, 4)?,
-                "device fill" => cb.fill(&dev, 0, 4, 9, 4)?,
+                "host fill" => cb.fill(&host, 0, 4, 9u32)?,
+                "device fill" => cb.fill(&dev, 0, 4, 9u32)?,
                 _ => {}
             }
             cb.barrier()?;

@@ -78,7 +78,7 @@ fn run(dir: &Path) -> Result<bool, String> {
         let reference = read_f32s(&dir.join(format!("{name}.ref.bin")))?;
         let triton = read_f32s(&dir.join(format!("{name}.triton.bin")))?;
         let (bindings, constants): (usize, Vec<u32>) = match name.as_str() {
-            "scaled_add" => (3, vec![facts.number::<f32>("alpha")?.to_bits(), facts.number("n")?]),
+            "scaled_add" => (3, hal::constants![facts.number::<f32>("alpha")?, facts.number::<u32>("n")?]),
             _ => {
                 let cols: u32 = facts.number("cols")?;
                 (2, vec![cols, cols, cols])
@@ -97,7 +97,7 @@ fn run(dir: &Path) -> Result<bool, String> {
             let buffer = device
                 .allocate_buffer(BufferParams::host_visible(), 4 * values.len() as u64)
                 .map_err(|e| e.to_string())?;
-            buffer.write_slice(0, values).map_err(|e| e.to_string())?;
+            buffer.write_values(0, values).map_err(|e| e.to_string())?;
             Ok(buffer)
         };
         let out = upload(&vec![f32::NAN; reference.len()])?;
@@ -115,7 +115,7 @@ fn run(dir: &Path) -> Result<bool, String> {
         queue.execute(&[], &cb, &[SV::new(&done, value)]).map_err(|e| e.to_string())?;
         done.wait(value, Timeout::After(std::time::Duration::from_secs(30))).map_err(|e| format!("{name}: {e}"))?;
         let mut got = vec![0f32; reference.len()];
-        out.read_slice(0, &mut got).map_err(|e| e.to_string())?;
+        out.read_values(0, &mut got).map_err(|e| e.to_string())?;
         let max_diff = got.iter().zip(&reference).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         let same_as_triton = got.iter().zip(&triton).filter(|(a, b)| a.to_bits() == b.to_bits()).count();
         let ok = max_diff <= 1e-5 && same_as_triton == got.len();

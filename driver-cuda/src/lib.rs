@@ -21,7 +21,7 @@
 //!         let queue = device.queue(0).unwrap();
 //!         let buffer = device.allocate_buffer(BufferParams::device_local(), 64).unwrap();
 //!         let done = device.create_semaphore(0).unwrap();
-//!         queue.fill(&[], &buffer, 0, 64, 0xAB, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//!         queue.fill(&[], &buffer, 0, 64, 0xABu8, &[SemaphoreValue::new(&done, 1)]).unwrap();
 //!         let bytes = queue.read(&[SemaphoreValue::new(&done, 1)], &buffer, 0, 64, &[SemaphoreValue::new(&done, 2)]).unwrap();
 //!         done.wait(2, Timeout::Infinite).unwrap();
 //!         assert_eq!(bytes.take().unwrap(), vec![0xAB; 64]);

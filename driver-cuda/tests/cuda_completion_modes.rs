@@ -169,7 +169,7 @@ fn submission_timings_measure_each_submission_on_the_device() {
     let s = device.create_semaphore(0).unwrap();
     q.execute(&[], &short, &[SV::new(&s, 1)]).unwrap();
     q.execute(&[SV::new(&s, 1)], &long, &[SV::new(&s, 2)]).unwrap();
-    q.fill(&[SV::new(&s, 2)], &buf, 0, 1 << 20, 7, 1, &[SV::new(&s, 3)]).unwrap();
+    q.fill(&[SV::new(&s, 2)], &buf, 0, 1 << 20, 7u8, &[SV::new(&s, 3)]).unwrap();
     s.wait(3, T).unwrap();
     device.wait_idle_for_test();
     let usage = device.resource_usage();

@@ -71,11 +71,11 @@ fn fill_patterns_update_copy_write_read() {
     let b = device_buffer(&device, 1024);
     let s = device.create_semaphore(0).unwrap();
     assert_eq!(read_back(&device, &a), vec![0u8; 1024], "device memory starts zeroed");
-    q.fill(&[], &a, 3, 5, 0xAB, 1, &[SV::new(&s, 1)]).unwrap();
-    q.fill(&[], &a, 10, 6, 0xBEEF, 2, &[SV::new(&s, 2)]).unwrap();
-    q.fill(&[], &a, 20, 300, 0x0403_0201, 4, &[SV::new(&s, 3)]).unwrap();
-    q.update(&[], &[9, 8, 7], &a, 400, &[SV::new(&s, 4)]).unwrap();
-    q.write(&[], vec![5u8; 100], &a, 500, &[SV::new(&s, 5)]).unwrap();
+    q.fill(&[], &a, 3, 5, 0xABu8, &[SV::new(&s, 1)]).unwrap();
+    q.fill(&[], &a, 10, 6, 0xBEEFu16, &[SV::new(&s, 2)]).unwrap();
+    q.fill(&[], &a, 20, 300, 0x0403_0201u32, &[SV::new(&s, 3)]).unwrap();
+    q.update(&[], &a, 400, &[9, 8, 7], &[SV::new(&s, 4)]).unwrap();
+    q.write(&[], &a, 500, vec![5u8; 100], &[SV::new(&s, 5)]).unwrap();
     q.copy(&[SV::new(&s, 5)], &a, 0, &b, 0, 1024, &[SV::new(&s, 6)]).unwrap();
     let partial = q.read(&[SV::new(&s, 6)], &b, 398, 8, &[SV::new(&s, 7)]).unwrap();
     s.wait(7, T).unwrap();
@@ -94,7 +94,7 @@ fn fill_patterns_update_copy_write_read() {
     let h = host_buffer(&device, 256);
     assert!(h.read_to_vec().unwrap().iter().all(|&x| x == 0));
     h.write(0, &[1, 2, 3, 4]).unwrap();
-    q.fill(&[], &h, 64, 64, 0x1122_3344, 4, &[SV::new(&s, 8)]).unwrap();
+    q.fill(&[], &h, 64, 64, 0x1122_3344u32, &[SV::new(&s, 8)]).unwrap();
     q.copy(&[SV::new(&s, 8)], &h, 0, &h, 128, 4, &[SV::new(&s, 9)]).unwrap();
     q.copy(&[SV::new(&s, 9)], &h, 64, &a, 0, 64, &[SV::new(&s, 10)]).unwrap();
     s.wait(10, T).unwrap();
@@ -107,7 +107,7 @@ fn fill_patterns_update_copy_write_read() {
     // A large write and read go through bigger staging blocks.
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     let c = device_buffer(&device, big.len() as u64);
-    q.write(&[], big.clone(), &c, 0, &[SV::new(&s, 11)]).unwrap();
+    q.write(&[], &c, 0, big.clone(), &[SV::new(&s, 11)]).unwrap();
     let back = q.read(&[SV::new(&s, 11)], &c, 0, big.len() as u64, &[SV::new(&s, 12)]).unwrap();
     s.wait(12, T).unwrap();
     assert!(back.take().unwrap() == big);
@@ -173,7 +173,7 @@ fn dispatches_follow_the_abi() {
     let whole = |buffers: &[&hal::Buffer]| buffers.iter().map(|b| BufferBinding::whole(b)).collect::<Vec<_>>();
     cb.dispatch(&exe, ep("add_f32"), [4, 1, 1], &[n as u32], &whole(&[&a, &b, &c])).unwrap();
     cb.barrier().unwrap();
-    let constants = [n as u32, 2.0f32.to_bits(), (-1.0f32).to_bits()];
+    let constants = hal::constants![n as u32, 2.0f32, -1.0f32];
     cb.dispatch(&exe, ep("scale_offset_f32"), [4, 2, 2], &constants, &whole(&[&c, &d])).unwrap();
     cb.end().unwrap();
     assert!(is_graph(&cb));
@@ -214,7 +214,7 @@ fn mixed_graph_with_transfers_and_updates_replays() {
     let buf = device_buffer(&device, 4096);
     let host = host_buffer(&device, 4096);
     let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    cb.fill(&buf, 0, 4096, 0, 4).unwrap();
+    cb.fill(&buf, 0, 4096, 0u32).unwrap();
     cb.barrier().unwrap();
     cb.update(&buf, 16, &u32_bytes([7, 8, 9])).unwrap();
     cb.barrier().unwrap();
@@ -223,7 +223,7 @@ fn mixed_graph_with_transfers_and_updates_replays() {
     cb.barrier().unwrap();
     cb.copy(&buf, 0, &host, 0, 4096).unwrap();
     cb.barrier().unwrap();
-    cb.fill(&host, 4000, 96, 0xFF, 1).unwrap();
+    cb.fill(&host, 4000, 96, 0xFFu8).unwrap();
     cb.end().unwrap();
     let graph = is_graph(&cb);
     println!("mixed command buffer replays as a graph: {graph}");
@@ -293,7 +293,7 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     let out = device_buffer(&device, 4096);
     // Recorded before the alloca ran: the address is read at execute, so this replays directly.
     let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    cb.fill(&t, 0, 4096, 41, 4).unwrap();
+    cb.fill(&t, 0, 4096, 41u32).unwrap();
     cb.barrier().unwrap();
     cb.dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[1024], &[BufferBinding::whole(&t)])
         .unwrap();
@@ -310,7 +310,7 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     // Host-visible transients are mapped only between alloca and dealloca.
     let h = q0.alloca(&[], BufferParams::host_visible(), 64, &[SV::new(&s, 4)]).unwrap();
     s.wait(4, T).unwrap();
-    q0.fill(&[], &h, 0, 64, 3, 1, &[SV::new(&s, 5)]).unwrap();
+    q0.fill(&[], &h, 0, 64, 3u8, &[SV::new(&s, 5)]).unwrap();
     s.wait(5, T).unwrap();
     assert_eq!(h.read_to_vec().unwrap(), vec![3; 64]);
     q0.dealloca(&[], &h, &[SV::new(&s, 6)]).unwrap();
@@ -320,7 +320,7 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     // Use before alloca fails the submission's signals, clearly; a double dealloca is refused at the call.
     let late = q0.alloca(&[SV::new(&s, 100)], BufferParams::device_local(), 64, &[SV::new(&s, 101)]).unwrap();
     let f = device.create_semaphore(0).unwrap();
-    q1.fill(&[], &late, 0, 64, 0, 1, &[SV::new(&f, 1)]).unwrap();
+    q1.fill(&[], &late, 0, 64, 0u8, &[SV::new(&f, 1)]).unwrap();
     let err = f.wait(1, T).unwrap_err();
     assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
     assert!(err.message().contains("has no memory"), "{err}");
@@ -394,8 +394,8 @@ fn wait_before_signal_is_held_then_released() {
     let mid = device.create_semaphore(0).unwrap();
     let done = device.create_semaphore(0).unwrap();
     // Submitted first, signalled later: q1 waits on mid=1 which q0 will signal after the host gate.
-    q1.fill(&[SV::new(&mid, 1)], &buf, 128, 128, 0x22, 1, &[SV::new(&done, 1)]).unwrap();
-    q0.fill(&[SV::new(&gate, 5)], &buf, 0, 128, 0x11, 1, &[SV::new(&mid, 1)]).unwrap();
+    q1.fill(&[SV::new(&mid, 1)], &buf, 128, 128, 0x22u8, &[SV::new(&done, 1)]).unwrap();
+    q0.fill(&[SV::new(&gate, 5)], &buf, 0, 128, 0x11u8, &[SV::new(&mid, 1)]).unwrap();
     assert_eq!(
         done.wait(1, Timeout::After(Duration::from_millis(50))).unwrap_err().code(),
         StatusCode::DeadlineExceeded
@@ -430,8 +430,8 @@ fn failures_propagate_and_other_queues_keep_working() {
     let gate = device.create_semaphore(0).unwrap();
     let a = device.create_semaphore(0).unwrap();
     let b = device.create_semaphore(0).unwrap();
-    q0.fill(&[SV::new(&gate, 1)], &buf, 0, 64, 1, 1, &[SV::new(&a, 1)]).unwrap();
-    q1.fill(&[SV::new(&a, 1)], &buf, 0, 64, 2, 1, &[SV::new(&b, 1)]).unwrap();
+    q0.fill(&[SV::new(&gate, 1)], &buf, 0, 64, 1u8, &[SV::new(&a, 1)]).unwrap();
+    q1.fill(&[SV::new(&a, 1)], &buf, 0, 64, 2u8, &[SV::new(&b, 1)]).unwrap();
     gate.fail(Error::data_loss("upstream broke"));
     let err = b.wait(1, T).unwrap_err();
     assert_eq!(err.code(), StatusCode::DataLoss);
@@ -444,7 +444,7 @@ fn failures_propagate_and_other_queues_keep_working() {
     // Unrelated work on every queue still runs.
     let ok = device.create_semaphore(0).unwrap();
     for (i, q) in [&q0, &q1, &q2].into_iter().enumerate() {
-        q.fill(&[], &buf, 0, 64, 7, 1, &[SV::new(&ok, i as u64 + 1)]).unwrap();
+        q.fill(&[], &buf, 0, 64, 7u8, &[SV::new(&ok, i as u64 + 1)]).unwrap();
         ok.wait(i as u64 + 1, T).unwrap();
     }
     assert_eq!(read_back(&device, &buf), vec![7; 64]);
@@ -506,7 +506,7 @@ fn many_submissions_across_queues_then_idle() {
             // Each queue waits on its neighbour's previous round: a lattice of device-side waits.
             let prev = &semaphores[(q + 3) % 4];
             queues[q]
-                .fill(&[SV::new(prev, r - 1)], &buf, 1024 * q as u64, 1024, r as u32, 4, &[SV::new(&semaphores[q], r)])
+                .fill(&[SV::new(prev, r - 1)], &buf, 1024 * q as u64, 1024, r as u32, &[SV::new(&semaphores[q], r)])
                 .unwrap();
         }
     }
@@ -540,8 +540,8 @@ fn teardown_cancels_held_work_and_semaphores_outlive_the_device() {
     let never = device.create_semaphore(0).unwrap();
     let held = device.create_semaphore(0).unwrap();
     let published = device.create_semaphore(0).unwrap();
-    q.fill(&[SV::new(&never, 1)], &buf, 0, 64, 1, 1, &[SV::new(&held, 1)]).unwrap();
-    q.fill(&[], &buf, 0, 64, 2, 1, &[SV::new(&published, 1)]).unwrap();
+    q.fill(&[SV::new(&never, 1)], &buf, 0, 64, 1u8, &[SV::new(&held, 1)]).unwrap();
+    q.fill(&[], &buf, 0, 64, 2u8, &[SV::new(&published, 1)]).unwrap();
     let start = Instant::now();
     drop(q);
     drop(device);

@@ -40,8 +40,8 @@ fn trap_fails_its_submission_and_poisons_the_gpu_for_this_process() {
 
     let start = Instant::now();
     q0.execute(&[], &trap, &[SV::new(&s, 1)]).unwrap();
-    q0.fill(&[], &buf, 0, 256, 1, 1, &[SV::new(&same_queue, 1)]).unwrap();
-    q1.fill(&[SV::new(&s, 1)], &buf, 0, 256, 2, 1, &[SV::new(&other_queue, 1)]).unwrap();
+    q0.fill(&[], &buf, 0, 256, 1u8, &[SV::new(&same_queue, 1)]).unwrap();
+    q1.fill(&[SV::new(&s, 1)], &buf, 0, 256, 2u8, &[SV::new(&other_queue, 1)]).unwrap();
     let err = s.wait(1, T).expect_err("the trapping submission must fail");
     println!("MEASURED: trap reported after {:?}: {err}", start.elapsed());
     assert!(matches!(err.code(), StatusCode::DataLoss | StatusCode::Aborted), "{err}");
@@ -55,7 +55,7 @@ fn trap_fails_its_submission_and_poisons_the_gpu_for_this_process() {
 
     // A later submission on an unrelated queue of the same device.
     let later = a.create_semaphore(0).unwrap();
-    let submitted = q2.fill(&[], &buf, 0, 256, 3, 1, &[SV::new(&later, 1)]);
+    let submitted = q2.fill(&[], &buf, 0, 256, 3u8, &[SV::new(&later, 1)]);
     let later = later.wait(1, T);
     println!("MEASURED: later submission: call {}, signal {}", describe(&submitted), describe(&later));
     assert!(later.is_err(), "later submissions fail with the sticky status");
@@ -66,7 +66,7 @@ fn trap_fails_its_submission_and_poisons_the_gpu_for_this_process() {
     match bbuf {
         Ok(bbuf) => {
             let sb = b.create_semaphore(0).unwrap();
-            let submitted = bq.fill(&[], &bbuf, 0, 64, 4, 1, &[SV::new(&sb, 1)]);
+            let submitted = bq.fill(&[], &bbuf, 0, 64, 4u8, &[SV::new(&sb, 1)]);
             let result = sb.wait(1, T);
             println!(
                 "MEASURED: other device of the same GPU: call {}, signal {}",
@@ -93,7 +93,7 @@ fn trap_fails_its_submission_and_poisons_the_gpu_for_this_process() {
         let q = c.queue(0)?;
         let buf = c.allocate_buffer(hal::BufferParams::device_local(), 64)?;
         let done = c.create_semaphore(0)?;
-        q.fill(&[], &buf, 0, 64, 9, 1, &[SV::new(&done, 1)])?;
+        q.fill(&[], &buf, 0, 64, 9u8, &[SV::new(&done, 1)])?;
         let bytes = q.read(&[SV::new(&done, 1)], &buf, 0, 64, &[SV::new(&done, 2)])?;
         done.wait(2, T)?;
         bytes.take().ok_or_else(|| hal::Error::internal("no bytes"))

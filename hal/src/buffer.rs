@@ -15,7 +15,7 @@ use bytemuck::Pod;
 use crate::device::DeviceId;
 use crate::driver::BufferBackend;
 use crate::error::{Error, Result};
-use crate::host_data::{as_bytes, as_bytes_mut, bytes_to_vec};
+use crate::host_data::{as_bytes, as_bytes_mut, bytes_to_vec, element_offset};
 use crate::label::{Label, Unlabelled};
 
 bitflags! {
@@ -90,7 +90,7 @@ impl BufferParams {
         }
         if self.usage.contains(BufferUsage::MAPPING) && !self.memory_type.contains(MemoryType::HOST_VISIBLE) {
             return Err(Error::invalid_argument(format!(
-                "buffer params: usage MAPPING needs a HOST_VISIBLE memory type, got {:?}",
+                "buffer params: usage MAPPING needs a HOST_VISIBLE memory type, got {}",
                 self.memory_type
             )));
         }
@@ -107,10 +107,10 @@ impl BufferParams {
 /// let device = driver_cpu_sim::create_device()?;
 /// let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
 /// buffer.set_label("coefficients")?;
-/// buffer.write_slice(0, &[0.5f32, 0.25, 0.125, 0.0625])?;
+/// buffer.write_values(0, &[0.5f32, 0.25, 0.125, 0.0625])?;
 /// assert_eq!(buffer.read_as::<f32>()?, [0.5, 0.25, 0.125, 0.0625]);
 /// let mut mapping = buffer.map(4, 8)?; // bytes 4..12
-/// mapping.write_slice(0, &[1.0f32])?;
+/// mapping.write_values(0, &[1.0f32])?;
 /// drop(mapping);
 /// assert_eq!(buffer.read_as::<f32>()?[1], 1.0);
 /// let outside = buffer.write(12, &[0; 8]).unwrap_err();
@@ -193,10 +193,10 @@ impl Buffer {
     ///
     /// let device = driver_cpu_sim::create_device()?;
     /// let whole = device.allocate_buffer(BufferParams::host_visible(), 16)?;
-    /// whole.write_slice(0, &[1u32, 2, 3, 4])?;
+    /// whole.write_values(0, &[1u32, 2, 3, 4])?;
     /// let middle = whole.subspan(4, 8)?;
     /// assert_eq!((middle.size(), middle.read_as::<u32>()?), (8, vec![2, 3]));
-    /// middle.write_slice(4, &[30u32])?;
+    /// middle.write_values(1, &[30u32])?;
     /// assert_eq!(whole.read_as::<u32>()?, [1, 2, 30, 4]);
     /// assert!(middle.subspan(4, 8).is_err(), "past the subspan's end");
     /// # Ok::<(), hal::Error>(())
@@ -338,7 +338,7 @@ impl Buffer {
             Ok(())
         } else {
             Err(Error::permission_denied(format!(
-                "{}: needs usage {usage:?} but was allocated with {:?}",
+                "{}: needs usage {usage} but was allocated with {}",
                 self,
                 self.usage()
             )))
@@ -354,7 +354,7 @@ impl Buffer {
         self.check_range(offset, length)?;
         if !self.memory_type().contains(MemoryType::HOST_VISIBLE) {
             return Err(Error::permission_denied(format!(
-                "{}: memory type {:?} is not HOST_VISIBLE and cannot be mapped",
+                "{}: memory type {} is not HOST_VISIBLE and cannot be mapped",
                 self,
                 self.memory_type()
             )));
@@ -379,10 +379,10 @@ impl Buffer {
         self.map(offset, data.len() as u64)?.write(0, data)
     }
 
-    /// Copies plain-old-data `values` (`f32`, `u32`, `[f32; 4]`, ...) into the buffer at byte
-    /// `offset`, as the bytes they are in host memory.
-    pub fn write_slice<T: Pod>(&self, offset: u64, values: &[T]) -> Result<()> {
-        self.write(offset, as_bytes(values))
+    /// Copies plain-old-data `values` (`f32`, `u32`, `[f32; 4]`, ...) into the buffer from element
+    /// `first` on (counted in `T`s, like `values`), as the bytes they are in host memory.
+    pub fn write_values<T: Pod>(&self, first: u64, values: &[T]) -> Result<()> {
+        self.write(element_offset::<T>(first, self)?, as_bytes(values))
     }
 
     /// Copies `out.len()` bytes at `offset` out of the buffer through a mapping.
@@ -390,9 +390,9 @@ impl Buffer {
         self.map(offset, out.len() as u64)?.read(0, out)
     }
 
-    /// Fills plain-old-data `out` from byte `offset` of the buffer.
-    pub fn read_slice<T: Pod>(&self, offset: u64, out: &mut [T]) -> Result<()> {
-        self.read(offset, as_bytes_mut(out))
+    /// Fills plain-old-data `out` from the buffer's elements of `T`, starting at element `first`.
+    pub fn read_values<T: Pod>(&self, first: u64, out: &mut [T]) -> Result<()> {
+        self.read(element_offset::<T>(first, self)?, as_bytes_mut(out))
     }
 
     /// Reads the whole buffer into a new vector.
@@ -443,7 +443,7 @@ impl fmt::Debug for Buffer {
 /// be ordered against them by the caller (wait on the semaphore the work signals), as on any GPU API.
 ///
 /// An unordered access is a bug in the program but not undefined behaviour: [`read`](Self::read)
-/// and [`write`](Self::write) copy with relaxed atomics ([`crate::driver::shared_memory`]: one `AtomicU32`
+/// and [`write`](Self::write) copy with relaxed atomics (`hal::driver::shared_memory`, for driver authors: one `AtomicU32`
 /// per aligned word, `AtomicU8` for unaligned edges), as cpu-sim's kernels and transfers do, so a
 /// racing copy sees some mix of old and new words. Rust's rule against racing atomics of different
 /// sizes still applies at unaligned edges (see [`NativeBinding`](crate::NativeBinding)).
@@ -494,14 +494,24 @@ impl Mapping<'_> {
         Ok(())
     }
 
-    /// Copies plain-old-data `values` into the mapping at byte `offset`.
-    pub fn write_slice<T: Pod>(&mut self, offset: usize, values: &[T]) -> Result<()> {
-        self.write(offset, as_bytes(values))
+    /// Copies plain-old-data `values` into the mapping from element `first` on (counted in `T`s).
+    pub fn write_values<T: Pod>(&mut self, first: usize, values: &[T]) -> Result<()> {
+        self.write(self.element_offset::<T>(first)?, as_bytes(values))
     }
 
-    /// Fills plain-old-data `out` from byte `offset` of the mapping.
-    pub fn read_slice<T: Pod>(&self, offset: usize, out: &mut [T]) -> Result<()> {
-        self.read(offset, as_bytes_mut(out))
+    /// Fills plain-old-data `out` from the mapping's elements of `T`, starting at element `first`.
+    pub fn read_values<T: Pod>(&self, first: usize, out: &mut [T]) -> Result<()> {
+        self.read(self.element_offset::<T>(first)?, as_bytes_mut(out))
+    }
+
+    fn element_offset<T: Pod>(&self, first: usize) -> Result<usize> {
+        first.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::out_of_range(format!(
+                "mapping of {}: element {first} of {}-byte values is past any byte offset",
+                self.buffer,
+                std::mem::size_of::<T>()
+            ))
+        })
     }
 
     /// The mapped bytes as a slice.

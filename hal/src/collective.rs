@@ -25,7 +25,7 @@
 //! for (rank, device) in devices.iter().enumerate() {
 //!     let channel = device.create_channel(&id, rank, 2)?;
 //!     let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
-//!     buffer.write_slice(0, &[rank as f32 + 1.0; 4])?;
+//!     buffer.write_values(0, &[rank as f32 + 1.0; 4])?;
 //!     let signal = device.create_semaphore(0)?;
 //!     let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, 4)
 //!         .send(&buffer)
@@ -38,7 +38,7 @@
 //!     signal.wait(1, Timeout::Infinite)?;
 //! }
 //! let mut sums = [0f32; 4];
-//! buffers[1].read_slice(0, &mut sums)?;
+//! buffers[1].read_values(0, &mut sums)?;
 //! assert_eq!(sums, [3.0; 4]);
 //! # Ok::<(), hal::Error>(())
 //! ```

@@ -13,6 +13,7 @@ use crate::device::DeviceId;
 use crate::driver::{BindingState, DeviceBackend, PreparedCommands};
 use crate::error::{Error, Result};
 use crate::executable::Executable;
+use crate::fill_pattern::FillPattern;
 use crate::label::{Label, Unlabelled};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
@@ -161,6 +162,11 @@ enum Grid {
 }
 
 impl Command {
+    /// A fill of `length` bytes at `offset` of `target` with `pattern`.
+    pub fn fill(target: Buffer, offset: u64, length: u64, pattern: FillPattern) -> Command {
+        Command::Fill { target, offset, length, pattern: pattern.bits(), pattern_len: pattern.len() }
+    }
+
     /// Checks a transfer command's ranges, alignment and usages (`Fill`, `Update`, `Copy`).
     pub fn validate_transfer(&self) -> Result<()> {
         match self {
@@ -229,9 +235,9 @@ impl Command {
 /// let device = driver_cpu_sim::create_device()?;
 /// let buffer = device.allocate_buffer(BufferParams::host_visible(), 8)?;
 /// let commands = device.create_command_buffer(CommandBufferMode::Reusable)?;
-/// commands.fill(&buffer, 0, 8, 7, 4)?;
+/// commands.fill(&buffer, 0, 8, 7u32)?;
 /// commands.end()?;
-/// assert_eq!(commands.fill(&buffer, 0, 8, 7, 4).unwrap_err().code(), StatusCode::FailedPrecondition);
+/// assert_eq!(commands.fill(&buffer, 0, 8, 7u32).unwrap_err().code(), StatusCode::FailedPrecondition);
 /// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
 /// queue.execute(&[], &commands, &[SV::new(&done, 1)])?;
 /// queue.execute(&[SV::new(&done, 1)], &commands, &[SV::new(&done, 2)])?; // reusable: again
@@ -393,18 +399,18 @@ impl CommandBuffer {
         }
     }
 
-    /// Records a fill of `length` bytes at `offset` with `pattern` (1, 2 or 4 bytes, little-endian in
-    /// the low bytes of the `u32`). Offset and length must be multiples of the pattern length.
+    /// Records a fill of `length` bytes at `offset` with `pattern` repeated (`0xABu8`, `7u32`,
+    /// `1.0f32`: see [`FillPattern`]). Offset and length must be multiples of the pattern's width.
     /// `target` is a buffer or a binding-table slot ([`BufferRef`]).
     pub fn fill(
         &self,
         target: impl Into<BufferRef>,
         offset: u64,
         length: u64,
-        pattern: u32,
-        pattern_len: u8,
+        pattern: impl Into<FillPattern>,
     ) -> Result<()> {
-        let fill = move |target: Buffer, offset| Command::Fill { target, offset, length, pattern, pattern_len };
+        let pattern = pattern.into();
+        let fill = move |target: Buffer, offset| Command::fill(target, offset, length, pattern);
         match target.into() {
             BufferRef::Buffer(target) => {
                 let command = fill(target, offset);
@@ -789,7 +795,7 @@ impl CommandBuffer {
     ///     let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
     ///     // Recorded once: write this rank's input, then sum it over the ranks in place.
     ///     let step = device.create_command_buffer(CommandBufferMode::Reusable)?;
-    ///     step.fill(&buffer, 0, 16, rank as u32 + 1, 4)?;
+    ///     step.fill(&buffer, 0, 16, rank as u32 + 1)?;
     ///     step.collective(
     ///         &channel,
     ///         CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4)

@@ -4,7 +4,9 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::buffer::{Buffer, BufferParams, MemoryType};
+use bytemuck::Pod;
+
+use crate::buffer::{Buffer, BufferParams, BufferUsage, MemoryType};
 use crate::collective::{Channel, ChannelId};
 use crate::command_buffer::{CommandBuffer, CommandBufferMode};
 use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
@@ -237,6 +239,39 @@ impl Device {
         Ok(Buffer::wrap(self.id(), params, backend))
     }
 
+    /// Allocates a buffer holding `values` (as the bytes they are in host memory; `size_of_val(values)`
+    /// bytes), uploaded before this returns: wgpu's `create_buffer_init`, cudarc's `clone_htod`. A
+    /// mappable buffer (`HOST_VISIBLE` with the `MAPPING` usage) is written through a mapping; any
+    /// other needs the `TRANSFER_TARGET` usage and is written on queue 0, which this waits for.
+    ///
+    /// ```
+    /// use hal::{BufferParams, Timeout};
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let weights = device.allocate_buffer_init(BufferParams::device_local(), &[0.5f32, 0.25, 0.125])?;
+    /// assert_eq!(weights.size(), 12);
+    /// let readback = device.queue(0)?.read(&[], &weights, 0, 12, &[])?;
+    /// assert_eq!(readback.wait_as::<f32>(Timeout::Infinite)?, [0.5, 0.25, 0.125]);
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn allocate_buffer_init<T: Pod>(&self, params: BufferParams, values: &[T]) -> Result<Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(values);
+        let buffer = self.allocate_buffer(params, bytes.len() as u64)?;
+        let mappable =
+            params.memory_type.contains(MemoryType::HOST_VISIBLE) && params.usage.contains(BufferUsage::MAPPING);
+        if bytes.is_empty() {
+            return Ok(buffer);
+        }
+        if mappable {
+            buffer.write(0, bytes)?;
+        } else {
+            let uploaded = self.create_semaphore(0)?;
+            self.queue(0)?.write(&[], &buffer, 0, bytes, &[SemaphoreValue::new(&uploaded, 1)])?;
+            uploaded.wait(1, Timeout::Infinite)?;
+        }
+        Ok(buffer)
+    }
+
     /// Lends the device `length` bytes of host memory the embedder owns, at `ptr`, as a buffer
     /// (CUDA: registered, device-mapped host memory): kernels and transfers use it in place.
     /// `release` runs exactly once, when the HAL no longer uses the memory: after the last handle of
@@ -272,7 +307,7 @@ impl Device {
     /// // SAFETY: the box stays allocated until `release` takes it back; nothing else touches it.
     /// let buffer = unsafe { device.import_host_memory(ptr, length, BufferParams::host_visible(), release) }?;
     /// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
-    /// queue.fill(&[], &buffer, 0, 512, 7, 4, &[SV::new(&done, 1)])?;
+    /// queue.fill(&[], &buffer, 0, 512, 7u32, &[SV::new(&done, 1)])?;
     /// done.wait(1, Timeout::Infinite)?;
     /// drop(buffer);
     /// let words = back.recv().unwrap(); // the release ran: the memory is the embedder's again
@@ -294,7 +329,7 @@ impl Device {
             return refuse("an empty range".to_owned());
         }
         if !params.memory_type.contains(MemoryType::HOST_VISIBLE) {
-            return refuse(format!("memory type {:?} is not host-visible", params.memory_type));
+            return refuse(format!("memory type {} is not host-visible", params.memory_type));
         }
         self.check_allocation(params, length)?;
         // SAFETY: the caller's contract is `ImportedHostMemory::new`'s.
@@ -324,10 +359,10 @@ impl Device {
         }
         if !info.memory_types.iter().any(|t| t.contains(params.memory_type)) {
             return Err(Error::invalid_argument(format!(
-                "{}: no memory type offers {:?} (it has {:?})",
+                "{}: no memory type offers {} (it has {})",
                 self.id(),
                 params.memory_type,
-                info.memory_types
+                info.memory_types.iter().map(|t| format!("[{t}]")).collect::<Vec<_>>().join(", ")
             )));
         }
         Ok(())

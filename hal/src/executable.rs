@@ -209,7 +209,7 @@ impl<'a> NativeInvocation<'a> {
 /// kernel may legally (if racily) have two workgroups touch the same element, as on a GPU. So every
 /// access a binding makes is a relaxed atomic: a racing access gives one of the written values, never
 /// undefined behaviour. The rule, shared with [`Mapping`](crate::Mapping) and the cpu-sim driver's
-/// transfers ([`crate::driver::shared_memory`]): in a binding whose address is 4-byte aligned, each `u32`
+/// transfers (`hal::driver::shared_memory`, for driver authors): in a binding whose address is 4-byte aligned, each `u32`
 /// element is one `AtomicU32` access (no torn values); in a misaligned binding (an unaligned binding
 /// offset) each element is four `AtomicU8` accesses, so a racing store can tear it byte-wise.
 /// On x86-64 and AArch64 a relaxed load or store compiles to a plain move, so aligned access costs
@@ -264,6 +264,9 @@ pub struct NativeBinding {
     ptr: *mut u8,
     /// Bound length in bytes.
     len: usize,
+    /// Whether `ptr` is 4-byte aligned, worked out once: the element methods run per element, and
+    /// an unoptimized build (an embedder's debug build) pays a chain of calls for each step.
+    aligned: bool,
     /// The first load or store past the end, kept so that the driver fails the dispatch even when
     /// the kernel ignored the `false` or `None` it got.
     out_of_range: OnceLock<OutOfRangeAccess>,
@@ -313,10 +316,10 @@ impl NativeBinding {
     /// host mappings, transfers) must be atomic: no `&`/`&mut [u8]` to them and no plain copy may
     /// overlap the binding's life unless ordered before or after it. A driver keeps this by holding
     /// the bound buffer's memory until the dispatch has finished, by doing its own transfers through
-    /// [`crate::driver::shared_memory`], and by giving kernels only `&NativeBinding`s, which they cannot
+    /// `hal::driver::shared_memory`, and by giving kernels only `&NativeBinding`s, which they cannot
     /// keep past their call (a binding is neither `Copy` nor `Clone`).
     pub unsafe fn new(ptr: *mut u8, len: usize) -> Self {
-        NativeBinding { ptr, len, out_of_range: OnceLock::new() }
+        NativeBinding { ptr, len, aligned: ptr.cast::<u32>().is_aligned(), out_of_range: OnceLock::new() }
     }
 
     /// The first load or store (of the element methods and the bulk copies) that fell outside the
@@ -397,14 +400,16 @@ impl NativeBinding {
     #[inline]
     #[must_use = "`None` means the index is outside the binding"]
     pub fn load_u32(&self, index: usize) -> Option<u32> {
-        if index >= self.len_u32() {
+        if index >= self.len / 4 {
             self.record_out_of_range(false, index, 1);
             return None;
         }
-        Some(match self.as_atomic_u32() {
-            Some(words) => words[index].load(Ordering::Relaxed),
-            None => self.load_bytes(index),
-        })
+        if !self.aligned {
+            return Some(self.load_bytes(index));
+        }
+        // SAFETY: the word is 4-aligned and inside the binding (both checked), valid while `self`
+        // lives and raced only atomically (`new`'s contract); `AtomicU32` has `u32`'s layout.
+        Some(unsafe { &*self.ptr.cast::<AtomicU32>().add(index) }.load(Ordering::Relaxed))
     }
 
     /// Stores `value` at element `index`; `false` when out of range (which also fails the dispatch
@@ -412,14 +417,16 @@ impl NativeBinding {
     #[inline]
     #[must_use = "`false` means the index is outside the binding and nothing was stored"]
     pub fn store_u32(&self, index: usize, value: u32) -> bool {
-        if index >= self.len_u32() {
+        if index >= self.len / 4 {
             self.record_out_of_range(true, index, 1);
             return false;
         }
-        match self.as_atomic_u32() {
-            Some(words) => words[index].store(value, Ordering::Relaxed),
-            None => self.store_bytes(index, value),
+        if !self.aligned {
+            self.store_bytes(index, value);
+            return true;
         }
+        // SAFETY: as in `load_u32`.
+        unsafe { &*self.ptr.cast::<AtomicU32>().add(index) }.store(value, Ordering::Relaxed);
         true
     }
 

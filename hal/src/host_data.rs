@@ -4,8 +4,8 @@
 //! The HAL's integer convention: byte sizes and byte offsets into buffers are `u64` (buffers may be
 //! larger than the host's address space; every value is checked against the buffer before use);
 //! host-side lengths and element indices are `usize`; workgroup counts and sizes are `u32` per axis,
-//! as GPUs define them. A typed call converts at the edge: `n` values of `T` are `n *
-//! size_of::<T>()` bytes.
+//! as GPUs define them. A typed call (one generic over `T: Pod`) counts in elements of `T`, its
+//! offsets included, and converts at the edge: element `n` is at byte `n * size_of::<T>()`.
 
 use bytemuck::Pod;
 
@@ -28,6 +28,14 @@ pub(crate) fn check_whole_values<T: Pod>(length: u64, what: &str) -> Result<()> 
         )));
     }
     Ok(())
+}
+
+/// The byte offset of element `first` of `T`s; `OutOfRange` naming `what` when it overflows.
+pub(crate) fn element_offset<T: Pod>(first: u64, what: &dyn std::fmt::Display) -> Result<u64> {
+    let size = std::mem::size_of::<T>() as u64;
+    first.checked_mul(size).ok_or_else(|| {
+        Error::out_of_range(format!("{what}: element {first} of {size}-byte values is past any byte offset"))
+    })
 }
 
 /// `values` as bytes, without a copy.

@@ -4,13 +4,16 @@
 //! progress, ordering work across queues, devices and the host with timeline semaphores: `u64`
 //! values that only grow, or a failure that every waiter sees. Users hold the handle types below,
 //! which are cheap to clone, `Send + Sync`, and need no lifetimes; that is the whole embedder API.
-//! Drivers (`timeline-hal-cpu-sim`, `timeline-hal-cuda`) implement the traits in [`driver`], the
-//! one module written for driver authors.
 //!
-//! The embedding guide (`docs/embedding.md` in the repository) walks a runtime through each step.
-//! In debug builds, set `[profile.dev.package.timeline-hal] opt-level = 2` in your `Cargo.toml`:
-//! buffer memory is copied word by word with relaxed atomics, which unoptimized is several times
-//! slower than a `memcpy`.
+//! **Start with the [embedding guide](guide)**: it walks a runtime through each step (choose a
+//! driver, load kernels, allocate and record, submit with semaphores, wait, handle failure), states
+//! the API's [conventions](guide#conventions), and points to whole example programs that build
+//! against the published crates alone.
+//!
+//! Drivers (`timeline-hal-cpu-sim`, `timeline-hal-cuda`) implement the traits of a `driver` module
+//! that an embedder never needs, so its items are left out of these docs. A driver author builds
+//! them with `RUSTDOCFLAGS="--cfg hal_driver_docs" cargo doc -p timeline-hal` (a cfg rather than a
+//! cargo feature, which any dependency could switch on for every embedder).
 //!
 //! ```
 //! use hal::{Semaphore, SemaphoreValue, StatusCode, Timeout, WaitMode, wait_semaphores, Error};
@@ -41,11 +44,15 @@ mod binding_table;
 mod buffer;
 mod collective;
 mod command_buffer;
+mod constants;
 mod device;
+#[cfg_attr(not(hal_driver_docs), doc(hidden))]
 pub mod driver;
 mod error;
 mod executable;
 mod executable_kind;
+mod fill_pattern;
+mod flag_names;
 mod host_data;
 mod label;
 mod profile;
@@ -65,6 +72,7 @@ pub use bytemuck;
 pub use bytemuck::Pod;
 pub use collective::{Channel, ChannelId, CollectiveArgs, CollectiveOp, ElementType, ReduceOp};
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
+pub use constants::Constant;
 pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
@@ -72,6 +80,7 @@ pub use executable::{
     NativeInvocation, NativeKernel, OutOfRangeAccess,
 };
 pub use executable_kind::ExecutableKind;
+pub use fill_pattern::FillPattern;
 pub use label::MAX_LABEL_BYTES;
 pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, QueueOperationTiming};
 pub use queue::{HostCallFlags, Queue};
@@ -79,6 +88,11 @@ pub use readback::{Readback, ReadbackAsFuture, ReadbackFuture};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
 pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;
+
+/// The embedding guide: the life of a program from choosing a driver to handling a failure, the
+/// API's conventions, and where the example programs are. Every snippet in it is a doc test.
+#[doc = include_str!("../guide.md")]
+pub mod guide {}
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

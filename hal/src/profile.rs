@@ -19,7 +19,7 @@
 //! device.begin_profiling(ProfileOptions::everything())?;
 //! let buffer = device.allocate_buffer(hal::BufferParams::device_local(), 64)?;
 //! let commands = device.create_command_buffer(CommandBufferMode::OneShot)?;
-//! commands.fill(&buffer, 0, 64, 7, 1)?;
+//! commands.fill(&buffer, 0, 64, 7u8)?;
 //! commands.end()?;
 //! let done = device.create_semaphore(0)?;
 //! device.queue(0)?.execute(&[], &commands, &[hal::SemaphoreValue::new(&done, 1)])?;

@@ -13,7 +13,8 @@ use crate::command_buffer::{BufferBinding, Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::QueueOp;
 use crate::error::{Error, Result};
-use crate::host_data::as_bytes;
+use crate::fill_pattern::FillPattern;
+use crate::host_data::{as_bytes, element_offset};
 use crate::readback::Readback;
 use crate::semaphore::SemaphoreValue;
 
@@ -42,7 +43,7 @@ bitflags::bitflags! {
 /// );
 /// // Submitted first, runs second: queue 1's copy waits for queue 0's fill.
 /// q1.copy(&[SV::new(&timeline, 1)], &a, 0, &b, 0, 64, &[SV::new(&timeline, 2)])?;
-/// q0.fill(&[], &a, 0, 64, 0x0102_0304, 4, &[SV::new(&timeline, 1)])?;
+/// q0.fill(&[], &a, 0, 64, 0x0102_0304u32, &[SV::new(&timeline, 1)])?;
 /// let words = q1.read(&[SV::new(&timeline, 2)], &b, 0, 64, &[])?.wait_as::<u32>(Timeout::Infinite)?;
 /// assert!(words.iter().all(|&w| w == 0x0102_0304));
 /// # Ok::<(), hal::Error>(())
@@ -188,7 +189,7 @@ impl Queue {
     /// let (queue, done) = (device.queue(0)?, device.create_semaphore(0)?);
     /// // Recorded once: fill slot 0's first 8 bytes, then copy them to slot 1.
     /// let function = device.create_command_buffer(CommandBufferMode::Reusable)?;
-    /// function.fill(BufferRef::slot(0), 0, 8, 0xAB, 1)?;
+    /// function.fill(BufferRef::slot(0), 0, 8, 0xABu8)?;
     /// function.barrier()?;
     /// function.copy(BufferRef::slot(0), 0, BufferRef::slot(1), 0, 8)?;
     /// function.end()?;
@@ -305,28 +306,27 @@ impl Queue {
         self.submit(QueueOp::Transfer(command), waits, signals)
     }
 
-    /// Fills `length` bytes at `offset` with a 1-, 2- or 4-byte pattern, in queue order.
-    #[allow(clippy::too_many_arguments)]
+    /// Fills `length` bytes at `offset` with `pattern` repeated (`0xABu8`, `7u32`, `1.0f32`: see
+    /// [`FillPattern`]), in queue order. Offset and length are multiples of the pattern's width.
     pub fn fill(
         &self,
         waits: &[SemaphoreValue],
         target: &Buffer,
         offset: u64,
         length: u64,
-        pattern: u32,
-        pattern_len: u8,
+        pattern: impl Into<FillPattern>,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.transfer(waits, Command::Fill { target: target.clone(), offset, length, pattern, pattern_len }, signals)
+        self.transfer(waits, Command::fill(target.clone(), offset, length, pattern.into()), signals)
     }
 
     /// Writes `data` (copied now) to `target` at `offset`, in queue order.
     pub fn update(
         &self,
         waits: &[SemaphoreValue],
-        data: &[u8],
         target: &Buffer,
         offset: u64,
+        data: &[u8],
         signals: &[SemaphoreValue],
     ) -> Result<()> {
         self.transfer(waits, Command::Update { target: target.clone(), offset, data: Arc::from(data) }, signals)
@@ -354,9 +354,9 @@ impl Queue {
     pub fn write(
         &self,
         waits: &[SemaphoreValue],
-        data: impl Into<Arc<[u8]>>,
         target: &Buffer,
         offset: u64,
+        data: impl Into<Arc<[u8]>>,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
         let data = data.into();
@@ -367,16 +367,16 @@ impl Queue {
     }
 
     /// [`write`](Self::write) of typed values: `values` as the bytes they are in host memory (one
-    /// copy), at byte `offset` of `target`.
-    pub fn write_slice<T: Pod>(
+    /// copy), from element `first` of `target` on (counted in `T`s, like `values`).
+    pub fn write_values<T: Pod>(
         &self,
         waits: &[SemaphoreValue],
-        values: &[T],
         target: &Buffer,
-        offset: u64,
+        first: u64,
+        values: &[T],
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.write(waits, as_bytes(values), target, offset, signals)
+        self.write(waits, target, element_offset::<T>(first, target)?, as_bytes(values), signals)
     }
 
     /// Copies `length` bytes of `source` at `offset` to the host, in queue order. The returned
@@ -416,7 +416,7 @@ impl Queue {
         call: impl FnOnce() -> Result<()> + Send + 'static,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.host_call_with(waits, call, signals, HostCallFlags::empty())
+        self.host_call_with(waits, call, HostCallFlags::empty(), signals)
     }
 
     /// [`host_call`](Self::host_call) with `flags`: [`HostCallFlags::NON_BLOCKING`] lets later work
@@ -425,8 +425,8 @@ impl Queue {
         &self,
         waits: &[SemaphoreValue],
         call: impl FnOnce() -> Result<()> + Send + 'static,
-        signals: &[SemaphoreValue],
         flags: HostCallFlags,
+        signals: &[SemaphoreValue],
     ) -> Result<()> {
         self.submit(QueueOp::HostCall(crate::driver::HostCall::new(call, flags)), waits, signals)
     }

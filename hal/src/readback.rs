@@ -34,7 +34,7 @@ use crate::timeout::Timeout;
 /// let device = driver_cpu_sim::create_device()?;
 /// let (queue, timeline) = (device.queue(0)?, device.create_semaphore(0)?);
 /// let buffer = device.allocate_buffer(BufferParams::device_local(), 16)?;
-/// queue.write_slice(&[], &[1.5f32, 2.5, 3.5, 4.5], &buffer, 0, &[SV::new(&timeline, 1)])?;
+/// queue.write_values(&[], &buffer, 0, &[1.5f32, 2.5, 3.5, 4.5], &[SV::new(&timeline, 1)])?;
 /// let readback = queue.read(&[SV::new(&timeline, 1)], &buffer, 4, 8, &[])?;
 /// assert_eq!(readback.wait_as::<f32>(Timeout::Infinite)?, [2.5, 3.5]);
 /// assert!(readback.wait(Timeout::Immediate).is_err(), "the values were handed over once");
@@ -157,7 +157,7 @@ impl Readback {
     /// let device = driver_cpu_sim::create_device()?;
     /// let (queue, timeline) = (device.queue(0)?, device.create_semaphore(0)?);
     /// let buffer = device.allocate_buffer(BufferParams::device_local(), 12)?;
-    /// queue.write_slice(&[], &[1.5f32, 2.5, 3.5], &buffer, 0, &[SV::new(&timeline, 1)])?;
+    /// queue.write_values(&[], &buffer, 0, &[1.5f32, 2.5, 3.5], &[SV::new(&timeline, 1)])?;
     /// let readback = queue.read(&[SV::new(&timeline, 1)], &buffer, 0, 12, &[])?;
     /// # fn block_on<F: std::future::Future>(future: F) -> F::Output {
     /// #     struct Unpark(std::thread::Thread);

@@ -178,9 +178,9 @@ pub fn run(device: &Device, device_name: &str, job: &Job) -> Result<Report, Stri
         let base = 7 * k;
         let submitted = (|| {
             let input: Vec<f32> = (0..n).map(|i| sum_input(job.rank as u64, i, k)).collect();
-            queue.write_slice(&at(base), &input, &sums, 0, &at(base + 1))?;
+            queue.write_values(&at(base), &sums, 0, &input, &at(base + 1))?;
             let input: Vec<i32> = (0..n).map(|i| gather_input(job.rank as u64, i)).collect();
-            queue.write_slice(&at(base + 1), &input, &mine, 0, &at(base + 2))?;
+            queue.write_values(&at(base + 1), &mine, 0, &input, &at(base + 2))?;
             let all_reduce = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, n)
                 .send(&sums)
                 .recv(&sums);

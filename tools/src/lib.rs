@@ -14,14 +14,13 @@
 //!   through a channel id in a file.
 //!
 //! The repository's README (with its doc-tested embedding example) is [`readme`]; the embedding
-//! guide with its doc-tested snippets is [`embedding`].
+//! guide is `hal::guide`, doc-tested with the `hal` library.
 
 pub mod collective_job;
 pub mod counts;
 pub mod cts;
 pub mod device_spec;
 pub mod devices;
-pub mod example_kernels;
 pub mod probe;
 pub mod progress;
 pub mod stencil;
@@ -30,9 +29,6 @@ pub mod trace_file;
 
 #[doc = include_str!("../../README.md")]
 pub mod readme {}
-
-#[doc = include_str!("../../docs/embedding.md")]
-pub mod embedding {}
 
 use hal::Registry;
 
@@ -82,11 +78,6 @@ pub fn registry_with_device_timings() -> Registry {
         registry.register(std::sync::Arc::new(driver_cuda::CudaDriver::with_options(options)));
     }
     registry
-}
-
-/// Creates device 0 of driver `name` from [`registry`], with an error that names the driver.
-pub fn open_device(name: &str) -> hal::Result<hal::Device> {
-    registry().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
 }
 
 /// Opens the device `spec` names from `registry`. An error names the device, says why, and lists

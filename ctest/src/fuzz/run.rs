@@ -102,7 +102,7 @@ fn device_handles(fixture: &Fixture, program: &Program) -> hal::Result<DeviceHan
         // A transfer and a kernel of the driver's catalogue (native closures, or PTX on CUDA).
         let fill = crate::kernels::load(fixture.catalogue(), &device, Kernel::FillU32)?;
         let cb = device.create_command_buffer(CommandBufferMode::Reusable)?;
-        cb.fill(&scratch, 0, 256, 0x5A5A_5A5A, 4)?;
+        cb.fill(&scratch, 0, 256, 0x5A5A_5A5Au32)?;
         let words = BufferBinding::range(&scratch, FILL_KERNEL_OFFSET, 4 * u64::from(FILL_KERNEL_WORDS));
         cb.dispatch(&fill, 0, [FILL_KERNEL_WORDS / ELEMENTWISE_WORKGROUP, 1, 1], &[0xC0DE_F00D], &[words])?;
         cb.end()?;
@@ -283,8 +283,8 @@ impl<'p> Run<'p> {
         let queue = &handles.queues[node.queue];
         let submitted = match &node.op {
             Op::Barrier => queue.barrier(&waits, &signals),
-            Op::Fill { offset, pattern } => queue.fill(&waits, &handles.scratch, *offset, 64, *pattern, 4, &signals),
-            Op::Write { offset, byte } => queue.write(&waits, vec![*byte; 16], &handles.scratch, *offset, &signals),
+            Op::Fill { offset, pattern } => queue.fill(&waits, &handles.scratch, *offset, 64, *pattern, &signals),
+            Op::Write { offset, byte } => queue.write(&waits, &handles.scratch, *offset, vec![*byte; 16], &signals),
             Op::Read { offset, length } => queue.read(&waits, &handles.scratch, *offset, *length, &signals).map(|r| {
                 self.readbacks[n] = Some(r);
             }),
@@ -337,7 +337,7 @@ impl<'p> Run<'p> {
                     Some(target) if Some(target) != own_queue => HostCallFlags::NON_BLOCKING,
                     _ => HostCallFlags::empty(),
                 };
-                queue.host_call_with(&waits, call, &signals, flags)
+                queue.host_call_with(&waits, call, flags, &signals)
             }
         };
         if let Err(e) = submitted {

@@ -186,7 +186,7 @@ impl Run<'_> {
             let q = device.queue(queue)?;
             let buffer = device.allocate_buffer(BufferParams::device_local(), SCRATCH_BYTES)?;
             let written = device.create_semaphore(0)?;
-            q.write(&[], pattern.clone(), &buffer, offset, &[SV::new(&written, 1)])?;
+            q.write(&[], &buffer, offset, pattern.clone(), &[SV::new(&written, 1)])?;
             written.wait(1, Timeout::After(HANG))?;
             let signal = if host_signal { Semaphore::new(0) } else { device.create_semaphore(0)? };
             let waits = match hold {

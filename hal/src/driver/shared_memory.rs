@@ -9,11 +9,95 @@
 //! the same size whenever both cover it whole, which Rust's memory model asks of racing atomics.
 //! On x86-64 and AArch64 a relaxed load or store is a plain `mov`/`ldr`/`str`; the cost against
 //! `memcpy` is the lack of vector moves (4 bytes per instruction).
+//!
+//! On x86-64 the runs of whole words are copied by a few instructions of inline assembly
+//! (`copy_words`): exactly the 4-byte moves the relaxed atomics compile to, so the memory model
+//! above is unchanged, but as fast in an unoptimized build as in an optimized one. Written in Rust,
+//! the loop is a chain of function calls per word in an unoptimized build, many times the cost,
+//! and every embedder's debug build would pay it (a dependency's `opt-level` is the embedder's).
+//! Other targets use that Rust loop.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 /// Bytes per word of the shared-access rule.
 const WORD: usize = 4;
+
+/// Copies `words` 4-byte words from `src` to `dst`, front to back, each word one 4-byte load and
+/// one 4-byte store. A 4-byte-aligned side is accessed as by `AtomicU32::load`/`store` with
+/// `Ordering::Relaxed`; the other side must be memory no other thread touches meanwhile.
+///
+/// # Safety
+/// `src` is valid for reads and `dst` for writes of `4 * words` bytes; each side is 4-byte aligned
+/// or unshared, and every access to them that may race with this one is atomic.
+unsafe fn copy_words(src: *const u8, dst: *mut u8, words: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract is the function's.
+    unsafe {
+        copy_words_asm(src, dst, words)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller's contract is the function's.
+    unsafe {
+        copy_words_atomic(src, dst, words)
+    }
+}
+
+/// [`copy_words`] as a few instructions, the same in every build: `mov`s of 4 bytes, which are what
+/// a relaxed `AtomicU32` load or store compiles to on x86-64 (atomic when aligned).
+///
+/// # Safety
+/// As for [`copy_words`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_words_asm(src: *const u8, dst: *mut u8, words: usize) {
+    if words == 0 {
+        return;
+    }
+    // SAFETY: reads `4 * words` bytes at `src` and writes as many at `dst`, valid per the caller,
+    // with 4-byte `mov`s (a relaxed atomic access where aligned). Touches no stack.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "mov {word:e}, dword ptr [{src}]",
+            "mov dword ptr [{dst}], {word:e}",
+            "add {src}, 4",
+            "add {dst}, 4",
+            "dec {words}",
+            "jnz 2b",
+            src = inout(reg) src => _,
+            dst = inout(reg) dst => _,
+            words = inout(reg) words => _,
+            word = out(reg) _,
+            options(nostack),
+        );
+    }
+}
+
+/// [`copy_words`] in Rust, for other targets (an unoptimized build makes it a chain of calls per
+/// word).
+///
+/// # Safety
+/// As for [`copy_words`].
+#[cfg_attr(all(target_arch = "x86_64", not(test)), allow(dead_code))]
+unsafe fn copy_words_atomic(src: *const u8, dst: *mut u8, words: usize) {
+    for w in 0..words {
+        // SAFETY: inside both ranges, valid per the caller; an aligned side is accessed
+        // atomically, an unaligned side is unshared.
+        unsafe {
+            let from = src.add(w * WORD);
+            let value = if from.align_offset(WORD) == 0 {
+                AtomicU32::from_ptr(from.cast::<u32>().cast_mut()).load(Ordering::Relaxed)
+            } else {
+                from.cast::<u32>().read_unaligned()
+            };
+            let to = dst.add(w * WORD);
+            if to.align_offset(WORD) == 0 {
+                AtomicU32::from_ptr(to.cast::<u32>()).store(value, Ordering::Relaxed);
+            } else {
+                to.cast::<u32>().write_unaligned(value);
+            }
+        }
+    }
+}
 
 /// Splits `len` bytes at `addr` into (unaligned head bytes, whole words, tail bytes).
 fn split(addr: *const u8, len: usize) -> (usize, usize, usize) {
@@ -34,11 +118,9 @@ pub unsafe fn load(src: *mut u8, out: &mut [u8]) {
         *byte = unsafe { AtomicU8::from_ptr(src.add(at)) }.load(Ordering::Relaxed);
     }
     let body = &mut out[head..head + words * WORD];
-    for (w, chunk) in body.chunks_exact_mut(WORD).enumerate() {
-        // SAFETY: `src + head` is 4-aligned and the word lies inside the range (per `split`).
-        let word = unsafe { AtomicU32::from_ptr(src.add(head + w * WORD).cast::<u32>()) };
-        chunk.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
-    }
+    // SAFETY: `src + head` is 4-aligned and the words lie inside the range (per `split`); `body` is
+    // the caller's own memory, unshared.
+    unsafe { copy_words(src.add(head), body.as_mut_ptr(), words) };
     let start = head + words * WORD;
     for (at, byte) in out[start..start + tail].iter_mut().enumerate() {
         // SAFETY: as for the head.
@@ -58,11 +140,9 @@ pub unsafe fn store(dst: *mut u8, data: &[u8]) {
         unsafe { AtomicU8::from_ptr(dst.add(at)) }.store(byte, Ordering::Relaxed);
     }
     let body = &data[head..head + words * WORD];
-    for (w, chunk) in body.chunks_exact(WORD).enumerate() {
-        let value = u32::from_ne_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        // SAFETY: `dst + head` is 4-aligned and the word lies inside the range (per `split`).
-        unsafe { AtomicU32::from_ptr(dst.add(head + w * WORD).cast::<u32>()) }.store(value, Ordering::Relaxed);
-    }
+    // SAFETY: `dst + head` is 4-aligned and the words lie inside the range (per `split`); `body` is
+    // borrowed shared for the call, so nothing writes it meanwhile.
+    unsafe { copy_words(body.as_ptr(), dst.add(head), words) };
     let start = head + words * WORD;
     for (at, &byte) in data[start..start + tail].iter().enumerate() {
         // SAFETY: as for the head.
@@ -84,11 +164,7 @@ pub unsafe fn copy(src: *mut u8, dst: *mut u8, len: usize) {
         for at in (0..head).chain(head + words * WORD..head + words * WORD + tail) {
             unsafe { copy_byte(src.add(at), dst.add(at)) };
         }
-        for w in 0..words {
-            let at = head + w * WORD;
-            let value = unsafe { AtomicU32::from_ptr(src.add(at).cast::<u32>()) }.load(Ordering::Relaxed);
-            unsafe { AtomicU32::from_ptr(dst.add(at).cast::<u32>()) }.store(value, Ordering::Relaxed);
-        }
+        unsafe { copy_words(src.add(head), dst.add(head), words) };
         return;
     }
     let mut chunk = [0u8; 4096];
@@ -143,6 +219,21 @@ mod tests {
                 assert_eq!(&same[start + 8..start + 8 + len], &pattern[..len], "aligned copy from {start}");
                 assert!(same[..start + 8].iter().chain(&same[start + 8 + len..]).all(|&b| b == 0));
             }
+        }
+    }
+
+    #[test]
+    fn the_word_loop_in_rust_copies_as_the_one_every_target_uses() {
+        let source: Vec<u8> = (0..72u8).collect();
+        for (from, to) in [(0, 0), (4, 8), (1, 0), (0, 3), (2, 5)] {
+            let (mut fast, mut portable) = ([0u8; 80], [0u8; 80]);
+            // SAFETY: 16 words inside local arrays nothing else touches.
+            unsafe {
+                copy_words(source.as_ptr().add(from), fast.as_mut_ptr().add(to), 16);
+                copy_words_atomic(source.as_ptr().add(from), portable.as_mut_ptr().add(to), 16);
+            }
+            assert_eq!(fast, portable, "from {from} to {to}");
+            assert_eq!(&fast[to..to + 64], &source[from..from + 64], "from {from} to {to}");
         }
     }
 

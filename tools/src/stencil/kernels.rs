@@ -455,7 +455,7 @@ mod tests {
 
     /// cpu-sim's device info with `kinds` as what it loads.
     fn info_loading(kinds: &[ExecutableKind]) -> DeviceInfo {
-        let mut info = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let mut info = driver_cpu_sim::device_info(&driver_cpu_sim::CpuSimOptions::default());
         info.executable_kinds = kinds.to_vec();
         info
     }
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn source_is_chosen_by_the_kinds_the_device_loads() {
         let kind = |kinds: &[ExecutableKind]| source_for(&info_loading(kinds)).map(|s| ExecutableKind::of(&s));
-        let cpu_sim = driver_cpu_sim::device::device_info(&driver_cpu_sim::CpuSimOptions::default());
+        let cpu_sim = driver_cpu_sim::device_info(&driver_cpu_sim::CpuSimOptions::default());
         assert_eq!(source_for(&cpu_sim).map(|s| ExecutableKind::of(&s)), Ok(ExecutableKind::Native));
         let cuda = [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
         assert_eq!(kind(&cuda), Ok(ExecutableKind::Ptx));

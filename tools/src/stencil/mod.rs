@@ -398,10 +398,10 @@ pub fn run(
     for (index, part) in parts.iter().enumerate() {
         let bytes: Arc<[u8]> = Arc::from(part_bytes(&grid, n, part.offset, part.rows));
         ledger.submit(index, ("upload", None), &[], 1, |w, s| {
-            part.queue.write(w, bytes.clone(), &part.buffers[0], 0, s)
+            part.queue.write(w, &part.buffers[0], 0, bytes.clone(), s)
         })?;
         let waits = [SV::new(&part.timeline, 1)];
-        ledger.submit(index, ("upload", None), &waits, 2, |w, s| part.queue.write(w, bytes, &part.buffers[1], 0, s))?;
+        ledger.submit(index, ("upload", None), &waits, 2, |w, s| part.queue.write(w, &part.buffers[1], 0, bytes, s))?;
     }
     // When every part's uploads were reached (read before the ledger forgets the stamps).
     let mut uploaded: Option<Duration> = None;

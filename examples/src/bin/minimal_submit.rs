@@ -2,12 +2,12 @@
 //! buffer, submit it between an upload and a readback ordered by one timeline semaphore, wait, and
 //! check the result.
 //!
-//! `cargo run -p tools --example minimal_submit [-- DRIVER]` (default: cpu-sim). The kernel
-//! (`tools::example_kernels::add_constant`) comes as native code and as PTX with one ABI; the device
+//! `cargo run --bin minimal_submit [-- DRIVER]` (default: cpu-sim). The kernel
+//! (`timeline_hal_examples::add_constant`) comes as native code and as PTX with one ABI; the device
 //! says which it loads.
 
 use hal::{BufferBinding, BufferParams, CommandBufferMode, SemaphoreValue as SV, Timeout};
-use tools::example_kernels::{WORKGROUP, add_constant};
+use timeline_hal_examples::{WORKGROUP, add_constant};
 
 /// Elements in the buffer.
 const COUNT: u32 = 1000;
@@ -21,7 +21,7 @@ fn main() -> hal::Result<()> {
 /// The example on driver `driver`.
 pub fn run(driver: &str) -> hal::Result<()> {
     // 1. Choose a driver: the registry with every driver of this build, then one by name.
-    let device = tools::open_device(driver)?;
+    let device = timeline_hal_examples::open_device(driver)?;
     println!("device: {} '{}'", device.info().driver, device.info().name);
 
     // 2. Load the kernel and 3. record a reusable command buffer that runs it over COUNT elements.
@@ -37,7 +37,7 @@ pub fn run(driver: &str) -> hal::Result<()> {
     let queue = device.queue(0)?;
     let timeline = device.create_semaphore(0)?;
     let input: Vec<u8> = (0..COUNT).flat_map(|i| i.to_le_bytes()).collect();
-    queue.write(&[], input, &data, 0, &[SV::new(&timeline, 1)])?;
+    queue.write(&[], &data, 0, input, &[SV::new(&timeline, 1)])?;
     queue.execute(&[SV::new(&timeline, 1)], &commands, &[SV::new(&timeline, 2)])?;
     queue.execute(&[SV::new(&timeline, 2)], &commands, &[SV::new(&timeline, 3)])?;
     let readback = queue.read(&[SV::new(&timeline, 3)], &data, 0, u64::from(COUNT) * 4, &[SV::new(&timeline, 4)])?;

@@ -7,10 +7,10 @@
 //! reads back (copies slot 1 to slot 2). Each call passes new input and output buffers; every
 //! output is checked against a CPU reference (`input + 111`).
 //!
-//! `cargo run -p tools --example binding_table [-- DRIVER]` (default: cpu-sim).
+//! `cargo run --bin binding_table [-- DRIVER]` (default: cpu-sim).
 
 use hal::{BindingRef, BufferBinding, BufferParams, BufferRef, CommandBufferMode, SemaphoreValue as SV, Timeout};
-use tools::example_kernels::{WORKGROUP, add_constant};
+use timeline_hal_examples::{WORKGROUP, add_constant};
 
 /// Elements per call.
 const COUNT: u32 = 4096;
@@ -25,7 +25,7 @@ fn main() -> hal::Result<()> {
 
 /// The example on driver `driver`.
 pub fn run(driver: &str) -> hal::Result<()> {
-    let device = tools::open_device(driver)?;
+    let device = timeline_hal_examples::open_device(driver)?;
     let executable = device.load_executable(&add_constant(device.info(), COUNT)?)?;
     let entry = executable.entry_point("add_constant")?;
     let bytes = u64::from(COUNT) * 4;
@@ -50,7 +50,7 @@ pub fn run(driver: &str) -> hal::Result<()> {
     for call in 0..CALLS {
         let input = device.allocate_buffer(BufferParams::host_visible(), bytes)?;
         let values: Vec<u32> = (0..COUNT).map(|i| call as u32 * 100_000 + i).collect();
-        input.write_slice(0, &values)?;
+        input.write_values(0, &values)?;
         let output = device.allocate_buffer(BufferParams::host_visible(), bytes)?;
         let table = [BufferBinding::whole(&input), BufferBinding::whole(&scratch), BufferBinding::whole(&output)];
         queue.execute_with_bindings(&[SV::new(&calls, call)], &function, &table, &[SV::new(&calls, call + 1)])?;

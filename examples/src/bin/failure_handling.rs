@@ -7,7 +7,7 @@
 //!    the stuck work waits for; signalling the missing value releases it;
 //! 4. the device stays usable: the next round uses fresh semaphores.
 //!
-//! `cargo run -p tools --example failure_handling` (cpu-sim: the kernels are native).
+//! `cargo run --bin failure_handling` (cpu-sim: the kernels are native).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ fn main() -> hal::Result<()> {
 
 /// Runs the four scenarios, asserting what each one must show.
 pub fn run() -> hal::Result<()> {
-    let device = tools::open_device("cpu-sim")?;
+    let device = timeline_hal_examples::open_device("cpu-sim")?;
     let (q0, q1) = (device.queue(0)?, device.queue(1)?);
     let executable = device.load_executable(&ExecutableSource::Native(vec![
         NativeEntryPoint::new(

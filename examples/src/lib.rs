@@ -1,19 +1,33 @@
-//! The kernel the examples share, `add_constant(data, addend)`: `data[i] += addend` for `i` below a
-//! count baked into the kernel, one thread per element, 128 threads per workgroup. It comes as native
-//! code (cpu-sim) and as PTX (CUDA) with one ABI: one binding, one constant. The device's
-//! executable kinds choose the form.
+//! What the example programs share: the registry of the drivers this build has, and the kernel
+//! `add_constant` in the two forms the drivers load. Copy this file with an example.
 
 use std::sync::Arc;
 
 use hal::{
-    DeviceInfo, EntryPointInfo, ExecutableFormat, ExecutableKind, ExecutableSource, NativeEntryPoint, NativeInvocation,
-    Result,
+    Device, DeviceInfo, EntryPointInfo, ExecutableFormat, ExecutableKind, ExecutableSource, NativeEntryPoint,
+    NativeInvocation, Registry, Result,
 };
 
-/// Threads per workgroup.
+/// Threads per workgroup of `add_constant`.
 pub const WORKGROUP: u32 = 128;
 
-/// The PTX, with `COUNT` standing for the element count.
+/// A registry of every driver this build has: cpu-sim, and CUDA with the `cuda` feature (listed as
+/// unavailable, with the reason, where there is no GPU or `libcuda`).
+pub fn registry() -> Registry {
+    let mut registry = Registry::new();
+    driver_cpu_sim::register(&mut registry);
+    #[cfg(feature = "cuda")]
+    driver_cuda::register(&mut registry);
+    registry
+}
+
+/// Device 0 of driver `name`; an error names the driver.
+pub fn open_device(name: &str) -> Result<Device> {
+    registry().create_device(name, 0).map_err(|e| e.context(format!("opening driver '{name}'")))
+}
+
+/// `add_constant(data, addend)`'s PTX: `data[i] += addend` for `i` below `COUNT` (replaced by the
+/// element count), one thread per element.
 const ADD_PTX: &str = r#".version 7.0
 .target sm_80
 .address_size 64
@@ -42,8 +56,8 @@ DONE:
 }
 "#;
 
-/// `add_constant` over `count` elements, in the first form the device `info` describes loads
-/// (native, then PTX); `Unimplemented` naming the kinds when it loads neither.
+/// `add_constant` over `count` `u32` elements (one binding, one constant), in the first form the
+/// device `info` describes loads (native, then PTX); `Unimplemented` naming the kinds otherwise.
 pub fn add_constant(info: &DeviceInfo, count: u32) -> Result<ExecutableSource> {
     let entry = EntryPointInfo::new("add_constant", WORKGROUP, 1, 1);
     match info.choose_executable_kind(&[ExecutableKind::Native, ExecutableKind::Ptx])? {
