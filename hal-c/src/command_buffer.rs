@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 
-use hal::{BindingRef, Buffer, BufferRef, CommandBuffer, CommandBufferMode, Device, Error, Executable, Result};
+use hal::{BindingRef, Buffer, BufferRef, CommandBuffer, CommandBufferMode, Device, Error, Executable, FillPattern, Result};
 
 use crate::buffer::host_bytes;
 use crate::handle::thal_executable_t;
@@ -136,8 +136,7 @@ pub unsafe extern "C" fn thal_command_buffer_fill(
                 buffer_ref(target, "target")?,
                 offset,
                 length,
-                pattern,
-                pattern_length,
+                fill_pattern(pattern, pattern_length)?,
             )
         }
     })
@@ -304,4 +303,19 @@ pub unsafe extern "C" fn thal_command_buffer_release(command_buffer: *mut thal_c
     }
     // SAFETY: the caller's contract.
     guard("thal_command_buffer_release", || unsafe { handle::release::<CommandBuffer>(command_buffer) })
+}
+
+/// The C calls' (pattern, pattern length) pair as the HAL's [`FillPattern`]: a length of 1, 2 or 4
+/// bytes, and no bits set above it.
+pub(crate) fn fill_pattern(pattern: u32, pattern_length: u8) -> Result<FillPattern> {
+    let fits = |width: u32| u64::from(pattern) < 1u64 << (8 * width);
+    match pattern_length {
+        1 if fits(1) => Ok(FillPattern::U8(pattern as u8)),
+        2 if fits(2) => Ok(FillPattern::U16(pattern as u16)),
+        4 => Ok(FillPattern::U32(pattern)),
+        1 | 2 => Err(Error::invalid_argument(format!(
+            "fill pattern {pattern:#x}: wider than its pattern_length of {pattern_length} byte(s)"
+        ))),
+        other => Err(Error::invalid_argument(format!("fill pattern_length {other}: must be 1, 2 or 4"))),
+    }
 }

@@ -147,8 +147,7 @@ pub unsafe extern "C" fn thal_queue_fill(
                 get::<Buffer>(target, "target")?,
                 offset,
                 length,
-                pattern,
-                pattern_length,
+                crate::command_buffer::fill_pattern(pattern, pattern_length)?,
                 &semaphore_list(signals, "signals")?,
             )
         }
@@ -175,9 +174,9 @@ pub unsafe extern "C" fn thal_queue_update(
         unsafe {
             get::<Queue>(queue, "queue")?.update(
                 &semaphore_list(waits, "waits")?,
-                host_bytes(data, length, "data")?,
                 get::<Buffer>(target, "target")?,
                 offset,
+                host_bytes(data, length, "data")?,
                 &semaphore_list(signals, "signals")?,
             )
         }
@@ -366,8 +365,8 @@ pub unsafe extern "C" fn thal_queue_host_call(
             get::<Queue>(queue, "queue")?.host_call_with(
                 &semaphore_list(waits, "waits")?,
                 move || call.run(),
-                &semaphore_list(signals, "signals")?,
                 flags,
+                &semaphore_list(signals, "signals")?,
             )
         }
     })
