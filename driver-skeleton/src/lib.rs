@@ -27,7 +27,7 @@
 //! let queue = device.queue(0).unwrap();
 //! let buffer = device.allocate_buffer(BufferParams::device_local(), 16).unwrap();
 //! let done = device.create_semaphore(0).unwrap();
-//! queue.fill(&[], &buffer, 0, 16, 0x7F, 1, &[SemaphoreValue::new(&done, 1)]).unwrap();
+//! queue.fill(&[], &buffer, 0, 16, 0x7Fu8, &[SemaphoreValue::new(&done, 1)]).unwrap();
 //! let bytes = queue.read(&[SemaphoreValue::new(&done, 1)], &buffer, 0, 16, &[SemaphoreValue::new(&done, 2)]).unwrap();
 //! done.wait(2, Timeout::Infinite).unwrap();
 //! assert_eq!(bytes.take().unwrap(), vec![0x7F; 16]);
