@@ -11,7 +11,8 @@ use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
 use super::pending_actions::Action;
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
-use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
+use super::wait_cover::Covers;
+use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::{Error, Result};
@@ -40,14 +41,14 @@ impl<M: StreamModel> Shared<M> {
             }
             return;
         }
-        let Issue { queue, op, signals, waited, wait_events, upstream, place } = issue;
-        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream, place };
-        Action::hold(self, id, queue, op, gates.into_iter().collect(), signals, covered);
+        let ready: SmallVec<[bool; 4]> = SmallVec::from_elem(false, gates.len());
+        Action::hold(self, id, gates.into_iter().collect(), &ready, issue);
     }
 
     /// Issues a submission whose waits are resolved: see the module docs, step 3.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, waited, wait_events, upstream, place: _ } = issue;
+        let Issue { queue, op, signals, covers, place: _ } = issue;
+        let Covers { waited, events: wait_events, upstream } = covers;
         let slot = &self.queues[queue];
         let is_host_call = matches!(op, QueueOp::HostCall(_));
         let has_upstream = !upstream.is_empty();

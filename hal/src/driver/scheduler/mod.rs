@@ -33,6 +33,7 @@ mod pending_actions;
 mod report;
 mod seal;
 mod teardown;
+mod wait_cover;
 mod work_pool;
 
 use std::collections::{HashMap, VecDeque};
@@ -42,10 +43,11 @@ use std::thread::JoinHandle;
 use smallvec::SmallVec;
 
 use self::event_pool::{EventCache, EventPool, EventRef};
-use self::event_semaphore::{Cover, Producer, SemaphoreEvents};
+use self::event_semaphore::{Producer, SemaphoreEvents};
 use self::host_calls::{Gates, HostCallRunner, QueuePlace};
 use self::pending_actions::Action;
 use self::seal::{Seal, StreamMark};
+use self::wait_cover::Covers;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::driver::{ProfileSink, ProfileSwitch, QueueOp};
@@ -159,21 +161,9 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) queue: usize,
     pub(crate) op: QueueOp,
     pub(crate) signals: SemaphoreList,
-    pub(crate) waited: SemaphoreList,
-    pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
+    /// The device events that cover its waits.
+    pub(crate) covers: Covers<M>,
     /// Its place in the queue's order once it has checked the host-call gates (`host_calls`).
-    pub(crate) place: Option<QueuePlace>,
-}
-
-/// Waits resolved at submission: reached on the host, or covered by device events.
-pub(crate) struct Covered<M: StreamModel> {
-    pub(crate) indices: SmallVec<[usize; 2]>,
-    /// The covered (not reached) ones.
-    pub(crate) waited: SemaphoreList,
-    pub(crate) events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
-    /// See [`Issue::place`].
     pub(crate) place: Option<QueuePlace>,
 }
 
@@ -315,62 +305,23 @@ impl<M: StreamModel> Scheduler<M> {
         }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let host_only = matches!(op, QueueOp::HostCall(_));
-        let mut covered = Covered {
-            indices: SmallVec::new(),
-            waited: SmallVec::new(),
-            events: SmallVec::new(),
-            upstream: SmallVec::new(),
-            place: None,
-        };
-        for (index, wait) in waits.iter().enumerate() {
-            match wait.semaphore.query() {
-                Err(status) => {
-                    tracing::debug!(action = id, %status, "wait semaphore failed at submission");
-                    op.will_not_run(&status);
-                    for signal in signals {
-                        signal.semaphore.fail(status.clone());
-                    }
-                    return Ok(());
+        let mut covers = Covers::default();
+        let ready = match covers.resolve_waits(shared, queue, waits, host_only) {
+            Ok(ready) => ready,
+            Err(status) => {
+                tracing::debug!(action = id, %status, "wait semaphore failed at submission");
+                op.will_not_run(&status);
+                for signal in signals {
+                    signal.semaphore.fail(status.clone());
                 }
-                Ok(value) if value >= wait.value => covered.indices.push(index),
-                Ok(_) if host_only => {}
-                Ok(_) => {
-                    let table = SemaphoreEvents::<M>::of(&wait.semaphore, shared.device);
-                    match table.and_then(|t| t.cover(wait.value, shared.device, queue, M::CHECKS_UPSTREAM_FAULTS)) {
-                        Some(Cover::InStreamOrder(producer)) => {
-                            covered.indices.push(index);
-                            covered.waited.push(wait.clone());
-                            covered.upstream.extend(producer.map(Producer::local));
-                        }
-                        Some(Cover::Event(entry, scheduler)) => {
-                            // A mark that cannot be sealed (its stream faulted) covers nothing: the
-                            // wait is held, and the producer's retirement fails it.
-                            if let Ok(event) = entry.event.sealed_for(shared, scheduler.as_ref()) {
-                                covered.indices.push(index);
-                                covered.waited.push(wait.clone());
-                                covered.events.push(event);
-                                covered.upstream.push(Producer { work: entry.producer, scheduler });
-                            }
-                        }
-                        None => {}
-                    }
-                }
+                return Ok(());
             }
-        }
-        let signals: SemaphoreList = signals.iter().cloned().collect();
-        if covered.indices.len() == waits.len() {
-            let issue = Issue {
-                queue,
-                op,
-                signals,
-                waited: covered.waited,
-                wait_events: covered.events,
-                upstream: covered.upstream,
-                place: None,
-            };
+        };
+        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers, place: None };
+        if ready.iter().all(|&ready| ready) {
             shared.issue_or_gate(id, issue);
         } else {
-            Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
+            Action::hold(shared, id, waits.iter().cloned().collect(), &ready, issue);
         }
         Ok(())
     }
