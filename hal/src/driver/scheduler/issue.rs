@@ -13,8 +13,8 @@ use super::pending_actions::Action;
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
 use super::wait_cover::Covers;
 use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
-use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::{HostCall, QueueOp, Submission};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::Ordering;
@@ -28,7 +28,7 @@ impl<M: StreamModel> Shared<M> {
     pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, mut issue: Issue<M>) {
         let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
         // From its issue on, a blocking host call holds later work of its queue until it returns.
-        let blocking = matches!(&issue.op, QueueOp::HostCall(call) if call.is_blocking());
+        let blocking = issue.op.is_blocking_host_call();
         let queue = issue.queue;
         let gated =
             self.queues[queue].gates.add_waits(self.device.get(), queue, id, blocking, &mut issue.place, &mut gates);
@@ -64,17 +64,23 @@ impl<M: StreamModel> Shared<M> {
             self.cancel_issue(id, queue, op, &signals);
             return;
         }
-        let work = self.new_work(&mut issuer.work, id, queue, op, upstream, &signals);
+        let (op, host_call) = match op {
+            Submission::Stream(op) => (op, None),
+            Submission::HostCall(call) => (QueueOp::Barrier, Some(call)),
+        };
+        let work = self.new_work(&mut issuer.work, id, queue, op, host_call.is_none(), upstream);
+        work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
         let shareable = issuer.last_mark.take();
-        let route = self.route(slot, &work, &wait_events, has_upstream, shareable);
+        let route = self.route(slot, &work, host_call.as_ref(), &wait_events, has_upstream, shareable);
         // The event tables of the signal semaphores this device publishes into (looked up once).
         let tables: SmallVec<[Option<&SemaphoreEvents<M>>; 4]> =
             signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, self.device)).collect();
         let marked = match route {
             Route::RetireNow(retiring) => {
                 drop((issuer, tables));
-                let entry = InFlight { work, event: None, signals, waited, _wait_events: wait_events, producers };
+                let entry =
+                    InFlight { work, host_call, event: None, signals, waited, _wait_events: wait_events, producers };
                 super::completion::retire_at_issue(self, entry, retiring);
                 return;
             }
@@ -90,10 +96,9 @@ impl<M: StreamModel> Shared<M> {
                 issuer.last_mark.clone_from(&mark);
                 let published = self.publish(queue, &work, &signals, &tables, mark.as_ref());
                 drop(tables);
-                push_inflight(
-                    slot,
-                    InFlight { work, event: mark, signals, waited, _wait_events: wait_events, producers },
-                );
+                let entry =
+                    InFlight { work, host_call, event: mark, signals, waited, _wait_events: wait_events, producers };
+                push_inflight(slot, entry);
                 drop(issuer);
                 // Outside the issue lock: waking enqueued-waiters may issue on this same queue.
                 for signal in published {
@@ -119,11 +124,12 @@ impl<M: StreamModel> Shared<M> {
         &self,
         slot: &'q QueueSlot<M>,
         work: &Work,
+        host_call: Option<&HostCall>,
         wait_events: &[EventRef<M>],
         has_upstream: bool,
         shareable: Option<StreamMark<M>>,
     ) -> Route<'q, M> {
-        if matches!(work.op, QueueOp::HostCall(_)) {
+        if host_call.is_some() {
             return Route::HostCall;
         }
         // Puts nothing on the stream and waits for nothing there: it marks the stream point where
@@ -176,7 +182,7 @@ impl<M: StreamModel> Shared<M> {
     }
 
     /// Cancels a submission released after teardown closed its queue.
-    fn cancel_issue(&self, id: u64, queue: usize, op: QueueOp, signals: &[SemaphoreValue]) {
+    fn cancel_issue(&self, id: u64, queue: usize, op: Submission, signals: &[SemaphoreValue]) {
         self.queues[queue].gates.release(id);
         let status = Error::cancelled(format!(
             "{}: device destroyed while queue {queue} action {id} ({}) was being issued",
@@ -208,6 +214,7 @@ impl<M: StreamModel> Shared<M> {
         work.fail(status.clone());
         let entry = InFlight {
             work: work.clone(),
+            host_call: None,
             event: Some(StreamMark::Recorded(fence)),
             signals: SemaphoreList::new(),
             waited: SemaphoreList::new(),

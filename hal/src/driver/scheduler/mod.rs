@@ -50,7 +50,7 @@ use self::seal::{Seal, StreamMark};
 use self::wait_cover::Covers;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::stream_model::{StreamModel, Work};
-use crate::driver::{ProfileSink, ProfileSwitch, QueueOp};
+use crate::driver::{HostCall, ProfileSink, ProfileSwitch, Submission};
 use crate::error::{Error, Result};
 use crate::profile::{Profile, ProfileOptions};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
@@ -141,8 +141,12 @@ impl<M: StreamModel> IssuerCache<M> {
 
 /// A submission on its way through a stream.
 struct InFlight<M: StreamModel> {
+    /// The stream's work, or for a host call a record that puts nothing on a stream (a barrier).
     work: Arc<Work>,
-    /// Where the work ends on the stream; `None` for host calls, which run on the completion thread.
+    /// The host call, for one: the completion thread hands it to a host-call thread once the work
+    /// before it has retired.
+    host_call: Option<HostCall>,
+    /// Where the work ends on the stream; `None` for host calls and work retired at issue.
     event: Option<StreamMark<M>>,
     signals: SemaphoreList,
     /// The waits the device went past on an event (not reached on the host at issue): if one fails
@@ -159,12 +163,24 @@ struct InFlight<M: StreamModel> {
 /// Everything needed to issue a submission whose waits are all resolved.
 pub(crate) struct Issue<M: StreamModel> {
     pub(crate) queue: usize,
-    pub(crate) op: QueueOp,
+    pub(crate) op: Submission,
     pub(crate) signals: SemaphoreList,
     /// The device events that cover its waits.
     pub(crate) covers: Covers<M>,
     /// Its place in the queue's order once it has checked the host-call gates (`host_calls`).
     pub(crate) place: Option<QueuePlace>,
+}
+
+impl<M: StreamModel> InFlight<M> {
+    /// A short name of what it runs, for traces.
+    fn kind(&self) -> &'static str {
+        if self.host_call.is_some() { "host-call" } else { self.work.op.kind() }
+    }
+
+    /// What it runs, for reports.
+    fn describe(&self) -> String {
+        if self.host_call.is_some() { self.kind().to_owned() } else { self.work.op.describe() }
+    }
 }
 
 impl<M: StreamModel> Scheduler<M> {
@@ -292,7 +308,7 @@ impl<M: StreamModel> Scheduler<M> {
     pub fn submit(
         &self,
         queue: usize,
-        op: QueueOp,
+        op: impl Into<Submission>,
         waits: &[SemaphoreValue],
         signals: &[SemaphoreValue],
     ) -> Result<()> {
@@ -303,8 +319,9 @@ impl<M: StreamModel> Scheduler<M> {
         if shared.shutting_down.load(Ordering::Acquire) {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
+        let op = op.into();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let host_only = matches!(op, QueueOp::HostCall(_));
+        let host_only = matches!(op, Submission::HostCall(_));
         let mut covers = Covers::default();
         let ready = match covers.resolve_waits(shared, queue, waits, host_only) {
             Ok(ready) => ready,

@@ -11,7 +11,7 @@ use super::event_semaphore::SemaphoreEvents;
 use super::host_calls::GateOf;
 use super::wait_cover::{Covers, Readiness, WaitStatus};
 use super::{Issue, Shared};
-use crate::driver::QueueOp;
+use crate::driver::Submission;
 use crate::driver::stream_model::StreamModel;
 use crate::error::{Error, Result};
 use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
@@ -57,7 +57,7 @@ impl<M: StreamModel> Action<M> {
     /// Holds `issue` until its `waits` resolve; `ready` says which are resolved already.
     pub(crate) fn hold(shared: &Arc<Shared<M>>, id: u64, waits: SemaphoreList, ready: &[bool], issue: Issue<M>) {
         let count = waits.len();
-        let host_only = matches!(issue.op, QueueOp::HostCall(_));
+        let host_only = matches!(issue.op, Submission::HostCall(_));
         let action = Arc::new(Action {
             id,
             queue: issue.queue,

@@ -27,7 +27,7 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     }
     for (queue, slot) in shared.queues.iter().enumerate() {
         let inflight = lock(&slot.inflight);
-        let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.work.op.describe())).collect();
+        let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.describe())).collect();
         let _ = writeln!(out, "  queue {queue}: {} in flight [{}]", ids.len(), ids.join(", "));
     }
     let _ = write!(out, "  events: {} in use / {} created", shared.events_in_use(), shared.events.created());
