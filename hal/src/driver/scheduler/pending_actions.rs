@@ -115,10 +115,16 @@ impl<M: StreamModel> Action<M> {
         let outcome = outcome.and_then(|()| match covers.resolve_wait(shared, self.queue, wait, self.host_only) {
             WaitStatus::Reached | WaitStatus::Covered => Ok(()),
             WaitStatus::Unsealable(status) | WaitStatus::Failed(status) => Err(status),
-            WaitStatus::Open => Err(Error::internal(format!(
-                "action {}: {} reported {} enqueued but has no event and is not reached",
-                self.id, wait.semaphore, wait.value
-            ))),
+            // No event any more: the producer retired since (its entry pruned), so the value is
+            // reached now, unless the semaphore broke its promise.
+            WaitStatus::Open => match wait.semaphore.query() {
+                Ok(value) if value >= wait.value => Ok(()),
+                Ok(value) => Err(Error::internal(format!(
+                    "action {}: {} reported {} enqueued but has no event and value {value}",
+                    self.id, wait.semaphore, wait.value
+                ))),
+                Err(failure) => Err(failure),
+            },
         });
         let step = {
             let mut state = lock(&self.state);
