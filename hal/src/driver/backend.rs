@@ -305,6 +305,15 @@ impl Submission {
         }
     }
 
+    /// What the scheduler keeps of it: the op a stream record carries (a host call's puts nothing
+    /// on a stream), and the host call, if it is one.
+    pub(crate) fn into_parts(self) -> (QueueOp, Option<HostCall>) {
+        match self {
+            Submission::Stream(op) => (op, None),
+            Submission::HostCall(call) => (QueueOp::Barrier, Some(call)),
+        }
+    }
+
     /// Whether it is a host call that holds later work of its queue until it returns.
     pub(crate) fn is_blocking_host_call(&self) -> bool {
         matches!(self, Submission::HostCall(call) if call.is_blocking())

@@ -383,7 +383,7 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
                 call: call.take(),
                 outcome,
                 signals,
-                gates: shared.queues[work.queue].gates.clone(),
+                scheduler: shared.this.clone(),
             };
             shared.host_calls.run(job);
         }

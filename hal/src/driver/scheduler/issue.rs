@@ -1,7 +1,7 @@
 //! The issue path: a submission whose waits are all resolved goes onto its queue's dispatch stream
 //! (stream-waits on the covering events, the work, one pooled event recorded after it), publishes
 //! that event on the signal semaphores this device owns, and is handed to the queue's completion
-//! thread. A blocking host call's gate may hold it back first (`issue_or_gate`).
+//! thread. A blocking host call ahead of it may hold it back first (`admission`).
 
 use std::sync::Arc;
 
@@ -9,48 +9,23 @@ use smallvec::SmallVec;
 
 use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
-use super::pending_actions::Action;
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
 use super::wait_cover::Covers;
 use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::stream_model::{StreamModel, Work};
-use crate::driver::{HostCall, QueueOp, Submission};
+use crate::driver::{HostCall, Submission};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::Ordering;
 use crate::sync::{MutexGuard, lock, try_lock};
 
 impl<M: StreamModel> Shared<M> {
-    /// Issues a submission whose waits are resolved, unless a gate of its queue is ahead of it (a
-    /// blocking host call that has not returned, or held work not issued yet; see `host_calls`):
-    /// then it is held until those gates are released, keeping the device events that cover its
-    /// waits.
-    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, mut issue: Issue<M>) {
-        let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
-        // From its issue on, a blocking host call holds later work of its queue until it returns.
-        let blocking = issue.op.is_blocking_host_call();
-        let queue = issue.queue;
-        let gated =
-            self.queues[queue].gates.add_waits(self.device.get(), queue, id, blocking, &mut issue.place, &mut gates);
-        if !gated {
-            let checked = issue.place.is_some();
-            self.issue(id, issue);
-            if checked && !blocking {
-                // Its own gate, if gates held it before: it is in the stream order now.
-                self.queues[queue].gates.release(id);
-            }
-            return;
-        }
-        let ready: SmallVec<[bool; 4]> = SmallVec::from_elem(false, gates.len());
-        Action::hold(self, id, gates.into_iter().collect(), &ready, issue);
-    }
-
     /// Issues a submission whose waits are resolved: see the module docs, step 3. Under the issue
     /// lock it picks a [`Route`], marks where the work ends, publishes that mark and hands the work
     /// to the completion thread; outside it, wakes what waits for the publication, or fails the
     /// signals.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, covers, place: _ } = issue;
+        let Issue { queue, op, signals, covers } = issue;
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         let Covers { waited, events: wait_events, upstream } = covers;
         let has_upstream = !upstream.is_empty();
@@ -64,10 +39,7 @@ impl<M: StreamModel> Shared<M> {
             self.cancel_issue(id, queue, op, &signals);
             return;
         }
-        let (op, host_call) = match op {
-            Submission::Stream(op) => (op, None),
-            Submission::HostCall(call) => (QueueOp::Barrier, Some(call)),
-        };
+        let (op, host_call) = op.into_parts();
         let work = self.new_work(&mut issuer.work, id, queue, op, host_call.is_none(), upstream);
         work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
@@ -110,10 +82,7 @@ impl<M: StreamModel> Shared<M> {
                     self.fence_failed_issue(queue, &mut issuer, &work, wait_events, producers, &status);
                 }
                 drop(issuer);
-                let status = status.context(format!("queue {queue} action {id} ({})", work.op.describe()));
-                work.op.will_not_run(&status);
-                tracing::warn!(%status, "issue failed");
-                fail_signals(&signals, &status);
+                fail_issue(&work, &signals, status);
             }
         }
     }
@@ -183,7 +152,8 @@ impl<M: StreamModel> Shared<M> {
 
     /// Cancels a submission released after teardown closed its queue.
     fn cancel_issue(&self, id: u64, queue: usize, op: Submission, signals: &[SemaphoreValue]) {
-        self.queues[queue].gates.release(id);
+        // A blocking host call was admitted: it will never return now.
+        self.call_returned(queue, id);
         let status = Error::cancelled(format!(
             "{}: device destroyed while queue {queue} action {id} ({}) was being issued",
             self.device,
@@ -291,6 +261,14 @@ fn split_upstream<M: StreamModel>(
         if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
     let producers = upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
     (checked, producers)
+}
+
+/// Fails `work`, which could not be put on its stream, and its signals with `status`.
+fn fail_issue(work: &Work, signals: &[SemaphoreValue], status: Error) {
+    let status = status.context(format!("queue {} action {} ({})", work.queue, work.id, work.op.describe()));
+    work.op.will_not_run(&status);
+    tracing::warn!(%status, "issue failed");
+    fail_signals(signals, &status);
 }
 
 /// Fails every signal with `status`.

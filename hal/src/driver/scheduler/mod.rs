@@ -8,8 +8,9 @@
 //! 2. If every wait is reached or covered, the submission is issued at once on the calling thread.
 //!    Otherwise it becomes a pending action (`pending_actions`) with one timepoint per open wait,
 //!    and the resolution of its last wait issues it.
-//! 3. Issuing (`issue`: held back first while a blocking host call of the queue runs) makes the
-//!    queue's dispatch stream wait on the covering events, enqueues the work, marks where it ends
+//! 3. Issuing (`issue`; held first in the queue's admission list while a blocking host call ahead
+//!    of it has not returned: `admission`) makes the queue's dispatch stream wait on the covering
+//!    events, enqueues the work, marks where it ends
 //!    (`seal`: a pooled event recorded after it, or, while the queue is busy, an open mark that the
 //!    next record on the stream fills, made when something observes it), publishes that mark on
 //!    every signal semaphore this device owns (so waiters elsewhere can chain device-side) and
@@ -24,6 +25,7 @@
 //!
 //! Dropping the scheduler is `teardown`; the hang report is `report`.
 
+mod admission;
 mod completion;
 pub mod event_pool;
 pub mod event_semaphore;
@@ -42,9 +44,10 @@ use std::thread::JoinHandle;
 
 use smallvec::SmallVec;
 
+use self::admission::Admission;
 use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Producer, SemaphoreEvents};
-use self::host_calls::{Gates, HostCallRunner, QueuePlace};
+use self::host_calls::HostCallRunner;
 use self::pending_actions::Action;
 use self::seal::{Seal, StreamMark};
 use self::wait_cover::Covers;
@@ -109,8 +112,8 @@ struct QueueSlot<M: StreamModel> {
     /// Set by the completion thread when the oldest submission in flight is open (see `seal`) and
     /// it could not take the issue lock to record: the next issue records.
     seal_wanted: CachePadded<AtomicBool>,
-    /// Blocking host calls not yet returned: later submissions to this queue wait for them.
-    gates: Arc<Gates>,
+    /// Blocking host calls not yet returned, and the work they hold (see `admission`).
+    admission: Admission<M>,
 }
 
 /// `Work` allocations and free events taken from the device-wide lists in batches, so an issue
@@ -167,8 +170,19 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) signals: SemaphoreList,
     /// The device events that cover its waits.
     pub(crate) covers: Covers<M>,
-    /// Its place in the queue's order once it has checked the host-call gates (`host_calls`).
-    pub(crate) place: Option<QueuePlace>,
+}
+
+impl<M: StreamModel> Issue<M> {
+    /// Fails it without running it: its signals get `status`.
+    pub(crate) fn fail(self, status: &Error) {
+        let Issue { op, signals, .. } = self;
+        op.will_not_run(status);
+        // Before the signals fail: the op may hold user code (a host call's closure).
+        drop(op);
+        for signal in &signals {
+            signal.semaphore.fail(status.clone());
+        }
+    }
 }
 
 impl<M: StreamModel> InFlight<M> {
@@ -208,7 +222,7 @@ impl<M: StreamModel> Scheduler<M> {
                 wake: Condvar::new(),
                 retiring: CachePadded(Mutex::new(())),
                 seal_wanted: CachePadded(AtomicBool::new(false)),
-                gates: Arc::new(Gates::default()),
+                admission: Admission::default(),
             });
         }
         let shared = Arc::new_cyclic(|this| Shared {
@@ -334,9 +348,9 @@ impl<M: StreamModel> Scheduler<M> {
                 return Ok(());
             }
         };
-        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers, place: None };
+        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers };
         if ready.iter().all(|&ready| ready) {
-            shared.issue_or_gate(id, issue);
+            shared.admit(id, issue);
         } else {
             Action::hold(shared, id, waits.iter().cloned().collect(), &ready, issue);
         }
@@ -354,7 +368,8 @@ impl<M: StreamModel> Scheduler<M> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let busy = !lock(&self.shared.pending).is_empty()
-                || self.shared.queues.iter().any(|q| !lock(&q.inflight).is_empty());
+                || self.shared.queues.iter().any(|q| !lock(&q.inflight).is_empty())
+                || (0..self.shared.queues.len()).any(|queue| self.shared.held_count(queue) > 0);
             if !busy {
                 return Ok(());
             }
@@ -380,7 +395,9 @@ impl<M: StreamModel> Scheduler<M> {
     pub fn resource_usage(&self) -> ResourceUsage {
         let shared = &self.shared;
         let inflight: usize = shared.queues.iter().map(|q| lock(&q.inflight).len()).sum();
-        let pending = lock(&shared.pending).len();
+        // Work held behind a host call counts as pending: its waits are resolved, its turn is not.
+        let held: usize = (0..shared.queues.len()).map(|queue| shared.held_count(queue)).sum();
+        let pending = lock(&shared.pending).len() + held;
         let host_calls = shared.host_calls.in_use();
         ResourceUsage {
             pools: vec![

@@ -8,7 +8,6 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use super::event_semaphore::SemaphoreEvents;
-use super::host_calls::GateOf;
 use super::wait_cover::{Covers, Readiness, WaitStatus};
 use super::{Issue, Shared};
 use crate::driver::Submission;
@@ -174,11 +173,10 @@ impl<M: StreamModel> Action<M> {
             Step::Nothing => {}
             Step::Issue(issue) => {
                 shared.pending_remove(self.id);
-                shared.issue_or_gate(self.id, issue);
+                shared.admit(self.id, issue);
             }
             Step::Fail { issue, cancel, status } => {
                 shared.pending_remove(self.id);
-                shared.queues[self.queue].gates.release(self.id);
                 let signals = match issue {
                     Some(Issue { op, signals, .. }) => {
                         op.will_not_run(&status);
@@ -218,11 +216,7 @@ impl<M: StreamModel> Action<M> {
     }
 
     /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
-    /// `gate_of` names the blocking host call a wait stands for, if it is a gate.
-    pub(crate) fn describe_waits(
-        &self,
-        gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<GateOf>,
-    ) -> Vec<String> {
+    pub(crate) fn describe_waits(&self) -> Vec<String> {
         let state = lock(&self.state);
         let op = state.issue.as_ref().map_or_else(|| "(taken)".to_owned(), |issue| issue.op.describe());
         let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
@@ -232,23 +226,6 @@ impl<M: StreamModel> Action<M> {
                 Err(e) => format!("failed: {e}"),
             };
             let status = if state.resolved[index] { "satisfied" } else { "WAITING" };
-            match gate_of(&wait.semaphore) {
-                Some(GateOf::Call(call)) => {
-                    lines.push(format!(
-                        "  waits until host call action {call} of queue {} returns {status}",
-                        self.queue
-                    ));
-                    continue;
-                }
-                Some(GateOf::Held(held)) => {
-                    lines.push(format!(
-                        "  waits until action {held} of queue {}, held ahead of it, issues {status}",
-                        self.queue
-                    ));
-                    continue;
-                }
-                None => {}
-            }
             lines.push(format!("  waits {} >= {} ({now}) {status}", wait.semaphore, wait.value));
         }
         lines

@@ -13,10 +13,12 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     pending.sort_by_key(|a| a.id);
     let _ = writeln!(out, "{}: {} pending action(s)", shared.device, pending.len());
     for action in &pending {
-        let gates = &shared.queues[action.queue].gates;
-        for line in action.describe_waits(&|semaphore| gates.gate_of(semaphore)) {
+        for line in action.describe_waits() {
             let _ = writeln!(out, "  {line}");
         }
+    }
+    for queue in 0..shared.queues.len() {
+        shared.describe_admission(queue, &mut out);
     }
     for (queue, action) in shared.host_calls.running() {
         let _ = writeln!(
