@@ -257,6 +257,17 @@ fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
     });
 }
 
+/// On queue 0 of a one-queue scheduler: a barrier signalling `signal` submitted on one thread
+/// while another retires, then everything drained (twice: a host call that retires may issue more).
+fn barrier_while_retiring(s: &Arc<Scheduler<InlineStreams>>, signal: &Semaphore) {
+    let submitter = spawn_barrier(s, 0, signal);
+    let retirer = spawn_retirer(s, 0);
+    submitter.join().unwrap();
+    retirer.join().unwrap();
+    drain(s, 1);
+    drain(s, 1);
+}
+
 /// A blocking host call holds later work of its queue until it returns: work submitted on another
 /// thread once the call is admitted is issued only after the call returned, whichever thread
 /// retires the call, and then runs.
@@ -274,12 +285,7 @@ fn loom_work_behind_a_blocking_host_call_waits_for_its_return() {
             HostCallFlags::empty(),
         );
         s.submit(0, Submission::HostCall(call), &[], &[SV::new(&called, 1)]).unwrap();
-        let submitter = spawn_barrier(&s, 0, &after);
-        let retirer = spawn_retirer(&s, 0);
-        submitter.join().unwrap();
-        retirer.join().unwrap();
-        drain(&s, 1);
-        drain(&s, 1);
+        barrier_while_retiring(&s, &after);
         assert_eq!(called.query().unwrap(), 1, "the call returned before the work behind it ran");
         assert_eq!(after.query().unwrap(), 1, "the held work ran once the call returned");
         assert_eq!(s.model().ran.load(Ordering::Relaxed), 1);
@@ -309,12 +315,7 @@ fn loom_a_host_call_is_not_held_behind_itself() {
             )
         };
         s.submit(0, Submission::HostCall(submitted_inside), &[], &[SV::new(&called, 1)]).unwrap();
-        let submitter = spawn_barrier(&s, 0, &outer);
-        let retirer = spawn_retirer(&s, 0);
-        submitter.join().unwrap();
-        retirer.join().unwrap();
-        drain(&s, 1);
-        drain(&s, 1);
+        barrier_while_retiring(&s, &outer);
         assert_eq!(called.query().unwrap(), 1, "the call's own work issued while it ran, nothing else did");
         assert_eq!(inner.query().unwrap(), 1, "the call's own work ran");
         assert_eq!(outer.query().unwrap(), 1, "the work behind the call ran after it");
