@@ -1,5 +1,6 @@
 //! Host calls are the scheduler's own work: the stream model is never handed one, whatever route
-//! the call takes (issued at once, or held by its waits first).
+//! the call takes (issued at once, or held by its waits first), and the order a blocking call
+//! imposes on its queue is a list the hang report prints.
 #![cfg(not(loom))]
 
 use std::sync::Arc;
@@ -50,4 +51,37 @@ fn host_calls_never_reach_the_stream_model() {
     s.submit(0, QueueOp::Barrier, &[], &[SV::new(&done, 4)]).unwrap();
     s.poll_completions(0);
     assert!(model.work_calls() > 0, "a barrier is completed by the model");
+}
+
+#[test]
+fn the_hang_report_prints_the_admission_list() {
+    let s = scheduler(1);
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (called, done) = (s.create_semaphore(0), s.create_semaphore(0));
+    let call = HostCall::new(
+        move || {
+            released
+                .recv_timeout(Duration::from_secs(5))
+                .map_err(|e| hal::Error::internal(format!("not released: {e}")))
+        },
+        HostCallFlags::empty(),
+    );
+    s.submit(0, Submission::HostCall(call), &[], &[SV::new(&called, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&done, 1)]).unwrap();
+    let report = s.report();
+    assert!(report.contains("queue 0 admission list, in order:"), "{report}");
+    assert!(report.contains("host call action 1: later work of the queue waits until it returns"), "{report}");
+    assert!(report.contains("action 2 (barrier): held behind action 1"), "{report}");
+    assert_eq!(done.query().unwrap(), 0, "the barrier is held while the call has not returned");
+
+    release.send(()).unwrap();
+    s.model().complete_up_to(u64::MAX);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while done.query().unwrap() < 1 && std::time::Instant::now() < deadline {
+        s.poll_completions(0);
+        std::thread::yield_now();
+    }
+    called.wait(1, Timeout::Immediate).unwrap();
+    done.wait(1, Timeout::Immediate).unwrap();
+    assert!(!s.report().contains("admission list"), "the list is empty once the call returned");
 }
