@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
     ResourceUsage, Result, Semaphore, SemaphoreValue,
@@ -181,7 +181,7 @@ impl DeviceBackend for CpuDevice {
         Ok(Arc::new(CpuPreparedCommands::prepare(commands)?))
     }
 
-    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.scheduler.submit(queue, op, waits, signals)
     }
 

@@ -7,7 +7,7 @@ use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 use hal::driver::lock;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BindingState, Command};
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp};
+use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
     PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
@@ -385,7 +385,7 @@ impl DeviceBackend for CudaDevice {
         )?))
     }
 
-    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.scheduler.submit(queue, op, waits, signals)
     }
 

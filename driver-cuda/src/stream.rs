@@ -278,7 +278,6 @@ impl CudaStreams {
                 self.download(bound, stream, work, source, *offset, *length)
             }
             QueueOp::Barrier => Ok(()),
-            QueueOp::HostCall(_) => Err(Error::internal("cuda: a host call reached a stream")),
             QueueOp::Collective(call) => crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call),
         }
     }
@@ -305,7 +304,14 @@ impl CudaStreams {
                 drop(self.take_staged(work)?);
                 Ok(())
             }
-            _ => Ok(()),
+            // Nothing was staged on the host for these.
+            QueueOp::Write { .. }
+            | QueueOp::Transfer(_)
+            | QueueOp::Execute { .. }
+            | QueueOp::Collective(_)
+            | QueueOp::Alloca(_)
+            | QueueOp::Dealloca(_)
+            | QueueOp::Barrier => Ok(()),
         }
     }
 }

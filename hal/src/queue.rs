@@ -11,7 +11,7 @@ use crate::buffer::{Buffer, BufferParams, BufferUsage};
 use crate::collective::{Channel, CollectiveArgs, CollectiveCall};
 use crate::command_buffer::{BufferBinding, Command, CommandBuffer};
 use crate::device::Device;
-use crate::driver::QueueOp;
+use crate::driver::{QueueOp, Submission};
 use crate::error::{Error, Result};
 use crate::fill_pattern::FillPattern;
 use crate::host_data::{as_bytes, element_offset};
@@ -123,14 +123,20 @@ impl Queue {
         Ok(())
     }
 
-    fn submit(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    fn submit(&self, op: impl Into<Submission>, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.check_signals(waits, signals)?;
         self.submit_checked(op, waits, signals)
     }
 
     /// [`submit`](Self::submit) for callers that already checked `signals` (before claiming something
     /// the submission would have to give back).
-    fn submit_checked(&self, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    fn submit_checked(
+        &self,
+        op: impl Into<Submission>,
+        waits: &[SemaphoreValue],
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        let op = op.into();
         let _span = tracing::trace_span!("submit", queue = self.index, op = op.kind()).entered();
         self.device.backend().submit(self.index, op, waits, signals)
     }
@@ -428,7 +434,7 @@ impl Queue {
         flags: HostCallFlags,
         signals: &[SemaphoreValue],
     ) -> Result<()> {
-        self.submit(QueueOp::HostCall(crate::driver::HostCall::new(call, flags)), waits, signals)
+        self.submit(Submission::HostCall(crate::driver::HostCall::new(call, flags)), waits, signals)
     }
 
     /// Hands batched submissions to the device now.

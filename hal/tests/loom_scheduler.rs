@@ -7,15 +7,16 @@
 
 use std::sync::Arc;
 
-use hal::driver::QueueOp;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::stream_model::{StreamModel, Work};
-use hal::{DeviceId, Result, Semaphore, SemaphoreValue as SV, Timeout};
+use hal::driver::{HostCall, QueueOp, Submission};
+use hal::{DeviceId, Error, HostCallFlags, Result, Semaphore, SemaphoreValue as SV, Timeout};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 
 /// Streams that run work at enqueue; events are complete once recorded.
 struct InlineStreams {
-    ran: AtomicUsize,
+    /// Work run so far (shared, so that a host call can look).
+    ran: Arc<AtomicUsize>,
 }
 
 struct InlineEvent {
@@ -63,7 +64,7 @@ impl StreamModel for InlineStreams {
 }
 
 fn scheduler(queues: usize) -> Arc<Scheduler<InlineStreams>> {
-    Arc::new(Scheduler::new(DeviceId::next(), InlineStreams { ran: AtomicUsize::new(0) }, queues).unwrap())
+    Arc::new(Scheduler::new(DeviceId::next(), InlineStreams { ran: Arc::new(AtomicUsize::new(0)) }, queues).unwrap())
 }
 
 fn builder() -> loom::model::Builder {
@@ -252,6 +253,72 @@ fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
         let usage = s.resource_usage();
         let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
         assert_eq!(events.in_use, 0, "{usage}");
+        assert_idle(&s);
+    });
+}
+
+/// On queue 0 of a one-queue scheduler: a barrier signalling `signal` submitted on one thread
+/// while another retires, then everything drained (twice: a host call that retires may issue more).
+fn barrier_while_retiring(s: &Arc<Scheduler<InlineStreams>>, signal: &Semaphore) {
+    let submitter = spawn_barrier(s, 0, signal);
+    let retirer = spawn_retirer(s, 0);
+    submitter.join().unwrap();
+    retirer.join().unwrap();
+    drain(s, 1);
+    drain(s, 1);
+}
+
+/// A blocking host call holds later work of its queue until it returns: work submitted on another
+/// thread once the call is admitted is issued only after the call returned, whichever thread
+/// retires the call, and then runs.
+#[test]
+fn loom_work_behind_a_blocking_host_call_waits_for_its_return() {
+    builder().check(|| {
+        let s = scheduler(1);
+        let (called, after) = (Semaphore::new(0), Semaphore::new(0));
+        let ran = s.model().ran.clone();
+        let call = HostCall::new(
+            move || match ran.load(Ordering::Relaxed) {
+                0 => Ok(()),
+                n => Err(Error::internal(format!("{n} submission(s) behind the call ran before it returned"))),
+            },
+            HostCallFlags::empty(),
+        );
+        s.submit(0, Submission::HostCall(call), &[], &[SV::new(&called, 1)]).unwrap();
+        barrier_while_retiring(&s, &after);
+        assert_eq!(called.query().unwrap(), 1, "the call returned before the work behind it ran");
+        assert_eq!(after.query().unwrap(), 1, "the held work ran once the call returned");
+        assert_eq!(s.model().ran.load(Ordering::Relaxed), 1);
+        assert_idle(&s);
+    });
+}
+
+/// Work a blocking host call submits to its own queue is part of the call: it is not held behind
+/// the call (which may wait for it), while other work submitted meanwhile is.
+#[test]
+fn loom_a_host_call_is_not_held_behind_itself() {
+    builder().check(|| {
+        let s = scheduler(1);
+        let (inner, outer, called) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+        let submitted_inside = {
+            let (s, inner) = (std::sync::Arc::downgrade(&s), inner.clone());
+            HostCall::new(
+                move || {
+                    let s = s.upgrade().ok_or_else(|| Error::internal("scheduler gone"))?;
+                    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&inner, 1)])?;
+                    match s.model().ran.load(Ordering::Relaxed) {
+                        1 => Ok(()),
+                        n => Err(Error::internal(format!("{n} submissions ran when the call's own had been issued"))),
+                    }
+                },
+                HostCallFlags::empty(),
+            )
+        };
+        s.submit(0, Submission::HostCall(submitted_inside), &[], &[SV::new(&called, 1)]).unwrap();
+        barrier_while_retiring(&s, &outer);
+        assert_eq!(called.query().unwrap(), 1, "the call's own work issued while it ran, nothing else did");
+        assert_eq!(inner.query().unwrap(), 1, "the call's own work ran");
+        assert_eq!(outer.query().unwrap(), 1, "the work behind the call ran after it");
         assert_idle(&s);
     });
 }

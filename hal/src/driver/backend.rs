@@ -84,7 +84,7 @@ pub trait DeviceBackend: Send + Sync {
 
     /// Enqueues `op` on queue `queue` (validated: in range, buffers of this device, signal values
     /// ahead of their semaphores). Must not block on device progress.
-    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()>;
+    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()>;
 
     /// Hands any batched submissions of `queue` to the device.
     fn flush(&self, queue: usize) -> Result<()>;
@@ -278,8 +278,68 @@ pub enum QueueOp {
     },
     /// Nothing to run: waits, then signals.
     Barrier,
-    /// A host function run in queue order.
+}
+
+/// What one queue submission asks for, as handed to [`DeviceBackend::submit`]: work a device
+/// stream runs, or a host function that the scheduler runs itself, in queue order, on a thread of
+/// its own. A driver built on the scheduler passes it on; only [`QueueOp`] reaches its streams.
+pub enum Submission {
+    /// Work for a device stream.
+    Stream(QueueOp),
+    /// A host function run in queue order ([`crate::Queue::host_call`]).
     HostCall(HostCall),
+}
+
+impl From<QueueOp> for Submission {
+    fn from(op: QueueOp) -> Self {
+        Submission::Stream(op)
+    }
+}
+
+impl Submission {
+    /// The scheduler fails this submission without running it, with `status` (see
+    /// [`QueueOp::will_not_run`]; a host call is only dropped).
+    pub(crate) fn will_not_run(&self, status: &crate::error::Error) {
+        if let Submission::Stream(op) = self {
+            op.will_not_run(status);
+        }
+    }
+
+    /// What the scheduler keeps of it: the op a stream record carries (a host call's puts nothing
+    /// on a stream), and the host call, if it is one.
+    pub(crate) fn into_parts(self) -> (QueueOp, Option<HostCall>) {
+        match self {
+            Submission::Stream(op) => (op, None),
+            Submission::HostCall(call) => (QueueOp::Barrier, Some(call)),
+        }
+    }
+
+    /// Whether it is a host call that holds later work of its queue until it returns.
+    pub(crate) fn is_blocking_host_call(&self) -> bool {
+        matches!(self, Submission::HostCall(call) if call.is_blocking())
+    }
+
+    /// A short name for traces and reports (see [`QueueOp::kind`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Submission::Stream(op) => op.kind(),
+            Submission::HostCall(_) => "host-call",
+        }
+    }
+
+    /// What it runs, for messages and reports (see [`QueueOp::describe`]).
+    pub fn describe(&self) -> String {
+        match self {
+            Submission::Stream(op) => op.describe(),
+            Submission::HostCall(_) => self.kind().to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for Submission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.kind())
+    }
 }
 
 impl QueueOp {
@@ -329,7 +389,6 @@ impl QueueOp {
             QueueOp::Write { .. } => "write",
             QueueOp::Read { .. } => "read",
             QueueOp::Barrier => "barrier",
-            QueueOp::HostCall(_) => "host-call",
         }
     }
 
@@ -355,7 +414,7 @@ impl QueueOp {
             | QueueOp::Write { target, .. } => format!("{} of {target}", self.kind()),
             QueueOp::Transfer(Command::Dispatch { executable, .. }) => format!("dispatch of {executable}"),
             QueueOp::Read { source, .. } => format!("read of {source}"),
-            _ => self.kind().to_owned(),
+            QueueOp::Transfer(_) | QueueOp::Barrier => self.kind().to_owned(),
         }
     }
 }

@@ -63,6 +63,7 @@ pub use crate::command_buffer::{Command, INDIRECT_COUNT_BYTES, indirect_workgrou
 pub use crate::semaphore::SemaphoreDriverData;
 pub use backend::{
     BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
+    Submission,
 };
 pub use binding_state::BindingState;
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};

@@ -23,6 +23,8 @@ pub struct ManualStreams {
     /// When set, every record fails.
     pub fail_record: AtomicBool,
     queries: AtomicUsize,
+    /// Calls of `enqueue`, `complete` and `discard`: the methods that are handed a `Work`.
+    work_calls: AtomicUsize,
     /// Whether the scheduler may leave marks open (`StreamModel::leaves_marks_open`); off unless a
     /// test turns it on, so that each submission records its own event.
     pub open_marks: AtomicBool,
@@ -49,6 +51,12 @@ impl ManualStreams {
     #[allow(dead_code)] // not every test counts queries
     pub fn take_queries(&self) -> usize {
         self.queries.swap(0, Ordering::SeqCst)
+    }
+
+    /// Calls so far of the methods that are handed a `Work` (`enqueue`, `complete`, `discard`).
+    #[allow(dead_code)] // not every test counts them
+    pub fn work_calls(&self) -> usize {
+        self.work_calls.load(Ordering::SeqCst)
     }
 
     /// Completes everything and lets the completion threads run (teardown).
@@ -106,6 +114,7 @@ impl StreamModel for ManualStreams {
         self.synchronize_event(event)
     }
     fn enqueue(&self, _stream: &(), _work: &Arc<Work>) -> Result<()> {
+        self.work_calls.fetch_add(1, Ordering::SeqCst);
         if self.fail_enqueue.load(Ordering::SeqCst) {
             return Err(Error::resource_exhausted("manual enqueue failure"));
         }
@@ -116,6 +125,13 @@ impl StreamModel for ManualStreams {
     }
     fn leaves_marks_open(&self) -> bool {
         self.open_marks.load(Ordering::SeqCst)
+    }
+    fn complete(&self, _work: &Work) -> Result<()> {
+        self.work_calls.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    fn discard(&self, _work: &Work) {
+        self.work_calls.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -146,6 +162,7 @@ pub fn scheduler(queues: usize) -> Tested {
         fail_enqueue: AtomicBool::new(false),
         fail_record: AtomicBool::new(false),
         queries: AtomicUsize::new(0),
+        work_calls: AtomicUsize::new(0),
         open_marks: AtomicBool::new(false),
         gate: (Mutex::new(false), Condvar::new()),
     };

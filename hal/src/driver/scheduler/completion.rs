@@ -325,31 +325,40 @@ fn newer_event<M: StreamModel>(
     (at > 0).then(|| (at + 1, entry.work.id, event))
 }
 
-/// Applies the outcome of one completed submission (a host call is handed to its thread, which
-/// applies the outcome once the call returns). Returns the work for recycling.
-fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
-    let InFlight { work, event, signals, waited, _wait_events, producers } = entry;
-    let span = tracing::trace_span!(
-        "complete",
-        queue = work.queue,
-        action = work.id,
-        op = work.op.kind(),
-        device_ns = tracing::field::Empty
-    )
-    .entered();
-    retire_producers_first(shared, &producers);
-    drop(producers);
-    // Faults in the slot already name their submission (`Work::fail`) or are an upstream status
-    // passed on unchanged; everything found here is named now.
-    let mut outcome = match status {
+/// The outcome of stream work whose mark completed with `status`: the backend completes it (or
+/// discards it on a fault). Faults in the slot already name their submission (`Work::fail`) or are
+/// an upstream status passed on unchanged; everything found here is named now.
+fn stream_outcome<M: StreamModel>(shared: &Shared<M>, work: &Work, status: Result<()>) -> Result<()> {
+    match status {
         Err(fault) => {
-            shared.model.discard(&work);
+            shared.model.discard(work);
             Err(work.describe_fault(fault))
         }
         Ok(()) => match work.fault.get() {
             Some(fault) => Err(fault),
-            None => shared.model.complete(&work).map_err(|e| work.describe_fault(e)),
+            None => shared.model.complete(work).map_err(|e| work.describe_fault(e)),
         },
+    }
+}
+
+/// Applies the outcome of one completed submission (a host call is handed to its thread, which
+/// applies the outcome once the call returns). Returns the work for recycling.
+fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
+    let span = tracing::trace_span!(
+        "complete",
+        queue = entry.work.queue,
+        action = entry.work.id,
+        op = entry.kind(),
+        device_ns = tracing::field::Empty
+    )
+    .entered();
+    let InFlight { work, host_call, event, signals, waited, _wait_events, producers } = entry;
+    retire_producers_first(shared, &producers);
+    drop(producers);
+    // A host call put nothing on a stream: the backend has nothing to complete for it.
+    let mut outcome = match host_call {
+        Some(_) => status,
+        None => stream_outcome(shared, &work, status),
     };
     if let Some(elapsed) = work.device_time() {
         span.record("device_ns", u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
@@ -364,23 +373,26 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
     if let QueueOp::Read { target, .. } = &work.op {
         target.settle(&outcome);
     }
-    if let QueueOp::HostCall(call) = &work.op {
-        let outcome = outcome.and_then(|()| work.take_upstream_fault().map_or(Ok(()), Err));
-        let job = Job {
-            device: shared.device.get(),
-            queue: work.queue,
-            action: work.id,
-            call: call.take(),
-            outcome,
-            signals,
-            gates: shared.queues[work.queue].gates.clone(),
-        };
-        shared.host_calls.run(job);
-    } else {
-        apply_outcome(&signals, outcome, work.id);
-        for signal in &signals {
-            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
-                table.prune(signal.value);
+    match host_call {
+        Some(call) => {
+            let outcome = outcome.and_then(|()| work.take_upstream_fault().map_or(Ok(()), Err));
+            let job = Job {
+                device: shared.device.get(),
+                queue: work.queue,
+                action: work.id,
+                call: call.take(),
+                outcome,
+                signals,
+                scheduler: shared.this.clone(),
+            };
+            shared.host_calls.run(job);
+        }
+        None => {
+            apply_outcome(&signals, outcome, work.id);
+            for signal in &signals {
+                if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+                    table.prune(signal.value);
+                }
             }
         }
     }

@@ -142,13 +142,6 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         lock(&self.publishers).iter().find(|(d, _)| *d == device).map(|(_, s)| s.clone())
     }
 
-    /// Whose work `entry` is, seen from a wait of `device`: its scheduler when it is another
-    /// device's.
-    pub(crate) fn producer(&self, entry: &SignalEvent<M>, device: DeviceId) -> Producer<M> {
-        let scheduler = if entry.device == device { None } else { self.scheduler_of(entry.device) };
-        Producer { work: entry.producer.clone(), scheduler }
-    }
-
     /// Applies `f` to the entry of the smallest published value `>= value`, under the table's lock.
     fn with_covering<R>(&self, value: u64, f: impl FnOnce(&SignalEvent<M>) -> R) -> Option<R> {
         let table = lock(&self.table);

@@ -2,180 +2,26 @@
 //! thread and never under a scheduler lock, so a call may submit to and wait on any queue, its own
 //! included, and a slow call delays nothing but what is ordered behind it.
 //!
-//! A blocking call (the default, IREE's meaning) holds later work of its queue until it returns: once
-//! its waits are reached (it enters its queue's order), it opens a *gate* on the queue, a host
-//! semaphore that every submission of that queue entering the order later waits on (from the host,
-//! like any semaphore of no device) and that the call's return signals. A call still waiting for its
-//! own waits holds nothing back, so work behind it may signal what it waits for. Submissions made by
-//! the call itself skip its own gate (it may wait for them).
-//!
-//! Work that a gate holds keeps its place: it opens a gate of its own as well, released once it is
-//! issued (a blocking call's, once it returns). One release lets several held submissions go, on
-//! whichever threads see it first; without their own gates, later ones could be issued first.
+//! A blocking call (the default, IREE's meaning) holds later work of its queue until it returns:
+//! that order is its queue's admission list (`admission`), which the call leaves when it returns.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use smallvec::SmallVec;
-
+use super::admission::{Running, run_as};
 use crate::driver::HostFn;
 use crate::error::{Error, Result, panic_message};
-use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::semaphore::SemaphoreList;
 use crate::sync::{Condvar, MODEL_CHECKED, Mutex, lock, wait_timeout};
 
 /// How long an idle host-call thread waits for the next call before it exits.
 const IDLE_EXIT: Duration = Duration::from_millis(500);
 
-/// The open gates of one queue: blocking host calls that entered its order and have not returned,
-/// and work that gates hold, not issued yet.
-#[derive(Default)]
-pub(crate) struct Gates {
-    /// How many are open: a submission reads only this when there are none (no lock).
-    count: AtomicUsize,
-    open: Mutex<GateList>,
-}
-
-#[derive(Default)]
-struct GateList {
-    /// In the order the calls entered the queue's order.
-    gates: SmallVec<[Gate; 1]>,
-    /// The sequence number the next submission that checks the gates gets.
-    next_seq: u64,
-}
-
-/// One open gate: the submission's action, the semaphore its release signals to 1, and its place.
-#[derive(Clone)]
-struct Gate {
-    action: u64,
-    semaphore: Semaphore,
-    place: QueuePlace,
-    /// A blocking host call's (released when it returns), not held work's (released at its issue).
-    call: bool,
-}
-
-/// What a gate semaphore stands for, in the hang report.
-pub(crate) enum GateOf {
-    /// The return of this blocking host call.
-    Call(u64),
-    /// The issue of this held submission.
-    Held(u64),
-}
-
-/// Where a submission stands in its queue's order, as far as gates go: taken the first time it
-/// checks the gates and kept while a gate holds it, so that released together, held work still
-/// waits for the calls ahead of it and for none behind it.
-#[derive(Clone)]
-pub(crate) struct QueuePlace {
-    /// The sequence number of the outermost submission it belongs to: its own, or, for work that a
-    /// running host call submits to its own queue, that call's root (the work is part of the call).
-    root: u64,
-    seq: u64,
-    /// The running host calls of this queue it was submitted from, innermost first: it never
-    /// waits for their gates (a call may wait for what it submits).
-    within: SmallVec<[u64; 1]>,
-}
-
-impl QueuePlace {
-    fn is_after(&self, gate: &Gate) -> bool {
-        (gate.place.root, gate.place.seq) < (self.root, self.seq) && !self.within.contains(&gate.action)
-    }
-}
-
-impl GateList {
-    fn find(&self, action: u64) -> Option<&Gate> {
-        self.gates.iter().find(|g| g.action == action)
-    }
-}
-
-impl Gates {
-    /// Lets later work go once host call `action` returned (or will never run). Idempotent.
-    pub(crate) fn release(&self, action: u64) {
-        let released = {
-            let mut open = lock(&self.open);
-            let Some(at) = open.gates.iter().position(|g| g.action == action) else { return };
-            let gate = open.gates.remove(at);
-            self.count.store(open.gates.len(), Ordering::Release);
-            gate
-        };
-        // Outside the lock: this releases the held submissions, which issue on this thread.
-        let _ = released.semaphore.signal(1);
-    }
-
-    /// Releases every gate (teardown).
-    pub(crate) fn release_all(&self) {
-        let all: SmallVec<[Gate; 1]> = std::mem::take(&mut lock(&self.open).gates);
-        self.count.store(0, Ordering::Release);
-        for gate in all {
-            let _ = gate.semaphore.signal(1);
-        }
-    }
-
-    /// Adds to `waits` a wait on every open gate ahead of submission `action` at `place` (taken
-    /// here on its first check), but none of a host call it was submitted from (a call may wait for
-    /// what it submits). Returns whether it added any. The submission's own gate opens in the same
-    /// step if it is a blocking host call (`blocking`) or if gates hold it; the caller releases the
-    /// latter once it is issued.
-    pub(crate) fn add_waits(
-        &self,
-        device: u64,
-        queue: usize,
-        action: u64,
-        blocking: bool,
-        place: &mut Option<QueuePlace>,
-        waits: &mut SmallVec<[SemaphoreValue; 4]>,
-    ) -> bool {
-        if !blocking && self.count.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let mut open = lock(&self.open);
-        let me = place.get_or_insert_with(|| {
-            let seq = open.next_seq;
-            open.next_seq += 1;
-            let running = RUNNING.with(Cell::get).filter(|r| r.device == device && r.queue == queue);
-            match running.and_then(|r| open.find(r.action).map(|gate| (r.action, gate))) {
-                Some((action, gate)) => {
-                    let mut within = SmallVec::from_elem(action, 1);
-                    within.extend(gate.place.within.iter().copied());
-                    QueuePlace { root: gate.place.root, seq, within }
-                }
-                None => QueuePlace { root: seq, seq, within: running.map(|r| r.action).into_iter().collect() },
-            }
-        });
-        let before = waits.len();
-        for gate in open.gates.iter().filter(|g| me.is_after(g)) {
-            waits.push(SemaphoreValue::new(&gate.semaphore, 1));
-        }
-        let held = waits.len() > before;
-        if (blocking || held) && open.find(action).is_none() {
-            let gate = Gate { action, semaphore: Semaphore::new(0), place: me.clone(), call: blocking };
-            open.gates.push(gate);
-            self.count.store(open.gates.len(), Ordering::Release);
-        }
-        held
-    }
-
-    /// What `semaphore` stands for, if it is one of these gates.
-    pub(crate) fn gate_of(&self, semaphore: &Semaphore) -> Option<GateOf> {
-        let open = lock(&self.open);
-        let gate = open.gates.iter().find(|g| g.semaphore.same_as(semaphore))?;
-        Some(if gate.call { GateOf::Call(gate.action) } else { GateOf::Held(gate.action) })
-    }
-}
-
-/// The host call running on this thread, so its own submissions skip its gate.
-#[derive(Clone, Copy)]
-struct Running {
-    device: u64,
-    queue: usize,
-    action: u64,
-}
-
-crate::sync::thread_local! {
-    #[allow(clippy::missing_const_for_thread_local)]
-    static RUNNING: Cell<Option<Running>> = Cell::new(None);
+/// Where a host call's return is reported: its scheduler, whose admission list the call leaves.
+pub(crate) trait ReturnTo: Send + Sync {
+    /// Host call `action` of `queue` returned (or will never run).
+    fn returned(&self, queue: usize, action: u64);
 }
 
 /// A host call whose turn has come (its waits reached, the work before it on its queue retired).
@@ -188,14 +34,14 @@ pub(crate) struct Job {
     /// Why it must not run (a failed wait or upstream), if so: then it is only dropped, here.
     pub(crate) outcome: Result<()>,
     pub(crate) signals: SemaphoreList,
-    /// The queue's gates, released after the call returns.
-    pub(crate) gates: Arc<Gates>,
+    /// Told once the call returned (weakly: the device may be gone by then).
+    pub(crate) scheduler: Weak<dyn ReturnTo>,
 }
 
 impl Job {
-    /// Runs the call (containing a panic), releases its gate, then applies its signals.
+    /// Runs the call (containing a panic), lets the work it held go, then applies its signals.
     fn run(self) {
-        let Job { device, queue, action, call, outcome, signals, gates } = self;
+        let Job { device, queue, action, call, outcome, signals, scheduler } = self;
         let name = || format!("queue {queue} action {action} (host-call)");
         let outcome = match (outcome, call) {
             (Err(fault), call) => {
@@ -204,9 +50,8 @@ impl Job {
             }
             (Ok(()), None) => Err(Error::internal(format!("{}: host call ran twice", name()))),
             (Ok(()), Some(call)) => {
-                RUNNING.with(|r| r.set(Some(Running { device, queue, action })));
-                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call));
-                RUNNING.with(|r| r.set(None));
+                let running = Running { device, queue, action };
+                let ran = run_as(running, || std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)));
                 match ran {
                     Ok(result) => result.map_err(|e| e.context(name())),
                     Err(panic) => {
@@ -215,7 +60,9 @@ impl Job {
                 }
             }
         };
-        gates.release(action);
+        if let Some(scheduler) = scheduler.upgrade() {
+            scheduler.returned(queue, action);
+        }
         super::completion::apply_outcome(&signals, outcome, action);
     }
 }
@@ -252,8 +99,9 @@ impl HostCallRunner {
         let mut state = lock(&self.state);
         state.jobs.push_back(job);
         // Every call waiting to be taken needs a thread of its own: one queued behind a running call
-        // could be what that call waits for (a gate on another queue). An idle thread may still be
-        // on its way to take an earlier call, so count calls against idle threads, not just "any idle".
+        // could be what that call waits for (through work it holds on another queue). An idle
+        // thread may still be on its way to take an earlier call, so count calls against idle
+        // threads, not just "any idle".
         if state.jobs.len() <= state.idle {
             drop(state);
             self.ready.notify_one();

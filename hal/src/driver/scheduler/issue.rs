@@ -1,7 +1,7 @@
 //! The issue path: a submission whose waits are all resolved goes onto its queue's dispatch stream
 //! (stream-waits on the covering events, the work, one pooled event recorded after it), publishes
 //! that event on the signal semaphores this device owns, and is handed to the queue's completion
-//! thread. A blocking host call's gate may hold it back first (`issue_or_gate`).
+//! thread. A blocking host call ahead of it may hold it back first (`admission`).
 
 use std::sync::Arc;
 
@@ -9,166 +9,159 @@ use smallvec::SmallVec;
 
 use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
-use super::pending_actions::Action;
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
-use super::{Covered, InFlight, Issue, IssuerCache, QueueSlot, Shared};
-use crate::driver::QueueOp;
+use super::wait_cover::Covers;
+use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
 use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::{HostCall, Submission};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::Ordering;
-use crate::sync::{lock, try_lock};
+use crate::sync::{MutexGuard, lock, try_lock};
 
 impl<M: StreamModel> Shared<M> {
-    /// Issues a submission whose waits are resolved, unless a gate of its queue is ahead of it (a
-    /// blocking host call that has not returned, or held work not issued yet; see `host_calls`):
-    /// then it is held until those gates are released, keeping the device events that cover its
-    /// waits.
-    pub(crate) fn issue_or_gate(self: &Arc<Self>, id: u64, mut issue: Issue<M>) {
-        let mut gates: SmallVec<[SemaphoreValue; 4]> = SmallVec::new();
-        // From its issue on, a blocking host call holds later work of its queue until it returns.
-        let blocking = matches!(&issue.op, QueueOp::HostCall(call) if call.is_blocking());
-        let queue = issue.queue;
-        let gated =
-            self.queues[queue].gates.add_waits(self.device.get(), queue, id, blocking, &mut issue.place, &mut gates);
-        if !gated {
-            let checked = issue.place.is_some();
-            self.issue(id, issue);
-            if checked && !blocking {
-                // Its own gate, if gates held it before: it is in the stream order now.
-                self.queues[queue].gates.release(id);
-            }
-            return;
-        }
-        let Issue { queue, op, signals, waited, wait_events, upstream, place } = issue;
-        let covered = Covered { indices: SmallVec::new(), waited, events: wait_events, upstream, place };
-        Action::hold(self, id, queue, op, gates.into_iter().collect(), signals, covered);
-    }
-
-    /// Issues a submission whose waits are resolved: see the module docs, step 3.
+    /// Issues a submission whose waits are resolved: see the module docs, step 3. Under the issue
+    /// lock it picks a [`Route`], marks where the work ends, publishes that mark and hands the work
+    /// to the completion thread; outside it, wakes what waits for the publication, or fails the
+    /// signals.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, waited, wait_events, upstream, place: _ } = issue;
-        let slot = &self.queues[queue];
-        let is_host_call = matches!(op, QueueOp::HostCall(_));
-        let has_upstream = !upstream.is_empty();
-        let upstream_works: SmallVec<[Arc<Work>; 2]> =
-            if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
-        // Producers on this queue retire before this submission anyway (stream order).
-        let producers: SmallVec<[Producer<M>; 2]> =
-            upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
-        let upstream = upstream_works;
+        let Issue { queue, op, signals, covers } = issue;
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
-        // Signals whose semaphores got this event published (their enqueued-waiters are woken below).
-        let mut published: SmallVec<[usize; 2]> = SmallVec::new();
+        let Covers { waited, events: wait_events, upstream } = covers;
+        let has_upstream = !upstream.is_empty();
+        let (upstream, producers) = split_upstream(queue, upstream);
+        let slot = &self.queues[queue];
         let mut issuer = lock(&slot.issuer);
         // Teardown closes the queues under this lock: work released after that (a signal that
         // arrived as the device went away) would reach a stream no completion thread retires.
         if self.shutting_down.load(Ordering::Acquire) {
             drop(issuer);
-            self.queues[queue].gates.release(id);
-            let status = Error::cancelled(format!(
-                "{}: device destroyed while queue {queue} action {id} ({}) was being issued",
-                self.device,
-                op.kind()
-            ));
-            op.will_not_run(&status);
-            drop(op);
-            for signal in &signals {
-                signal.semaphore.fail(status.clone());
-            }
+            self.cancel_issue(id, queue, op, &signals);
             return;
         }
-        let work = self.new_work(&mut issuer.work, id, queue, op, upstream, &signals);
+        let (op, host_call) = op.into_parts();
+        let work = self.new_work(&mut issuer.work, id, queue, op, host_call.is_none(), upstream);
+        work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
         let shareable = issuer.last_mark.take();
-        // Puts nothing on the stream and waits for nothing there: it marks the stream point where
-        // the queue's earlier work ends (never profiled; on cpu-sim, no upstream producer whose
-        // fault the stream would have to pass on).
-        let quiet = !is_host_call
-            && wait_events.is_empty()
-            && work.profile().is_none()
-            && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
-            && self.model.enqueues_nothing(&work);
-        // ... and if every earlier submission of the queue has retired, that point is reached: it
-        // retires here, with no event and no trip through the completion thread. The retiring lock
-        // (only tried: lock order) keeps retirements of the queue in order until it is done.
-        if quiet
-            && let Some(retiring) = try_lock(&slot.retiring)
-            && lock(&slot.inflight).is_empty()
-        {
-            drop(issuer);
-            let entry = InFlight { work, event: None, signals, waited, _wait_events: wait_events, producers };
-            super::completion::retire_at_issue(self, entry, retiring);
-            return;
-        }
+        let route = self.route(slot, &work, host_call.as_ref(), &wait_events, has_upstream, shareable);
         // The event tables of the signal semaphores this device publishes into (looked up once).
         let tables: SmallVec<[Option<&SemaphoreEvents<M>>; 4]> =
             signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, self.device)).collect();
-        let issued = {
-            // Quiet work right after the last submission marks the same stream point: it shares
-            // that submission's mark.
-            let marked = match shareable.filter(|_| quiet) {
-                _ if is_host_call => Ok(None),
-                Some(mark) => Ok(Some(mark)),
-                None => {
-                    let waited_elsewhere = tables.iter().flatten().any(|table| table.waited_elsewhere());
-                    self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some)
-                }
-            };
-            match marked {
-                Ok(mark) => {
-                    issuer.last_mark.clone_from(&mark);
-                    if let Some(mark) = &mark {
-                        for (index, (signal, table)) in signals.iter().zip(&tables).enumerate() {
-                            if let Some(table) = table {
-                                let entry = SignalEvent {
-                                    value: signal.value,
-                                    event: mark.clone(),
-                                    producer: work.clone(),
-                                    queue,
-                                    device: self.device,
-                                };
-                                table.publish(entry, &self.this);
-                                published.push(index);
-                            }
-                        }
-                    }
-                    let entry = InFlight {
-                        work: work.clone(),
-                        event: mark,
-                        signals: signals.clone(),
-                        waited,
-                        _wait_events: wait_events,
-                        producers,
-                    };
-                    push_inflight(slot, entry);
-                    Ok(())
-                }
-                Err(e) => {
-                    if !wait_events.is_empty() {
-                        self.fence_failed_issue(queue, &mut issuer, &work, wait_events, producers, &e);
-                    }
-                    Err(e)
-                }
+        let marked = match route {
+            Route::RetireNow(retiring) => {
+                drop((issuer, tables));
+                let entry =
+                    InFlight { work, host_call, event: None, signals, waited, _wait_events: wait_events, producers };
+                super::completion::retire_at_issue(self, entry, retiring);
+                return;
+            }
+            Route::HostCall => Ok(None),
+            Route::Share(mark) => Ok(Some(mark)),
+            Route::Stream => {
+                let waited_elsewhere = tables.iter().flatten().any(|table| table.waited_elsewhere());
+                self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some)
             }
         };
-        drop(issuer);
-        match issued {
-            Ok(()) => {
+        match marked {
+            Ok(mark) => {
+                issuer.last_mark.clone_from(&mark);
+                let published = self.publish(queue, &work, &signals, &tables, mark.as_ref());
+                drop(tables);
+                let entry =
+                    InFlight { work, host_call, event: mark, signals, waited, _wait_events: wait_events, producers };
+                push_inflight(slot, entry);
+                drop(issuer);
                 // Outside the issue lock: waking enqueued-waiters may issue on this same queue.
-                for &index in &published {
-                    signals[index].semaphore.advance_enqueued(signals[index].value);
+                for signal in published {
+                    signal.semaphore.advance_enqueued(signal.value);
                 }
             }
             Err(status) => {
-                let status = status.context(format!("queue {queue} action {id} ({})", work.op.describe()));
-                work.op.will_not_run(&status);
-                tracing::warn!(%status, "issue failed");
-                for signal in &signals {
-                    signal.semaphore.fail(status.clone());
+                if !wait_events.is_empty() {
+                    self.fence_failed_issue(queue, &mut issuer, &work, wait_events, producers, &status);
                 }
+                drop(issuer);
+                fail_issue(&work, &signals, status);
             }
         }
+    }
+
+    /// Where submission `work` goes (see [`Route`]). `shareable` is the mark of the last
+    /// submission put on the queue's stream, if nothing was put on the stream since.
+    fn route<'q>(
+        &self,
+        slot: &'q QueueSlot<M>,
+        work: &Work,
+        host_call: Option<&HostCall>,
+        wait_events: &[EventRef<M>],
+        has_upstream: bool,
+        shareable: Option<StreamMark<M>>,
+    ) -> Route<'q, M> {
+        if host_call.is_some() {
+            return Route::HostCall;
+        }
+        // Puts nothing on the stream and waits for nothing there: it marks the stream point where
+        // the queue's earlier work ends (never profiled; on cpu-sim, no upstream producer whose
+        // fault the stream would have to pass on).
+        let quiet = wait_events.is_empty()
+            && work.profile().is_none()
+            && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
+            && self.model.enqueues_nothing(work);
+        if !quiet {
+            return Route::Stream;
+        }
+        // If every earlier submission of the queue has retired, that point is reached. The retiring
+        // lock (only tried: lock order) keeps retirements of the queue in order until it is done.
+        if let Some(retiring) = try_lock(&slot.retiring)
+            && lock(&slot.inflight).is_empty()
+        {
+            return Route::RetireNow(retiring);
+        }
+        shareable.map_or(Route::Stream, Route::Share)
+    }
+
+    /// Publishes `mark` on every signal semaphore whose event table this device publishes into
+    /// (`tables`, one per signal), so waiters elsewhere can chain device-side; returns those
+    /// signals. Under the issue lock: marks are published in stream order.
+    fn publish(
+        &self,
+        queue: usize,
+        work: &Arc<Work>,
+        signals: &[SemaphoreValue],
+        tables: &[Option<&SemaphoreEvents<M>>],
+        mark: Option<&StreamMark<M>>,
+    ) -> Published {
+        let mut published = Published::new();
+        let Some(mark) = mark else { return published };
+        for (signal, table) in signals.iter().zip(tables) {
+            if let Some(table) = table {
+                let entry = SignalEvent {
+                    value: signal.value,
+                    event: mark.clone(),
+                    producer: work.clone(),
+                    queue,
+                    device: self.device,
+                };
+                table.publish(entry, &self.this);
+                published.push(signal.clone());
+            }
+        }
+        published
+    }
+
+    /// Cancels a submission released after teardown closed its queue.
+    fn cancel_issue(&self, id: u64, queue: usize, op: Submission, signals: &[SemaphoreValue]) {
+        // A blocking host call was admitted: it will never return now.
+        self.call_returned(queue, id);
+        let status = Error::cancelled(format!(
+            "{}: device destroyed while queue {queue} action {id} ({}) was being issued",
+            self.device,
+            op.kind()
+        ));
+        op.will_not_run(&status);
+        drop(op);
+        fail_signals(signals, &status);
     }
 
     /// After an issue that failed once its stream may already hold waits on `wait_events` (a wait
@@ -191,6 +184,7 @@ impl<M: StreamModel> Shared<M> {
         work.fail(status.clone());
         let entry = InFlight {
             work: work.clone(),
+            host_call: None,
             event: Some(StreamMark::Recorded(fence)),
             signals: SemaphoreList::new(),
             waited: SemaphoreList::new(),
@@ -230,6 +224,57 @@ impl<M: StreamModel> Shared<M> {
             return Ok(StreamMark::Open(seal.clone()));
         }
         self.record_now(queue, issuer).map(StreamMark::Recorded)
+    }
+}
+
+/// Where an issued submission goes, decided under its queue's issue lock.
+enum Route<'q, M: StreamModel> {
+    /// It puts nothing on the stream and every earlier submission of its queue has retired: the
+    /// stream point it marks is reached, so it retires on this thread, with no event and no trip
+    /// through the completion thread (the queue's retiring lock held).
+    RetireNow(MutexGuard<'q, ()>),
+    /// A host call: in flight with no mark; the completion thread hands it to a host-call thread
+    /// when the work before it has retired.
+    HostCall,
+    /// It puts nothing on the stream, right after the last submission put there: it marks the
+    /// same stream point, so it shares that submission's mark instead of recording one.
+    Share(StreamMark<M>),
+    /// Onto the stream: waits on the covering events, the work, a mark after it.
+    Stream,
+}
+
+/// The signals whose semaphores an issue published its mark on (their enqueued-waiters are woken
+/// once the issue lock is released).
+type Published = SmallVec<[SemaphoreValue; 2]>;
+
+/// The producers whose faults a backend checks before running work (`Work::take_upstream_fault`).
+type UpstreamWork = SmallVec<[Arc<Work>; 2]>;
+
+/// Splits the work a submission's waits follow into what its `Work` carries (the producers whose
+/// faults the backend checks, only where it does) and the producers it retires after: those on
+/// other queues or devices (ones on its own queue retire before it anyway, in stream order).
+fn split_upstream<M: StreamModel>(
+    queue: usize,
+    upstream: SmallVec<[Producer<M>; 2]>,
+) -> (UpstreamWork, SmallVec<[Producer<M>; 2]>) {
+    let checked =
+        if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
+    let producers = upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
+    (checked, producers)
+}
+
+/// Fails `work`, which could not be put on its stream, and its signals with `status`.
+fn fail_issue(work: &Work, signals: &[SemaphoreValue], status: Error) {
+    let status = status.context(format!("queue {} action {} ({})", work.queue, work.id, work.op.describe()));
+    work.op.will_not_run(&status);
+    tracing::warn!(%status, "issue failed");
+    fail_signals(signals, &status);
+}
+
+/// Fails every signal with `status`.
+fn fail_signals(signals: &[SemaphoreValue], status: &Error) {
+    for signal in signals {
+        signal.semaphore.fail(status.clone());
     }
 }
 

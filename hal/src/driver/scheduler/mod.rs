@@ -8,8 +8,9 @@
 //! 2. If every wait is reached or covered, the submission is issued at once on the calling thread.
 //!    Otherwise it becomes a pending action (`pending_actions`) with one timepoint per open wait,
 //!    and the resolution of its last wait issues it.
-//! 3. Issuing (`issue`: held back first while a blocking host call of the queue runs) makes the
-//!    queue's dispatch stream wait on the covering events, enqueues the work, marks where it ends
+//! 3. Issuing (`issue`; held first in the queue's admission list while a blocking host call ahead
+//!    of it has not returned: `admission`) makes the queue's dispatch stream wait on the covering
+//!    events, enqueues the work, marks where it ends
 //!    (`seal`: a pooled event recorded after it, or, while the queue is busy, an open mark that the
 //!    next record on the stream fills, made when something observes it), publishes that mark on
 //!    every signal semaphore this device owns (so waiters elsewhere can chain device-side) and
@@ -24,6 +25,7 @@
 //!
 //! Dropping the scheduler is `teardown`; the hang report is `report`.
 
+mod admission;
 mod completion;
 pub mod event_pool;
 pub mod event_semaphore;
@@ -33,6 +35,7 @@ mod pending_actions;
 mod report;
 mod seal;
 mod teardown;
+mod wait_cover;
 mod work_pool;
 
 use std::collections::{HashMap, VecDeque};
@@ -41,14 +44,16 @@ use std::thread::JoinHandle;
 
 use smallvec::SmallVec;
 
+use self::admission::Admission;
 use self::event_pool::{EventCache, EventPool, EventRef};
-use self::event_semaphore::{Cover, Producer, SemaphoreEvents};
-use self::host_calls::{Gates, HostCallRunner, QueuePlace};
+use self::event_semaphore::{Producer, SemaphoreEvents};
+use self::host_calls::HostCallRunner;
 use self::pending_actions::Action;
 use self::seal::{Seal, StreamMark};
+use self::wait_cover::Covers;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::stream_model::{StreamModel, Work};
-use crate::driver::{ProfileSink, ProfileSwitch, QueueOp};
+use crate::driver::{HostCall, ProfileSink, ProfileSwitch, Submission};
 use crate::error::{Error, Result};
 use crate::profile::{Profile, ProfileOptions};
 use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
@@ -107,8 +112,8 @@ struct QueueSlot<M: StreamModel> {
     /// Set by the completion thread when the oldest submission in flight is open (see `seal`) and
     /// it could not take the issue lock to record: the next issue records.
     seal_wanted: CachePadded<AtomicBool>,
-    /// Blocking host calls not yet returned: later submissions to this queue wait for them.
-    gates: Arc<Gates>,
+    /// Blocking host calls not yet returned, and the work they hold (see `admission`).
+    admission: Admission<M>,
 }
 
 /// `Work` allocations and free events taken from the device-wide lists in batches, so an issue
@@ -139,8 +144,12 @@ impl<M: StreamModel> IssuerCache<M> {
 
 /// A submission on its way through a stream.
 struct InFlight<M: StreamModel> {
+    /// The stream's work, or for a host call a record that puts nothing on a stream (a barrier).
     work: Arc<Work>,
-    /// Where the work ends on the stream; `None` for host calls, which run on the completion thread.
+    /// The host call, for one: the completion thread hands it to a host-call thread once the work
+    /// before it has retired.
+    host_call: Option<HostCall>,
+    /// Where the work ends on the stream; `None` for host calls and work retired at issue.
     event: Option<StreamMark<M>>,
     signals: SemaphoreList,
     /// The waits the device went past on an event (not reached on the host at issue): if one fails
@@ -157,24 +166,35 @@ struct InFlight<M: StreamModel> {
 /// Everything needed to issue a submission whose waits are all resolved.
 pub(crate) struct Issue<M: StreamModel> {
     pub(crate) queue: usize,
-    pub(crate) op: QueueOp,
+    pub(crate) op: Submission,
     pub(crate) signals: SemaphoreList,
-    pub(crate) waited: SemaphoreList,
-    pub(crate) wait_events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
-    /// Its place in the queue's order once it has checked the host-call gates (`host_calls`).
-    pub(crate) place: Option<QueuePlace>,
+    /// The device events that cover its waits.
+    pub(crate) covers: Covers<M>,
 }
 
-/// Waits resolved at submission: reached on the host, or covered by device events.
-pub(crate) struct Covered<M: StreamModel> {
-    pub(crate) indices: SmallVec<[usize; 2]>,
-    /// The covered (not reached) ones.
-    pub(crate) waited: SemaphoreList,
-    pub(crate) events: SmallVec<[EventRef<M>; 2]>,
-    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
-    /// See [`Issue::place`].
-    pub(crate) place: Option<QueuePlace>,
+impl<M: StreamModel> Issue<M> {
+    /// Fails it without running it: its signals get `status`.
+    pub(crate) fn fail(self, status: &Error) {
+        let Issue { op, signals, .. } = self;
+        op.will_not_run(status);
+        // Before the signals fail: the op may hold user code (a host call's closure).
+        drop(op);
+        for signal in &signals {
+            signal.semaphore.fail(status.clone());
+        }
+    }
+}
+
+impl<M: StreamModel> InFlight<M> {
+    /// A short name of what it runs, for traces.
+    fn kind(&self) -> &'static str {
+        if self.host_call.is_some() { "host-call" } else { self.work.op.kind() }
+    }
+
+    /// What it runs, for reports.
+    fn describe(&self) -> String {
+        if self.host_call.is_some() { self.kind().to_owned() } else { self.work.op.describe() }
+    }
 }
 
 impl<M: StreamModel> Scheduler<M> {
@@ -202,7 +222,7 @@ impl<M: StreamModel> Scheduler<M> {
                 wake: Condvar::new(),
                 retiring: CachePadded(Mutex::new(())),
                 seal_wanted: CachePadded(AtomicBool::new(false)),
-                gates: Arc::new(Gates::default()),
+                admission: Admission::default(),
             });
         }
         let shared = Arc::new_cyclic(|this| Shared {
@@ -302,7 +322,7 @@ impl<M: StreamModel> Scheduler<M> {
     pub fn submit(
         &self,
         queue: usize,
-        op: QueueOp,
+        op: impl Into<Submission>,
         waits: &[SemaphoreValue],
         signals: &[SemaphoreValue],
     ) -> Result<()> {
@@ -313,64 +333,26 @@ impl<M: StreamModel> Scheduler<M> {
         if shared.shutting_down.load(Ordering::Acquire) {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
+        let op = op.into();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let host_only = matches!(op, QueueOp::HostCall(_));
-        let mut covered = Covered {
-            indices: SmallVec::new(),
-            waited: SmallVec::new(),
-            events: SmallVec::new(),
-            upstream: SmallVec::new(),
-            place: None,
-        };
-        for (index, wait) in waits.iter().enumerate() {
-            match wait.semaphore.query() {
-                Err(status) => {
-                    tracing::debug!(action = id, %status, "wait semaphore failed at submission");
-                    op.will_not_run(&status);
-                    for signal in signals {
-                        signal.semaphore.fail(status.clone());
-                    }
-                    return Ok(());
+        let host_only = matches!(op, Submission::HostCall(_));
+        let mut covers = Covers::default();
+        let ready = match covers.resolve_waits(shared, queue, waits, host_only) {
+            Ok(ready) => ready,
+            Err(status) => {
+                tracing::debug!(action = id, %status, "wait semaphore failed at submission");
+                op.will_not_run(&status);
+                for signal in signals {
+                    signal.semaphore.fail(status.clone());
                 }
-                Ok(value) if value >= wait.value => covered.indices.push(index),
-                Ok(_) if host_only => {}
-                Ok(_) => {
-                    let table = SemaphoreEvents::<M>::of(&wait.semaphore, shared.device);
-                    match table.and_then(|t| t.cover(wait.value, shared.device, queue, M::CHECKS_UPSTREAM_FAULTS)) {
-                        Some(Cover::InStreamOrder(producer)) => {
-                            covered.indices.push(index);
-                            covered.waited.push(wait.clone());
-                            covered.upstream.extend(producer.map(Producer::local));
-                        }
-                        Some(Cover::Event(entry, scheduler)) => {
-                            // A mark that cannot be sealed (its stream faulted) covers nothing: the
-                            // wait is held, and the producer's retirement fails it.
-                            if let Ok(event) = entry.event.sealed_for(shared, scheduler.as_ref()) {
-                                covered.indices.push(index);
-                                covered.waited.push(wait.clone());
-                                covered.events.push(event);
-                                covered.upstream.push(Producer { work: entry.producer, scheduler });
-                            }
-                        }
-                        None => {}
-                    }
-                }
+                return Ok(());
             }
-        }
-        let signals: SemaphoreList = signals.iter().cloned().collect();
-        if covered.indices.len() == waits.len() {
-            let issue = Issue {
-                queue,
-                op,
-                signals,
-                waited: covered.waited,
-                wait_events: covered.events,
-                upstream: covered.upstream,
-                place: None,
-            };
-            shared.issue_or_gate(id, issue);
+        };
+        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers };
+        if ready.iter().all(|&ready| ready) {
+            shared.admit(id, issue);
         } else {
-            Action::hold(shared, id, queue, op, waits.iter().cloned().collect(), signals, covered);
+            Action::hold(shared, id, waits.iter().cloned().collect(), &ready, issue);
         }
         Ok(())
     }
@@ -386,7 +368,8 @@ impl<M: StreamModel> Scheduler<M> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let busy = !lock(&self.shared.pending).is_empty()
-                || self.shared.queues.iter().any(|q| !lock(&q.inflight).is_empty());
+                || self.shared.queues.iter().any(|q| !lock(&q.inflight).is_empty())
+                || (0..self.shared.queues.len()).any(|queue| self.shared.held_count(queue) > 0);
             if !busy {
                 return Ok(());
             }
@@ -412,7 +395,9 @@ impl<M: StreamModel> Scheduler<M> {
     pub fn resource_usage(&self) -> ResourceUsage {
         let shared = &self.shared;
         let inflight: usize = shared.queues.iter().map(|q| lock(&q.inflight).len()).sum();
-        let pending = lock(&shared.pending).len();
+        // Work held behind a host call counts as pending: its waits are resolved, its turn is not.
+        let held: usize = (0..shared.queues.len()).map(|queue| shared.held_count(queue)).sum();
+        let pending = lock(&shared.pending).len() + held;
         let host_calls = shared.host_calls.in_use();
         ResourceUsage {
             pools: vec![

@@ -7,98 +7,77 @@ use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
-use super::event_semaphore::{Producer, SemaphoreEvents};
-use super::host_calls::{GateOf, QueuePlace};
+use super::event_semaphore::SemaphoreEvents;
+use super::wait_cover::{Covers, Readiness, WaitStatus};
 use super::{Issue, Shared};
-use crate::driver::QueueOp;
+use crate::driver::Submission;
 use crate::driver::stream_model::StreamModel;
 use crate::error::{Error, Result};
 use crate::semaphore::{Registration, SemaphoreList, TimepointId, TimepointKind, TimepointListener};
 use crate::sync::{Mutex, lock};
-
-use super::event_pool::EventRef;
 
 /// A held submission.
 pub(crate) struct Action<M: StreamModel> {
     pub(crate) id: u64,
     pub(crate) queue: usize,
     pub(crate) waits: SemaphoreList,
+    /// A host call: its waits are reached on the host, never covered by a device event.
+    host_only: bool,
     scheduler: Weak<Shared<M>>,
     state: Mutex<ActionState<M>>,
 }
 
 struct ActionState<M: StreamModel> {
-    op: Option<QueueOp>,
-    signals: SemaphoreList,
+    /// The submission, with the events that cover the waits resolved so far; taken when it issues
+    /// or fails.
+    issue: Option<Issue<M>>,
     /// Unresolved waits, plus one held by the submitter until it finished registering.
     remaining: usize,
     /// Issued or failed: later resolutions are ignored.
     done: bool,
-    resolved: SmallVec<[bool; 2]>,
+    resolved: Readiness,
     registrations: SmallVec<[(usize, TimepointId); 2]>,
-    /// Waits resolved by a device event rather than on the host (see `InFlight::waited`).
-    waited: SemaphoreList,
-    wait_events: SmallVec<[EventRef<M>; 2]>,
-    upstream: SmallVec<[Producer<M>; 2]>,
-    place: Option<QueuePlace>,
 }
 
 /// What resolving one wait decided.
 enum Step<M: StreamModel> {
     Nothing,
     Issue(Issue<M>),
-    /// The op comes along so that it is dropped outside the action's lock (it may hold user code:
-    /// a host call's closure, whose drop may even drop the last handle of the device).
+    /// The submission comes along so that its op is dropped outside the action's lock (it may hold
+    /// user code: a host call's closure, whose drop may even drop the last handle of the device).
     Fail {
-        op: Option<QueueOp>,
-        signals: SemaphoreList,
+        issue: Option<Issue<M>>,
         cancel: SmallVec<[(usize, TimepointId); 2]>,
         status: Error,
     },
 }
 
 impl<M: StreamModel> Action<M> {
-    /// Holds `op` until its waits resolve. `ready` are the waits already covered at submission.
-    pub(crate) fn hold(
-        shared: &Arc<Shared<M>>,
-        id: u64,
-        queue: usize,
-        op: QueueOp,
-        waits: SemaphoreList,
-        signals: SemaphoreList,
-        covered: super::Covered<M>,
-    ) {
+    /// Holds `issue` until its `waits` resolve; `ready` says which are resolved already.
+    pub(crate) fn hold(shared: &Arc<Shared<M>>, id: u64, waits: SemaphoreList, ready: &[bool], issue: Issue<M>) {
         let count = waits.len();
-        let mut resolved: SmallVec<[bool; 2]> = SmallVec::from_elem(false, count);
-        for &index in &covered.indices {
-            resolved[index] = true;
-        }
+        let host_only = matches!(issue.op, Submission::HostCall(_));
         let action = Arc::new(Action {
             id,
-            queue,
+            queue: issue.queue,
             waits,
+            host_only,
             scheduler: Arc::downgrade(shared),
             state: Mutex::new(ActionState {
-                op: Some(op),
-                signals,
-                remaining: count - covered.indices.len() + 1,
+                issue: Some(issue),
+                remaining: ready.iter().filter(|&&ready| !ready).count() + 1,
                 done: false,
-                resolved,
+                resolved: ready.iter().copied().collect(),
                 registrations: SmallVec::new(),
-                waited: covered.waited,
-                wait_events: covered.events,
-                upstream: covered.upstream,
-                place: covered.place,
             }),
         });
         shared.pending_insert(&action);
-        let host_only = action.is_host_only();
         for index in 0..count {
             if lock(&action.state).resolved[index] {
                 continue;
             }
             let wait = &action.waits[index];
-            let kind = if !host_only && SemaphoreEvents::<M>::of(&wait.semaphore, shared.device).is_some() {
+            let kind = if !action.host_only && SemaphoreEvents::<M>::of(&wait.semaphore, shared.device).is_some() {
                 TimepointKind::Enqueued
             } else {
                 TimepointKind::Reached
@@ -127,46 +106,25 @@ impl<M: StreamModel> Action<M> {
         action.finish_step(shared);
     }
 
-    fn is_host_only(&self) -> bool {
-        matches!(lock(&self.state).op, Some(QueueOp::HostCall(_)))
-    }
-
-    /// Resolves wait `index` with `outcome`.
+    /// Resolves wait `index` with `outcome`. An `Enqueued` resolution means an event covers the
+    /// value, or the value was reached since.
     fn resolve(self: &Arc<Self>, index: usize, outcome: Result<()>, shared: &Arc<Shared<M>>) {
         let wait = &self.waits[index];
-        // An `Enqueued` resolution means an event covers the value, or the value was reached since.
-        let covering = match &outcome {
-            Ok(()) => SemaphoreEvents::<M>::of(&wait.semaphore, shared.device)
-                .filter(|_| !matches!(wait.semaphore.query(), Ok(v) if v >= wait.value))
-                .and_then(|table| {
-                    let entry = table.covering(wait.value)?;
-                    if entry.device != shared.device || entry.queue != self.queue {
-                        table.note_waited_elsewhere();
-                    }
-                    Some((table.producer(&entry, shared.device), entry))
-                }),
-            Err(_) => None,
-        };
-        // An open mark is sealed now (a stream of this device is going to wait on it); a mark that
-        // cannot be sealed means its stream faulted, and this wait fails with that.
-        let (covering, outcome) = match covering {
-            Some((producer, entry)) => match entry.event.sealed_for(shared, producer.scheduler.as_ref()) {
-                Ok(event) => (Some((producer, event)), outcome),
-                Err(status) => (None, Err(status)),
-            },
-            None => (None, outcome),
-        };
-        let outcome = match outcome {
-            Ok(()) if covering.is_none() => match wait.semaphore.query() {
-                Ok(v) if v >= wait.value => Ok(()),
-                Ok(v) => Err(Error::internal(format!(
-                    "action {}: {} reported {} enqueued but has no event and value {v}",
+        let mut covers = Covers::default();
+        let outcome = outcome.and_then(|()| match covers.resolve_wait(shared, self.queue, wait, self.host_only) {
+            WaitStatus::Reached | WaitStatus::Covered => Ok(()),
+            WaitStatus::Unsealable(status) | WaitStatus::Failed(status) => Err(status),
+            // No event any more: the producer retired since (its entry pruned), so the value is
+            // reached now, unless the semaphore broke its promise.
+            WaitStatus::Open => match wait.semaphore.query() {
+                Ok(value) if value >= wait.value => Ok(()),
+                Ok(value) => Err(Error::internal(format!(
+                    "action {}: {} reported {} enqueued but has no event and value {value}",
                     self.id, wait.semaphore, wait.value
                 ))),
                 Err(failure) => Err(failure),
             },
-            other => other,
-        };
+        });
         let step = {
             let mut state = lock(&self.state);
             if state.done || state.resolved[index] {
@@ -177,13 +135,11 @@ impl<M: StreamModel> Action<M> {
             match outcome {
                 Err(status) => Self::take_failure(&mut state, status),
                 Ok(()) => {
-                    if let Some((producer, event)) = covering {
-                        state.waited.push(wait.clone());
-                        state.wait_events.push(event);
-                        state.upstream.push(producer);
+                    if let Some(issue) = &mut state.issue {
+                        issue.covers.extend(covers);
                     }
                     state.remaining -= 1;
-                    self.take_if_ready(&mut state)
+                    Self::take_if_ready(&mut state)
                 }
             }
         };
@@ -198,29 +154,18 @@ impl<M: StreamModel> Action<M> {
                 Step::Nothing
             } else {
                 state.remaining -= 1;
-                self.take_if_ready(&mut state)
+                Self::take_if_ready(&mut state)
             }
         };
         self.run_step(step, shared);
     }
 
-    fn take_if_ready(&self, state: &mut ActionState<M>) -> Step<M> {
+    fn take_if_ready(state: &mut ActionState<M>) -> Step<M> {
         if state.remaining > 0 {
             return Step::Nothing;
         }
         state.done = true;
-        match state.op.take() {
-            Some(op) => Step::Issue(Issue {
-                queue: self.queue,
-                op,
-                signals: std::mem::take(&mut state.signals),
-                waited: std::mem::take(&mut state.waited),
-                wait_events: std::mem::take(&mut state.wait_events),
-                upstream: std::mem::take(&mut state.upstream),
-                place: state.place.take(),
-            }),
-            None => Step::Nothing,
-        }
+        state.issue.take().map_or(Step::Nothing, Step::Issue)
     }
 
     fn run_step(self: &Arc<Self>, step: Step<M>, shared: &Arc<Shared<M>>) {
@@ -228,15 +173,17 @@ impl<M: StreamModel> Action<M> {
             Step::Nothing => {}
             Step::Issue(issue) => {
                 shared.pending_remove(self.id);
-                shared.issue_or_gate(self.id, issue);
+                shared.admit(self.id, issue);
             }
-            Step::Fail { op, signals, cancel, status } => {
+            Step::Fail { issue, cancel, status } => {
                 shared.pending_remove(self.id);
-                shared.queues[self.queue].gates.release(self.id);
-                if let Some(op) = &op {
-                    op.will_not_run(&status);
-                }
-                drop(op);
+                let signals = match issue {
+                    Some(Issue { op, signals, .. }) => {
+                        op.will_not_run(&status);
+                        signals
+                    }
+                    None => SemaphoreList::new(),
+                };
                 let mut cancelled = 0;
                 for (index, id) in cancel {
                     cancelled += usize::from(self.waits[index].semaphore.cancel(id));
@@ -265,22 +212,13 @@ impl<M: StreamModel> Action<M> {
     /// Marks the action done without running it and takes what failing it needs.
     fn take_failure(state: &mut ActionState<M>, status: Error) -> Step<M> {
         state.done = true;
-        Step::Fail {
-            op: state.op.take(),
-            signals: std::mem::take(&mut state.signals),
-            cancel: std::mem::take(&mut state.registrations),
-            status,
-        }
+        Step::Fail { issue: state.issue.take(), cancel: std::mem::take(&mut state.registrations), status }
     }
 
     /// One line per wait: semaphore, wanted value, current value or failure, resolved or not.
-    /// `gate_of` names the blocking host call a wait stands for, if it is a gate.
-    pub(crate) fn describe_waits(
-        &self,
-        gate_of: &dyn Fn(&crate::semaphore::Semaphore) -> Option<GateOf>,
-    ) -> Vec<String> {
+    pub(crate) fn describe_waits(&self) -> Vec<String> {
         let state = lock(&self.state);
-        let op = state.op.as_ref().map(|op| op.describe()).unwrap_or_else(|| "(taken)".to_owned());
+        let op = state.issue.as_ref().map_or_else(|| "(taken)".to_owned(), |issue| issue.op.describe());
         let mut lines = vec![format!("action {} on queue {} ({op})", self.id, self.queue)];
         for (index, wait) in self.waits.iter().enumerate() {
             let now = match wait.semaphore.query() {
@@ -288,23 +226,6 @@ impl<M: StreamModel> Action<M> {
                 Err(e) => format!("failed: {e}"),
             };
             let status = if state.resolved[index] { "satisfied" } else { "WAITING" };
-            match gate_of(&wait.semaphore) {
-                Some(GateOf::Call(call)) => {
-                    lines.push(format!(
-                        "  waits until host call action {call} of queue {} returns {status}",
-                        self.queue
-                    ));
-                    continue;
-                }
-                Some(GateOf::Held(held)) => {
-                    lines.push(format!(
-                        "  waits until action {held} of queue {}, held ahead of it, issues {status}",
-                        self.queue
-                    ));
-                    continue;
-                }
-                None => {}
-            }
             lines.push(format!("  waits {} >= {} ({now}) {status}", wait.semaphore, wait.value));
         }
         lines

@@ -13,10 +13,12 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     pending.sort_by_key(|a| a.id);
     let _ = writeln!(out, "{}: {} pending action(s)", shared.device, pending.len());
     for action in &pending {
-        let gates = &shared.queues[action.queue].gates;
-        for line in action.describe_waits(&|semaphore| gates.gate_of(semaphore)) {
+        for line in action.describe_waits() {
             let _ = writeln!(out, "  {line}");
         }
+    }
+    for queue in 0..shared.queues.len() {
+        shared.describe_admission(queue, &mut out);
     }
     for (queue, action) in shared.host_calls.running() {
         let _ = writeln!(
@@ -27,7 +29,7 @@ pub(super) fn render<M: StreamModel>(shared: &Shared<M>) -> String {
     }
     for (queue, slot) in shared.queues.iter().enumerate() {
         let inflight = lock(&slot.inflight);
-        let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.work.op.describe())).collect();
+        let ids: Vec<String> = inflight.iter().map(|e| format!("{} ({})", e.work.id, e.describe())).collect();
         let _ = writeln!(out, "  queue {queue}: {} in flight [{}]", ids.len(), ids.join(", "));
     }
     let _ = write!(out, "  events: {} in use / {} created", shared.events_in_use(), shared.events.created());

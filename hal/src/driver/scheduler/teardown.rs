@@ -34,8 +34,8 @@ pub(super) fn shut_down<M: StreamModel>(shared: &Arc<Shared<M>>, completion_thre
         ));
         action.abandon(status, shared);
     }
-    for slot in &shared.queues {
-        slot.gates.release_all();
+    for queue in 0..shared.queues.len() {
+        shared.abandon_admission(queue);
     }
     // Work on the streams is abandoned too: a driver that can stop it early does (cpu-sim between
     // workgroups), so teardown never waits for work nobody can observe any more.

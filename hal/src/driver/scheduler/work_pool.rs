@@ -10,7 +10,6 @@ use smallvec::SmallVec;
 use super::Shared;
 use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
-use crate::semaphore::SemaphoreValue;
 use crate::sync::{lock, take_batch};
 
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
@@ -18,18 +17,18 @@ pub(super) const REFILL: usize = 32;
 
 impl<M: StreamModel> Shared<M> {
     /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
-    /// [`REFILL`] spares at a time. It records into the profiling session in progress, if any.
+    /// [`REFILL`] spares at a time. Work for a stream (`on_stream`) records into the profiling
+    /// session in progress, if any; a host call's record is never timed.
     pub(super) fn new_work(
         &self,
         cache: &mut Vec<Arc<Work>>,
         id: u64,
         queue: usize,
         op: QueueOp,
+        on_stream: bool,
         upstream: SmallVec<[Arc<Work>; 2]>,
-        signals: &[SemaphoreValue],
     ) -> Arc<Work> {
-        // Host calls run on host threads: nothing of theirs is timed on a stream.
-        let profile = if matches!(op, QueueOp::HostCall(_)) { None } else { self.profiling.current() };
+        let profile = if on_stream { self.profiling.current() } else { None };
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
         }
@@ -37,13 +36,11 @@ impl<M: StreamModel> Shared<M> {
             && let Some(reused) = Arc::get_mut(&mut work)
         {
             reused.reset(id, queue, op, upstream);
-            reused.set_signal_count(signals.len());
             reused.set_profile(profile);
             return work;
         }
         let mut work = Work::new(id, queue, op, upstream);
         work.set_profile(profile);
-        work.set_signal_count(signals.len());
         Arc::new(work)
     }
 
