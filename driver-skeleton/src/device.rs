@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{
-    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp,
+    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission,
 };
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableSource, MemoryType, ResourceUsage, Result,
@@ -93,7 +93,7 @@ impl DeviceBackend for SkeletonDevice {
         Ok(Arc::new(Recorded))
     }
 
-    fn submit(&self, queue: usize, op: QueueOp, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         self.scheduler.submit(queue, op, waits, signals)
     }
 

@@ -115,6 +115,5 @@ fn run(op: &QueueOp) -> Result<()> {
         QueueOp::Dealloca(buffer) => crate::memory::HostMemory::of(buffer)?.release(buffer),
         QueueOp::Barrier => Ok(()),
         QueueOp::Collective(_) => Err(Error::unimplemented(format!("{}: no collectives", crate::DRIVER_NAME))),
-        QueueOp::HostCall(_) => Err(Error::internal(format!("{}: a host call reached a stream", crate::DRIVER_NAME))),
     }
 }

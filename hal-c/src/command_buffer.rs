@@ -2,7 +2,9 @@
 
 use std::ffi::c_void;
 
-use hal::{BindingRef, Buffer, BufferRef, CommandBuffer, CommandBufferMode, Device, Error, Executable, FillPattern, Result};
+use hal::{
+    BindingRef, Buffer, BufferRef, CommandBuffer, CommandBufferMode, Device, Error, Executable, FillPattern, Result,
+};
 
 use crate::buffer::host_bytes;
 use crate::handle::thal_executable_t;
