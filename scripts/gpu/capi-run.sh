@@ -11,7 +11,7 @@ set -u
 if [ "${1:-}" = build ]; then
   set -e
   cd "$(dirname "$0")/../.."
-  cargo build --release -p timeline-hal-c --example c_overhead 2>&1 | tail -1
+  cargo build --release -p timeline-hal-c --lib --example c_overhead 2>&1 | tail -1
   mkdir -p devbin/capi
   cp target/release/libthal.so target/release/examples/c_overhead hal-c/tests/c/kernels.cu devbin/capi/
   # The test program finds libthal.so beside itself ($ORIGIN), wherever devbin/ lands.
