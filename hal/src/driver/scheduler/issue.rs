@@ -44,23 +44,22 @@ impl<M: StreamModel> Shared<M> {
         work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
         let shareable = issuer.last_mark.take();
-        let route = self.route(slot, &work, host_call.as_ref(), &wait_events, has_upstream, shareable);
-        // The event tables of the signal semaphores this device publishes into (looked up once).
-        let tables: SmallVec<[Option<&SemaphoreEvents<M>>; 4]> =
-            signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, self.device)).collect();
-        let marked = match route {
+        let (marked, tables) = match self.route(slot, &work, host_call.as_ref(), &wait_events, has_upstream, shareable)
+        {
             Route::RetireNow(retiring) => {
-                drop((issuer, tables));
+                drop(issuer);
                 let entry =
                     InFlight { work, host_call, event: None, signals, waited, _wait_events: wait_events, producers };
                 super::completion::retire_at_issue(self, entry, retiring);
                 return;
             }
-            Route::HostCall => Ok(None),
-            Route::Share(mark) => Ok(Some(mark)),
+            // A host call publishes no mark.
+            Route::HostCall => (Ok(None), SmallVec::new()),
+            Route::Share(mark) => (Ok(Some(mark)), event_tables::<M>(&signals, self.device)),
             Route::Stream => {
+                let tables = event_tables::<M>(&signals, self.device);
                 let waited_elsewhere = tables.iter().flatten().any(|table| table.waited_elsewhere());
-                self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some)
+                (self.enqueue_on_stream(queue, &mut issuer, &work, &wait_events, waited_elsewhere).map(Some), tables)
             }
         };
         match marked {
@@ -253,14 +252,27 @@ type UpstreamWork = SmallVec<[Arc<Work>; 2]>;
 /// Splits the work a submission's waits follow into what its `Work` carries (the producers whose
 /// faults the backend checks, only where it does) and the producers it retires after: those on
 /// other queues or devices (ones on its own queue retire before it anyway, in stream order).
+#[inline]
 fn split_upstream<M: StreamModel>(
     queue: usize,
     upstream: SmallVec<[Producer<M>; 2]>,
 ) -> (UpstreamWork, SmallVec<[Producer<M>; 2]>) {
+    if upstream.is_empty() {
+        return (SmallVec::new(), upstream);
+    }
     let checked =
         if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
     let producers = upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
     (checked, producers)
+}
+
+/// The event tables of the signal semaphores a device publishes into (one per signal, `None`
+/// where it publishes nothing), looked up once per issue and only for work that publishes a mark.
+fn event_tables<M: StreamModel>(
+    signals: &[SemaphoreValue],
+    device: crate::device::DeviceId,
+) -> SmallVec<[Option<&SemaphoreEvents<M>>; 4]> {
+    signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, device)).collect()
 }
 
 /// Fails `work`, which could not be put on its stream, and its signals with `status`.
