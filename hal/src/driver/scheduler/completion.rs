@@ -243,8 +243,8 @@ fn retire_completed_locked<M: StreamModel>(
 }
 
 /// The event queries of one retirement pass, planned so that a pass costs few driver calls (each
-/// takes a driver lock the submitting threads' launches need too; on the H100 a completion thread
-/// querying every entry spent a third of a chain's time in `cuEventQuery`).
+/// takes a driver lock the submitting threads' launches need too, so a completion thread that
+/// queries every entry slows the submitters down; docs/benchmarks.md has the measurement).
 ///
 /// Events on one stream complete in order. A submitting thread that keeps the GPU busy is usually
 /// one submission ahead of it, so a pass asks the newest event first (all done?), then the one

@@ -92,8 +92,8 @@ pub(crate) struct Shared<M: StreamModel> {
 ///
 /// Issuing threads and the completion thread both touch a slot for every submission. Fields one
 /// side writes sit on cache lines of their own (`CachePadded`), so neither side's writes take the
-/// other's lines away: on the H100 host such transfers were most of the scheduler's cost per
-/// submission (`examples/chain_costs.rs`, perf annotate).
+/// other's lines away: such transfers can dominate the scheduler's cost per submission
+/// (docs/benchmarks.md has the measurement).
 struct QueueSlot<M: StreamModel> {
     stream: M::Stream,
     /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers, and
