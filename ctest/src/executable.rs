@@ -129,7 +129,7 @@ pub(crate) fn shared_by_many_command_buffers(cx: &Cx) -> CaseResult {
 /// an empty native table, a missing library.
 pub(crate) fn unloadable_sources_refused(cx: &Cx) -> CaseResult {
     let codes = [StatusCode::InvalidArgument, StatusCode::Unimplemented, StatusCode::NotFound, StatusCode::Unavailable];
-    for format in [ExecutableFormat::Ptx, ExecutableFormat::Cubin, ExecutableFormat::Fatbin] {
+    for format in [ExecutableFormat::Ptx, ExecutableFormat::Cubin, ExecutableFormat::Fatbin, ExecutableFormat::Spirv] {
         let source = ExecutableSource::Bytes {
             format,
             data: Arc::from(&b"this is not an executable"[..]),

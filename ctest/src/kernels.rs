@@ -11,6 +11,7 @@
 
 pub mod cuda;
 pub mod native;
+pub mod wgsl;
 
 use hal::{Device, DeviceInfo, EntryPointInfo, Executable, ExecutableKind, ExecutableSource, Result};
 

@@ -1,0 +1,576 @@
+//! The stream model on Vulkan. Each HAL queue is a stream with a timeline `VkSemaphore` of its own
+//! and a submit thread: work enqueued on the stream gets the next timeline value, and the thread
+//! submits it in order, waiting on the stream's previous value (submissions to one `VkQueue` are not
+//! ordered otherwise) and on the other streams' values the scheduler asked for. An event is a
+//! (timeline, value) pair; its completion is the timeline's counter reaching the value.
+//!
+//! Vulkan never sees a wait before its signal: the submit thread submits a wait on another stream's
+//! value only once that stream's thread issued the signal (queued it on a `VkQueue` or signalled
+//! it from the host). Two HAL queues sharing one `VkQueue` (lavapipe has one) therefore cannot
+//! deadlock on each other. Host-side work (queue reads and writes, alloca, dealloca) runs on the
+//! submit thread once its waits are reached, then signals the value from the host.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use hal::driver::stream_model::{StreamModel, Work};
+use hal::driver::{CommandBufferExt, QueueOp};
+use hal::{Error, Result};
+
+use crate::error::from_vk;
+use crate::gpu::Gpu;
+use crate::memory::{VulkanMemory, resolve};
+use crate::record::{Keep, Recorder};
+
+/// How long one blocking Vulkan wait lasts before the caller looks around again.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
+
+/// A timeline and how far its stream has got.
+pub struct Timeline {
+    gpu: Arc<Gpu>,
+    pub(crate) semaphore: vk::Semaphore,
+    /// The highest value whose signal was issued (submitted, or signalled from the host).
+    issued: Mutex<u64>,
+    issued_changed: Condvar,
+}
+
+impl Timeline {
+    fn new(gpu: &Arc<Gpu>) -> Result<Timeline> {
+        let mut kind =
+            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: a valid create info; destroyed in `Drop`.
+        let semaphore =
+            unsafe { gpu.device.create_semaphore(&info, None) }.map_err(|e| from_vk("vkCreateSemaphore", e))?;
+        Ok(Timeline { gpu: gpu.clone(), semaphore, issued: Mutex::new(0), issued_changed: Condvar::new() })
+    }
+
+    /// The value the device reached.
+    pub fn value(&self) -> Result<u64> {
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        unsafe { self.gpu.device.get_semaphore_counter_value(self.semaphore) }
+            .map_err(|e| from_vk("vkGetSemaphoreCounterValue", e))
+    }
+
+    /// Waits up to `timeout` for `value`: whether it was reached.
+    pub fn wait(&self, value: u64, timeout: Duration) -> Result<bool> {
+        let semaphores = [self.semaphore];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the semaphore is live; the info's arrays outlive the call.
+        match unsafe { self.gpu.device.wait_semaphores(&info, nanos) } {
+            Ok(()) => Ok(true),
+            Err(vk::Result::TIMEOUT) => Ok(false),
+            Err(e) => Err(from_vk("vkWaitSemaphores", e)),
+        }
+    }
+
+    /// Blocks until `value` is reached.
+    fn wait_forever(&self, value: u64) -> Result<()> {
+        while !self.wait(value, Duration::from_millis(100))? {}
+        Ok(())
+    }
+
+    fn set_issued(&self, value: u64) {
+        let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        *issued = (*issued).max(value);
+        self.issued_changed.notify_all();
+    }
+
+    /// Blocks until the signal of `value` was issued.
+    fn wait_issued(&self, value: u64) {
+        let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        while *issued < value {
+            issued = self.issued_changed.wait(issued).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Signals `value` from the host.
+    fn signal(&self, value: u64) -> Result<()> {
+        let info = vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(value);
+        // SAFETY: the semaphore is live and `value` is above its current value (values only grow
+        // on this stream, and its previous value was reached before this is called).
+        unsafe { self.gpu.device.signal_semaphore(&info) }.map_err(|e| from_vk("vkSignalSemaphore", e))
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        // SAFETY: the stream drained before its timeline drops, and events holding it are gone.
+        unsafe { self.gpu.device.destroy_semaphore(self.semaphore, None) };
+    }
+}
+
+/// A point of a stream: its timeline reaching `value`.
+type Mark = (Arc<Timeline>, u64);
+
+/// One submission for the submit thread.
+struct Item {
+    work: Option<Arc<Work>>,
+    value: u64,
+    waits: Vec<Mark>,
+}
+
+/// A stream's state shared with its submit thread.
+struct StreamShared {
+    gpu: Arc<Gpu>,
+    queue: usize,
+    timeline: Arc<Timeline>,
+    items: Mutex<(VecDeque<Item>, bool)>,
+    items_changed: Condvar,
+    pool: Arc<CommandPool>,
+    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+}
+
+/// A stream's command pool: only its submit thread allocates and records, the retiring thread
+/// frees, under the lock.
+struct CommandPool {
+    gpu: Arc<Gpu>,
+    pool: Mutex<vk::CommandPool>,
+}
+
+impl CommandPool {
+    fn allocate(&self) -> Result<vk::CommandBuffer> {
+        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(*pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool is live and locked.
+        let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
+            .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
+        Ok(buffers[0])
+    }
+
+    fn free(&self, cmd: vk::CommandBuffer) {
+        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: `cmd` came from this pool and is not pending (never submitted, or completed).
+        unsafe { self.gpu.device.free_command_buffers(*pool, &[cmd]) };
+    }
+}
+
+impl Drop for CommandPool {
+    fn drop(&mut self) {
+        let pool = *self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: every command buffer of the pool was freed (each in-flight entry holds the pool).
+        unsafe { self.gpu.device.destroy_command_pool(pool, None) };
+    }
+}
+
+/// What a submission holds until it completes: its command buffer, its buffers and executables.
+struct InFlight {
+    cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
+    _keep: Keep,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some((pool, cmd)) = self.cmd.take() {
+            pool.free(cmd);
+        }
+    }
+}
+
+/// A stream: a timeline, the values handed out, waits for the next submission, a submit thread.
+pub struct VulkanStream {
+    shared: Arc<StreamShared>,
+    /// The last value handed out (under the issue lock, so plain state behind a lock).
+    state: Mutex<StreamState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    enqueued: u64,
+    waits: Vec<Mark>,
+}
+
+impl VulkanStream {
+    fn push(&self, work: Option<Arc<Work>>) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.enqueued += 1;
+        let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits) };
+        let value = item.value;
+        let mut items = self.shared.items.lock().unwrap_or_else(|p| p.into_inner());
+        items.0.push_back(item);
+        self.shared.items_changed.notify_one();
+        value
+    }
+}
+
+impl Drop for VulkanStream {
+    fn drop(&mut self) {
+        {
+            let mut items = self.shared.items.lock().unwrap_or_else(|p| p.into_inner());
+            items.1 = true;
+            self.shared.items_changed.notify_one();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // Command buffers and the timeline are destroyed once nothing runs on them.
+        let enqueued = self.state.lock().unwrap_or_else(|p| p.into_inner()).enqueued;
+        if let Err(e) = self.shared.timeline.wait_forever(enqueued) {
+            tracing::error!(queue = self.shared.queue, %e, "vulkan: draining a stream at teardown");
+        }
+    }
+}
+
+/// An event: the stream point of its latest recording (none: never recorded, complete).
+#[derive(Default)]
+pub struct VulkanEvent {
+    mark: Mutex<Option<Mark>>,
+}
+
+impl VulkanEvent {
+    fn mark(&self) -> Option<Mark> {
+        self.mark.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Streams on one Vulkan device.
+pub struct VulkanStreams {
+    gpu: Arc<Gpu>,
+    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+}
+
+impl VulkanStreams {
+    /// The model of `gpu`.
+    pub fn new(gpu: &Arc<Gpu>) -> Self {
+        VulkanStreams { gpu: gpu.clone(), in_flight: Arc::default() }
+    }
+
+    /// Submissions not retired yet (for leak checks).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Lets go of what `work` held (its command buffer is freed as the entry drops).
+    fn finish(&self, work: &Work) {
+        let done = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&work.id);
+        drop(done);
+    }
+}
+
+impl StreamModel for VulkanStreams {
+    type Stream = VulkanStream;
+    type Event = VulkanEvent;
+
+    fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
+        let timeline = Arc::new(Timeline::new(&self.gpu)?);
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(self.gpu.physical.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: a valid create info; destroyed when the stream drops.
+        let pool = unsafe { self.gpu.device.create_command_pool(&info, None) }
+            .map_err(|e| from_vk("vkCreateCommandPool", e))?;
+        let shared = Arc::new(StreamShared {
+            gpu: self.gpu.clone(),
+            queue,
+            timeline,
+            items: Mutex::new((VecDeque::new(), false)),
+            items_changed: Condvar::new(),
+            pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool: Mutex::new(pool) }),
+            in_flight: self.in_flight.clone(),
+        });
+        let runner = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("hal-vulkan-q{queue}"))
+            .spawn(move || submit_thread(&runner))
+            .map_err(|e| Error::resource_exhausted(format!("vulkan: starting queue {queue}'s submit thread: {e}")))?;
+        Ok(VulkanStream { shared, state: Mutex::new(StreamState::default()), thread: Some(thread) })
+    }
+
+    fn create_event(&self) -> Result<VulkanEvent> {
+        Ok(VulkanEvent::default())
+    }
+
+    fn record_event(&self, event: &VulkanEvent, stream: &VulkanStream) -> Result<()> {
+        // Waits not yet attached to a submission get one of their own, so the mark covers them.
+        let pending = !stream.state.lock().unwrap_or_else(|p| p.into_inner()).waits.is_empty();
+        if pending {
+            stream.push(None);
+        }
+        let value = stream.state.lock().unwrap_or_else(|p| p.into_inner()).enqueued;
+        *event.mark.lock().unwrap_or_else(|p| p.into_inner()) = Some((stream.shared.timeline.clone(), value));
+        Ok(())
+    }
+
+    fn wait_event(&self, stream: &VulkanStream, event: &VulkanEvent) -> Result<()> {
+        let Some((timeline, value)) = event.mark() else { return Ok(()) };
+        if Arc::ptr_eq(&timeline, &stream.shared.timeline) {
+            return Ok(()); // the stream's own point: reached in order anyway
+        }
+        stream.state.lock().unwrap_or_else(|p| p.into_inner()).waits.push((timeline, value));
+        Ok(())
+    }
+
+    fn query_event(&self, event: &VulkanEvent) -> Result<bool> {
+        match event.mark() {
+            None => Ok(true),
+            Some((timeline, value)) => Ok(timeline.value()? >= value),
+        }
+    }
+
+    fn synchronize_event(&self, event: &VulkanEvent) -> Result<()> {
+        match event.mark() {
+            None => Ok(()),
+            Some((timeline, value)) => timeline.wait_forever(value),
+        }
+    }
+
+    fn host_wait(&self, event: &VulkanEvent, deadline: Option<Instant>, stop: &dyn Fn() -> bool) -> Option<Result<()>> {
+        let (timeline, value) = event.mark()?;
+        loop {
+            if stop() {
+                return None;
+            }
+            let slice = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    left.min(WAIT_SLICE)
+                }
+                None => WAIT_SLICE,
+            };
+            match timeline.wait(value, slice) {
+                Ok(true) => return Some(Ok(())),
+                Ok(false) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    fn enqueue(&self, stream: &VulkanStream, work: &Arc<Work>) -> Result<()> {
+        stream.push(Some(work.clone()));
+        Ok(())
+    }
+
+    fn complete(&self, work: &Work) -> Result<()> {
+        self.finish(work);
+        Ok(())
+    }
+
+    fn discard(&self, work: &Work) {
+        self.finish(work);
+    }
+
+    fn synchronize_stream(&self, stream: &VulkanStream) -> Result<()> {
+        let enqueued = stream.state.lock().unwrap_or_else(|p| p.into_inner()).enqueued;
+        stream.shared.timeline.wait_forever(enqueued)
+    }
+}
+
+/// The submit thread: takes items in order and issues each.
+fn submit_thread(stream: &StreamShared) {
+    loop {
+        let item = {
+            let mut items = stream.items.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if let Some(item) = items.0.pop_front() {
+                    break item;
+                }
+                if items.1 {
+                    return;
+                }
+                items = stream.items_changed.wait(items).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        for (timeline, value) in &item.waits {
+            timeline.wait_issued(*value);
+        }
+        if let Err(e) = issue(stream, &item) {
+            if let Some(work) = &item.work {
+                work.fail(e.clone());
+            }
+            // The value must still be reached, after everything before it, or waiters hang.
+            let reached = wait_all(stream, &item).and_then(|()| stream.timeline.signal(item.value));
+            if let Err(e) = reached {
+                tracing::error!(queue = stream.queue, %e, "vulkan: a failed submission could not signal its value");
+            }
+        }
+        stream.timeline.set_issued(item.value);
+    }
+}
+
+/// Blocks until the item's waits and its stream's previous value are reached.
+fn wait_all(stream: &StreamShared, item: &Item) -> Result<()> {
+    stream.timeline.wait_forever(item.value - 1)?;
+    for (timeline, value) in &item.waits {
+        timeline.wait_forever(*value)?;
+    }
+    Ok(())
+}
+
+/// What running an item takes.
+enum Plan<'a> {
+    /// Nothing on the device: a submission with only waits and the signal.
+    Empty,
+    /// Commands recorded into a command buffer.
+    Device(&'a [hal::driver::Command], Option<&'a hal::driver::Command>),
+    /// Host work after the waits, then a host signal.
+    Host(&'a QueueOp),
+}
+
+fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
+    let Some(work) = &item.work else { return submit(stream, item, None, Keep::default()) };
+    if let Some(fault) = work.take_upstream_fault() {
+        work.fault.set(fault);
+        return submit(stream, item, None, Keep::default());
+    }
+    if work.cancel_requested() {
+        work.fail(Error::cancelled("vulkan: cancelled before it started"));
+        return submit(stream, item, None, Keep::default());
+    }
+    let commands;
+    let plan = match &work.op {
+        QueueOp::Execute { command_buffer, collectives } => {
+            if !collectives.is_empty() {
+                let e = Error::unimplemented("vulkan: collectives are not implemented");
+                for call in collectives {
+                    call.abandon(e.clone());
+                }
+                return Err(e);
+            }
+            commands = command_buffer.commands();
+            Plan::Device(&commands, None)
+        }
+        QueueOp::Transfer(command) => Plan::Device(&[], Some(command)),
+        QueueOp::Barrier => Plan::Empty,
+        QueueOp::Collective(call) => {
+            let e = Error::unimplemented("vulkan: collectives are not implemented");
+            call.abandon(e.clone());
+            return Err(e);
+        }
+        QueueOp::HostCall(_) => return Err(Error::internal("vulkan: a host call reached a stream")),
+        op => Plan::Host(op),
+    };
+    match plan {
+        Plan::Empty => submit(stream, item, None, Keep::default()),
+        Plan::Device(commands, single) => {
+            let mut keep = Keep::default();
+            let cmd = stream.pool.allocate()?;
+            let recorded = record(stream, cmd, commands, single, &mut keep);
+            if let Err(e) = recorded {
+                stream.pool.free(cmd);
+                return Err(e);
+            }
+            submit(stream, item, Some(cmd), keep)
+        }
+        Plan::Host(op) => {
+            wait_all(stream, item)?;
+            let ran = run_on_host(op);
+            if let Err(e) = ran {
+                work.fail(e);
+            }
+            stream.timeline.signal(item.value)
+        }
+    }
+}
+
+fn record(
+    stream: &StreamShared,
+    cmd: vk::CommandBuffer,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+    keep: &mut Keep,
+) -> Result<()> {
+    let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+    let device = &stream.gpu.device;
+    // SAFETY: `cmd` was just allocated from the stream's pool, which only this thread records into.
+    unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
+    let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
+    match single {
+        Some(command) => recorder.command(command)?,
+        None => recorder.commands(commands)?,
+    }
+    recorder.host_barrier();
+    // SAFETY: `cmd` is recording.
+    unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))
+}
+
+/// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
+fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, keep: Keep) -> Result<()> {
+    let mut semaphores = vec![stream.timeline.semaphore];
+    let mut values = vec![item.value - 1];
+    for (timeline, value) in &item.waits {
+        semaphores.push(timeline.semaphore);
+        values.push(*value);
+    }
+    let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
+    let signals = [stream.timeline.semaphore];
+    let signal_values = [item.value];
+    let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+        .wait_semaphore_values(&values)
+        .signal_semaphore_values(&signal_values);
+    let cmds: Vec<vk::CommandBuffer> = cmd.into_iter().collect();
+    let submit = vk::SubmitInfo::default()
+        .wait_semaphores(&semaphores)
+        .wait_dst_stage_mask(&stages)
+        .command_buffers(&cmds)
+        .signal_semaphores(&signals)
+        .push_next(&mut timeline_info);
+    if let Some(work) = &item.work {
+        stream
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(work.id, InFlight { cmd: cmd.map(|c| (stream.pool.clone(), c)), _keep: keep });
+    }
+    let queue = stream.gpu.queue(stream.queue).lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs);
+    // the command buffer is recorded and its resources are held in `in_flight` until completion.
+    let submitted = unsafe { stream.gpu.device.queue_submit(*queue, &[submit], vk::Fence::null()) };
+    drop(queue);
+    submitted.map_err(|e| {
+        if let Some(work) = &item.work {
+            // Never submitted: the entry (and its command buffer) can go now.
+            stream.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&work.id);
+        }
+        from_vk("vkQueueSubmit", e)
+    })
+}
+
+/// Host work in queue order: copies through the mapping, alloca and dealloca.
+fn run_on_host(op: &QueueOp) -> Result<()> {
+    match op {
+        QueueOp::Alloca(buffer) => VulkanMemory::of(buffer)?.commit(buffer),
+        QueueOp::Dealloca(buffer) => VulkanMemory::of(buffer)?.release(buffer),
+        QueueOp::Write { data, target, offset } => {
+            target.check_range(*offset, data.len() as u64)?;
+            let (block, base) = resolve(target)?;
+            // SAFETY: the range lies inside the buffer (checked) so inside the block's mapping,
+            // which `block` keeps alive; racing device access is a program error with some mix of
+            // bytes as its outcome, as on every driver.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    block.ptr().as_ptr().add((base + offset) as usize),
+                    data.len(),
+                )
+            };
+            Ok(())
+        }
+        QueueOp::Read { source, offset, length, target } => {
+            source.check_range(*offset, *length)?;
+            let (block, base) = resolve(source)?;
+            let mut bytes = vec![0u8; *length as usize];
+            // SAFETY: as for writes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    block.ptr().as_ptr().add((base + offset) as usize),
+                    bytes.as_mut_ptr(),
+                    bytes.len(),
+                )
+            };
+            target.stage(bytes);
+            Ok(())
+        }
+        other => Err(Error::internal(format!("vulkan: {} is not host work", other.kind()))),
+    }
+}
