@@ -141,6 +141,9 @@ impl Cx {
 
     /// Loads catalogue kernel `kernel` on `device`.
     pub fn load_on(&self, device: &Device, kernel: Kernel) -> Result<Executable, CaseError> {
+        if let Some(reason) = self.fixture.catalogue().lacks(kernel) {
+            return Err(CaseError::Skip(format!("the kernel catalogue has no {kernel:?} kernel: {reason}")));
+        }
         crate::kernels::load(self.fixture.catalogue(), device, kernel).map_err(CaseError::from)
     }
 

@@ -146,6 +146,10 @@ impl DeviceBackend for VulkanDevice {
         Ok(())
     }
 
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        VulkanMemory::of(buffer).is_ok_and(|memory| memory.is_on(&self.gpu))
+    }
+
     fn report(&self) -> String {
         self.scheduler.report()
     }

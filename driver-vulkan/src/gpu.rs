@@ -107,6 +107,22 @@ pub struct Gpu {
     pub(crate) allocator: Mutex<Option<Allocator>>,
 }
 
+/// The logical device of `physical`, shared by every HAL device made on it while one lives (so
+/// their queues can wait on each other's timelines and use each other's buffers on the device).
+pub fn shared(instance: Arc<Instance>, physical: PhysicalInfo, wanted_queues: usize) -> Result<Arc<Gpu>> {
+    static LIVE: Mutex<Vec<std::sync::Weak<Gpu>>> = Mutex::new(Vec::new());
+    let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    live.retain(|gpu| gpu.strong_count() > 0);
+    if let Some(gpu) =
+        live.iter().filter_map(std::sync::Weak::upgrade).find(|g| g.physical.physical == physical.physical)
+    {
+        return Ok(gpu);
+    }
+    let gpu = Gpu::create(instance, physical, wanted_queues)?;
+    live.push(Arc::downgrade(&gpu));
+    Ok(gpu)
+}
+
 impl Gpu {
     /// Creates a logical device on `physical` with up to `wanted_queues` queues.
     pub fn create(instance: Arc<Instance>, physical: PhysicalInfo, wanted_queues: usize) -> Result<Arc<Gpu>> {

@@ -11,9 +11,11 @@
 //!   push-constant block of 32-bit words, the entry point the export's name.
 //! - **Memory**: host-visible memory from `gpu-allocator` ([`memory`]); queue reads and writes are
 //!   host copies in queue order.
+//! - **Several devices**: HAL devices made on one physical device share its `VkDevice`, so their
+//!   queues wait on each other's timelines on the device and copy each other's buffers; waits on a
+//!   device of another `VkDevice` go through the host (lavapipe has no exportable semaphores).
 //! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library), imported host
-//!   memory, profiling, several devices sharing semaphores on the device (waits across devices go
-//!   through the host).
+//!   memory, profiling.
 //!
 //! Set `HAL_VULKAN_VALIDATION=1` to run under the Khronos validation layer; a validation error then
 //! aborts the process with the message.
@@ -97,7 +99,7 @@ impl Driver for VulkanDriver {
             .into_iter()
             .nth(ordinal)
             .ok_or_else(|| Error::out_of_range(format!("vulkan: device {ordinal} does not exist (it has {count})")))?;
-        let gpu = gpu::Gpu::create(instance, physical, device::QUEUE_COUNT)?;
+        let gpu = gpu::shared(instance, physical, device::QUEUE_COUNT)?;
         let id = DeviceId::next();
         let backend = Arc::new(VulkanDevice::new(id, ordinal, gpu)?);
         // SAFETY: `id` is fresh and names this device only, and the backend tags every buffer,

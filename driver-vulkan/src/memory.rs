@@ -180,6 +180,11 @@ impl VulkanMemory {
             .ok_or_else(|| Error::invalid_argument(format!("{buffer}: not a Vulkan buffer")))
     }
 
+    /// Whether the memory is on `gpu`'s `VkDevice`.
+    pub fn is_on(&self, gpu: &Arc<Gpu>) -> bool {
+        Arc::ptr_eq(&self.gpu, gpu)
+    }
+
     /// The block now behind the memory: `FailedPrecondition` naming the buffer for a transient
     /// buffer whose alloca has not run or whose dealloca ran.
     pub fn block(&self, buffer: &Buffer) -> Result<Arc<Block>> {

@@ -259,6 +259,11 @@ impl StreamModel for VulkanStreams {
     type Stream = VulkanStream;
     type Event = VulkanEvent;
 
+    /// HAL devices on one physical device share its `VkDevice` (see `gpu::shared`), so their
+    /// streams wait on each other's timelines on the device; a timeline of another `VkDevice` is
+    /// waited on by the submit thread, on the host.
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
+
     fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
         let timeline = Arc::new(Timeline::new(&self.gpu)?);
         let info = vk::CommandPoolCreateInfo::default()
@@ -499,8 +504,13 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, ke
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
     for (timeline, value) in &item.waits {
-        semaphores.push(timeline.semaphore);
-        values.push(*value);
+        if Arc::ptr_eq(&timeline.gpu, &stream.gpu) {
+            semaphores.push(timeline.semaphore);
+            values.push(*value);
+        } else {
+            // Another VkDevice's semaphore cannot be waited on here: the host waits instead.
+            timeline.wait_forever(*value)?;
+        }
     }
     let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
     let signals = [stream.timeline.semaphore];
@@ -515,7 +525,7 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, ke
         .command_buffers(&cmds)
         .signal_semaphores(&signals)
         .push_next(&mut timeline_info);
-    if let Some(work) = &item.work {
+    if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
         stream
             .in_flight
             .lock()

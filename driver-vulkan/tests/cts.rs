@@ -32,8 +32,16 @@ fn vulkan_fixture() -> Fixture {
     }
     let mut registry = hal::Registry::new();
     driver_vulkan::register(&mut registry);
-    Fixture::from_registry(registry, driver_vulkan::DRIVER_NAME, SpirvCatalogue::new(driver_vulkan::wgsl::compile))
-        .with_max_ranks(1)
+    let workgroup_memory = driver_vulkan::VulkanDriver
+        .enumerate()
+        .ok()
+        .and_then(|devices| {
+            let info = devices.into_iter().next()?;
+            info.properties.iter().find(|(name, _)| name == "max_compute_shared_memory_size")?.1.parse().ok()
+        })
+        .unwrap_or(0);
+    let catalogue = SpirvCatalogue::new(driver_vulkan::wgsl::compile).with_workgroup_memory_limit(workgroup_memory);
+    Fixture::from_registry(registry, driver_vulkan::DRIVER_NAME, catalogue).with_max_ranks(1)
 }
 
 ctest::instantiate_cts!(

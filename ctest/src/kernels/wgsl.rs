@@ -3,17 +3,17 @@
 //! naga's WGSL). `driver-vulkan` compiles them to SPIR-V in-process with naga and hands the words in
 //! through [`SpirvCatalogue`]; ctest itself depends on no Vulkan crate.
 //!
-//! Two kernels have no WGSL form: [`Kernel::Fault`] (SPIR-V has no instruction that faults on
-//! purpose; out-of-bounds accesses are discarded under robust access) is `Unimplemented`, and
-//! [`Kernel::Sleep`] spins on a workgroup atomic for a number of iterations per microsecond
-//! (WGSL has no clock), so its time is approximate.
+//! Two kernels have no WGSL form, and the catalogue says why ([`KernelCatalogue::lacks`]), so the
+//! cases that need them are skipped with the reason: [`Kernel::Fault`] (SPIR-V has no instruction
+//! that faults on purpose) and [`Kernel::Sleep`] (a kernel without bindings has no effect a
+//! compiler must keep: lavapipe deletes every loop in one, so it cannot keep the device busy).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use hal::{ExecutableFormat, ExecutableKind, ExecutableSource, Result};
 
-use super::{Kernel, KernelCatalogue, kind_not_provided};
+use super::{Kernel, KernelCatalogue, REVERSE_SHARED_BYTES, kind_not_provided};
 
 /// The WGSL source of `kernel` (`None` for the kernels WGSL cannot express); its entry points are
 /// those of [`Kernel::entry_points`].
@@ -25,7 +25,7 @@ pub fn wgsl_source(kernel: Kernel) -> Option<&'static str> {
         Kernel::MultiEntry => MULTI_ENTRY,
         Kernel::GridIds => GRID_IDS,
         Kernel::Fault => return None,
-        Kernel::Sleep => SLEEP_US,
+        Kernel::Sleep => return None,
         Kernel::MixedParams => MIXED_PARAMS,
         Kernel::ReverseShared => REVERSE_SHARED,
     })
@@ -87,19 +87,6 @@ fn grid_ids(@builtin(workgroup_id) w: vec3<u32>, @builtin(num_workgroups) n: vec
 }
 "#;
 
-const SLEEP_US: &str = r#"
-struct Constants { us: u32 }
-var<immediate> c: Constants;
-var<workgroup> spins: atomic<u32>;
-@compute @workgroup_size(1)
-fn sleep_us() {
-    let n = c.us * 100u;
-    for (var i = 0u; i < n; i = i + 1u) {
-        atomicAdd(&spins, 1u);
-    }
-}
-"#;
-
 const MIXED_PARAMS: &str = r#"
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @group(0) @binding(1) var<storage, read_write> in_: array<u32>;
@@ -137,12 +124,21 @@ type Compile = dyn Fn(&str, &str) -> Result<Vec<u8>> + Send + Sync;
 pub struct SpirvCatalogue {
     compile: Arc<Compile>,
     compiled: Mutex<HashMap<Kernel, Arc<[u8]>>>,
+    workgroup_memory: u32,
 }
 
 impl SpirvCatalogue {
     /// A catalogue whose SPIR-V comes from `compile(source, program_name)`.
     pub fn new(compile: impl Fn(&str, &str) -> Result<Vec<u8>> + Send + Sync + 'static) -> Self {
-        SpirvCatalogue { compile: Arc::new(compile), compiled: Mutex::new(HashMap::new()) }
+        SpirvCatalogue { compile: Arc::new(compile), compiled: Mutex::new(HashMap::new()), workgroup_memory: u32::MAX }
+    }
+
+    /// The same catalogue for a device that gives a workgroup `bytes` of memory (Vulkan's
+    /// `maxComputeSharedMemorySize`): below [`REVERSE_SHARED_BYTES`] it has no
+    /// [`Kernel::ReverseShared`].
+    pub fn with_workgroup_memory_limit(mut self, bytes: u32) -> Self {
+        self.workgroup_memory = bytes;
+        self
     }
 }
 
@@ -156,9 +152,8 @@ impl KernelCatalogue for SpirvCatalogue {
             return Err(kind_not_provided("SPIR-V catalogue", kernel, kind));
         }
         let Some(source) = wgsl_source(kernel) else {
-            return Err(hal::Error::unimplemented(format!(
-                "SPIR-V catalogue: no {kernel:?} kernel (SPIR-V has no instruction that faults on purpose)"
-            )));
+            let reason = self.lacks(kernel).unwrap_or_else(|| "no WGSL form".to_string());
+            return Err(hal::Error::unimplemented(format!("SPIR-V catalogue: no {kernel:?} kernel ({reason})")));
         };
         let cached = self.compiled.lock().unwrap_or_else(|p| p.into_inner()).get(&kernel).cloned();
         let data = match cached {
@@ -170,6 +165,27 @@ impl KernelCatalogue for SpirvCatalogue {
             }
         };
         Ok(ExecutableSource::Bytes { format: ExecutableFormat::Spirv, data, entry_points: kernel.entry_points() })
+    }
+
+    fn lacks(&self, kernel: Kernel) -> Option<String> {
+        let reason = match kernel {
+            Kernel::Fault => {
+                ("SPIR-V has no instruction that faults on purpose (out-of-bounds accesses are discarded under \
+                 robust buffer access), so no case can make a Vulkan device fault")
+            }
+            Kernel::Sleep => {
+                ("a kernel without bindings has no effect a SPIR-V compiler must keep (lavapipe deletes any loop \
+                 in one, counted or not), so none keeps the device busy for a given time")
+            }
+            Kernel::ReverseShared if self.workgroup_memory < REVERSE_SHARED_BYTES => {
+                return Some(format!(
+                    "the device gives a workgroup {} bytes of memory, the kernel's ABI declares {REVERSE_SHARED_BYTES}",
+                    self.workgroup_memory
+                ));
+            }
+            _ => return None,
+        };
+        Some(reason.to_string())
     }
 }
 
