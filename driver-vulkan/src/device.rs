@@ -35,6 +35,7 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
     info.max_workgroup_threads = limits.max_compute_work_group_invocations;
     info.max_workgroup_size = limits.max_compute_work_group_size;
     info.max_workgroup_count = limits.max_compute_work_group_count;
+    info.max_binding_length = u64::from(limits.max_storage_buffer_range);
     info.executable_kinds = vec![ExecutableKind::Spirv];
     let version = |v: u32| {
         format!("{}.{}.{}", ash::vk::api_version_major(v), ash::vk::api_version_minor(v), ash::vk::api_version_patch(v))
