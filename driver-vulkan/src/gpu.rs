@@ -96,7 +96,8 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
 
 /// A logical device and what hangs off it.
 pub struct Gpu {
-    pub(crate) instance: Arc<Instance>,
+    /// Keeps the instance alive while the device lives.
+    _instance: Arc<Instance>,
     pub(crate) physical: PhysicalInfo,
     pub(crate) device: ash::Device,
     pub(crate) push: Option<ash::khr::push_descriptor::Device>,
@@ -166,7 +167,14 @@ impl Gpu {
                 return Err(Error::internal(format!("vulkan: creating the memory allocator: {e}")));
             }
         };
-        Ok(Arc::new(Gpu { instance, physical, device, push, queues, allocator: Mutex::new(Some(allocator)) }))
+        Ok(Arc::new(Gpu {
+            _instance: instance,
+            physical,
+            device,
+            push,
+            queues,
+            allocator: Mutex::new(Some(allocator)),
+        }))
     }
 
     /// The Vulkan queue HAL queue `queue` submits to.

@@ -18,11 +18,9 @@ const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 /// The loaded library and an instance, shared by every device of the process.
 pub struct Instance {
     /// Keeps the loader open while the instance lives.
-    pub(crate) entry: ash::Entry,
+    _entry: ash::Entry,
     pub(crate) instance: ash::Instance,
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
-    /// Whether the validation layer is on.
-    pub(crate) validation: bool,
 }
 
 impl Drop for Instance {
@@ -126,7 +124,7 @@ impl Instance {
         } else {
             None
         };
-        Ok(Instance { entry, instance, debug, validation })
+        Ok(Instance { _entry: entry, instance, debug })
     }
 }
 

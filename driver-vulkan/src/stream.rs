@@ -125,38 +125,42 @@ struct StreamShared {
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
 }
 
-/// A stream's command pool: only its submit thread allocates and records, the retiring thread
-/// frees, under the lock.
+/// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
+/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission hands
+/// its command buffer back through `idle`, and the submit thread records into it again.
 struct CommandPool {
     gpu: Arc<Gpu>,
-    pool: Mutex<vk::CommandPool>,
+    pool: vk::CommandPool,
+    idle: Mutex<Vec<vk::CommandBuffer>>,
 }
 
 impl CommandPool {
-    fn allocate(&self) -> Result<vk::CommandBuffer> {
-        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+    /// A command buffer to record into (submit thread only).
+    fn acquire(&self) -> Result<vk::CommandBuffer> {
+        if let Some(cmd) = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(cmd);
+        }
         let info = vk::CommandBufferAllocateInfo::default()
-            .command_pool(*pool)
+            .command_pool(self.pool)
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
-        // SAFETY: the pool is live and locked.
+        // SAFETY: only the submit thread uses the pool.
         let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
             .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
         Ok(buffers[0])
     }
 
-    fn free(&self, cmd: vk::CommandBuffer) {
-        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: `cmd` came from this pool and is not pending (never submitted, or completed).
-        unsafe { self.gpu.device.free_command_buffers(*pool, &[cmd]) };
+    /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
+    fn release(&self, cmd: vk::CommandBuffer) {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(cmd);
     }
 }
 
 impl Drop for CommandPool {
     fn drop(&mut self) {
-        let pool = *self.pool.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: every command buffer of the pool was freed (each in-flight entry holds the pool).
-        unsafe { self.gpu.device.destroy_command_pool(pool, None) };
+        // SAFETY: no command buffer of the pool is pending (each in-flight entry holds the pool),
+        // and destroying the pool frees them all.
+        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
     }
 }
 
@@ -169,7 +173,7 @@ struct InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         if let Some((pool, cmd)) = self.cmd.take() {
-            pool.free(cmd);
+            pool.release(cmd);
         }
     }
 }
@@ -278,7 +282,7 @@ impl StreamModel for VulkanStreams {
             timeline,
             items: Mutex::new((VecDeque::new(), false)),
             items_changed: Condvar::new(),
-            pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool: Mutex::new(pool) }),
+            pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool, idle: Mutex::new(Vec::new()) }),
             in_flight: self.in_flight.clone(),
         });
         let runner = shared.clone();
@@ -459,10 +463,10 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
         Plan::Empty => submit(stream, item, None, Keep::default()),
         Plan::Device(commands, single) => {
             let mut keep = Keep::default();
-            let cmd = stream.pool.allocate()?;
+            let cmd = stream.pool.acquire()?;
             let recorded = record(stream, cmd, commands, single, &mut keep);
             if let Err(e) = recorded {
-                stream.pool.free(cmd);
+                stream.pool.release(cmd);
                 return Err(e);
             }
             submit(stream, item, Some(cmd), keep)
@@ -487,7 +491,8 @@ fn record(
 ) -> Result<()> {
     let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
     let device = &stream.gpu.device;
-    // SAFETY: `cmd` was just allocated from the stream's pool, which only this thread records into.
+    // SAFETY: `cmd` is an idle buffer of the stream's pool, which only this thread uses; beginning
+    // it resets it (the pool allows that).
     unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
     let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
     match single {
