@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use hal::driver::scheduler::Scheduler;
-use hal::driver::{BufferBackend, Command, DeviceBackend, ExecutableBackend, PreparedCommands, QueueOp};
+use hal::driver::{
+    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueOp,
+};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
     ResourceUsage, Result, Semaphore, SemaphoreValue,
@@ -46,6 +48,7 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("vulkan_queues".to_string(), physical.family_queues.to_string()),
         ("queue_family".to_string(), physical.queue_family.to_string()),
         ("push_descriptors".to_string(), physical.push_descriptors.to_string()),
+        ("host_memory_import".to_string(), physical.host_import_alignment.is_some().to_string()),
         ("max_storage_buffer_range".to_string(), limits.max_storage_buffer_range.to_string()),
         ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
         ("max_push_constants_size".to_string(), limits.max_push_constants_size.to_string()),
@@ -105,6 +108,10 @@ impl DeviceBackend for VulkanDevice {
 
     fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
         Ok(Arc::new(VulkanMemory::transient(&self.gpu, &self.memory, params.memory_type, size)))
+    }
+
+    fn import_host_memory(&self, params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(VulkanMemory::import(&self.gpu, &self.memory, params.memory_type, memory)?))
     }
 
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {

@@ -22,6 +22,8 @@ pub struct PhysicalInfo {
     pub(crate) queue_family: u32,
     pub(crate) family_queues: u32,
     pub(crate) push_descriptors: bool,
+    /// `minImportedHostPointerAlignment` where the device has `VK_EXT_external_memory_host`.
+    pub(crate) host_import_alignment: Option<u64>,
     pub(crate) heap_bytes: u64,
     /// The largest single allocation (`maxMemoryAllocationSize`, at most the largest heap).
     pub(crate) max_allocation: u64,
@@ -76,7 +78,13 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     let name = properties.device_name_as_c_str().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut id = vk::PhysicalDeviceIDProperties::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut host_memory = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+    let host_import =
+        extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
     let mut properties2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id).push_next(&mut maintenance3);
+    if host_import {
+        properties2 = properties2.push_next(&mut host_memory);
+    }
     // SAFETY: as above.
     unsafe { vk.get_physical_device_properties2(physical, &mut properties2) };
     Ok(Some(PhysicalInfo {
@@ -89,6 +97,7 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         queue_family: family as u32,
         family_queues: families[family].queue_count,
         push_descriptors,
+        host_import_alignment: host_import.then_some(host_memory.min_imported_host_pointer_alignment),
         heap_bytes,
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
     }))
@@ -101,6 +110,8 @@ pub struct Gpu {
     pub(crate) physical: PhysicalInfo,
     pub(crate) device: ash::Device,
     pub(crate) push: Option<ash::khr::push_descriptor::Device>,
+    /// `VK_EXT_external_memory_host` and its alignment, where the device has it.
+    pub(crate) external_host: Option<(ash::ext::external_memory_host::Device, u64)>,
     /// The Vulkan queues; HAL queue `i` submits to `queues[i % len]` (a queue is externally
     /// synchronized, hence the locks).
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
@@ -136,6 +147,9 @@ impl Gpu {
         if physical.push_descriptors {
             extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
         }
+        if physical.host_import_alignment.is_some() {
+            extensions.push(ash::ext::external_memory_host::NAME.as_ptr());
+        }
         let mut features12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
@@ -151,6 +165,9 @@ impl Gpu {
             .collect();
         let push =
             physical.push_descriptors.then(|| ash::khr::push_descriptor::Device::new(&instance.instance, &device));
+        let external_host = physical
+            .host_import_alignment
+            .map(|alignment| (ash::ext::external_memory_host::Device::new(&instance.instance, &device), alignment));
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.instance.clone(),
             device: device.clone(),
@@ -172,6 +189,7 @@ impl Gpu {
             physical,
             device,
             push,
+            external_host,
             queues,
             allocator: Mutex::new(Some(allocator)),
         }))

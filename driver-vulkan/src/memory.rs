@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use ash::vk;
 use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
-use hal::driver::{BufferBackend, BufferExt, HostView};
+use hal::driver::{BufferBackend, BufferExt, HostView, ImportedHostMemory, ReleaseOnce};
 use hal::{Buffer, Error, MemoryType, Result};
 
 use crate::error::from_vk;
@@ -36,10 +36,22 @@ impl MemoryCounter {
 pub struct Block {
     gpu: Arc<Gpu>,
     pub(crate) buffer: vk::Buffer,
-    allocation: Mutex<Option<Allocation>>,
+    backing: Backing,
+    /// The host address of the `VkBuffer`'s byte 0.
     ptr: NonNull<u8>,
+    /// Where the HAL buffer's byte 0 lies in the `VkBuffer` (an import's page alignment).
+    pub(crate) base: u64,
     size: u64,
     counter: Option<Arc<MemoryCounter>>,
+}
+
+/// The memory behind a block.
+enum Backing {
+    /// From gpu-allocator (`None` once freed).
+    Allocated(Mutex<Option<Allocation>>),
+    /// Host memory the embedder lent, imported with `VK_EXT_external_memory_host`; the release
+    /// runs once the memory object is freed.
+    Imported(vk::DeviceMemory, Option<ReleaseOnce>),
 }
 
 // SAFETY: `ptr` points into the mapped allocation the block owns; the block hands it out only as a
@@ -108,16 +120,110 @@ impl Block {
         Ok(Block {
             gpu: gpu.clone(),
             buffer,
-            allocation: Mutex::new(Some(allocation)),
+            backing: Backing::Allocated(Mutex::new(Some(allocation))),
             ptr,
+            base: 0,
             size: vk_size,
             counter: counter.cloned(),
         })
     }
 
-    /// The mapped address of byte 0.
+    /// Imports `memory` (lent by the embedder) with `VK_EXT_external_memory_host`. The import
+    /// covers the whole pages around the loan (the extension takes page-aligned ranges; those pages
+    /// are mapped, as they hold the loan); the `VkBuffer` covers them, and the HAL buffer starts
+    /// at the loan's first byte (`base`). The device touches only the loan's bytes.
+    pub fn import(gpu: &Arc<Gpu>, memory: ImportedHostMemory, counter: &Arc<MemoryCounter>) -> Result<Block> {
+        let Some((external, alignment)) = &gpu.external_host else {
+            return Err(Error::unimplemented(
+                "vulkan: the device has no VK_EXT_external_memory_host, which imports of host memory need",
+            ));
+        };
+        let alignment = (*alignment).max(1);
+        let address = memory.ptr().as_ptr() as u64;
+        let start = address / alignment * alignment;
+        let end = (address + memory.length()).next_multiple_of(alignment);
+        let (size, base) = (end - start, address - start);
+        let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+        let mut properties = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: `start` is a mapped, page-aligned host address (the page holds the loan); the
+        // function only looks the address up.
+        let looked_up = unsafe {
+            (external.fp().get_memory_host_pointer_properties_ext)(
+                gpu.device.handle(),
+                handle,
+                start as *const std::ffi::c_void,
+                &mut properties,
+            )
+        };
+        if looked_up != vk::Result::SUCCESS {
+            return Err(from_vk("vkGetMemoryHostPointerPropertiesEXT", looked_up));
+        }
+        let mut external_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::INDIRECT_BUFFER;
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage).push_next(&mut external_info);
+        // SAFETY: a valid create info; destroyed on every path below or by `Drop`.
+        let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
+        // SAFETY: a live buffer of this device.
+        let requirements = unsafe { gpu.device.get_buffer_memory_requirements(buffer) };
+        let types = requirements.memory_type_bits & properties.memory_type_bits;
+        let Some(type_index) = (0..32).find(|i| types & (1 << i) != 0) else {
+            // SAFETY: unused.
+            unsafe { gpu.device.destroy_buffer(buffer, None) };
+            return Err(Error::invalid_argument(format!(
+                "vulkan: no memory type can import host memory at {address:#x} for a storage buffer"
+            )));
+        };
+        let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(handle)
+            .host_pointer(start as *mut std::ffi::c_void);
+        let allocate = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(type_index)
+            .push_next(&mut import);
+        // SAFETY: the loan (and so its pages) stays valid until the release, which runs after the
+        // memory object is freed (`Drop`).
+        let device_memory = match unsafe { gpu.device.allocate_memory(&allocate, None) } {
+            Ok(device_memory) => device_memory,
+            Err(e) => {
+                // SAFETY: unused.
+                unsafe { gpu.device.destroy_buffer(buffer, None) };
+                return Err(from_vk("vkAllocateMemory (import of host memory)", e));
+            }
+        };
+        // SAFETY: the memory was made for this buffer's requirements and size.
+        if let Err(e) = unsafe { gpu.device.bind_buffer_memory(buffer, device_memory, 0) } {
+            // SAFETY: unused.
+            unsafe {
+                gpu.device.destroy_buffer(buffer, None);
+                gpu.device.free_memory(device_memory, None);
+            }
+            return Err(from_vk("vkBindBufferMemory", e));
+        }
+        counter.0.fetch_add(size, Ordering::Relaxed);
+        let ptr = NonNull::new(start as *mut u8).unwrap_or(NonNull::dangling());
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::Imported(device_memory, Some(memory.into_release())),
+            ptr,
+            base,
+            size,
+            counter: Some(counter.clone()),
+        })
+    }
+
+    /// The mapped address of the `VkBuffer`'s byte 0.
     pub fn ptr(&self) -> NonNull<u8> {
         self.ptr
+    }
+
+    /// The mapped address of the HAL buffer's byte 0.
+    pub fn first_byte(&self) -> NonNull<u8> {
+        // SAFETY: `base` lies inside the mapping (an import's offset into its first page).
+        unsafe { self.ptr.add(self.base as usize) }
     }
 }
 
@@ -128,8 +234,18 @@ impl Drop for Block {
         }
         // SAFETY: the last holder is gone, and submissions hold a block until they completed.
         unsafe { self.gpu.device.destroy_buffer(self.buffer, None) };
-        if let Some(allocation) = self.allocation.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = self.gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
+        match &mut self.backing {
+            Backing::Allocated(allocation) => {
+                if let Some(allocation) = allocation.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = self.gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
+                }
+            }
+            Backing::Imported(device_memory, release) => {
+                // SAFETY: the buffer bound to it is gone.
+                unsafe { self.gpu.device.free_memory(*device_memory, None) };
+                // The embedder gets its memory back only now.
+                drop(release.take());
+            }
         }
     }
 }
@@ -149,6 +265,25 @@ impl VulkanMemory {
     /// Memory of `size` bytes now.
     pub fn allocate(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64) -> Result<Self> {
         let block = Block::new(gpu, size, Some(counter), "hal buffer")?;
+        Ok(VulkanMemory {
+            gpu: gpu.clone(),
+            size,
+            mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
+            transient: false,
+            counter: counter.clone(),
+            block: Mutex::new(Some(Arc::new(block))),
+        })
+    }
+
+    /// A buffer over host memory the embedder lends (see [`Block::import`]).
+    pub fn import(
+        gpu: &Arc<Gpu>,
+        counter: &Arc<MemoryCounter>,
+        memory_type: MemoryType,
+        memory: ImportedHostMemory,
+    ) -> Result<Self> {
+        let size = memory.length();
+        let block = Block::import(gpu, memory, counter)?;
         Ok(VulkanMemory {
             gpu: gpu.clone(),
             size,
@@ -221,7 +356,8 @@ impl VulkanMemory {
 /// The block and byte offset behind `buffer` (a subspan's offset included).
 pub fn resolve(buffer: &Buffer) -> Result<(Arc<Block>, u64)> {
     let block = VulkanMemory::of(buffer)?.block(buffer)?;
-    Ok((block, buffer.memory_offset()))
+    let base = block.base + buffer.memory_offset();
+    Ok((block, base))
 }
 
 // SAFETY: `size` never changes; a view points at the block's mapping of at least `size` bytes and
@@ -236,13 +372,13 @@ unsafe impl BufferBackend for VulkanMemory {
             return None;
         }
         let block = self.block.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        let ptr = block.ptr();
+        let ptr = block.first_byte();
         Some(HostView::kept_alive(ptr, block))
     }
 
     fn device_address(&self) -> u64 {
         // Vulkan kernels reach buffers through descriptors; the mapped address identifies it.
-        self.block.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |b| b.ptr().as_ptr() as u64)
+        self.block.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, |b| b.first_byte().as_ptr() as u64)
     }
 
     fn as_any(&self) -> &dyn Any {
