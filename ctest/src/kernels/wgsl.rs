@@ -170,12 +170,12 @@ impl KernelCatalogue for SpirvCatalogue {
     fn lacks(&self, kernel: Kernel) -> Option<String> {
         let reason = match kernel {
             Kernel::Fault => {
-                ("SPIR-V has no instruction that faults on purpose (out-of-bounds accesses are discarded under \
-                 robust buffer access), so no case can make a Vulkan device fault")
+                "SPIR-V has no instruction that faults on purpose (out-of-bounds accesses are discarded under \
+                 robust buffer access), so no case can make a Vulkan device fault"
             }
             Kernel::Sleep => {
-                ("a kernel without bindings has no effect a SPIR-V compiler must keep (lavapipe deletes any loop \
-                 in one, counted or not), so none keeps the device busy for a given time")
+                "a kernel without bindings has no effect a SPIR-V compiler must keep (lavapipe deletes any loop \
+                 in one, counted or not), so none keeps the device busy for a given time"
             }
             Kernel::ReverseShared if self.workgroup_memory < REVERSE_SHARED_BYTES => {
                 return Some(format!(
