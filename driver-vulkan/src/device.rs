@@ -158,6 +158,18 @@ impl DeviceBackend for VulkanDevice {
         VulkanMemory::of(buffer).is_ok_and(|memory| memory.is_on(&self.gpu))
     }
 
+    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
+        self.scheduler.begin_profiling(options)
+    }
+
+    fn collect_profile(&self) -> Result<hal::Profile> {
+        self.scheduler.collect_profile()
+    }
+
+    fn end_profiling(&self) -> Result<hal::Profile> {
+        self.scheduler.end_profiling()
+    }
+
     fn report(&self) -> String {
         self.scheduler.report()
     }

@@ -21,6 +21,8 @@ pub struct PhysicalInfo {
     pub(crate) limits: vk::PhysicalDeviceLimits,
     pub(crate) queue_family: u32,
     pub(crate) family_queues: u32,
+    /// `timestampValidBits` of the queue family (0: no timestamps).
+    pub(crate) timestamp_bits: u32,
     pub(crate) push_descriptors: bool,
     /// `minImportedHostPointerAlignment` where the device has `VK_EXT_external_memory_host`.
     pub(crate) host_import_alignment: Option<u64>,
@@ -96,6 +98,7 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         limits: properties.limits,
         queue_family: family as u32,
         family_queues: families[family].queue_count,
+        timestamp_bits: families[family].timestamp_valid_bits,
         push_descriptors,
         host_import_alignment: host_import.then_some(host_memory.min_imported_host_pointer_alignment),
         heap_bytes,

@@ -14,8 +14,9 @@
 //! - **Several devices**: HAL devices made on one physical device share its `VkDevice`, so their
 //!   queues wait on each other's timelines on the device and copy each other's buffers; waits on a
 //!   device of another `VkDevice` go through the host (lavapipe has no exportable semaphores).
-//! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library), imported host
-//!   memory, profiling.
+//! - **Imported host memory** through `VK_EXT_external_memory_host`; **profiling** with timestamp
+//!   queries ([`timing`]).
+//! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library).
 //!
 //! Set `HAL_VULKAN_VALIDATION=1` to run under the Khronos validation layer; a validation error then
 //! aborts the process with the message.
@@ -48,6 +49,7 @@ pub mod instance;
 pub mod memory;
 pub mod record;
 pub mod stream;
+pub mod timing;
 pub mod wgsl;
 
 use std::sync::Arc;

@@ -27,12 +27,35 @@ pub struct Recorder<'a> {
     gpu: &'a Arc<Gpu>,
     cmd: vk::CommandBuffer,
     keep: &'a mut Keep,
+    /// A query pool and the command indices of the dispatches to time (queries `2 + 2k` and
+    /// `3 + 2k` for the `k`-th of them).
+    timed: Option<(vk::QueryPool, &'a [usize])>,
 }
 
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
     pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
-        Recorder { gpu, cmd, keep }
+        Recorder { gpu, cmd, keep, timed: None }
+    }
+
+    /// Times the dispatches at command indices `dispatches` into `pool` (see [`Self::timed`]).
+    pub fn with_timing(mut self, pool: vk::QueryPool, dispatches: &'a [usize]) -> Self {
+        self.timed = Some((pool, dispatches));
+        self
+    }
+
+    /// Writes timestamp `query` once every earlier command finished.
+    pub fn timestamp(&mut self, pool: vk::QueryPool, query: u32) {
+        // SAFETY: `cmd` is recording; the pool holds `query` (sized by the caller) and was reset
+        // at the start of this command buffer.
+        unsafe { self.gpu.device.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, query) };
+    }
+
+    /// The query of the dispatch at command `index` when it is timed.
+    fn timed_query(&self, index: usize) -> Option<(vk::QueryPool, u32)> {
+        let (pool, dispatches) = self.timed?;
+        let k = dispatches.iter().position(|&i| i == index)?;
+        Some((pool, 2 + 2 * k as u32))
     }
 
     /// Records `commands` in order, a barrier between each two.
@@ -41,7 +64,14 @@ impl<'a> Recorder<'a> {
             if index > 0 {
                 self.barrier();
             }
+            let timed = self.timed_query(index);
+            if let Some((pool, query)) = timed {
+                self.timestamp(pool, query);
+            }
             self.command(command).map_err(|e| e.context(format!("command {index}")))?;
+            if let Some((pool, query)) = timed {
+                self.timestamp(pool, query + 1);
+            }
         }
         Ok(())
     }

@@ -23,6 +23,7 @@ use crate::error::from_vk;
 use crate::gpu::Gpu;
 use crate::memory::{VulkanMemory, resolve};
 use crate::record::{Keep, Recorder};
+use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
 /// How long one blocking Vulkan wait lasts before the caller looks around again.
 const WAIT_SLICE: Duration = Duration::from_millis(1);
@@ -164,10 +165,12 @@ impl Drop for CommandPool {
     }
 }
 
-/// What a submission holds until it completes: its command buffer, its buffers and executables.
+/// What a submission holds until it completes: its command buffer, its buffers and executables,
+/// its timestamps when profiled.
 struct InFlight {
     cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
     _keep: Keep,
+    timing: Option<SubmissionTiming>,
 }
 
 impl Drop for InFlight {
@@ -239,12 +242,14 @@ impl VulkanEvent {
 pub struct VulkanStreams {
     gpu: Arc<Gpu>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    /// The clock anchor of the profiling session (measured at its start).
+    anchor: Mutex<Option<ClockAnchor>>,
 }
 
 impl VulkanStreams {
     /// The model of `gpu`.
     pub fn new(gpu: &Arc<Gpu>) -> Self {
-        VulkanStreams { gpu: gpu.clone(), in_flight: Arc::default() }
+        VulkanStreams { gpu: gpu.clone(), in_flight: Arc::default(), anchor: Mutex::new(None) }
     }
 
     /// Submissions not retired yet (for leak checks).
@@ -252,10 +257,33 @@ impl VulkanStreams {
         self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Lets go of what `work` held (its command buffer is freed as the entry drops).
-    fn finish(&self, work: &Work) {
-        let done = self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&work.id);
-        drop(done);
+    /// Lets go of what `work` held (its command buffer is handed back as the entry drops).
+    fn finish(&self, work: &Work) -> Option<InFlight> {
+        self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&work.id)
+    }
+
+    /// Adds a completed submission's timestamps to its profile.
+    fn record_times(&self, work: &Work, timing: &SubmissionTiming) -> Result<()> {
+        let (Some(sink), Some(anchor)) = (work.profile(), *self.anchor.lock().unwrap_or_else(|p| p.into_inner()))
+        else {
+            return Ok(());
+        };
+        let ticks = timing.pool.results(timing.query_count())?;
+        let at = |query: usize| anchor.host_time(ticks[query]);
+        if sink.options().records_queue_operations() {
+            sink.record_queue_operation(work, at(0), at(1));
+        }
+        let commands = match &work.op {
+            QueueOp::Execute { command_buffer, .. } => command_buffer.commands(),
+            QueueOp::Transfer(command) => Arc::from(vec![command.clone()]),
+            _ => return Ok(()),
+        };
+        for (k, &index) in timing.dispatches.iter().enumerate() {
+            if let Some(command) = commands.get(index) {
+                sink.record_dispatch(work, index, command, None, at(2 + 2 * k), at(3 + 2 * k));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -361,12 +389,33 @@ impl StreamModel for VulkanStreams {
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
-        self.finish(work);
-        Ok(())
+        match self.finish(work) {
+            Some(done) => match &done.timing {
+                Some(timing) => self.record_times(work, timing),
+                None => Ok(()),
+            },
+            None => Ok(()),
+        }
     }
 
     fn discard(&self, work: &Work) {
-        self.finish(work);
+        drop(self.finish(work));
+    }
+
+    fn clock_method(&self) -> String {
+        "Vulkan timestamp queries (vkCmdWriteTimestamp), put on the host clock by an anchor timestamp whose \
+         host time is bracketed by its submit call and fence wait (measured when profiling begins)"
+            .to_owned()
+    }
+
+    fn begin_profiling(&self, sink: &Arc<hal::driver::ProfileSink>) -> Result<()> {
+        if self.gpu.physical.timestamp_bits == 0 {
+            return Err(Error::unimplemented("vulkan: the compute queue has no timestamps (timestampValidBits 0)"));
+        }
+        let anchor = ClockAnchor::measure(&self.gpu)?;
+        sink.widen_uncertainty(anchor.uncertainty);
+        *self.anchor.lock().unwrap_or_else(|p| p.into_inner()) = Some(anchor);
+        Ok(())
     }
 
     fn synchronize_stream(&self, stream: &VulkanStream) -> Result<()> {
@@ -427,14 +476,14 @@ enum Plan<'a> {
 }
 
 fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
-    let Some(work) = &item.work else { return submit(stream, item, None, Keep::default()) };
+    let Some(work) = &item.work else { return submit(stream, item, None, Keep::default(), None) };
     if let Some(fault) = work.take_upstream_fault() {
         work.fault.set(fault);
-        return submit(stream, item, None, Keep::default());
+        return submit(stream, item, None, Keep::default(), None);
     }
     if work.cancel_requested() {
         work.fail(Error::cancelled("vulkan: cancelled before it started"));
-        return submit(stream, item, None, Keep::default());
+        return submit(stream, item, None, Keep::default(), None);
     }
     let commands;
     let plan = match &work.op {
@@ -460,26 +509,66 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
         op => Plan::Host(op),
     };
     match plan {
-        Plan::Empty => submit(stream, item, None, Keep::default()),
+        Plan::Empty => {
+            record_host_time(work, Instant::now());
+            submit(stream, item, None, Keep::default(), None)
+        }
         Plan::Device(commands, single) => {
             let mut keep = Keep::default();
+            let timing = timing_for(stream, work, commands, single)?;
             let cmd = stream.pool.acquire()?;
-            let recorded = record(stream, cmd, commands, single, &mut keep);
+            let recorded = record(stream, cmd, commands, single, &mut keep, timing.as_ref());
             if let Err(e) = recorded {
                 stream.pool.release(cmd);
                 return Err(e);
             }
-            submit(stream, item, Some(cmd), keep)
+            submit(stream, item, Some(cmd), keep, timing)
         }
         Plan::Host(op) => {
             wait_all(stream, item)?;
-            let ran = run_on_host(op);
-            if let Err(e) = ran {
-                work.fail(e);
+            let start = Instant::now();
+            match run_on_host(op) {
+                Ok(()) => record_host_time(work, start),
+                Err(e) => work.fail(e),
             }
             stream.timeline.signal(item.value)
         }
     }
+}
+
+/// A host-side queue operation's time, when its submission is profiled.
+fn record_host_time(work: &Work, start: Instant) {
+    if let Some(sink) = work.profile().filter(|sink| sink.options().records_queue_operations()) {
+        sink.record_queue_operation(work, start, Instant::now());
+    }
+}
+
+/// The timestamps a profiled submission needs: none unless it records something.
+fn timing_for(
+    stream: &StreamShared,
+    work: &Work,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+) -> Result<Option<SubmissionTiming>> {
+    let Some(options) = work.profile().map(|sink| sink.options()) else { return Ok(None) };
+    if !options.records_anything() {
+        return Ok(None);
+    }
+    let listed = match single {
+        Some(command) => std::slice::from_ref(command),
+        None => commands,
+    };
+    let dispatches = listed
+        .iter()
+        .enumerate()
+        .filter(|(index, command)| {
+            matches!(command, hal::driver::Command::Dispatch { .. } | hal::driver::Command::DispatchIndirect { .. })
+                && options.records_command(*index)
+        })
+        .map(|(index, _)| index)
+        .collect::<Vec<_>>();
+    let pool = QueryPool::new(&stream.gpu, 2 + 2 * dispatches.len() as u32)?;
+    Ok(Some(SubmissionTiming { pool, dispatches }))
 }
 
 fn record(
@@ -488,6 +577,7 @@ fn record(
     commands: &[hal::driver::Command],
     single: Option<&hal::driver::Command>,
     keep: &mut Keep,
+    timing: Option<&SubmissionTiming>,
 ) -> Result<()> {
     let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
     let device = &stream.gpu.device;
@@ -495,9 +585,18 @@ fn record(
     // it resets it (the pool allows that).
     unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
     let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
+    if let Some(timing) = timing {
+        // SAFETY: `cmd` is recording; the pool holds `query_count` queries.
+        unsafe { device.cmd_reset_query_pool(cmd, timing.pool.pool, 0, timing.query_count()) };
+        recorder = recorder.with_timing(timing.pool.pool, &timing.dispatches);
+        recorder.timestamp(timing.pool.pool, 0);
+    }
     match single {
         Some(command) => recorder.command(command)?,
         None => recorder.commands(commands)?,
+    }
+    if let Some(timing) = timing {
+        recorder.timestamp(timing.pool.pool, 1);
     }
     recorder.host_barrier();
     // SAFETY: `cmd` is recording.
@@ -505,7 +604,13 @@ fn record(
 }
 
 /// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
-fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, keep: Keep) -> Result<()> {
+fn submit(
+    stream: &StreamShared,
+    item: &Item,
+    cmd: Option<vk::CommandBuffer>,
+    keep: Keep,
+    timing: Option<SubmissionTiming>,
+) -> Result<()> {
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
     for (timeline, value) in &item.waits {
@@ -535,7 +640,7 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, ke
             .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(work.id, InFlight { cmd: cmd.map(|c| (stream.pool.clone(), c)), _keep: keep });
+            .insert(work.id, InFlight { cmd: cmd.map(|c| (stream.pool.clone(), c)), _keep: keep, timing });
     }
     let queue = stream.gpu.queue(stream.queue).lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs);
