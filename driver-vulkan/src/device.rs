@@ -15,7 +15,7 @@ use hal::{
 use crate::executable::VulkanExecutable;
 use crate::gpu::{Gpu, PhysicalInfo};
 use crate::memory::{MemoryCounter, VulkanMemory};
-use crate::record::check_binding_range;
+use crate::record::{CHECK_COUNT_WGSL, check_binding_range};
 use crate::stream::VulkanStreams;
 
 /// HAL queues per device; they share the device's Vulkan queues round robin where it has fewer.
@@ -87,7 +87,13 @@ impl VulkanDevice {
                 info.name
             )));
         }
-        let scheduler = Scheduler::new(id, VulkanStreams::new(&gpu), QUEUE_COUNT)?;
+        let checker = ExecutableSource::Bytes {
+            format: hal::ExecutableFormat::Spirv,
+            data: std::sync::Arc::from(crate::wgsl::compile(CHECK_COUNT_WGSL, "check_count")?),
+            entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
+        };
+        let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
+        let scheduler = Scheduler::new(id, VulkanStreams::new(&gpu, checker), QUEUE_COUNT)?;
         Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })
     }
 

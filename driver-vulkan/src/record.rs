@@ -9,7 +9,7 @@ use ash::vk;
 use hal::driver::{Command, ExecutableExt};
 use hal::{Buffer, Error, Executable, Result};
 
-use crate::executable::VulkanExecutable;
+use crate::executable::{Pipeline, VulkanExecutable};
 use crate::gpu::Gpu;
 use crate::memory::{Block, resolve};
 
@@ -30,12 +30,20 @@ pub struct Recorder<'a> {
     /// A query pool and the command indices of the dispatches to time (queries `2 + 2k` and
     /// `3 + 2k` for the `k`-th of them).
     timed: Option<(vk::QueryPool, &'a [usize])>,
+    /// Where indirect dispatches' counts are checked.
+    checks: Option<CountChecks<'a>>,
 }
 
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
     pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
-        Recorder { gpu, cmd, keep, timed: None }
+        Recorder { gpu, cmd, keep, timed: None, checks: None }
+    }
+
+    /// Checks indirect dispatches' counts with `checks` (see [`CHECK_COUNT_WGSL`]).
+    pub fn with_count_checks(mut self, checks: CountChecks<'a>) -> Self {
+        self.checks = Some(checks);
+        self
     }
 
     /// Times the dispatches at command indices `dispatches` into `pool` (see [`Self::timed`]).
@@ -103,9 +111,10 @@ impl<'a> Recorder<'a> {
                         "vulkan: {count}: the workgroup count at byte {at} of its memory is not 4-byte aligned"
                     )));
                 }
+                let (checked, checked_at) = self.check_count(&block, at)?;
                 self.bind(executable, *entry_point, constants, bindings)?;
-                // SAFETY: as above; the count lies inside the buffer (checked when recorded).
-                unsafe { self.gpu.device.cmd_dispatch_indirect(self.cmd, block.buffer, at) };
+                // SAFETY: as above; the checked count lies inside the scratch buffer.
+                unsafe { self.gpu.device.cmd_dispatch_indirect(self.cmd, checked, checked_at) };
                 Ok(())
             }
             Command::Barrier => {
@@ -304,6 +313,16 @@ impl<'a> Recorder<'a> {
             let range = if binding.length == 0 { vk::WHOLE_SIZE } else { binding.length };
             infos.push(vk::DescriptorBufferInfo { buffer: block.buffer, offset, range });
         }
+        self.bind_pipeline(pipeline, &infos, constants)
+    }
+
+    /// Binds `pipeline` with `infos` as its storage buffers (set 0, binding i) and `constants`.
+    fn bind_pipeline(
+        &mut self,
+        pipeline: &Pipeline,
+        infos: &[vk::DescriptorBufferInfo],
+        constants: &[u32],
+    ) -> Result<()> {
         let device = &self.gpu.device;
         // SAFETY: `cmd` is recording; the pipeline is kept alive with the submission.
         unsafe { device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline) };
@@ -333,6 +352,70 @@ impl<'a> Recorder<'a> {
         }
         Ok(())
     }
+
+    /// Records the count check of the next indirect dispatch: the checker copies the count at
+    /// `at` of `count` into the submission's scratch, or zeros and a flag where it is past the
+    /// device's limits. Returns where the checked count lies.
+    fn check_count(&mut self, count: &Arc<Block>, at: u64) -> Result<(vk::Buffer, u64)> {
+        let Some(checks) = self.checks.as_mut() else {
+            return Err(Error::internal("vulkan: an indirect dispatch recorded without its count check"));
+        };
+        let slot = checks.next;
+        checks.next += 1;
+        let (pipeline, scratch) = (checks.pipeline, checks.scratch.clone());
+        let alignment = self.gpu.physical.limits.min_storage_buffer_offset_alignment.max(1);
+        let bound = at / alignment * alignment;
+        let infos = [
+            vk::DescriptorBufferInfo { buffer: count.buffer, offset: bound, range: at - bound + INDIRECT_COUNT_BYTES },
+            vk::DescriptorBufferInfo {
+                buffer: scratch.buffer,
+                offset: slot * CHECK_SLOT_BYTES,
+                range: CHECK_SLOT_BYTES,
+            },
+        ];
+        let limits = self.gpu.physical.limits.max_compute_work_group_count;
+        self.bind_pipeline(pipeline, &infos, &[((at - bound) / 4) as u32, limits[0], limits[1], limits[2]])?;
+        // SAFETY: `cmd` is recording with the checker bound.
+        unsafe { self.gpu.device.cmd_dispatch(self.cmd, 1, 1, 1) };
+        self.barrier();
+        Ok((scratch.buffer, slot * CHECK_SLOT_BYTES))
+    }
+}
+
+/// Bytes of an indirect workgroup count.
+const INDIRECT_COUNT_BYTES: u64 = hal::driver::INDIRECT_COUNT_BYTES;
+
+/// Bytes of scratch per indirect dispatch: the checked count, a flag, the count as read.
+pub const CHECK_SLOT_BYTES: u64 = 32;
+
+/// The count checker's WGSL: `checked` gets the count (x, y, z), 0 and the count again, or zeros,
+/// 1 and the count when an axis is past the device's limit (the dispatch then runs no workgroup).
+pub const CHECK_COUNT_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> count: array<u32>;
+@group(0) @binding(1) var<storage, read_write> checked: array<u32>;
+struct Constants { first: u32, max_x: u32, max_y: u32, max_z: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn check_count() {
+    let x = count[c.first];
+    let y = count[c.first + 1u];
+    let z = count[c.first + 2u];
+    let over = x > c.max_x || y > c.max_y || z > c.max_z;
+    checked[0] = select(x, 0u, over);
+    checked[1] = select(y, 0u, over);
+    checked[2] = select(z, 0u, over);
+    checked[3] = select(0u, 1u, over);
+    checked[4] = x;
+    checked[5] = y;
+    checked[6] = z;
+}
+"#;
+
+/// The count checks of one submission: the checker, the scratch it writes and the next slot.
+pub struct CountChecks<'a> {
+    pub(crate) pipeline: &'a Pipeline,
+    pub(crate) scratch: Arc<Block>,
+    pub(crate) next: u64,
 }
 
 /// A binding longer than the device's `maxStorageBufferRange` cannot reach a kernel as a storage

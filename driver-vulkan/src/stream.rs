@@ -20,9 +20,11 @@ use hal::driver::{CommandBufferExt, QueueOp};
 use hal::{Error, Result};
 
 use crate::error::from_vk;
+use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
+use crate::memory::Block;
 use crate::memory::{VulkanMemory, resolve};
-use crate::record::{Keep, Recorder};
+use crate::record::{CHECK_SLOT_BYTES, CountChecks, Keep, Recorder};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
 /// How long one blocking Vulkan wait lasts before the caller looks around again.
@@ -124,6 +126,7 @@ struct StreamShared {
     items_changed: Condvar,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    checker: Arc<VulkanExecutable>,
 }
 
 /// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
@@ -171,6 +174,11 @@ struct InFlight {
     cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
     _keep: Keep,
     timing: Option<SubmissionTiming>,
+    /// The count checks' scratch and the command index of each indirect dispatch.
+    checks: Option<(Arc<Block>, Vec<usize>)>,
+    /// When host-side work ran, for a profiled submission (recorded when it retires, so that
+    /// records keep the stream's order).
+    host_time: Option<(Instant, Instant)>,
 }
 
 impl Drop for InFlight {
@@ -241,15 +249,42 @@ impl VulkanEvent {
 /// Streams on one Vulkan device.
 pub struct VulkanStreams {
     gpu: Arc<Gpu>,
+    /// The indirect count checker ([`crate::record::CHECK_COUNT_WGSL`]).
+    checker: Arc<VulkanExecutable>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// The clock anchor of the profiling session (measured at its start).
     anchor: Mutex<Option<ClockAnchor>>,
 }
 
 impl VulkanStreams {
-    /// The model of `gpu`.
-    pub fn new(gpu: &Arc<Gpu>) -> Self {
-        VulkanStreams { gpu: gpu.clone(), in_flight: Arc::default(), anchor: Mutex::new(None) }
+    /// The model of `gpu`; `checker` checks indirect dispatches' counts.
+    pub fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>) -> Self {
+        VulkanStreams { gpu: gpu.clone(), checker, in_flight: Arc::default(), anchor: Mutex::new(None) }
+    }
+
+    /// `OutOfRange` for the first indirect dispatch whose count was past the device's limits.
+    fn check_counts(&self, scratch: &Block, dispatches: &[usize]) -> Result<()> {
+        let limits = self.gpu.physical.limits.max_compute_work_group_count;
+        for (k, index) in dispatches.iter().enumerate() {
+            let mut words = [0u32; 8];
+            // SAFETY: the scratch holds 32 bytes per indirect dispatch, written by the completed
+            // submission (made visible to the host by its last barrier).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    scratch.ptr().as_ptr().add(k * CHECK_SLOT_BYTES as usize),
+                    words.as_mut_ptr().cast::<u8>(),
+                    CHECK_SLOT_BYTES as usize,
+                )
+            };
+            if words[3] != 0 {
+                return Err(Error::out_of_range(format!(
+                    "vulkan: indirect dispatch at command {index}: workgroup count {:?} exceeds the device's limit \
+                     {limits:?}; it ran no workgroup",
+                    [words[4], words[5], words[6]]
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Submissions not retired yet (for leak checks).
@@ -312,6 +347,7 @@ impl StreamModel for VulkanStreams {
             items_changed: Condvar::new(),
             pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool, idle: Mutex::new(Vec::new()) }),
             in_flight: self.in_flight.clone(),
+            checker: self.checker.clone(),
         });
         let runner = shared.clone();
         let thread = std::thread::Builder::new()
@@ -390,10 +426,18 @@ impl StreamModel for VulkanStreams {
 
     fn complete(&self, work: &Work) -> Result<()> {
         match self.finish(work) {
-            Some(done) => match &done.timing {
-                Some(timing) => self.record_times(work, timing),
-                None => Ok(()),
-            },
+            Some(done) => {
+                if let Some((scratch, dispatches)) = &done.checks {
+                    self.check_counts(scratch, dispatches)?;
+                }
+                if let (Some((start, end)), Some(sink)) = (done.host_time, work.profile()) {
+                    sink.record_queue_operation(work, start, end);
+                }
+                match &done.timing {
+                    Some(timing) => self.record_times(work, timing),
+                    None => Ok(()),
+                }
+            }
             None => Ok(()),
         }
     }
@@ -476,14 +520,14 @@ enum Plan<'a> {
 }
 
 fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
-    let Some(work) = &item.work else { return submit(stream, item, None, Keep::default(), None) };
+    let Some(work) = &item.work else { return submit(stream, item, None, Submitted::default()) };
     if let Some(fault) = work.take_upstream_fault() {
         work.fault.set(fault);
-        return submit(stream, item, None, Keep::default(), None);
+        return submit(stream, item, None, Submitted::default());
     }
     if work.cancel_requested() {
         work.fail(Error::cancelled("vulkan: cancelled before it started"));
-        return submit(stream, item, None, Keep::default(), None);
+        return submit(stream, item, None, Submitted::default());
     }
     let commands;
     let plan = match &work.op {
@@ -510,25 +554,26 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
     };
     match plan {
         Plan::Empty => {
-            record_host_time(work, Instant::now());
-            submit(stream, item, None, Keep::default(), None)
+            keep_host_time(stream, work, Instant::now());
+            submit(stream, item, None, Submitted::default())
         }
         Plan::Device(commands, single) => {
             let mut keep = Keep::default();
             let timing = timing_for(stream, work, commands, single)?;
+            let checks = count_checks_for(stream, commands, single)?;
             let cmd = stream.pool.acquire()?;
-            let recorded = record(stream, cmd, commands, single, &mut keep, timing.as_ref());
+            let recorded = record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref());
             if let Err(e) = recorded {
                 stream.pool.release(cmd);
                 return Err(e);
             }
-            submit(stream, item, Some(cmd), keep, timing)
+            submit(stream, item, Some(cmd), Submitted { keep, timing, checks })
         }
         Plan::Host(op) => {
             wait_all(stream, item)?;
             let start = Instant::now();
             match run_on_host(op) {
-                Ok(()) => record_host_time(work, start),
+                Ok(()) => keep_host_time(stream, work, start),
                 Err(e) => work.fail(e),
             }
             stream.timeline.signal(item.value)
@@ -536,10 +581,18 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
     }
 }
 
-/// A host-side queue operation's time, when its submission is profiled.
-fn record_host_time(work: &Work, start: Instant) {
-    if let Some(sink) = work.profile().filter(|sink| sink.options().records_queue_operations()) {
-        sink.record_queue_operation(work, start, Instant::now());
+/// Keeps a host-side queue operation's time (from `start` to now) for its retirement, when its
+/// submission records queue operations.
+fn keep_host_time(stream: &StreamShared, work: &Work, start: Instant) {
+    if work.profile().is_some_and(|sink| sink.options().records_queue_operations()) {
+        let entry = InFlight {
+            cmd: None,
+            _keep: Keep::default(),
+            timing: None,
+            checks: None,
+            host_time: Some((start, Instant::now())),
+        };
+        stream.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(work.id, entry);
     }
 }
 
@@ -571,6 +624,30 @@ fn timing_for(
     Ok(Some(SubmissionTiming { pool, dispatches }))
 }
 
+/// The scratch for the count checks of the indirect dispatches among the commands, and their
+/// command indices; none without indirect dispatches.
+fn count_checks_for(
+    stream: &StreamShared,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+) -> Result<Option<(Arc<Block>, Vec<usize>)>> {
+    let listed = match single {
+        Some(command) => std::slice::from_ref(command),
+        None => commands,
+    };
+    let indirect: Vec<usize> = listed
+        .iter()
+        .enumerate()
+        .filter(|(_, command)| matches!(command, hal::driver::Command::DispatchIndirect { .. }))
+        .map(|(index, _)| index)
+        .collect();
+    if indirect.is_empty() {
+        return Ok(None);
+    }
+    let scratch = Block::new(&stream.gpu, CHECK_SLOT_BYTES * indirect.len() as u64, None, "hal indirect counts")?;
+    Ok(Some((Arc::new(scratch), indirect)))
+}
+
 fn record(
     stream: &StreamShared,
     cmd: vk::CommandBuffer,
@@ -578,6 +655,7 @@ fn record(
     single: Option<&hal::driver::Command>,
     keep: &mut Keep,
     timing: Option<&SubmissionTiming>,
+    checks: Option<&(Arc<Block>, Vec<usize>)>,
 ) -> Result<()> {
     let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
     let device = &stream.gpu.device;
@@ -585,6 +663,10 @@ fn record(
     // it resets it (the pool allows that).
     unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
     let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
+    if let Some((scratch, _)) = checks {
+        let pipeline = stream.checker.pipelines.first().ok_or_else(|| Error::internal("vulkan: no count checker"))?;
+        recorder = recorder.with_count_checks(CountChecks { pipeline, scratch: scratch.clone(), next: 0 });
+    }
     if let Some(timing) = timing {
         // SAFETY: `cmd` is recording; the pool holds `query_count` queries.
         unsafe { device.cmd_reset_query_pool(cmd, timing.pool.pool, 0, timing.query_count()) };
@@ -604,13 +686,15 @@ fn record(
 }
 
 /// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
-fn submit(
-    stream: &StreamShared,
-    item: &Item,
-    cmd: Option<vk::CommandBuffer>,
+/// What a recorded submission keeps until it completes.
+#[derive(Default)]
+struct Submitted {
     keep: Keep,
     timing: Option<SubmissionTiming>,
-) -> Result<()> {
+    checks: Option<(Arc<Block>, Vec<usize>)>,
+}
+
+fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
     for (timeline, value) in &item.waits {
@@ -636,11 +720,16 @@ fn submit(
         .signal_semaphores(&signals)
         .push_next(&mut timeline_info);
     if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
-        stream
-            .in_flight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(work.id, InFlight { cmd: cmd.map(|c| (stream.pool.clone(), c)), _keep: keep, timing });
+        stream.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            work.id,
+            InFlight {
+                cmd: cmd.map(|c| (stream.pool.clone(), c)),
+                _keep: submitted.keep,
+                timing: submitted.timing,
+                checks: submitted.checks,
+                host_time: None,
+            },
+        );
     }
     let queue = stream.gpu.queue(stream.queue).lock().unwrap_or_else(|p| p.into_inner());
     // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs);
