@@ -114,3 +114,8 @@ impl Driver for VulkanDriver {
 pub fn register(registry: &mut Registry) {
     registry.register(Arc::new(VulkanDriver));
 }
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
