@@ -204,7 +204,7 @@ impl ExecutableBackend for VulkanExecutable {
 /// The module's words: `InvalidArgument` for bytes that are not SPIR-V.
 fn spirv_words(data: &[u8]) -> Result<Vec<u32>> {
     const MAGIC: u32 = 0x0723_0203;
-    if data.len() < 20 || data.len() % 4 != 0 {
+    if data.len() < 20 || !data.len().is_multiple_of(4) {
         return Err(Error::invalid_argument(format!(
             "vulkan: {} bytes are not a SPIR-V module (a header of 5 words and whole words after it)",
             data.len()

@@ -48,7 +48,7 @@ pub struct Block {
 /// The memory behind a block.
 enum Backing {
     /// From gpu-allocator (`None` once freed).
-    Allocated(Mutex<Option<Allocation>>),
+    Allocated(Option<Allocation>),
     /// Host memory the embedder lent, imported with `VK_EXT_external_memory_host`; the release
     /// runs once the memory object is freed.
     Imported(vk::DeviceMemory, Option<ReleaseOnce>),
@@ -57,7 +57,7 @@ enum Backing {
 // SAFETY: `ptr` points into the mapped allocation the block owns; the block hands it out only as a
 // raw address, and the memory stays mapped until the block drops.
 unsafe impl Send for Block {}
-// SAFETY: as above; the block has no interior state but the allocation behind a lock.
+// SAFETY: as above; the block is not changed after it is made (only dropped).
 unsafe impl Sync for Block {}
 
 impl Block {
@@ -120,7 +120,7 @@ impl Block {
         Ok(Block {
             gpu: gpu.clone(),
             buffer,
-            backing: Backing::Allocated(Mutex::new(Some(allocation))),
+            backing: Backing::Allocated(Some(allocation)),
             ptr,
             base: 0,
             size: vk_size,
@@ -236,7 +236,7 @@ impl Drop for Block {
         unsafe { self.gpu.device.destroy_buffer(self.buffer, None) };
         match &mut self.backing {
             Backing::Allocated(allocation) => {
-                if let Some(allocation) = allocation.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                if let Some(allocation) = allocation.take() {
                     let _ = self.gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
                 }
             }
