@@ -1,7 +1,7 @@
 //! The Vulkan library and instance, loaded once per process: `Entry::load` opens the loader at run
 //! time, so a machine without one gets `Unavailable` with the reason. With
 //! [`VALIDATION_ENV`]` = 1` the instance enables the Khronos validation layer and fails the process
-//! on its first error message (see [`validation_message`]).
+//! on its first error message.
 
 use std::ffi::{CStr, c_void};
 use std::sync::{Arc, OnceLock};

@@ -46,7 +46,8 @@ impl<'a> Recorder<'a> {
         self
     }
 
-    /// Times the dispatches at command indices `dispatches` into `pool` (see [`Self::timed`]).
+    /// Times the dispatches at command indices `dispatches` into `pool`: queries `2 + 2k` and
+    /// `3 + 2k` frame the `k`-th of them.
     pub fn with_timing(mut self, pool: vk::QueryPool, dispatches: &'a [usize]) -> Self {
         self.timed = Some((pool, dispatches));
         self

@@ -268,3 +268,18 @@ fn run_without_the_check_says_it_was_skipped() {
     let help = text(&hal(&["run", "--help"]).stdout);
     assert!(help.contains("--no-check") && help.contains("CPU reference"), "{help}");
 }
+
+#[test]
+fn run_on_vulkan_is_bit_exact_or_explains_why_it_cannot() {
+    let devices = text(&hal(&["devices"]).stdout);
+    let out = hal(&["run", "--device", "vulkan", "--size", "64", "--steps", "4"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    if devices.contains("\nvulkan: 1 device") || devices.contains("\nvulkan: 2 devices") {
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(stdout.contains("driver 'vulkan'") && stdout.contains("check:        PASS"), "{stdout}");
+        assert!(stdout.contains("bit-exact"), "{stdout}");
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(stderr.contains("vulkan"), "the error names the driver: {stderr}");
+    }
+}
