@@ -53,7 +53,7 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
         ("max_push_constants_size".to_string(), limits.max_push_constants_size.to_string()),
         ("max_compute_shared_memory_size".to_string(), limits.max_compute_shared_memory_size.to_string()),
-        ("memory_heap_bytes".to_string(), physical.heap_bytes.to_string()),
+        ("largest_memory_heap".to_string(), physical.heap_bytes.to_string()),
     ];
     info
 }

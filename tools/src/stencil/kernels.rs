@@ -516,7 +516,10 @@ mod tests {
         assert_eq!(source_for(&named_cuda).map(|s| ExecutableKind::of(&s)), Ok(ExecutableKind::Native));
         let err = kind(&[ExecutableKind::Cubin, ExecutableKind::SharedLibrary]).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::Unimplemented);
-        assert!(err.message().contains("[cubin, shared-library]") && err.message().contains("[native, ptx]"), "{err}");
+        let offered = format!("[{}]", ExecutableKind::list(KINDS));
+        assert!(err.message().contains("[cubin, shared-library]") && err.message().contains(&offered), "{err}");
+        #[cfg(feature = "vulkan")]
+        assert_eq!(kind(&[ExecutableKind::Spirv]), Ok(ExecutableKind::Spirv), "a Vulkan device gets SPIR-V");
     }
 
     #[test]
