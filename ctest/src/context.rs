@@ -151,6 +151,9 @@ impl Cx {
         if self.fixture.catalogue().kinds().is_empty() {
             return Err(CaseError::Skip(format!("needs the {kernel:?} kernel; the driver loads no kernels")));
         }
+        if let Some(reason) = self.fixture.catalogue().lacks(kernel) {
+            return Err(CaseError::Skip(format!("the kernel catalogue has no {kernel:?} kernel: {reason}")));
+        }
         Ok(())
     }
 

@@ -11,6 +11,7 @@
 
 pub mod cuda;
 pub mod native;
+pub mod wgsl;
 
 use hal::{Device, DeviceInfo, EntryPointInfo, Executable, ExecutableKind, ExecutableSource, Result};
 
@@ -141,6 +142,14 @@ pub trait KernelCatalogue: Send + Sync {
     /// The source of `kernel` as `kind`, one of [`kinds`](Self::kinds) (an error if the catalogue
     /// cannot provide it).
     fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource>;
+
+    /// Why the catalogue has no form of `kernel` at all (the SPIR-V catalogue has no `Fault`:
+    /// SPIR-V has no instruction that faults on purpose); `None` (the default) when it has one.
+    /// Cases that need such a kernel are skipped with the reason.
+    fn lacks(&self, kernel: Kernel) -> Option<String> {
+        let _ = kernel;
+        None
+    }
 }
 
 /// The catalogue of a driver that loads no kernels (an inline or skeleton driver): the cases that

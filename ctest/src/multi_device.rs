@@ -77,9 +77,11 @@ pub(crate) fn wait_before_signal_across_devices(cx: &Cx) -> CaseResult {
     let [a, b] = cx.devices::<2>()?;
     let (s, done) = (a.create_semaphore(0).ctx("semaphore")?, b.create_semaphore(0).ctx("done")?);
     let out = b.allocate_buffer(hal::BufferParams::host_visible(), 8).ctx("buffer on B")?;
+    // Made before anything is held, so a catalogue without the sleep kernel skips with nothing held.
+    let slow = busy(cx, &a, 100_000)?;
     b.queue(0).ctx("queue")?.fill(&[sv(&s, 1)], &out, 0, 8, 7u8, &[sv(&done, 1)]).ctx("B's held fill")?;
     ensure_eq!(pending(&b), 1, "B's fill is held before anyone signals");
-    a.queue(0).ctx("queue")?.execute(&[], &busy(cx, &a, 100_000)?, &[sv(&s, 1)]).ctx("A's slow execute")?;
+    a.queue(0).ctx("queue")?.execute(&[], &slow, &[sv(&s, 1)]).ctx("A's slow execute")?;
     eventually("B's held fill issued", || pending(&b) == 0)?;
     let issued_early = s.query().ctx("query")? == 0;
     cx.wait(&done, 1)?;

@@ -85,6 +85,7 @@ impl NativeExecutable {
                     ExecutableFormat::Ptx => "PTX",
                     ExecutableFormat::Cubin => "cubin",
                     ExecutableFormat::Fatbin => "fatbin",
+                    ExecutableFormat::Spirv => "SPIR-V",
                     _ => "this format",
                 };
                 Err(Error::unimplemented(format!(

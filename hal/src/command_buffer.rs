@@ -276,8 +276,8 @@ struct Shared {
     /// Weak: held work keeps command buffers alive, and a command buffer that kept its device alive
     /// would keep held work from being cancelled when the device's last handle drops.
     backend: Weak<dyn DeviceBackend>,
-    /// The device's per-axis dispatch limits, read at creation (the device may be gone later).
-    max_workgroup_count: [u32; 3],
+    /// The device's dispatch limits, read at creation (the device may be gone later).
+    limits: DispatchLimits,
     state: Mutex<State>,
     label: Label,
     /// What the driver keeps between executes with binding tables (its prepared graph).
@@ -307,7 +307,7 @@ impl CommandBuffer {
     pub(crate) fn new(
         device: DeviceId,
         backend: Weak<dyn DeviceBackend>,
-        max_workgroup_count: [u32; 3],
+        limits: DispatchLimits,
         mode: CommandBufferMode,
     ) -> Self {
         let id = NEXT_COMMAND_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -317,7 +317,7 @@ impl CommandBuffer {
                 device,
                 mode,
                 backend,
-                max_workgroup_count,
+                limits,
                 state: Mutex::new(State::Recording(Vec::new())),
                 label: Label::default(),
                 binding_state: BindingState::new(),
@@ -600,7 +600,7 @@ impl CommandBuffer {
                 info.constant_count
             )));
         }
-        let limits = self.shared.max_workgroup_count;
+        let limits = self.shared.limits.max_workgroup_count;
         let workgroups = match &grid {
             Grid::Direct(workgroups) => *workgroups,
             Grid::Indirect(count, count_offset) => {
@@ -626,10 +626,19 @@ impl CommandBuffer {
                 )));
             }
         }
+        let max_binding = self.shared.limits.max_binding_length;
         for (index, binding) in bindings.iter().enumerate() {
             if let BufferRef::Buffer(buffer) = &binding.buffer {
                 check_binding(buffer, binding.offset, binding.length)
                     .map_err(|e| e.context(format!("{} binding {index}", who())))?;
+            }
+            if binding.length > max_binding {
+                return Err(Error::out_of_range(format!(
+                    "{}: binding {index} is {} bytes, past the device's largest binding of {max_binding} bytes \
+                     (DeviceInfo::max_binding_length)",
+                    who(),
+                    binding.length
+                )));
             }
         }
         if workgroups.contains(&0) {
@@ -744,7 +753,7 @@ impl CommandBuffer {
         let resolved = CommandBuffer::new(
             self.shared.device,
             self.shared.backend.clone(),
-            self.shared.max_workgroup_count,
+            self.shared.limits,
             CommandBufferMode::OneShot,
         );
         if let Some(label) = self.label() {
@@ -954,6 +963,22 @@ fn has_collectives(commands: &[Command]) -> bool {
 }
 
 /// A dispatch binding's checks: storage usage and range.
+/// The limits a recording checks dispatches against, from the device's [`DeviceInfo`](crate::DeviceInfo).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DispatchLimits {
+    /// `DeviceInfo::max_workgroup_count`.
+    pub(crate) max_workgroup_count: [u32; 3],
+    /// `DeviceInfo::max_binding_length`.
+    pub(crate) max_binding_length: u64,
+}
+
+impl DispatchLimits {
+    /// The limits `info` states.
+    pub(crate) fn of(info: &crate::DeviceInfo) -> Self {
+        DispatchLimits { max_workgroup_count: info.max_workgroup_count, max_binding_length: info.max_binding_length }
+    }
+}
+
 fn check_binding(buffer: &Buffer, offset: u64, length: u64) -> Result<()> {
     buffer.check_usage(BufferUsage::DISPATCH_STORAGE)?;
     buffer.check_range(offset, length)

@@ -70,6 +70,11 @@ pub struct DeviceInfo {
     /// Largest workgroup count of a dispatch per axis (x, y, z); a dispatch beyond it is refused when
     /// recorded (CUDA: `MAX_GRID_DIM_X/Y/Z`, 2^31-1 x 65535 x 65535 on current GPUs).
     pub max_workgroup_count: [u32; 3],
+    /// Longest range one dispatch binding may have, in bytes; a longer binding is refused when
+    /// recorded (`OutOfRange`, naming the limit). Vulkan: `maxStorageBufferRange` (128 MiB on
+    /// lavapipe), since a binding reaches the kernel as a storage-buffer descriptor; `u64::MAX`
+    /// where bindings are plain addresses (CUDA, cpu-sim).
+    pub max_binding_length: u64,
     /// The kinds of executable [`Device::load_executable`] accepts, the driver's preferred first
     /// (cpu-sim: native, shared library; CUDA: PTX, cubin, fatbin). Tools and suites choose a
     /// kernel's form from this list (see [`DeviceInfo::loads`]), never from the driver's name.
@@ -94,6 +99,7 @@ impl DeviceInfo {
             max_workgroup_threads: 1024,
             max_workgroup_size: [1024, 1024, 64],
             max_workgroup_count: [i32::MAX as u32, 65535, 65535],
+            max_binding_length: u64::MAX,
             executable_kinds: Vec::new(),
             properties: Vec::new(),
         }
@@ -389,7 +395,7 @@ impl Device {
 
     /// A command buffer to record into.
     pub fn create_command_buffer(&self, mode: CommandBufferMode) -> Result<CommandBuffer> {
-        let limits = self.info().max_workgroup_count;
+        let limits = crate::command_buffer::DispatchLimits::of(self.info());
         Ok(CommandBuffer::new(self.id(), Arc::downgrade(&self.shared.backend), limits, mode))
     }
 

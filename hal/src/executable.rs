@@ -22,6 +22,10 @@ pub enum ExecutableFormat {
     Cubin,
     /// A CUDA fatbin (several architectures and/or PTX).
     Fatbin,
+    /// A SPIR-V module (Vulkan) following IREE's Vulkan ABI: binding `i` is the storage buffer at
+    /// descriptor set 0, binding `i`; the constants are one push-constant block of 32-bit words;
+    /// each entry point is the export of that name.
+    Spirv,
 }
 
 /// What an entry point is and how to call it.

@@ -21,16 +21,19 @@ pub enum ExecutableKind {
     Cubin,
     /// A fatbin ([`ExecutableSource::Bytes`] with [`ExecutableFormat::Fatbin`]).
     Fatbin,
+    /// A SPIR-V module ([`ExecutableSource::Bytes`] with [`ExecutableFormat::Spirv`]).
+    Spirv,
 }
 
 impl ExecutableKind {
     /// Every kind.
-    pub const ALL: [ExecutableKind; 5] = [
+    pub const ALL: [ExecutableKind; 6] = [
         ExecutableKind::Native,
         ExecutableKind::SharedLibrary,
         ExecutableKind::Ptx,
         ExecutableKind::Cubin,
         ExecutableKind::Fatbin,
+        ExecutableKind::Spirv,
     ];
 
     /// The kind of `source`.
@@ -43,7 +46,7 @@ impl ExecutableKind {
     }
 
     /// A short name for listings and messages (`"native"`, `"shared-library"`, `"ptx"`, `"cubin"`,
-    /// `"fatbin"`).
+    /// `"fatbin"`, `"spirv"`).
     pub fn name(self) -> &'static str {
         match self {
             ExecutableKind::Native => "native",
@@ -51,6 +54,7 @@ impl ExecutableKind {
             ExecutableKind::Ptx => "ptx",
             ExecutableKind::Cubin => "cubin",
             ExecutableKind::Fatbin => "fatbin",
+            ExecutableKind::Spirv => "spirv",
         }
     }
 
@@ -61,6 +65,7 @@ impl ExecutableKind {
             ExecutableKind::Ptx => Some(ExecutableFormat::Ptx),
             ExecutableKind::Cubin => Some(ExecutableFormat::Cubin),
             ExecutableKind::Fatbin => Some(ExecutableFormat::Fatbin),
+            ExecutableKind::Spirv => Some(ExecutableFormat::Spirv),
         }
     }
 
@@ -79,6 +84,7 @@ impl From<ExecutableFormat> for ExecutableKind {
             ExecutableFormat::Ptx => ExecutableKind::Ptx,
             ExecutableFormat::Cubin => ExecutableKind::Cubin,
             ExecutableFormat::Fatbin => ExecutableKind::Fatbin,
+            ExecutableFormat::Spirv => ExecutableKind::Spirv,
         }
     }
 }
@@ -107,6 +113,7 @@ mod tests {
             (ExecutableFormat::Ptx, ExecutableKind::Ptx),
             (ExecutableFormat::Cubin, ExecutableKind::Cubin),
             (ExecutableFormat::Fatbin, ExecutableKind::Fatbin),
+            (ExecutableFormat::Spirv, ExecutableKind::Spirv),
         ] {
             let source = ExecutableSource::Bytes { format, data: Arc::from(&b""[..]), entry_points: vec![] };
             assert_eq!(ExecutableKind::of(&source), kind);

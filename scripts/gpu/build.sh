@@ -11,12 +11,20 @@ for l in sys.stdin:
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['kind']==['test']:
         shutil.copy(m['executable'], 'devbin/'+m['target']['name']); print('devbin/'+m['target']['name'])
 "
+# The Vulkan test binaries, as vulkan_<name> (their names would clash with CUDA's cts).
+cargo test --release -p timeline-hal-vulkan --no-run --message-format=json 2>/dev/null | python3 -c "
+import sys,json,shutil
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['kind']==['test']:
+        shutil.copy(m['executable'], 'devbin/vulkan_'+m['target']['name']); print('devbin/vulkan_'+m['target']['name'])
+"
 cp target/release/examples/completion_modes target/release/examples/chain_costs target/release/examples/submit_profile \
    target/release/bench target/release/hal devbin/
 # not_run checks the no-GPU behaviour here (cargo test); on the GPU the other binaries cover it.
 rm -f devbin/cuda_timing devbin/not_run; cp scripts/gpu/*.sh devbin/
 strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/contract_fuzz devbin/cuda_completion_modes devbin/completion_modes \
-   devbin/chain_costs devbin/submit_profile devbin/bench devbin/hal
+   devbin/chain_costs devbin/submit_profile devbin/bench devbin/hal devbin/vulkan_cts devbin/vulkan_vulkan_device
 # Unstripped (symbols and line tables) for perf on the device machine; reports are read here too,
 # since the binary's path is the same.
 cp target/release/examples/submit_profile devbin/submit_profile_sym

@@ -52,7 +52,13 @@ fn render_device(out: &mut String, driver: &str, info: &DeviceInfo) {
 }
 
 /// Driver properties that are byte counts, printed as sizes like the rest of the listing.
-const BYTE_PROPERTIES: [&str; 2] = ["memory_limit", "total_memory_bytes"];
+const BYTE_PROPERTIES: [&str; 5] = [
+    "memory_limit",
+    "total_memory_bytes",
+    "largest_memory_heap",
+    "max_storage_buffer_range",
+    "max_compute_shared_memory_size",
+];
 
 /// A property's value as the listing prints it: byte counts as sizes; cpu-sim's pool threads with
 /// the workgroup runners its device name counts (the pool and the stream thread running a dispatch).

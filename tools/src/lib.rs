@@ -37,19 +37,26 @@ use device_spec::DeviceSpec;
 /// The name of the CUDA driver (`driver_cuda::DRIVER_NAME`, also in builds without it).
 pub const CUDA_DRIVER: &str = bench::workloads::CUDA_DRIVER;
 
+/// The name of the Vulkan driver (`driver_vulkan::DRIVER_NAME`, also in builds without it).
+pub const VULKAN_DRIVER: &str = "vulkan";
+
 /// The drivers this build leaves out, each with the reason: the `cuda` driver without the `cuda`
-/// feature (`cargo build -p tools --no-default-features`).
+/// feature, the `vulkan` driver without the `vulkan` feature (`cargo build -p tools
+/// --no-default-features`).
 pub fn drivers_not_built_in() -> Vec<(&'static str, &'static str)> {
-    if cfg!(feature = "cuda") {
-        Vec::new()
-    } else {
-        vec![(CUDA_DRIVER, "not built in (this hal was built without the `cuda` feature)")]
+    let mut left_out = Vec::new();
+    if !cfg!(feature = "cuda") {
+        left_out.push((CUDA_DRIVER, "not built in (this hal was built without the `cuda` feature)"));
     }
+    if !cfg!(feature = "vulkan") {
+        left_out.push((VULKAN_DRIVER, "not built in (this hal was built without the `vulkan` feature)"));
+    }
+    left_out
 }
 
 /// The registry of every driver compiled into the tools: `cpu-sim` (the default) first, then `cuda`
-/// with the `cuda` feature (on by default; registered always, it reports `Unavailable` with the
-/// reason where there is no GPU or `libcuda`).
+/// with the `cuda` feature and `vulkan` with the `vulkan` feature (both on by default; registered
+/// always, each reports `Unavailable` with the reason where there is no device or library).
 ///
 /// ```
 /// let registry = tools::registry();
@@ -63,6 +70,8 @@ pub fn registry() -> Registry {
     driver_cpu_sim::register(&mut registry);
     #[cfg(feature = "cuda")]
     driver_cuda::register(&mut registry);
+    #[cfg(feature = "vulkan")]
+    driver_vulkan::register(&mut registry);
     registry
 }
 
@@ -147,6 +156,12 @@ mod tests {
             );
         }
         assert!(open(&registry, &DeviceSpec::default()).is_ok());
+    }
+
+    #[cfg(feature = "vulkan")]
+    #[test]
+    fn vulkan_driver_name_is_the_drivers() {
+        assert_eq!(VULKAN_DRIVER, driver_vulkan::DRIVER_NAME);
     }
 
     #[cfg(feature = "cuda")]

@@ -252,7 +252,8 @@ fn an_unavailable_driver_is_explained_once_and_briefly() {
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{stderr}");
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(!stderr.contains("cuda: cuda:") && stderr.len() < 450, "{device}: {stderr}");
+        // Room for the listing of cpu-sim, vulkan (lavapipe's 32-digit id) and cuda's reason.
+        assert!(!stderr.contains("cuda: cuda:") && stderr.len() < 600, "{device}: {stderr}");
         assert!(stderr.matches("the CUDA driver library was not found").count() <= 1, "{stderr}");
         assert!(stderr.contains("available devices: cpu-sim:0"), "{stderr}");
     }
@@ -267,4 +268,21 @@ fn run_without_the_check_says_it_was_skipped() {
     assert!(!stdout.contains("PASS") && !stdout.contains("CPU reference 0"), "{stdout}");
     let help = text(&hal(&["run", "--help"]).stdout);
     assert!(help.contains("--no-check") && help.contains("CPU reference"), "{help}");
+}
+
+#[test]
+fn run_on_vulkan_is_bit_exact_or_explains_why_it_cannot() {
+    let devices = text(&hal(&["devices"]).stdout);
+    let out = hal(&["run", "--device", "vulkan", "--size", "64", "--steps", "4"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    if devices.contains("\nvulkan: 1 device") || devices.contains("\nvulkan: 2 devices") {
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(stdout.contains("driver 'vulkan'") && stdout.contains("check:        PASS"), "{stdout}");
+        assert!(stdout.contains("bit-exact"), "{stdout}");
+    } else {
+        // Where a Vulkan device must be there (CI installs lavapipe), its absence is a failure.
+        assert!(!std::env::var("HAL_REQUIRE_VULKAN").is_ok_and(|v| v == "1"), "no Vulkan device listed:\n{devices}");
+        assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+        assert!(stderr.contains("vulkan"), "the error names the driver: {stderr}");
+    }
 }

@@ -66,21 +66,62 @@ pub fn native_entry_point_info() -> EntryPointInfo {
     entry_point_info().with_workgroup_size([WORKGROUP_X, NATIVE_ROWS, 1])
 }
 
+/// The forms this kernel comes in, preferred first: native kernels, PTX, then SPIR-V (compiled from
+/// [`JACOBI_WGSL`] in builds with the `vulkan` feature).
+#[cfg(feature = "vulkan")]
+pub const KINDS: &[ExecutableKind] = &[ExecutableKind::Native, ExecutableKind::Ptx, ExecutableKind::Spirv];
 /// The forms this kernel comes in, preferred first: native kernels, then PTX.
-pub const KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::Ptx];
+#[cfg(not(feature = "vulkan"))]
+pub const KINDS: &[ExecutableKind] = &[ExecutableKind::Native, ExecutableKind::Ptx];
 
 /// The executable for the device `info` describes, in the first of [`KINDS`] it loads (native
-/// kernels on cpu-sim, PTX on CUDA); `Unimplemented`, naming the kinds it loads, when it loads none.
+/// kernels on cpu-sim, PTX on CUDA, SPIR-V on Vulkan); `Unimplemented`, naming the kinds it loads,
+/// when it loads none.
 pub fn source_for(info: &DeviceInfo) -> Result<ExecutableSource> {
-    match info.choose_executable_kind(&KINDS)? {
+    match info.choose_executable_kind(KINDS)? {
         ExecutableKind::Ptx => Ok(ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(JACOBI_PTX.as_bytes()),
             entry_points: vec![entry_point_info()],
         }),
+        #[cfg(feature = "vulkan")]
+        ExecutableKind::Spirv => Ok(ExecutableSource::Bytes {
+            format: ExecutableFormat::Spirv,
+            data: Arc::from(driver_vulkan::wgsl::compile(JACOBI_WGSL, ENTRY_POINT)?),
+            entry_points: vec![entry_point_info()],
+        }),
         _ => Ok(native_source()),
     }
 }
+
+/// `jacobi_step` in WGSL for Vulkan (compiled to SPIR-V in-process with naga): IREE's Vulkan ABI
+/// (`src`, `dst` at set 0, bindings 0 and 1; the constants one push-constant block), one thread per
+/// cell as in [`JACOBI_PTX`], and [`stencil_point`]'s operations in its order (an add, an add, an
+/// add, then a multiply: nothing a compiler may fuse into an FMA).
+pub const JACOBI_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> src: array<f32>;
+@group(0) @binding(1) var<storage, read_write> dst: array<f32>;
+struct Constants { width: u32, rows: u32, row_offset: u32, total_rows: u32 }
+var<immediate> c: Constants;
+
+@compute @workgroup_size(256, 1, 1)
+fn jacobi_step(@builtin(global_invocation_id) id: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>) {
+    let col = id.x;
+    let local = group.y;
+    if (col >= c.width || local >= c.rows) {
+        return;
+    }
+    let row = c.row_offset + local;
+    let at = (local + 1u) * c.width + col;
+    if (row == 0u || row + 1u == c.total_rows || col == 0u || col + 1u == c.width) {
+        dst[at] = src[at];
+        return;
+    }
+    let vertical = src[at - c.width] + src[at + c.width];
+    let horizontal = src[at - 1u] + src[at + 1u];
+    dst[at] = (vertical + horizontal) * 0.25;
+}
+"#;
 
 /// The cpu-sim executable: [`jacobi_workgroup`] as a native kernel.
 pub fn native_source() -> ExecutableSource {
@@ -475,7 +516,10 @@ mod tests {
         assert_eq!(source_for(&named_cuda).map(|s| ExecutableKind::of(&s)), Ok(ExecutableKind::Native));
         let err = kind(&[ExecutableKind::Cubin, ExecutableKind::SharedLibrary]).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::Unimplemented);
-        assert!(err.message().contains("[cubin, shared-library]") && err.message().contains("[native, ptx]"), "{err}");
+        let offered = format!("[{}]", ExecutableKind::list(KINDS));
+        assert!(err.message().contains("[cubin, shared-library]") && err.message().contains(&offered), "{err}");
+        #[cfg(feature = "vulkan")]
+        assert_eq!(kind(&[ExecutableKind::Spirv]), Ok(ExecutableKind::Spirv), "a Vulkan device gets SPIR-V");
     }
 
     #[test]

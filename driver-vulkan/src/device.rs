@@ -1,0 +1,196 @@
+//! A Vulkan device: the HAL's scheduler over [`VulkanStreams`], buffers from gpu-allocator and
+//! SPIR-V executables.
+
+use std::sync::Arc;
+
+use hal::driver::scheduler::Scheduler;
+use hal::driver::{
+    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission,
+};
+use hal::{
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
+    ResourceUsage, Result, Semaphore, SemaphoreValue,
+};
+
+use crate::executable::VulkanExecutable;
+use crate::gpu::{Gpu, PhysicalInfo};
+use crate::memory::{MemoryCounter, VulkanMemory};
+use crate::record::{CHECK_COUNT_WGSL, check_binding_range};
+use crate::stream::VulkanStreams;
+
+/// HAL queues per device; they share the device's Vulkan queues round robin where it has fewer.
+pub const QUEUE_COUNT: usize = 4;
+
+/// The memory types the driver offers: all are mapped memory underneath (see `memory`).
+pub fn memory_types() -> Vec<MemoryType> {
+    vec![MemoryType::DEVICE_LOCAL, MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED]
+}
+
+/// What device `ordinal` (described by `physical`) offers.
+pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
+    let limits = &physical.limits;
+    let mut info = DeviceInfo::new(crate::DRIVER_NAME, physical.name.clone(), ordinal);
+    info.stable_id = physical.uuid.iter().map(|b| format!("{b:02x}")).collect();
+    info.queue_count = QUEUE_COUNT;
+    info.memory_types = memory_types();
+    info.max_allocation_size = physical.max_allocation;
+    info.max_workgroup_threads = limits.max_compute_work_group_invocations;
+    info.max_workgroup_size = limits.max_compute_work_group_size;
+    info.max_workgroup_count = limits.max_compute_work_group_count;
+    info.max_binding_length = u64::from(limits.max_storage_buffer_range);
+    info.executable_kinds = vec![ExecutableKind::Spirv];
+    let version = |v: u32| {
+        format!("{}.{}.{}", ash::vk::api_version_major(v), ash::vk::api_version_minor(v), ash::vk::api_version_patch(v))
+    };
+    info.properties = vec![
+        ("api_version".to_string(), version(physical.api_version)),
+        ("driver_version".to_string(), physical.driver_version.to_string()),
+        ("vulkan_queues".to_string(), physical.family_queues.to_string()),
+        ("queue_family".to_string(), physical.queue_family.to_string()),
+        ("push_descriptors".to_string(), physical.push_descriptors.to_string()),
+        ("host_memory_import".to_string(), physical.host_import_alignment.is_some().to_string()),
+        ("max_storage_buffer_range".to_string(), limits.max_storage_buffer_range.to_string()),
+        ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
+        ("max_push_constants_size".to_string(), limits.max_push_constants_size.to_string()),
+        ("max_compute_shared_memory_size".to_string(), limits.max_compute_shared_memory_size.to_string()),
+        ("largest_memory_heap".to_string(), physical.heap_bytes.to_string()),
+    ];
+    info
+}
+
+/// A device's prepared command buffer: the commands, recorded into a Vulkan command buffer at
+/// each execute (a transient buffer's `VkBuffer` is only known when its alloca ran).
+pub struct VulkanPreparedCommands;
+
+impl PreparedCommands for VulkanPreparedCommands {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// A Vulkan device.
+pub struct VulkanDevice {
+    // Dropped first: drains the streams while memory and executables are still alive.
+    scheduler: Scheduler<VulkanStreams>,
+    info: DeviceInfo,
+    gpu: Arc<Gpu>,
+    memory: Arc<MemoryCounter>,
+}
+
+impl VulkanDevice {
+    /// Device `ordinal` on `gpu`, tagged `id`.
+    pub fn new(id: DeviceId, ordinal: usize, gpu: Arc<Gpu>) -> Result<Self> {
+        let info = device_info(ordinal, &gpu.physical);
+        if gpu.push.is_none() {
+            return Err(hal::Error::unavailable(format!(
+                "vulkan: device {ordinal} ({}) has no VK_KHR_push_descriptor, which this driver binds buffers with",
+                info.name
+            )));
+        }
+        let checker = ExecutableSource::Bytes {
+            format: hal::ExecutableFormat::Spirv,
+            data: std::sync::Arc::from(crate::wgsl::compile(CHECK_COUNT_WGSL, "check_count")?),
+            entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
+        };
+        let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
+        let scheduler = Scheduler::new(id, VulkanStreams::new(&gpu, checker), QUEUE_COUNT)?;
+        Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })
+    }
+
+    /// The logical device (for tools that record raw Vulkan beside the HAL, like the bench).
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+}
+
+impl DeviceBackend for VulkanDevice {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn allocate(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(VulkanMemory::allocate(&self.gpu, &self.memory, params.memory_type, size)?))
+    }
+
+    fn allocate_transient(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(VulkanMemory::transient(&self.gpu, &self.memory, params.memory_type, size)))
+    }
+
+    fn import_host_memory(&self, params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
+        Ok(Arc::new(VulkanMemory::import(&self.gpu, &self.memory, params.memory_type, memory)?))
+    }
+
+    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
+        Ok(self.scheduler.create_semaphore(initial))
+    }
+
+    fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
+        Ok(Arc::new(VulkanExecutable::load(&self.gpu, source, &self.info)?))
+    }
+
+    fn prepare_commands(
+        &self,
+        commands: &Arc<[Command]>,
+        _mode: CommandBufferMode,
+    ) -> Result<Arc<dyn PreparedCommands>> {
+        let limit = self.gpu.physical.limits.max_storage_buffer_range;
+        for (index, command) in commands.iter().enumerate() {
+            let bindings = match command {
+                Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. } => bindings,
+                Command::Collective { .. } => {
+                    return Err(hal::Error::unimplemented(
+                        "vulkan: collectives are not implemented (Vulkan has no collective library)",
+                    ));
+                }
+                _ => continue,
+            };
+            for (at, binding) in bindings.iter().enumerate() {
+                check_binding_range(at, &binding.buffer, binding.length, limit)
+                    .map_err(|e| e.context(format!("command {index}")))?;
+            }
+        }
+        Ok(Arc::new(VulkanPreparedCommands))
+    }
+
+    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
+        self.scheduler.submit(queue, op, waits, signals)
+    }
+
+    fn flush(&self, _queue: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        VulkanMemory::of(buffer).is_ok_and(|memory| memory.is_on(&self.gpu))
+    }
+
+    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
+        self.scheduler.begin_profiling(options)
+    }
+
+    fn collect_profile(&self) -> Result<hal::Profile> {
+        self.scheduler.collect_profile()
+    }
+
+    fn end_profiling(&self) -> Result<hal::Profile> {
+        self.scheduler.end_profiling()
+    }
+
+    fn report(&self) -> String {
+        self.scheduler.report()
+    }
+
+    fn resource_usage(&self) -> ResourceUsage {
+        let mut usage = self.scheduler.resource_usage();
+        let in_flight = self.scheduler.model().in_flight();
+        usage.pools.push(PoolUsage::new("submissions in flight", in_flight, in_flight));
+        usage.memory_in_use = self.memory.in_use();
+        usage
+    }
+}
+
+impl std::fmt::Debug for VulkanDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VulkanDevice(vulkan:{} '{}')", self.info.ordinal, self.info.name)
+    }
+}

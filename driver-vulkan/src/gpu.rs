@@ -1,0 +1,227 @@
+//! One Vulkan logical device: its queues, its memory allocator and the limits the driver checks.
+//! Every object the driver makes holds an `Arc<Gpu>`, so the device is destroyed last.
+
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use hal::driver::lock;
+use hal::{Error, Result};
+
+use crate::error::from_vk;
+use crate::instance::Instance;
+
+/// What the driver needs to know of a physical device.
+#[derive(Clone, Debug)]
+pub struct PhysicalInfo {
+    pub(crate) physical: vk::PhysicalDevice,
+    pub(crate) name: String,
+    pub(crate) uuid: [u8; 16],
+    pub(crate) api_version: u32,
+    pub(crate) driver_version: u32,
+    pub(crate) limits: vk::PhysicalDeviceLimits,
+    pub(crate) queue_family: u32,
+    pub(crate) family_queues: u32,
+    /// `timestampValidBits` of the queue family (0: no timestamps).
+    pub(crate) timestamp_bits: u32,
+    pub(crate) push_descriptors: bool,
+    /// `minImportedHostPointerAlignment` where the device has `VK_EXT_external_memory_host`.
+    pub(crate) host_import_alignment: Option<u64>,
+    pub(crate) heap_bytes: u64,
+    /// The largest single allocation (`maxMemoryAllocationSize`, at most the largest heap).
+    pub(crate) max_allocation: u64,
+}
+
+/// The physical devices that can run the driver (Vulkan 1.2 with timeline semaphores and a compute
+/// queue), in the loader's order.
+pub fn physical_devices(instance: &Instance) -> Result<Vec<PhysicalInfo>> {
+    // SAFETY: a plain query of a live instance.
+    let physicals = unsafe { instance.instance.enumerate_physical_devices() }
+        .map_err(|e| from_vk("vkEnumeratePhysicalDevices", e))?;
+    let mut out = Vec::new();
+    for physical in physicals {
+        if let Some(info) = describe(instance, physical)? {
+            out.push(info);
+        }
+    }
+    Ok(out)
+}
+
+fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<PhysicalInfo>> {
+    let vk = &instance.instance;
+    // SAFETY: plain queries of a physical device of this instance.
+    let properties = unsafe { vk.get_physical_device_properties(physical) };
+    if properties.api_version < vk::API_VERSION_1_2 {
+        return Ok(None);
+    }
+    let mut features12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut features12);
+    // SAFETY: as above; the chain lives on this stack frame.
+    unsafe { vk.get_physical_device_features2(physical, &mut features) };
+    if features12.timeline_semaphore == vk::FALSE {
+        return Ok(None);
+    }
+    // SAFETY: as above.
+    let families = unsafe { vk.get_physical_device_queue_family_properties(physical) };
+    // A compute-only family first (NVIDIA's), else any family with compute.
+    let compute = |f: &vk::QueueFamilyProperties| f.queue_flags.contains(vk::QueueFlags::COMPUTE);
+    let family = families
+        .iter()
+        .position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
+        .or_else(|| families.iter().position(compute));
+    let Some(family) = family else { return Ok(None) };
+    // SAFETY: as above.
+    let extensions = unsafe { vk.enumerate_device_extension_properties(physical) }
+        .map_err(|e| from_vk("vkEnumerateDeviceExtensionProperties", e))?;
+    let push_descriptors =
+        extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::khr::push_descriptor::NAME));
+    // SAFETY: as above.
+    let memory = unsafe { vk.get_physical_device_memory_properties(physical) };
+    let heap_bytes = memory.memory_heaps_as_slice().iter().map(|h| h.size).max().unwrap_or(0);
+    let name = properties.device_name_as_c_str().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut id = vk::PhysicalDeviceIDProperties::default();
+    let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut host_memory = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+    let host_import =
+        extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
+    let mut properties2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id).push_next(&mut maintenance3);
+    if host_import {
+        properties2 = properties2.push_next(&mut host_memory);
+    }
+    // SAFETY: as above.
+    unsafe { vk.get_physical_device_properties2(physical, &mut properties2) };
+    Ok(Some(PhysicalInfo {
+        physical,
+        name,
+        uuid: id.device_uuid,
+        api_version: properties.api_version,
+        driver_version: properties.driver_version,
+        limits: properties.limits,
+        queue_family: family as u32,
+        family_queues: families[family].queue_count,
+        timestamp_bits: families[family].timestamp_valid_bits,
+        push_descriptors,
+        host_import_alignment: host_import.then_some(host_memory.min_imported_host_pointer_alignment),
+        heap_bytes,
+        max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
+    }))
+}
+
+/// A logical device and what hangs off it.
+pub struct Gpu {
+    /// Keeps the instance alive while the device lives.
+    _instance: Arc<Instance>,
+    pub(crate) physical: PhysicalInfo,
+    pub(crate) device: ash::Device,
+    pub(crate) push: Option<ash::khr::push_descriptor::Device>,
+    /// `VK_EXT_external_memory_host` and its alignment, where the device has it.
+    pub(crate) external_host: Option<(ash::ext::external_memory_host::Device, u64)>,
+    /// The Vulkan queues; HAL queue `i` submits to `queues[i % len]` (a queue is externally
+    /// synchronized, hence the locks).
+    pub(crate) queues: Vec<Mutex<vk::Queue>>,
+    /// `None` only while dropping (the allocator must go before the device).
+    pub(crate) allocator: Mutex<Option<Allocator>>,
+}
+
+/// The logical device of `physical`, shared by every HAL device made on it while one lives (so
+/// their queues can wait on each other's timelines and use each other's buffers on the device).
+pub fn shared(instance: Arc<Instance>, physical: PhysicalInfo, wanted_queues: usize) -> Result<Arc<Gpu>> {
+    static LIVE: Mutex<Vec<std::sync::Weak<Gpu>>> = Mutex::new(Vec::new());
+    let mut live = lock(&LIVE);
+    live.retain(|gpu| gpu.strong_count() > 0);
+    if let Some(gpu) =
+        live.iter().filter_map(std::sync::Weak::upgrade).find(|g| g.physical.physical == physical.physical)
+    {
+        return Ok(gpu);
+    }
+    let gpu = Gpu::create(instance, physical, wanted_queues)?;
+    live.push(Arc::downgrade(&gpu));
+    Ok(gpu)
+}
+
+impl Gpu {
+    /// Creates a logical device on `physical` with up to `wanted_queues` queues.
+    pub fn create(instance: Arc<Instance>, physical: PhysicalInfo, wanted_queues: usize) -> Result<Arc<Gpu>> {
+        let queue_count = physical.family_queues.clamp(1, wanted_queues.max(1) as u32);
+        let priorities = vec![1.0f32; queue_count as usize];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(physical.queue_family)
+            .queue_priorities(&priorities)];
+        let mut extensions = Vec::new();
+        if physical.push_descriptors {
+            extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
+        }
+        if physical.host_import_alignment.is_some() {
+            extensions.push(ash::ext::external_memory_host::NAME.as_ptr());
+        }
+        let mut features12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let create = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_info)
+            .enabled_extension_names(&extensions)
+            .push_next(&mut features12);
+        // SAFETY: the create info and everything it points to outlive the call; the extension and
+        // feature were checked to exist in `describe`.
+        let device = unsafe { instance.instance.create_device(physical.physical, &create, None) }
+            .map_err(|e| from_vk("vkCreateDevice", e))?;
+        let queues = (0..queue_count)
+            // SAFETY: the queues were requested at creation.
+            .map(|i| Mutex::new(unsafe { device.get_device_queue(physical.queue_family, i) }))
+            .collect();
+        let push =
+            physical.push_descriptors.then(|| ash::khr::push_descriptor::Device::new(&instance.instance, &device));
+        let external_host = physical
+            .host_import_alignment
+            .map(|alignment| (ash::ext::external_memory_host::Device::new(&instance.instance, &device), alignment));
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.instance.clone(),
+            device: device.clone(),
+            physical_device: physical.physical,
+            debug_settings: Default::default(),
+            buffer_device_address: false,
+            allocation_sizes: Default::default(),
+        });
+        let allocator = match allocator {
+            Ok(allocator) => allocator,
+            Err(e) => {
+                // SAFETY: nothing was made from the device yet.
+                unsafe { device.destroy_device(None) };
+                return Err(Error::internal(format!("vulkan: creating the memory allocator: {e}")));
+            }
+        };
+        Ok(Arc::new(Gpu {
+            _instance: instance,
+            physical,
+            device,
+            push,
+            external_host,
+            queues,
+            allocator: Mutex::new(Some(allocator)),
+        }))
+    }
+
+    /// The Vulkan queue HAL queue `queue` submits to.
+    pub fn queue(&self, queue: usize) -> &Mutex<vk::Queue> {
+        &self.queues[queue % self.queues.len()]
+    }
+
+    /// The allocator (`FailedPrecondition` while the device is being dropped).
+    pub fn with_allocator<T>(&self, f: impl FnOnce(&mut Allocator) -> Result<T>) -> Result<T> {
+        let mut allocator = lock(&self.allocator);
+        match allocator.as_mut() {
+            Some(allocator) => f(allocator),
+            None => Err(Error::failed_precondition("vulkan: the device is being destroyed")),
+        }
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: every object made from the device holds an `Arc` of this `Gpu`, so none is left;
+        // waiting for idle first lets nothing run on a destroyed device.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            drop(lock(&self.allocator).take());
+            self.device.destroy_device(None);
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! `driver-vulkan`: the HAL driver for Vulkan devices, on `ash` with the Vulkan library loaded at
+//! run time (no SDK at build time). A machine without a loader or without a Vulkan 1.2 device with
+//! timeline semaphores gets an `Unavailable` error naming the reason.
+//!
+//! - **Streams and events**: each HAL queue is a stream with a timeline `VkSemaphore` of its own
+//!   and a submit thread (`stream.rs`); an event is a (timeline, value) pair. A wait on another
+//!   queue's event is a submit-time timeline wait on the device; the host and the completion
+//!   threads wait with `vkWaitSemaphores` and counter queries.
+//! - **Executables**: SPIR-V with IREE's Vulkan ABI (`executable.rs`): binding `i` is the storage
+//!   buffer at set 0, binding `i` (pushed with `VK_KHR_push_descriptor`), the constants one
+//!   push-constant block of 32-bit words, the entry point the export's name.
+//! - **Memory**: host-visible memory from `gpu-allocator` (`memory.rs`); queue reads and writes are
+//!   host copies in queue order.
+//! - **Several devices**: HAL devices made on one physical device share its `VkDevice`, so their
+//!   queues wait on each other's timelines on the device and copy each other's buffers; waits on a
+//!   device of another `VkDevice` go through the host (lavapipe has no exportable semaphores).
+//! - **Imported host memory** through `VK_EXT_external_memory_host`; **profiling** with timestamp
+//!   queries ([`timing`]).
+//! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library).
+//!
+//! Set `HAL_VULKAN_VALIDATION=1` to run under the Khronos validation layer; a validation error then
+//! aborts the process with the message.
+//!
+//! ```
+//! use hal::{BufferParams, SemaphoreValue, Timeout};
+//!
+//! let mut registry = hal::Registry::new();
+//! driver_vulkan::register(&mut registry);
+//! let device = match registry.create_device("vulkan", 0) {
+//!     Ok(device) => device,
+//!     Err(e) => {
+//!         eprintln!("no Vulkan device here: {e}");
+//!         return Ok(());
+//!     }
+//! };
+//! let buffer = device.allocate_buffer(BufferParams::host_visible(), 16)?;
+//! let done = device.create_semaphore(0)?;
+//! device.queue(0)?.fill(&[], &buffer, 0, 16, 0xABu8, &[SemaphoreValue::new(&done, 1)])?;
+//! done.wait(1, Timeout::Infinite)?;
+//! assert_eq!(buffer.read_to_vec()?, vec![0xAB; 16]);
+//! # Ok::<(), hal::Error>(())
+//! ```
+
+mod device;
+pub mod error;
+mod executable;
+mod gpu;
+mod instance;
+mod memory;
+mod record;
+mod stream;
+pub mod timing;
+pub mod wgsl;
+
+use std::sync::Arc;
+
+use hal::driver::{DeviceExt, Driver};
+use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
+
+pub use device::VulkanDevice;
+pub use instance::VALIDATION_ENV;
+
+/// The name the driver is registered under.
+pub const DRIVER_NAME: &str = "vulkan";
+
+/// The Vulkan driver.
+#[derive(Debug, Default)]
+pub struct VulkanDriver;
+
+impl VulkanDriver {
+    fn physical_devices(&self) -> Result<(Arc<instance::Instance>, Vec<gpu::PhysicalInfo>)> {
+        let instance = instance::instance()?;
+        let devices = gpu::physical_devices(&instance)?;
+        if devices.is_empty() {
+            return Err(Error::unavailable(
+                "vulkan: no device with Vulkan 1.2, timeline semaphores and a compute queue",
+            ));
+        }
+        Ok((instance, devices))
+    }
+}
+
+impl Driver for VulkanDriver {
+    fn name(&self) -> &str {
+        DRIVER_NAME
+    }
+
+    fn probe(&self) -> Result<()> {
+        self.physical_devices().map(drop)
+    }
+
+    fn enumerate(&self) -> Result<Vec<DeviceInfo>> {
+        let (_, devices) = self.physical_devices()?;
+        Ok(devices.iter().enumerate().map(|(ordinal, p)| device::device_info(ordinal, p)).collect())
+    }
+
+    fn create_device(&self, ordinal: usize) -> Result<Device> {
+        let (instance, devices) = self.physical_devices()?;
+        let count = devices.len();
+        let physical = devices
+            .into_iter()
+            .nth(ordinal)
+            .ok_or_else(|| Error::out_of_range(format!("vulkan: device {ordinal} does not exist (it has {count})")))?;
+        let gpu = gpu::shared(instance, physical, device::QUEUE_COUNT)?;
+        let id = DeviceId::next();
+        let backend = Arc::new(VulkanDevice::new(id, ordinal, gpu)?);
+        // SAFETY: `id` is fresh and names this device only, and the backend tags every buffer,
+        // executable and semaphore it makes with the `id` it was built with.
+        Ok(unsafe { Device::from_backend(id, backend) })
+    }
+}
+
+/// Registers the Vulkan driver.
+pub fn register(registry: &mut Registry) {
+    registry.register(Arc::new(VulkanDriver));
+}
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

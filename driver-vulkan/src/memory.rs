@@ -1,0 +1,388 @@
+//! Buffers: a `VkBuffer` bound to host-visible memory from gpu-allocator. Every memory type the
+//! driver offers is backed by mapped memory (lavapipe's only type is device-local and host-visible;
+//! NVIDIA's device-local memory is host-visible too), so queue reads and writes are host copies in
+//! queue order; `DEVICE_LOCAL`-only buffers are still not mappable through the HAL, as on any GPU.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+use gpu_allocator::MemoryLocation;
+use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
+use hal::driver::lock;
+use hal::driver::{BufferBackend, BufferExt, HostView, ImportedHostMemory, ReleaseOnce};
+use hal::{Buffer, Error, MemoryType, Result};
+
+use crate::error::from_vk;
+use crate::gpu::Gpu;
+
+/// Allocations at least this large get memory of their own.
+const DEDICATED_BYTES: u64 = 64 << 20;
+
+/// Bytes of buffer memory in use on a device.
+#[derive(Debug, Default)]
+pub struct MemoryCounter(AtomicU64);
+
+impl MemoryCounter {
+    /// Bytes now allocated.
+    pub fn in_use(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A `VkBuffer` with its memory, mapped; freed when the last holder drops it (a buffer handle, a
+/// mapping's view, or a submission in flight).
+pub struct Block {
+    gpu: Arc<Gpu>,
+    pub(crate) buffer: vk::Buffer,
+    backing: Backing,
+    /// The host address of the `VkBuffer`'s byte 0.
+    ptr: NonNull<u8>,
+    /// Where the HAL buffer's byte 0 lies in the `VkBuffer` (an import's page alignment).
+    pub(crate) base: u64,
+    size: u64,
+    counter: Option<Arc<MemoryCounter>>,
+}
+
+/// The memory behind a block.
+enum Backing {
+    /// From gpu-allocator (`None` once freed).
+    Allocated(Option<Allocation>),
+    /// Host memory the embedder lent, imported with `VK_EXT_external_memory_host`; the release
+    /// runs once the memory object is freed.
+    Imported(vk::DeviceMemory, Option<ReleaseOnce>),
+}
+
+// SAFETY: `ptr` points into the mapped allocation the block owns; the block hands it out only as a
+// raw address, and the memory stays mapped until the block drops.
+unsafe impl Send for Block {}
+// SAFETY: as above; the block is not changed after it is made (only dropped).
+unsafe impl Sync for Block {}
+
+impl Block {
+    /// A buffer of `size` bytes (at least 4: Vulkan has no empty buffers) in mapped memory,
+    /// counted in `counter` when given. The memory is zeroed.
+    pub fn new(gpu: &Arc<Gpu>, size: u64, counter: Option<&Arc<MemoryCounter>>, name: &str) -> Result<Block> {
+        let vk_size = size.max(4).next_multiple_of(4);
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::INDIRECT_BUFFER;
+        let info = vk::BufferCreateInfo::default().size(vk_size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid create info; the buffer is destroyed on every path below or by `Drop`.
+        let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
+        // SAFETY: `buffer` is a live buffer of this device.
+        let requirements = unsafe { gpu.device.get_buffer_memory_requirements(buffer) };
+        let scheme = if vk_size >= DEDICATED_BYTES {
+            AllocationScheme::DedicatedBuffer(buffer)
+        } else {
+            AllocationScheme::GpuAllocatorManaged
+        };
+        let allocated = gpu.with_allocator(|allocator| {
+            allocator
+                .allocate(&AllocationCreateDesc {
+                    name,
+                    requirements,
+                    location: MemoryLocation::CpuToGpu,
+                    linear: true,
+                    allocation_scheme: scheme,
+                })
+                .map_err(|e| Error::resource_exhausted(format!("vulkan: allocating {size} bytes: {e}")))
+        });
+        let allocation = match allocated {
+            Ok(allocation) => allocation,
+            Err(e) => {
+                // SAFETY: not bound or used yet.
+                unsafe { gpu.device.destroy_buffer(buffer, None) };
+                return Err(e);
+            }
+        };
+        let ptr = allocation.mapped_ptr().map(|p| p.cast::<u8>());
+        // SAFETY: the allocation's memory and offset fit the buffer's requirements (the allocator
+        // was given them).
+        let bound = unsafe { gpu.device.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
+        let (Some(ptr), Ok(())) = (ptr, bound) else {
+            let _ = gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
+            // SAFETY: not used by any command.
+            unsafe { gpu.device.destroy_buffer(buffer, None) };
+            return Err(match bound {
+                Err(e) => from_vk("vkBindBufferMemory", e),
+                Ok(()) => Error::internal("vulkan: host-visible memory came back unmapped"),
+            });
+        };
+        // SAFETY: the mapping covers `vk_size >= size` bytes, and nothing else uses it yet. Memory
+        // recycled by the allocator may hold old bytes; new buffers start zeroed.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, vk_size as usize) };
+        if let Some(counter) = counter {
+            counter.0.fetch_add(vk_size, Ordering::Relaxed);
+        }
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::Allocated(Some(allocation)),
+            ptr,
+            base: 0,
+            size: vk_size,
+            counter: counter.cloned(),
+        })
+    }
+
+    /// Imports `memory` (lent by the embedder) with `VK_EXT_external_memory_host`. The import
+    /// covers the whole pages around the loan (the extension takes page-aligned ranges; those pages
+    /// are mapped, as they hold the loan); the `VkBuffer` covers them, and the HAL buffer starts
+    /// at the loan's first byte (`base`). The device touches only the loan's bytes.
+    pub fn import(gpu: &Arc<Gpu>, memory: ImportedHostMemory, counter: &Arc<MemoryCounter>) -> Result<Block> {
+        let Some((external, alignment)) = &gpu.external_host else {
+            return Err(Error::unimplemented(
+                "vulkan: the device has no VK_EXT_external_memory_host, which imports of host memory need",
+            ));
+        };
+        let alignment = (*alignment).max(1);
+        let address = memory.ptr().as_ptr() as u64;
+        let start = address / alignment * alignment;
+        let end = (address + memory.length()).next_multiple_of(alignment);
+        let (size, base) = (end - start, address - start);
+        let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;
+        let mut properties = vk::MemoryHostPointerPropertiesEXT::default();
+        // SAFETY: `start` is a mapped, page-aligned host address (the page holds the loan); the
+        // function only looks the address up.
+        let looked_up = unsafe {
+            (external.fp().get_memory_host_pointer_properties_ext)(
+                gpu.device.handle(),
+                handle,
+                start as *const std::ffi::c_void,
+                &mut properties,
+            )
+        };
+        if looked_up != vk::Result::SUCCESS {
+            return Err(from_vk("vkGetMemoryHostPointerPropertiesEXT", looked_up));
+        }
+        let mut external_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST
+            | vk::BufferUsageFlags::INDIRECT_BUFFER;
+        let info = vk::BufferCreateInfo::default().size(size).usage(usage).push_next(&mut external_info);
+        // SAFETY: a valid create info; destroyed on every path below or by `Drop`.
+        let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
+        // SAFETY: a live buffer of this device.
+        let requirements = unsafe { gpu.device.get_buffer_memory_requirements(buffer) };
+        let types = requirements.memory_type_bits & properties.memory_type_bits;
+        let Some(type_index) = (0..32).find(|i| types & (1 << i) != 0) else {
+            // SAFETY: unused.
+            unsafe { gpu.device.destroy_buffer(buffer, None) };
+            return Err(Error::invalid_argument(format!(
+                "vulkan: no memory type can import host memory at {address:#x} for a storage buffer"
+            )));
+        };
+        let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
+            .handle_type(handle)
+            .host_pointer(start as *mut std::ffi::c_void);
+        let allocate = vk::MemoryAllocateInfo::default()
+            .allocation_size(size)
+            .memory_type_index(type_index)
+            .push_next(&mut import);
+        // SAFETY: the loan (and so its pages) stays valid until the release, which runs after the
+        // memory object is freed (`Drop`).
+        let device_memory = match unsafe { gpu.device.allocate_memory(&allocate, None) } {
+            Ok(device_memory) => device_memory,
+            Err(e) => {
+                // SAFETY: unused.
+                unsafe { gpu.device.destroy_buffer(buffer, None) };
+                return Err(from_vk("vkAllocateMemory (import of host memory)", e));
+            }
+        };
+        // SAFETY: the memory was made for this buffer's requirements and size.
+        if let Err(e) = unsafe { gpu.device.bind_buffer_memory(buffer, device_memory, 0) } {
+            // SAFETY: unused.
+            unsafe {
+                gpu.device.destroy_buffer(buffer, None);
+                gpu.device.free_memory(device_memory, None);
+            }
+            return Err(from_vk("vkBindBufferMemory", e));
+        }
+        counter.0.fetch_add(size, Ordering::Relaxed);
+        let ptr = NonNull::new(start as *mut u8).unwrap_or(NonNull::dangling());
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::Imported(device_memory, Some(memory.into_release())),
+            ptr,
+            base,
+            size,
+            counter: Some(counter.clone()),
+        })
+    }
+
+    /// The mapped address of the `VkBuffer`'s byte 0.
+    pub fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The mapped address of the HAL buffer's byte 0.
+    pub fn first_byte(&self) -> NonNull<u8> {
+        // SAFETY: `base` lies inside the mapping (an import's offset into its first page).
+        unsafe { self.ptr.add(self.base as usize) }
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if let Some(counter) = &self.counter {
+            counter.0.fetch_sub(self.size, Ordering::Relaxed);
+        }
+        // SAFETY: the last holder is gone, and submissions hold a block until they completed.
+        unsafe { self.gpu.device.destroy_buffer(self.buffer, None) };
+        match &mut self.backing {
+            Backing::Allocated(allocation) => {
+                if let Some(allocation) = allocation.take() {
+                    let _ = self.gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
+                }
+            }
+            Backing::Imported(device_memory, release) => {
+                // SAFETY: the buffer bound to it is gone.
+                unsafe { self.gpu.device.free_memory(*device_memory, None) };
+                // The embedder gets its memory back only now.
+                drop(release.take());
+            }
+        }
+    }
+}
+
+/// A HAL buffer's memory: a block now (allocated buffers), or a block from its alloca to its
+/// dealloca (transient buffers).
+pub struct VulkanMemory {
+    gpu: Arc<Gpu>,
+    size: u64,
+    mappable: bool,
+    transient: bool,
+    counter: Arc<MemoryCounter>,
+    block: Mutex<Option<Arc<Block>>>,
+}
+
+impl VulkanMemory {
+    /// Memory of `size` bytes now.
+    pub fn allocate(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64) -> Result<Self> {
+        let block = Block::new(gpu, size, Some(counter), "hal buffer")?;
+        Ok(VulkanMemory {
+            gpu: gpu.clone(),
+            size,
+            mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
+            transient: false,
+            counter: counter.clone(),
+            block: Mutex::new(Some(Arc::new(block))),
+        })
+    }
+
+    /// A buffer over host memory the embedder lends (see [`Block::import`]).
+    pub fn import(
+        gpu: &Arc<Gpu>,
+        counter: &Arc<MemoryCounter>,
+        memory_type: MemoryType,
+        memory: ImportedHostMemory,
+    ) -> Result<Self> {
+        let size = memory.length();
+        let block = Block::import(gpu, memory, counter)?;
+        Ok(VulkanMemory {
+            gpu: gpu.clone(),
+            size,
+            mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
+            transient: false,
+            counter: counter.clone(),
+            block: Mutex::new(Some(Arc::new(block))),
+        })
+    }
+
+    /// A transient buffer of `size` bytes, without memory until its alloca runs.
+    pub fn transient(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64) -> Self {
+        VulkanMemory {
+            gpu: gpu.clone(),
+            size,
+            mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
+            transient: true,
+            counter: counter.clone(),
+            block: Mutex::new(None),
+        }
+    }
+
+    /// The driver's memory behind `buffer` (`InvalidArgument` for another driver's buffer).
+    pub fn of(buffer: &Buffer) -> Result<&VulkanMemory> {
+        buffer
+            .backend()
+            .as_any()
+            .downcast_ref::<VulkanMemory>()
+            .ok_or_else(|| Error::invalid_argument(format!("{buffer}: not a Vulkan buffer")))
+    }
+
+    /// Whether the memory is on `gpu`'s `VkDevice`.
+    pub fn is_on(&self, gpu: &Arc<Gpu>) -> bool {
+        Arc::ptr_eq(&self.gpu, gpu)
+    }
+
+    /// The block now behind the memory: `FailedPrecondition` naming the buffer for a transient
+    /// buffer whose alloca has not run or whose dealloca ran.
+    pub fn block(&self, buffer: &Buffer) -> Result<Arc<Block>> {
+        lock(&self.block).clone().ok_or_else(|| {
+            Error::failed_precondition(format!(
+                "{buffer}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+                 queue_dealloca already ran)"
+            ))
+        })
+    }
+
+    /// Commits a transient buffer's memory (its alloca).
+    pub fn commit(&self, buffer: &Buffer) -> Result<()> {
+        let mut block = lock(&self.block);
+        if !self.transient || block.is_some() {
+            return Err(Error::failed_precondition(format!("{buffer}: alloca of a buffer that has memory")));
+        }
+        *block = Some(Arc::new(Block::new(&self.gpu, self.size, Some(&self.counter), "hal transient buffer")?));
+        Ok(())
+    }
+
+    /// Releases a transient buffer's memory (its dealloca); held views and submissions keep it
+    /// until they end.
+    pub fn release(&self, buffer: &Buffer) -> Result<()> {
+        let mut block = lock(&self.block);
+        if !self.transient || block.is_none() {
+            return Err(Error::failed_precondition(format!("{buffer}: dealloca of a buffer without memory")));
+        }
+        *block = None;
+        Ok(())
+    }
+}
+
+/// The block and byte offset behind `buffer` (a subspan's offset included).
+pub fn resolve(buffer: &Buffer) -> Result<(Arc<Block>, u64)> {
+    let block = VulkanMemory::of(buffer)?.block(buffer)?;
+    let base = block.base + buffer.memory_offset();
+    Ok((block, base))
+}
+
+// SAFETY: `size` never changes; a view points at the block's mapping of at least `size` bytes and
+// keeps the block (so the mapping) alive; a buffer without a block gives no view.
+unsafe impl BufferBackend for VulkanMemory {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn host_view(&self) -> Option<HostView<'_>> {
+        if !self.mappable {
+            return None;
+        }
+        let block = lock(&self.block).clone()?;
+        let ptr = block.first_byte();
+        Some(HostView::kept_alive(ptr, block))
+    }
+
+    fn device_address(&self) -> u64 {
+        // Vulkan kernels reach buffers through descriptors; the mapped address identifies it.
+        lock(&self.block).as_ref().map_or(0, |b| b.first_byte().as_ptr() as u64)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

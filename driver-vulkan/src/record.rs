@@ -1,0 +1,432 @@
+//! Recording HAL commands into a `VkCommandBuffer`. Every buffer and executable a recording uses is
+//! kept in its [`Keep`] until the submission completes. A full memory barrier separates each
+//! command from the next (HAL commands run in order on every driver), and one at the end makes the
+//! device's writes visible to the host's later reads.
+
+use std::sync::Arc;
+
+use ash::vk;
+use hal::driver::{Command, ExecutableExt};
+use hal::{Buffer, Error, Executable, Result};
+
+use crate::executable::{Pipeline, VulkanExecutable};
+use crate::gpu::Gpu;
+use crate::memory::{Block, resolve};
+
+/// What a recorded submission holds until it completes.
+#[derive(Default)]
+pub struct Keep {
+    /// Buffers it reads or writes, and its staging buffers.
+    pub blocks: Vec<Arc<Block>>,
+    /// Executables whose pipelines it binds.
+    pub executables: Vec<Executable>,
+}
+
+/// Records into one command buffer in the recording state.
+pub struct Recorder<'a> {
+    gpu: &'a Arc<Gpu>,
+    cmd: vk::CommandBuffer,
+    keep: &'a mut Keep,
+    /// A query pool and the command indices of the dispatches to time (queries `2 + 2k` and
+    /// `3 + 2k` for the `k`-th of them).
+    timed: Option<(vk::QueryPool, &'a [usize])>,
+    /// Where indirect dispatches' counts are checked.
+    checks: Option<CountChecks<'a>>,
+}
+
+impl<'a> Recorder<'a> {
+    /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
+    pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
+        Recorder { gpu, cmd, keep, timed: None, checks: None }
+    }
+
+    /// Checks indirect dispatches' counts with `checks` (see [`CHECK_COUNT_WGSL`]).
+    pub fn with_count_checks(mut self, checks: CountChecks<'a>) -> Self {
+        self.checks = Some(checks);
+        self
+    }
+
+    /// Times the dispatches at command indices `dispatches` into `pool`: queries `2 + 2k` and
+    /// `3 + 2k` frame the `k`-th of them.
+    pub fn with_timing(mut self, pool: vk::QueryPool, dispatches: &'a [usize]) -> Self {
+        self.timed = Some((pool, dispatches));
+        self
+    }
+
+    /// Writes timestamp `query` once every earlier command finished.
+    pub fn timestamp(&mut self, pool: vk::QueryPool, query: u32) {
+        // SAFETY: `cmd` is recording; the pool holds `query` (sized by the caller) and was reset
+        // at the start of this command buffer.
+        unsafe { self.gpu.device.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, query) };
+    }
+
+    /// The query of the dispatch at command `index` when it is timed.
+    fn timed_query(&self, index: usize) -> Option<(vk::QueryPool, u32)> {
+        let (pool, dispatches) = self.timed?;
+        let k = dispatches.iter().position(|&i| i == index)?;
+        Some((pool, 2 + 2 * k as u32))
+    }
+
+    /// Records `commands` in order, a barrier between each two.
+    pub fn commands(&mut self, commands: &[Command]) -> Result<()> {
+        for (index, command) in commands.iter().enumerate() {
+            if index > 0 {
+                self.barrier();
+            }
+            let timed = self.timed_query(index);
+            if let Some((pool, query)) = timed {
+                self.timestamp(pool, query);
+            }
+            self.command(command).map_err(|e| e.context(format!("command {index}")))?;
+            if let Some((pool, query)) = timed {
+                self.timestamp(pool, query + 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one command.
+    pub fn command(&mut self, command: &Command) -> Result<()> {
+        match command {
+            Command::Fill { target, offset, length, pattern, pattern_len } => {
+                self.fill(target, *offset, *length, *pattern, *pattern_len)
+            }
+            Command::Update { target, offset, data } => self.update(target, *offset, data),
+            Command::Copy { source, source_offset, target, target_offset, length } => {
+                self.copy(source, *source_offset, target, *target_offset, *length)
+            }
+            Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
+                if workgroups.contains(&0) {
+                    return Ok(());
+                }
+                self.bind(executable, *entry_point, constants, bindings)?;
+                // SAFETY: `cmd` is recording, with a compute pipeline and its descriptors bound.
+                unsafe { self.gpu.device.cmd_dispatch(self.cmd, workgroups[0], workgroups[1], workgroups[2]) };
+                Ok(())
+            }
+            Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
+                let (block, base) = self.block(count)?;
+                let at = base + count_offset;
+                if at % 4 != 0 {
+                    return Err(Error::invalid_argument(format!(
+                        "vulkan: {count}: the workgroup count at byte {at} of its memory is not 4-byte aligned"
+                    )));
+                }
+                let (checked, checked_at) = self.check_count(&block, at)?;
+                self.bind(executable, *entry_point, constants, bindings)?;
+                // SAFETY: as above; the checked count lies inside the scratch buffer.
+                unsafe { self.gpu.device.cmd_dispatch_indirect(self.cmd, checked, checked_at) };
+                Ok(())
+            }
+            Command::Barrier => {
+                self.barrier();
+                Ok(())
+            }
+            Command::Collective { .. } => Err(Error::unimplemented(
+                "vulkan: collectives are not implemented (Vulkan has no collective library; no channel can be made)",
+            )),
+        }
+    }
+
+    /// Makes every earlier write visible to every later access.
+    pub fn barrier(&mut self) {
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+            .dst_access_mask(vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE);
+        // SAFETY: `cmd` is recording.
+        unsafe {
+            self.gpu.device.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    /// Makes the device's writes visible to host reads after the submission completes.
+    pub fn host_barrier(&mut self) {
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
+            .dst_access_mask(vk::AccessFlags::HOST_READ | vk::AccessFlags::HOST_WRITE);
+        // SAFETY: `cmd` is recording.
+        unsafe {
+            self.gpu.device.cmd_pipeline_barrier(
+                self.cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            )
+        };
+    }
+
+    fn block(&mut self, buffer: &Buffer) -> Result<(Arc<Block>, u64)> {
+        let (block, base) = resolve(buffer)?;
+        self.keep.blocks.push(block.clone());
+        Ok((block, base))
+    }
+
+    /// A staging buffer holding `bytes`, kept with the submission.
+    fn staging(&mut self, bytes: &[u8]) -> Result<Arc<Block>> {
+        let block = Arc::new(Block::new(self.gpu, bytes.len() as u64, None, "hal staging")?);
+        // SAFETY: the new block's mapping holds at least `bytes.len()` bytes and nothing else uses it.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), block.ptr().as_ptr(), bytes.len()) };
+        self.keep.blocks.push(block.clone());
+        Ok(block)
+    }
+
+    fn copy_regions(&mut self, from: vk::Buffer, to: vk::Buffer, regions: &[vk::BufferCopy]) {
+        if regions.is_empty() {
+            return;
+        }
+        // SAFETY: `cmd` is recording; the regions lie inside both buffers (ranges checked by the
+        // HAL when recorded or submitted; staging sized to fit).
+        unsafe { self.gpu.device.cmd_copy_buffer(self.cmd, from, to, regions) };
+    }
+
+    fn update(&mut self, target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let (block, base) = self.block(target)?;
+        let staging = self.staging(data)?;
+        let region = vk::BufferCopy { src_offset: 0, dst_offset: base + offset, size: data.len() as u64 };
+        self.copy_regions(staging.buffer, block.buffer, &[region]);
+        Ok(())
+    }
+
+    fn copy(
+        &mut self,
+        source: &Buffer,
+        source_offset: u64,
+        target: &Buffer,
+        target_offset: u64,
+        length: u64,
+    ) -> Result<()> {
+        if length == 0 {
+            return Ok(());
+        }
+        let (from, from_base) = self.block(source)?;
+        let (to, to_base) = self.block(target)?;
+        let region =
+            vk::BufferCopy { src_offset: from_base + source_offset, dst_offset: to_base + target_offset, size: length };
+        self.copy_regions(from.buffer, to.buffer, &[region]);
+        Ok(())
+    }
+
+    /// `vkCmdFillBuffer` writes whole aligned words; the unaligned edges (at most 3 bytes each) are
+    /// copied from a small staging buffer. The pattern's phase starts at the fill's first byte.
+    fn fill(&mut self, target: &Buffer, offset: u64, length: u64, pattern: u32, pattern_len: u8) -> Result<()> {
+        if length == 0 {
+            return Ok(());
+        }
+        let (block, base) = self.block(target)?;
+        let start = base + offset;
+        let end = start + length;
+        let pattern_bytes = pattern.to_le_bytes();
+        let period = u64::from(pattern_len.clamp(1, 4));
+        let byte_at = |at: u64| pattern_bytes[((at - start) % period) as usize];
+        let (first_word, last_word) = (start.next_multiple_of(4), end / 4 * 4);
+        if first_word >= last_word {
+            let bytes: Vec<u8> = (start..end).map(byte_at).collect();
+            let staging = self.staging(&bytes)?;
+            let region = vk::BufferCopy { src_offset: 0, dst_offset: start, size: length };
+            self.copy_regions(staging.buffer, block.buffer, &[region]);
+            return Ok(());
+        }
+        let word = u32::from_le_bytes([
+            byte_at(first_word),
+            byte_at(first_word + 1),
+            byte_at(first_word + 2),
+            byte_at(first_word + 3),
+        ]);
+        // SAFETY: `cmd` is recording; the aligned range lies inside the buffer.
+        unsafe { self.gpu.device.cmd_fill_buffer(self.cmd, block.buffer, first_word, last_word - first_word, word) };
+        let head: Vec<u8> = (start..first_word).map(byte_at).collect();
+        let tail: Vec<u8> = (last_word..end).map(byte_at).collect();
+        if head.is_empty() && tail.is_empty() {
+            return Ok(());
+        }
+        let staging = self.staging(&[head.as_slice(), tail.as_slice()].concat())?;
+        let mut regions = Vec::new();
+        if !head.is_empty() {
+            regions.push(vk::BufferCopy { src_offset: 0, dst_offset: start, size: head.len() as u64 });
+        }
+        if !tail.is_empty() {
+            regions.push(vk::BufferCopy {
+                src_offset: head.len() as u64,
+                dst_offset: last_word,
+                size: tail.len() as u64,
+            });
+        }
+        self.copy_regions(staging.buffer, block.buffer, &regions);
+        Ok(())
+    }
+
+    /// Binds entry point `entry_point`'s pipeline, its buffers (push descriptors) and constants.
+    fn bind(
+        &mut self,
+        executable: &Executable,
+        entry_point: u32,
+        constants: &[u32],
+        bindings: &[hal::BufferBinding],
+    ) -> Result<()> {
+        let loaded = executable
+            .backend()
+            .as_any()
+            .downcast_ref::<VulkanExecutable>()
+            .ok_or_else(|| Error::invalid_argument(format!("vulkan: {executable} is not a Vulkan executable")))?;
+        let pipeline = loaded
+            .pipelines
+            .get(entry_point as usize)
+            .ok_or_else(|| Error::out_of_range(format!("vulkan: {executable} has no entry point {entry_point}")))?;
+        if bindings.len() != pipeline.bindings || constants.len() != pipeline.constants {
+            return Err(Error::invalid_argument(format!(
+                "vulkan: dispatch of {executable} entry point {entry_point}: {} bindings and {} constants given, it \
+                 takes {} and {}",
+                bindings.len(),
+                constants.len(),
+                pipeline.bindings,
+                pipeline.constants
+            )));
+        }
+        self.keep.executables.push(executable.clone());
+        let limits = &self.gpu.physical.limits;
+        let mut infos = Vec::with_capacity(bindings.len());
+        for (index, binding) in bindings.iter().enumerate() {
+            let (block, base) = self.block(&binding.buffer)?;
+            let offset = base + binding.offset;
+            let alignment = limits.min_storage_buffer_offset_alignment.max(1);
+            if offset % alignment != 0 {
+                return Err(Error::invalid_argument(format!(
+                    "vulkan: binding {index} ({}) starts at byte {offset} of its memory, not a multiple of the \
+                     device's minStorageBufferOffsetAlignment ({alignment})",
+                    binding.buffer
+                )));
+            }
+            check_binding_range(index, &binding.buffer, binding.length, limits.max_storage_buffer_range)?;
+            let range = if binding.length == 0 { vk::WHOLE_SIZE } else { binding.length };
+            infos.push(vk::DescriptorBufferInfo { buffer: block.buffer, offset, range });
+        }
+        self.bind_pipeline(pipeline, &infos, constants)
+    }
+
+    /// Binds `pipeline` with `infos` as its storage buffers (set 0, binding i) and `constants`.
+    fn bind_pipeline(
+        &mut self,
+        pipeline: &Pipeline,
+        infos: &[vk::DescriptorBufferInfo],
+        constants: &[u32],
+    ) -> Result<()> {
+        let device = &self.gpu.device;
+        // SAFETY: `cmd` is recording; the pipeline is kept alive with the submission.
+        unsafe { device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline) };
+        if !infos.is_empty() {
+            let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
+                .iter()
+                .enumerate()
+                .map(|(i, info)| {
+                    vk::WriteDescriptorSet::default()
+                        .dst_binding(i as u32)
+                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                        .buffer_info(std::slice::from_ref(info))
+                })
+                .collect();
+            let push = self.gpu.push.as_ref().ok_or_else(|| {
+                Error::unimplemented("vulkan: the device has no VK_KHR_push_descriptor, which dispatches need")
+            })?;
+            // SAFETY: `cmd` is recording; the layout's set 0 is a push-descriptor set of these bindings.
+            unsafe {
+                push.cmd_push_descriptor_set(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &writes)
+            };
+        }
+        if !constants.is_empty() {
+            let bytes: Vec<u8> = constants.iter().flat_map(|c| c.to_le_bytes()).collect();
+            // SAFETY: `cmd` is recording; the layout has a push-constant range of exactly these bytes.
+            unsafe { device.cmd_push_constants(self.cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, &bytes) };
+        }
+        Ok(())
+    }
+
+    /// Records the count check of the next indirect dispatch: the checker copies the count at
+    /// `at` of `count` into the submission's scratch, or zeros and a flag where it is past the
+    /// device's limits. Returns where the checked count lies.
+    fn check_count(&mut self, count: &Arc<Block>, at: u64) -> Result<(vk::Buffer, u64)> {
+        let Some(checks) = self.checks.as_mut() else {
+            return Err(Error::internal("vulkan: an indirect dispatch recorded without its count check"));
+        };
+        let slot = checks.next;
+        checks.next += 1;
+        let (pipeline, scratch) = (checks.pipeline, checks.scratch.clone());
+        let alignment = self.gpu.physical.limits.min_storage_buffer_offset_alignment.max(1);
+        let bound = at / alignment * alignment;
+        let infos = [
+            vk::DescriptorBufferInfo { buffer: count.buffer, offset: bound, range: at - bound + INDIRECT_COUNT_BYTES },
+            vk::DescriptorBufferInfo {
+                buffer: scratch.buffer,
+                offset: slot * CHECK_SLOT_BYTES,
+                range: CHECK_SLOT_BYTES,
+            },
+        ];
+        let limits = self.gpu.physical.limits.max_compute_work_group_count;
+        self.bind_pipeline(pipeline, &infos, &[((at - bound) / 4) as u32, limits[0], limits[1], limits[2]])?;
+        // SAFETY: `cmd` is recording with the checker bound.
+        unsafe { self.gpu.device.cmd_dispatch(self.cmd, 1, 1, 1) };
+        self.barrier();
+        Ok((scratch.buffer, slot * CHECK_SLOT_BYTES))
+    }
+}
+
+/// Bytes of an indirect workgroup count.
+const INDIRECT_COUNT_BYTES: u64 = hal::driver::INDIRECT_COUNT_BYTES;
+
+/// Bytes of scratch per indirect dispatch: the checked count, a flag, the count as read.
+pub const CHECK_SLOT_BYTES: u64 = 32;
+
+/// The count checker's WGSL: `checked` gets the count (x, y, z), 0 and the count again, or zeros,
+/// 1 and the count when an axis is past the device's limit (the dispatch then runs no workgroup).
+pub const CHECK_COUNT_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> count: array<u32>;
+@group(0) @binding(1) var<storage, read_write> checked: array<u32>;
+struct Constants { first: u32, max_x: u32, max_y: u32, max_z: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn check_count() {
+    let x = count[c.first];
+    let y = count[c.first + 1u];
+    let z = count[c.first + 2u];
+    let over = x > c.max_x || y > c.max_y || z > c.max_z;
+    checked[0] = select(x, 0u, over);
+    checked[1] = select(y, 0u, over);
+    checked[2] = select(z, 0u, over);
+    checked[3] = select(0u, 1u, over);
+    checked[4] = x;
+    checked[5] = y;
+    checked[6] = z;
+}
+"#;
+
+/// The count checks of one submission: the checker, the scratch it writes and the next slot.
+pub struct CountChecks<'a> {
+    pub(crate) pipeline: &'a Pipeline,
+    pub(crate) scratch: Arc<Block>,
+    pub(crate) next: u64,
+}
+
+/// A binding longer than the device's `maxStorageBufferRange` cannot reach a kernel as a storage
+/// buffer: `OutOfRange` naming the binding and the limit.
+pub fn check_binding_range(index: usize, buffer: &Buffer, length: u64, limit: u32) -> Result<()> {
+    if length > u64::from(limit) {
+        return Err(Error::out_of_range(format!(
+            "vulkan: binding {index} ({buffer}) is {length} bytes, past the device's maxStorageBufferRange of {limit} \
+             bytes"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,784 @@
+//! The stream model on Vulkan. Each HAL queue is a stream with a timeline `VkSemaphore` of its own
+//! and a submit thread: work enqueued on the stream gets the next timeline value, and the thread
+//! submits it in order, waiting on the stream's previous value (submissions to one `VkQueue` are not
+//! ordered otherwise) and on the other streams' values the scheduler asked for. An event is a
+//! (timeline, value) pair; its completion is the timeline's counter reaching the value.
+//!
+//! Vulkan never sees a wait before its signal: the submit thread submits a wait on another stream's
+//! value only once that stream's thread issued the signal (queued it on a `VkQueue` or signalled
+//! it from the host). Two HAL queues sharing one `VkQueue` (lavapipe has one) therefore cannot
+//! deadlock on each other. Host-side work (queue reads and writes, alloca, dealloca) runs on the
+//! submit thread once its waits are reached, then signals the value from the host.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use hal::driver::stream_model::{StreamModel, Work};
+use hal::driver::{CommandBufferExt, QueueOp};
+use hal::driver::{lock, wait};
+use hal::{Error, Result};
+
+use crate::error::from_vk;
+use crate::executable::VulkanExecutable;
+use crate::gpu::Gpu;
+use crate::memory::Block;
+use crate::memory::{VulkanMemory, resolve};
+use crate::record::{CHECK_SLOT_BYTES, CountChecks, Keep, Recorder};
+use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
+
+/// How long one blocking Vulkan wait lasts before the caller looks around again.
+const WAIT_SLICE: Duration = Duration::from_millis(1);
+
+/// A timeline and how far its stream has got.
+pub struct Timeline {
+    gpu: Arc<Gpu>,
+    pub(crate) semaphore: vk::Semaphore,
+    /// The highest value whose signal was issued (submitted, or signalled from the host).
+    issued: Mutex<u64>,
+    issued_changed: Condvar,
+}
+
+impl Timeline {
+    fn new(gpu: &Arc<Gpu>) -> Result<Timeline> {
+        let mut kind =
+            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: a valid create info; destroyed in `Drop`.
+        let semaphore =
+            unsafe { gpu.device.create_semaphore(&info, None) }.map_err(|e| from_vk("vkCreateSemaphore", e))?;
+        Ok(Timeline { gpu: gpu.clone(), semaphore, issued: Mutex::new(0), issued_changed: Condvar::new() })
+    }
+
+    /// The value the device reached.
+    pub fn value(&self) -> Result<u64> {
+        // SAFETY: the semaphore is a live timeline semaphore of this device.
+        unsafe { self.gpu.device.get_semaphore_counter_value(self.semaphore) }
+            .map_err(|e| from_vk("vkGetSemaphoreCounterValue", e))
+    }
+
+    /// Waits up to `timeout` for `value`: whether it was reached.
+    pub fn wait(&self, value: u64, timeout: Duration) -> Result<bool> {
+        let semaphores = [self.semaphore];
+        let values = [value];
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        // SAFETY: the semaphore is live; the info's arrays outlive the call.
+        match unsafe { self.gpu.device.wait_semaphores(&info, nanos) } {
+            Ok(()) => Ok(true),
+            Err(vk::Result::TIMEOUT) => Ok(false),
+            Err(e) => Err(from_vk("vkWaitSemaphores", e)),
+        }
+    }
+
+    /// Blocks until `value` is reached.
+    fn wait_forever(&self, value: u64) -> Result<()> {
+        while !self.wait(value, Duration::from_millis(100))? {}
+        Ok(())
+    }
+
+    fn set_issued(&self, value: u64) {
+        let mut issued = lock(&self.issued);
+        *issued = (*issued).max(value);
+        self.issued_changed.notify_all();
+    }
+
+    /// Blocks until the signal of `value` was issued.
+    fn wait_issued(&self, value: u64) {
+        let mut issued = lock(&self.issued);
+        while *issued < value {
+            issued = wait(&self.issued_changed, issued);
+        }
+    }
+
+    /// Signals `value` from the host.
+    fn signal(&self, value: u64) -> Result<()> {
+        let info = vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(value);
+        // SAFETY: the semaphore is live and `value` is above its current value (values only grow
+        // on this stream, and its previous value was reached before this is called).
+        unsafe { self.gpu.device.signal_semaphore(&info) }.map_err(|e| from_vk("vkSignalSemaphore", e))
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        // SAFETY: the stream drained before its timeline drops, and events holding it are gone.
+        unsafe { self.gpu.device.destroy_semaphore(self.semaphore, None) };
+    }
+}
+
+/// A point of a stream: its timeline reaching `value`.
+type Mark = (Arc<Timeline>, u64);
+
+/// One submission for the submit thread.
+struct Item {
+    work: Option<Arc<Work>>,
+    value: u64,
+    waits: Vec<Mark>,
+}
+
+/// A stream's state shared with its submit thread.
+struct StreamShared {
+    gpu: Arc<Gpu>,
+    queue: usize,
+    timeline: Arc<Timeline>,
+    items: Mutex<(VecDeque<Item>, bool)>,
+    items_changed: Condvar,
+    pool: Arc<CommandPool>,
+    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    checker: Arc<VulkanExecutable>,
+}
+
+/// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
+/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission hands
+/// its command buffer back through `idle`, and the submit thread records into it again.
+struct CommandPool {
+    gpu: Arc<Gpu>,
+    pool: vk::CommandPool,
+    idle: Mutex<Vec<vk::CommandBuffer>>,
+}
+
+impl CommandPool {
+    /// A command buffer to record into (submit thread only).
+    fn acquire(&self) -> Result<vk::CommandBuffer> {
+        if let Some(cmd) = lock(&self.idle).pop() {
+            return Ok(cmd);
+        }
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: only the submit thread uses the pool.
+        let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
+            .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
+        Ok(buffers[0])
+    }
+
+    /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
+    fn release(&self, cmd: vk::CommandBuffer) {
+        lock(&self.idle).push(cmd);
+    }
+}
+
+impl Drop for CommandPool {
+    fn drop(&mut self) {
+        // SAFETY: no command buffer of the pool is pending (each in-flight entry holds the pool),
+        // and destroying the pool frees them all.
+        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
+    }
+}
+
+/// What a submission holds until it completes: its command buffer, its buffers and executables,
+/// its timestamps when profiled.
+struct InFlight {
+    cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
+    _keep: Keep,
+    timing: Option<SubmissionTiming>,
+    /// The count checks' scratch and the command index of each indirect dispatch.
+    checks: Option<(Arc<Block>, Vec<usize>)>,
+    /// When host-side work ran, for a profiled submission (recorded when it retires, so that
+    /// records keep the stream's order).
+    host_time: Option<(Instant, Instant)>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some((pool, cmd)) = self.cmd.take() {
+            pool.release(cmd);
+        }
+    }
+}
+
+/// A stream: a timeline, the values handed out, waits for the next submission, a submit thread.
+pub struct VulkanStream {
+    shared: Arc<StreamShared>,
+    /// The last value handed out (under the issue lock, so plain state behind a lock).
+    state: Mutex<StreamState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct StreamState {
+    enqueued: u64,
+    waits: Vec<Mark>,
+}
+
+impl VulkanStream {
+    fn push(&self, work: Option<Arc<Work>>) -> u64 {
+        let mut state = lock(&self.state);
+        state.enqueued += 1;
+        let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits) };
+        let value = item.value;
+        let mut items = lock(&self.shared.items);
+        items.0.push_back(item);
+        self.shared.items_changed.notify_one();
+        value
+    }
+}
+
+impl Drop for VulkanStream {
+    fn drop(&mut self) {
+        {
+            let mut items = lock(&self.shared.items);
+            items.1 = true;
+            self.shared.items_changed.notify_one();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // Command buffers and the timeline are destroyed once nothing runs on them.
+        let enqueued = lock(&self.state).enqueued;
+        if let Err(e) = self.shared.timeline.wait_forever(enqueued) {
+            tracing::error!(queue = self.shared.queue, %e, "vulkan: draining a stream at teardown");
+        }
+    }
+}
+
+/// An event: the stream point of its latest recording (none: never recorded, complete).
+#[derive(Default)]
+pub struct VulkanEvent {
+    mark: Mutex<Option<Mark>>,
+}
+
+impl VulkanEvent {
+    fn mark(&self) -> Option<Mark> {
+        lock(&self.mark).clone()
+    }
+}
+
+/// Streams on one Vulkan device.
+pub struct VulkanStreams {
+    gpu: Arc<Gpu>,
+    /// The indirect count checker ([`crate::record::CHECK_COUNT_WGSL`]).
+    checker: Arc<VulkanExecutable>,
+    in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
+    /// The clock anchor of the profiling session (measured at its start).
+    anchor: Mutex<Option<ClockAnchor>>,
+}
+
+impl VulkanStreams {
+    /// The model of `gpu`; `checker` checks indirect dispatches' counts.
+    pub fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>) -> Self {
+        VulkanStreams { gpu: gpu.clone(), checker, in_flight: Arc::default(), anchor: Mutex::new(None) }
+    }
+
+    /// `OutOfRange` for the first indirect dispatch whose count was past the device's limits.
+    fn check_counts(&self, scratch: &Block, dispatches: &[usize]) -> Result<()> {
+        let limits = self.gpu.physical.limits.max_compute_work_group_count;
+        for (k, index) in dispatches.iter().enumerate() {
+            let mut words = [0u32; 8];
+            // SAFETY: the scratch holds 32 bytes per indirect dispatch, written by the completed
+            // submission (made visible to the host by its last barrier).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    scratch.ptr().as_ptr().add(k * CHECK_SLOT_BYTES as usize),
+                    words.as_mut_ptr().cast::<u8>(),
+                    CHECK_SLOT_BYTES as usize,
+                )
+            };
+            if words[3] != 0 {
+                return Err(Error::out_of_range(format!(
+                    "vulkan: indirect dispatch at command {index}: workgroup count {:?} exceeds the device's limit \
+                     {limits:?}; it ran no workgroup",
+                    [words[4], words[5], words[6]]
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Submissions not retired yet (for leak checks).
+    pub fn in_flight(&self) -> usize {
+        lock(&self.in_flight).len()
+    }
+
+    /// Lets go of what `work` held (its command buffer is handed back as the entry drops).
+    fn finish(&self, work: &Work) -> Option<InFlight> {
+        lock(&self.in_flight).remove(&work.id)
+    }
+
+    /// Adds a completed submission's timestamps to its profile.
+    fn record_times(&self, work: &Work, timing: &SubmissionTiming) -> Result<()> {
+        let (Some(sink), Some(anchor)) = (work.profile(), *lock(&self.anchor)) else {
+            return Ok(());
+        };
+        let ticks = timing.pool.results(timing.query_count())?;
+        let at = |query: usize| anchor.host_time(ticks[query]);
+        if sink.options().records_queue_operations() {
+            sink.record_queue_operation(work, at(0), at(1));
+        }
+        let commands = match &work.op {
+            QueueOp::Execute { command_buffer, .. } => command_buffer.commands(),
+            QueueOp::Transfer(command) => Arc::from(vec![command.clone()]),
+            _ => return Ok(()),
+        };
+        for (k, &index) in timing.dispatches.iter().enumerate() {
+            if let Some(command) = commands.get(index) {
+                sink.record_dispatch(work, index, command, None, at(2 + 2 * k), at(3 + 2 * k));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl StreamModel for VulkanStreams {
+    type Stream = VulkanStream;
+    type Event = VulkanEvent;
+
+    /// HAL devices on one physical device share its `VkDevice` (see `gpu::shared`), so their
+    /// streams wait on each other's timelines on the device; a timeline of another `VkDevice` is
+    /// waited on by the submit thread, on the host.
+    const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
+
+    fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
+        let timeline = Arc::new(Timeline::new(&self.gpu)?);
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(self.gpu.physical.queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
+        // SAFETY: a valid create info; destroyed when the stream drops.
+        let pool = unsafe { self.gpu.device.create_command_pool(&info, None) }
+            .map_err(|e| from_vk("vkCreateCommandPool", e))?;
+        let shared = Arc::new(StreamShared {
+            gpu: self.gpu.clone(),
+            queue,
+            timeline,
+            items: Mutex::new((VecDeque::new(), false)),
+            items_changed: Condvar::new(),
+            pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool, idle: Mutex::new(Vec::new()) }),
+            in_flight: self.in_flight.clone(),
+            checker: self.checker.clone(),
+        });
+        let runner = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("hal-vulkan-q{queue}"))
+            .spawn(move || submit_thread(&runner))
+            .map_err(|e| Error::resource_exhausted(format!("vulkan: starting queue {queue}'s submit thread: {e}")))?;
+        Ok(VulkanStream { shared, state: Mutex::new(StreamState::default()), thread: Some(thread) })
+    }
+
+    fn create_event(&self) -> Result<VulkanEvent> {
+        Ok(VulkanEvent::default())
+    }
+
+    fn record_event(&self, event: &VulkanEvent, stream: &VulkanStream) -> Result<()> {
+        // Waits not yet attached to a submission get one of their own, so the mark covers them.
+        let pending = !lock(&stream.state).waits.is_empty();
+        if pending {
+            stream.push(None);
+        }
+        let value = lock(&stream.state).enqueued;
+        *lock(&event.mark) = Some((stream.shared.timeline.clone(), value));
+        Ok(())
+    }
+
+    fn wait_event(&self, stream: &VulkanStream, event: &VulkanEvent) -> Result<()> {
+        let Some((timeline, value)) = event.mark() else { return Ok(()) };
+        if Arc::ptr_eq(&timeline, &stream.shared.timeline) {
+            return Ok(()); // the stream's own point: reached in order anyway
+        }
+        lock(&stream.state).waits.push((timeline, value));
+        Ok(())
+    }
+
+    fn query_event(&self, event: &VulkanEvent) -> Result<bool> {
+        match event.mark() {
+            None => Ok(true),
+            Some((timeline, value)) => Ok(timeline.value()? >= value),
+        }
+    }
+
+    fn synchronize_event(&self, event: &VulkanEvent) -> Result<()> {
+        match event.mark() {
+            None => Ok(()),
+            Some((timeline, value)) => timeline.wait_forever(value),
+        }
+    }
+
+    fn host_wait(&self, event: &VulkanEvent, deadline: Option<Instant>, stop: &dyn Fn() -> bool) -> Option<Result<()>> {
+        let (timeline, value) = event.mark()?;
+        loop {
+            if stop() {
+                return None;
+            }
+            let slice = match deadline {
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    left.min(WAIT_SLICE)
+                }
+                None => WAIT_SLICE,
+            };
+            match timeline.wait(value, slice) {
+                Ok(true) => return Some(Ok(())),
+                Ok(false) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    fn enqueue(&self, stream: &VulkanStream, work: &Arc<Work>) -> Result<()> {
+        stream.push(Some(work.clone()));
+        Ok(())
+    }
+
+    fn complete(&self, work: &Work) -> Result<()> {
+        match self.finish(work) {
+            Some(done) => {
+                if let Some((scratch, dispatches)) = &done.checks {
+                    self.check_counts(scratch, dispatches)?;
+                }
+                if let (Some((start, end)), Some(sink)) = (done.host_time, work.profile()) {
+                    sink.record_queue_operation(work, start, end);
+                }
+                match &done.timing {
+                    Some(timing) => self.record_times(work, timing),
+                    None => Ok(()),
+                }
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn discard(&self, work: &Work) {
+        drop(self.finish(work));
+    }
+
+    fn clock_method(&self) -> String {
+        "Vulkan timestamp queries (vkCmdWriteTimestamp), put on the host clock by an anchor timestamp whose \
+         host time is bracketed by its submit call and fence wait (measured when profiling begins)"
+            .to_owned()
+    }
+
+    fn begin_profiling(&self, sink: &Arc<hal::driver::ProfileSink>) -> Result<()> {
+        if self.gpu.physical.timestamp_bits == 0 {
+            return Err(Error::unimplemented("vulkan: the compute queue has no timestamps (timestampValidBits 0)"));
+        }
+        let anchor = ClockAnchor::measure(&self.gpu)?;
+        sink.widen_uncertainty(anchor.uncertainty);
+        *lock(&self.anchor) = Some(anchor);
+        Ok(())
+    }
+
+    fn synchronize_stream(&self, stream: &VulkanStream) -> Result<()> {
+        let enqueued = lock(&stream.state).enqueued;
+        stream.shared.timeline.wait_forever(enqueued)
+    }
+}
+
+/// The submit thread: takes items in order and issues each.
+fn submit_thread(stream: &StreamShared) {
+    loop {
+        let item = {
+            let mut items = lock(&stream.items);
+            loop {
+                if let Some(item) = items.0.pop_front() {
+                    break item;
+                }
+                if items.1 {
+                    return;
+                }
+                items = wait(&stream.items_changed, items);
+            }
+        };
+        for (timeline, value) in &item.waits {
+            timeline.wait_issued(*value);
+        }
+        if let Err(e) = issue(stream, &item) {
+            if let Some(work) = &item.work {
+                work.fail(e.clone());
+            }
+            // The value must still be reached, after everything before it, or waiters hang.
+            let reached = wait_all(stream, &item).and_then(|()| stream.timeline.signal(item.value));
+            if let Err(e) = reached {
+                tracing::error!(queue = stream.queue, %e, "vulkan: a failed submission could not signal its value");
+            }
+        }
+        stream.timeline.set_issued(item.value);
+    }
+}
+
+/// Blocks until the item's waits and its stream's previous value are reached.
+fn wait_all(stream: &StreamShared, item: &Item) -> Result<()> {
+    stream.timeline.wait_forever(item.value - 1)?;
+    for (timeline, value) in &item.waits {
+        timeline.wait_forever(*value)?;
+    }
+    Ok(())
+}
+
+/// What running an item takes.
+enum Plan<'a> {
+    /// Nothing on the device: a submission with only waits and the signal.
+    Empty,
+    /// Commands recorded into a command buffer.
+    Device(&'a [hal::driver::Command], Option<&'a hal::driver::Command>),
+    /// Host work after the waits, then a host signal.
+    Host(&'a QueueOp),
+}
+
+fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
+    let Some(work) = &item.work else { return submit(stream, item, None, Submitted::default()) };
+    if let Some(fault) = work.take_upstream_fault() {
+        work.fault.set(fault);
+        return submit(stream, item, None, Submitted::default());
+    }
+    if work.cancel_requested() {
+        work.fail(Error::cancelled("vulkan: cancelled before it started"));
+        return submit(stream, item, None, Submitted::default());
+    }
+    let commands;
+    let plan = match &work.op {
+        QueueOp::Execute { command_buffer, collectives } => {
+            if !collectives.is_empty() {
+                let e = Error::unimplemented("vulkan: collectives are not implemented");
+                for call in collectives {
+                    call.abandon(e.clone());
+                }
+                return Err(e);
+            }
+            commands = command_buffer.commands();
+            Plan::Device(&commands, None)
+        }
+        QueueOp::Transfer(command) => Plan::Device(&[], Some(command)),
+        QueueOp::Barrier => Plan::Empty,
+        QueueOp::Collective(call) => {
+            let e = Error::unimplemented("vulkan: collectives are not implemented");
+            call.abandon(e.clone());
+            return Err(e);
+        }
+        op => Plan::Host(op),
+    };
+    match plan {
+        Plan::Empty => {
+            keep_host_time(stream, work, Instant::now());
+            submit(stream, item, None, Submitted::default())
+        }
+        Plan::Device(commands, single) => {
+            let mut keep = Keep::default();
+            let timing = timing_for(stream, work, commands, single)?;
+            let checks = count_checks_for(stream, commands, single)?;
+            let cmd = stream.pool.acquire()?;
+            let recorded = record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref());
+            if let Err(e) = recorded {
+                stream.pool.release(cmd);
+                return Err(e);
+            }
+            submit(stream, item, Some(cmd), Submitted { keep, timing, checks })
+        }
+        Plan::Host(op) => {
+            wait_all(stream, item)?;
+            let start = Instant::now();
+            match run_on_host(op) {
+                Ok(()) => keep_host_time(stream, work, start),
+                Err(e) => work.fail(e),
+            }
+            stream.timeline.signal(item.value)
+        }
+    }
+}
+
+/// Keeps a host-side queue operation's time (from `start` to now) for its retirement, when its
+/// submission records queue operations.
+fn keep_host_time(stream: &StreamShared, work: &Work, start: Instant) {
+    if work.profile().is_some_and(|sink| sink.options().records_queue_operations()) {
+        let entry = InFlight {
+            cmd: None,
+            _keep: Keep::default(),
+            timing: None,
+            checks: None,
+            host_time: Some((start, Instant::now())),
+        };
+        lock(&stream.in_flight).insert(work.id, entry);
+    }
+}
+
+/// The timestamps a profiled submission needs: none unless it records something.
+fn timing_for(
+    stream: &StreamShared,
+    work: &Work,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+) -> Result<Option<SubmissionTiming>> {
+    let Some(options) = work.profile().map(|sink| sink.options()) else { return Ok(None) };
+    if !options.records_anything() {
+        return Ok(None);
+    }
+    let listed = match single {
+        Some(command) => std::slice::from_ref(command),
+        None => commands,
+    };
+    let dispatches = listed
+        .iter()
+        .enumerate()
+        .filter(|(index, command)| {
+            matches!(command, hal::driver::Command::Dispatch { .. } | hal::driver::Command::DispatchIndirect { .. })
+                && options.records_command(*index)
+        })
+        .map(|(index, _)| index)
+        .collect::<Vec<_>>();
+    let pool = QueryPool::new(&stream.gpu, 2 + 2 * dispatches.len() as u32)?;
+    Ok(Some(SubmissionTiming { pool, dispatches }))
+}
+
+/// The scratch for the count checks of the indirect dispatches among the commands, and their
+/// command indices; none without indirect dispatches.
+fn count_checks_for(
+    stream: &StreamShared,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+) -> Result<Option<(Arc<Block>, Vec<usize>)>> {
+    let listed = match single {
+        Some(command) => std::slice::from_ref(command),
+        None => commands,
+    };
+    let indirect: Vec<usize> = listed
+        .iter()
+        .enumerate()
+        .filter(|(_, command)| matches!(command, hal::driver::Command::DispatchIndirect { .. }))
+        .map(|(index, _)| index)
+        .collect();
+    if indirect.is_empty() {
+        return Ok(None);
+    }
+    let scratch = Block::new(&stream.gpu, CHECK_SLOT_BYTES * indirect.len() as u64, None, "hal indirect counts")?;
+    Ok(Some((Arc::new(scratch), indirect)))
+}
+
+fn record(
+    stream: &StreamShared,
+    cmd: vk::CommandBuffer,
+    commands: &[hal::driver::Command],
+    single: Option<&hal::driver::Command>,
+    keep: &mut Keep,
+    timing: Option<&SubmissionTiming>,
+    checks: Option<&(Arc<Block>, Vec<usize>)>,
+) -> Result<()> {
+    let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+    let device = &stream.gpu.device;
+    // SAFETY: `cmd` is an idle buffer of the stream's pool, which only this thread uses; beginning
+    // it resets it (the pool allows that).
+    unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
+    let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
+    if let Some((scratch, _)) = checks {
+        let pipeline = stream.checker.pipelines.first().ok_or_else(|| Error::internal("vulkan: no count checker"))?;
+        recorder = recorder.with_count_checks(CountChecks { pipeline, scratch: scratch.clone(), next: 0 });
+    }
+    if let Some(timing) = timing {
+        // SAFETY: `cmd` is recording; the pool holds `query_count` queries.
+        unsafe { device.cmd_reset_query_pool(cmd, timing.pool.pool, 0, timing.query_count()) };
+        recorder = recorder.with_timing(timing.pool.pool, &timing.dispatches);
+        recorder.timestamp(timing.pool.pool, 0);
+    }
+    match single {
+        Some(command) => recorder.command(command)?,
+        None => recorder.commands(commands)?,
+    }
+    if let Some(timing) = timing {
+        recorder.timestamp(timing.pool.pool, 1);
+    }
+    recorder.host_barrier();
+    // SAFETY: `cmd` is recording.
+    unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))
+}
+
+/// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
+/// What a recorded submission keeps until it completes.
+#[derive(Default)]
+struct Submitted {
+    keep: Keep,
+    timing: Option<SubmissionTiming>,
+    checks: Option<(Arc<Block>, Vec<usize>)>,
+}
+
+fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
+    let mut semaphores = vec![stream.timeline.semaphore];
+    let mut values = vec![item.value - 1];
+    for (timeline, value) in &item.waits {
+        if Arc::ptr_eq(&timeline.gpu, &stream.gpu) {
+            semaphores.push(timeline.semaphore);
+            values.push(*value);
+        } else {
+            // Another VkDevice's semaphore cannot be waited on here: the host waits instead.
+            timeline.wait_forever(*value)?;
+        }
+    }
+    let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
+    let signals = [stream.timeline.semaphore];
+    let signal_values = [item.value];
+    let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
+        .wait_semaphore_values(&values)
+        .signal_semaphore_values(&signal_values);
+    let cmds: Vec<vk::CommandBuffer> = cmd.into_iter().collect();
+    let submit = vk::SubmitInfo::default()
+        .wait_semaphores(&semaphores)
+        .wait_dst_stage_mask(&stages)
+        .command_buffers(&cmds)
+        .signal_semaphores(&signals)
+        .push_next(&mut timeline_info);
+    if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
+        lock(&stream.in_flight).insert(
+            work.id,
+            InFlight {
+                cmd: cmd.map(|c| (stream.pool.clone(), c)),
+                _keep: submitted.keep,
+                timing: submitted.timing,
+                checks: submitted.checks,
+                host_time: None,
+            },
+        );
+    }
+    let queue = lock(stream.gpu.queue(stream.queue));
+    // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs);
+    // the command buffer is recorded and its resources are held in `in_flight` until completion.
+    let submitted = unsafe { stream.gpu.device.queue_submit(*queue, &[submit], vk::Fence::null()) };
+    drop(queue);
+    submitted.map_err(|e| {
+        if let Some(work) = &item.work {
+            // Never submitted: the entry (and its command buffer) can go now.
+            lock(&stream.in_flight).remove(&work.id);
+        }
+        from_vk("vkQueueSubmit", e)
+    })
+}
+
+/// Host work in queue order: copies through the mapping, alloca and dealloca.
+fn run_on_host(op: &QueueOp) -> Result<()> {
+    match op {
+        QueueOp::Alloca(buffer) => VulkanMemory::of(buffer)?.commit(buffer),
+        QueueOp::Dealloca(buffer) => VulkanMemory::of(buffer)?.release(buffer),
+        QueueOp::Write { data, target, offset } => {
+            target.check_range(*offset, data.len() as u64)?;
+            let (block, base) = resolve(target)?;
+            // SAFETY: the range lies inside the buffer (checked) so inside the block's mapping,
+            // which `block` keeps alive; racing device access is a program error with some mix of
+            // bytes as its outcome, as on every driver.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    data.as_ptr(),
+                    block.ptr().as_ptr().add((base + offset) as usize),
+                    data.len(),
+                )
+            };
+            Ok(())
+        }
+        QueueOp::Read { source, offset, length, target } => {
+            source.check_range(*offset, *length)?;
+            let (block, base) = resolve(source)?;
+            let mut bytes = vec![0u8; *length as usize];
+            // SAFETY: as for writes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    block.ptr().as_ptr().add((base + offset) as usize),
+                    bytes.as_mut_ptr(),
+                    bytes.len(),
+                )
+            };
+            target.stage(bytes);
+            Ok(())
+        }
+        other => Err(Error::internal(format!("vulkan: {} is not host work", other.kind()))),
+    }
+}

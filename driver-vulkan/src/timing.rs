@@ -1,0 +1,140 @@
+//! Profiling with timestamp queries. A profiled submission gets a query pool: a timestamp when its
+//! commands start and one when they end, and one before and after each selected dispatch (the
+//! barrier between commands makes "before" the dispatch's start). Device ticks are put on the host's
+//! clock by an anchor: a timestamp written by a tiny submission whose host time is bracketed by the
+//! submit call and the fence wait.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use hal::Result;
+use hal::driver::lock;
+
+use crate::error::from_vk;
+use crate::gpu::Gpu;
+
+/// A device time (ns) and the host instant it corresponds to.
+#[derive(Clone, Copy, Debug)]
+pub struct ClockAnchor {
+    device_ns: f64,
+    host: Instant,
+    /// Half the host bracket around the anchor's timestamp.
+    pub uncertainty: Duration,
+    period_ns: f64,
+}
+
+impl ClockAnchor {
+    /// Measures an anchor on `gpu`'s first queue.
+    pub fn measure(gpu: &Arc<Gpu>) -> Result<ClockAnchor> {
+        let device = &gpu.device;
+        let pool = QueryPool::new(gpu, 1)?;
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(gpu.physical.queue_family);
+        // SAFETY: a valid create info; destroyed below.
+        let command_pool =
+            unsafe { device.create_command_pool(&info, None) }.map_err(|e| from_vk("vkCreateCommandPool", e))?;
+        let measured = (|| {
+            let allocate = vk::CommandBufferAllocateInfo::default()
+                .command_pool(command_pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1);
+            // SAFETY: the pool is ours alone.
+            let cmd = unsafe { device.allocate_command_buffers(&allocate) }
+                .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?[0];
+            let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+            // SAFETY: recording a fresh command buffer of our own pool.
+            unsafe {
+                device.begin_command_buffer(cmd, &begin).map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
+                device.cmd_reset_query_pool(cmd, pool.pool, 0, 1);
+                device.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.pool, 0);
+                device.end_command_buffer(cmd).map_err(|e| from_vk("vkEndCommandBuffer", e))?;
+            }
+            // SAFETY: a valid create info; destroyed below.
+            let fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
+                .map_err(|e| from_vk("vkCreateFence", e))?;
+            let cmds = [cmd];
+            let submit = vk::SubmitInfo::default().command_buffers(&cmds);
+            let before = Instant::now();
+            let queue = lock(gpu.queue(0));
+            // SAFETY: the queue is locked; the command buffer is recorded and waits on nothing.
+            let submitted = unsafe { device.queue_submit(*queue, &[submit], fence) };
+            drop(queue);
+            // SAFETY: the fence is live; waited on only when the submission was made.
+            let waited = submitted.and_then(|()| unsafe { device.wait_for_fences(&[fence], true, u64::MAX) });
+            let after = Instant::now();
+            // SAFETY: the submission completed (or was never made), so the fence is unused.
+            unsafe { device.destroy_fence(fence, None) };
+            waited.map_err(|e| from_vk("vkQueueSubmit/vkWaitForFences (clock anchor)", e))?;
+            let ticks = pool.results(1)?[0];
+            let period_ns = f64::from(gpu.physical.limits.timestamp_period);
+            let half = (after - before) / 2;
+            Ok(ClockAnchor { device_ns: ticks as f64 * period_ns, host: before + half, uncertainty: half, period_ns })
+        })();
+        // SAFETY: the submission completed (or was never made), so nothing of the pool is in use.
+        unsafe { device.destroy_command_pool(command_pool, None) };
+        measured
+    }
+
+    /// The host instant of device timestamp `ticks`.
+    pub fn host_time(&self, ticks: u64) -> Instant {
+        let offset = ticks as f64 * self.period_ns - self.device_ns;
+        if offset >= 0.0 {
+            self.host + Duration::from_nanos(offset as u64)
+        } else {
+            self.host.checked_sub(Duration::from_nanos((-offset) as u64)).unwrap_or(self.host)
+        }
+    }
+}
+
+/// A query pool of timestamps, destroyed when dropped.
+pub struct QueryPool {
+    gpu: Arc<Gpu>,
+    pub(crate) pool: vk::QueryPool,
+}
+
+impl QueryPool {
+    /// A pool of `count` timestamp queries.
+    pub fn new(gpu: &Arc<Gpu>, count: u32) -> Result<QueryPool> {
+        let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count.max(1));
+        // SAFETY: a valid create info; destroyed in `Drop`.
+        let pool = unsafe { gpu.device.create_query_pool(&info, None) }.map_err(|e| from_vk("vkCreateQueryPool", e))?;
+        Ok(QueryPool { gpu: gpu.clone(), pool })
+    }
+
+    /// The first `count` timestamps, in ticks (the submission that wrote them completed).
+    pub fn results(&self, count: u32) -> Result<Vec<u64>> {
+        let mut out = vec![0u64; count as usize];
+        // SAFETY: the queries were written by a completed submission; `out` has `count` slots.
+        unsafe {
+            self.gpu.device.get_query_pool_results(
+                self.pool,
+                0,
+                &mut out,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .map_err(|e| from_vk("vkGetQueryPoolResults", e))?;
+        Ok(out)
+    }
+}
+
+impl Drop for QueryPool {
+    fn drop(&mut self) {
+        // SAFETY: the submission that used the pool completed before its in-flight entry dropped.
+        unsafe { self.gpu.device.destroy_query_pool(self.pool, None) };
+    }
+}
+
+/// The timestamps of one profiled submission: query 0 and 1 frame the whole submission, then two
+/// per selected dispatch, with its command index.
+pub struct SubmissionTiming {
+    pub(crate) pool: QueryPool,
+    pub(crate) dispatches: Vec<usize>,
+}
+
+impl SubmissionTiming {
+    /// How many queries the pool holds.
+    pub fn query_count(&self) -> u32 {
+        2 + 2 * self.dispatches.len() as u32
+    }
+}
