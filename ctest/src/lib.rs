@@ -286,6 +286,10 @@ macro_rules! __cts_case_list {
                 host_calls_held_by_one_gate_keep_their_order,
                 host_call_waits_for_its_own_work_while_a_later_call_is_held,
                 work_behind_a_host_call_waits_for_the_calls_it_submitted,
+                work_whose_waits_include_a_waiting_host_calls_is_held_behind_it,
+                work_submitted_after_a_host_calls_wait_is_reached_is_held_behind_it,
+                work_that_signals_a_waiting_host_calls_wait_is_not_held_behind_it,
+                work_a_host_call_submits_with_a_later_wait_is_not_held_behind_it,
                 dealloca_of_a_non_transient_buffer_refused,
                 dealloca_twice_refused,
             }

@@ -448,6 +448,100 @@ pub(crate) fn work_behind_a_host_call_waits_for_the_calls_it_submitted(cx: &Cx) 
     Ok(())
 }
 
+/// Work submitted after a blocking host call, whose waits include all of the call's waits, starts
+/// only after the call returned, also when its waits are covered by device work the call still
+/// waits for (so it could be issued before the call runs): `reached_first` says whether the call's
+/// wait is reached before that work is submitted (the call is then already admitted) or not.
+fn work_behind_a_waiting_host_call(cx: &Cx, reached_first: bool) -> CaseResult {
+    const BIG: u64 = 32 << 20;
+    let q = cx.queue(0);
+    let big = cx.device_buffer(BIG)?;
+    let small = cx.host_buffer(4)?;
+    let (t, done) = (cx.sem(0)?, cx.sem(0)?);
+    for round in 0..4u64 {
+        let returned = Arc::new(AtomicU32::new(0));
+        // Slow device work that the call and the later fill both wait for.
+        q.fill(&[], &big, 0, BIG, round as u8, &[sv(&t, round + 1)]).ctx("the slow fill")?;
+        let call = {
+            let returned = returned.clone();
+            move || {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                returned.store(1, Ordering::SeqCst);
+                Ok(())
+            }
+        };
+        q.host_call(&[sv(&t, round + 1)], call, &[]).ctx("the host call")?;
+        if reached_first {
+            cx.wait(&t, round + 1)?;
+        }
+        let later = returned.clone();
+        q.fill(&[sv(&t, round + 1)], &small, 0, 4, 7u8, &[sv(&done, round + 1)]).ctx("the fill behind the call")?;
+        cx.wait(&done, round + 1)?;
+        ensure!(
+            later.load(Ordering::SeqCst) == 1,
+            "round {round}: the fill behind the host call completed before the call returned"
+        );
+    }
+    Ok(())
+}
+
+/// See [`work_behind_a_waiting_host_call`]: the later work is submitted while the call still waits.
+pub(crate) fn work_whose_waits_include_a_waiting_host_calls_is_held_behind_it(cx: &Cx) -> CaseResult {
+    work_behind_a_waiting_host_call(cx, false)
+}
+
+/// See [`work_behind_a_waiting_host_call`]: the later work is submitted once the call's wait is reached.
+pub(crate) fn work_submitted_after_a_host_calls_wait_is_reached_is_held_behind_it(cx: &Cx) -> CaseResult {
+    work_behind_a_waiting_host_call(cx, true)
+}
+
+/// Work submitted after a blocking host call that still waits, whose waits do not include all of
+/// the call's, is not held behind it: it may be what signals the call's waits (here the call waits
+/// for `a` and `b`, the later fill waits for `a` only and signals `b`).
+pub(crate) fn work_that_signals_a_waiting_host_calls_wait_is_not_held_behind_it(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let buffer = cx.host_buffer(4)?;
+    let (a, b, done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    q.host_call(&[sv(&a, 1), sv(&b, 1)], || Ok(()), &[sv(&done, 1)]).ctx("the host call")?;
+    q.fill(&[sv(&a, 1)], &buffer, 0, 4, 3u8, &[sv(&b, 1)]).ctx("the fill that signals b")?;
+    a.signal(1).ctx("signal a")?;
+    cx.wait(&b, 1)?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![3; 4], "bytes after the fill");
+    Ok(())
+}
+
+/// Work a blocking host call submits to its own queue is part of the call also when its wait is
+/// signalled later from another thread (its place in the queue is the call's, whichever thread
+/// resolves the wait): the call may wait for it without a deadlock.
+pub(crate) fn work_a_host_call_submits_with_a_later_wait_is_not_held_behind_it(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    let buffer = cx.host_buffer(4)?;
+    let (inner, done) = (cx.sem(0)?, cx.sem(0)?);
+    let call = {
+        let (q, buffer, inner) = (q.clone(), buffer.clone(), inner.clone());
+        move || {
+            let gate = hal::Semaphore::new(0);
+            q.fill(&[sv(&gate, 1)], &buffer, 0, 4, 9u8, &[sv(&inner, 1)])?;
+            let signaller = {
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    gate.signal(1)
+                })
+            };
+            let waited = inner.wait(1, hal::Timeout::After(std::time::Duration::from_secs(5)));
+            let signalled =
+                signaller.join().unwrap_or_else(|_| Err(hal::Error::internal("the signalling thread panicked")));
+            signalled.and(waited)
+        }
+    };
+    q.host_call(&[], call, &[sv(&done, 1)]).ctx("the host call")?;
+    cx.wait(&done, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![9; 4], "bytes after the call's fill");
+    Ok(())
+}
+
 /// `Ok` if `holds`, else a failed-precondition error (for checks inside host calls).
 fn ensure_hal(holds: bool, what: String) -> hal::Result<()> {
     if holds { Ok(()) } else { Err(hal::Error::new(StatusCode::FailedPrecondition, what)) }

@@ -81,7 +81,49 @@ fn the_hang_report_prints_the_admission_list() {
         s.poll_completions(0);
         std::thread::yield_now();
     }
-    called.wait(1, Timeout::Immediate).unwrap();
+    // The call's own signal is applied after it let the barrier go: the two may land in either order.
+    called.wait(1, Timeout::After(Duration::from_secs(5))).unwrap();
     done.wait(1, Timeout::Immediate).unwrap();
     assert!(!s.report().contains("admission list"), "the list is empty once the call returned");
+}
+
+#[test]
+fn the_hang_report_prints_a_call_waiting_for_its_waits() {
+    let s = scheduler(1);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (gate, done) = (s.create_semaphore(0), s.create_semaphore(0));
+    s.submit(0, counting_call(&runs, HostCallFlags::empty()), &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
+    let report = s.report();
+    assert!(report.contains("queue 0 admission list, in order:"), "{report}");
+    assert!(report.contains(&format!("host call action 1: waiting for {gate} >= 1")), "{report}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the call waits");
+
+    gate.signal(1).unwrap();
+    done.wait(1, Timeout::After(Duration::from_secs(5))).unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the call ran once");
+    assert!(!s.report().contains("admission list"), "the list is empty once the call returned");
+}
+
+#[test]
+fn a_call_whose_wait_fails_leaves_the_admission_list() {
+    let s = scheduler(1);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (gate, done) = (s.create_semaphore(0), s.create_semaphore(0));
+    s.submit(0, counting_call(&runs, HostCallFlags::empty()), &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
+    assert!(s.report().contains("admission list"));
+    gate.fail(hal::Error::aborted("the gate failed"));
+    let failed = done.wait(1, Timeout::After(Duration::from_secs(5))).unwrap_err();
+    assert!(failed.message().contains("the gate failed"), "{failed}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the call never ran");
+    assert!(!s.report().contains("admission list"), "it left the list: {}", s.report());
+    // Later work of the queue is not held by it.
+    let later = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&later, 1)]).unwrap();
+    s.model().complete_up_to(u64::MAX);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while later.query().unwrap() < 1 && std::time::Instant::now() < deadline {
+        s.poll_completions(0);
+        std::thread::yield_now();
+    }
+    later.wait(1, Timeout::Immediate).unwrap();
 }

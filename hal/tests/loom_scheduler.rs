@@ -322,3 +322,36 @@ fn loom_a_host_call_is_not_held_behind_itself() {
         assert_idle(&s);
     });
 }
+
+/// A blocking host call still waiting for its wait holds later work of its queue whose waits
+/// include that wait: the later work is submitted on one thread while another reaches the wait,
+/// so it may be admitted before the call or after; either way it runs only after the call returned.
+#[test]
+fn loom_work_whose_waits_include_a_waiting_calls_waits_for_its_return() {
+    builder().check(|| {
+        let s = scheduler(1);
+        let (gate, called, after) = (Semaphore::new(0), Semaphore::new(0), Semaphore::new(0));
+        let ran = s.model().ran.clone();
+        let call = HostCall::new(
+            move || match ran.load(Ordering::Relaxed) {
+                0 => Ok(()),
+                n => Err(Error::internal(format!("{n} submission(s) behind the call ran before it returned"))),
+            },
+            HostCallFlags::empty(),
+        );
+        s.submit(0, Submission::HostCall(call), &[SV::new(&gate, 1)], &[SV::new(&called, 1)]).unwrap();
+        let submitter = {
+            let (s, gate, after) = (s.clone(), gate.clone(), after.clone());
+            loom::thread::spawn(move || {
+                s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&after, 1)]).unwrap()
+            })
+        };
+        gate.signal(1).unwrap();
+        submitter.join().unwrap();
+        drain(&s, 1);
+        drain(&s, 1);
+        assert_eq!(called.query().unwrap(), 1, "the call returned before the work behind it ran");
+        assert_eq!(after.query().unwrap(), 1, "the held work ran once the call returned");
+        assert_idle(&s);
+    });
+}

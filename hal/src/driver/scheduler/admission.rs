@@ -1,21 +1,30 @@
 //! Admission: the order blocking host calls impose on their queue, kept as a list.
 //!
 //! A blocking host call (the default, IREE's meaning) holds later work of its queue until it
-//! returns. Once its waits are resolved it is *admitted*: it enters its queue's admission list,
-//! and leaves it when it returns. Every submission of the queue is admitted the same way when its
-//! waits are resolved: it is issued at once unless an entry ahead of it in the list is not one of
-//! its ancestors (a running call that submitted it, directly or through calls of its own), and is
-//! otherwise held in the list, in admission order. A call still waiting for its own waits holds
-//! nothing back, so work behind it may signal what it waits for.
+//! returns. Every submission gets its place in the queue's order when it is submitted. A blocking
+//! call enters its queue's admission list then, and leaves it when it returns (or never runs).
+//! Every other submission of the queue looks at the list when its waits are resolved: it is issued
+//! at once unless an entry ahead of it in the list holds it, and is otherwise held in the list, in
+//! place order, until the list drains to it.
 //!
-//! A returning call drains the list: held work is issued in order, up to the first entry that
-//! still has one ahead of it. One thread drains at a time, and work being issued stays in the list
-//! until it is, so later submissions never pass it.
+//! Which entries hold a submission `W` (never its ancestors: the running calls that submitted it,
+//! directly or through calls of their own):
+//! - a call whose waits are resolved (running, or queued to run) holds all of `W`;
+//! - a call still waiting for its own waits holds `W` only when `W`'s waits imply the call's
+//!   (for each of the call's waits, `W` waits on the same semaphore for at least that value): such
+//!   a `W` cannot start before the call could anyway, so holding it never deadlocks. Any other `W`
+//!   is not held: it may be what signals the call's waits;
+//! - held work holds `W` when it is held by something that holds `W` too, or when nothing holds it
+//!   any more (it is about to be issued): work behind the same call issues in order.
 //!
-//! Order: each admitted submission gets a place `(root, seq)`. `seq` counts admissions; `root` is
-//! its own `seq`, or, for work that a running call of the queue submits, that call's `root`: the
-//! work is part of the call, so it sorts right after the call and ahead of everything admitted
-//! after the call (which waits for the call, and so for it).
+//! A returning call drains the list: held work is issued in order, each entry as soon as nothing
+//! ahead holds it. One thread drains at a time, and work being issued stays in the list until it
+//! is, so later submissions never pass it.
+//!
+//! Order: each submission gets a place `(root, seq)`. `seq` counts submissions of the queue;
+//! `root` is its own `seq`, or, for work that a running call of the queue submits, that call's
+//! `root`: the work is part of the call, so it sorts right after the call and ahead of everything
+//! submitted after the call (which waits for the call, and so for it).
 
 use std::cell::Cell;
 use std::fmt::Write;
@@ -26,21 +35,22 @@ use super::host_calls::ReturnTo;
 use super::{Issue, Shared};
 use crate::driver::stream_model::StreamModel;
 use crate::error::Error;
-use crate::sync::atomic::{AtomicUsize, Ordering};
+use crate::semaphore::{SemaphoreList, SemaphoreValue};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// The admission list of one queue.
 pub(crate) struct Admission<M: StreamModel> {
     /// Entries in the list: a submission reads only this when there are none (no lock).
     count: AtomicUsize,
+    /// The `seq` of the next submission.
+    next_seq: AtomicU64,
     list: Mutex<AdmissionList<M>>,
 }
 
 struct AdmissionList<M: StreamModel> {
     /// In place order.
     entries: Vec<Entry<M>>,
-    /// The `seq` of the next admission.
-    next_seq: u64,
     /// Whether a thread is issuing held work now (see the module docs).
     draining: bool,
 }
@@ -48,19 +58,27 @@ struct AdmissionList<M: StreamModel> {
 struct Entry<M: StreamModel> {
     action: u64,
     place: Place,
+    /// Whether it is a blocking host call (waiting, held, or admitted).
+    call: bool,
+    /// Its waits: what a call still waiting for them is waiting for, and what held work waited
+    /// for (to tell whether it implies such a call's waits).
+    waits: SemaphoreList,
     state: EntryState<M>,
 }
 
 enum EntryState<M: StreamModel> {
-    /// A blocking host call, admitted and not returned yet.
+    /// A blocking host call whose waits are not resolved yet.
+    Waiting,
+    /// A blocking host call whose waits are resolved, not returned yet.
     Call,
-    /// Held work; `None` while the draining thread issues it.
+    /// Held work, or a call whose waits are resolved held behind another; `None` while the
+    /// draining thread issues it.
     Held(Option<Box<Issue<M>>>),
 }
 
 /// Where a submission stands in its queue's order (see the module docs).
 #[derive(Clone)]
-struct Place {
+pub(crate) struct Place {
     root: u64,
     seq: u64,
     /// The running calls of this queue it was submitted from, innermost first: it never waits for
@@ -72,18 +90,40 @@ impl Place {
     fn key(&self) -> (u64, u64) {
         (self.root, self.seq)
     }
+}
 
-    /// Whether a submission at this place must wait for `entry`.
-    fn waits_for<M: StreamModel>(&self, entry: &Entry<M>) -> bool {
-        entry.place.key() < self.key() && !self.ancestors.contains(&entry.action)
-    }
+/// Whether every wait of `call` is implied by one of `waits`: the same semaphore, at least the
+/// same value.
+fn implies(waits: &[SemaphoreValue], call: &[SemaphoreValue]) -> bool {
+    call.iter().all(|c| waits.iter().any(|w| w.semaphore.same_as(&c.semaphore) && w.value >= c.value))
 }
 
 impl<M: StreamModel> Default for Admission<M> {
     fn default() -> Self {
         Admission {
             count: AtomicUsize::new(0),
-            list: Mutex::new(AdmissionList { entries: Vec::new(), next_seq: 0, draining: false }),
+            next_seq: AtomicU64::new(0),
+            list: Mutex::new(AdmissionList { entries: Vec::new(), draining: false }),
+        }
+    }
+}
+
+impl<M: StreamModel> Admission<M> {
+    /// The place of a submission of `queue` made now, on this thread.
+    pub(crate) fn place(&self, device: u64, queue: usize) -> Place {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let running = RUNNING.with(Cell::get).filter(|r| r.device == device && r.queue == queue);
+        let Some(running) = running else {
+            return Place { root: seq, seq, ancestors: SmallVec::new() };
+        };
+        let list = lock(&self.list);
+        match list.position(running.action).map(|at| &list.entries[at].place) {
+            Some(call) => {
+                let mut ancestors = SmallVec::from_elem(running.action, 1);
+                ancestors.extend(call.ancestors.iter().copied());
+                Place { root: call.root, seq, ancestors }
+            }
+            None => Place { root: seq, seq, ancestors: SmallVec::from_elem(running.action, 1) },
         }
     }
 }
@@ -93,20 +133,32 @@ impl<M: StreamModel> AdmissionList<M> {
         self.entries.iter().position(|e| e.action == action)
     }
 
-    /// A place for a submission of `queue` admitted now, on this thread.
-    fn next_place(&mut self, device: u64, queue: usize) -> Place {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let running = RUNNING.with(Cell::get).filter(|r| r.device == device && r.queue == queue);
-        let call = running.and_then(|r| self.position(r.action).map(|at| (r.action, &self.entries[at].place)));
-        match call {
-            Some((action, call)) => {
-                let mut ancestors = SmallVec::from_elem(action, 1);
-                ancestors.extend(call.ancestors.iter().copied());
-                Place { root: call.root, seq, ancestors }
-            }
-            None => Place { root: seq, seq, ancestors: running.map(|r| r.action).into_iter().collect() },
+    /// Whether entry `at` holds a submission at `place` with `waits` (see the module docs).
+    fn holds(&self, at: usize, place: &Place, waits: &[SemaphoreValue]) -> bool {
+        let entry = &self.entries[at];
+        if entry.place.key() >= place.key() || place.ancestors.contains(&entry.action) {
+            return false;
         }
+        match (&entry.state, entry.call) {
+            (EntryState::Waiting, _) => implies(waits, &entry.waits),
+            // A call whose waits are resolved, running or held itself.
+            (_, true) => true,
+            (_, false) => {
+                let mut holders = (0..at).filter(|&b| {
+                    let ahead = &self.entries[b];
+                    ahead.call && self.holds(b, &entry.place, &entry.waits)
+                });
+                match holders.next() {
+                    None => true,
+                    Some(first) => std::iter::once(first).chain(holders).any(|b| self.holds(b, place, waits)),
+                }
+            }
+        }
+    }
+
+    /// Whether anything in the list holds a submission at `place` with `waits`.
+    fn held(&self, place: &Place, waits: &[SemaphoreValue]) -> bool {
+        (0..self.entries.len()).any(|at| self.holds(at, place, waits))
     }
 
     fn insert(&mut self, entry: Entry<M>, count: &AtomicUsize) {
@@ -115,31 +167,56 @@ impl<M: StreamModel> AdmissionList<M> {
         count.store(self.entries.len(), Ordering::Release);
     }
 
+    /// Sets the state of `action`'s entry (a call that waited for its waits in the list), or
+    /// enters it.
+    fn enter(
+        &mut self,
+        action: u64,
+        place: Place,
+        call: bool,
+        waits: &[SemaphoreValue],
+        state: EntryState<M>,
+        count: &AtomicUsize,
+    ) {
+        match self.position(action) {
+            Some(at) => self.entries[at].state = state,
+            None => self.insert(Entry { action, place, call, waits: waits.iter().cloned().collect(), state }, count),
+        }
+    }
+
     fn remove(&mut self, at: usize, count: &AtomicUsize) -> Entry<M> {
         let entry = self.entries.remove(at);
         count.store(self.entries.len(), Ordering::Release);
         entry
     }
 
-    /// The first held entry, if nothing ahead of it holds it: taken for issuing (it stays in the
+    /// The first held entry that nothing ahead of it holds: taken for issuing (it stays in the
     /// list, so that nothing passes it meanwhile).
     fn take_next_ready(&mut self) -> Option<(u64, Issue<M>)> {
-        let at = self.entries.iter().position(|e| matches!(e.state, EntryState::Held(_)))?;
-        let (ahead, rest) = self.entries.split_at_mut(at);
-        let next = &mut rest[0];
-        if ahead.iter().any(|e| next.place.waits_for(e)) {
-            return None;
-        }
+        let at = (0..self.entries.len()).find(|&at| {
+            let entry = &self.entries[at];
+            matches!(entry.state, EntryState::Held(Some(_))) && !self.held(&entry.place, &entry.waits)
+        })?;
+        let next = &mut self.entries[at];
         let EntryState::Held(issue) = &mut next.state else { return None };
         Some((next.action, *issue.take()?))
     }
 }
 
 impl<M: StreamModel> Shared<M> {
-    /// Issues a submission whose waits are resolved, unless an entry of its queue's admission list
-    /// is ahead of it (see the module docs): then it is held there, keeping the device events that
-    /// cover its waits, until the list drains to it. A blocking host call enters the list either way.
-    pub(crate) fn admit(&self, id: u64, issue: Issue<M>) {
+    /// Blocking host call `id`, submitted at `place` with `waits` not resolved yet, enters its
+    /// queue's admission list (see the module docs). Before its waits can resolve: `admit` finds it.
+    pub(crate) fn enter_waiting(&self, id: u64, queue: usize, place: Place, waits: &[SemaphoreValue]) {
+        let admission = &self.queues[queue].admission;
+        let entry =
+            Entry { action: id, place, call: true, waits: waits.iter().cloned().collect(), state: EntryState::Waiting };
+        lock(&admission.list).insert(entry, &admission.count);
+    }
+
+    /// Issues a submission whose `waits` are resolved, unless an entry of its queue's admission
+    /// list holds it (see the module docs): then it is held there, keeping the device events that
+    /// cover its waits, until the list drains to it. A blocking host call is in the list either way.
+    pub(crate) fn admit(&self, id: u64, issue: Issue<M>, waits: &[SemaphoreValue]) {
         let blocking = issue.op.is_blocking_host_call();
         let queue = issue.queue;
         let admission = &self.queues[queue].admission;
@@ -147,20 +224,17 @@ impl<M: StreamModel> Shared<M> {
             self.issue(id, issue);
             return;
         }
-        {
-            let mut list = lock(&admission.list);
-            let place = list.next_place(self.device.get(), queue);
-            if list.entries.iter().any(|e| place.waits_for(e)) {
-                list.insert(
-                    Entry { action: id, place, state: EntryState::Held(Some(Box::new(issue))) },
-                    &admission.count,
-                );
-                return;
-            }
-            if blocking {
-                list.insert(Entry { action: id, place, state: EntryState::Call }, &admission.count);
-            }
+        let mut list = lock(&admission.list);
+        if list.held(&issue.place, waits) {
+            let place = issue.place.clone();
+            list.enter(id, place, blocking, waits, EntryState::Held(Some(Box::new(issue))), &admission.count);
+            return;
         }
+        if blocking {
+            // An admitted call stays in the list until it returns.
+            list.enter(id, issue.place.clone(), true, waits, EntryState::Call, &admission.count);
+        }
+        drop(list);
         self.issue(id, issue);
     }
 
@@ -240,8 +314,18 @@ impl<M: StreamModel> Shared<M> {
         }
         let list = lock(&admission.list);
         let _ = writeln!(out, "  queue {queue} admission list, in order:");
-        for entry in &list.entries {
+        for (at, entry) in list.entries.iter().enumerate() {
             let _ = match &entry.state {
+                EntryState::Waiting => {
+                    let waits: Vec<String> =
+                        entry.waits.iter().map(|w| format!("{} >= {}", w.semaphore, w.value)).collect();
+                    writeln!(
+                        out,
+                        "    host call action {}: waiting for {}; later work of the queue whose waits include those waits until it returns",
+                        entry.action,
+                        waits.join(", ")
+                    )
+                }
                 EntryState::Call => {
                     writeln!(
                         out,
@@ -250,11 +334,9 @@ impl<M: StreamModel> Shared<M> {
                     )
                 }
                 EntryState::Held(Some(issue)) => {
-                    let behind: Vec<String> = list
-                        .entries
-                        .iter()
-                        .filter(|e| entry.place.waits_for(e))
-                        .map(|e| format!("action {}", e.action))
+                    let behind: Vec<String> = (0..at)
+                        .filter(|&b| list.holds(b, &entry.place, &entry.waits))
+                        .map(|b| format!("action {}", list.entries[b].action))
                         .collect();
                     writeln!(
                         out,

@@ -25,7 +25,7 @@ impl<M: StreamModel> Shared<M> {
     /// to the completion thread; outside it, wakes what waits for the publication, or fails the
     /// signals.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, covers } = issue;
+        let Issue { queue, op, signals, covers, .. } = issue;
         let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
         let Covers { waited, events: wait_events, upstream } = covers;
         let has_upstream = !upstream.is_empty();

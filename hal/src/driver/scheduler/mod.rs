@@ -170,6 +170,8 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) signals: SemaphoreList,
     /// The device events that cover its waits.
     pub(crate) covers: Covers<M>,
+    /// Its place in its queue's order, taken at submission (see `admission`).
+    pub(crate) place: admission::Place,
 }
 
 impl<M: StreamModel> Issue<M> {
@@ -348,10 +350,16 @@ impl<M: StreamModel> Scheduler<M> {
                 return Ok(());
             }
         };
-        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers };
+        let place = shared.queues[queue].admission.place(shared.device.get(), queue);
+        let blocking = op.is_blocking_host_call();
+        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers, place };
         if ready.iter().all(|&ready| ready) {
-            shared.admit(id, issue);
+            shared.admit(id, issue, waits);
         } else {
+            if blocking {
+                // In the list before its waits can resolve (see `admission`).
+                shared.enter_waiting(id, queue, issue.place.clone(), waits);
+            }
             Action::hold(shared, id, waits.iter().cloned().collect(), &ready, issue);
         }
         Ok(())

@@ -173,13 +173,19 @@ impl<M: StreamModel> Action<M> {
             Step::Nothing => {}
             Step::Issue(issue) => {
                 shared.pending_remove(self.id);
-                shared.admit(self.id, issue);
+                shared.admit(self.id, issue, &self.waits);
             }
             Step::Fail { issue, cancel, status } => {
                 shared.pending_remove(self.id);
                 let signals = match issue {
-                    Some(Issue { op, signals, .. }) => {
+                    Some(Issue { op, signals, queue, .. }) => {
+                        let blocking = op.is_blocking_host_call();
                         op.will_not_run(&status);
+                        drop(op);
+                        if blocking {
+                            // It never runs: it leaves its queue's admission list.
+                            shared.call_returned(queue, self.id);
+                        }
                         signals
                     }
                     None => SemaphoreList::new(),
