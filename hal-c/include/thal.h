@@ -79,6 +79,9 @@ typedef struct thal_device_t thal_device_t;
 // A loaded executable (`thal_executable_load_library`, `thal_executable_load_bytes`).
 typedef struct thal_executable_t thal_executable_t;
 
+// A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
+typedef struct thal_mapping_t thal_mapping_t;
+
 // One queue of a device (`thal_device_queue`).
 typedef struct thal_queue_t thal_queue_t;
 
@@ -495,6 +498,31 @@ thal_status_t thal_executable_retain(thal_executable_t *executable);
 // # Safety
 // `executable` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_executable_release(thal_executable_t *executable);
+
+// Maps `length` bytes of `buffer` from `offset` for the host: `*data` points to them until
+// `thal_buffer_unmap(*out)`. The buffer needs `THAL_MEMORY_TYPE_HOST_VISIBLE` memory and
+// `THAL_BUFFER_USAGE_MAPPING` (`PERMISSION_DENIED` otherwise, naming the buffer and what it
+// lacks); a transient buffer without memory now is `FAILED_PRECONDITION`; a range past the end
+// `OUT_OF_RANGE`. The mapping keeps the buffer and its memory alive. Plain loads and stores through
+// `*data` must be ordered against queue work on the same range by the caller (wait on the
+// semaphore the work signals before touching the bytes, and submit work after the stores).
+//
+// # Safety
+// `buffer` is a handle the caller holds; `data` and `out` are writable.
+thal_status_t thal_buffer_map(thal_buffer_t *buffer, uint64_t offset, uint64_t length, void **data, thal_mapping_t **out);
+
+// Writes the length of `mapping`'s range in bytes to `*length`.
+//
+// # Safety
+// `mapping` is a mapping the caller has not unmapped; `length` is writable.
+thal_status_t thal_mapping_length(thal_mapping_t *mapping, size_t *length);
+
+// Ends `mapping`: its pointer is invalid from here on, and the buffer and memory it kept alive may
+// go. NULL is allowed.
+//
+// # Safety
+// `mapping` is NULL or a mapping the caller has not unmapped; it gives it up.
+thal_status_t thal_buffer_unmap(thal_mapping_t *mapping);
 
 // Runs an ended command buffer (one without binding slots) once `waits` are reached.
 //

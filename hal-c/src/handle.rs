@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hal::{Buffer, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
 
+use crate::mapping::HostMapping;
 use crate::queue::PendingRead;
 
 /// A device (`thal_device_create`).
@@ -35,6 +36,11 @@ pub struct thal_executable_t {
 }
 /// The bytes of a queue read, once its signals are reached (`thal_queue_read`).
 pub struct thal_readback_t {
+    _opaque: [u8; 0],
+}
+
+/// A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
+pub struct thal_mapping_t {
     _opaque: [u8; 0],
 }
 
@@ -74,6 +80,7 @@ kinds! {
     CommandBuffer => thal_command_buffer_t, 0x7468_616c_0000_0005;
     Executable => thal_executable_t, 0x7468_616c_0000_0006;
     PendingRead => thal_readback_t, 0x7468_616c_0000_0007;
+    HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
 }
 
 /// What a handle points to: the tag, then the object.

@@ -14,6 +14,7 @@ mod command_buffer;
 mod device;
 mod executable;
 mod handle;
+mod mapping;
 mod params;
 mod queue;
 mod semaphore;
@@ -24,9 +25,10 @@ pub use command_buffer::*;
 pub use device::*;
 pub use executable::*;
 pub use handle::{
-    thal_buffer_t, thal_command_buffer_t, thal_device_t, thal_executable_t, thal_queue_t, thal_readback_t,
-    thal_semaphore_t,
+    thal_buffer_t, thal_command_buffer_t, thal_device_t, thal_executable_t, thal_mapping_t, thal_queue_t,
+    thal_readback_t, thal_semaphore_t,
 };
+pub use mapping::*;
 pub use queue::*;
 pub use semaphore::*;
 pub use status::*;

@@ -155,5 +155,6 @@ c_tests! {
     binding_tables,
     waits_from_several_threads,
     subspans,
+    host_mappings,
     transient_buffers_and_indirect_dispatch,
 }

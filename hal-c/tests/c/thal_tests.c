@@ -529,6 +529,71 @@ static void test_subspans(void) {
   thal_device_release(device);
 }
 
+/* A mapping's pointer reads and writes the buffer's bytes until unmap, keeps the buffer alive, and is
+ * refused where the buffer cannot be mapped, with the reason. */
+static void test_host_mappings(void) {
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  thal_semaphore_t *done = semaphore(device);
+  thal_buffer_t *buffer = host_buffer(device, 64);
+  pair_t p;
+  OK(thal_queue_fill(queue, NULL, buffer, 0, 64, 0xabababab, 4, one(&p, done, 1)));
+  OK(thal_semaphore_wait(done, 1, THAL_TIME_INFINITE_FUTURE));
+
+  void *data = NULL;
+  thal_mapping_t *mapping = NULL;
+  OK(thal_buffer_map(buffer, 16, 32, &data, &mapping));
+  OK(thal_buffer_release(buffer)); /* the mapping keeps it */
+  size_t length = 0;
+  OK(thal_mapping_length(mapping, &length));
+  CHECK(length == 32 && data != NULL);
+  uint8_t *bytes = data;
+  CHECK(bytes[0] == 0xab && bytes[31] == 0xab);
+  for (int i = 0; i < 32; i++) bytes[i] = (uint8_t)i;
+  CHECK(bytes[5] == 5 && bytes[31] == 31);
+  EXPECT(thal_buffer_unmap((thal_mapping_t *)queue), THAL_STATUS_INVALID_ARGUMENT, "not a thal_mapping_t");
+  OK(thal_buffer_unmap(mapping));
+  OK(thal_buffer_unmap(NULL));
+
+  /* Refusals: a range past the end, NULL out-pointers, memory the host cannot see. */
+  thal_buffer_t *other = host_buffer(device, 64);
+  mapping = (thal_mapping_t *)1;
+  EXPECT(thal_buffer_map(other, 48, 32, &data, &mapping), THAL_STATUS_OUT_OF_RANGE, "");
+  CHECK(mapping == NULL && data == NULL);
+  EXPECT(thal_buffer_map(other, 0, 8, NULL, &mapping), THAL_STATUS_INVALID_ARGUMENT, "'data'");
+  EXPECT(thal_buffer_map(other, 0, 8, &data, NULL), THAL_STATUS_INVALID_ARGUMENT, "'out'");
+  thal_buffer_params_t no_mapping = host_params();
+  no_mapping.usage &= ~THAL_BUFFER_USAGE_MAPPING;
+  thal_buffer_t *unmappable = NULL;
+  OK(thal_buffer_allocate(device, &no_mapping, 64, &unmappable));
+  EXPECT(thal_buffer_map(unmappable, 0, 8, &data, &mapping), THAL_STATUS_PERMISSION_DENIED, "MAPPING");
+  thal_buffer_release(unmappable);
+  thal_buffer_params_t device_local = {sizeof device_local, THAL_MEMORY_TYPE_DEVICE_LOCAL,
+                                       THAL_BUFFER_USAGE_TRANSFER_TARGET};
+  OK(thal_buffer_allocate(device, &device_local, 64, &unmappable));
+  EXPECT(thal_buffer_map(unmappable, 0, 8, &data, &mapping), THAL_STATUS_PERMISSION_DENIED,
+         "is not HOST_VISIBLE and cannot be mapped");
+  thal_buffer_release(unmappable);
+
+  /* Bytes written through a mapping are what queue work reads. */
+  OK(thal_buffer_map(other, 0, 64, &data, &mapping));
+  memset(data, 0x5a, 64);
+  thal_readback_t *readback = NULL;
+  OK(thal_queue_read(queue, NULL, other, 8, 4, one(&p, done, 3), &readback));
+  uint8_t back[4] = {0};
+  OK(thal_readback_wait(readback, THAL_TIME_INFINITE_FUTURE, back, sizeof back));
+  CHECK(back[0] == 0x5a && back[3] == 0x5a);
+  thal_readback_release(readback);
+  OK(thal_buffer_unmap(mapping));
+  OK(thal_buffer_read(other, 60, back, sizeof back));
+  CHECK(back[0] == 0x5a && back[3] == 0x5a);
+  thal_buffer_release(other);
+  thal_semaphore_release(done);
+  thal_queue_release(queue);
+  thal_device_release(device);
+}
+
 /* A transient buffer lives between its alloca's and dealloca's signals; an indirect dispatch takes
  * its workgroup count from a buffer written by earlier queue work. */
 static void test_transient_buffers_and_indirect_dispatch(void) {
@@ -590,6 +655,7 @@ static const struct {
     {"binding_tables", test_binding_tables},
     {"waits_from_several_threads", test_waits_from_several_threads},
     {"subspans", test_subspans},
+    {"host_mappings", test_host_mappings},
     {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
 };
 
