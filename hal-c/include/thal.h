@@ -46,6 +46,15 @@
 // Executed any number of times.
 #define THAL_COMMAND_BUFFER_MODE_REUSABLE 1
 
+// The device's name as its driver reports it (a GPU's product name).
+#define THAL_DEVICE_INFO_NAME 0
+
+// The driver's name ("cpu-sim", "cuda", "vulkan").
+#define THAL_DEVICE_INFO_DRIVER 1
+
+// An id naming the device the same way in every process (a device path may use it).
+#define THAL_DEVICE_INFO_STABLE_ID 2
+
 // NVIDIA PTX text.
 #define THAL_EXECUTABLE_FORMAT_PTX 0
 
@@ -72,6 +81,9 @@ typedef struct thal_buffer_t thal_buffer_t;
 
 // A recorded list of commands (`thal_command_buffer_create`).
 typedef struct thal_command_buffer_t thal_command_buffer_t;
+
+// A snapshot of what a device is and offers (`thal_device_query_info`).
+typedef struct thal_device_info_t thal_device_info_t;
 
 // A device (`thal_device_create`).
 typedef struct thal_device_t thal_device_t;
@@ -131,6 +143,34 @@ typedef struct {
   // Byte length, or `THAL_WHOLE_LENGTH`.
   uint64_t length;
 } thal_binding_ref_t;
+
+// A device's numbers. Versioned: set `struct_size` to `sizeof(thal_device_limits_t)`; the library
+// fills the rest.
+typedef struct {
+  // `sizeof(thal_device_limits_t)` as the caller was compiled.
+  size_t struct_size;
+  // Index among the driver's devices.
+  size_t ordinal;
+  // Number of queues.
+  size_t queue_count;
+  // Largest single allocation in bytes.
+  uint64_t max_allocation_size;
+  // Longest range one dispatch binding may have, in bytes (`UINT64_MAX` where bindings are plain
+  // addresses).
+  uint64_t max_binding_length;
+  // Largest workgroup (threads in x*y*z).
+  uint32_t max_workgroup_threads;
+  // Largest workgroup size per axis (x, y, z).
+  uint32_t max_workgroup_size[3];
+  // Largest workgroup count of a dispatch per axis (x, y, z).
+  uint32_t max_workgroup_count[3];
+  // Entries for `thal_device_info_memory_type`.
+  size_t memory_type_count;
+  // Entries for `thal_device_info_executable_kind`.
+  size_t executable_kind_count;
+  // Entries for `thal_device_info_property`.
+  size_t property_count;
+} thal_device_limits_t;
 
 // One entry point of driver-format bytes: its name and ABI (one pointer per binding, then each
 // 32-bit constant).
@@ -465,6 +505,58 @@ thal_status_t thal_queue_retain(thal_queue_t *queue);
 // # Safety
 // `queue` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_queue_release(thal_queue_t *queue);
+
+// Takes a snapshot of what `device` is and offers into `*out` (one reference); the strings it
+// gives out live as long as the snapshot.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_query_info(thal_device_t *device, thal_device_info_t **out);
+
+// Writes text `field` (`THAL_DEVICE_INFO_NAME`, `_DRIVER`, `_STABLE_ID`) to `*text`: NUL-terminated,
+// valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `text` is writable.
+thal_status_t thal_device_info_text(thal_device_info_t *info, uint32_t field, const char **text);
+
+// Fills `*limits` with the device's numbers and the lengths of its lists.
+//
+// # Safety
+// `info` is a handle the caller holds; `limits` is a versioned struct with `struct_size` writable bytes.
+thal_status_t thal_device_info_limits(thal_device_info_t *info, thal_device_limits_t *limits);
+
+// Writes memory type `index` (most preferred first) as `THAL_MEMORY_TYPE_*` bits to `*bits`.
+//
+// # Safety
+// `info` is a handle the caller holds; `bits` is writable.
+thal_status_t thal_device_info_memory_type(thal_device_info_t *info, size_t index, uint32_t *bits);
+
+// Writes the name of executable kind `index` (the driver's preferred first: "shared-library",
+// "ptx", "spirv", ...) to `*name`, valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `name` is writable.
+thal_status_t thal_device_info_executable_kind(thal_device_info_t *info, size_t index, const char **name);
+
+// Writes driver property `index`'s name and value (compute capability, memory size, ...) to `*key`
+// and `*value`, valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `key` and `value` are writable.
+thal_status_t thal_device_info_property(thal_device_info_t *info, size_t index, const char **key, const char **value);
+
+// Adds a reference to `info`.
+//
+// # Safety
+// `info` is a handle the caller holds.
+thal_status_t thal_device_info_retain(thal_device_info_t *info);
+
+// Drops a reference to `info`; the last one frees its strings. NULL is allowed.
+//
+// # Safety
+// `info` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_device_info_release(thal_device_info_t *info);
 
 // Loads the cpu-sim kernel library at `path` (exporting `hal_cpu_sim_kernel_table`) into `*out`.
 // A library that cannot be opened is `UNAVAILABLE`, one without the table `NOT_FOUND`; both name

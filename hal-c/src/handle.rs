@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hal::{Buffer, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
 
+use crate::device_info::DeviceInfoSnapshot;
 use crate::mapping::HostMapping;
 use crate::queue::PendingRead;
 
@@ -41,6 +42,11 @@ pub struct thal_readback_t {
 
 /// A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
 pub struct thal_mapping_t {
+    _opaque: [u8; 0],
+}
+
+/// A snapshot of what a device is and offers (`thal_device_query_info`).
+pub struct thal_device_info_t {
     _opaque: [u8; 0],
 }
 
@@ -81,6 +87,7 @@ kinds! {
     Executable => thal_executable_t, 0x7468_616c_0000_0006;
     PendingRead => thal_readback_t, 0x7468_616c_0000_0007;
     HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
+    DeviceInfoSnapshot => thal_device_info_t, 0x7468_616c_0000_0009;
 }
 
 /// What a handle points to: the tag, then the object.

@@ -12,6 +12,7 @@
 mod buffer;
 mod command_buffer;
 mod device;
+mod device_info;
 mod executable;
 mod handle;
 mod mapping;
@@ -23,10 +24,11 @@ mod status;
 pub use buffer::*;
 pub use command_buffer::*;
 pub use device::*;
+pub use device_info::*;
 pub use executable::*;
 pub use handle::{
-    thal_buffer_t, thal_command_buffer_t, thal_device_t, thal_executable_t, thal_mapping_t, thal_queue_t,
-    thal_readback_t, thal_semaphore_t,
+    thal_buffer_t, thal_command_buffer_t, thal_device_info_t, thal_device_t, thal_executable_t, thal_mapping_t,
+    thal_queue_t, thal_readback_t, thal_semaphore_t,
 };
 pub use mapping::*;
 pub use queue::*;

@@ -156,5 +156,6 @@ c_tests! {
     waits_from_several_threads,
     subspans,
     host_mappings,
+    device_info,
     transient_buffers_and_indirect_dispatch,
 }

@@ -529,6 +529,72 @@ static void test_subspans(void) {
   thal_device_release(device);
 }
 
+/* The device's report as data: its texts, limits and lists, as `hal devices` prints them; the
+ * snapshot outlives the device, and bad indices, fields and struct sizes are refused. */
+static void test_device_info(void) {
+  thal_device_t *device = open_device();
+  thal_device_info_t *info = NULL;
+  OK(thal_device_query_info(device, &info));
+  char name[256];
+  OK(thal_device_name(device, name, sizeof name, NULL));
+  size_t queues = 0;
+  OK(thal_device_queue_count(device, &queues));
+  OK(thal_device_release(device)); /* the snapshot stands alone */
+
+  const char *text = NULL, *driver = NULL, *stable_id = NULL;
+  OK(thal_device_info_text(info, THAL_DEVICE_INFO_NAME, &text));
+  CHECK(strcmp(text, name) == 0);
+  OK(thal_device_info_text(info, THAL_DEVICE_INFO_DRIVER, &driver));
+  CHECK(strcmp(driver, driver_name) == 0);
+  OK(thal_device_info_text(info, THAL_DEVICE_INFO_STABLE_ID, &stable_id));
+  CHECK(strlen(stable_id) > 0);
+  EXPECT(thal_device_info_text(info, 3, &text), THAL_STATUS_INVALID_ARGUMENT, "'field' 3");
+
+  thal_device_limits_t limits;
+  memset(&limits, 0, sizeof limits);
+  limits.struct_size = sizeof limits;
+  OK(thal_device_info_limits(info, &limits));
+  CHECK(limits.struct_size == sizeof limits && limits.ordinal == 0 && limits.queue_count == queues);
+  CHECK(limits.max_allocation_size > 0 && limits.max_binding_length > 0 && limits.max_workgroup_threads > 0);
+  CHECK(limits.max_workgroup_size[0] > 0 && limits.max_workgroup_count[0] > 0);
+  CHECK(limits.memory_type_count > 0 && limits.executable_kind_count > 0);
+  thal_device_limits_t old;
+  memset(&old, 0, sizeof old);
+  old.struct_size = sizeof(size_t);
+  EXPECT(thal_device_info_limits(info, &old), THAL_STATUS_INVALID_ARGUMENT, "struct_size");
+
+  int host_visible = 0;
+  for (size_t i = 0; i < limits.memory_type_count; i++) {
+    uint32_t bits = 0;
+    OK(thal_device_info_memory_type(info, i, &bits));
+    host_visible |= (bits & THAL_MEMORY_TYPE_HOST_VISIBLE) != 0;
+  }
+  CHECK(host_visible);
+  int loads_libraries = 0;
+  for (size_t i = 0; i < limits.executable_kind_count; i++) {
+    const char *kind = NULL;
+    OK(thal_device_info_executable_kind(info, i, &kind));
+    loads_libraries |= strcmp(kind, "shared-library") == 0;
+  }
+  CHECK(loads_libraries == is_cpu_sim());
+  int has_threads = 0;
+  for (size_t i = 0; i < limits.property_count; i++) {
+    const char *key = NULL, *value = NULL;
+    OK(thal_device_info_property(info, i, &key, &value));
+    CHECK(strlen(key) > 0 && value != NULL);
+    has_threads |= strcmp(key, "workgroup_threads") == 0 && atoi(value) > 0;
+  }
+  CHECK(has_threads == is_cpu_sim());
+  EXPECT(thal_device_info_property(info, limits.property_count, &text, &text), THAL_STATUS_OUT_OF_RANGE,
+         "property index");
+  EXPECT(thal_device_info_memory_type(info, limits.memory_type_count, &(uint32_t){0}), THAL_STATUS_OUT_OF_RANGE,
+         "memory type index");
+  EXPECT(thal_device_info_limits((thal_device_info_t *)driver, &limits), THAL_STATUS_INVALID_ARGUMENT, "");
+  OK(thal_device_info_retain(info));
+  OK(thal_device_info_release(info));
+  OK(thal_device_info_release(info));
+}
+
 /* A mapping's pointer reads and writes the buffer's bytes until unmap, keeps the buffer alive, and is
  * refused where the buffer cannot be mapped, with the reason. */
 static void test_host_mappings(void) {
@@ -656,6 +722,7 @@ static const struct {
     {"waits_from_several_threads", test_waits_from_several_threads},
     {"subspans", test_subspans},
     {"host_mappings", test_host_mappings},
+    {"device_info", test_device_info},
     {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
 };
 
