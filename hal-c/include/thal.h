@@ -64,6 +64,12 @@
 // A CUDA fatbin.
 #define THAL_EXECUTABLE_FORMAT_FATBIN 2
 
+// Record one entry per queue operation that runs on a device stream (execute, fill, copy, ...).
+#define THAL_PROFILE_QUEUE_OPERATIONS (1 << 0)
+
+// Record one entry per dispatch of executed command buffers.
+#define THAL_PROFILE_DISPATCHES (1 << 1)
+
 // A length meaning "to the end of the buffer" in a binding.
 #define THAL_WHOLE_LENGTH UINT64_MAX
 
@@ -93,6 +99,9 @@ typedef struct thal_executable_t thal_executable_t;
 
 // A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
 typedef struct thal_mapping_t thal_mapping_t;
+
+// The records of a profiling session (`thal_device_collect_profile`, `thal_device_end_profiling`).
+typedef struct thal_profile_t thal_profile_t;
 
 // One queue of a device (`thal_device_queue`).
 typedef struct thal_queue_t thal_queue_t;
@@ -201,6 +210,75 @@ typedef struct {
   size_t entry_point_count;
 } thal_executable_params_t;
 
+// What a profiling session records. Versioned: set `struct_size` to `sizeof(thal_profile_params_t)`.
+typedef struct {
+  // `sizeof(thal_profile_params_t)` as the caller was compiled.
+  size_t struct_size;
+  // `THAL_PROFILE_*` bits (at least one).
+  uint32_t flags;
+  // With `command_end > command_begin`: time only the dispatches at command indices
+  // `[command_begin, command_end)` of each command buffer; both 0: every dispatch.
+  size_t command_begin;
+  // The end of that range (exclusive).
+  size_t command_end;
+} thal_profile_params_t;
+
+// What a profile holds. Versioned: set `struct_size` to `sizeof(thal_profile_summary_t)`.
+typedef struct {
+  // `sizeof(thal_profile_summary_t)` as the caller was compiled.
+  size_t struct_size;
+  // Records for `thal_profile_queue_operation`.
+  size_t queue_operation_count;
+  // Records for `thal_profile_dispatch`.
+  size_t dispatch_count;
+  // How far a record's time may be off from when the device reached it, at most (0 when the
+  // device's clock is the host's); differences within one device are more precise.
+  uint64_t clock_uncertainty_ns;
+  // How device times were put on the host's clock, in words; valid until the profile is released.
+  const char *clock_method;
+} thal_profile_summary_t;
+
+// A deadline in nanoseconds on `thal_now_ns`'s clock.
+typedef int64_t thal_time_t;
+
+// One queue operation's time on its device stream. Versioned: set `struct_size` to
+// `sizeof(thal_queue_operation_timing_t)`.
+typedef struct {
+  // `sizeof(thal_queue_operation_timing_t)` as the caller was compiled.
+  size_t struct_size;
+  // The queue it ran on.
+  size_t queue;
+  // The device's submission number (as in `thal_device_report`).
+  uint64_t submission;
+  // Its kind ("execute", "fill", "copy", ...); valid until the profile is released.
+  const char *operation;
+  // When the stream started it, on `thal_now_ns`'s clock.
+  thal_time_t start_ns;
+  // When it finished.
+  thal_time_t end_ns;
+} thal_queue_operation_timing_t;
+
+// One dispatch of an executed command buffer. Versioned: set `struct_size` to
+// `sizeof(thal_dispatch_timing_t)`.
+typedef struct {
+  // `sizeof(thal_dispatch_timing_t)` as the caller was compiled.
+  size_t struct_size;
+  // The queue it ran on.
+  size_t queue;
+  // The submission (the execute) it belongs to.
+  uint64_t submission;
+  // Its position in the command buffer's recording.
+  size_t command_index;
+  // The entry point's name; valid until the profile is released.
+  const char *entry_point;
+  // Its workgroup count; all 0 for an indirect dispatch whose count the driver did not report.
+  uint32_t workgroups[3];
+  // When the device started it, on `thal_now_ns`'s clock.
+  thal_time_t start_ns;
+  // When it finished.
+  thal_time_t end_ns;
+} thal_dispatch_timing_t;
+
 // `count` pairs: `semaphores[i]` reaching `values[i]`. Both arrays may be NULL when `count` is 0,
 // and a NULL list pointer is an empty list.
 typedef struct {
@@ -226,9 +304,6 @@ typedef struct {
 // gives up) that fails the call's signals. It may call any function of this library, including
 // releasing the last handles of its own queue and device.
 typedef thal_status_t (*thal_host_call_fn)(void *user_data);
-
-// A deadline in nanoseconds on `thal_now_ns`'s clock.
-typedef int64_t thal_time_t;
 
 // IREE's status-code numbers (`iree_status_code_t`); `thal_status_code` returns one of these.
 typedef uint32_t thal_status_code_t;
@@ -615,6 +690,62 @@ thal_status_t thal_mapping_length(thal_mapping_t *mapping, size_t *length);
 // # Safety
 // `mapping` is NULL or a mapping the caller has not unmapped; it gives it up.
 thal_status_t thal_buffer_unmap(thal_mapping_t *mapping);
+
+// Starts profiling `device`: every submission issued from now on records timings as `params` ask,
+// until `thal_device_end_profiling`. `FAILED_PRECONDITION` while a session is in progress,
+// `UNIMPLEMENTED` for a driver that cannot time work.
+//
+// # Safety
+// `device` is a handle the caller holds; `params` is a valid versioned struct.
+thal_status_t thal_device_begin_profiling(thal_device_t *device, const thal_profile_params_t *params);
+
+// Takes the records of profiled submissions that completed since the last collect into `*out` (a
+// submission's records are there once its signals are reached). Never blocks.
+// `FAILED_PRECONDITION` when not profiling.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_collect_profile(thal_device_t *device, thal_profile_t **out);
+
+// Stops profiling and stores the records not collected yet in `*out`; submissions still in flight
+// add nothing more (wait for them first). `FAILED_PRECONDITION` when not profiling.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_end_profiling(thal_device_t *device, thal_profile_t **out);
+
+// Fills `*summary` with the profile's record counts and clock correlation.
+//
+// # Safety
+// `profile` is a handle the caller holds; `summary` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_summary(thal_profile_t *profile, thal_profile_summary_t *summary);
+
+// Fills `*timing` with queue-operation record `index` (completion order, queue by queue).
+//
+// # Safety
+// `profile` is a handle the caller holds; `timing` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_queue_operation(thal_profile_t *profile, size_t index, thal_queue_operation_timing_t *timing);
+
+// Fills `*timing` with dispatch record `index` (dispatches of one execute in command order).
+//
+// # Safety
+// `profile` is a handle the caller holds; `timing` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_dispatch(thal_profile_t *profile, size_t index, thal_dispatch_timing_t *timing);
+
+// Adds a reference to `profile`.
+//
+// # Safety
+// `profile` is a handle the caller holds.
+thal_status_t thal_profile_retain(thal_profile_t *profile);
+
+// Drops a reference to `profile`; the last one frees its records and strings. NULL is allowed.
+//
+// # Safety
+// `profile` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_profile_release(thal_profile_t *profile);
 
 // Runs an ended command buffer (one without binding slots) once `waits` are reached.
 //

@@ -9,6 +9,7 @@ use hal::{Buffer, CommandBuffer, Device, Error, Executable, Queue, Result, Semap
 
 use crate::device_info::DeviceInfoSnapshot;
 use crate::mapping::HostMapping;
+use crate::profile::ProfileSnapshot;
 use crate::queue::PendingRead;
 
 /// A device (`thal_device_create`).
@@ -50,6 +51,11 @@ pub struct thal_device_info_t {
     _opaque: [u8; 0],
 }
 
+/// The records of a profiling session (`thal_device_collect_profile`, `thal_device_end_profiling`).
+pub struct thal_profile_t {
+    _opaque: [u8; 0],
+}
+
 /// The tag a released handle's memory holds while it is being freed (and often after).
 const DEAD_TAG: u64 = 0x7468_616c_dead_dead;
 
@@ -88,6 +94,7 @@ kinds! {
     PendingRead => thal_readback_t, 0x7468_616c_0000_0007;
     HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
     DeviceInfoSnapshot => thal_device_info_t, 0x7468_616c_0000_0009;
+    ProfileSnapshot => thal_profile_t, 0x7468_616c_0000_000a;
 }
 
 /// What a handle points to: the tag, then the object.

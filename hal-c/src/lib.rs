@@ -17,6 +17,7 @@ mod executable;
 mod handle;
 mod mapping;
 mod params;
+mod profile;
 mod queue;
 mod semaphore;
 mod status;
@@ -31,6 +32,7 @@ pub use handle::{
     thal_queue_t, thal_readback_t, thal_semaphore_t,
 };
 pub use mapping::*;
+pub use profile::*;
 pub use queue::*;
 pub use semaphore::*;
 pub use status::*;

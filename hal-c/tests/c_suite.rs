@@ -157,5 +157,6 @@ c_tests! {
     subspans,
     host_mappings,
     device_info,
+    profiling,
     transient_buffers_and_indirect_dispatch,
 }

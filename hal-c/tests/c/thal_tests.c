@@ -595,6 +595,83 @@ static void test_device_info(void) {
   OK(thal_device_info_release(info));
 }
 
+/* A profiling session records each queue operation and each dispatch, on thal_now_ns's clock; the
+ * session's misuse is refused. */
+static void test_profiling(void) {
+  enum { N = 256 };
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  thal_executable_t *kernels = load_kernels(device);
+  uint32_t fill_index = 0;
+  OK(thal_executable_entry_point(kernels, "fill_index", &fill_index));
+  thal_buffer_t *a = host_buffer(device, N * 4);
+  thal_semaphore_t *done = semaphore(device);
+  thal_profile_t *profile = (thal_profile_t *)1;
+
+  EXPECT(thal_device_end_profiling(device, &profile), THAL_STATUS_FAILED_PRECONDITION, "");
+  CHECK(profile == NULL);
+  thal_profile_params_t nothing = {sizeof nothing, 0, 0, 0};
+  EXPECT(thal_device_begin_profiling(device, &nothing), THAL_STATUS_INVALID_ARGUMENT, "records nothing");
+  thal_profile_params_t backwards = {sizeof backwards, THAL_PROFILE_DISPATCHES, 3, 1};
+  EXPECT(thal_device_begin_profiling(device, &backwards), THAL_STATUS_INVALID_ARGUMENT, "command_begin 3");
+  thal_profile_params_t everything = {sizeof everything, THAL_PROFILE_QUEUE_OPERATIONS | THAL_PROFILE_DISPATCHES,
+                                      0, 0};
+  thal_time_t before = thal_now_ns();
+  OK(thal_device_begin_profiling(device, &everything));
+  EXPECT(thal_device_begin_profiling(device, &everything), THAL_STATUS_FAILED_PRECONDITION, "");
+
+  uint32_t groups[3] = {N / 64, 1, 1}, constants[2] = {7, N};
+  thal_binding_ref_t binding = {a, 0, 0, THAL_WHOLE_LENGTH};
+  thal_command_buffer_t *commands = NULL;
+  OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &commands));
+  OK(thal_command_buffer_dispatch(commands, kernels, fill_index, groups, constants, 2, &binding, 1));
+  OK(thal_command_buffer_end(commands));
+  pair_t p;
+  OK(thal_queue_execute(queue, NULL, commands, one(&p, done, 1)));
+  OK(thal_queue_fill(queue, NULL, a, 0, 16, 0, 4, one(&p, done, 2)));
+  OK(thal_semaphore_wait(done, 2, THAL_TIME_INFINITE_FUTURE));
+  OK(thal_device_end_profiling(device, &profile));
+  thal_time_t after = thal_now_ns();
+
+  thal_profile_summary_t summary;
+  memset(&summary, 0, sizeof summary);
+  summary.struct_size = sizeof summary;
+  OK(thal_profile_summary(profile, &summary));
+  CHECK(summary.queue_operation_count == 2 && summary.dispatch_count == 1);
+  CHECK(summary.clock_method != NULL);
+  const char *expected[2] = {"execute", "fill"};
+  for (size_t i = 0; i < 2; i++) {
+    thal_queue_operation_timing_t op;
+    memset(&op, 0, sizeof op);
+    op.struct_size = sizeof op;
+    OK(thal_profile_queue_operation(profile, i, &op));
+    if (strcmp(op.operation, expected[i]) != 0) FAIL("operation %zu is %s, expected %s", i, op.operation, expected[i]);
+    CHECK(op.queue == 0 && before <= op.start_ns && op.start_ns <= op.end_ns && op.end_ns <= after);
+  }
+  thal_dispatch_timing_t dispatch;
+  memset(&dispatch, 0, sizeof dispatch);
+  dispatch.struct_size = sizeof dispatch;
+  OK(thal_profile_dispatch(profile, 0, &dispatch));
+  CHECK(strcmp(dispatch.entry_point, "fill_index") == 0 && dispatch.command_index == 0);
+  CHECK(dispatch.workgroups[0] == N / 64 && dispatch.workgroups[1] == 1 && dispatch.workgroups[2] == 1);
+  CHECK(before <= dispatch.start_ns && dispatch.start_ns <= dispatch.end_ns && dispatch.end_ns <= after);
+  EXPECT(thal_profile_dispatch(profile, 1, &dispatch), THAL_STATUS_OUT_OF_RANGE, "dispatch record 1");
+  dispatch.struct_size = 8;
+  EXPECT(thal_profile_dispatch(profile, 0, &dispatch), THAL_STATUS_INVALID_ARGUMENT, "struct_size");
+  EXPECT(thal_profile_summary((thal_profile_t *)device, &summary), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_device_t, not a thal_profile_t");
+  OK(thal_profile_release(profile));
+  EXPECT(thal_device_collect_profile(device, &profile), THAL_STATUS_FAILED_PRECONDITION, "");
+
+  thal_command_buffer_release(commands);
+  thal_semaphore_release(done);
+  thal_buffer_release(a);
+  thal_executable_release(kernels);
+  thal_queue_release(queue);
+  thal_device_release(device);
+}
+
 /* A mapping's pointer reads and writes the buffer's bytes until unmap, keeps the buffer alive, and is
  * refused where the buffer cannot be mapped, with the reason. */
 static void test_host_mappings(void) {
@@ -723,6 +800,7 @@ static const struct {
     {"subspans", test_subspans},
     {"host_mappings", test_host_mappings},
     {"device_info", test_device_info},
+    {"profiling", test_profiling},
     {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
 };
 
