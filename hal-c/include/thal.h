@@ -64,6 +64,10 @@
 // A CUDA fatbin.
 #define THAL_EXECUTABLE_FORMAT_FATBIN 2
 
+// A SPIR-V module (Vulkan): little-endian 32-bit words, binding `i` at descriptor set 0 binding
+// `i`, the constants one push-constant block of 32-bit words.
+#define THAL_EXECUTABLE_FORMAT_SPIRV 3
+
 // Record one entry per queue operation that runs on a device stream (execute, fill, copy, ...).
 #define THAL_PROFILE_QUEUE_OPERATIONS (1 << 0)
 
@@ -504,20 +508,20 @@ thal_status_t thal_command_buffer_release(thal_command_buffer_t *command_buffer)
 // `count` is writable.
 thal_status_t thal_driver_count(size_t *count);
 
-// Writes driver `index`'s name ("cpu-sim", "cuda") to `*name`: static storage, never freed.
+// Writes driver `index`'s name ("cpu-sim", "cuda", "vulkan") to `*name`: static storage, never freed.
 //
 // # Safety
 // `name` is writable.
 thal_status_t thal_driver_name(size_t index, const char **name);
 
 // Writes how many devices driver `name` has here to `*count`, or fails with why it has none
-// (`UNAVAILABLE`: no GPU, no libcuda, or no driver of that name).
+// (`UNAVAILABLE`: no GPU, no libcuda or Vulkan loader, or no driver of that name).
 //
 // # Safety
 // `name` is NUL-terminated; `count` is writable.
 thal_status_t thal_driver_device_count(const char *name, size_t *count);
 
-// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda") into `*out` (one reference).
+// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda", "vulkan") into `*out` (one reference).
 //
 // # Safety
 // `driver` is NUL-terminated; `out` is writable.
@@ -641,7 +645,7 @@ thal_status_t thal_device_info_release(thal_device_info_t *info);
 // `device` is a handle the caller holds; `path` is NUL-terminated; `out` is writable.
 thal_status_t thal_executable_load_library(thal_device_t *device, const char *path, thal_executable_t **out);
 
-// Loads driver-format bytes (PTX, cubin, fatbin: CUDA) into `*out`; a driver that does not load the
+// Loads driver-format bytes (PTX, cubin, fatbin: CUDA; SPIR-V: Vulkan) into `*out`; a driver that does not load the
 // format says so (`UNIMPLEMENTED` or `INVALID_ARGUMENT`, naming it).
 //
 // # Safety
