@@ -40,6 +40,81 @@
 // Read and written by the host (`thal_buffer_read`/`thal_buffer_write`; needs HOST_VISIBLE).
 #define THAL_BUFFER_USAGE_MAPPING (1 << 3)
 
+// Bytes in a channel id.
+#define THAL_CHANNEL_ID_LENGTH 128
+
+// Every rank's `recv` (count) becomes the reduction of every rank's `send` (count).
+#define THAL_COLLECTIVE_ALL_REDUCE 0
+
+// Every rank's `recv` (count) becomes rank `root`'s `send` (only the root passes one).
+#define THAL_COLLECTIVE_BROADCAST 1
+
+// Rank `root`'s `recv` (count) becomes the reduction of every rank's `send` (count).
+#define THAL_COLLECTIVE_REDUCE 2
+
+// Every rank's `recv` (count x ranks) becomes every rank's `send` (count), in rank order.
+#define THAL_COLLECTIVE_ALL_GATHER 3
+
+// Rank r's `recv` (count) becomes the reduction of block r of every rank's `send` (count x ranks).
+#define THAL_COLLECTIVE_REDUCE_SCATTER 4
+
+// Block j of rank i's `recv` (count x ranks) becomes block i of rank j's `send`.
+#define THAL_COLLECTIVE_ALL_TO_ALL 5
+
+// `send` (count) goes to rank `peer`, which receives it with a matching `THAL_COLLECTIVE_RECV`.
+#define THAL_COLLECTIVE_SEND 6
+
+// `recv` (count) takes what rank `peer` sends.
+#define THAL_COLLECTIVE_RECV 7
+
+// No data: completes once every rank reached it.
+#define THAL_COLLECTIVE_BARRIER 8
+
+// `a + b`.
+#define THAL_REDUCE_SUM 0
+
+// `a * b`.
+#define THAL_REDUCE_PROD 1
+
+// The smaller.
+#define THAL_REDUCE_MIN 2
+
+// The larger.
+#define THAL_REDUCE_MAX 3
+
+// The sum divided by the rank count (floating-point types only).
+#define THAL_REDUCE_AVG 4
+
+// `int8_t`.
+#define THAL_ELEMENT_TYPE_I8 0
+
+// `uint8_t`.
+#define THAL_ELEMENT_TYPE_U8 1
+
+// `int32_t`.
+#define THAL_ELEMENT_TYPE_I32 2
+
+// `uint32_t`.
+#define THAL_ELEMENT_TYPE_U32 3
+
+// `int64_t`.
+#define THAL_ELEMENT_TYPE_I64 4
+
+// `uint64_t`.
+#define THAL_ELEMENT_TYPE_U64 5
+
+// IEEE half precision.
+#define THAL_ELEMENT_TYPE_F16 6
+
+// bfloat16.
+#define THAL_ELEMENT_TYPE_BF16 7
+
+// `float`.
+#define THAL_ELEMENT_TYPE_F32 8
+
+// `double`.
+#define THAL_ELEMENT_TYPE_F64 9
+
 // Executed at most once.
 #define THAL_COMMAND_BUFFER_MODE_ONE_SHOT 0
 
@@ -89,6 +164,9 @@
 // A buffer, or a subspan of one (`thal_buffer_allocate`, `thal_buffer_import_host_memory`).
 typedef struct thal_buffer_t thal_buffer_t;
 
+// One rank's end of a channel, for collectives (`thal_channel_create`).
+typedef struct thal_channel_t thal_channel_t;
+
 // A recorded list of commands (`thal_command_buffer_create`).
 typedef struct thal_command_buffer_t thal_command_buffer_t;
 
@@ -135,6 +213,54 @@ typedef struct {
 
 // Called once with its `user_data` when the device no longer uses imported memory.
 typedef void (*thal_release_fn)(void *user_data);
+
+// The id every rank of one channel is created with: rank 0 makes it, the embedder passes the bytes
+// to the other ranks by any means it has.
+typedef struct {
+  // The id's bytes.
+  uint8_t bytes[THAL_CHANNEL_ID_LENGTH];
+} thal_channel_id_t;
+
+// `count` pairs: `semaphores[i]` reaching `values[i]`. Both arrays may be NULL when `count` is 0,
+// and a NULL list pointer is an empty list.
+typedef struct {
+  // Number of pairs.
+  size_t count;
+  // `count` semaphore handles.
+  thal_semaphore_t *const *semaphores;
+  // `count` values.
+  const uint64_t *values;
+} thal_semaphore_list_t;
+
+// A buffer range: a binding-table entry of `thal_queue_execute_with_bindings`.
+typedef struct {
+  // The buffer.
+  thal_buffer_t *buffer;
+  // Byte offset of the range.
+  uint64_t offset;
+  // Byte length of the range, or `THAL_WHOLE_LENGTH`.
+  uint64_t length;
+} thal_buffer_binding_t;
+
+// One collective. Versioned: set `struct_size` to `sizeof(thal_collective_args_t)`.
+typedef struct {
+  // `sizeof(thal_collective_args_t)` as the caller was compiled.
+  size_t struct_size;
+  // `THAL_COLLECTIVE_*`.
+  uint32_t op;
+  // `THAL_REDUCE_*`, for all-reduce, reduce and reduce-scatter.
+  uint32_t reduce;
+  // The root rank (broadcast, reduce) or the peer rank (send, recv); ignored otherwise.
+  size_t rank;
+  // `THAL_ELEMENT_TYPE_*`.
+  uint32_t element_type;
+  // Elements per rank (see `THAL_COLLECTIVE_*`).
+  uint64_t count;
+  // What this rank contributes; `buffer` NULL for none.
+  thal_buffer_binding_t send;
+  // Where this rank's result goes (may be `send`'s range: in place); `buffer` NULL for none.
+  thal_buffer_binding_t recv;
+} thal_collective_args_t;
 
 // A buffer, or (with `buffer` NULL) binding-table slot `slot` of each execute.
 typedef struct {
@@ -283,27 +409,6 @@ typedef struct {
   thal_time_t end_ns;
 } thal_dispatch_timing_t;
 
-// `count` pairs: `semaphores[i]` reaching `values[i]`. Both arrays may be NULL when `count` is 0,
-// and a NULL list pointer is an empty list.
-typedef struct {
-  // Number of pairs.
-  size_t count;
-  // `count` semaphore handles.
-  thal_semaphore_t *const *semaphores;
-  // `count` values.
-  const uint64_t *values;
-} thal_semaphore_list_t;
-
-// A buffer range: a binding-table entry of `thal_queue_execute_with_bindings`.
-typedef struct {
-  // The buffer.
-  thal_buffer_t *buffer;
-  // Byte offset of the range.
-  uint64_t offset;
-  // Byte length of the range, or `THAL_WHOLE_LENGTH`.
-  uint64_t length;
-} thal_buffer_binding_t;
-
 // A host call: runs on a HAL thread once its waits are reached; returns NULL, or a status (which it
 // gives up) that fails the call's signals. It may call any function of this library, including
 // releasing the last handles of its own queue and device.
@@ -439,6 +544,52 @@ thal_status_t thal_buffer_retain(thal_buffer_t *buffer);
 // # Safety
 // `buffer` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_buffer_release(thal_buffer_t *buffer);
+
+// Makes a new channel id, of which `device`'s rank will be 0, into `*id`. `UNIMPLEMENTED` for a
+// driver without collectives; cuda: `UNAVAILABLE` when NCCL cannot be loaded.
+//
+// # Safety
+// `device` is a handle the caller holds; `id` is writable.
+thal_status_t thal_device_create_channel_id(thal_device_t *device, thal_channel_id_t *id);
+
+// Makes `device`'s end of channel `id`, as rank `rank` of `count`, into `*out`. `INVALID_ARGUMENT`
+// for `count` 0 or `rank >= count`; the driver refuses a rank taken twice or a count that differs
+// from the other ranks'. Releasing a rank's last handle (or its device) fails the collectives the
+// others wait for it in with `UNAVAILABLE`.
+//
+// # Safety
+// `device` is a handle the caller holds; `id` is readable; `out` is writable.
+thal_status_t thal_channel_create(thal_device_t *device, const thal_channel_id_t *id, size_t rank, size_t count, thal_channel_t **out);
+
+// Runs a collective on `channel` (made on `queue`'s device) in queue order once `waits` are
+// reached; `signals` are signalled when every rank's part is done. Every rank must submit the
+// collectives of a channel in the same order. If one rank's part cannot run, the collective fails
+// on every rank with a status naming it. Arguments that do not fit the operation are refused here
+// (`INVALID_ARGUMENT`, `OUT_OF_RANGE`) and nothing is signalled.
+//
+// # Safety
+// `queue` and `channel` are handles the caller holds; `args` is a valid versioned struct; lists
+// are NULL or valid.
+thal_status_t thal_queue_collective(thal_queue_t *queue, const thal_semaphore_list_t *waits, thal_channel_t *channel, const thal_collective_args_t *args, const thal_semaphore_list_t *signals);
+
+// Writes `channel`'s rank and rank count to `*rank` and `*count`.
+//
+// # Safety
+// `channel` is a handle the caller holds; `rank` and `count` are writable.
+thal_status_t thal_channel_rank(thal_channel_t *channel, size_t *rank, size_t *count);
+
+// Adds a reference to `channel`.
+//
+// # Safety
+// `channel` is a handle the caller holds.
+thal_status_t thal_channel_retain(thal_channel_t *channel);
+
+// Drops a reference to `channel`; the last one leaves the channel (see `thal_channel_create`).
+// NULL is allowed.
+//
+// # Safety
+// `channel` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_channel_release(thal_channel_t *channel);
 
 // A new command buffer of `device` in `mode` (`THAL_COMMAND_BUFFER_MODE_*`) into `*out`.
 //

@@ -5,7 +5,7 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hal::{Buffer, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
+use hal::{Buffer, Channel, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
 
 use crate::device_info::DeviceInfoSnapshot;
 use crate::mapping::HostMapping;
@@ -56,6 +56,11 @@ pub struct thal_profile_t {
     _opaque: [u8; 0],
 }
 
+/// One rank's end of a channel, for collectives (`thal_channel_create`).
+pub struct thal_channel_t {
+    _opaque: [u8; 0],
+}
+
 /// The tag a released handle's memory holds while it is being freed (and often after).
 const DEAD_TAG: u64 = 0x7468_616c_dead_dead;
 
@@ -95,6 +100,7 @@ kinds! {
     HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
     DeviceInfoSnapshot => thal_device_info_t, 0x7468_616c_0000_0009;
     ProfileSnapshot => thal_profile_t, 0x7468_616c_0000_000a;
+    Channel => thal_channel_t, 0x7468_616c_0000_000b;
 }
 
 /// What a handle points to: the tag, then the object.

@@ -10,6 +10,7 @@
 #![allow(non_camel_case_types)]
 
 mod buffer;
+mod channel;
 mod command_buffer;
 mod device;
 mod device_info;
@@ -23,13 +24,14 @@ mod semaphore;
 mod status;
 
 pub use buffer::*;
+pub use channel::*;
 pub use command_buffer::*;
 pub use device::*;
 pub use device_info::*;
 pub use executable::*;
 pub use handle::{
-    thal_buffer_t, thal_command_buffer_t, thal_device_info_t, thal_device_t, thal_executable_t, thal_mapping_t,
-    thal_queue_t, thal_readback_t, thal_semaphore_t,
+    thal_buffer_t, thal_channel_t, thal_command_buffer_t, thal_device_info_t, thal_device_t, thal_executable_t,
+    thal_mapping_t, thal_queue_t, thal_readback_t, thal_semaphore_t,
 };
 pub use mapping::*;
 pub use profile::*;

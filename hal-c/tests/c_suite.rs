@@ -195,5 +195,6 @@ c_tests! {
     device_info,
     profiling,
     spirv_executables,
+    collectives,
     transient_buffers_and_indirect_dispatch,
 }

@@ -752,6 +752,108 @@ static void test_spirv_executables(void) {
   thal_device_release(device);
 }
 
+/* Collectives: ranks on their own devices, each driven by its own thread, all-reduce a buffer in
+ * place; misuse of channels and arguments is refused. */
+enum { RANKS = 3, ELEMENTS = 64 };
+typedef struct {
+  thal_device_t *device;
+  const thal_channel_id_t *id;
+  size_t rank;
+} rank_t;
+
+static void *all_reduce_rank(void *arg) {
+  rank_t *r = arg;
+  thal_channel_t *channel = NULL;
+  OK(thal_channel_create(r->device, r->id, r->rank, RANKS, &channel));
+  size_t rank = 99, count = 0;
+  OK(thal_channel_rank(channel, &rank, &count));
+  CHECK(rank == r->rank && count == RANKS);
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(r->device, 0, &queue));
+  thal_buffer_t *buffer = host_buffer(r->device, ELEMENTS * 4);
+  uint32_t values[ELEMENTS];
+  for (uint32_t i = 0; i < ELEMENTS; i++) values[i] = (uint32_t)(r->rank + 1) * 100 + i;
+  OK(thal_buffer_write(buffer, 0, values, sizeof values));
+  thal_semaphore_t *done = semaphore(r->device);
+  thal_collective_args_t args;
+  memset(&args, 0, sizeof args);
+  args.struct_size = sizeof args;
+  args.op = THAL_COLLECTIVE_ALL_REDUCE;
+  args.reduce = THAL_REDUCE_SUM;
+  args.element_type = THAL_ELEMENT_TYPE_U32;
+  args.count = ELEMENTS;
+  args.send = (thal_buffer_binding_t){buffer, 0, THAL_WHOLE_LENGTH};
+  args.recv = args.send;
+  pair_t p;
+  OK(thal_queue_collective(queue, NULL, channel, &args, one(&p, done, 1)));
+  OK(thal_semaphore_wait(done, 1, thal_now_ns() + 10000000000ll));
+  OK(thal_buffer_read(buffer, 0, values, sizeof values));
+  for (uint32_t i = 0; i < ELEMENTS; i++)
+    if (values[i] != 600 + RANKS * i) FAIL("rank %zu: values[%u] = %u, expected %u", r->rank, i, values[i], 600 + RANKS * i);
+  thal_semaphore_release(done);
+  thal_buffer_release(buffer);
+  thal_queue_release(queue);
+  thal_channel_release(channel);
+  return NULL;
+}
+
+static void test_collectives(void) {
+  thal_device_t *devices[RANKS];
+  for (int i = 0; i < RANKS; i++) devices[i] = open_device();
+  thal_channel_id_t id;
+  OK(thal_device_create_channel_id(devices[0], &id));
+
+  /* Refusals, before any rank joins. */
+  thal_channel_t *channel = (thal_channel_t *)1;
+  EXPECT(thal_channel_create(devices[0], &id, RANKS, RANKS, &channel), THAL_STATUS_INVALID_ARGUMENT,
+         "rank 3 of a channel of 3 ranks");
+  CHECK(channel == NULL);
+  EXPECT(thal_channel_create(devices[0], NULL, 0, RANKS, &channel), THAL_STATUS_INVALID_ARGUMENT, "'id'");
+  EXPECT(thal_channel_release((thal_channel_t *)devices[0]), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_device_t, not a thal_channel_t");
+  thal_channel_id_t lonely;
+  OK(thal_device_create_channel_id(devices[0], &lonely));
+  OK(thal_channel_create(devices[0], &lonely, 0, 1, &channel));
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(devices[0], 0, &queue));
+  thal_collective_args_t args;
+  memset(&args, 0, sizeof args);
+  args.struct_size = sizeof args;
+  args.op = 42;
+  EXPECT(thal_queue_collective(queue, NULL, channel, &args, NULL), THAL_STATUS_INVALID_ARGUMENT, "args.op 42");
+  args.op = THAL_COLLECTIVE_ALL_REDUCE;
+  args.element_type = 77;
+  EXPECT(thal_queue_collective(queue, NULL, channel, &args, NULL), THAL_STATUS_INVALID_ARGUMENT,
+         "args.element_type 77");
+  args.struct_size = 8;
+  EXPECT(thal_queue_collective(queue, NULL, channel, &args, NULL), THAL_STATUS_INVALID_ARGUMENT, "struct_size");
+  thal_channel_t *elsewhere = NULL;
+  OK(thal_device_create_channel_id(devices[1], &lonely));
+  OK(thal_channel_create(devices[1], &lonely, 0, 1, &elsewhere));
+  args.struct_size = sizeof args;
+  args.op = THAL_COLLECTIVE_BARRIER;
+  args.element_type = THAL_ELEMENT_TYPE_U8;
+  EXPECT(thal_queue_collective(queue, NULL, elsewhere, &args, NULL), THAL_STATUS_INVALID_ARGUMENT, "was made on");
+  pair_t p;
+  thal_semaphore_t *barrier = semaphore(devices[0]);
+  OK(thal_queue_collective(queue, NULL, channel, &args, one(&p, barrier, 1)));
+  OK(thal_semaphore_wait(barrier, 1, thal_now_ns() + 10000000000ll));
+  thal_semaphore_release(barrier);
+  thal_channel_release(elsewhere);
+  thal_channel_release(channel);
+  thal_queue_release(queue);
+
+  /* The all-reduce, each rank on its own thread. */
+  pthread_t threads[RANKS];
+  rank_t ranks[RANKS];
+  for (int i = 0; i < RANKS; i++) {
+    ranks[i] = (rank_t){devices[i], &id, (size_t)i};
+    CHECK(pthread_create(&threads[i], NULL, all_reduce_rank, &ranks[i]) == 0);
+  }
+  for (int i = 0; i < RANKS; i++) CHECK(pthread_join(threads[i], NULL) == 0);
+  for (int i = 0; i < RANKS; i++) thal_device_release(devices[i]);
+}
+
 /* A mapping's pointer reads and writes the buffer's bytes until unmap, keeps the buffer alive, and is
  * refused where the buffer cannot be mapped, with the reason. */
 static void test_host_mappings(void) {
@@ -882,6 +984,7 @@ static const struct {
     {"device_info", test_device_info},
     {"profiling", test_profiling},
     {"spirv_executables", test_spirv_executables},
+    {"collectives", test_collectives},
     {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
 };
 
