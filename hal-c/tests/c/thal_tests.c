@@ -913,6 +913,13 @@ static void test_host_mappings(void) {
   OK(thal_buffer_unmap(mapping));
   OK(thal_buffer_read(other, 60, back, sizeof back));
   CHECK(back[0] == 0x5a && back[3] == 0x5a);
+  /* A mapping at an offset starts there. */
+  OK(thal_buffer_map(other, 8, 4, &data, &mapping));
+  memcpy(data, (uint8_t[4]){1, 2, 3, 4}, 4);
+  OK(thal_buffer_unmap(mapping));
+  uint8_t around[6] = {0};
+  OK(thal_buffer_read(other, 7, around, sizeof around));
+  CHECK(around[0] == 0x5a && around[1] == 1 && around[4] == 4 && around[5] == 0x5a);
   thal_buffer_release(other);
   thal_semaphore_release(done);
   thal_queue_release(queue);
