@@ -11,7 +11,7 @@
 #define THAL_API_VERSION_MAJOR 0
 
 // The minor version: new entry points and struct fields at the end.
-#define THAL_API_VERSION_MINOR 1
+#define THAL_API_VERSION_MINOR 2
 
 // The patch version.
 #define THAL_API_VERSION_PATCH 0

@@ -45,7 +45,7 @@ use std::ffi::c_char;
 /// from the header's `THAL_API_VERSION_MAJOR` is incompatible.
 pub const THAL_API_VERSION_MAJOR: u32 = 0;
 /// The minor version: new entry points and struct fields at the end.
-pub const THAL_API_VERSION_MINOR: u32 = 1;
+pub const THAL_API_VERSION_MINOR: u32 = 2;
 /// The patch version.
 pub const THAL_API_VERSION_PATCH: u32 = 0;
 
