@@ -11,7 +11,7 @@
 #define THAL_API_VERSION_MAJOR 0
 
 // The minor version: new entry points and struct fields at the end.
-#define THAL_API_VERSION_MINOR 1
+#define THAL_API_VERSION_MINOR 2
 
 // The patch version.
 #define THAL_API_VERSION_PATCH 0
@@ -40,11 +40,95 @@
 // Read and written by the host (`thal_buffer_read`/`thal_buffer_write`; needs HOST_VISIBLE).
 #define THAL_BUFFER_USAGE_MAPPING (1 << 3)
 
+// Bytes in a channel id.
+#define THAL_CHANNEL_ID_LENGTH 128
+
+// Every rank's `recv` (count) becomes the reduction of every rank's `send` (count).
+#define THAL_COLLECTIVE_ALL_REDUCE 0
+
+// Every rank's `recv` (count) becomes rank `root`'s `send` (only the root passes one).
+#define THAL_COLLECTIVE_BROADCAST 1
+
+// Rank `root`'s `recv` (count) becomes the reduction of every rank's `send` (count).
+#define THAL_COLLECTIVE_REDUCE 2
+
+// Every rank's `recv` (count x ranks) becomes every rank's `send` (count), in rank order.
+#define THAL_COLLECTIVE_ALL_GATHER 3
+
+// Rank r's `recv` (count) becomes the reduction of block r of every rank's `send` (count x ranks).
+#define THAL_COLLECTIVE_REDUCE_SCATTER 4
+
+// Block j of rank i's `recv` (count x ranks) becomes block i of rank j's `send`.
+#define THAL_COLLECTIVE_ALL_TO_ALL 5
+
+// `send` (count) goes to rank `peer`, which receives it with a matching `THAL_COLLECTIVE_RECV`.
+#define THAL_COLLECTIVE_SEND 6
+
+// `recv` (count) takes what rank `peer` sends.
+#define THAL_COLLECTIVE_RECV 7
+
+// No data: completes once every rank reached it.
+#define THAL_COLLECTIVE_BARRIER 8
+
+// `a + b`.
+#define THAL_REDUCE_SUM 0
+
+// `a * b`.
+#define THAL_REDUCE_PROD 1
+
+// The smaller.
+#define THAL_REDUCE_MIN 2
+
+// The larger.
+#define THAL_REDUCE_MAX 3
+
+// The sum divided by the rank count (floating-point types only).
+#define THAL_REDUCE_AVG 4
+
+// `int8_t`.
+#define THAL_ELEMENT_TYPE_I8 0
+
+// `uint8_t`.
+#define THAL_ELEMENT_TYPE_U8 1
+
+// `int32_t`.
+#define THAL_ELEMENT_TYPE_I32 2
+
+// `uint32_t`.
+#define THAL_ELEMENT_TYPE_U32 3
+
+// `int64_t`.
+#define THAL_ELEMENT_TYPE_I64 4
+
+// `uint64_t`.
+#define THAL_ELEMENT_TYPE_U64 5
+
+// IEEE half precision.
+#define THAL_ELEMENT_TYPE_F16 6
+
+// bfloat16.
+#define THAL_ELEMENT_TYPE_BF16 7
+
+// `float`.
+#define THAL_ELEMENT_TYPE_F32 8
+
+// `double`.
+#define THAL_ELEMENT_TYPE_F64 9
+
 // Executed at most once.
 #define THAL_COMMAND_BUFFER_MODE_ONE_SHOT 0
 
 // Executed any number of times.
 #define THAL_COMMAND_BUFFER_MODE_REUSABLE 1
+
+// The device's name as its driver reports it (a GPU's product name).
+#define THAL_DEVICE_INFO_NAME 0
+
+// The driver's name ("cpu-sim", "cuda", "vulkan").
+#define THAL_DEVICE_INFO_DRIVER 1
+
+// An id naming the device the same way in every process (a device path may use it).
+#define THAL_DEVICE_INFO_STABLE_ID 2
 
 // NVIDIA PTX text.
 #define THAL_EXECUTABLE_FORMAT_PTX 0
@@ -54,6 +138,16 @@
 
 // A CUDA fatbin.
 #define THAL_EXECUTABLE_FORMAT_FATBIN 2
+
+// A SPIR-V module (Vulkan): little-endian 32-bit words, binding `i` at descriptor set 0 binding
+// `i`, the constants one push-constant block of 32-bit words.
+#define THAL_EXECUTABLE_FORMAT_SPIRV 3
+
+// Record one entry per queue operation that runs on a device stream (execute, fill, copy, ...).
+#define THAL_PROFILE_QUEUE_OPERATIONS (1 << 0)
+
+// Record one entry per dispatch of executed command buffers.
+#define THAL_PROFILE_DISPATCHES (1 << 1)
 
 // A length meaning "to the end of the buffer" in a binding.
 #define THAL_WHOLE_LENGTH UINT64_MAX
@@ -70,14 +164,26 @@
 // A buffer, or a subspan of one (`thal_buffer_allocate`, `thal_buffer_import_host_memory`).
 typedef struct thal_buffer_t thal_buffer_t;
 
+// One rank's end of a channel, for collectives (`thal_channel_create`).
+typedef struct thal_channel_t thal_channel_t;
+
 // A recorded list of commands (`thal_command_buffer_create`).
 typedef struct thal_command_buffer_t thal_command_buffer_t;
+
+// A snapshot of what a device is and offers (`thal_device_query_info`).
+typedef struct thal_device_info_t thal_device_info_t;
 
 // A device (`thal_device_create`).
 typedef struct thal_device_t thal_device_t;
 
 // A loaded executable (`thal_executable_load_library`, `thal_executable_load_bytes`).
 typedef struct thal_executable_t thal_executable_t;
+
+// A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
+typedef struct thal_mapping_t thal_mapping_t;
+
+// The records of a profiling session (`thal_device_collect_profile`, `thal_device_end_profiling`).
+typedef struct thal_profile_t thal_profile_t;
 
 // One queue of a device (`thal_device_queue`).
 typedef struct thal_queue_t thal_queue_t;
@@ -108,6 +214,54 @@ typedef struct {
 // Called once with its `user_data` when the device no longer uses imported memory.
 typedef void (*thal_release_fn)(void *user_data);
 
+// The id every rank of one channel is created with: rank 0 makes it, the embedder passes the bytes
+// to the other ranks by any means it has.
+typedef struct {
+  // The id's bytes.
+  uint8_t bytes[THAL_CHANNEL_ID_LENGTH];
+} thal_channel_id_t;
+
+// `count` pairs: `semaphores[i]` reaching `values[i]`. Both arrays may be NULL when `count` is 0,
+// and a NULL list pointer is an empty list.
+typedef struct {
+  // Number of pairs.
+  size_t count;
+  // `count` semaphore handles.
+  thal_semaphore_t *const *semaphores;
+  // `count` values.
+  const uint64_t *values;
+} thal_semaphore_list_t;
+
+// A buffer range: a binding-table entry of `thal_queue_execute_with_bindings`.
+typedef struct {
+  // The buffer.
+  thal_buffer_t *buffer;
+  // Byte offset of the range.
+  uint64_t offset;
+  // Byte length of the range, or `THAL_WHOLE_LENGTH`.
+  uint64_t length;
+} thal_buffer_binding_t;
+
+// One collective. Versioned: set `struct_size` to `sizeof(thal_collective_args_t)`.
+typedef struct {
+  // `sizeof(thal_collective_args_t)` as the caller was compiled.
+  size_t struct_size;
+  // `THAL_COLLECTIVE_*`.
+  uint32_t op;
+  // `THAL_REDUCE_*`, for all-reduce, reduce and reduce-scatter.
+  uint32_t reduce;
+  // The root rank (broadcast, reduce) or the peer rank (send, recv); ignored otherwise.
+  size_t rank;
+  // `THAL_ELEMENT_TYPE_*`.
+  uint32_t element_type;
+  // Elements per rank (see `THAL_COLLECTIVE_*`).
+  uint64_t count;
+  // What this rank contributes; `buffer` NULL for none.
+  thal_buffer_binding_t send;
+  // Where this rank's result goes (may be `send`'s range: in place); `buffer` NULL for none.
+  thal_buffer_binding_t recv;
+} thal_collective_args_t;
+
 // A buffer, or (with `buffer` NULL) binding-table slot `slot` of each execute.
 typedef struct {
   // The buffer, or NULL for a slot.
@@ -128,6 +282,34 @@ typedef struct {
   // Byte length, or `THAL_WHOLE_LENGTH`.
   uint64_t length;
 } thal_binding_ref_t;
+
+// A device's numbers. Versioned: set `struct_size` to `sizeof(thal_device_limits_t)`; the library
+// fills the rest.
+typedef struct {
+  // `sizeof(thal_device_limits_t)` as the caller was compiled.
+  size_t struct_size;
+  // Index among the driver's devices.
+  size_t ordinal;
+  // Number of queues.
+  size_t queue_count;
+  // Largest single allocation in bytes.
+  uint64_t max_allocation_size;
+  // Longest range one dispatch binding may have, in bytes (`UINT64_MAX` where bindings are plain
+  // addresses).
+  uint64_t max_binding_length;
+  // Largest workgroup (threads in x*y*z).
+  uint32_t max_workgroup_threads;
+  // Largest workgroup size per axis (x, y, z).
+  uint32_t max_workgroup_size[3];
+  // Largest workgroup count of a dispatch per axis (x, y, z).
+  uint32_t max_workgroup_count[3];
+  // Entries for `thal_device_info_memory_type`.
+  size_t memory_type_count;
+  // Entries for `thal_device_info_executable_kind`.
+  size_t executable_kind_count;
+  // Entries for `thal_device_info_property`.
+  size_t property_count;
+} thal_device_limits_t;
 
 // One entry point of driver-format bytes: its name and ABI (one pointer per binding, then each
 // 32-bit constant).
@@ -158,34 +340,79 @@ typedef struct {
   size_t entry_point_count;
 } thal_executable_params_t;
 
-// `count` pairs: `semaphores[i]` reaching `values[i]`. Both arrays may be NULL when `count` is 0,
-// and a NULL list pointer is an empty list.
+// What a profiling session records. Versioned: set `struct_size` to `sizeof(thal_profile_params_t)`.
 typedef struct {
-  // Number of pairs.
-  size_t count;
-  // `count` semaphore handles.
-  thal_semaphore_t *const *semaphores;
-  // `count` values.
-  const uint64_t *values;
-} thal_semaphore_list_t;
+  // `sizeof(thal_profile_params_t)` as the caller was compiled.
+  size_t struct_size;
+  // `THAL_PROFILE_*` bits (at least one).
+  uint32_t flags;
+  // With `command_end > command_begin`: time only the dispatches at command indices
+  // `[command_begin, command_end)` of each command buffer; both 0: every dispatch.
+  size_t command_begin;
+  // The end of that range (exclusive).
+  size_t command_end;
+} thal_profile_params_t;
 
-// A buffer range: a binding-table entry of `thal_queue_execute_with_bindings`.
+// What a profile holds. Versioned: set `struct_size` to `sizeof(thal_profile_summary_t)`.
 typedef struct {
-  // The buffer.
-  thal_buffer_t *buffer;
-  // Byte offset of the range.
-  uint64_t offset;
-  // Byte length of the range, or `THAL_WHOLE_LENGTH`.
-  uint64_t length;
-} thal_buffer_binding_t;
+  // `sizeof(thal_profile_summary_t)` as the caller was compiled.
+  size_t struct_size;
+  // Records for `thal_profile_queue_operation`.
+  size_t queue_operation_count;
+  // Records for `thal_profile_dispatch`.
+  size_t dispatch_count;
+  // How far a record's time may be off from when the device reached it, at most (0 when the
+  // device's clock is the host's); differences within one device are more precise.
+  uint64_t clock_uncertainty_ns;
+  // How device times were put on the host's clock, in words; valid until the profile is released.
+  const char *clock_method;
+} thal_profile_summary_t;
+
+// A deadline in nanoseconds on `thal_now_ns`'s clock.
+typedef int64_t thal_time_t;
+
+// One queue operation's time on its device stream. Versioned: set `struct_size` to
+// `sizeof(thal_queue_operation_timing_t)`.
+typedef struct {
+  // `sizeof(thal_queue_operation_timing_t)` as the caller was compiled.
+  size_t struct_size;
+  // The queue it ran on.
+  size_t queue;
+  // The device's submission number (as in `thal_device_report`).
+  uint64_t submission;
+  // Its kind ("execute", "fill", "copy", ...); valid until the profile is released.
+  const char *operation;
+  // When the stream started it, on `thal_now_ns`'s clock.
+  thal_time_t start_ns;
+  // When it finished.
+  thal_time_t end_ns;
+} thal_queue_operation_timing_t;
+
+// One dispatch of an executed command buffer. Versioned: set `struct_size` to
+// `sizeof(thal_dispatch_timing_t)`.
+typedef struct {
+  // `sizeof(thal_dispatch_timing_t)` as the caller was compiled.
+  size_t struct_size;
+  // The queue it ran on.
+  size_t queue;
+  // The submission (the execute) it belongs to.
+  uint64_t submission;
+  // Its position in the command buffer's recording.
+  size_t command_index;
+  // The entry point's name; valid until the profile is released.
+  const char *entry_point;
+  // Its workgroup count; all 0 for an indirect dispatch whose count the driver did not report.
+  uint32_t workgroups[3];
+  // When the device started it, on `thal_now_ns`'s clock.
+  thal_time_t start_ns;
+  // When it finished.
+  thal_time_t end_ns;
+} thal_dispatch_timing_t;
 
 // A host call: runs on a HAL thread once its waits are reached; returns NULL, or a status (which it
 // gives up) that fails the call's signals. It may call any function of this library, including
 // releasing the last handles of its own queue and device.
 typedef thal_status_t (*thal_host_call_fn)(void *user_data);
-
-// A deadline in nanoseconds on `thal_now_ns`'s clock.
-typedef int64_t thal_time_t;
 
 // IREE's status-code numbers (`iree_status_code_t`); `thal_status_code` returns one of these.
 typedef uint32_t thal_status_code_t;
@@ -318,6 +545,52 @@ thal_status_t thal_buffer_retain(thal_buffer_t *buffer);
 // `buffer` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_buffer_release(thal_buffer_t *buffer);
 
+// Makes a new channel id, of which `device`'s rank will be 0, into `*id`. `UNIMPLEMENTED` for a
+// driver without collectives; cuda: `UNAVAILABLE` when NCCL cannot be loaded.
+//
+// # Safety
+// `device` is a handle the caller holds; `id` is writable.
+thal_status_t thal_device_create_channel_id(thal_device_t *device, thal_channel_id_t *id);
+
+// Makes `device`'s end of channel `id`, as rank `rank` of `count`, into `*out`. `INVALID_ARGUMENT`
+// for `count` 0 or `rank >= count`; the driver refuses a rank taken twice or a count that differs
+// from the other ranks'. Releasing a rank's last handle (or its device) fails the collectives the
+// others wait for it in with `UNAVAILABLE`.
+//
+// # Safety
+// `device` is a handle the caller holds; `id` is readable; `out` is writable.
+thal_status_t thal_channel_create(thal_device_t *device, const thal_channel_id_t *id, size_t rank, size_t count, thal_channel_t **out);
+
+// Runs a collective on `channel` (made on `queue`'s device) in queue order once `waits` are
+// reached; `signals` are signalled when every rank's part is done. Every rank must submit the
+// collectives of a channel in the same order. If one rank's part cannot run, the collective fails
+// on every rank with a status naming it. Arguments that do not fit the operation are refused here
+// (`INVALID_ARGUMENT`, `OUT_OF_RANGE`) and nothing is signalled.
+//
+// # Safety
+// `queue` and `channel` are handles the caller holds; `args` is a valid versioned struct; lists
+// are NULL or valid.
+thal_status_t thal_queue_collective(thal_queue_t *queue, const thal_semaphore_list_t *waits, thal_channel_t *channel, const thal_collective_args_t *args, const thal_semaphore_list_t *signals);
+
+// Writes `channel`'s rank and rank count to `*rank` and `*count`.
+//
+// # Safety
+// `channel` is a handle the caller holds; `rank` and `count` are writable.
+thal_status_t thal_channel_rank(thal_channel_t *channel, size_t *rank, size_t *count);
+
+// Adds a reference to `channel`.
+//
+// # Safety
+// `channel` is a handle the caller holds.
+thal_status_t thal_channel_retain(thal_channel_t *channel);
+
+// Drops a reference to `channel`; the last one leaves the channel (see `thal_channel_create`).
+// NULL is allowed.
+//
+// # Safety
+// `channel` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_channel_release(thal_channel_t *channel);
+
 // A new command buffer of `device` in `mode` (`THAL_COMMAND_BUFFER_MODE_*`) into `*out`.
 //
 // # Safety
@@ -386,20 +659,20 @@ thal_status_t thal_command_buffer_release(thal_command_buffer_t *command_buffer)
 // `count` is writable.
 thal_status_t thal_driver_count(size_t *count);
 
-// Writes driver `index`'s name ("cpu-sim", "cuda") to `*name`: static storage, never freed.
+// Writes driver `index`'s name ("cpu-sim", "cuda", "vulkan") to `*name`: static storage, never freed.
 //
 // # Safety
 // `name` is writable.
 thal_status_t thal_driver_name(size_t index, const char **name);
 
 // Writes how many devices driver `name` has here to `*count`, or fails with why it has none
-// (`UNAVAILABLE`: no GPU, no libcuda, or no driver of that name).
+// (`UNAVAILABLE`: no GPU, no libcuda or Vulkan loader, or no driver of that name).
 //
 // # Safety
 // `name` is NUL-terminated; `count` is writable.
 thal_status_t thal_driver_device_count(const char *name, size_t *count);
 
-// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda") into `*out` (one reference).
+// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda", "vulkan") into `*out` (one reference).
 //
 // # Safety
 // `driver` is NUL-terminated; `out` is writable.
@@ -463,6 +736,58 @@ thal_status_t thal_queue_retain(thal_queue_t *queue);
 // `queue` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_queue_release(thal_queue_t *queue);
 
+// Takes a snapshot of what `device` is and offers into `*out` (one reference); the strings it
+// gives out live as long as the snapshot.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_query_info(thal_device_t *device, thal_device_info_t **out);
+
+// Writes text `field` (`THAL_DEVICE_INFO_NAME`, `_DRIVER`, `_STABLE_ID`) to `*text`: NUL-terminated,
+// valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `text` is writable.
+thal_status_t thal_device_info_text(thal_device_info_t *info, uint32_t field, const char **text);
+
+// Fills `*limits` with the device's numbers and the lengths of its lists.
+//
+// # Safety
+// `info` is a handle the caller holds; `limits` is a versioned struct with `struct_size` writable bytes.
+thal_status_t thal_device_info_limits(thal_device_info_t *info, thal_device_limits_t *limits);
+
+// Writes memory type `index` (most preferred first) as `THAL_MEMORY_TYPE_*` bits to `*bits`.
+//
+// # Safety
+// `info` is a handle the caller holds; `bits` is writable.
+thal_status_t thal_device_info_memory_type(thal_device_info_t *info, size_t index, uint32_t *bits);
+
+// Writes the name of executable kind `index` (the driver's preferred first: "shared-library",
+// "ptx", "spirv", ...) to `*name`, valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `name` is writable.
+thal_status_t thal_device_info_executable_kind(thal_device_info_t *info, size_t index, const char **name);
+
+// Writes driver property `index`'s name and value (compute capability, memory size, ...) to `*key`
+// and `*value`, valid until `info` is released.
+//
+// # Safety
+// `info` is a handle the caller holds; `key` and `value` are writable.
+thal_status_t thal_device_info_property(thal_device_info_t *info, size_t index, const char **key, const char **value);
+
+// Adds a reference to `info`.
+//
+// # Safety
+// `info` is a handle the caller holds.
+thal_status_t thal_device_info_retain(thal_device_info_t *info);
+
+// Drops a reference to `info`; the last one frees its strings. NULL is allowed.
+//
+// # Safety
+// `info` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_device_info_release(thal_device_info_t *info);
+
 // Loads the cpu-sim kernel library at `path` (exporting `hal_cpu_sim_kernel_table`) into `*out`.
 // A library that cannot be opened is `UNAVAILABLE`, one without the table `NOT_FOUND`; both name
 // the path and the loader's reason.
@@ -471,7 +796,7 @@ thal_status_t thal_queue_release(thal_queue_t *queue);
 // `device` is a handle the caller holds; `path` is NUL-terminated; `out` is writable.
 thal_status_t thal_executable_load_library(thal_device_t *device, const char *path, thal_executable_t **out);
 
-// Loads driver-format bytes (PTX, cubin, fatbin: CUDA) into `*out`; a driver that does not load the
+// Loads driver-format bytes (PTX, cubin, fatbin: CUDA; SPIR-V: Vulkan) into `*out`; a driver that does not load the
 // format says so (`UNIMPLEMENTED` or `INVALID_ARGUMENT`, naming it).
 //
 // # Safety
@@ -495,6 +820,87 @@ thal_status_t thal_executable_retain(thal_executable_t *executable);
 // # Safety
 // `executable` is NULL or a handle the caller holds and gives up.
 thal_status_t thal_executable_release(thal_executable_t *executable);
+
+// Maps `length` bytes of `buffer` from `offset` for the host: `*data` points to them until
+// `thal_buffer_unmap(*out)`. The buffer needs `THAL_MEMORY_TYPE_HOST_VISIBLE` memory and
+// `THAL_BUFFER_USAGE_MAPPING` (`PERMISSION_DENIED` otherwise, naming the buffer and what it
+// lacks); a transient buffer without memory now is `FAILED_PRECONDITION`; a range past the end
+// `OUT_OF_RANGE`. The mapping keeps the buffer and its memory alive. Plain loads and stores through
+// `*data` must be ordered against queue work on the same range by the caller (wait on the
+// semaphore the work signals before touching the bytes, and submit work after the stores).
+//
+// # Safety
+// `buffer` is a handle the caller holds; `data` and `out` are writable.
+thal_status_t thal_buffer_map(thal_buffer_t *buffer, uint64_t offset, uint64_t length, void **data, thal_mapping_t **out);
+
+// Writes the length of `mapping`'s range in bytes to `*length`.
+//
+// # Safety
+// `mapping` is a mapping the caller has not unmapped; `length` is writable.
+thal_status_t thal_mapping_length(thal_mapping_t *mapping, size_t *length);
+
+// Ends `mapping`: its pointer is invalid from here on, and the buffer and memory it kept alive may
+// go. NULL is allowed.
+//
+// # Safety
+// `mapping` is NULL or a mapping the caller has not unmapped; it gives it up.
+thal_status_t thal_buffer_unmap(thal_mapping_t *mapping);
+
+// Starts profiling `device`: every submission issued from now on records timings as `params` ask,
+// until `thal_device_end_profiling`. `FAILED_PRECONDITION` while a session is in progress,
+// `UNIMPLEMENTED` for a driver that cannot time work.
+//
+// # Safety
+// `device` is a handle the caller holds; `params` is a valid versioned struct.
+thal_status_t thal_device_begin_profiling(thal_device_t *device, const thal_profile_params_t *params);
+
+// Takes the records of profiled submissions that completed since the last collect into `*out` (a
+// submission's records are there once its signals are reached). Never blocks.
+// `FAILED_PRECONDITION` when not profiling.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_collect_profile(thal_device_t *device, thal_profile_t **out);
+
+// Stops profiling and stores the records not collected yet in `*out`; submissions still in flight
+// add nothing more (wait for them first). `FAILED_PRECONDITION` when not profiling.
+//
+// # Safety
+// `device` is a handle the caller holds; `out` is writable.
+thal_status_t thal_device_end_profiling(thal_device_t *device, thal_profile_t **out);
+
+// Fills `*summary` with the profile's record counts and clock correlation.
+//
+// # Safety
+// `profile` is a handle the caller holds; `summary` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_summary(thal_profile_t *profile, thal_profile_summary_t *summary);
+
+// Fills `*timing` with queue-operation record `index` (completion order, queue by queue).
+//
+// # Safety
+// `profile` is a handle the caller holds; `timing` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_queue_operation(thal_profile_t *profile, size_t index, thal_queue_operation_timing_t *timing);
+
+// Fills `*timing` with dispatch record `index` (dispatches of one execute in command order).
+//
+// # Safety
+// `profile` is a handle the caller holds; `timing` is a versioned struct with `struct_size`
+// writable bytes.
+thal_status_t thal_profile_dispatch(thal_profile_t *profile, size_t index, thal_dispatch_timing_t *timing);
+
+// Adds a reference to `profile`.
+//
+// # Safety
+// `profile` is a handle the caller holds.
+thal_status_t thal_profile_retain(thal_profile_t *profile);
+
+// Drops a reference to `profile`; the last one frees its records and strings. NULL is allowed.
+//
+// # Safety
+// `profile` is NULL or a handle the caller holds and gives up.
+thal_status_t thal_profile_release(thal_profile_t *profile);
 
 // Runs an ended command buffer (one without binding slots) once `waits` are reached.
 //

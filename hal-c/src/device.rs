@@ -8,7 +8,8 @@ use hal::{Device, Error, Queue, Registry, Result};
 use crate::handle::{self, check_out, get, store, thal_device_t, thal_queue_t, write_value};
 use crate::status::{guard, thal_status_t};
 
-/// The drivers this library was built with: cpu-sim, and cuda with the `cuda` feature.
+/// The drivers this library was built with: cpu-sim, cuda with the `cuda` feature and vulkan with
+/// the `vulkan` feature.
 pub(crate) fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
@@ -16,6 +17,8 @@ pub(crate) fn registry() -> &'static Registry {
         driver_cpu_sim::register(&mut registry);
         #[cfg(feature = "cuda")]
         driver_cuda::register(&mut registry);
+        #[cfg(feature = "vulkan")]
+        driver_vulkan::register(&mut registry);
         registry
     })
 }
@@ -71,7 +74,7 @@ pub unsafe extern "C" fn thal_driver_count(count: *mut usize) -> thal_status_t {
     guard("thal_driver_count", || unsafe { write_value(count, "count", driver_names().len()) })
 }
 
-/// Writes driver `index`'s name ("cpu-sim", "cuda") to `*name`: static storage, never freed.
+/// Writes driver `index`'s name ("cpu-sim", "cuda", "vulkan") to `*name`: static storage, never freed.
 ///
 /// # Safety
 /// `name` is writable.
@@ -88,7 +91,7 @@ pub unsafe extern "C" fn thal_driver_name(index: usize, name: *mut *const c_char
 }
 
 /// Writes how many devices driver `name` has here to `*count`, or fails with why it has none
-/// (`UNAVAILABLE`: no GPU, no libcuda, or no driver of that name).
+/// (`UNAVAILABLE`: no GPU, no libcuda or Vulkan loader, or no driver of that name).
 ///
 /// # Safety
 /// `name` is NUL-terminated; `count` is writable.
@@ -105,7 +108,7 @@ pub unsafe extern "C" fn thal_driver_device_count(name: *const c_char, count: *m
     })
 }
 
-/// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda") into `*out` (one reference).
+/// Opens device `ordinal` of driver `driver` ("cpu-sim", "cuda", "vulkan") into `*out` (one reference).
 ///
 /// # Safety
 /// `driver` is NUL-terminated; `out` is writable.

@@ -1,5 +1,5 @@
 //! Executables: a cpu-sim kernel library (the native kernel ABI) or driver-format bytes (PTX, cubin,
-//! fatbin for CUDA).
+//! fatbin for CUDA; SPIR-V for Vulkan).
 
 use std::ffi::{c_char, c_void};
 use std::path::PathBuf;
@@ -19,6 +19,9 @@ pub const THAL_EXECUTABLE_FORMAT_PTX: u32 = 0;
 pub const THAL_EXECUTABLE_FORMAT_CUBIN: u32 = 1;
 /// A CUDA fatbin.
 pub const THAL_EXECUTABLE_FORMAT_FATBIN: u32 = 2;
+/// A SPIR-V module (Vulkan): little-endian 32-bit words, binding `i` at descriptor set 0 binding
+/// `i`, the constants one push-constant block of 32-bit words.
+pub const THAL_EXECUTABLE_FORMAT_SPIRV: u32 = 3;
 
 /// One entry point of driver-format bytes: its name and ABI (one pointer per binding, then each
 /// 32-bit constant).
@@ -86,6 +89,7 @@ unsafe fn bytes_source(params: *const thal_executable_params_t) -> Result<Execut
         THAL_EXECUTABLE_FORMAT_PTX => ExecutableFormat::Ptx,
         THAL_EXECUTABLE_FORMAT_CUBIN => ExecutableFormat::Cubin,
         THAL_EXECUTABLE_FORMAT_FATBIN => ExecutableFormat::Fatbin,
+        THAL_EXECUTABLE_FORMAT_SPIRV => ExecutableFormat::Spirv,
         other => return Err(Error::invalid_argument(format!("params.format {other}: not a THAL_EXECUTABLE_FORMAT"))),
     };
     // SAFETY: the caller's contract.
@@ -108,7 +112,7 @@ unsafe fn bytes_source(params: *const thal_executable_params_t) -> Result<Execut
     Ok(ExecutableSource::Bytes { format, data: Arc::from(data), entry_points })
 }
 
-/// Loads driver-format bytes (PTX, cubin, fatbin: CUDA) into `*out`; a driver that does not load the
+/// Loads driver-format bytes (PTX, cubin, fatbin: CUDA; SPIR-V: Vulkan) into `*out`; a driver that does not load the
 /// format says so (`UNIMPLEMENTED` or `INVALID_ARGUMENT`, naming it).
 ///
 /// # Safety

@@ -5,8 +5,11 @@ use std::fmt::Display;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use hal::{Buffer, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
+use hal::{Buffer, Channel, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
 
+use crate::device_info::DeviceInfoSnapshot;
+use crate::mapping::HostMapping;
+use crate::profile::ProfileSnapshot;
 use crate::queue::PendingRead;
 
 /// A device (`thal_device_create`).
@@ -35,6 +38,26 @@ pub struct thal_executable_t {
 }
 /// The bytes of a queue read, once its signals are reached (`thal_queue_read`).
 pub struct thal_readback_t {
+    _opaque: [u8; 0],
+}
+
+/// A host mapping of part of a buffer (`thal_buffer_map`), ended by `thal_buffer_unmap`.
+pub struct thal_mapping_t {
+    _opaque: [u8; 0],
+}
+
+/// A snapshot of what a device is and offers (`thal_device_query_info`).
+pub struct thal_device_info_t {
+    _opaque: [u8; 0],
+}
+
+/// The records of a profiling session (`thal_device_collect_profile`, `thal_device_end_profiling`).
+pub struct thal_profile_t {
+    _opaque: [u8; 0],
+}
+
+/// One rank's end of a channel, for collectives (`thal_channel_create`).
+pub struct thal_channel_t {
     _opaque: [u8; 0],
 }
 
@@ -74,6 +97,10 @@ kinds! {
     CommandBuffer => thal_command_buffer_t, 0x7468_616c_0000_0005;
     Executable => thal_executable_t, 0x7468_616c_0000_0006;
     PendingRead => thal_readback_t, 0x7468_616c_0000_0007;
+    HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
+    DeviceInfoSnapshot => thal_device_info_t, 0x7468_616c_0000_0009;
+    ProfileSnapshot => thal_profile_t, 0x7468_616c_0000_000a;
+    Channel => thal_channel_t, 0x7468_616c_0000_000b;
 }
 
 /// What a handle points to: the tag, then the object.

@@ -10,23 +10,31 @@
 #![allow(non_camel_case_types)]
 
 mod buffer;
+mod channel;
 mod command_buffer;
 mod device;
+mod device_info;
 mod executable;
 mod handle;
+mod mapping;
 mod params;
+mod profile;
 mod queue;
 mod semaphore;
 mod status;
 
 pub use buffer::*;
+pub use channel::*;
 pub use command_buffer::*;
 pub use device::*;
+pub use device_info::*;
 pub use executable::*;
 pub use handle::{
-    thal_buffer_t, thal_command_buffer_t, thal_device_t, thal_executable_t, thal_queue_t, thal_readback_t,
-    thal_semaphore_t,
+    thal_buffer_t, thal_channel_t, thal_command_buffer_t, thal_device_info_t, thal_device_t, thal_executable_t,
+    thal_mapping_t, thal_queue_t, thal_readback_t, thal_semaphore_t,
 };
+pub use mapping::*;
+pub use profile::*;
 pub use queue::*;
 pub use semaphore::*;
 pub use status::*;
@@ -37,7 +45,7 @@ use std::ffi::c_char;
 /// from the header's `THAL_API_VERSION_MAJOR` is incompatible.
 pub const THAL_API_VERSION_MAJOR: u32 = 0;
 /// The minor version: new entry points and struct fields at the end.
-pub const THAL_API_VERSION_MINOR: u32 = 1;
+pub const THAL_API_VERSION_MINOR: u32 = 2;
 /// The patch version.
 pub const THAL_API_VERSION_PATCH: u32 = 0;
 

@@ -23,3 +23,16 @@ pub(crate) unsafe fn versioned<'a, P>(params: *const P, arg: &str, type_name: &s
     // SAFETY: at least `size_of::<P>()` bytes are readable, by the size just checked.
     Ok(unsafe { &*params })
 }
+
+/// The caller's struct for the library to fill, checked as `versioned` checks one it reads; only
+/// this library's fields are written, so a caller built against a newer header keeps its extras.
+///
+/// # Safety
+/// `params` is NULL or points to a struct whose first field is its `usize` size and which has that
+/// many writable bytes.
+pub(crate) unsafe fn versioned_out<'a, P>(params: *mut P, arg: &str, type_name: &str) -> Result<&'a mut P> {
+    // SAFETY: the caller's contract, which covers `versioned`'s.
+    unsafe { versioned(params.cast_const(), arg, type_name) }?;
+    // SAFETY: non-NULL with at least `size_of::<P>()` writable bytes, as just checked.
+    Ok(unsafe { &mut *params })
+}

@@ -39,6 +39,15 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// `at` on `thal_now_ns`'s clock (negative before its epoch).
+pub(crate) fn time_of(at: Instant) -> thal_time_t {
+    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX - 1);
+    match at.checked_duration_since(epoch()) {
+        Some(after) => nanos(after),
+        None => -nanos(epoch().duration_since(at)),
+    }
+}
+
 /// The timeout an absolute deadline on `thal_now_ns`'s clock means.
 pub(crate) fn timeout_of(deadline_ns: thal_time_t) -> Timeout {
     match deadline_ns {

@@ -1,6 +1,7 @@
 //! Builds the C tests (tests/c) with the system C compiler against include/thal.h and this crate's
-//! shared library, and runs each on cpu-sim. `THAL_C_SANITIZE=1` builds them with
-//! `-fsanitize=address,undefined` (what `.ci/run` does); `CC` picks the compiler.
+//! shared library, and runs each on cpu-sim; the SPIR-V test runs on vulkan too, where a Vulkan
+//! device is listed (`HAL_REQUIRE_VULKAN=1` makes its absence a failure). `THAL_C_SANITIZE=1` builds
+//! them with `-fsanitize=address,undefined` (what `.ci/run` does); `CC` picks the compiler.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,10 +11,13 @@ use std::time::{Duration, Instant};
 /// How long one C test may run before it counts as hung.
 const TEST_LIMIT: Duration = Duration::from_secs(60);
 
-/// The built test program and kernel library (built once per test process).
+/// The built test program and kernels (built once per test process).
 struct Built {
     program: PathBuf,
+    /// kernels.c as a cpu-sim kernel library.
     kernels: PathBuf,
+    /// kernels.wgsl as SPIR-V, for vulkan.
+    spirv: PathBuf,
 }
 
 /// The directory holding this crate's `libthal.so` as built for this test run: `deps`, beside the
@@ -51,6 +55,10 @@ fn built() -> &'static Built {
         let lib_dir = library_dir();
         let path = |p: &Path| p.to_str().expect("UTF-8 paths").to_owned();
         compile(&["-shared", "-fPIC", "-O1", "-o", &path(&kernels), &path(&sources.join("kernels.c"))]);
+        let spirv = out.join("kernels.spv");
+        let wgsl = std::fs::read_to_string(sources.join("kernels.wgsl")).expect("kernels.wgsl is readable");
+        let words = driver_vulkan::wgsl::compile(&wgsl, "kernels.wgsl").expect("kernels.wgsl compiles to SPIR-V");
+        std::fs::write(&spirv, words).expect("the target tmp directory is writable");
         let mut args = vec![
             "-std=gnu11".to_owned(),
             "-g".to_owned(),
@@ -73,15 +81,24 @@ fn built() -> &'static Built {
             );
         }
         compile(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        Built { program, kernels }
+        Built { program, kernels, spirv }
     })
 }
 
-/// Runs C test `name` on cpu-sim; fails with its output if it fails, crashes or hangs.
+/// Runs C test `name` on cpu-sim; fails with its output if it fails, crashes, hangs or does not run.
 fn run(name: &str) {
     let built = built();
+    if let Some(reason) = run_on("cpu-sim", &built.kernels, name) {
+        panic!("C test {name} did not run on cpu-sim: {reason}");
+    }
+}
+
+/// Runs C test `name` on `driver` with `kernels`; fails with its output if it fails, crashes or
+/// hangs. Returns why it did not run, if it says it could not (no device of the driver here).
+fn run_on(driver: &str, kernels: &Path, name: &str) -> Option<String> {
+    let built = built();
     let mut child = Command::new(&built.program)
-        .args(["cpu-sim", built.kernels.to_str().expect("UTF-8 path"), name])
+        .args([driver, kernels.to_str().expect("UTF-8 path"), name])
         // cargo's LD_LIBRARY_PATH names the profile directory first, whose libthal.so only `cargo
         // build` refreshes: the program must load the one it was linked against (its rpath).
         .env_remove("LD_LIBRARY_PATH")
@@ -102,8 +119,27 @@ fn run(name: &str) {
     let output = child.wait_with_output().expect("the C test's output is readable");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "C test {name} failed ({}):\n{text}", output.status);
-    assert!(text.contains(&format!("ok {name}")), "C test {name} did not report success:\n{text}");
     assert!(!text.contains("runtime error"), "C test {name}: UBSan reported:\n{text}");
+    let not_run = format!("not run {name}: ");
+    if let Some(at) = text.find(&not_run) {
+        let reason = text[at + not_run.len()..].lines().next().unwrap_or_default();
+        return Some(reason.to_owned());
+    }
+    assert!(text.contains(&format!("ok {name}")), "C test {name} did not report success:\n{text}");
+    None
+}
+
+/// The SPIR-V test on vulkan (lavapipe or a GPU): loads the suite's WGSL kernel as SPIR-V through
+/// the C API and runs it. Without a Vulkan device it says why it did not run, and fails only under
+/// `HAL_REQUIRE_VULKAN=1`.
+#[test]
+fn spirv_executables_on_vulkan() {
+    let built = built();
+    if let Some(reason) = run_on("vulkan", &built.spirv, "spirv_executables") {
+        let required = std::env::var_os("HAL_REQUIRE_VULKAN").is_some_and(|v| v != "0");
+        assert!(!required, "C test spirv_executables did not run on vulkan under HAL_REQUIRE_VULKAN=1: {reason}");
+        eprintln!("C test spirv_executables not run on vulkan: {reason}");
+    }
 }
 
 /// The example a C programmer copies (examples-c/hello.c) builds with its documented line and prints
@@ -155,5 +191,10 @@ c_tests! {
     binding_tables,
     waits_from_several_threads,
     subspans,
+    host_mappings,
+    device_info,
+    profiling,
+    spirv_executables,
+    collectives,
     transient_buffers_and_indirect_dispatch,
 }
