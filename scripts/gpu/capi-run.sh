@@ -34,7 +34,8 @@ PTX=$OUT/kernels.ptx
 if [ -n "$NVCC" ]; then "$NVCC" -ptx -arch=sm_80 capi/kernels.cu -o "$PTX" || echo "nvcc failed"; else echo "no nvcc: the kernel tests will fail"; fi
 
 TESTS="statuses_and_handles two_queue_pipeline_out_of_order failure_propagation host_call_calls_back_into_the_api
-       teardown_from_a_callback binding_tables waits_from_several_threads subspans transient_buffers_and_indirect_dispatch"
+       teardown_from_a_callback binding_tables waits_from_several_threads subspans transient_buffers_and_indirect_dispatch
+       host_mappings device_info profiling spirv_executables collectives"
 pass=0; fail=0
 for driver in cpu-sim cuda; do
   kernels=$([ "$driver" = cuda ] && echo "$PTX" || echo capi/libthal_test_kernels.so)
