@@ -1,7 +1,9 @@
 //! `bench`: the HAL's workloads on any driver, each beside a baseline measured in the same run, as
 //! a table of ratios (and JSON, and an SVG plot). On CUDA the baselines are the same patterns issued
 //! straight through cudarc ([`cuda_baseline`]) and each ratio is shown beside its target; on cpu-sim
-//! they are host hand-offs through `Mutex` + `Condvar` ([`baseline`]).
+//! on Vulkan the same patterns done by hand on `ash` ([`vulkan_baseline`]: recorded command buffers,
+//! `vkQueueSubmit` with timeline semaphores, `vkWaitSemaphores`); on cpu-sim they are host
+//! hand-offs through `Mutex` + `Condvar` ([`baseline`]).
 //!
 //! The `cuda` feature (on by default) builds in the CUDA driver and the raw-CUDA baselines; without
 //! it the bench runs on cpu-sim only. [`session`] is one run with the options both front-ends
@@ -23,12 +25,14 @@ pub mod output_file;
 pub mod report;
 pub mod session;
 pub mod stats;
+pub mod vulkan_baseline;
 pub mod workloads;
 
-/// A registry of the drivers the bench can run on: cpu-sim, and CUDA with the `cuda` feature.
+/// A registry of the drivers the bench can run on: cpu-sim, Vulkan, and CUDA with the `cuda` feature.
 pub fn registry() -> hal::Registry {
     let mut registry = hal::Registry::new();
     driver_cpu_sim::register(&mut registry);
+    driver_vulkan::register(&mut registry);
     #[cfg(feature = "cuda")]
     driver_cuda::register(&mut registry);
     registry

@@ -19,7 +19,7 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 #[derive(Parser)]
 #[command(name = "bench", version)]
 struct Cli {
-    /// The driver: cpu-sim or cuda (device 0; `hal bench --device DRIVER:ORDINAL` picks another)
+    /// The driver: cpu-sim, cuda or vulkan (device 0; `hal bench --device DRIVER:ORDINAL` picks another)
     #[arg(long, value_name = "NAME", default_value = hal::DEFAULT_DRIVER)]
     driver: String,
     /// The GPU ordinal of the second device the cross-device rows hop to (the same GPU by default)

@@ -15,6 +15,7 @@ use hal::{
 use crate::baseline;
 use crate::cuda_baseline::RawCuda;
 use crate::stats::Samples;
+use crate::vulkan_baseline::RawVulkan;
 
 /// How much work each workload does.
 #[derive(Clone, Copy, Debug)]
@@ -120,8 +121,25 @@ pub struct Env {
     pub peer: Option<Box<Env>>,
 }
 
-/// The forms the `touch` kernel comes in, preferred first: native kernels, then PTX.
-pub const TOUCH_KINDS: [ExecutableKind; 2] = [ExecutableKind::Native, ExecutableKind::Ptx];
+/// The forms the `touch` kernel comes in, preferred first: native kernels, then PTX, then SPIR-V.
+pub const TOUCH_KINDS: [ExecutableKind; 3] = [ExecutableKind::Native, ExecutableKind::Ptx, ExecutableKind::Spirv];
+
+/// The `touch` kernel in WGSL (binding 0, one `u32` constant as a push constant): the Vulkan rows
+/// and the raw-Vulkan baselines ([`crate::vulkan_baseline`]) load the same SPIR-V compiled from it.
+pub const TOUCH_WGSL: &str = "@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+struct Constants { value: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn touch() { out[0] = c.value; }
+";
+
+/// [`TOUCH_WGSL`] compiled to SPIR-V (naga, in-process).
+pub fn touch_spirv() -> Result<Vec<u8>> {
+    driver_vulkan::wgsl::compile(TOUCH_WGSL, "touch")
+}
+
+/// The name of the Vulkan driver: it picks the raw-Vulkan baselines.
+pub const VULKAN_DRIVER: &str = driver_vulkan::DRIVER_NAME;
 
 /// The `touch` kernel in the first of [`TOUCH_KINDS`] the device `info` describes loads;
 /// `Unimplemented`, naming the kinds it loads, when it loads none.
@@ -131,6 +149,11 @@ pub fn touch_source(info: &DeviceInfo) -> Result<ExecutableSource> {
         ExecutableKind::Ptx => ExecutableSource::Bytes {
             format: ExecutableFormat::Ptx,
             data: Arc::from(TOUCH_PTX.as_bytes()),
+            entry_points: vec![entry],
+        },
+        ExecutableKind::Spirv => ExecutableSource::Bytes {
+            format: ExecutableFormat::Spirv,
+            data: Arc::from(touch_spirv()?),
             entry_points: vec![entry],
         },
         _ => ExecutableSource::Native(vec![NativeEntryPoint::new(
@@ -485,6 +508,8 @@ enum Baselines {
     Host,
     /// The same patterns through cudarc's `sys` layer (semaphore-only rows keep host baselines).
     Cuda(RawCuda),
+    /// The same patterns on `ash` (rows Vulkan has no counterpart for keep host baselines).
+    Vulkan(Box<RawVulkan>),
 }
 
 /// Warm-up and trial counts, shared by every row.
@@ -533,12 +558,14 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     let info = env.device.info();
     let baselines = if info.driver == CUDA_DRIVER {
         Baselines::Cuda(RawCuda::new(info.ordinal, info.queue_count.max(2), &GRAPH_SIZES)?)
+    } else if info.driver == VULKAN_DRIVER {
+        Baselines::Vulkan(Box::new(RawVulkan::new(info.ordinal, &touch_spirv()?, &GRAPH_SIZES)?))
     } else {
         Baselines::Host
     };
     let cuda = |target: f64| match baselines {
         Baselines::Cuda(_) => Some(target),
-        Baselines::Host => None,
+        Baselines::Host | Baselines::Vulkan(_) => None,
     };
     let mut rows = Vec::new();
     let one = env.dispatches(1)?;
@@ -548,12 +575,16 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     progress("dependent chain");
     let base = match &baselines {
         Baselines::Cuda(raw) => tr.cuda("cuEventRecord per op, one stream", n, |ops| raw.record_chain(ops))?,
+        Baselines::Vulkan(raw) => tr.cuda("empty vkQueueSubmit, timeline wait+signal", n, |ops| raw.chain(0, ops))?,
         Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
     };
     let (hal, note) = tr.hal_split(n, |ops| chain(env, &env.empty, ops))?;
     rows.push(Row::new(format!("dependent chain, empty execute{note}"), "us/submission", hal, base));
     let base = match &baselines {
         Baselines::Cuda(raw) => tr.cuda("launch + cuEventRecord, one stream", n, |ops| raw.launch_record_chain(ops))?,
+        Baselines::Vulkan(raw) => {
+            tr.cuda("vkQueueSubmit recorded cb, timeline wait+signal", n, |ops| raw.chain(1, ops))?
+        }
         Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
     };
     let (hal, note) = tr.hal_split(n, |ops| chain(env, &one, ops))?;
@@ -571,6 +602,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     progress("independent stream");
     let base = match &baselines {
         Baselines::Cuda(raw) => tr.cuda("cuLaunchKernel per op, one stream", n, |ops| raw.launches(ops))?,
+        Baselines::Vulkan(raw) => tr.cuda("vkQueueSubmit recorded cb, signal only", n, |ops| raw.independent(ops))?,
         Baselines::Host => tr.host("mutex+condvar worker FIFO", n, baseline::chain),
     };
     let (hal, note) = tr.hal_split(n, |ops| independent(env, &one, ops))?;
@@ -579,6 +611,9 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     progress("cross-queue ping-pong");
     let base = match &baselines {
         Baselines::Cuda(raw) => tr.cuda("launch, record, other stream waits", n, |ops| raw.ping_pong(ops))?,
+        Baselines::Vulkan(raw) => {
+            tr.cuda("vkQueueSubmit alternating 2 queues, timeline", n, |ops| raw.ping_pong(ops))?
+        }
         Baselines::Host => tr.host("mutex+condvar two threads", n, baseline::ping_pong),
     };
     let (hal, note) = tr.hal_split(n, |ops| ping_pong(env, &one, ops))?;
@@ -596,6 +631,9 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 tr.cuda("launch, record, the other GPU's stream waits", n, |ops| raw.cross_ping_pong(&other, ops))?
             }
             Baselines::Cuda(raw) => tr.cuda("launch, record, other stream waits", n, |ops| raw.ping_pong(ops))?,
+            Baselines::Vulkan(raw) => {
+                tr.cuda("vkQueueSubmit alternating 2 queues, timeline", n, |ops| raw.ping_pong(ops))?
+            }
             Baselines::Host => tr.host("mutex+condvar two threads", n, baseline::ping_pong),
         };
         let theirs = peer.dispatches(1)?;
@@ -630,7 +668,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             Baselines::Cuda(raw) => {
                 tr.cuda("record; streams wait, launch, record; join", rounds, |r| raw.fan_out_in(consumers, r))?
             }
-            Baselines::Host => {
+            Baselines::Host | Baselines::Vulkan(_) => {
                 tr.host("mutex+condvar threads, lockstep", rounds, |r| baseline::fan_out_in(consumers, r))
             }
         };
@@ -656,12 +694,21 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         };
         let base = match &baselines {
             Baselines::Cuda(raw) => tr.cuda("launch + cuStreamSynchronize", rt, |ops| raw.launch_sync(ops))?,
+            Baselines::Vulkan(raw) => tr.cuda("vkQueueSubmit + vkWaitSemaphores", rt, |ops| raw.round_trip(1, ops))?,
             Baselines::Host => tr.host("mutex+condvar round trip", rt, baseline::round_trip),
         };
         rows.push(
             Row::new(format!("host round trip, 1 dispatch ({label}{cpu_note})"), "us/round trip", hal_rt, base)
                 .with_target(cuda(targets::ROUND_TRIP)),
         );
+    }
+    if let Baselines::Vulkan(raw) = &baselines {
+        rows.push(Row::new(
+            "host round trip, empty execute (no deadline)",
+            "us/round trip",
+            tr.hal(rt, |ops| Ok(round_trip(env, &env.empty, Timeout::Infinite, ops)?.0))?,
+            tr.cuda("empty vkQueueSubmit + vkWaitSemaphores", rt, |ops| raw.round_trip(0, ops))?,
+        ));
     }
     if matches!(baselines, Baselines::Host) {
         rows.push(Row::new(
@@ -675,6 +722,9 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     progress("deferred release");
     let base = match &baselines {
         Baselines::Cuda(raw) => tr.cuda("launch + cuStreamSynchronize", rt, |ops| raw.launch_sync(ops))?,
+        Baselines::Vulkan(raw) => {
+            tr.cuda("vkSignalSemaphore -> waiting submit -> vkWaitSemaphores", rt, |ops| raw.deferred_release(ops))?
+        }
         Baselines::Host => tr.host("mutex+condvar round trip", rt, baseline::round_trip),
     };
     rows.push(Row::new(
@@ -697,6 +747,14 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 };
                 let target = (dispatches == 10).then_some(targets::TEN_DISPATCH_GRAPH);
                 (tr.cuda(name, ops, |ops| raw.graph_chain(dispatches, ops))?, target)
+            }
+            Baselines::Vulkan(raw) => {
+                let name = match dispatches {
+                    1 => "vkQueueSubmit 1-dispatch cb, timeline wait+signal",
+                    10 => "vkQueueSubmit 10-dispatch cb, timeline wait+signal",
+                    _ => "vkQueueSubmit 100-dispatch cb, timeline wait+signal",
+                };
+                (tr.cuda(name, ops, |ops| raw.chain(dispatches, ops))?, None)
             }
             Baselines::Host => (None, None),
         };
@@ -755,6 +813,14 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
                 Some(("new binding table per execute (HAL, row above)", tabled)),
             ));
         }
+        if let (Baselines::Vulkan(raw), 10) = (&baselines, dispatches) {
+            rows.push(Row::new(
+                "10-dispatch command buffer, host round trip (no deadline)",
+                "us/round trip",
+                tr.hal(rt, |ops| Ok(round_trip(env, &cb, Timeout::Infinite, ops)?.0))?,
+                tr.cuda("vkQueueSubmit 10-dispatch cb + vkWaitSemaphores", rt, |ops| raw.round_trip(10, ops))?,
+            ));
+        }
         if let (Baselines::Cuda(raw), 10) = (&baselines, dispatches) {
             rows.push(Row::new(
                 "10-dispatch command buffer, host round trip (no deadline)",
@@ -770,7 +836,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         Baselines::Cuda(raw) => tr.cuda("cuMemAllocFromPoolAsync + cuMemFreeAsync", n, |ops| {
             raw.alloc_free_async(ALLOCA_BYTES as usize, ops)
         })?,
-        Baselines::Host => {
+        Baselines::Host | Baselines::Vulkan(_) => {
             tr.host("global allocator alloc+free", n, |ops| baseline::alloc_free(ops, ALLOCA_BYTES as usize))
         }
     };

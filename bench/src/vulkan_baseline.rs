@@ -1,0 +1,393 @@
+//! Raw-Vulkan baselines: the patterns the HAL workloads issue, done by hand on `ash` with nothing
+//! else in the way. Command buffers are recorded once (one `touch` dispatch per buffer, or N with a
+//! compute barrier between them); every submission is one `vkQueueSubmit` with a timeline
+//! semaphore wait and signal; host waits are `vkWaitSemaphores`. The kernel is the same SPIR-V the
+//! HAL loads ([`crate::workloads::touch_spirv`]).
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+use hal::{Error, Result};
+
+/// The device, one buffer, the `touch` pipeline and a recorded command buffer per dispatch count.
+pub struct RawVulkan {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    device: ash::Device,
+    /// Two queues of the compute family where it has two, else its one queue twice.
+    queues: [vk::Queue; 2],
+    pool: vk::CommandPool,
+    memory: vk::DeviceMemory,
+    buffer: vk::Buffer,
+    shader: vk::ShaderModule,
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    descriptors: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+    /// Recorded command buffers by dispatch count.
+    recorded: HashMap<usize, vk::CommandBuffer>,
+    /// The name of the physical device.
+    pub name: String,
+}
+
+fn vk_err(call: &str) -> impl Fn(vk::Result) -> Error + '_ {
+    move |e| Error::internal(format!("raw vulkan: {call} failed: {e:?}"))
+}
+
+/// A timeline semaphore destroyed when dropped.
+struct Timeline<'a> {
+    device: &'a ash::Device,
+    semaphore: vk::Semaphore,
+}
+
+impl Drop for Timeline<'_> {
+    fn drop(&mut self) {
+        // SAFETY: every submission using the semaphore completed (each trial waits for its last
+        // signal before it returns, and errors end the run after a device wait idle).
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.device.destroy_semaphore(self.semaphore, None);
+        }
+    }
+}
+
+impl RawVulkan {
+    /// Opens physical device `ordinal` (in the loader's order), loads `spirv` (entry point
+    /// `touch`: binding 0 a storage buffer, one `u32` push constant) and records command buffers
+    /// of each of `dispatch_counts` dispatches.
+    pub fn new(ordinal: usize, spirv: &[u8], dispatch_counts: &[usize]) -> Result<RawVulkan> {
+        // SAFETY: loading the Vulkan loader runs only its initialisers.
+        let entry = unsafe { ash::Entry::load() }
+            .map_err(|e| Error::unavailable(format!("raw vulkan: the Vulkan loader did not load: {e}")))?;
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        let create = vk::InstanceCreateInfo::default().application_info(&app);
+        // SAFETY: the create info outlives the call.
+        let instance = unsafe { entry.create_instance(&create, None) }.map_err(vk_err("vkCreateInstance"))?;
+        Self::open(entry, instance, ordinal, spirv, dispatch_counts)
+    }
+
+    fn open(
+        entry: ash::Entry,
+        instance: ash::Instance,
+        ordinal: usize,
+        spirv: &[u8],
+        dispatch_counts: &[usize],
+    ) -> Result<RawVulkan> {
+        let (device, family, queues, memory_types, name) = match Self::choose(&instance, ordinal) {
+            Ok(chosen) => chosen,
+            Err(e) => {
+                // SAFETY: nothing else was made from the instance.
+                unsafe { instance.destroy_instance(None) };
+                return Err(e);
+            }
+        };
+        let mut raw = RawVulkan {
+            _entry: entry,
+            instance,
+            device,
+            queues,
+            pool: vk::CommandPool::null(),
+            memory: vk::DeviceMemory::null(),
+            buffer: vk::Buffer::null(),
+            shader: vk::ShaderModule::null(),
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            descriptors: vk::DescriptorPool::null(),
+            set: vk::DescriptorSet::null(),
+            recorded: HashMap::new(),
+            name,
+        };
+        // From here `raw`'s Drop destroys whatever was made (null handles are ignored).
+        raw.build(family, &memory_types, spirv, dispatch_counts)?;
+        Ok(raw)
+    }
+
+    /// The physical device `ordinal`, a logical device with timeline semaphores on its first
+    /// compute family, two queues of it (or one twice), its memory types and name.
+    #[allow(clippy::type_complexity)]
+    fn choose(
+        instance: &ash::Instance,
+        ordinal: usize,
+    ) -> Result<(ash::Device, u32, [vk::Queue; 2], vk::PhysicalDeviceMemoryProperties, String)> {
+        // SAFETY: plain queries on a live instance.
+        let physicals =
+            unsafe { instance.enumerate_physical_devices() }.map_err(vk_err("vkEnumeratePhysicalDevices"))?;
+        let physical = *physicals
+            .get(ordinal)
+            .ok_or_else(|| Error::not_found(format!("raw vulkan: no physical device {ordinal}")))?;
+        // SAFETY: `physical` comes from this instance.
+        let (properties, families, memory_types) = unsafe {
+            (
+                instance.get_physical_device_properties(physical),
+                instance.get_physical_device_queue_family_properties(physical),
+                instance.get_physical_device_memory_properties(physical),
+            )
+        };
+        let name = properties.device_name_as_c_str().map(CStr::to_string_lossy).unwrap_or_default().into_owned();
+        let family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or_else(|| Error::unavailable(format!("raw vulkan: {name} has no compute queue")))?;
+        let queue_count = families[family].queue_count.min(2);
+        let priorities = [1.0f32; 2];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(family as u32)
+            .queue_priorities(&priorities[..queue_count as usize])];
+        let mut timeline = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let device_info = vk::DeviceCreateInfo::default().queue_create_infos(&queue_info).push_next(&mut timeline);
+        // SAFETY: the create infos outlive the call; `physical` comes from this instance.
+        let device =
+            unsafe { instance.create_device(physical, &device_info, None) }.map_err(vk_err("vkCreateDevice"))?;
+        // SAFETY: the queues were requested at creation.
+        let queues = unsafe {
+            [device.get_device_queue(family as u32, 0), device.get_device_queue(family as u32, queue_count - 1)]
+        };
+        Ok((device, family as u32, queues, memory_types, name))
+    }
+
+    fn build(
+        &mut self,
+        family: u32,
+        memory_types: &vk::PhysicalDeviceMemoryProperties,
+        spirv: &[u8],
+        dispatch_counts: &[usize],
+    ) -> Result<()> {
+        let d = &self.device;
+        let buffer_info = vk::BufferCreateInfo::default().size(4096).usage(vk::BufferUsageFlags::STORAGE_BUFFER);
+        // SAFETY: every create info below outlives its call; each handle is made from `d` and
+        // stored in `self` at once, so Drop destroys it.
+        unsafe {
+            self.buffer = d.create_buffer(&buffer_info, None).map_err(vk_err("vkCreateBuffer"))?;
+            let needs = d.get_buffer_memory_requirements(self.buffer);
+            let type_index = (0..memory_types.memory_type_count)
+                .find(|&i| needs.memory_type_bits & (1 << i) != 0)
+                .ok_or_else(|| Error::unavailable("raw vulkan: no memory type for a storage buffer"))?;
+            let alloc = vk::MemoryAllocateInfo::default().allocation_size(needs.size).memory_type_index(type_index);
+            self.memory = d.allocate_memory(&alloc, None).map_err(vk_err("vkAllocateMemory"))?;
+            d.bind_buffer_memory(self.buffer, self.memory, 0).map_err(vk_err("vkBindBufferMemory"))?;
+
+            let words: Vec<u32> = spirv.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+            let module = vk::ShaderModuleCreateInfo::default().code(&words);
+            self.shader = d.create_shader_module(&module, None).map_err(vk_err("vkCreateShaderModule"))?;
+            let binding = [vk::DescriptorSetLayoutBinding::default()
+                .binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .descriptor_count(1)
+                .stage_flags(vk::ShaderStageFlags::COMPUTE)];
+            let set_layout = vk::DescriptorSetLayoutCreateInfo::default().bindings(&binding);
+            self.set_layout =
+                d.create_descriptor_set_layout(&set_layout, None).map_err(vk_err("vkCreateDescriptorSetLayout"))?;
+            let push = [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).size(4)];
+            let set_layouts = [self.set_layout];
+            let layout = vk::PipelineLayoutCreateInfo::default().set_layouts(&set_layouts).push_constant_ranges(&push);
+            self.layout = d.create_pipeline_layout(&layout, None).map_err(vk_err("vkCreatePipelineLayout"))?;
+            let stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(self.shader)
+                .name(c"touch");
+            let pipeline = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout)];
+            self.pipeline = d
+                .create_compute_pipelines(vk::PipelineCache::null(), &pipeline, None)
+                .map_err(|(_, e)| vk_err("vkCreateComputePipelines")(e))?[0];
+            let sizes = [vk::DescriptorPoolSize::default().ty(vk::DescriptorType::STORAGE_BUFFER).descriptor_count(1)];
+            let pool = vk::DescriptorPoolCreateInfo::default().max_sets(1).pool_sizes(&sizes);
+            self.descriptors = d.create_descriptor_pool(&pool, None).map_err(vk_err("vkCreateDescriptorPool"))?;
+            let allocate =
+                vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.descriptors).set_layouts(&set_layouts);
+            self.set = d.allocate_descriptor_sets(&allocate).map_err(vk_err("vkAllocateDescriptorSets"))?[0];
+            let range = [vk::DescriptorBufferInfo::default().buffer(self.buffer).offset(0).range(4)];
+            let write = [vk::WriteDescriptorSet::default()
+                .dst_set(self.set)
+                .dst_binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&range)];
+            d.update_descriptor_sets(&write, &[]);
+
+            let pool = vk::CommandPoolCreateInfo::default().queue_family_index(family);
+            self.pool = d.create_command_pool(&pool, None).map_err(vk_err("vkCreateCommandPool"))?;
+            for &count in dispatch_counts {
+                let allocate = vk::CommandBufferAllocateInfo::default()
+                    .command_pool(self.pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1);
+                let cb = d.allocate_command_buffers(&allocate).map_err(vk_err("vkAllocateCommandBuffers"))?[0];
+                self.recorded.insert(count, cb);
+                d.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default())
+                    .map_err(vk_err("vkBeginCommandBuffer"))?;
+                d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
+                d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, self.layout, 0, &[self.set], &[]);
+                for i in 0..count {
+                    if i > 0 {
+                        let barrier = [vk::MemoryBarrier::default()
+                            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+                        d.cmd_pipeline_barrier(
+                            cb,
+                            vk::PipelineStageFlags::COMPUTE_SHADER,
+                            vk::PipelineStageFlags::COMPUTE_SHADER,
+                            vk::DependencyFlags::empty(),
+                            &barrier,
+                            &[],
+                            &[],
+                        );
+                    }
+                    d.cmd_push_constants(cb, self.layout, vk::ShaderStageFlags::COMPUTE, 0, &(i as u32).to_le_bytes());
+                    d.cmd_dispatch(cb, 1, 1, 1);
+                }
+                d.end_command_buffer(cb).map_err(vk_err("vkEndCommandBuffer"))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn timeline(&self, initial: u64) -> Result<Timeline<'_>> {
+        let mut kind =
+            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(initial);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: the create info outlives the call.
+        let semaphore = unsafe { self.device.create_semaphore(&info, None) }.map_err(vk_err("vkCreateSemaphore"))?;
+        Ok(Timeline { device: &self.device, semaphore })
+    }
+
+    /// One submission to `queue`: `cb` (if any), waiting for `wait` (if any) and signalling `signal`,
+    /// all on `timeline`.
+    fn submit(
+        &self,
+        queue: vk::Queue,
+        cb: Option<vk::CommandBuffer>,
+        timeline: vk::Semaphore,
+        wait: Option<u64>,
+        signal: u64,
+    ) -> Result<()> {
+        let semaphores = [timeline];
+        let (wait_values, signal_values) = ([wait.unwrap_or(0)], [signal]);
+        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER];
+        let waits = if wait.is_some() { 1 } else { 0 };
+        let mut values = vk::TimelineSemaphoreSubmitInfo::default()
+            .wait_semaphore_values(&wait_values[..waits])
+            .signal_semaphore_values(&signal_values);
+        let cbs: Vec<vk::CommandBuffer> = cb.into_iter().collect();
+        let submit = [vk::SubmitInfo::default()
+            .wait_semaphores(&semaphores[..waits])
+            .wait_dst_stage_mask(&stages[..waits])
+            .command_buffers(&cbs)
+            .signal_semaphores(&semaphores)
+            .push_next(&mut values)];
+        // SAFETY: the handles are live; a recorded command buffer without SIMULTANEOUS_USE is only
+        // resubmitted behind its previous submission (every pattern here orders them: one
+        // timeline, or a host wait in between).
+        unsafe { self.device.queue_submit(queue, &submit, vk::Fence::null()) }.map_err(vk_err("vkQueueSubmit"))
+    }
+
+    fn wait(&self, timeline: vk::Semaphore, value: u64) -> Result<()> {
+        let (semaphores, values) = ([timeline], [value]);
+        let info = vk::SemaphoreWaitInfo::default().semaphores(&semaphores).values(&values);
+        // SAFETY: the semaphore is live.
+        unsafe { self.device.wait_semaphores(&info, u64::MAX) }.map_err(vk_err("vkWaitSemaphores"))
+    }
+
+    fn cb(&self, dispatches: usize) -> Result<Option<vk::CommandBuffer>> {
+        if dispatches == 0 {
+            return Ok(None);
+        }
+        self.recorded
+            .get(&dispatches)
+            .copied()
+            .map(Some)
+            .ok_or_else(|| Error::internal(format!("raw vulkan: no {dispatches}-dispatch command buffer recorded")))
+    }
+
+    /// `ops` submissions of the `dispatches`-dispatch command buffer (none for 0) chained on one
+    /// timeline of queue 0 (each waits for the previous one's value), one host wait at the end.
+    pub fn chain(&self, dispatches: usize, ops: u64) -> Result<Duration> {
+        let cb = self.cb(dispatches)?;
+        let t = self.timeline(0)?;
+        let start = Instant::now();
+        for i in 0..ops {
+            self.submit(self.queues[0], cb, t.semaphore, Some(i), i + 1)?;
+        }
+        self.wait(t.semaphore, ops)?;
+        Ok(start.elapsed())
+    }
+
+    /// `ops` submissions of the 1-dispatch command buffer on queue 0 with no wait (queue order
+    /// only), each signalling the next value; one host wait at the end.
+    pub fn independent(&self, ops: u64) -> Result<Duration> {
+        let cb = self.cb(1)?;
+        let t = self.timeline(0)?;
+        let start = Instant::now();
+        for i in 0..ops {
+            self.submit(self.queues[0], cb, t.semaphore, None, i + 1)?;
+        }
+        self.wait(t.semaphore, ops)?;
+        Ok(start.elapsed())
+    }
+
+    /// `ops` hops of a 1-dispatch submission alternating between two queues (one queue where the
+    /// device has one), each waiting for the previous one on one timeline.
+    pub fn ping_pong(&self, ops: u64) -> Result<Duration> {
+        let cb = self.cb(1)?;
+        let t = self.timeline(0)?;
+        let start = Instant::now();
+        for i in 0..ops {
+            self.submit(self.queues[(i % 2) as usize], cb, t.semaphore, Some(i), i + 1)?;
+        }
+        self.wait(t.semaphore, ops)?;
+        Ok(start.elapsed())
+    }
+
+    /// `ops` round trips: a `dispatches`-dispatch submission, then `vkWaitSemaphores` for it.
+    pub fn round_trip(&self, dispatches: usize, ops: u64) -> Result<Duration> {
+        let cb = self.cb(dispatches)?;
+        let t = self.timeline(0)?;
+        let start = Instant::now();
+        for i in 0..ops {
+            self.submit(self.queues[0], cb, t.semaphore, None, i + 1)?;
+            self.wait(t.semaphore, i + 1)?;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// `ops` times: a 1-dispatch submission waiting for a value the host then signals
+    /// (`vkSignalSemaphore`), and a host wait for its own signal.
+    pub fn deferred_release(&self, ops: u64) -> Result<Duration> {
+        let cb = self.cb(1)?;
+        let t = self.timeline(0)?;
+        let mut elapsed = Duration::ZERO;
+        for i in 0..ops {
+            self.submit(self.queues[0], cb, t.semaphore, Some(2 * i + 1), 2 * i + 2)?;
+            let start = Instant::now();
+            let info = vk::SemaphoreSignalInfo::default().semaphore(t.semaphore).value(2 * i + 1);
+            // SAFETY: the semaphore is live and the value is ahead of its current one.
+            unsafe { self.device.signal_semaphore(&info) }.map_err(vk_err("vkSignalSemaphore"))?;
+            self.wait(t.semaphore, 2 * i + 2)?;
+            elapsed += start.elapsed();
+        }
+        Ok(elapsed)
+    }
+}
+
+impl Drop for RawVulkan {
+    fn drop(&mut self) {
+        let d = &self.device;
+        // SAFETY: the device is idle after the wait; every handle was made from it (or is null,
+        // which destroy calls ignore), and none is used after this.
+        unsafe {
+            let _ = d.device_wait_idle();
+            d.destroy_command_pool(self.pool, None);
+            d.destroy_descriptor_pool(self.descriptors, None);
+            d.destroy_pipeline(self.pipeline, None);
+            d.destroy_pipeline_layout(self.layout, None);
+            d.destroy_descriptor_set_layout(self.set_layout, None);
+            d.destroy_shader_module(self.shader, None);
+            d.destroy_buffer(self.buffer, None);
+            d.free_memory(self.memory, None);
+            d.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}
