@@ -20,7 +20,9 @@ status=0
 echo "== hal devices"
 devbin/hal devices 2>&1 | sed -n '/^vulkan/,$p'
 echo "== Vulkan CTS"
-devbin/vulkan_cts --include-ignored --test-threads=4 2>&1 | tail -40 || status=1
+# The whole log is kept (per-area counts, skipped cases with their reasons); its tail shown here.
+devbin/vulkan_cts --include-ignored --test-threads=4 --nocapture > "${OUT:-/tmp}/vulkan_cts.log" 2>&1 || status=1
+tail -40 "${OUT:-/tmp}/vulkan_cts.log"
 echo "== Vulkan driver tests"
 devbin/vulkan_vulkan_device 2>&1 | tail -8 || status=1
 echo "== hal run --device vulkan"
