@@ -58,6 +58,11 @@ impl CudaExecutable {
     /// before anything is loaded.
     pub(crate) fn load(context: &Arc<Context>, source: &ExecutableSource, device: &DeviceInfo) -> Result<Self> {
         let (format, data, entry_points) = match source {
+            ExecutableSource::Bytes { format: ExecutableFormat::Spirv, .. } => {
+                return Err(Error::unimplemented(
+                    "cuda: cannot load SPIR-V (a Vulkan format); load PTX, cubin or fatbin",
+                ));
+            }
             ExecutableSource::Bytes { format, data, entry_points } => (*format, data, entry_points),
             other => {
                 return Err(Error::unimplemented(format!(

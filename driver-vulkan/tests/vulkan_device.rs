@@ -24,6 +24,13 @@ fn a_binding_past_the_storage_buffer_range_is_refused_when_recorded_naming_the_l
     let device = device();
     let limit = device.info().max_binding_length;
     assert!(limit < u64::MAX, "a Vulkan device states its maxStorageBufferRange");
+    if limit > 1 << 30 {
+        // NVIDIA states 4 GiB - 1: a buffer past it is more memory than a test should take.
+        println!(
+            "not run: the device's storage-buffer range is {limit} bytes; this test allocates past it only up to 1 GiB"
+        );
+        return;
+    }
     let buffer =
         device.allocate_buffer(BufferParams::new(MemoryType::DEVICE_LOCAL, BufferUsage::DEFAULT), limit + 4).unwrap();
     let catalogue = SpirvCatalogue::new(driver_vulkan::wgsl::compile);
