@@ -76,19 +76,31 @@ enum EntryState<M: StreamModel> {
     Held(Option<Box<Issue<M>>>),
 }
 
-/// Where a submission stands in its queue's order (see the module docs).
+/// Where a submission stands in its queue's order (see the module docs). Every submission carries
+/// one, so it stays small: what only work submitted from a running call has is boxed.
 #[derive(Clone)]
 pub(crate) struct Place {
-    root: u64,
     seq: u64,
+    /// `None` for work not submitted from a running call of its queue (its root is its `seq`).
+    nested: Option<Box<Nested>>,
+}
+
+/// The part of a [`Place`] that work submitted from a running call of its queue has.
+#[derive(Clone)]
+struct Nested {
+    root: u64,
     /// The running calls of this queue it was submitted from, innermost first: it never waits for
     /// them (a call may wait for what it submits).
-    ancestors: SmallVec<[u64; 1]>,
+    ancestors: SmallVec<[u64; 2]>,
 }
 
 impl Place {
     fn key(&self) -> (u64, u64) {
-        (self.root, self.seq)
+        (self.nested.as_ref().map_or(self.seq, |n| n.root), self.seq)
+    }
+
+    fn ancestors(&self) -> &[u64] {
+        self.nested.as_ref().map_or(&[], |n| &n.ancestors)
     }
 }
 
@@ -114,17 +126,19 @@ impl<M: StreamModel> Admission<M> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let running = RUNNING.with(Cell::get).filter(|r| r.device == device && r.queue == queue);
         let Some(running) = running else {
-            return Place { root: seq, seq, ancestors: SmallVec::new() };
+            return Place { seq, nested: None };
         };
         let list = lock(&self.list);
-        match list.position(running.action).map(|at| &list.entries[at].place) {
+        let call = list.position(running.action).map(|at| &list.entries[at].place);
+        let mut ancestors = SmallVec::from_elem(running.action, 1);
+        let root = match call {
             Some(call) => {
-                let mut ancestors = SmallVec::from_elem(running.action, 1);
-                ancestors.extend(call.ancestors.iter().copied());
-                Place { root: call.root, seq, ancestors }
+                ancestors.extend(call.ancestors().iter().copied());
+                call.key().0
             }
-            None => Place { root: seq, seq, ancestors: SmallVec::from_elem(running.action, 1) },
-        }
+            None => seq,
+        };
+        Place { seq, nested: Some(Box::new(Nested { root, ancestors })) }
     }
 }
 
@@ -136,7 +150,7 @@ impl<M: StreamModel> AdmissionList<M> {
     /// Whether entry `at` holds a submission at `place` with `waits` (see the module docs).
     fn holds(&self, at: usize, place: &Place, waits: &[SemaphoreValue]) -> bool {
         let entry = &self.entries[at];
-        if entry.place.key() >= place.key() || place.ancestors.contains(&entry.action) {
+        if entry.place.key() >= place.key() || place.ancestors().contains(&entry.action) {
             return false;
         }
         match (&entry.state, entry.call) {
