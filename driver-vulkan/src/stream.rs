@@ -133,8 +133,9 @@ struct StreamShared {
 }
 
 /// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
-/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission hands
-/// its command buffer back through `idle`, and the submit thread records into it again.
+/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission (or a
+/// dropped replay recording) hands its command buffer back through `idle`, and the submit thread
+/// records into it again.
 pub(crate) struct CommandPool {
     gpu: Arc<Gpu>,
     pool: vk::CommandPool,
@@ -735,7 +736,6 @@ struct Submitted {
 }
 
 /// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
-
 fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
