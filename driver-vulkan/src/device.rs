@@ -16,6 +16,7 @@ use crate::executable::VulkanExecutable;
 use crate::gpu::{Gpu, PhysicalInfo};
 use crate::memory::{MemoryCounter, VulkanMemory};
 use crate::record::{CHECK_COUNT_WGSL, check_binding_range};
+use crate::replay::Replays;
 use crate::stream::VulkanStreams;
 
 /// HAL queues per device; they share the device's Vulkan queues round robin where it has fewer.
@@ -58,9 +59,13 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
     info
 }
 
-/// A device's prepared command buffer: the commands, recorded into a Vulkan command buffer at
-/// each execute (a transient buffer's `VkBuffer` is only known when its alloca ran).
-pub struct VulkanPreparedCommands;
+/// A device's prepared command buffer. A reusable one whose buffers are all known keeps its
+/// recordings for replay; the rest are recorded at each execute (a transient buffer's `VkBuffer`
+/// is only known when its alloca ran, and a binding table's buffers come with each execute).
+pub struct VulkanPreparedCommands {
+    /// Recordings to replay; `None`: recorded at each execute.
+    pub(crate) replays: Option<Replays>,
+}
 
 impl PreparedCommands for VulkanPreparedCommands {
     fn as_any(&self) -> &dyn std::any::Any {
@@ -131,7 +136,7 @@ impl DeviceBackend for VulkanDevice {
     fn prepare_commands(
         &self,
         commands: &Arc<[Command]>,
-        _mode: CommandBufferMode,
+        mode: CommandBufferMode,
     ) -> Result<Arc<dyn PreparedCommands>> {
         let limit = self.gpu.physical.limits.max_storage_buffer_range;
         for (index, command) in commands.iter().enumerate() {
@@ -149,7 +154,12 @@ impl DeviceBackend for VulkanDevice {
                     .map_err(|e| e.context(format!("command {index}")))?;
             }
         }
-        Ok(Arc::new(VulkanPreparedCommands))
+        let replays = match mode {
+            CommandBufferMode::Reusable => Replays::for_commands(commands),
+            // Runs once: recording it at its execute costs the same.
+            _ => None,
+        };
+        Ok(Arc::new(VulkanPreparedCommands { replays }))
     }
 
     fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {

@@ -48,6 +48,7 @@ mod gpu;
 mod instance;
 mod memory;
 mod record;
+mod replay;
 mod stream;
 pub mod timing;
 pub mod wgsl;
@@ -108,6 +109,16 @@ impl Driver for VulkanDriver {
         // executable and semaphore it makes with the `id` it was built with.
         Ok(unsafe { Device::from_backend(id, backend) })
     }
+}
+
+/// How many times the Vulkan driver recorded `command_buffer` (a reusable one, recorded once and
+/// replayed) into a `VkCommandBuffer`; `None` for a command buffer it records at each execute.
+#[doc(hidden)]
+pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
+    use hal::driver::CommandBufferExt;
+    let prepared = command_buffer.prepared()?;
+    let prepared = prepared.as_any().downcast_ref::<device::VulkanPreparedCommands>()?;
+    prepared.replays.as_ref().map(replay::Replays::recorded)
 }
 
 /// Registers the Vulkan driver.

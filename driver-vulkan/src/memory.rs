@@ -316,6 +316,11 @@ impl VulkanMemory {
             .ok_or_else(|| Error::invalid_argument(format!("{buffer}: not a Vulkan buffer")))
     }
 
+    /// Whether the memory is a transient buffer's, whose `VkBuffer` is only known once its alloca ran.
+    pub fn is_transient(&self) -> bool {
+        self.transient
+    }
+
     /// Whether the memory is on `gpu`'s `VkDevice`.
     pub fn is_on(&self, gpu: &Arc<Gpu>) -> bool {
         Arc::ptr_eq(&self.gpu, gpu)

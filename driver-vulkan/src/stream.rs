@@ -20,14 +20,15 @@ use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
+use crate::device::VulkanPreparedCommands;
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
 use crate::memory::Block;
 use crate::memory::{VulkanMemory, resolve};
 use crate::record::{CHECK_SLOT_BYTES, CountChecks, Keep, Recorder};
+use crate::replay::{Lease, Recording};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
-
 
 /// A timeline and how far its stream has got.
 pub struct Timeline {
@@ -74,7 +75,7 @@ impl Timeline {
     /// timed `vkWaitSemaphores` far later than an untimed one (a host round trip measured about
     /// ten times the raw untimed wait's). Only values whose signal was submitted are waited for,
     /// so the wait ends (or the device is lost, which the wait reports).
-    fn wait_forever(&self, value: u64) -> Result<()> {
+    pub(crate) fn wait_forever(&self, value: u64) -> Result<()> {
         while !self.wait(value, Duration::MAX)? {}
         Ok(())
     }
@@ -132,9 +133,10 @@ struct StreamShared {
 }
 
 /// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
-/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission hands
-/// its command buffer back through `idle`, and the submit thread records into it again.
-struct CommandPool {
+/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission (or a
+/// dropped replay recording) hands its command buffer back through `idle`, and the submit thread
+/// records into it again.
+pub(crate) struct CommandPool {
     gpu: Arc<Gpu>,
     pool: vk::CommandPool,
     idle: Mutex<Vec<vk::CommandBuffer>>,
@@ -157,7 +159,7 @@ impl CommandPool {
     }
 
     /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
-    fn release(&self, cmd: vk::CommandBuffer) {
+    pub(crate) fn release(&self, cmd: vk::CommandBuffer) {
         lock(&self.idle).push(cmd);
     }
 }
@@ -170,10 +172,11 @@ impl Drop for CommandPool {
     }
 }
 
-/// What a submission holds until it completes: its command buffer, its buffers and executables,
-/// its timestamps when profiled.
+/// What a submission holds until it completes: its command buffer (or the recording it replays),
+/// its buffers and executables, its timestamps when profiled.
 struct InFlight {
     cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
+    _lease: Option<Lease>,
     _keep: Keep,
     timing: Option<SubmissionTiming>,
     /// The count checks' scratch and the command index of each indirect dispatch.
@@ -515,6 +518,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
         return submit(stream, item, None, Submitted::default());
     }
     let commands;
+    let mut prepared = None;
     let plan = match &work.op {
         QueueOp::Execute { command_buffer, collectives } => {
             if !collectives.is_empty() {
@@ -525,6 +529,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
                 return Err(e);
             }
             commands = command_buffer.commands();
+            prepared = command_buffer.prepared();
             Plan::Device(&commands, None)
         }
         QueueOp::Transfer(command) => Plan::Device(&[], Some(command)),
@@ -542,16 +547,31 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
             submit(stream, item, None, Submitted::default())
         }
         Plan::Device(commands, single) => {
-            let mut keep = Keep::default();
             let timing = timing_for(stream, work, commands, single)?;
+            let replays = prepared
+                .as_ref()
+                .and_then(|p| p.as_any().downcast_ref::<VulkanPreparedCommands>())
+                .and_then(|p| p.replays.as_ref());
+            // A profiled execute times its own recording.
+            if let (Some(replays), None) = (replays, &timing) {
+                let lease = match replays.lease(&stream.pool, &stream.timeline, item.value)? {
+                    Some(lease) => lease,
+                    None => replays.add(record_for_replay(stream, commands)?, item.value),
+                };
+                let (cmd, checks) = (lease.recording().cmd, lease.recording().checks.clone());
+                let submitted = Submitted { keep: Keep::default(), timing: None, checks, lease: Some(lease) };
+                return submit(stream, item, Some(cmd), submitted);
+            }
+            let mut keep = Keep::default();
             let checks = count_checks_for(stream, commands, single)?;
             let cmd = stream.pool.acquire()?;
-            let recorded = record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref());
+            let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)
+                .and_then(|()| record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref()));
             if let Err(e) = recorded {
                 stream.pool.release(cmd);
                 return Err(e);
             }
-            submit(stream, item, Some(cmd), Submitted { keep, timing, checks })
+            submit(stream, item, Some(cmd), Submitted { keep, timing, checks, lease: None })
         }
         Plan::Host(op) => {
             wait_all(stream, item)?;
@@ -571,6 +591,7 @@ fn keep_host_time(stream: &StreamShared, work: &Work, start: Instant) {
     if work.profile().is_some_and(|sink| sink.options().records_queue_operations()) {
         let entry = InFlight {
             cmd: None,
+            _lease: None,
             _keep: Keep::default(),
             timing: None,
             checks: None,
@@ -632,6 +653,29 @@ fn count_checks_for(
     Ok(Some((Arc::new(scratch), indirect)))
 }
 
+/// Records `commands` into a command buffer of the stream's pool to submit many times.
+fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command]) -> Result<Recording> {
+    let mut keep = Keep::default();
+    let checks = count_checks_for(stream, commands, None)?;
+    let cmd = stream.pool.acquire()?;
+    let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::empty())
+        .and_then(|()| record(stream, cmd, commands, None, &mut keep, None, checks.as_ref()));
+    if let Err(e) = recorded {
+        stream.pool.release(cmd);
+        return Err(e);
+    }
+    Ok(Recording::new(stream.pool.clone(), cmd, keep, checks))
+}
+
+/// Begins recording `cmd`, an idle buffer of the stream's pool.
+fn begin(stream: &StreamShared, cmd: vk::CommandBuffer, flags: vk::CommandBufferUsageFlags) -> Result<()> {
+    let begin = vk::CommandBufferBeginInfo::default().flags(flags);
+    // SAFETY: `cmd` is an idle buffer of the stream's pool, which only this thread uses; beginning
+    // it resets it (the pool allows that).
+    unsafe { stream.gpu.device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))
+}
+
+/// Records `commands` (or `single`) into `cmd`, begun.
 fn record(
     stream: &StreamShared,
     cmd: vk::CommandBuffer,
@@ -641,11 +685,7 @@ fn record(
     timing: Option<&SubmissionTiming>,
     checks: Option<&(Arc<Block>, Vec<usize>)>,
 ) -> Result<()> {
-    let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
     let device = &stream.gpu.device;
-    // SAFETY: `cmd` is an idle buffer of the stream's pool, which only this thread uses; beginning
-    // it resets it (the pool allows that).
-    unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
     let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
     if let Some((scratch, _)) = checks {
         let pipeline = stream.checker.pipelines.first().ok_or_else(|| Error::internal("vulkan: no count checker"))?;
@@ -669,15 +709,17 @@ fn record(
     unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))
 }
 
-/// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
 /// What a recorded submission keeps until it completes.
 #[derive(Default)]
 struct Submitted {
     keep: Keep,
     timing: Option<SubmissionTiming>,
     checks: Option<(Arc<Block>, Vec<usize>)>,
+    /// The replayed recording (its command buffer is the recording's, not handed back).
+    lease: Option<Lease>,
 }
 
+/// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
 fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
@@ -707,7 +749,8 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
         lock(&stream.in_flight).insert(
             work.id,
             InFlight {
-                cmd: cmd.map(|c| (stream.pool.clone(), c)),
+                cmd: cmd.filter(|_| submitted.lease.is_none()).map(|c| (stream.pool.clone(), c)),
+                _lease: submitted.lease,
                 _keep: submitted.keep,
                 timing: submitted.timing,
                 checks: submitted.checks,

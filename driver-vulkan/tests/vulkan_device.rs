@@ -71,3 +71,102 @@ fn without_a_driver_the_device_is_unavailable_with_the_reason() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("probe: UNAVAILABLE: vulkan:"), "{text}");
 }
+
+/// Adds its constant to word 0 of its buffer; spins first (bounded) while word 1 of its gate is 0.
+const BUMP_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> data: array<u32>;
+@group(0) @binding(1) var<storage, read_write> gate: array<atomic<u32>>;
+struct Constants { add: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn bump() {
+    var spins = 0u;
+    while atomicLoad(&gate[1]) == 0u && spins < 200000000u {
+        spins += 1u;
+    }
+    data[0] += c.add;
+}
+"#;
+
+/// A reusable command buffer bumping word 0 of `data` by `add`, gated by word 1 of `gate`.
+fn bump_command_buffer(device: &hal::Device, data: &hal::Buffer, gate: &hal::Buffer, add: u32) -> hal::CommandBuffer {
+    let source = hal::ExecutableSource::Bytes {
+        format: hal::ExecutableFormat::Spirv,
+        data: std::sync::Arc::from(driver_vulkan::wgsl::compile(BUMP_WGSL, "bump").unwrap()),
+        entry_points: vec![hal::EntryPointInfo::new("bump", 1, 2, 1)],
+    };
+    let bump = device.load_executable(&source).unwrap();
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    cb.dispatch(&bump, 0, [1, 1, 1], &[add], &[BufferBinding::whole(data), BufferBinding::whole(gate)]).unwrap();
+    cb.end().unwrap();
+    cb
+}
+
+fn host_buffer(device: &hal::Device, words: &[u32]) -> hal::Buffer {
+    let buffer = device.allocate_buffer(BufferParams::host_visible(), 4 * words.len() as u64).unwrap();
+    buffer.write_values(0, words).unwrap();
+    buffer
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn a_reusable_command_buffer_executed_many_times_is_recorded_once() {
+    let device = device();
+    let (data, open_gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 1]));
+    let cb = bump_command_buffer(&device, &data, &open_gate, 3);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    for value in 1..=20u64 {
+        queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, hal::Timeout::Infinite).unwrap();
+    }
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![60], "every execute ran");
+    assert_eq!(driver_vulkan::recordings_of(&cb), Some(1), "executes one after another replay one recording");
+    // Chained executes are in flight together: a few recordings, not one per execute.
+    for value in 21..=100u64 {
+        let wait = [hal::SemaphoreValue::new(&done, value - 1)];
+        queue.execute(&wait, &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+    }
+    done.wait(100, hal::Timeout::Infinite).unwrap();
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![300], "every execute ran");
+    let recorded = driver_vulkan::recordings_of(&cb).unwrap();
+    assert!(recorded <= 4, "80 chained executes recorded {recorded} times");
+    // A one-shot command buffer runs once: recorded at its execute.
+    let once = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    once.barrier().unwrap();
+    once.end().unwrap();
+    assert_eq!(driver_vulkan::recordings_of(&once), None);
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn executes_in_flight_together_replay_a_recording_each_and_reuse_them_once_complete() {
+    let device = device();
+    let (data, gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 0]));
+    let cb = bump_command_buffer(&device, &data, &gate, 1);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    // The first execute spins on the closed gate, so the second is issued while it is pending.
+    queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
+    queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 2)]).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while driver_vulkan::recordings_of(&cb) != Some(2) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let in_flight = driver_vulkan::recordings_of(&cb);
+    gate.write_values(1, &[1u32]).unwrap();
+    done.wait(2, hal::Timeout::Infinite).unwrap();
+    assert_eq!(in_flight, Some(2), "two executes in flight need two recordings");
+    for value in 3..=6u64 {
+        queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, hal::Timeout::Infinite).unwrap();
+    }
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![6], "every execute ran");
+    assert_eq!(driver_vulkan::recordings_of(&cb), Some(2), "completed recordings are replayed");
+}
