@@ -230,14 +230,22 @@ impl<M: StreamModel> Shared<M> {
     /// Issues a submission whose `waits` are resolved, unless an entry of its queue's admission
     /// list holds it (see the module docs): then it is held there, keeping the device events that
     /// cover its waits, until the list drains to it. A blocking host call is in the list either way.
+    // Inlined into its callers, so the common case (an empty list) hands `issue` on without one
+    // more copy of it.
+    #[inline(always)]
     pub(crate) fn admit(&self, id: u64, issue: Issue<M>, waits: &[SemaphoreValue]) {
         let blocking = issue.op.is_blocking_host_call();
-        let queue = issue.queue;
-        let admission = &self.queues[queue].admission;
-        if !blocking && admission.count.load(Ordering::Acquire) == 0 {
+        if !blocking && self.queues[issue.queue].admission.count.load(Ordering::Acquire) == 0 {
             self.issue(id, issue);
             return;
         }
+        self.admit_through_list(id, issue, waits, blocking);
+    }
+
+    /// [`Self::admit`] when the list has entries or `issue` is a blocking call.
+    #[inline(never)]
+    fn admit_through_list(&self, id: u64, issue: Issue<M>, waits: &[SemaphoreValue], blocking: bool) {
+        let admission = &self.queues[issue.queue].admission;
         let mut list = lock(&admission.list);
         if list.held(&issue.place, waits) {
             let place = issue.place.clone();
