@@ -892,7 +892,9 @@ mod tests {
         assert_eq!(kind(&named_cuda), Ok(ExecutableKind::Native));
         let err = kind(&with(&[ExecutableKind::Fatbin])).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::Unimplemented);
-        assert!(err.message().contains("[fatbin]") && err.message().contains("[native, ptx]"), "{err}");
+        assert!(err.message().contains("[fatbin]") && err.message().contains("[native, ptx, spirv]"), "{err}");
+        // A Vulkan device gets SPIR-V compiled from the WGSL source.
+        assert_eq!(kind(&with(&[ExecutableKind::Spirv])), Ok(ExecutableKind::Spirv));
     }
 
     #[cfg(feature = "cuda")]
