@@ -335,7 +335,12 @@ fn stream_outcome<M: StreamModel>(shared: &Shared<M>, work: &Work, status: Resul
             Err(work.describe_fault(fault))
         }
         Ok(()) => match work.fault.get() {
-            Some(fault) => Err(fault),
+            // Failed before it ran (its upstream, or the backend while issuing it): the backend
+            // lets go of what it keeps for the work, as for a fault on the stream.
+            Some(fault) => {
+                shared.model.discard(work);
+                Err(fault)
+            }
             None => shared.model.complete(work).map_err(|e| work.describe_fault(e)),
         },
     }
