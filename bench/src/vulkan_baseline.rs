@@ -391,3 +391,47 @@ impl Drop for RawVulkan {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The raw baselines on Vulkan device 0, or `None` (printed as not run) where there is none,
+    /// unless `HAL_REQUIRE_VULKAN=1` makes that a failure.
+    fn raw(counts: &[usize]) -> Option<RawVulkan> {
+        let spirv = crate::workloads::touch_spirv().expect("the touch kernel compiles");
+        match RawVulkan::new(0, &spirv, counts) {
+            Ok(raw) => Some(raw),
+            Err(e) if std::env::var("HAL_REQUIRE_VULKAN").as_deref() != Ok("1") => {
+                println!("not run: no Vulkan device: {e}");
+                None
+            }
+            Err(e) => panic!("HAL_REQUIRE_VULKAN=1 and no Vulkan device: {e}"),
+        }
+    }
+
+    #[test]
+    fn each_raw_pattern_completes_its_submissions() {
+        let Some(raw) = raw(&[1, 3]) else { return };
+        for dispatches in [0, 1, 3] {
+            raw.chain(dispatches, 5).unwrap();
+            raw.round_trip(dispatches, 3).unwrap();
+        }
+        raw.independent(5).unwrap();
+        raw.ping_pong(5).unwrap();
+        assert!(raw.deferred_release(3).unwrap() > Duration::ZERO);
+        let e = raw.chain(2, 1).unwrap_err();
+        assert!(e.message().contains("no 2-dispatch command buffer"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_physical_device_is_named() {
+        if raw(&[]).is_none() {
+            return;
+        }
+        let spirv = crate::workloads::touch_spirv().unwrap();
+        let e = RawVulkan::new(1000, &spirv, &[1]).err().expect("no physical device 1000");
+        assert_eq!(e.code(), hal::StatusCode::NotFound, "{e}");
+        assert!(e.message().contains("1000"), "{e}");
+    }
+}
