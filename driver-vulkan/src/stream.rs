@@ -71,11 +71,13 @@ impl Timeline {
         }
     }
 
-    /// Blocks until `value` is reached, in one wait without a timeout: NVIDIA's driver wakes a
-    /// timed `vkWaitSemaphores` far later than an untimed one (a host round trip measured about
-    /// ten times the raw untimed wait's). Only values whose signal was submitted are waited for,
-    /// so the wait ends (or the device is lost, which the wait reports).
+    /// Blocks until `value` is reached: first until its signal was issued (submitted, or signalled
+    /// from the host), then in one `vkWaitSemaphores` without a timeout. Untimed, because NVIDIA's
+    /// driver wakes a timed wait far later (a host round trip measured about ten times the raw
+    /// untimed wait's); only once issued, because lavapipe's untimed wait for a value whose signal
+    /// is submitted after the wait began never returned (a CI run hung in it).
     pub(crate) fn wait_forever(&self, value: u64) -> Result<()> {
+        self.wait_issued(value);
         while !self.wait(value, Duration::MAX)? {}
         Ok(())
     }
