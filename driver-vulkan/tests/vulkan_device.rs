@@ -72,7 +72,8 @@ fn without_a_driver_the_device_is_unavailable_with_the_reason() {
     assert!(text.contains("probe: UNAVAILABLE: vulkan:"), "{text}");
 }
 
-/// Adds its constant to word 0 of its buffer; spins first (bounded) while word 1 of its gate is 0.
+/// Adds its constant to word 0 of its buffer; spins first while word 1 of its gate is 0 (bounded, so
+/// a lost gate write cannot hang the test, but long enough that a loaded machine sees it pending).
 const BUMP_WGSL: &str = r#"
 @group(0) @binding(0) var<storage, read_write> data: array<u32>;
 @group(0) @binding(1) var<storage, read_write> gate: array<atomic<u32>>;
@@ -81,7 +82,7 @@ var<immediate> c: Constants;
 @compute @workgroup_size(1)
 fn bump() {
     var spins = 0u;
-    while atomicLoad(&gate[1]) == 0u && spins < 200000000u {
+    while atomicLoad(&gate[1]) == 0u && spins < 4000000000u {
         spins += 1u;
     }
     data[0] += c.add;
