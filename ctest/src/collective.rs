@@ -168,19 +168,8 @@ fn combine(op: ReduceOp, values: impl Iterator<Item = f64>, ranks: usize) -> f64
 /// CPU reference's bytes (inputs are small integers, so sums, products and averages are exact).
 pub(crate) fn all_reduce_every_op_and_type(cx: &Cx) -> CaseResult {
     const N: usize = 8;
-    let types = [
-        ElementType::I8,
-        ElementType::U8,
-        ElementType::I32,
-        ElementType::U32,
-        ElementType::I64,
-        ElementType::U64,
-        ElementType::F16,
-        ElementType::BF16,
-        ElementType::F32,
-        ElementType::F64,
-    ];
-    let ops = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+    let types = ElementType::ALL;
+    let ops = ReduceOp::ALL;
     let mut ran = 0;
     for ranks in rank_counts(cx, 1) {
         let (devices, channels) = group(cx, ranks)?;

@@ -30,20 +30,9 @@ pub(crate) enum Message {
 /// The payload bytes of a join, the most a connection may send before it joined.
 pub(crate) const JOIN_LENGTH: u64 = 1 + 8 + ChannelId::LEN as u64 + 8 + 8;
 
-const REDUCE_OPS: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+const REDUCE_OPS: [ReduceOp; 5] = ReduceOp::ALL;
 
-const ELEMENTS: [ElementType; 10] = [
-    ElementType::I8,
-    ElementType::U8,
-    ElementType::I32,
-    ElementType::U32,
-    ElementType::I64,
-    ElementType::U64,
-    ElementType::F16,
-    ElementType::BF16,
-    ElementType::F32,
-    ElementType::F64,
-];
+const ELEMENTS: [ElementType; 10] = ElementType::ALL;
 
 /// Writes `message` as one frame.
 pub(crate) fn write_message(out: &mut impl Write, message: &Message) -> io::Result<()> {

@@ -104,19 +104,8 @@ fn reduce_op(value: u32) -> Result<ReduceOp> {
 }
 
 fn element_type(value: u32) -> Result<ElementType> {
-    const TYPES: [ElementType; 10] = [
-        ElementType::I8,
-        ElementType::U8,
-        ElementType::I32,
-        ElementType::U32,
-        ElementType::I64,
-        ElementType::U64,
-        ElementType::F16,
-        ElementType::BF16,
-        ElementType::F32,
-        ElementType::F64,
-    ];
-    TYPES
+    // `THAL_ELEMENT_TYPE_*` are the positions in `ElementType::ALL`.
+    ElementType::ALL
         .get(value as usize)
         .copied()
         .ok_or_else(|| Error::invalid_argument(format!("args.element_type {value}: not a THAL_ELEMENT_TYPE")))

@@ -206,6 +206,11 @@ pub enum ReduceOp {
     Avg,
 }
 
+impl ReduceOp {
+    /// Every reduction, in declaration order (which only ever grows at the end).
+    pub const ALL: [ReduceOp; 5] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg];
+}
+
 /// The element type of a collective's buffers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElementType {
@@ -232,6 +237,21 @@ pub enum ElementType {
 }
 
 impl ElementType {
+    /// Every element type, in declaration order. The order is part of the API: the C API numbers
+    /// the types by their position here, and it only ever grows at the end.
+    pub const ALL: [ElementType; 10] = [
+        ElementType::I8,
+        ElementType::U8,
+        ElementType::I32,
+        ElementType::U32,
+        ElementType::I64,
+        ElementType::U64,
+        ElementType::F16,
+        ElementType::BF16,
+        ElementType::F32,
+        ElementType::F64,
+    ];
+
     /// Bytes per element.
     pub fn size(self) -> u64 {
         match self {
