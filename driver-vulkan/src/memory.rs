@@ -266,14 +266,7 @@ impl VulkanMemory {
     /// Memory of `size` bytes now.
     pub fn allocate(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64) -> Result<Self> {
         let block = Block::new(gpu, size, Some(counter), "hal buffer")?;
-        Ok(VulkanMemory {
-            gpu: gpu.clone(),
-            size,
-            mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
-            transient: false,
-            counter: counter.clone(),
-            block: Mutex::new(Some(Arc::new(block))),
-        })
+        Ok(Self::holding(gpu, counter, memory_type, size, block))
     }
 
     /// A buffer over host memory the embedder lends (see [`Block::import`]).
@@ -285,14 +278,19 @@ impl VulkanMemory {
     ) -> Result<Self> {
         let size = memory.length();
         let block = Block::import(gpu, memory, counter)?;
-        Ok(VulkanMemory {
+        Ok(Self::holding(gpu, counter, memory_type, size, block))
+    }
+
+    /// Memory of `size` bytes that holds `block` for its whole life.
+    fn holding(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64, block: Block) -> Self {
+        VulkanMemory {
             gpu: gpu.clone(),
             size,
             mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
             transient: false,
             counter: counter.clone(),
             block: Mutex::new(Some(Arc::new(block))),
-        })
+        }
     }
 
     /// A transient buffer of `size` bytes, without memory until its alloca runs.
