@@ -5,7 +5,7 @@
 //!
 //! A driver without collectives skips the area (`Unimplemented` or `Unavailable` from
 //! `create_channel_id`), saying why. Rank counts above the fixture's `max_ranks` (CUDA: one rank
-//! per GPU, and the CUDA fixture's devices are all on GPU 0) are left out, with a note; each case
+//! per GPU; the CUDA fixture's devices are all on GPU 0 unless spread over the GPUs) are left out, with a note; each case
 //! runs with every count it can, 1 included (a one-rank channel still runs every operation end to
 //! end). Channels are created from one thread per rank, as NCCL needs.
 
@@ -36,9 +36,43 @@ fn rank_counts(cx: &Cx, least: usize) -> Vec<usize> {
 fn group(cx: &Cx, ranks: usize) -> Result<(Vec<Device>, Vec<Channel>), CaseError> {
     let mut devices = vec![cx.device().clone()];
     while devices.len() < ranks {
-        devices.push(cx.other_device()?);
+        let device = next_rank_device(cx, &devices, || cx.other_device())?;
+        devices.push(device);
     }
     channels_on(devices)
+}
+
+/// Where a device is: its name and ordinal.
+fn place(device: &Device) -> (String, usize) {
+    (device.info().name.clone(), device.info().ordinal)
+}
+
+/// A device from `make` for one more rank beside `devices`. Where the fixture bounds the ranks
+/// (CUDA: one per GPU, as NCCL takes one rank per GPU and hangs with two on one), it is on a GPU
+/// none of `devices` is on: devices made for earlier groups of the case still hold their places, so
+/// the fixture's next device may be on a GPU a rank of this group already has.
+fn next_rank_device(
+    cx: &Cx,
+    devices: &[Device],
+    mut make: impl FnMut() -> Result<Device, CaseError>,
+) -> Result<Device, CaseError> {
+    let places = cx.fixture().max_ranks();
+    if places == usize::MAX {
+        return make();
+    }
+    let taken: Vec<(String, usize)> = devices.iter().map(place).collect();
+    // The fixture's devices go round its places, so one round reaches a free place.
+    for _ in 0..=places {
+        let device = make()?;
+        if !taken.contains(&place(&device)) {
+            return Ok(device);
+        }
+    }
+    Err(CaseError::Fail(format!(
+        "no device on a place apart from the {} rank(s) already placed ({taken:?}) in {} tries",
+        devices.len(),
+        places + 1
+    )))
 }
 
 /// A channel on each of `devices` (its index is its rank), made from one thread per rank, or a
@@ -413,9 +447,12 @@ fn a_rank_that_leaves(cx: &Cx, leaving: Leaving) -> CaseResult {
         |b: &Buffer| CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::U32, 4).send(b).recv(b);
     for ranks in counts {
         // Rank 1's device is the case's alone (the context keeps the others), so it can be dropped.
-        let mut devices = vec![cx.device().clone(), cx.fixture().create_device().ctx("rank 1's device")?];
+        let mut devices = vec![cx.device().clone()];
+        let own = next_rank_device(cx, &devices, || cx.fixture().create_device().ctx("rank 1's device"))?;
+        devices.push(own);
         while devices.len() < ranks {
-            devices.push(cx.other_device()?);
+            let device = next_rank_device(cx, &devices, || cx.other_device())?;
+            devices.push(device);
         }
         let (mut devices, mut channels) = channels_on(devices)?;
         let bufs: Vec<Buffer> = (0..ranks).map(|r| buffer(&devices[r], 16, &[1, 0, 0, 0])).collect::<Result<_, _>>()?;

@@ -168,7 +168,8 @@ impl Fixture {
     }
 
     /// The devices this fixture makes can be at most `ranks` ranks of one channel (CUDA: NCCL takes
-    /// one rank per GPU). Collective cases with more ranks are skipped, with a note saying so.
+    /// one rank per GPU). Collective cases with more ranks are skipped, with a note saying so, and
+    /// the ranks of one channel are given devices on distinct places (name and ordinal).
     pub fn with_max_ranks(mut self, ranks: usize) -> Self {
         self.max_ranks = ranks;
         self

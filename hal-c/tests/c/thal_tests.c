@@ -432,6 +432,8 @@ static void test_binding_tables(void) {
   OK(thal_command_buffer_barrier(cb));
   uint32_t marker = 0xABCD;
   OK(thal_command_buffer_update(cb, slot1, 0, &marker, 4));
+  /* The copy reads what the update wrote: without a barrier they may run together. */
+  OK(thal_command_buffer_barrier(cb));
   OK(thal_command_buffer_copy(cb, slot1, 0, slot1, 4 * (N - 1), 4));
   thal_binding_ref_t whole_slot = {NULL, 0, 0, THAL_WHOLE_LENGTH};
   EXPECT(thal_command_buffer_dispatch(cb, kernels, add, groups, ten, 2, &whole_slot, 1), THAL_STATUS_INVALID_ARGUMENT,
