@@ -426,6 +426,37 @@ mod tests {
     }
 
     #[test]
+    fn scaling_table_shows_raw_efficiency_ratio_and_verdicts() {
+        use crate::scaling::{Placement, ScalingRow};
+        let cell = |us: f64| Cell::Measured(samples(us));
+        let row = |threads, hal, raw| ScalingRow { threads, hal: cell(hal), raw: Some(cell(raw)) };
+        let table = ScalingTable {
+            placement: Placement::OwnQueue,
+            raw: "raw CUDA".to_string(),
+            queue_count: 2,
+            cores: 2,
+            rows: vec![
+                row(1, 4.0, 2.0),
+                row(2, 4.0, 1.0),
+                ScalingRow { threads: 4, hal: Cell::Skipped("not run: 4 queues".to_string()), raw: Some(cell(0.5)) },
+            ],
+        };
+        let text = scaling_table(&table);
+        let lines: Vec<&str> = text.lines().collect();
+        // One thread: 250k/s beside raw's 500k/s, half the throughput.
+        assert!(lines[2].contains("250.0 (") && lines[2].contains("500.0") && lines[2].ends_with("0.50x"), "{text}");
+        // Two threads: no faster, while raw doubled.
+        assert!(lines[3].contains(" 0.50 ") && lines[3].ends_with("MISSED"), "{text}");
+        assert!(lines[4].ends_with("not run: 4 queues"), "{text}");
+        let json = json("d", &[], std::slice::from_ref(&table), &[]);
+        assert!(
+            json.contains("\"verdict\": \"MISSED\"") && json.contains("\"hal_not_run\": \"not run: 4 queues\""),
+            "{json}"
+        );
+        assert!(json.contains("\"raw_submissions_per_s\": 2000000.0000"), "{json}");
+    }
+
+    #[test]
     fn long_names_wrap_between_words() {
         assert_eq!(wrap("a bb ccc dddd", 6), ["a bb", "ccc", "dddd"]);
         assert_eq!(wrap("unbreakable", 4), ["unbreakable"]);
