@@ -13,6 +13,7 @@
 //! returns `Unavailable` and makes no cudarc call.
 
 use std::ffi::{CString, c_void};
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{
@@ -298,6 +299,50 @@ impl RawCuda {
         })
     }
 
+    /// `threads` threads, each a dependent chain of `ops` launch + `cuEventRecord` (as
+    /// [`launch_record_chain`](Self::launch_record_chain)) on its own stream, or with `shared` all
+    /// on stream 0, then a synchronize of that stream: the time from the threads' common start to
+    /// the last one's synchronize returning. Each thread binds the context before the start and
+    /// records its own event.
+    pub fn threaded_chains(&self, threads: usize, shared: bool, ops: u64) -> Result<Duration> {
+        if threads == 0 || threads > self.streams.len() {
+            return Err(Error::invalid_argument(format!(
+                "raw CUDA threaded chains: {threads} threads need as many streams and events (it has {})",
+                self.streams.len()
+            )));
+        }
+        let raw = Shared(self);
+        let start = Barrier::new(threads);
+        let spans = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (raw, start) = (&raw, &start);
+                    scope.spawn(move || -> Result<(Instant, Instant)> {
+                        let raw = raw.0;
+                        let stream = if shared { 0 } else { t };
+                        let bound = raw.bind();
+                        // Every thread reaches the barrier, also one that failed to bind: the
+                        // others would wait for it forever.
+                        start.wait();
+                        bound?;
+                        let began = Instant::now();
+                        for i in 0..ops {
+                            raw.launch(stream, i as u32)?;
+                            raw.record(t, stream)?;
+                        }
+                        raw.sync(stream)?;
+                        Ok((began, Instant::now()))
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("raw CUDA chain thread panicked"))))
+                .collect::<Result<Vec<_>>>()
+        })?;
+        crate::scaling::span(&spans)
+    }
+
     /// A dependent chain alternating between two streams: launch, record, and the other stream
     /// waits on that event before its own launch (every hop crosses streams).
     pub fn ping_pong(&self, ops: u64) -> Result<Duration> {
@@ -473,6 +518,14 @@ impl RawCuda {
     }
 }
 
+/// A [`RawCuda`] lent to the threads of [`RawCuda::threaded_chains`].
+struct Shared<'a>(&'a RawCuda);
+
+// SAFETY: the handles are plain CUDA driver handles, which the driver API lets any thread use once
+// it has made their context current (each thread binds it first); the threads only launch, record
+// their own event and synchronize, all thread-safe driver calls, and `self` outlives them (scoped).
+unsafe impl Sync for Shared<'_> {}
+
 impl Drop for RawCuda {
     fn drop(&mut self) {
         // Teardown errors are ignored: nothing can be done about them here, and a faulted context
@@ -531,6 +584,9 @@ mod tests {
                 assert!(raw.launch_record_chain(10).is_ok());
                 assert!(raw.graph_chain(10, 2).is_ok());
                 assert!(raw.alloc_free_async(4096, 10).is_ok());
+                assert!(raw.threaded_chains(2, false, 10).is_ok());
+                assert!(raw.threaded_chains(2, true, 10).is_ok());
+                assert!(raw.threaded_chains(3, false, 10).is_err(), "3 threads, 2 streams");
             }
             Err(e) => {
                 println!("CUDA not available ({e}); raw baselines NOT run");

@@ -82,4 +82,9 @@ impl RawCuda {
     pub fn alloc_free_async_recorded(&self, _size: usize, _ops: u64) -> Result<Duration> {
         match *self {}
     }
+
+    /// See the CUDA build's `threaded_chains`.
+    pub fn threaded_chains(&self, _threads: usize, _shared: bool, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
 }

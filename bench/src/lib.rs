@@ -23,10 +23,30 @@ pub mod baseline;
 pub mod cuda_baseline;
 pub mod output_file;
 pub mod report;
+pub mod scaling;
 pub mod session;
 pub mod stats;
 pub mod vulkan_baseline;
 pub mod workloads;
+
+/// A device of `info`'s driver and GPU with `queues` queues, for the drivers whose queues are
+/// streams made on request (cpu-sim with default options otherwise; CUDA with the options from the
+/// environment); `None` for other drivers, whose queues are the hardware's.
+pub fn device_with_queues(info: &hal::DeviceInfo, queues: usize) -> Option<hal::Result<hal::Device>> {
+    use hal::driver::Driver;
+    if info.driver == driver_cpu_sim::DRIVER_NAME {
+        let options = driver_cpu_sim::CpuSimOptions::default().with_queue_count(queues);
+        return Some(driver_cpu_sim::CpuSimDriver::with_options(options).create_device(info.ordinal));
+    }
+    #[cfg(feature = "cuda")]
+    if info.driver == driver_cuda::DRIVER_NAME {
+        return Some(driver_cuda::CudaOptions::from_env().and_then(|options| {
+            let options = driver_cuda::CudaOptions { queue_count: queues, ..options };
+            driver_cuda::CudaDriver::with_options(options).create_device(info.ordinal)
+        }));
+    }
+    None
+}
 
 /// A registry of the drivers the bench can run on: cpu-sim, Vulkan, and CUDA with the `cuda` feature.
 pub fn registry() -> hal::Registry {

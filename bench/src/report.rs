@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::scaling::{Cell, ScalingTable};
 use crate::workloads::Row;
 
 /// The widest line [`table`] aims for: workload names wrap to keep within it.
@@ -92,6 +93,97 @@ pub fn target_text(row: &Row) -> String {
     }
 }
 
+/// `value` formatted with `f`, or `-` where there is none.
+fn or_dash(value: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    value.map_or_else(|| "-".to_string(), f)
+}
+
+/// Submissions per second in thousands.
+fn rate_text(cell: &Cell) -> String {
+    match cell {
+        Cell::Measured(samples) => {
+            let k = |us: f64| 1e3 / us;
+            format!("{:.1} ({:.1}-{:.1})", k(samples.median()), k(samples.p90()), k(samples.p10()))
+        }
+        Cell::Skipped(_) => "-".to_string(),
+    }
+}
+
+/// One scaling table ([`crate::scaling`]) in the style of [`table`]: per thread count, the HAL's
+/// and the raw baseline's submissions per second (thousands, median and p10-p90 across trials),
+/// the HAL's speedup over one thread and its efficiency (speedup over threads), the raw
+/// efficiency, the HAL/raw throughput ratio, and the verdict against the efficiency target where
+/// both sides ran; a row not run says why at its end.
+pub fn scaling_table(table: &ScalingTable) -> String {
+    let header =
+        ["threads", "hal ksub/s (p10-p90)", "raw ksub/s", "speedup", "hal eff", "raw eff", "hal/raw", "target"];
+    let cells: Vec<[String; 8]> = table
+        .rows
+        .iter()
+        .map(|row| {
+            let raw = match &row.raw {
+                Some(Cell::Measured(samples)) => format!("{:.1}", 1e3 / samples.median()),
+                Some(Cell::Skipped(why)) => why.clone(),
+                None => "-".to_string(),
+            };
+            let target = match table.verdict(row) {
+                Some(verdict) => verdict.text().to_string(),
+                None => String::new(),
+            };
+            [
+                row.threads.to_string(),
+                rate_text(&row.hal),
+                raw,
+                or_dash(table.hal_speedup(row), |x| format!("{x:.2}x")),
+                or_dash(table.hal_efficiency(row), |x| format!("{x:.2}")),
+                or_dash(table.raw_efficiency(row), |x| format!("{x:.2}")),
+                or_dash(table.ratio(row), |x| format!("{x:.2}x")),
+                target,
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> =
+        (0..8).map(|i| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0)).collect();
+    let line = |cells: [&str; 8], note: &str| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
+            if i == 7 {
+                let _ = write!(text, "{cell:<width$}");
+            } else {
+                let _ = write!(text, "{cell:>width$}  ");
+            }
+        }
+        if !note.is_empty() {
+            let _ = write!(text, "  {note}");
+        }
+        text.trim_end().to_string()
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "submission throughput, {} ({} queues, {} cores; a dependent chain of 1-dispatch executes per thread)",
+        table.placement.name(),
+        table.queue_count,
+        table.cores
+    );
+    let _ = writeln!(out, "{}", line(header, ""));
+    for (row, cells) in table.rows.iter().zip(&cells) {
+        let note = match &row.hal {
+            Cell::Skipped(why) => why.as_str(),
+            Cell::Measured(_) => "",
+        };
+        let [a, b, c, d, e, f, g, h] = cells;
+        let _ = writeln!(out, "{}", line([a, b, c, d, e, f, g, h], note));
+    }
+    let _ = write!(
+        out,
+        "raw: {}; target: hal eff >= {:.1} where threads <= cores and raw eff reaches it",
+        table.raw,
+        crate::scaling::TARGET_EFFICIENCY
+    );
+    out
+}
+
 fn json_str(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -108,8 +200,8 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// The rows as a JSON document with the device and date.
-pub fn json(device: &str, rows: &[Row], extra: &[(String, String)]) -> String {
+/// The rows and the scaling tables as a JSON document with the device and date.
+pub fn json(device: &str, rows: &[Row], scaling: &[ScalingTable], extra: &[(String, String)]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{{\n  \"device\": {},", json_str(device));
     for (k, v) in extra {
@@ -143,6 +235,53 @@ pub fn json(device: &str, rows: &[Row], extra: &[(String, String)]) -> String {
         }
         out.push('}');
         out.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
+    }
+    out.push_str("  ],\n  \"scaling\": [\n");
+    for (i, table) in scaling.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "    {{\"placement\": {}, \"raw\": {}, \"queue_count\": {}, \"cores\": {}, \"rows\": [",
+            json_str(table.placement.name()),
+            json_str(&table.raw),
+            table.queue_count,
+            table.cores
+        );
+        for (j, row) in table.rows.iter().enumerate() {
+            let _ = write!(out, "      {{\"threads\": {}", row.threads);
+            let number = |value: Option<f64>| value.map_or_else(|| "null".to_string(), |v| format!("{v:.4}"));
+            match &row.hal {
+                Cell::Measured(_) => {
+                    let _ = write!(out, ", \"hal_submissions_per_s\": {}", number(row.hal.rate()));
+                }
+                Cell::Skipped(why) => {
+                    let _ = write!(out, ", \"hal_not_run\": {}", json_str(why));
+                }
+            }
+            match &row.raw {
+                Some(Cell::Measured(_)) => {
+                    let rate = row.raw.as_ref().and_then(Cell::rate);
+                    let _ = write!(out, ", \"raw_submissions_per_s\": {}", number(rate));
+                }
+                Some(Cell::Skipped(why)) => {
+                    let _ = write!(out, ", \"raw_not_run\": {}", json_str(why));
+                }
+                None => {}
+            }
+            let _ = write!(
+                out,
+                ", \"hal_speedup\": {}, \"hal_efficiency\": {}, \"raw_efficiency\": {}, \"ratio\": {}",
+                number(table.hal_speedup(row)),
+                number(table.hal_efficiency(row)),
+                number(table.raw_efficiency(row)),
+                number(table.ratio(row))
+            );
+            if let Some(verdict) = table.verdict(row) {
+                let _ = write!(out, ", \"verdict\": {}", json_str(verdict.text()));
+            }
+            out.push('}');
+            out.push_str(if j + 1 < table.rows.len() { ",\n" } else { "\n" });
+        }
+        out.push_str(if i + 1 < scaling.len() { "    ]},\n" } else { "    ]}\n" });
     }
     out.push_str("  ]\n}\n");
     out
@@ -284,6 +423,37 @@ mod tests {
         assert!(text.lines().all(|l| l.len() <= TABLE_WIDTH), "{text}");
         assert!(text.lines().next().unwrap().ends_with("  target"), "{text}");
         assert!(text.contains("20.80x  <= 1.25x MISSED"), "{text}");
+    }
+
+    #[test]
+    fn scaling_table_shows_raw_efficiency_ratio_and_verdicts() {
+        use crate::scaling::{Placement, ScalingRow};
+        let cell = |us: f64| Cell::Measured(samples(us));
+        let row = |threads, hal, raw| ScalingRow { threads, hal: cell(hal), raw: Some(cell(raw)) };
+        let table = ScalingTable {
+            placement: Placement::OwnQueue,
+            raw: "raw CUDA".to_string(),
+            queue_count: 2,
+            cores: 2,
+            rows: vec![
+                row(1, 4.0, 2.0),
+                row(2, 4.0, 1.0),
+                ScalingRow { threads: 4, hal: Cell::Skipped("not run: 4 queues".to_string()), raw: Some(cell(0.5)) },
+            ],
+        };
+        let text = scaling_table(&table);
+        let lines: Vec<&str> = text.lines().collect();
+        // One thread: 250k/s beside raw's 500k/s, half the throughput.
+        assert!(lines[2].contains("250.0 (") && lines[2].contains("500.0") && lines[2].ends_with("0.50x"), "{text}");
+        // Two threads: no faster, while raw doubled.
+        assert!(lines[3].contains(" 0.50 ") && lines[3].ends_with("MISSED"), "{text}");
+        assert!(lines[4].ends_with("not run: 4 queues"), "{text}");
+        let json = json("d", &[], std::slice::from_ref(&table), &[]);
+        assert!(
+            json.contains("\"verdict\": \"MISSED\"") && json.contains("\"hal_not_run\": \"not run: 4 queues\""),
+            "{json}"
+        );
+        assert!(json.contains("\"raw_submissions_per_s\": 2000000.0000"), "{json}");
     }
 
     #[test]

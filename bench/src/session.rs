@@ -11,20 +11,37 @@ use hal::{Device, SemaphoreValue as SV, Timeout};
 use crate::alloc_count;
 use crate::output_file::OutputFile;
 use crate::report;
+use crate::scaling::{self, ScalingSizes, ScalingTable};
 use crate::workloads::{self, Env, Sizes};
 
 /// The bench's options, the same in every front-end (`#[command(flatten)]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Options {
-    /// Fewer trials and operations: well under a minute on cpu-sim
+    /// Fewer trials and operations: well under a minute on cpu-sim (and no scaling tables unless
+    /// --scaling)
     #[arg(long)]
     pub quick: bool,
+    /// Only the scaling tables: submission throughput with 1, 2, 4, ... threads, each on its own
+    /// queue and all on one queue
+    #[arg(long)]
+    pub scaling: bool,
+    /// The most submitting threads in the scaling tables
+    #[arg(long, value_name = "N", default_value_t = scaling::DEFAULT_MAX_THREADS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    pub max_threads: usize,
     /// Also write the results as JSON to FILE
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Also plot the latencies against their baselines as SVG to FILE
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+}
+
+impl Default for Options {
+    /// The full run with the command line's defaults.
+    fn default() -> Self {
+        Options { quick: false, scaling: false, max_threads: scaling::DEFAULT_MAX_THREADS, json: None, svg: None }
+    }
 }
 
 /// Why a run stopped: the report could not be written (`out` closed: the caller may end quietly),
@@ -87,46 +104,97 @@ pub fn run(
     }
     out.flush()?;
     let started = Instant::now();
-    let rows = workloads::run_all(&env, sizes, &mut *progress).map_err(failed("benchmark failed"))?;
-    let allocations = if alloc_count::installed() {
-        progress("allocations per submission");
-        let (allocs, polling) = allocations_per_submission(&env).map_err(failed("counting allocations"))?;
-        Some((format!("{allocs:.2}"), polling))
-    } else {
-        None
-    };
-    progress("long run");
-    let long = long_run(&env, if options.quick { 50_000 } else { 1_000_000 }).map_err(failed("the long run"))?;
-    writeln!(out, "{}", report::table(&rows))?;
-    match &allocations {
-        Some((allocs, polling)) => writeln!(
-            out,
-            "heap allocations per steady-state submission (reused command buffer, inline lists): {allocs} \
-             (the bench's own idle polling made {polling}, left out)"
-        )?,
-        None => writeln!(out, "heap allocations per submission: not counted (this binary has no counting allocator)")?,
-    }
-    writeln!(out, "{long}")?;
-    writeln!(out, "total bench time {:.1} s", started.elapsed().as_secs_f64())?;
-    out.flush()?;
     let mut extra = vec![
         ("unix_time".to_string(), unix_time.to_string()),
         ("mode".to_string(), mode.to_string()),
         ("properties".to_string(), properties),
     ];
-    if let Some((allocs, polling)) = allocations {
-        extra.push(("allocations_per_submission".to_string(), allocs));
-        extra.push(("allocations_by_idle_polling_left_out".to_string(), polling.to_string()));
+    let mut rows = Vec::new();
+    if !options.scaling {
+        rows = workloads::run_all(&env, sizes, &mut *progress).map_err(failed("benchmark failed"))?;
+        let allocations = if alloc_count::installed() {
+            progress("allocations per submission");
+            let (allocs, polling) = allocations_per_submission(&env).map_err(failed("counting allocations"))?;
+            Some((format!("{allocs:.2}"), polling))
+        } else {
+            None
+        };
+        progress("long run");
+        let long = long_run(&env, if options.quick { 50_000 } else { 1_000_000 }).map_err(failed("the long run"))?;
+        writeln!(out, "{}", report::table(&rows))?;
+        match &allocations {
+            Some((allocs, polling)) => writeln!(
+                out,
+                "heap allocations per steady-state submission (reused command buffer, inline lists): {allocs} \
+                 (the bench's own idle polling made {polling}, left out)"
+            )?,
+            None => {
+                writeln!(out, "heap allocations per submission: not counted (this binary has no counting allocator)")?
+            }
+        }
+        writeln!(out, "{long}")?;
+        out.flush()?;
+        if let Some((allocs, polling)) = allocations {
+            extra.push(("allocations_per_submission".to_string(), allocs));
+            extra.push(("allocations_by_idle_polling_left_out".to_string(), polling.to_string()));
+        }
+        extra.push(("long_run".to_string(), long));
     }
-    extra.push(("long_run".to_string(), long));
+    let mut tables = Vec::new();
+    if options.scaling || !options.quick {
+        let sizes = if options.quick {
+            ScalingSizes::quick(options.max_threads)
+        } else {
+            ScalingSizes::full(options.max_threads)
+        };
+        tables = scaling_tables(&env, sizes, out, progress)?;
+    }
+    writeln!(out, "total bench time {:.1} s", started.elapsed().as_secs_f64())?;
+    out.flush()?;
     if let Some(file) = json {
-        file.write_all(report::json(&description, &rows, &extra).as_bytes()).map_err(Failure::Bench)?;
+        file.write_all(report::json(&description, &rows, &tables, &extra).as_bytes()).map_err(Failure::Bench)?;
     }
     if let Some(file) = svg {
         let title = format!("hal bench on {description}: median latency per operation vs baseline");
         file.write_all(report::svg(&title, &rows).as_bytes()).map_err(Failure::Bench)?;
     }
     Ok(())
+}
+
+/// The scaling tables ([`scaling`]) with `sizes`, printed to `out` as they finish. Where `env`'s
+/// device has fewer queues than the most threads and its driver makes queues on request (cpu-sim,
+/// CUDA), both tables run on a second device of the same driver and GPU with a queue per thread;
+/// elsewhere the own-queue rows the device has too few queues for say so.
+pub fn scaling_tables(
+    env: &Env,
+    sizes: ScalingSizes,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<ScalingTable>, Failure> {
+    let most = sizes.thread_counts().last().copied().unwrap_or(1);
+    let info = env.device.info();
+    let wider = if info.queue_count < most { crate::device_with_queues(info, most) } else { None };
+    let wider = match wider {
+        Some(Ok(device)) => {
+            writeln!(
+                out,
+                "scaling tables on a second {} device of the same ordinal with {most} queues ({} has {})",
+                info.driver, info.name, info.queue_count
+            )?;
+            Some(Env::new(device).map_err(failed("preparing the scaling device"))?)
+        }
+        Some(Err(e)) => {
+            writeln!(out, "scaling tables on the device's {} queues (one with {most} failed: {e})", info.queue_count)?;
+            None
+        }
+        None => None,
+    };
+    let tables = scaling::run(wider.as_ref().unwrap_or(env), sizes, progress).map_err(failed("the scaling tables"))?;
+    for table in &tables {
+        writeln!(out, "{}", report::scaling_table(table))?;
+    }
+    out.flush()?;
+    Ok(tables)
 }
 
 /// Heap allocations (on every thread) per submission of a chained execute of a reused one-dispatch

@@ -244,7 +244,7 @@ impl Env {
 }
 
 /// The deadline of waits that are not themselves measured as "no deadline".
-const LONG: Timeout = Timeout::After(Duration::from_secs(60));
+pub(crate) const LONG: Timeout = Timeout::After(Duration::from_secs(60));
 
 /// Kernels per command buffer (and per raw graph) of the command-buffer workloads.
 pub const GRAPH_SIZES: [usize; 3] = [1, 10, 100];
