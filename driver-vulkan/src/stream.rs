@@ -164,6 +164,18 @@ impl CommandPool {
     pub(crate) fn release(&self, cmd: vk::CommandBuffer) {
         lock(&self.idle).push(cmd);
     }
+
+    /// Hands back `cmd`, whose recording failed part-way (submit thread only). It is reset first:
+    /// a command buffer left in the recording state cannot be begun again.
+    fn release_failed(&self, cmd: vk::CommandBuffer) {
+        // SAFETY: `cmd` is a buffer of this pool (which allows resetting one buffer), not pending,
+        // and only the submit thread uses the pool.
+        match unsafe { self.gpu.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()) } {
+            Ok(()) => self.release(cmd),
+            // Not handed back: it is freed with the pool.
+            Err(e) => tracing::error!(%e, "vulkan: resetting a command buffer whose recording failed"),
+        }
+    }
 }
 
 impl Drop for CommandPool {
@@ -570,7 +582,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
             let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)
                 .and_then(|()| record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref()));
             if let Err(e) = recorded {
-                stream.pool.release(cmd);
+                stream.pool.release_failed(cmd);
                 return Err(e);
             }
             submit(stream, item, Some(cmd), Submitted { keep, timing, checks, lease: None })
@@ -663,7 +675,7 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command]) -
     let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::empty())
         .and_then(|()| record(stream, cmd, commands, None, &mut keep, None, checks.as_ref()));
     if let Err(e) = recorded {
-        stream.pool.release(cmd);
+        stream.pool.release_failed(cmd);
         return Err(e);
     }
     Ok(Recording::new(stream.pool.clone(), cmd, keep, checks))
