@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{
-    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission,
+    BindingState, BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands,
+    Submission,
 };
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
@@ -18,6 +19,11 @@ use crate::memory::{MemoryCounter, VulkanMemory};
 use crate::record::{CHECK_COUNT_WGSL, check_binding_range};
 use crate::replay::Replays;
 use crate::stream::VulkanStreams;
+
+/// The property saying how executes with a binding table run: `replayed` (recordings kept and
+/// replayed, each execute writing its buffers into their update-after-bind descriptor sets) or
+/// `recorded` (at each execute).
+pub const BINDING_TABLE_EXECUTES: &str = "binding_table_executes";
 
 /// HAL queues per device; they share the device's Vulkan queues round robin where it has fewer.
 pub const QUEUE_COUNT: usize = 4;
@@ -49,6 +55,10 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("vulkan_queues".to_string(), physical.family_queues.to_string()),
         ("queue_family".to_string(), physical.queue_family.to_string()),
         ("push_descriptors".to_string(), physical.push_descriptors.to_string()),
+        (
+            BINDING_TABLE_EXECUTES.to_string(),
+            if physical.update_after_bind.is_some() { "replayed" } else { "recorded" }.to_string(),
+        ),
         ("host_memory_import".to_string(), physical.host_import_alignment.is_some().to_string()),
         ("max_storage_buffer_range".to_string(), limits.max_storage_buffer_range.to_string()),
         ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
@@ -64,13 +74,38 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
 /// is only known when its alloca ran, and a binding table's buffers come with each execute).
 pub struct VulkanPreparedCommands {
     /// Recordings to replay; `None`: recorded at each execute.
-    pub(crate) replays: Option<Replays>,
+    pub(crate) replays: Option<Arc<Replays>>,
+    /// Whether the recordings bind update-after-bind sets that each execute writes its binding
+    /// table's buffers into (see `bound.rs`).
+    pub(crate) bound: bool,
 }
 
 impl PreparedCommands for VulkanPreparedCommands {
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
+}
+
+/// Refuses a collective, and a binding past the device's storage-buffer range (both refused when
+/// recorded, or when an execute resolves its binding table).
+fn check_commands(gpu: &Gpu, commands: &[Command]) -> Result<()> {
+    let limit = gpu.physical.limits.max_storage_buffer_range;
+    for (index, command) in commands.iter().enumerate() {
+        let bindings = match command {
+            Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. } => bindings,
+            Command::Collective { .. } => {
+                return Err(hal::Error::unimplemented(
+                    "vulkan: collectives are not implemented (Vulkan has no collective library)",
+                ));
+            }
+            _ => continue,
+        };
+        for (at, binding) in bindings.iter().enumerate() {
+            check_binding_range(at, &binding.buffer, binding.length, limit)
+                .map_err(|e| e.context(format!("command {index}")))?;
+        }
+    }
+    Ok(())
 }
 
 /// A Vulkan device.
@@ -138,28 +173,19 @@ impl DeviceBackend for VulkanDevice {
         commands: &Arc<[Command]>,
         mode: CommandBufferMode,
     ) -> Result<Arc<dyn PreparedCommands>> {
-        let limit = self.gpu.physical.limits.max_storage_buffer_range;
-        for (index, command) in commands.iter().enumerate() {
-            let bindings = match command {
-                Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. } => bindings,
-                Command::Collective { .. } => {
-                    return Err(hal::Error::unimplemented(
-                        "vulkan: collectives are not implemented (Vulkan has no collective library)",
-                    ));
-                }
-                _ => continue,
-            };
-            for (at, binding) in bindings.iter().enumerate() {
-                check_binding_range(at, &binding.buffer, binding.length, limit)
-                    .map_err(|e| e.context(format!("command {index}")))?;
-            }
-        }
+        check_commands(&self.gpu, commands)?;
         let replays = match mode {
-            CommandBufferMode::Reusable => Replays::for_commands(commands),
+            CommandBufferMode::Reusable => Replays::for_commands(commands).map(Arc::new),
             // Runs once: recording it at its execute costs the same.
             _ => None,
         };
-        Ok(Arc::new(VulkanPreparedCommands { replays }))
+        Ok(Arc::new(VulkanPreparedCommands { replays, bound: false }))
+    }
+
+    fn prepare_bound(&self, commands: &Arc<[Command]>, state: &BindingState) -> Result<Arc<dyn PreparedCommands>> {
+        check_commands(&self.gpu, commands)?;
+        let replays = crate::bound::replays_for(&self.gpu, commands, state);
+        Ok(Arc::new(VulkanPreparedCommands { replays, bound: true }))
     }
 
     fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {

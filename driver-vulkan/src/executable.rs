@@ -2,9 +2,12 @@
 //! set 0, binding `i`; the constants are one push-constant block of 32-bit words at offset 0; an
 //! entry point is the module's export of that name. A compute pipeline per entry point is created
 //! at load; its workgroup size is the module's (`LocalSize`), checked against the declared one.
+//! Its set 0 takes pushed descriptors; a second pipeline whose set 0 is an update-after-bind set
+//! (for recordings replayed with each execute's binding table, see `bound.rs`) is created the first
+//! time such a recording dispatches the entry point.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ash::vk;
 use hal::driver::ExecutableBackend;
@@ -17,7 +20,7 @@ use crate::gpu::Gpu;
 pub struct Pipeline {
     pub(crate) pipeline: vk::Pipeline,
     pub(crate) layout: vk::PipelineLayout,
-    set_layout: vk::DescriptorSetLayout,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
     pub(crate) bindings: usize,
     pub(crate) constants: usize,
 }
@@ -27,6 +30,10 @@ pub struct VulkanExecutable {
     gpu: Arc<Gpu>,
     entry_points: Vec<EntryPointInfo>,
     pub(crate) pipelines: Vec<Pipeline>,
+    /// The module, kept to build the update-after-bind pipelines when first needed.
+    words: Vec<u32>,
+    /// Per entry point, its pipeline whose set 0 is an update-after-bind set, once built.
+    bound: Vec<OnceLock<Result<Pipeline>>>,
 }
 
 impl VulkanExecutable {
@@ -103,19 +110,51 @@ impl VulkanExecutable {
         // SAFETY: `words` is a SPIR-V module (magic checked); the driver validates the rest.
         let module = unsafe { gpu.device.create_shader_module(&create, None) }
             .map_err(|e| from_vk("vkCreateShaderModule", e))?;
+        let bound = entry_points.iter().map(|_| OnceLock::new()).collect();
         let mut executable =
-            VulkanExecutable { gpu: gpu.clone(), entry_points: entry_points.clone(), pipelines: vec![] };
+            VulkanExecutable { gpu: gpu.clone(), entry_points: entry_points.clone(), pipelines: vec![], words, bound };
         let built = entry_points.iter().try_for_each(|entry| {
-            executable.pipelines.push(build_pipeline(gpu, module, entry)?);
+            executable.pipelines.push(build_pipeline(gpu, module, entry, SetKind::Pushed)?);
             Ok(())
         });
         // SAFETY: pipelines keep what they need of the module; it is no longer used.
         unsafe { gpu.device.destroy_shader_module(module, None) };
         built.map(|()| executable)
     }
+
+    /// Entry point `entry_point`'s pipeline whose set 0 is an update-after-bind descriptor set,
+    /// built on first use (the device must have `update_after_bind`).
+    pub(crate) fn bound_pipeline(&self, entry_point: u32) -> Result<&Pipeline> {
+        let (Some(slot), Some(entry)) =
+            (self.bound.get(entry_point as usize), self.entry_points.get(entry_point as usize))
+        else {
+            return Err(Error::out_of_range(format!("vulkan: the executable has no entry point {entry_point}")));
+        };
+        slot.get_or_init(|| {
+            let create = vk::ShaderModuleCreateInfo::default().code(&self.words);
+            // SAFETY: the module was created from these words at load.
+            let module = unsafe { self.gpu.device.create_shader_module(&create, None) }
+                .map_err(|e| from_vk("vkCreateShaderModule", e))?;
+            let built = build_pipeline(&self.gpu, module, entry, SetKind::UpdateAfterBind);
+            // SAFETY: the pipeline keeps what it needs of the module.
+            unsafe { self.gpu.device.destroy_shader_module(module, None) };
+            built
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+    }
 }
 
-fn build_pipeline(gpu: &Gpu, module: vk::ShaderModule, entry: &EntryPointInfo) -> Result<Pipeline> {
+/// How a pipeline's set 0 gets its descriptors.
+#[derive(Clone, Copy)]
+enum SetKind {
+    /// Pushed into the command buffer (`VK_KHR_push_descriptor`) where the device has it.
+    Pushed,
+    /// A set allocated from an update-after-bind pool, written before each submission.
+    UpdateAfterBind,
+}
+
+fn build_pipeline(gpu: &Gpu, module: vk::ShaderModule, entry: &EntryPointInfo, kind: SetKind) -> Result<Pipeline> {
     let device = &gpu.device;
     let bindings: Vec<vk::DescriptorSetLayoutBinding<'_>> = (0..entry.binding_count as u32)
         .map(|i| {
@@ -126,12 +165,16 @@ fn build_pipeline(gpu: &Gpu, module: vk::ShaderModule, entry: &EntryPointInfo) -
                 .stage_flags(vk::ShaderStageFlags::COMPUTE)
         })
         .collect();
-    let flags = if gpu.push.is_some() {
-        vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR
-    } else {
-        vk::DescriptorSetLayoutCreateFlags::empty()
+    let binding_flags = vec![vk::DescriptorBindingFlags::UPDATE_AFTER_BIND; bindings.len()];
+    let mut binding_info = vk::DescriptorSetLayoutBindingFlagsCreateInfo::default().binding_flags(&binding_flags);
+    let mut info = vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings);
+    info = match kind {
+        SetKind::Pushed if gpu.push.is_some() => info.flags(vk::DescriptorSetLayoutCreateFlags::PUSH_DESCRIPTOR_KHR),
+        SetKind::Pushed => info,
+        SetKind::UpdateAfterBind => {
+            info.flags(vk::DescriptorSetLayoutCreateFlags::UPDATE_AFTER_BIND_POOL).push_next(&mut binding_info)
+        }
     };
-    let info = vk::DescriptorSetLayoutCreateInfo::default().flags(flags).bindings(&bindings);
     // SAFETY: a valid create info; destroyed by `Pipeline`'s owner.
     let set_layout = unsafe { device.create_descriptor_set_layout(&info, None) }
         .map_err(|e| from_vk("vkCreateDescriptorSetLayout", e))?;
@@ -180,7 +223,8 @@ fn build_pipeline(gpu: &Gpu, module: vk::ShaderModule, entry: &EntryPointInfo) -
 
 impl Drop for VulkanExecutable {
     fn drop(&mut self) {
-        for p in &self.pipelines {
+        let bound = self.bound.iter().filter_map(|slot| slot.get().and_then(|p| p.as_ref().ok()));
+        for p in self.pipelines.iter().chain(bound) {
             // SAFETY: submissions hold the executable until they complete, so nothing uses these.
             unsafe {
                 self.gpu.device.destroy_pipeline(p.pipeline, None);

@@ -25,6 +25,11 @@ pub struct PhysicalInfo {
     /// `timestampValidBits` of the queue family (0: no timestamps).
     pub(crate) timestamp_bits: u32,
     pub(crate) push_descriptors: bool,
+    /// The most storage buffers of an update-after-bind descriptor set, where binding-table
+    /// executes replay recordings with such sets (see [`UPDATE_AFTER_BIND_ENV`]).
+    pub(crate) update_after_bind: Option<u32>,
+    /// Whether the device has `descriptorBindingStorageBufferUpdateAfterBind` (enabled when used).
+    pub(crate) update_after_bind_feature: bool,
     /// `minImportedHostPointerAlignment` where the device has `VK_EXT_external_memory_host`.
     pub(crate) host_import_alignment: Option<u64>,
     pub(crate) heap_bytes: u64,
@@ -84,7 +89,12 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     let mut host_memory = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
     let host_import =
         extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
-    let mut properties2 = vk::PhysicalDeviceProperties2::default().push_next(&mut id).push_next(&mut maintenance3);
+    let feature = features12.descriptor_binding_storage_buffer_update_after_bind == vk::TRUE;
+    let mut properties12 = vk::PhysicalDeviceVulkan12Properties::default();
+    let mut properties2 = vk::PhysicalDeviceProperties2::default()
+        .push_next(&mut id)
+        .push_next(&mut maintenance3)
+        .push_next(&mut properties12);
     if host_import {
         properties2 = properties2.push_next(&mut host_memory);
     }
@@ -101,10 +111,46 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         family_queues: families[family].queue_count,
         timestamp_bits: families[family].timestamp_valid_bits,
         push_descriptors,
+        update_after_bind: match update_after_bind_mode()? {
+            UpdateAfterBind::Off => None,
+            UpdateAfterBind::WhereSupported if !feature => None,
+            UpdateAfterBind::WhereSupported | UpdateAfterBind::Forced => Some(
+                properties12
+                    .max_per_stage_descriptor_update_after_bind_storage_buffers
+                    .min(properties12.max_descriptor_set_update_after_bind_storage_buffers),
+            ),
+        },
+        update_after_bind_feature: feature,
         host_import_alignment: host_import.then_some(host_memory.min_imported_host_pointer_alignment),
         heap_bytes,
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
     }))
+}
+
+/// How executes with a binding table run, read when devices are listed or created. Unset or `1`:
+/// where the device has `descriptorBindingStorageBufferUpdateAfterBind`, recordings are kept and
+/// replayed, each execute writing its buffers into their update-after-bind descriptor sets; where
+/// it has not, they are recorded at each execute. `0`: always recorded at each execute. `force`
+/// (tests only): replayed even without the feature, which Vulkan does not allow; lavapipe, which
+/// lacks it but reads descriptors when a submission runs, gets the replay path exercised this way.
+pub const UPDATE_AFTER_BIND_ENV: &str = "HAL_VULKAN_UPDATE_AFTER_BIND";
+
+/// The choice [`UPDATE_AFTER_BIND_ENV`] makes.
+enum UpdateAfterBind {
+    Off,
+    WhereSupported,
+    Forced,
+}
+
+fn update_after_bind_mode() -> Result<UpdateAfterBind> {
+    match std::env::var(UPDATE_AFTER_BIND_ENV).as_deref() {
+        Ok("1" | "") | Err(_) => Ok(UpdateAfterBind::WhereSupported),
+        Ok("0") => Ok(UpdateAfterBind::Off),
+        Ok("force") => Ok(UpdateAfterBind::Forced),
+        Ok(other) => {
+            Err(Error::invalid_argument(format!("vulkan: {UPDATE_AFTER_BIND_ENV}='{other}' is not 0, 1 or force")))
+        }
+    }
 }
 
 /// A logical device and what hangs off it.
@@ -114,6 +160,9 @@ pub struct Gpu {
     pub(crate) physical: PhysicalInfo,
     pub(crate) device: ash::Device,
     pub(crate) push: Option<ash::khr::push_descriptor::Device>,
+    /// The most storage buffers of an update-after-bind descriptor set, where binding-table
+    /// executes replay their recordings with such sets (see `bound.rs`); `None`: they re-record.
+    pub(crate) update_after_bind: Option<u32>,
     /// `VK_EXT_external_memory_host` and its alignment, where the device has it.
     pub(crate) external_host: Option<(ash::ext::external_memory_host::Device, u64)>,
     /// The Vulkan queues; HAL queue `i` submits to `queues[i % len]` (a queue is externally
@@ -154,13 +203,18 @@ impl Gpu {
         if physical.host_import_alignment.is_some() {
             extensions.push(ash::ext::external_memory_host::NAME.as_ptr());
         }
-        let mut features12 = vk::PhysicalDeviceVulkan12Features::default().timeline_semaphore(true);
+        let update_after_bind = physical.update_after_bind;
+        let mut features12 = vk::PhysicalDeviceVulkan12Features::default()
+            .timeline_semaphore(true)
+            .descriptor_binding_storage_buffer_update_after_bind(
+                update_after_bind.is_some() && physical.update_after_bind_feature,
+            );
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
             .enabled_extension_names(&extensions)
             .push_next(&mut features12);
-        // SAFETY: the create info and everything it points to outlive the call; the extension and
-        // feature were checked to exist in `describe`.
+        // SAFETY: the create info and everything it points to outlive the call; the extensions and
+        // features were checked to exist in `describe`.
         let device = unsafe { instance.instance.create_device(physical.physical, &create, None) }
             .map_err(|e| from_vk("vkCreateDevice", e))?;
         let queues = (0..queue_count)
@@ -193,6 +247,7 @@ impl Gpu {
             physical,
             device,
             push,
+            update_after_bind,
             external_host,
             queues,
             allocator: Mutex::new(Some(allocator)),

@@ -9,6 +9,12 @@
 //! - **Executables**: SPIR-V with IREE's Vulkan ABI (`executable.rs`): binding `i` is the storage
 //!   buffer at set 0, binding `i` (pushed with `VK_KHR_push_descriptor`), the constants one
 //!   push-constant block of 32-bit words, the entry point the export's name.
+//! - **Command buffers**: a reusable one is recorded once per stream and replayed (`replay.rs`).
+//!   One recorded against binding slots is too where the device has
+//!   `descriptorBindingStorageBufferUpdateAfterBind` (`bound.rs`): its dispatches bind
+//!   update-after-bind descriptor sets that each execute writes its table's buffers into; elsewhere,
+//!   or with [`UPDATE_AFTER_BIND_ENV`]` = 0`, each execute records it (the device property
+//!   [`BINDING_TABLE_EXECUTES`] says which).
 //! - **Memory**: host-visible memory from `gpu-allocator` (`memory.rs`); queue reads and writes are
 //!   host copies in queue order.
 //! - **Several devices**: HAL devices made on one physical device share its `VkDevice`, so their
@@ -41,6 +47,7 @@
 //! # Ok::<(), hal::Error>(())
 //! ```
 
+mod bound;
 mod device;
 pub mod error;
 mod executable;
@@ -58,7 +65,8 @@ use std::sync::Arc;
 use hal::driver::{DeviceExt, Driver};
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
-pub use device::VulkanDevice;
+pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
+pub use gpu::UPDATE_AFTER_BIND_ENV;
 pub use instance::VALIDATION_ENV;
 
 /// The name the driver is registered under.
@@ -112,13 +120,17 @@ impl Driver for VulkanDriver {
 }
 
 /// How many times the Vulkan driver recorded `command_buffer` (a reusable one, recorded once and
-/// replayed) into a `VkCommandBuffer`; `None` for a command buffer it records at each execute.
+/// replayed, or one with binding slots whose executes replay recordings and write their tables into
+/// its descriptor sets) into a `VkCommandBuffer`; `None` for a command buffer it records at each
+/// execute.
 #[doc(hidden)]
 pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
     use hal::driver::CommandBufferExt;
-    let prepared = command_buffer.prepared()?;
+    let Some(prepared) = command_buffer.prepared() else {
+        return bound::kept_replays(command_buffer.binding_state()).map(|replays| replays.recorded());
+    };
     let prepared = prepared.as_any().downcast_ref::<device::VulkanPreparedCommands>()?;
-    prepared.replays.as_ref().map(replay::Replays::recorded)
+    prepared.replays.as_ref().map(|replays| replays.recorded())
 }
 
 /// Registers the Vulkan driver.

@@ -9,6 +9,7 @@ use ash::vk;
 use hal::driver::{Command, ExecutableExt};
 use hal::{Buffer, Error, Executable, Result};
 
+use crate::bound::BoundSets;
 use crate::executable::{Pipeline, VulkanExecutable};
 use crate::gpu::Gpu;
 use crate::memory::{Block, resolve};
@@ -32,12 +33,23 @@ pub struct Recorder<'a> {
     timed: Option<(vk::QueryPool, &'a [usize])>,
     /// Where indirect dispatches' counts are checked.
     checks: Option<CountChecks<'a>>,
+    /// Where dispatches take an update-after-bind set each, written at every execute, instead of
+    /// pushing their buffers now.
+    sets: Option<&'a mut BoundSets>,
+    /// The index of the command being recorded.
+    at: usize,
 }
 
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
     pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
-        Recorder { gpu, cmd, keep, timed: None, checks: None }
+        Recorder { gpu, cmd, keep, timed: None, checks: None, sets: None, at: 0 }
+    }
+
+    /// Binds each dispatch's buffers through a set of `sets` (written per execute), not pushed.
+    pub fn with_bound_sets(mut self, sets: &'a mut BoundSets) -> Self {
+        self.sets = Some(sets);
+        self
     }
 
     /// Checks indirect dispatches' counts with `checks` (see [`CHECK_COUNT_WGSL`]).
@@ -73,6 +85,7 @@ impl<'a> Recorder<'a> {
             if index > 0 {
                 self.barrier();
             }
+            self.at = index;
             let timed = self.timed_query(index);
             if let Some((pool, query)) = timed {
                 self.timestamp(pool, query);
@@ -297,24 +310,47 @@ impl<'a> Recorder<'a> {
             )));
         }
         self.keep.executables.push(executable.clone());
-        let limits = &self.gpu.physical.limits;
-        let mut infos = Vec::with_capacity(bindings.len());
-        for (index, binding) in bindings.iter().enumerate() {
-            let (block, base) = self.block(&binding.buffer)?;
-            let offset = base + binding.offset;
-            let alignment = limits.min_storage_buffer_offset_alignment.max(1);
-            if offset % alignment != 0 {
-                return Err(Error::invalid_argument(format!(
-                    "vulkan: binding {index} ({}) starts at byte {offset} of its memory, not a multiple of the \
-                     device's minStorageBufferOffsetAlignment ({alignment})",
-                    binding.buffer
-                )));
+        if self.sets.is_some() {
+            let pipeline = loaded.bound_pipeline(entry_point)?;
+            let set = match self.sets.as_deref_mut() {
+                Some(sets) if !bindings.is_empty() => Some(sets.allocate(self.at, pipeline)?),
+                _ => None,
+            };
+            // SAFETY: `cmd` is recording; the pipeline is kept alive with the recording.
+            unsafe { self.gpu.device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline) };
+            if let Some(set) = set {
+                // SAFETY: `cmd` is recording; `set` has the layout's set 0 layout and lives with
+                // the recording. Its descriptors are written before each submission.
+                unsafe {
+                    self.gpu.device.cmd_bind_descriptor_sets(
+                        self.cmd,
+                        vk::PipelineBindPoint::COMPUTE,
+                        pipeline.layout,
+                        0,
+                        &[set],
+                        &[],
+                    )
+                };
             }
-            check_binding_range(index, &binding.buffer, binding.length, limits.max_storage_buffer_range)?;
-            let range = if binding.length == 0 { vk::WHOLE_SIZE } else { binding.length };
-            infos.push(vk::DescriptorBufferInfo { buffer: block.buffer, offset, range });
+            self.push_constants(pipeline, constants);
+            return Ok(());
         }
+        let infos = bindings
+            .iter()
+            .enumerate()
+            .map(|(index, binding)| descriptor_info(self.gpu, index, binding, self.keep))
+            .collect::<Result<Vec<_>>>()?;
         self.bind_pipeline(pipeline, &infos, constants)
+    }
+
+    fn push_constants(&mut self, pipeline: &Pipeline, constants: &[u32]) {
+        if !constants.is_empty() {
+            let bytes: Vec<u8> = constants.iter().flat_map(|c| c.to_le_bytes()).collect();
+            // SAFETY: `cmd` is recording; the layout has a push-constant range of exactly these bytes.
+            unsafe {
+                self.gpu.device.cmd_push_constants(self.cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, &bytes)
+            };
+        }
     }
 
     /// Binds `pipeline` with `infos` as its storage buffers (set 0, binding i) and `constants`.
@@ -346,11 +382,7 @@ impl<'a> Recorder<'a> {
                 push.cmd_push_descriptor_set(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &writes)
             };
         }
-        if !constants.is_empty() {
-            let bytes: Vec<u8> = constants.iter().flat_map(|c| c.to_le_bytes()).collect();
-            // SAFETY: `cmd` is recording; the layout has a push-constant range of exactly these bytes.
-            unsafe { device.cmd_push_constants(self.cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, &bytes) };
-        }
+        self.push_constants(pipeline, constants);
         Ok(())
     }
 
@@ -417,6 +449,33 @@ pub struct CountChecks<'a> {
     pub(crate) pipeline: &'a Pipeline,
     pub(crate) scratch: Arc<Block>,
     pub(crate) next: u64,
+}
+
+/// The descriptor of dispatch binding `index`, its memory kept in `keep`. `InvalidArgument` where
+/// it starts off the device's `minStorageBufferOffsetAlignment`, `OutOfRange` past its
+/// `maxStorageBufferRange`.
+pub fn descriptor_info(
+    gpu: &Gpu,
+    index: usize,
+    binding: &hal::BufferBinding,
+    keep: &mut Keep,
+) -> Result<vk::DescriptorBufferInfo> {
+    let limits = &gpu.physical.limits;
+    let (block, base) = resolve(&binding.buffer)?;
+    let offset = base + binding.offset;
+    let buffer = block.buffer;
+    keep.blocks.push(block);
+    let alignment = limits.min_storage_buffer_offset_alignment.max(1);
+    if !offset.is_multiple_of(alignment) {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: binding {index} ({}) starts at byte {offset} of its memory, not a multiple of the device's \
+             minStorageBufferOffsetAlignment ({alignment})",
+            binding.buffer
+        )));
+    }
+    check_binding_range(index, &binding.buffer, binding.length, limits.max_storage_buffer_range)?;
+    let range = if binding.length == 0 { vk::WHOLE_SIZE } else { binding.length };
+    Ok(vk::DescriptorBufferInfo { buffer, offset, range })
 }
 
 /// A binding longer than the device's `maxStorageBufferRange` cannot reach a kernel as a storage

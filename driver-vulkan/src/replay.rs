@@ -12,6 +12,7 @@ use ash::vk;
 use hal::Result;
 use hal::driver::{Command, lock};
 
+use crate::bound::BoundSets;
 use crate::memory::{Block, VulkanMemory};
 use crate::record::Keep;
 use crate::stream::{CommandPool, Timeline};
@@ -27,6 +28,8 @@ pub struct Recording {
     _keep: Keep,
     /// The indirect count checks' scratch and the command index of each indirect dispatch.
     pub(crate) checks: Option<(Arc<Block>, Vec<usize>)>,
+    /// For a binding-table command buffer, the sets its dispatches bind, written at each execute.
+    pub(crate) sets: Option<BoundSets>,
     /// The stream value of its latest submission (0: none).
     submitted_at: AtomicU64,
     /// Held from the submit until the submission retired, for a recording with count checks (the
@@ -35,14 +38,23 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// `cmd`, recorded on `pool` for replay, keeping `keep` and `checks`.
+    /// `cmd`, recorded on `pool` for replay, keeping `keep`, `checks` and the `sets` it binds.
     pub fn new(
         pool: Arc<CommandPool>,
         cmd: vk::CommandBuffer,
         keep: Keep,
         checks: Option<(Arc<Block>, Vec<usize>)>,
+        sets: Option<BoundSets>,
     ) -> Self {
-        Recording { pool, cmd, _keep: keep, checks, submitted_at: AtomicU64::new(0), busy: AtomicBool::new(false) }
+        Recording {
+            pool,
+            cmd,
+            _keep: keep,
+            checks,
+            sets,
+            submitted_at: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
+        }
     }
 
     /// Leases the recording for the submission of stream value `value`, if it is idle at `reached`.

@@ -20,6 +20,7 @@ use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
+use crate::bound::BoundSets;
 use crate::device::VulkanPreparedCommands;
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
@@ -163,6 +164,18 @@ impl CommandPool {
     /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
     pub(crate) fn release(&self, cmd: vk::CommandBuffer) {
         lock(&self.idle).push(cmd);
+    }
+
+    /// Hands back `cmd`, whose recording failed part-way (submit thread only). It is reset first:
+    /// a command buffer left in the recording state cannot be begun again.
+    fn release_failed(&self, cmd: vk::CommandBuffer) {
+        // SAFETY: `cmd` is a buffer of this pool (which allows resetting one buffer), not pending,
+        // and only the submit thread uses the pool.
+        match unsafe { self.gpu.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()) } {
+            Ok(()) => self.release(cmd),
+            // Not handed back: it is freed with the pool.
+            Err(e) => tracing::error!(%e, "vulkan: resetting a command buffer whose recording failed"),
+        }
     }
 }
 
@@ -550,27 +563,33 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
         }
         Plan::Device(commands, single) => {
             let timing = timing_for(stream, work, commands, single)?;
-            let replays = prepared
-                .as_ref()
-                .and_then(|p| p.as_any().downcast_ref::<VulkanPreparedCommands>())
-                .and_then(|p| p.replays.as_ref());
+            let prepared = prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<VulkanPreparedCommands>());
             // A profiled execute times its own recording.
-            if let (Some(replays), None) = (replays, &timing) {
+            if let (Some(prepared), None) = (prepared, &timing)
+                && let Some(replays) = &prepared.replays
+            {
                 let lease = match replays.lease(&stream.pool, &stream.timeline, item.value)? {
                     Some(lease) => lease,
-                    None => replays.add(record_for_replay(stream, commands)?, item.value),
+                    None => replays.add(record_for_replay(stream, commands, prepared.bound)?, item.value),
                 };
+                let mut keep = Keep::default();
+                if let Some(sets) = &lease.recording().sets {
+                    // Not pending: the lease saw the recording's last submission complete.
+                    sets.write(commands, &mut keep)?;
+                }
                 let (cmd, checks) = (lease.recording().cmd, lease.recording().checks.clone());
-                let submitted = Submitted { keep: Keep::default(), timing: None, checks, lease: Some(lease) };
+                let submitted = Submitted { keep, timing: None, checks, lease: Some(lease) };
                 return submit(stream, item, Some(cmd), submitted);
             }
             let mut keep = Keep::default();
             let checks = count_checks_for(stream, commands, single)?;
             let cmd = stream.pool.acquire()?;
-            let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)
-                .and_then(|()| record(stream, cmd, commands, single, &mut keep, timing.as_ref(), checks.as_ref()));
+            let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT).and_then(|()| {
+                let recorder = Recorder::new(&stream.gpu, cmd, &mut keep);
+                record(stream, cmd, recorder, commands, single, timing.as_ref(), checks.as_ref())
+            });
             if let Err(e) = recorded {
-                stream.pool.release(cmd);
+                stream.pool.release_failed(cmd);
                 return Err(e);
             }
             submit(stream, item, Some(cmd), Submitted { keep, timing, checks, lease: None })
@@ -655,18 +674,25 @@ fn count_checks_for(
     Ok(Some((Arc::new(scratch), indirect)))
 }
 
-/// Records `commands` into a command buffer of the stream's pool to submit many times.
-fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command]) -> Result<Recording> {
+/// Records `commands` into a command buffer of the stream's pool to submit many times; `bound`:
+/// its dispatches bind update-after-bind sets, written at each execute (see `bound.rs`).
+fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], bound: bool) -> Result<Recording> {
     let mut keep = Keep::default();
     let checks = count_checks_for(stream, commands, None)?;
+    let mut sets = bound.then(|| BoundSets::new(&stream.gpu, commands)).transpose()?;
     let cmd = stream.pool.acquire()?;
-    let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::empty())
-        .and_then(|()| record(stream, cmd, commands, None, &mut keep, None, checks.as_ref()));
+    let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::empty()).and_then(|()| {
+        let mut recorder = Recorder::new(&stream.gpu, cmd, &mut keep);
+        if let Some(sets) = sets.as_mut() {
+            recorder = recorder.with_bound_sets(sets);
+        }
+        record(stream, cmd, recorder, commands, None, None, checks.as_ref())
+    });
     if let Err(e) = recorded {
-        stream.pool.release(cmd);
+        stream.pool.release_failed(cmd);
         return Err(e);
     }
-    Ok(Recording::new(stream.pool.clone(), cmd, keep, checks))
+    Ok(Recording::new(stream.pool.clone(), cmd, keep, checks, sets))
 }
 
 /// Begins recording `cmd`, an idle buffer of the stream's pool.
@@ -677,18 +703,17 @@ fn begin(stream: &StreamShared, cmd: vk::CommandBuffer, flags: vk::CommandBuffer
     unsafe { stream.gpu.device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))
 }
 
-/// Records `commands` (or `single`) into `cmd`, begun.
-fn record(
-    stream: &StreamShared,
+/// Records `commands` (or `single`) with `recorder`, whose command buffer `cmd` was begun.
+fn record<'a>(
+    stream: &'a StreamShared,
     cmd: vk::CommandBuffer,
+    mut recorder: Recorder<'a>,
     commands: &[hal::driver::Command],
     single: Option<&hal::driver::Command>,
-    keep: &mut Keep,
-    timing: Option<&SubmissionTiming>,
+    timing: Option<&'a SubmissionTiming>,
     checks: Option<&(Arc<Block>, Vec<usize>)>,
 ) -> Result<()> {
     let device = &stream.gpu.device;
-    let mut recorder = Recorder::new(&stream.gpu, cmd, keep);
     if let Some((scratch, _)) = checks {
         let pipeline = stream.checker.pipelines.first().ok_or_else(|| Error::internal("vulkan: no count checker"))?;
         recorder = recorder.with_count_checks(CountChecks { pipeline, scratch: scratch.clone(), next: 0 });

@@ -171,3 +171,44 @@ fn executes_in_flight_together_replay_a_recording_each_and_reuse_them_once_compl
     assert_eq!(data.read_as::<u32>().unwrap(), vec![6], "every execute ran");
     assert_eq!(driver_vulkan::recordings_of(&cb), Some(2), "completed recordings are replayed");
 }
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
+    let device = device();
+    let (data, open_gate) = (host_buffer(&device, &[0, 0, 0, 0, 0]), host_buffer(&device, &[0, 1]));
+    let source = hal::ExecutableSource::Bytes {
+        format: hal::ExecutableFormat::Spirv,
+        data: std::sync::Arc::from(driver_vulkan::wgsl::compile(BUMP_WGSL, "bump").unwrap()),
+        entry_points: vec![hal::EntryPointInfo::new("bump", 1, 2, 1)],
+    };
+    let bump = device.load_executable(&source).unwrap();
+    let queue = device.queue(0).unwrap();
+    // A barrier is recorded before the dispatch whose binding starts off the device's storage-buffer
+    // offset alignment is refused: the command buffer is left part-way through its recording.
+    let refused = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    refused.barrier().unwrap();
+    let misaligned = [BufferBinding::range(&data, 4, 4), BufferBinding::whole(&open_gate)];
+    refused.dispatch(&bump, 0, [1, 1, 1], &[1], &misaligned).unwrap();
+    refused.end().unwrap();
+    let failed = device.create_semaphore(0).unwrap();
+    queue.execute(&[], &refused, &[hal::SemaphoreValue::new(&failed, 1)]).unwrap();
+    let e = failed.wait(1, hal::Timeout::Infinite).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("minStorageBufferOffsetAlignment"), "{e}");
+    // The next executes on the queue record into the command buffer handed back (under the
+    // validation layer, beginning one still in the recording state is an error).
+    let done = device.create_semaphore(0).unwrap();
+    for value in 1..=2u64 {
+        let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+        cb.dispatch(&bump, 0, [1, 1, 1], &[5], &[BufferBinding::whole(&data), BufferBinding::whole(&open_gate)])
+            .unwrap();
+        cb.end().unwrap();
+        queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, hal::Timeout::Infinite).unwrap();
+    }
+    assert_eq!(data.read_as::<u32>().unwrap()[0], 10);
+}

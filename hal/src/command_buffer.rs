@@ -919,6 +919,11 @@ impl CommandBuffer {
         }
     }
 
+    /// What the driver keeps across executes with binding tables.
+    pub(crate) fn binding_state(&self) -> &BindingState {
+        &self.shared.binding_state
+    }
+
     /// The driver's prepared form, once ended.
     pub(crate) fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
         match &*lock(&self.shared.state) {

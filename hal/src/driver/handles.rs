@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::buffer::{Buffer, BufferParams};
 use crate::command_buffer::{Command, CommandBuffer};
 use crate::device::{Device, DeviceId};
-use crate::driver::{BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands};
+use crate::driver::{BindingState, BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands};
 use crate::executable::Executable;
 use crate::semaphore::core::{Registration, TimepointId, TimepointKind, TimepointListener};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
@@ -112,6 +112,10 @@ pub trait CommandBufferExt: sealed::Sealed {
 
     /// What [`DeviceBackend::prepare_commands`] made of them at `end`; `None` before `end`.
     fn prepared(&self) -> Option<Arc<dyn PreparedCommands>>;
+
+    /// What the driver keeps across executes with binding tables (the `state` that
+    /// [`DeviceBackend::prepare_bound`] is given).
+    fn binding_state(&self) -> &BindingState;
 }
 
 impl CommandBufferExt for CommandBuffer {
@@ -121,6 +125,10 @@ impl CommandBufferExt for CommandBuffer {
 
     fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
         CommandBuffer::prepared(self)
+    }
+
+    fn binding_state(&self) -> &BindingState {
+        CommandBuffer::binding_state(self)
     }
 }
 

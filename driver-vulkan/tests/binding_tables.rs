@@ -1,0 +1,268 @@
+//! Binding-table executes on Vulkan. On a device with `descriptorBindingStorageBufferUpdateAfterBind`
+//! a command buffer is recorded once per stream and replayed, each execute writing its own table's
+//! buffers into the recording's update-after-bind descriptor sets; without it, it is recorded at
+//! each execute. Each test runs in a child process of this binary with
+//! [`driver_vulkan::UPDATE_AFTER_BIND_ENV`] set, and expects the path the device then reports
+//! ([`driver_vulkan::BINDING_TABLE_EXECUTES`]). On lavapipe, which lacks the feature, the replay
+//! tests force the replay path (lavapipe reads descriptors when a submission runs), with the
+//! validation layer told to pass over that one missing feature only. Where no device was found at
+//! build time the tests are ignored (see `build.rs`).
+
+use std::process::Command;
+
+use hal::{BindingRef, BufferBinding, BufferParams, BufferRef, CommandBufferMode, SemaphoreValue, StatusCode, Timeout};
+
+fn device() -> hal::Device {
+    let mut registry = hal::Registry::new();
+    driver_vulkan::register(&mut registry);
+    registry.create_device(driver_vulkan::DRIVER_NAME, 0).expect("a Vulkan device")
+}
+
+/// Whether the device replays binding-table executes (else it records them at each execute).
+fn replays(device: &hal::Device) -> bool {
+    let property = device.info().properties.iter().find(|(name, _)| name == driver_vulkan::BINDING_TABLE_EXECUTES);
+    match property.map(|(_, value)| value.as_str()) {
+        Some("replayed") => true,
+        Some("recorded") => false,
+        other => panic!("{}: {other:?}", driver_vulkan::BINDING_TABLE_EXECUTES),
+    }
+}
+
+/// The validation message a forced replay path on a device without
+/// `descriptorBindingStorageBufferUpdateAfterBind` gets, and only that one.
+const MISSING_FEATURE_VUID: &str =
+    "VUID-VkDescriptorSetLayoutBindingFlagsCreateInfo-descriptorBindingStorageBufferUpdateAfterBind-03008";
+
+/// Runs test `name` of this binary (ignored, so only run this way) in a child; fails with its
+/// output unless it passed. `replay`: with the replay path where the device has the feature, and
+/// forced on lavapipe; else with it turned off.
+fn in_child(name: &str, replay: bool) {
+    let forced = replay && device().info().name.starts_with("llvmpipe");
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut child = Command::new(exe);
+    child.args([name, "--exact", "--include-ignored", "--nocapture"]);
+    match (replay, forced) {
+        (false, _) => child.env(driver_vulkan::UPDATE_AFTER_BIND_ENV, "0"),
+        (true, false) => child.env(driver_vulkan::UPDATE_AFTER_BIND_ENV, "1"),
+        (true, true) => child
+            .env(driver_vulkan::UPDATE_AFTER_BIND_ENV, "force")
+            .env("VK_LAYER_MESSAGE_ID_FILTER", MISSING_FEATURE_VUID),
+    };
+    let output = child.output().expect("run this test binary");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "{name} did not run: {text}");
+    println!("{text}");
+}
+
+/// Writes word 0 of `input` plus its constant to word 0 of `output`; spins first while word 0 of
+/// `gate` is 0 (bounded, so a lost gate write cannot hang the test, but long enough that a loaded
+/// machine sees it pending).
+const ADD_WGSL: &str = r#"
+@group(0) @binding(0) var<storage, read_write> input: array<u32>;
+@group(0) @binding(1) var<storage, read_write> output: array<u32>;
+@group(0) @binding(2) var<storage, read_write> gate: array<atomic<u32>>;
+struct Constants { add: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn add() {
+    var spins = 0u;
+    while atomicLoad(&gate[0]) == 0u && spins < 4000000000u {
+        spins += 1u;
+    }
+    output[0] = input[0] + c.add;
+}
+"#;
+
+/// The constant the kernel adds.
+const ADD: u32 = 7;
+
+/// A reusable command buffer adding [`ADD`] to slot 0's first word into slot 1's, gated by `gate`
+/// (a buffer named when recorded, beside the slots).
+fn add_command_buffer(device: &hal::Device, gate: &hal::Buffer) -> hal::CommandBuffer {
+    let source = hal::ExecutableSource::Bytes {
+        format: hal::ExecutableFormat::Spirv,
+        data: std::sync::Arc::from(driver_vulkan::wgsl::compile(ADD_WGSL, "add").unwrap()),
+        entry_points: vec![hal::EntryPointInfo::new("add", 1, 3, 1)],
+    };
+    let add = device.load_executable(&source).unwrap();
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    let bindings = [BindingRef::slot(0, 0, 4), BindingRef::slot(1, 0, 4), BufferBinding::whole(gate).into()];
+    cb.dispatch_refs(&add, 0, [1, 1, 1], &[ADD], &bindings).unwrap();
+    cb.end().unwrap();
+    cb
+}
+
+fn host_buffer(device: &hal::Device, words: &[u32]) -> hal::Buffer {
+    let buffer = device.allocate_buffer(BufferParams::host_visible(), 4 * words.len() as u64).unwrap();
+    buffer.write_values(0, words).unwrap();
+    buffer
+}
+
+/// Slot `n`'s table entry: 4 bytes at byte 256 of `buffer` (every device's storage-buffer offset
+/// alignment divides 256), so the table's offsets reach the descriptors too.
+fn at_256(buffer: &hal::Buffer) -> BufferBinding {
+    BufferBinding::range(buffer, 256, 4)
+}
+
+/// A buffer of 65 words whose word 64 (byte 256) is `value`.
+fn word_at_256(device: &hal::Device, value: u32) -> hal::Buffer {
+    let mut words = vec![0u32; 65];
+    words[64] = value;
+    host_buffer(device, &words)
+}
+
+/// 20 executes, one after another, each with buffers of its own: each result right, and the
+/// number of times the command buffer was recorded into Vulkan.
+fn twenty_executes_with_their_own_buffers(device: &hal::Device) -> Option<u64> {
+    let gate = host_buffer(device, &[1]);
+    let cb = add_command_buffer(device, &gate);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    for call in 1..=20u32 {
+        let (input, output) = (word_at_256(device, 100 * call), word_at_256(device, 0));
+        let table = [at_256(&input), at_256(&output)];
+        let value = u64::from(call);
+        queue.execute_with_bindings(&[], &cb, &table, &[SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, Timeout::Infinite).unwrap();
+        assert_eq!(output.read_as::<u32>().unwrap()[64], 100 * call + ADD, "execute {call} saw its own buffers");
+    }
+    driver_vulkan::recordings_of(&cb)
+}
+
+/// The expected recording count: `replayed` where the device replays binding-table executes.
+fn expected(device: &hal::Device, replayed: u64) -> Option<u64> {
+    replays(device).then_some(replayed)
+}
+
+macro_rules! vulkan_test {
+    ($(#[doc = $doc:literal])* fn $name:ident() $body:block) => {
+        $(#[doc = $doc])*
+        #[test]
+        #[cfg_attr(
+            not(any(hal_vulkan_found, hal_vulkan_required)),
+            ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+        )]
+        fn $name() $body
+    };
+}
+
+vulkan_test! {
+    fn a_binding_table_command_buffer_executed_many_times_is_recorded_once() {
+        in_child("child_executes_one_after_another", true);
+    }
+}
+
+/// 20 executes one after another, each with buffers of its own.
+#[test]
+#[ignore = "run in a child process by a_binding_table_command_buffer_executed_many_times_is_recorded_once"]
+fn child_executes_one_after_another() {
+    let device = device();
+    let recorded = twenty_executes_with_their_own_buffers(&device);
+    assert_eq!(recorded, expected(&device, 1), "executes one after another replay one recording");
+}
+
+vulkan_test! {
+    fn binding_table_executes_in_flight_together_each_see_their_own_buffers() {
+        in_child("child_executes_in_flight_together", true);
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by binding_table_executes_in_flight_together_each_see_their_own_buffers"]
+fn child_executes_in_flight_together() {
+    let device = device();
+    let gate = host_buffer(&device, &[0]);
+    let cb = add_command_buffer(&device, &gate);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    let (first_in, first_out) = (word_at_256(&device, 1000), word_at_256(&device, 0));
+    let (second_in, second_out) = (word_at_256(&device, 2000), word_at_256(&device, 0));
+    // The first execute spins on the closed gate, so the second is issued while it is pending.
+    let first = [at_256(&first_in), at_256(&first_out)];
+    queue.execute_with_bindings(&[], &cb, &first, &[SemaphoreValue::new(&done, 1)]).unwrap();
+    let second = [at_256(&second_in), at_256(&second_out)];
+    queue.execute_with_bindings(&[], &cb, &second, &[SemaphoreValue::new(&done, 2)]).unwrap();
+    let want = expected(&device, 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while driver_vulkan::recordings_of(&cb) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let in_flight = driver_vulkan::recordings_of(&cb);
+    gate.write_values(0, &[1u32]).unwrap();
+    done.wait(2, Timeout::Infinite).unwrap();
+    assert_eq!(first_out.read_as::<u32>().unwrap()[64], 1000 + ADD, "the first execute wrote its own output");
+    assert_eq!(second_out.read_as::<u32>().unwrap()[64], 2000 + ADD, "the second execute wrote its own output");
+    assert_eq!(in_flight, want, "two executes in flight need two recordings");
+}
+
+vulkan_test! {
+    fn a_table_offset_off_the_storage_alignment_fails_its_execute_and_later_executes_still_run() {
+        in_child("child_misaligned_table_offset", true);
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by a_table_offset_off_the_storage_alignment_fails_its_execute_and_later_executes_still_run"]
+fn child_misaligned_table_offset() {
+    let device = device();
+    let gate = host_buffer(&device, &[1]);
+    let cb = add_command_buffer(&device, &gate);
+    let queue = device.queue(0).unwrap();
+    let (input, output) = (word_at_256(&device, 5), word_at_256(&device, 0));
+    // Replayed first, so the refused execute leases the recording the next one replays.
+    let ok = [at_256(&input), at_256(&output)];
+    let done = device.create_semaphore(0).unwrap();
+    queue.execute_with_bindings(&[], &cb, &ok, &[SemaphoreValue::new(&done, 1)]).unwrap();
+    done.wait(1, Timeout::Infinite).unwrap();
+    let refused = device.create_semaphore(0).unwrap();
+    let misaligned = [BufferBinding::range(&input, 4, 4), at_256(&output)];
+    queue.execute_with_bindings(&[], &cb, &misaligned, &[SemaphoreValue::new(&refused, 1)]).unwrap();
+    let e = refused.wait(1, Timeout::Infinite).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+    assert!(e.message().contains("minStorageBufferOffsetAlignment") && e.message().contains("binding 0"), "{e}");
+    input.write_values(64, &[9u32]).unwrap();
+    queue.execute_with_bindings(&[], &cb, &ok, &[SemaphoreValue::new(&done, 2)]).unwrap();
+    done.wait(2, Timeout::Infinite).unwrap();
+    assert_eq!(output.read_as::<u32>().unwrap()[64], 9 + ADD);
+    assert_eq!(driver_vulkan::recordings_of(&cb), expected(&device, 1));
+}
+
+vulkan_test! {
+    fn a_fill_whose_slot_moves_between_executes_fills_each_executes_buffer() {
+        in_child("child_fill_on_a_moving_slot", true);
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by a_fill_whose_slot_moves_between_executes_fills_each_executes_buffer"]
+fn child_fill_on_a_moving_slot() {
+    let device = device();
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    cb.fill(BufferRef::slot(0), 0, 8, 0xA5u8).unwrap();
+    cb.end().unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    for call in 1..=3u64 {
+        // A recording bakes a fill's buffer into its commands: one whose slot moved is recorded anew.
+        let target = host_buffer(&device, &[0, 0, 0]);
+        let table = [BufferBinding::whole(&target)];
+        queue.execute_with_bindings(&[], &cb, &table, &[SemaphoreValue::new(&done, call)]).unwrap();
+        done.wait(call, Timeout::Infinite).unwrap();
+        assert_eq!(target.read_as::<u32>().unwrap(), vec![0xA5A5_A5A5, 0xA5A5_A5A5, 0], "execute {call}");
+    }
+}
+
+vulkan_test! {
+    fn with_update_after_bind_off_binding_table_executes_are_recorded_each_time() {
+        in_child("child_executes_with_update_after_bind_off", false);
+    }
+}
+
+#[test]
+#[ignore = "run in a child process by with_update_after_bind_off_binding_table_executes_are_recorded_each_time"]
+fn child_executes_with_update_after_bind_off() {
+    let device = device();
+    assert!(!replays(&device), "{} is 0", driver_vulkan::UPDATE_AFTER_BIND_ENV);
+    assert_eq!(twenty_executes_with_their_own_buffers(&device), None, "recorded at each execute");
+}
