@@ -416,13 +416,13 @@ mod tests {
         let memory = HostMemory::new(16, &Arc::new(MemoryBudget::unlimited())).unwrap();
         // SAFETY: cpu-sim host memory, and only this test's cpu-sim code touches it.
         let target = unsafe { Buffer::from_backend(device, BufferParams::host_visible(), Arc::new(memory)) };
-        let fill = work(QueueOp::Transfer(Command::Fill {
+        let fill = work(QueueOp::Transfer(Box::new(Command::Fill {
             target: target.clone(),
             offset: 0,
             length: 16,
             pattern: 0xAB,
             pattern_len: 1,
-        }));
+        })));
         fill.request_cancel();
         model.enqueue(&stream, &fill).unwrap();
         model.synchronize_stream(&stream).unwrap();
@@ -448,13 +448,13 @@ mod tests {
         let native = NativeExecutable::load(&ExecutableSource::Native(vec![entry])).unwrap();
         // SAFETY: a cpu-sim native executable, run only by this test's cpu-sim code.
         let executable = unsafe { Executable::from_backend(DeviceId::next(), Arc::new(native)) };
-        let dispatch = work(QueueOp::Transfer(Command::Dispatch {
+        let dispatch = work(QueueOp::Transfer(Box::new(Command::Dispatch {
             executable,
             entry_point: 0,
             workgroups: [100_000, 1, 1],
             constants: SmallVec::new(),
             bindings: SmallVec::new(),
-        }));
+        })));
         model.enqueue(&stream, &dispatch).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
         while ran.load(Ordering::Relaxed) == 0 {

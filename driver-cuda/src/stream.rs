@@ -269,10 +269,10 @@ impl CudaStreams {
             QueueOp::Dealloca(buffer) => {
                 CudaMemory::of(buffer)?.release_async(bound, stream).map_err(|e| e.context(format!("{}", buffer)))
             }
-            QueueOp::Transfer(Command::Update { target, offset, data }) => {
-                self.upload(bound, stream, work, data, target, *offset)
-            }
-            QueueOp::Transfer(command) => enqueue_command(bound, command, stream, None, None),
+            QueueOp::Transfer(command) => match &**command {
+                Command::Update { target, offset, data } => self.upload(bound, stream, work, data, target, *offset),
+                command => enqueue_command(bound, command, stream, None, None),
+            },
             QueueOp::Write { data, target, offset } => self.upload(bound, stream, work, data, target, *offset),
             QueueOp::Read { source, offset, length, .. } => {
                 self.download(bound, stream, work, source, *offset, *length)
@@ -300,7 +300,11 @@ impl CudaStreams {
                 target.stage(bytes);
                 Ok(())
             }
-            QueueOp::Write { data, .. } | QueueOp::Transfer(Command::Update { data, .. }) if !data.is_empty() => {
+            QueueOp::Write { data, .. } if !data.is_empty() => {
+                drop(self.take_staged(work)?);
+                Ok(())
+            }
+            QueueOp::Transfer(command) if matches!(&**command, Command::Update { data, .. } if !data.is_empty()) => {
                 drop(self.take_staged(work)?);
                 Ok(())
             }

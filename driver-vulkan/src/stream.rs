@@ -329,7 +329,7 @@ impl VulkanStreams {
         }
         let commands = match &work.op {
             QueueOp::Execute { command_buffer, .. } => command_buffer.commands(),
-            QueueOp::Transfer(command) => Arc::from(vec![command.clone()]),
+            QueueOp::Transfer(command) => Arc::from(vec![(**command).clone()]),
             _ => return Ok(()),
         };
         for (k, &index) in timing.dispatches.iter().enumerate() {

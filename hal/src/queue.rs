@@ -266,7 +266,7 @@ impl Queue {
         }
         args.check(channel)?;
         self.check_signals(waits, signals)?;
-        self.submit(QueueOp::Collective(CollectiveCall::new(channel.clone(), args)), waits, signals)
+        self.submit(QueueOp::Collective(Box::new(CollectiveCall::new(channel.clone(), args))), waits, signals)
     }
 
     /// Returns a buffer of `size` bytes whose memory is committed in queue order once `waits` are
@@ -309,7 +309,7 @@ impl Queue {
             }
         }
         command.validate_transfer()?;
-        self.submit(QueueOp::Transfer(command), waits, signals)
+        self.submit(QueueOp::Transfer(Box::new(command)), waits, signals)
     }
 
     /// Fills `length` bytes at `offset` with `pattern` repeated (`0xABu8`, `7u32`, `1.0f32`: see

@@ -248,14 +248,15 @@ pub enum QueueOp {
         /// through the commands abandons those it did not reach.
         collectives: Vec<CollectiveCall>,
     },
-    /// A collective on a channel (see [`crate::CollectiveOp`]).
-    Collective(CollectiveCall),
+    /// A collective on a channel (see [`crate::CollectiveOp`]). Boxed, as is a transfer: they are
+    /// the large operations, and every operation is moved several times on the way to a stream.
+    Collective(Box<CollectiveCall>),
     /// Commit the memory of a transient buffer.
     Alloca(Buffer),
     /// Release the memory of a transient buffer.
     Dealloca(Buffer),
     /// A single transfer command (fill, update or copy), validated like a recorded one.
-    Transfer(Command),
+    Transfer(Box<Command>),
     /// Copy host bytes into a buffer.
     Write {
         /// The bytes.
@@ -302,15 +303,6 @@ impl Submission {
     pub(crate) fn will_not_run(&self, status: &crate::error::Error) {
         if let Submission::Stream(op) = self {
             op.will_not_run(status);
-        }
-    }
-
-    /// What the scheduler keeps of it: the op a stream record carries (a host call's puts nothing
-    /// on a stream), and the host call, if it is one.
-    pub(crate) fn into_parts(self) -> (QueueOp, Option<HostCall>) {
-        match self {
-            Submission::Stream(op) => (op, None),
-            Submission::HostCall(call) => (QueueOp::Barrier, Some(call)),
         }
     }
 
@@ -369,7 +361,7 @@ impl QueueOp {
     /// The collectives it runs: a collective's call, an execute's calls (in command order), or none.
     pub fn collectives(&self) -> &[CollectiveCall] {
         match self {
-            QueueOp::Collective(call) => std::slice::from_ref(call),
+            QueueOp::Collective(call) => std::slice::from_ref(&**call),
             QueueOp::Execute { collectives, .. } => collectives,
             _ => &[],
         }
@@ -382,10 +374,12 @@ impl QueueOp {
             QueueOp::Collective(_) => "collective",
             QueueOp::Alloca(_) => "alloca",
             QueueOp::Dealloca(_) => "dealloca",
-            QueueOp::Transfer(Command::Fill { .. }) => "fill",
-            QueueOp::Transfer(Command::Update { .. }) => "update",
-            QueueOp::Transfer(Command::Copy { .. }) => "copy",
-            QueueOp::Transfer(_) => "transfer",
+            QueueOp::Transfer(command) => match **command {
+                Command::Fill { .. } => "fill",
+                Command::Update { .. } => "update",
+                Command::Copy { .. } => "copy",
+                _ => "transfer",
+            },
             QueueOp::Write { .. } => "write",
             QueueOp::Read { .. } => "read",
             QueueOp::Barrier => "barrier",
@@ -409,12 +403,15 @@ impl QueueOp {
             }
             QueueOp::Collective(call) => format!("{call}"),
             QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => format!("{} of {buffer}", self.kind()),
-            QueueOp::Transfer(Command::Copy { source, target, .. }) => format!("copy of {source} to {target}"),
-            QueueOp::Transfer(Command::Fill { target, .. } | Command::Update { target, .. })
-            | QueueOp::Write { target, .. } => format!("{} of {target}", self.kind()),
-            QueueOp::Transfer(Command::Dispatch { executable, .. }) => format!("dispatch of {executable}"),
+            QueueOp::Transfer(command) => match &**command {
+                Command::Copy { source, target, .. } => format!("copy of {source} to {target}"),
+                Command::Fill { target, .. } | Command::Update { target, .. } => format!("{} of {target}", self.kind()),
+                Command::Dispatch { executable, .. } => format!("dispatch of {executable}"),
+                _ => self.kind().to_owned(),
+            },
+            QueueOp::Write { target, .. } => format!("{} of {target}", self.kind()),
             QueueOp::Read { source, .. } => format!("read of {source}"),
-            QueueOp::Transfer(_) | QueueOp::Barrier => self.kind().to_owned(),
+            QueueOp::Barrier => self.kind().to_owned(),
         }
     }
 }

@@ -25,9 +25,11 @@ impl<M: StreamModel> Shared<M> {
     /// to the completion thread; outside it, wakes what waits for the publication, or fails the
     /// signals.
     pub(crate) fn issue(&self, id: u64, issue: Issue<M>) {
-        let Issue { queue, op, signals, covers, .. } = issue;
-        let _span = tracing::trace_span!("issue", queue, action = id, op = op.kind()).entered();
-        let Covers { waited, events: wait_events, upstream } = covers;
+        // Fields are moved out where they are used: each move of the op is a copy.
+        let queue = issue.queue;
+        let _span = tracing::trace_span!("issue", queue, action = id, op = issue.op.kind()).entered();
+        let signals = issue.signals;
+        let Covers { waited, events: wait_events, upstream } = issue.covers;
         let has_upstream = !upstream.is_empty();
         let (upstream, producers) = split_upstream(queue, upstream);
         let slot = &self.queues[queue];
@@ -36,11 +38,10 @@ impl<M: StreamModel> Shared<M> {
         // arrived as the device went away) would reach a stream no completion thread retires.
         if self.shutting_down.load(Ordering::Acquire) {
             drop(issuer);
-            self.cancel_issue(id, queue, op, &signals);
+            self.cancel_issue(id, queue, issue.op, &signals);
             return;
         }
-        let (op, host_call) = op.into_parts();
-        let work = self.new_work(&mut issuer.work, id, queue, op, host_call.is_none(), upstream);
+        let (work, host_call) = self.new_work(&mut issuer.work, id, queue, issue.op, upstream);
         work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
         let shareable = issuer.last_mark.take();

@@ -335,24 +335,31 @@ impl<M: StreamModel> Scheduler<M> {
         if shared.shutting_down.load(Ordering::Acquire) {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
-        let op = op.into();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let host_only = matches!(op, Submission::HostCall(_));
-        let mut covers = Covers::default();
-        let ready = match covers.resolve_waits(shared, queue, waits, host_only) {
+        // Built where it stays until it is issued: the op is the largest part, and each move of it
+        // is a copy on the submission path.
+        let mut issue = Issue {
+            queue,
+            op: op.into(),
+            signals: SemaphoreList::new(),
+            covers: Covers::default(),
+            place: admission::Place::unplaced(),
+        };
+        let host_only = matches!(issue.op, Submission::HostCall(_));
+        let ready = match issue.covers.resolve_waits(shared, queue, waits, host_only) {
             Ok(ready) => ready,
             Err(status) => {
                 tracing::debug!(action = id, %status, "wait semaphore failed at submission");
-                op.will_not_run(&status);
+                issue.op.will_not_run(&status);
                 for signal in signals {
                     signal.semaphore.fail(status.clone());
                 }
                 return Ok(());
             }
         };
-        let place = shared.queues[queue].admission.place(shared.device.get(), queue);
-        let blocking = op.is_blocking_host_call();
-        let issue = Issue { queue, op, signals: signals.iter().cloned().collect(), covers, place };
+        issue.place = shared.queues[queue].admission.place(shared.device.get(), queue);
+        issue.signals.extend(signals.iter().cloned());
+        let blocking = issue.op.is_blocking_host_call();
         if ready.iter().all(|&ready| ready) {
             shared.admit(id, issue, waits);
         } else {

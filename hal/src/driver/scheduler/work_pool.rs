@@ -8,27 +8,48 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::Shared;
-use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::{HostCall, ProfileSink, QueueOp, Submission};
 use crate::sync::{lock, take_batch};
 
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
 pub(super) const REFILL: usize = 32;
 
 impl<M: StreamModel> Shared<M> {
-    /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
-    /// [`REFILL`] spares at a time. Work for a stream (`on_stream`) records into the profiling
-    /// session in progress, if any; a host call's record is never timed.
+    /// A `Work` for `op`, reusing a retired allocation when one is free (see [`Self::work_for`]),
+    /// with the host call `op` is, if it is one: its work is a barrier, never profiled.
     pub(super) fn new_work(
         &self,
         cache: &mut Vec<Arc<Work>>,
         id: u64,
         queue: usize,
+        op: Submission,
+        upstream: SmallVec<[Arc<Work>; 2]>,
+    ) -> (Arc<Work>, Option<HostCall>) {
+        // Split where the op moves into the work: each move of it is a copy.
+        match op {
+            Submission::Stream(op) => {
+                let profile = self.profiling.current();
+                (self.work_for(cache, id, queue, op, profile, upstream), None)
+            }
+            Submission::HostCall(call) => {
+                (self.work_for(cache, id, queue, QueueOp::Barrier, None, upstream), Some(call))
+            }
+        }
+    }
+
+    /// A `Work`, reusing a retired allocation when one is free: from `cache`, refilled with up to
+    /// [`REFILL`] spares at a time.
+    #[inline(always)]
+    fn work_for(
+        &self,
+        cache: &mut Vec<Arc<Work>>,
+        id: u64,
+        queue: usize,
         op: QueueOp,
-        on_stream: bool,
+        profile: Option<Arc<ProfileSink>>,
         upstream: SmallVec<[Arc<Work>; 2]>,
     ) -> Arc<Work> {
-        let profile = if on_stream { self.profiling.current() } else { None };
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
         }
