@@ -25,6 +25,8 @@ devbin/vulkan_cts --include-ignored --test-threads=4 --nocapture > "${OUT:-/tmp}
 tail -40 "${OUT:-/tmp}/vulkan_cts.log"
 echo "== Vulkan driver tests"
 devbin/vulkan_vulkan_device 2>&1 | tail -8 || status=1
+echo "== Vulkan binding tables (replayed where the device has update-after-bind descriptors)"
+devbin/vulkan_binding_tables 2>&1 | tail -10 || status=1
 echo "== hal run --device vulkan"
 devbin/hal run --device vulkan || status=1
 exit $status
