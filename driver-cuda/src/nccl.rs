@@ -130,6 +130,50 @@ pub fn connects_lazily() -> bool {
     version.is_ok_and(|version| version >= LAZY_CONNECT_SINCE) && !eager
 }
 
+/// Connects rank `rank` of communicator `comm` to every other rank now, while every rank is in
+/// [`NcclChannel::create`] (NCCL's init made them all meet there): NCCL connects a pair of ranks for
+/// sends and receives at their first one, which blocks until the peer makes its matching call. A
+/// thread that submits a send for one rank and then the matching receive for another, as a
+/// runtime driving every GPU from one thread does, would block on the send for good. One grouped
+/// exchange of a byte with every peer connects them all here.
+fn connect_peers(
+    bound: &Bound<'_>,
+    context: &Arc<Context>,
+    counter: &Arc<MemoryCounter>,
+    comm: ncclComm_t,
+    rank: usize,
+    count: usize,
+) -> Result<()> {
+    if count < 2 {
+        return Ok(());
+    }
+    // Byte `rank` is sent to every peer; byte `peer` receives from `peer`.
+    let bytes = CudaMemory::device(context, counter, count as u64)?;
+    let base = hal::driver::BufferBackend::device_address(&bytes) as usize;
+    let stream = result::stream_create(bound, cudarc::driver::sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)?;
+    let int8 = ncclDataType_t::ncclInt8;
+    let exchanged = result::nccl_group_start(bound).and_then(|()| {
+        let mut outcome = Ok(());
+        for peer in (0..count).filter(|&peer| peer != rank) {
+            let (to, from) = ((base + rank) as *const std::ffi::c_void, (base + peer) as *mut std::ffi::c_void);
+            // SAFETY: `to` is one byte of `bytes`, which outlives the stream's work (synchronized
+            // below); the communicator is this rank's, not yet shared.
+            outcome =
+                outcome.and_then(|()| unsafe { result::nccl_send(bound, to, 1, int8, peer as i32, comm, stream) });
+            // SAFETY: `from` is byte `peer` of `bytes`, written by this receive alone; as above.
+            outcome =
+                outcome.and_then(|()| unsafe { result::nccl_recv(bound, from, 1, int8, peer as i32, comm, stream) });
+        }
+        // The group is closed whatever happened inside it.
+        outcome.and(result::nccl_group_end(bound))
+    });
+    let drained = exchanged.and_then(|()| result::stream_synchronize(bound, stream));
+    // SAFETY: the stream is this function's; destroyed once, after its work drained (or failed to
+    // be issued), and `bytes` is dropped after it.
+    let destroyed = unsafe { result::stream_destroy(bound, stream) };
+    drained.and(destroyed)
+}
+
 /// One rank's NCCL communicator.
 pub(crate) struct NcclChannel {
     comm: ncclComm_t,
@@ -218,6 +262,11 @@ impl NcclChannel {
         }
         let ranks = i32::try_from(count).map_err(|_| Error::invalid_argument(format!("{count} ranks")))?;
         let comm = result::nccl_comm_init_rank(&bound, ranks, unique, rank as i32)?;
+        if let Err(e) = connect_peers(&bound, context, counter, comm, rank, count) {
+            // SAFETY: the communicator was just made and nothing else holds it; aborted once.
+            let _ = unsafe { result::nccl_comm_abort(&bound, comm) };
+            return Err(e.context(format!("rank {rank} of {count}: connecting to its peers")));
+        }
         if count > 1 && connects_lazily() {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
