@@ -6,7 +6,8 @@
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 start=$(date +%s)
-left() { local l=$(( 585 - ($(date +%s) - start) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
+BUDGET=${BUDGET:-585}
+left() { local l=$(( BUDGET - ($(date +%s) - start) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 echo "##### Vulkan: CTS, driver tests, hal run --device vulkan"
 timeout "$(left 150)" bash devbin/vulkan-run.sh > "$OUT/vulkan.log" 2>&1; echo "vulkan-run exit $? ($(( $(date +%s) - start )) s)"
@@ -29,6 +30,6 @@ tail -60 "$OUT/before-after.txt"
 echo "##### CUDA CTS, host-callback ($(( $(date +%s) - start )) s)"
 HAL_CUDA_COMPLETION=host-callback OUT=$OUT/callback CTS_LIMIT=$(left 120) bash devbin/cts-run.sh cts 2>&1 | grep -E "CTS exit|test result|FAILED|panicked" | head -12
 echo "##### C API on cuda ($(( $(date +%s) - start )) s)"
-timeout "$(left 100)" bash devbin/capi-run.sh > "$OUT/capi.log" 2>&1; echo "capi exit $?"; grep -E "FAILED|C tests:|fail" "$OUT/capi.log" | head -12
+CAPI_OVERHEAD=${CAPI_OVERHEAD:-1} timeout "$(left 100)" bash devbin/capi-run.sh > "$OUT/capi.log" 2>&1; echo "capi exit $?"; grep -E "FAILED|C tests:|fail" "$OUT/capi.log" | head -12
 echo "done in $(( $(date +%s) - start )) s"
 (cd "$OUT" && tar czf /tmp/logs.tgz . && find . -mindepth 1 -delete && mv /tmp/logs.tgz .)
