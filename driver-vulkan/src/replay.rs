@@ -1,9 +1,10 @@
 //! Reusable command buffers recorded once. A reusable HAL command buffer whose buffers are all
 //! known when it ends keeps a few recorded `VkCommandBuffer`s ([`Recording`]s) per stream; an
 //! execute replays one whose last submission completed (its stream's timeline reached the value it
-//! was submitted at), or records a new one. A `VkCommandBuffer` without simultaneous use is pending
-//! once at a time, so executes in flight together replay a recording each; past the bound, the
-//! submit thread waits for the oldest recording's submission instead of recording more.
+//! was submitted at), or records a new one. A recording with nothing that changes per execute (no
+//! indirect count checks, no binding-table sets) is made for simultaneous use and replayed by every
+//! execute, pending or not. Others are pending once at a time, so executes in flight together
+//! replay a recording each; past the bound, an execute records one that is not kept.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,9 @@ pub struct Recording {
     /// Held from the submit until the submission retired, for a recording with count checks (the
     /// scratch is read at retirement).
     busy: AtomicBool,
+    /// Recorded for simultaneous use: nothing in it changes per execute (no count checks, no sets),
+    /// so it may be pending several times at once and every execute replays it.
+    simultaneous: bool,
 }
 
 impl Recording {
@@ -46,6 +50,7 @@ impl Recording {
         checks: Option<(Arc<Block>, Vec<usize>)>,
         sets: Option<BoundSets>,
     ) -> Self {
+        let simultaneous = Self::simultaneous_use(checks.as_ref(), sets.as_ref());
         Recording {
             pool,
             cmd,
@@ -54,12 +59,19 @@ impl Recording {
             sets,
             submitted_at: AtomicU64::new(0),
             busy: AtomicBool::new(false),
+            simultaneous,
         }
+    }
+
+    /// Whether a recording with these count checks and sets is recorded for simultaneous use
+    /// (`VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT`): only one without per-execute state.
+    pub fn simultaneous_use(checks: Option<&(Arc<Block>, Vec<usize>)>, sets: Option<&BoundSets>) -> bool {
+        checks.is_none() && sets.is_none()
     }
 
     /// Leases the recording for the submission of stream value `value`, if it is idle at `reached`.
     fn try_lease(self: &Arc<Self>, reached: u64, value: u64) -> Option<Lease> {
-        if self.submitted_at.load(Ordering::Acquire) > reached {
+        if !self.simultaneous && self.submitted_at.load(Ordering::Acquire) > reached {
             return None;
         }
         if self.checks.is_some() && self.busy.swap(true, Ordering::AcqRel) {
@@ -124,26 +136,14 @@ impl Replays {
         Some(Replays::default())
     }
 
-    /// An idle recording made on `pool` (whose stream's timeline is `timeline`), leased for the
-    /// submission of `value`. With the bound reached and none idle, waits for the oldest one's
-    /// submission. `None`: record one.
+    /// A recording made on `pool` (whose stream's timeline is `timeline`) that may be submitted
+    /// now, leased for the submission of `value`: one for simultaneous use, or an idle one.
+    /// `None`: record one (past the bound, [`Self::add`] does not keep it). The submit thread never
+    /// waits for the device here: the stream's other work would wait behind it.
     pub fn lease(&self, pool: &Arc<CommandPool>, timeline: &Timeline, value: u64) -> Result<Option<Lease>> {
         let reached = timeline.value()?;
-        let oldest = {
-            let kept = lock(&self.kept);
-            let mine: Vec<&Arc<Recording>> = kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool)).collect();
-            if let Some(lease) = mine.iter().find_map(|r| r.try_lease(reached, value)) {
-                return Ok(Some(lease));
-            }
-            if mine.len() < KEPT_RECORDINGS {
-                return Ok(None);
-            }
-            mine.iter().map(|r| r.submitted_at.load(Ordering::Acquire)).min().unwrap_or(0)
-        };
-        // An earlier value of this stream: it was issued, so it completes.
-        timeline.wait_forever(oldest)?;
-        let reached = timeline.value()?;
-        Ok(lock(&self.kept).iter().filter(|r| Arc::ptr_eq(&r.pool, pool)).find_map(|r| r.try_lease(reached, value)))
+        let kept = lock(&self.kept);
+        Ok(kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool)).find_map(|r| r.try_lease(reached, value)))
     }
 
     /// Leases `recording`, just made, for the submission of `value`, and keeps it while its pool

@@ -681,7 +681,12 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], b
     let checks = count_checks_for(stream, commands, None)?;
     let mut sets = bound.then(|| BoundSets::new(&stream.gpu, commands)).transpose()?;
     let cmd = stream.pool.acquire()?;
-    let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::empty()).and_then(|()| {
+    let usage = if Recording::simultaneous_use(checks.as_ref(), sets.as_ref()) {
+        vk::CommandBufferUsageFlags::SIMULTANEOUS_USE
+    } else {
+        vk::CommandBufferUsageFlags::empty()
+    };
+    let recorded = begin(stream, cmd, usage).and_then(|()| {
         let mut recorder = Recorder::new(&stream.gpu, cmd, &mut keep);
         if let Some(sets) = sets.as_mut() {
             recorder = recorder.with_bound_sets(sets);

@@ -126,15 +126,14 @@ fn a_reusable_command_buffer_executed_many_times_is_recorded_once() {
     }
     assert_eq!(data.read_as::<u32>().unwrap(), vec![60], "every execute ran");
     assert_eq!(driver_vulkan::recordings_of(&cb), Some(1), "executes one after another replay one recording");
-    // Chained executes are in flight together: a few recordings, not one per execute.
+    // Chained executes are in flight together: the recording is made for simultaneous use.
     for value in 21..=100u64 {
         let wait = [hal::SemaphoreValue::new(&done, value - 1)];
         queue.execute(&wait, &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
     }
     done.wait(100, hal::Timeout::Infinite).unwrap();
     assert_eq!(data.read_as::<u32>().unwrap(), vec![300], "every execute ran");
-    let recorded = driver_vulkan::recordings_of(&cb).unwrap();
-    assert!(recorded <= 4, "80 chained executes recorded {recorded} times");
+    assert_eq!(driver_vulkan::recordings_of(&cb), Some(1), "80 chained executes replay one recording");
     // A one-shot command buffer runs once: recorded at its execute.
     let once = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
     once.barrier().unwrap();
@@ -147,29 +146,28 @@ fn a_reusable_command_buffer_executed_many_times_is_recorded_once() {
     not(any(hal_vulkan_found, hal_vulkan_required)),
     ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
 )]
-fn executes_in_flight_together_replay_a_recording_each_and_reuse_them_once_complete() {
+fn executes_in_flight_together_replay_one_recording_made_for_simultaneous_use() {
     let device = device();
     let (data, gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 0]));
     let cb = bump_command_buffer(&device, &data, &gate, 1);
     let done = device.create_semaphore(0).unwrap();
     let queue = device.queue(0).unwrap();
-    // The first execute spins on the closed gate, so the second is issued while it is pending.
+    // The first execute spins on the closed gate, so the second is submitted while it is pending:
+    // nothing in the recording changes per execute, so it is pending twice, never recorded again
+    // (and the submit thread never waits for the first to finish before submitting the second).
     queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
     queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 2)]).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while driver_vulkan::recordings_of(&cb) != Some(2) && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    std::thread::sleep(std::time::Duration::from_millis(50));
     let in_flight = driver_vulkan::recordings_of(&cb);
     gate.write_values(1, &[1u32]).unwrap();
     done.wait(2, hal::Timeout::Infinite).unwrap();
-    assert_eq!(in_flight, Some(2), "two executes in flight need two recordings");
+    assert_eq!(in_flight, Some(1), "two executes in flight replay one recording");
     for value in 3..=6u64 {
         queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
         done.wait(value, hal::Timeout::Infinite).unwrap();
     }
     assert_eq!(data.read_as::<u32>().unwrap(), vec![6], "every execute ran");
-    assert_eq!(driver_vulkan::recordings_of(&cb), Some(2), "completed recordings are replayed");
+    assert_eq!(driver_vulkan::recordings_of(&cb), Some(1), "every execute replayed the one recording");
 }
 
 #[test]
