@@ -18,9 +18,9 @@ use crate::memory::{Block, VulkanMemory};
 use crate::record::Keep;
 use crate::stream::{CommandPool, Timeline};
 
-/// Recordings kept per command buffer and stream: how many of its executes one stream replays in
-/// flight together.
-const KEPT_RECORDINGS: usize = 4;
+/// Recordings with per-execute state kept per command buffer and stream: how many of its executes
+/// one stream replays in flight together without recording (a deep chain of executes is as deep).
+const KEPT_RECORDINGS: usize = 16;
 
 /// A command buffer recorded for replay, with what it uses.
 pub struct Recording {
