@@ -251,6 +251,16 @@ impl Drop for VulkanStream {
         if let Err(e) = self.shared.timeline.wait_forever(enqueued) {
             tracing::error!(queue = self.shared.queue, %e, "vulkan: draining a stream at teardown");
         }
+        // The timeline reached its last value, but the driver may still be finishing the
+        // submission that signalled it: lavapipe's queue thread touched the semaphore and the
+        // command buffers after a waiter saw the value, and destroying them then crashed it. An
+        // idle queue has finished with both. Every submission on the queue completes (each was
+        // submitted only behind signals already issued), so this wait is bounded.
+        let queue = lock(self.shared.gpu.queue(self.shared.queue));
+        // SAFETY: the queue is locked (it is externally synchronized).
+        if let Err(e) = unsafe { self.shared.gpu.device.queue_wait_idle(*queue) } {
+            tracing::error!(queue = self.shared.queue, %e, "vulkan: vkQueueWaitIdle at a stream's teardown");
+        }
     }
 }
 
