@@ -1,8 +1,10 @@
 """The peers table: one *call* is N dependent tiny elementwise dispatches and one host wait
 (N = 1, 10, 100), run by the HAL, raw CUDA, PyTorch and IREE's release runtime on one GPU, in one
-process each, printed as one table with ratios.
+process each, printed as one table with ratios; with `--hal-vulkan`, a second table of the same
+calls on Vulkan: this HAL's Vulkan driver, raw Vulkan and IREE's vulkan driver.
 
-    python3 bench/peers/peers.py --hal PATH/peers --vmfb PATH/step_sm80.vmfb --iree-wheel PATH/iree_base_runtime-*.whl
+    python3 bench/peers/peers.py --hal PATH/peers --vmfb PATH/step_sm80.vmfb --iree-wheel PATH/iree_base_runtime-*.whl \
+        [--hal-vulkan --vmfb-vulkan PATH/step_vulkan.vmfb] [--no-cuda] [--no-torch] [--quick]
 
 - HAL and raw CUDA: the `peers` example of the bench crate (`cargo build --release -p bench
   --example peers`), the one-thread `touch` kernel; rows `hal_submissions` (N executes of a
@@ -15,6 +17,19 @@ process each, printed as one table with ratios.
   --iree-cuda-target=sm_80`, PTX the driver JITs for the GPU), called N times on device arrays
   through `iree.runtime`, then the result read back (the host wait). IREE's compiler would fuse N
   adds in one function into one dispatch, so it has no one-command-buffer row.
+
+The Vulkan table (`--hal-vulkan`; `--no-cuda` leaves the CUDA table out):
+- HAL and raw Vulkan: the same `peers` binary with `--driver vulkan`: the SPIR-V compiled from the
+  bench's WGSL `touch` kernel, rows `hal_vulkan_submissions`, `hal_vulkan_command_buffer` (the HAL's
+  Vulkan driver), `raw_vulkan_submissions` (N `vkQueueSubmit` chained on a timeline semaphore +
+  `vkWaitSemaphores`) and `raw_vulkan_command_buffer` (one N-dispatch command buffer + wait).
+- IREE Vulkan: `step.mlir` on 1024 floats (one 4 KiB page: IREE's vulkan driver imports host
+  arrays, see `page_aligned_zeros`) compiled with `--iree-hal-target-device=vulkan
+  --iree-vulkan-target=ampere` (SPIR-V), run by IREE's `vulkan` driver (`--vmfb-vulkan`), row
+  `iree_vulkan_calls`. On lavapipe `to_host` fails (IREE imports its own, unaligned, host array for
+  the result), so the row reads "not run" there.
+A peer that cannot run (no device, no module, an error of its runtime) is reported as "not run:
+REASON" and the others still run.
 
 `bench/peers/prepare.sh` builds the binary, downloads the IREE wheels and compiles the module into
 `devpeers/` (no GPU needed); `bench/peers/run.sh` runs this script on the GPU machine.
@@ -29,16 +44,19 @@ import time
 import zipfile
 
 SIZES = (1, 10, 100)
-TRIALS = 7
+# Trials and the divisor of the calls per trial; `--quick` (3 trials of a tenth) sets both, and
+# passes PEERS_QUICK to the HAL binary, which then does the same.
+PLAN = {"trials": 7, "scale": 1}
 
 
 def calls(n):
-    return {1: 2000, 10: 1000}.get(n, 200)
+    return max(1, {1: 2000, 10: 1000}.get(n, 200) // PLAN["scale"])
 
 
-def timed(call, n, trials=TRIALS):
-    """Median, p10 and p90 of microseconds per call over `trials` trials (after a warm-up)."""
+def timed(call, n):
+    """Median, p10 and p90 of microseconds per call over the trials (after a warm-up)."""
     count = calls(n)
+    trials = PLAN["trials"]
     for _ in range(max(1, count // 10)):
         call()
     samples = []
@@ -52,16 +70,20 @@ def timed(call, n, trials=TRIALS):
     return statistics.median(samples), at(0.1), at(0.9)
 
 
-def hal_rows(binary, ordinal):
-    out = subprocess.run([binary, str(ordinal)], check=True, capture_output=True, text=True).stdout
-    rows, header = {}, ""
-    for line in out.splitlines():
+def hal_rows(binary, driver, ordinal):
+    """The rows of the `peers` binary on `driver`; its other lines make the label."""
+    run = subprocess.run([binary, "--driver", driver, str(ordinal)], capture_output=True, text=True)
+    if run.returncode != 0:
+        reason = (run.stderr.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
+        raise RuntimeError(reason)
+    rows, header = {}, []
+    for line in run.stdout.splitlines():
         parts = line.split()
         if parts and parts[0] == "row":
             rows[(parts[1], int(parts[2]))] = tuple(float(x) for x in parts[3:6])
         else:
-            header = line
-    return header, rows
+            header.append(line)
+    return "; ".join(header), rows
 
 
 def torch_rows(ordinal):
@@ -96,16 +118,38 @@ def torch_rows(ordinal):
     return f"pytorch {torch.__version__}", rows
 
 
-def iree_rows(vmfb, wheel, ordinal):
-    target = tempfile.mkdtemp(prefix="iree-rt-")
-    with zipfile.ZipFile(wheel) as archive:
-        archive.extractall(target)
-    sys.path.insert(0, target)
-    import numpy as np
+def page_aligned_zeros(np, count):
+    """`count` float32 zeros at a 4 KiB-aligned address: IREE's vulkan driver imports host arrays
+    (uploads and `to_host`) and Vulkan asks for page-aligned host pointers and sizes
+    (minImportedHostPointerAlignment, 4096 on lavapipe and NVIDIA), hence 1024 floats there."""
+    raw = np.zeros(count + 1024, np.float32)
+    skip = (-raw.ctypes.data % 4096) // 4
+    return raw[skip:skip + count]
+
+
+UNPACKED = {}
+
+
+def iree_runtime(wheel):
+    """`iree.runtime` from the wheel, unpacked once (the GPU machine has no network to install it)."""
+    if wheel not in UNPACKED:
+        target = tempfile.mkdtemp(prefix="iree-rt-")
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(target)
+        sys.path.insert(0, target)
+        UNPACKED[wheel] = target
     import iree.runtime as rt
 
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(ordinal))
-    config = rt.Config("cuda")
+    return rt
+
+
+def iree_rows(vmfb, wheel, ordinal, driver="cuda", row="iree_calls", count=256):
+    import numpy as np
+
+    rt = iree_runtime(wheel)
+    if driver == "cuda":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(ordinal))
+    config = rt.Config(driver)
     context = rt.SystemContext(config=config)
     with open(vmfb, "rb") as f:
         module = rt.VmModule.copy_buffer(context.instance, f.read())
@@ -113,7 +157,7 @@ def iree_rows(vmfb, wheel, ordinal):
     step = context.modules.module["step"]
     rows = {}
     for n in SIZES:
-        state = {"x": rt.asdevicearray(config.device, np.zeros(256, np.float32))}
+        state = {"x": rt.asdevicearray(config.device, page_aligned_zeros(np, count))}
 
         def call(n=n):
             x = state["x"]
@@ -122,56 +166,107 @@ def iree_rows(vmfb, wheel, ordinal):
             x.to_host()
             state["x"] = x
 
-        rows[("iree_calls", n)] = timed(call, n)
-        check = rt.asdevicearray(config.device, np.zeros(256, np.float32))
+        rows[(row, n)] = timed(call, n)
+        check = rt.asdevicearray(config.device, page_aligned_zeros(np, count))
         for _ in range(n):
             check = step(check)
         assert float(check.to_host()[0]) == float(n), "IREE's step computed a wrong value"
     version = getattr(rt, "version", None)
-    return f"iree.runtime {getattr(version, 'VERSION', '?')}", rows
+    return f"iree.runtime {getattr(version, 'VERSION', '?')} ({driver})", rows
+
+
+def table(title, columns, rows, skipped):
+    """One table: the HAL column (`columns[0]`) and each peer with its ratio HAL / peer; a peer with
+    no row reads "not run" (its reason is printed under the table)."""
+    us = lambda key: rows.get(key, (float("nan"),) * 3)[0]
+    print(title)
+    print(f"{'N':>4} " + " ".join(f"{label:>22}" for label, _ in columns))
+    for n in SIZES:
+        hal = us((columns[0][1], n))
+        cells = [f"{hal:9.2f}" if (columns[0][1], n) in rows else "not run"]
+        for _, key in columns[1:]:
+            cells.append(f"{us((key, n)):9.2f} ({hal / us((key, n)):5.2f}x)" if (key, n) in rows else "not run")
+        print(f"{n:>4} " + " ".join(f"{c:>22}" for c in cells))
+    for label, key in columns:
+        if key in skipped:
+            print(f"  {label}: not run: {skipped[key]}")
+    print()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--hal", required=True)
-    parser.add_argument("--vmfb")
+    parser.add_argument("--hal", help="the bench crate's `peers` example")
+    parser.add_argument("--vmfb", help="step.mlir compiled for IREE's cuda driver")
     parser.add_argument("--iree-wheel")
-    parser.add_argument("--ordinal", type=int, default=0)
+    parser.add_argument("--hal-vulkan", action="store_true",
+                        help="also run the HAL binary on its Vulkan driver and print the Vulkan table")
+    parser.add_argument("--vmfb-vulkan", help="step.mlir compiled for IREE's vulkan driver (SPIR-V)")
+    parser.add_argument("--no-cuda", action="store_true", help="the Vulkan table only (no CUDA peers)")
+    parser.add_argument("--no-hal", action="store_true", help="peers only (no run of the HAL binary)")
+    parser.add_argument("--no-torch", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="3 trials of a tenth of the calls (smoke runs, lavapipe)")
+    parser.add_argument("--ordinal", type=int, default=0, help="the GPU (CUDA ordinal)")
+    parser.add_argument("--vulkan-ordinal", type=int, help="the GPU in the Vulkan loader's order (--ordinal)")
     args = parser.parse_args()
-    header, rows = hal_rows(args.hal, args.ordinal)
-    print(header)
-    peers = []
-    for name, fn in (("torch", lambda: torch_rows(args.ordinal)),
-                     ("iree", lambda: iree_rows(args.vmfb, args.iree_wheel, args.ordinal))):
-        if name == "iree" and not (args.vmfb and args.iree_wheel):
-            print("iree: not run (no --vmfb / --iree-wheel)")
-            continue
-        try:
-            label, found = fn()
-            rows.update(found)
-            peers.append(label)
-        except Exception as error:  # a peer that cannot run is reported, not fatal
-            print(f"{name}: not run ({type(error).__name__}: {error})")
+    if args.quick:
+        PLAN.update(trials=3, scale=10)
+        os.environ["PEERS_QUICK"] = "1"
+    vulkan_ordinal = args.ordinal if args.vulkan_ordinal is None else args.vulkan_ordinal
+    rows, peers, skipped = {}, [], {}
+    # Why each run is left out, None where it runs: (name, the rows it gives, why not, how).
+    first = lambda *reasons: next((why for cond, why in reasons if cond), None)
+    runs = [
+        ("hal (cuda)", ("hal_submissions", "hal_command_buffer", "raw_launches", "raw_graph"),
+         first((args.no_cuda, "--no-cuda"), (args.no_hal, "--no-hal"), (not args.hal, "no --hal")),
+         lambda: hal_rows(args.hal, "cuda", args.ordinal)),
+        ("torch", ("torch_eager", "torch_graph"), first((args.no_cuda, "--no-cuda"), (args.no_torch, "--no-torch")),
+         lambda: torch_rows(args.ordinal)),
+        ("iree (cuda)", ("iree_calls",),
+         first((args.no_cuda, "--no-cuda"), (not (args.vmfb and args.iree_wheel), "no --vmfb / --iree-wheel")),
+         lambda: iree_rows(args.vmfb, args.iree_wheel, args.ordinal)),
+        ("hal (vulkan)", ("hal_vulkan_submissions", "hal_vulkan_command_buffer", "raw_vulkan_submissions",
+                          "raw_vulkan_command_buffer"),
+         first((not args.hal_vulkan, "no --hal-vulkan"), (args.no_hal, "--no-hal"), (not args.hal, "no --hal")),
+         lambda: hal_rows(args.hal, "vulkan", vulkan_ordinal)),
+        ("iree (vulkan)", ("iree_vulkan_calls",),
+         first((not args.hal_vulkan, "no --hal-vulkan"),
+               (not (args.vmfb_vulkan and args.iree_wheel), "no --vmfb-vulkan / --iree-wheel")),
+         lambda: iree_rows(args.vmfb_vulkan, args.iree_wheel, vulkan_ordinal, "vulkan", "iree_vulkan_calls", 1024)),
+    ]
+    for name, keys, reason, fn in runs:
+        if reason is None:
+            try:
+                label, found = fn()
+                rows.update(found)
+                peers.append(label)
+                print(f"{name}: {label}")
+                continue
+            except Exception as error:  # a peer that cannot run is reported, not fatal
+                reason = f"{type(error).__name__}: {error}".strip()
+        for key in keys:
+            skipped[key] = reason
+        print(f"{name}: not run: {reason}")
     print("peers: " + ", ".join(peers))
-    us = lambda key: rows.get(key, (float("nan"),) * 3)[0]
     print()
-    print("N submissions + one host wait, us per call (median of 7; ratio = HAL / peer)")
-    print(f"{'N':>4} {'HAL':>9} {'raw launch+sync':>22} {'PyTorch eager':>22} {'IREE calls':>22}")
-    for n in SIZES:
-        hal = us(("hal_submissions", n))
-        cells = [f"{us((k, n)):9.2f} ({hal / us((k, n)):5.2f}x)" for k in ("raw_launches", "torch_eager", "iree_calls")]
-        print(f"{n:>4} {hal:9.2f} " + " ".join(f"{c:>22}" for c in cells))
-    print()
-    print("one command buffer / graph of N dispatches + one host wait, us per call (ratio = HAL / peer)")
-    print(f"{'N':>4} {'HAL':>9} {'raw graph+sync':>22} {'PyTorch CUDA graph':>22}")
-    for n in SIZES:
-        hal = us(("hal_command_buffer", n))
-        cells = [f"{us((k, n)):9.2f} ({hal / us((k, n)):5.2f}x)" for k in ("raw_graph", "torch_graph")]
-        print(f"{n:>4} {hal:9.2f} " + " ".join(f"{c:>22}" for c in cells))
-    print()
+    plan = f"median of {PLAN['trials']}; ratio = HAL / peer"
+    if not args.no_cuda:
+        table(f"CUDA: N submissions + one host wait, us per call ({plan})",
+              [("HAL", "hal_submissions"), ("raw launch+sync", "raw_launches"),
+               ("PyTorch eager", "torch_eager"), ("IREE calls", "iree_calls")], rows, skipped)
+        table(f"CUDA: one command buffer / graph of N dispatches + one host wait, us per call ({plan})",
+              [("HAL", "hal_command_buffer"), ("raw graph+sync", "raw_graph"),
+               ("PyTorch CUDA graph", "torch_graph")], rows, skipped)
+    if args.hal_vulkan:
+        print("Vulkan: HAL Vulkan vs raw Vulkan vs IREE Vulkan")
+        table(f"Vulkan: N submissions + one host wait, us per call ({plan})",
+              [("HAL Vulkan", "hal_vulkan_submissions"), ("raw vkQueueSubmit+wait", "raw_vulkan_submissions"),
+               ("IREE Vulkan calls", "iree_vulkan_calls")], rows, skipped)
+        table(f"Vulkan: one command buffer of N dispatches + one host wait, us per call ({plan})",
+              [("HAL Vulkan", "hal_vulkan_command_buffer"), ("raw Vulkan cb+wait", "raw_vulkan_command_buffer")],
+              rows, skipped)
     print("spread (p10-p90, us):")
     for (name, n), (median, p10, p90) in sorted(rows.items()):
-        print(f"  {name:>20} N={n:<4} {median:9.2f} ({p10:.2f}-{p90:.2f})")
+        print(f"  {name:>26} N={n:<4} {median:9.2f} ({p10:.2f}-{p90:.2f})")
 
 
 if __name__ == "__main__":

@@ -314,6 +314,24 @@ impl RawVulkan {
         Ok(start.elapsed())
     }
 
+    /// `calls` times: `submissions` submissions of the `dispatches`-dispatch command buffer chained
+    /// on one timeline of queue 0, then a host wait for the last one. The timeline is made once for
+    /// all the calls, so that a call costs its submissions and its wait only.
+    pub fn chain_calls(&self, dispatches: usize, submissions: u64, calls: u64) -> Result<Duration> {
+        let cb = self.cb(dispatches)?;
+        let t = self.timeline(0)?;
+        let mut value = 0;
+        let start = Instant::now();
+        for _ in 0..calls {
+            for _ in 0..submissions {
+                self.submit(self.queues[0], cb, t.semaphore, Some(value), value + 1)?;
+                value += 1;
+            }
+            self.wait(t.semaphore, value)?;
+        }
+        Ok(start.elapsed())
+    }
+
     /// `ops` submissions of the 1-dispatch command buffer on queue 0 with no wait (queue order
     /// only), each signalling the next value; one host wait at the end.
     pub fn independent(&self, ops: u64) -> Result<Duration> {

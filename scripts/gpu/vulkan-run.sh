@@ -1,20 +1,11 @@
 #!/bin/bash
 # On the GPU machine: the Vulkan CTS (devbin/vulkan_cts, built by build.sh) on NVIDIA's Vulkan driver,
 # the driver's own tests, then `hal run --device vulkan` (the stencil, bit-exact against the CPU).
-# The machine has NVIDIA's driver but no Vulkan loader: carry the loader and the GL vendor-neutral
-# packages it needs (libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2, fetched as .debs
-# into .gl/ on the build machine) and this script unpacks them first. Usage: devbin/vulkan-run.sh
+# The Vulkan loader comes from .gl/ (see vulkan-env.sh, copied beside this script by build.sh).
+# Usage: devbin/vulkan-run.sh
 set -u
+source "$(dirname "$0")/vulkan-env.sh"
 cd "$(dirname "$0")/.."
-if [ -d .gl ] && ! ldconfig -p | grep -q libvulkan.so.1; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f "$icd" ]; then
-  export VK_DRIVER_FILES=$icd
-  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-fi
 export HAL_REQUIRE_VULKAN=1
 status=0
 echo "== hal devices"
