@@ -300,11 +300,7 @@ impl CudaStreams {
                 target.stage(bytes);
                 Ok(())
             }
-            QueueOp::Write { data, .. } if !data.is_empty() => {
-                drop(self.take_staged(work)?);
-                Ok(())
-            }
-            QueueOp::Transfer(command) if matches!(&**command, Command::Update { data, .. } if !data.is_empty()) => {
+            op if uploads_through_staging(op) => {
                 drop(self.take_staged(work)?);
                 Ok(())
             }
@@ -317,6 +313,15 @@ impl CudaStreams {
             | QueueOp::Dealloca(_)
             | QueueOp::Barrier => Ok(()),
         }
+    }
+}
+
+/// Whether `op` copies host bytes in through a staging block (a write or an update with bytes).
+fn uploads_through_staging(op: &QueueOp) -> bool {
+    match op {
+        QueueOp::Write { data, .. } => !data.is_empty(),
+        QueueOp::Transfer(command) => matches!(&**command, Command::Update { data, .. } if !data.is_empty()),
+        _ => false,
     }
 }
 

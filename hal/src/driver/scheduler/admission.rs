@@ -95,11 +95,6 @@ struct Nested {
 }
 
 impl Place {
-    /// A place not drawn yet, for a submission being built (see [`Admission::place`]).
-    pub(crate) const fn unplaced() -> Place {
-        Place { seq: 0, nested: None }
-    }
-
     fn key(&self) -> (u64, u64) {
         (self.nested.as_ref().map_or(self.seq, |n| n.root), self.seq)
     }

@@ -343,7 +343,7 @@ impl<M: StreamModel> Scheduler<M> {
             op: op.into(),
             signals: SemaphoreList::new(),
             covers: Covers::default(),
-            place: admission::Place::unplaced(),
+            place: shared.queues[queue].admission.place(shared.device.get(), queue),
         };
         let host_only = matches!(issue.op, Submission::HostCall(_));
         let ready = match issue.covers.resolve_waits(shared, queue, waits, host_only) {
@@ -357,7 +357,6 @@ impl<M: StreamModel> Scheduler<M> {
                 return Ok(());
             }
         };
-        issue.place = shared.queues[queue].admission.place(shared.device.get(), queue);
         issue.signals.extend(signals.iter().cloned());
         let blocking = issue.op.is_blocking_host_call();
         if ready.iter().all(|&ready| ready) {
