@@ -319,16 +319,19 @@ typedef struct {
   thal_semaphore_t *timeline;
 } reentry_t;
 
-/* Runs on a HAL thread: submits more work and signals from the host, through the C API. */
+/* Runs on a HAL thread: signals from the host and submits more work, through the C API. The host signal
+ * comes first: the fill may finish (and signal 2) before this function returns. */
 static thal_status_t submit_from_callback(void *user_data) {
   reentry_t *r = (reentry_t *)user_data;
+  thal_status_t status = thal_semaphore_signal(r->timeline, 1);
+  if (status) return status;
   pair_t s;
-  thal_status_t status = thal_queue_fill(r->queue, NULL, r->buffer, 0, 16, 0x2A, 1, one(&s, r->timeline, 2));
+  status = thal_queue_fill(r->queue, NULL, r->buffer, 0, 16, 0x2A, 1, one(&s, r->timeline, 2));
   if (status) return status;
   uint64_t value = 0;
   status = thal_semaphore_query(r->timeline, &value);
   if (status) return status;
-  return value < 2 ? thal_semaphore_signal(r->timeline, 1) : NULL;
+  return value >= 1 ? NULL : thal_status_make(THAL_STATUS_INTERNAL, "the host signal to 1 was not seen");
 }
 
 static void test_host_call_calls_back_into_the_api(void) {
