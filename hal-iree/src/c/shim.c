@@ -1,0 +1,135 @@
+// The parts of IREE's runtime that Rust cannot reach through the bindings: inline helpers, and the
+// local-executable header (not bound), which the cpu-sim dispatch path calls once per workgroup.
+
+#include <stdint.h>
+#include <string.h>
+
+#include "iree/async/semaphore.h"
+#include "iree/hal/api.h"
+#include "iree/hal/local/executable_library.h"
+#include "iree/hal/local/local_executable.h"
+
+void thal_iree_resource_initialize(const void* vtable, iree_hal_resource_t* resource) {
+  iree_hal_resource_initialize(vtable, resource);
+}
+
+iree_status_t thal_iree_make_status(iree_status_code_t code, const char* message, size_t length) {
+  return iree_make_status(code, "%.*s", (int)length, message);
+}
+
+iree_status_t thal_iree_async_semaphore_layout(iree_host_size_t base_size, iree_host_size_t* out_frontier_offset,
+                                               iree_host_size_t* out_total_size) {
+  return iree_async_semaphore_layout(base_size, 0, out_frontier_offset, out_total_size);
+}
+
+uint64_t thal_iree_failure_value(iree_status_t status) { return iree_hal_status_as_semaphore_failure(status); }
+
+// What a dispatch of export `ordinal` needs to know before it runs: its ABI counts and the bytes of
+// workgroup-local memory its static declaration asks for.
+typedef struct {
+  uint32_t constant_count;
+  uint32_t binding_count;
+  uint32_t local_memory_bytes;
+} thal_iree_export_info_t;
+
+iree_status_t thal_iree_export_info(iree_hal_executable_t* executable, uint32_t ordinal,
+                                    thal_iree_export_info_t* out_info) {
+  iree_hal_local_executable_t* local = (iree_hal_local_executable_t*)executable;
+  if (ordinal >= local->export_count) {
+    return iree_make_status(IREE_STATUS_OUT_OF_RANGE, "export %u of an executable with %u exports", ordinal,
+                            (uint32_t)local->export_count);
+  }
+  memset(out_info, 0, sizeof(*out_info));
+  if (local->dispatch_attrs) {
+    const iree_hal_executable_dispatch_attrs_v0_t* attrs = &local->dispatch_attrs[ordinal];
+    out_info->constant_count = attrs->constant_count;
+    out_info->binding_count = attrs->binding_count;
+    out_info->local_memory_bytes = attrs->local_memory_pages * IREE_HAL_EXECUTABLE_WORKGROUP_LOCAL_MEMORY_PAGE_SIZE;
+  }
+  return iree_ok_status();
+}
+
+uint32_t thal_iree_export_count(iree_hal_executable_t* executable) {
+  return (uint32_t)((iree_hal_local_executable_t*)executable)->export_count;
+}
+
+// One workgroup of a dispatch: the state IREE's CPU executables read, then the call.
+typedef struct {
+  uint32_t workgroup_size[3];
+  uint32_t workgroup_count[3];
+  uint32_t workgroup_id[3];
+  const uint32_t* constants;
+  uint32_t constant_count;
+  void* const* binding_ptrs;
+  const size_t* binding_lengths;
+  uint32_t binding_count;
+  void* local_memory;
+  uint32_t local_memory_size;
+  uint32_t max_concurrency;
+  uint32_t worker_id;
+} thal_iree_workgroup_t;
+
+iree_status_t thal_iree_run_workgroup(iree_hal_executable_t* executable, uint32_t ordinal,
+                                      const thal_iree_workgroup_t* wg) {
+  iree_hal_executable_dispatch_state_v0_t dispatch_state;
+  memset(&dispatch_state, 0, sizeof(dispatch_state));
+  dispatch_state.workgroup_size_x = wg->workgroup_size[0];
+  dispatch_state.workgroup_size_y = wg->workgroup_size[1];
+  dispatch_state.workgroup_size_z = (uint16_t)wg->workgroup_size[2];
+  dispatch_state.workgroup_count_x = wg->workgroup_count[0];
+  dispatch_state.workgroup_count_y = wg->workgroup_count[1];
+  dispatch_state.workgroup_count_z = (uint16_t)wg->workgroup_count[2];
+  dispatch_state.max_concurrency = wg->max_concurrency;
+  dispatch_state.constant_count = wg->constant_count;
+  dispatch_state.constants = wg->constants;
+  dispatch_state.binding_count = wg->binding_count;
+  dispatch_state.binding_ptrs = wg->binding_ptrs;
+  dispatch_state.binding_lengths = wg->binding_lengths;
+
+  iree_hal_executable_workgroup_state_v0_t workgroup_state;
+  memset(&workgroup_state, 0, sizeof(workgroup_state));
+  workgroup_state.workgroup_id_x = wg->workgroup_id[0];
+  workgroup_state.workgroup_id_y = wg->workgroup_id[1];
+  workgroup_state.workgroup_id_z = (uint16_t)wg->workgroup_id[2];
+  workgroup_state.processor_id = wg->worker_id;
+  workgroup_state.local_memory = wg->local_memory;
+  workgroup_state.local_memory_size = wg->local_memory_size;
+  return iree_hal_local_executable_issue_call((iree_hal_local_executable_t*)executable, ordinal, &dispatch_state,
+                                              &workgroup_state, wg->worker_id);
+}
+
+iree_status_code_t thal_iree_status_code(iree_status_t status) { return iree_status_code(status); }
+
+// The status's text as IREE formats it ("CODE; message"), in `buffer` (truncated to fit); gives up
+// the status.
+void thal_iree_status_consume(iree_status_t status, char* buffer, size_t capacity) {
+  iree_host_size_t length = 0;
+  if (capacity == 0) {
+    iree_status_ignore(status);
+    return;
+  }
+  buffer[0] = 0;
+  if (!iree_status_format(status, capacity - 1, buffer, &length)) length = 0;
+  buffer[length < capacity ? length : capacity - 1] = 0;
+  iree_status_ignore(status);
+}
+
+
+iree_allocator_t thal_iree_system_allocator(void) { return iree_allocator_system(); }
+
+#include "iree/base/internal/arena.h"
+#include "iree/hal/utils/deferred_command_buffer.h"
+
+// A block pool for deferred command buffers' arenas (the type is not bound: it lives here).
+iree_arena_block_pool_t* thal_iree_block_pool_create(iree_allocator_t host_allocator) {
+  iree_arena_block_pool_t* pool = NULL;
+  if (!iree_status_is_ok(iree_allocator_malloc(host_allocator, sizeof(*pool), (void**)&pool))) return NULL;
+  iree_arena_block_pool_initialize(32 * 1024, host_allocator, pool);
+  return pool;
+}
+
+void thal_iree_block_pool_destroy(iree_arena_block_pool_t* pool, iree_allocator_t host_allocator) {
+  if (!pool) return;
+  iree_arena_block_pool_deinitialize(pool);
+  iree_allocator_free(host_allocator, pool);
+}

@@ -1,0 +1,723 @@
+//! An IREE device over a HAL device: every queue operation becomes a HAL queue operation with the
+//! same waits and signals.
+
+use std::ffi::c_void;
+
+use hal::SemaphoreValue;
+
+use crate::executable::{self, Loaded};
+use crate::ffi::{self, code, iree_status_t, sys};
+use crate::{buffer_import, recorder, semaphore};
+
+/// An IREE device of this driver.
+#[repr(C)]
+pub(crate) struct Device {
+    resource: sys::iree_hal_resource_t,
+    identifier: String,
+    /// The device kind IREE's compiler targets that this device runs ("local": IREE's CPU executables).
+    iree_kind: &'static str,
+    host_allocator: sys::iree_allocator_t,
+    device_allocator: *mut sys::iree_hal_allocator_t,
+    proactor_pool: *mut sys::iree_async_proactor_pool_t,
+    proactor: *mut sys::iree_async_proactor_t,
+    block_pool: *mut c_void,
+    topology: sys::iree_hal_device_topology_info_t,
+    loaded: Loaded,
+    hal: hal::Device,
+}
+
+impl Device {
+    pub(crate) fn hal(&self) -> &hal::Device {
+        &self.hal
+    }
+
+    pub(crate) fn loaded(&self) -> &Loaded {
+        &self.loaded
+    }
+
+    pub(crate) fn device_allocator(&self) -> *mut sys::iree_hal_allocator_t {
+        self.device_allocator
+    }
+}
+
+/// Wraps `hal` as an IREE device named `identifier`, answering to IREE's `iree_kind` devices too.
+///
+/// # Safety
+/// `create_params` is IREE's valid device-creation parameters (with a proactor pool).
+pub(crate) unsafe fn create(
+    identifier: &str,
+    iree_kind: &'static str,
+    hal: hal::Device,
+    create_params: *const sys::iree_hal_device_create_params_t,
+    host_allocator: sys::iree_allocator_t,
+) -> Result<*mut sys::iree_hal_device_t, hal::Error> {
+    // SAFETY: the caller's contract.
+    let pool = unsafe { (*create_params).proactor_pool };
+    if pool.is_null() {
+        return Err(hal::Error::invalid_argument("device creation without a proactor pool"));
+    }
+    let mut device = Box::new(Device {
+        resource: sys::iree_hal_resource_t::default(),
+        identifier: identifier.to_owned(),
+        iree_kind,
+        host_allocator,
+        device_allocator: std::ptr::null_mut(),
+        proactor_pool: pool,
+        proactor: std::ptr::null_mut(),
+        block_pool: std::ptr::null_mut(),
+        topology: sys::iree_hal_device_topology_info_t::default(),
+        loaded: Loaded::default(),
+        hal,
+    });
+    // SAFETY: fresh, writable fields; the pool is retained and given back in `destroy`.
+    unsafe {
+        ffi::thal_iree_resource_initialize((&raw const VTABLE).cast(), &mut device.resource);
+        sys::iree_async_proactor_pool_retain(pool);
+        device.block_pool = ffi::thal_iree_block_pool_create(host_allocator);
+    }
+    let device = Box::into_raw(device);
+    // SAFETY: `device` is live; the outputs are its fields.
+    let setup = unsafe {
+        ffi::into_result(sys::iree_async_proactor_pool_get(pool, 0, &mut (*device).proactor)).and_then(|()| {
+            ffi::into_result(sys::iree_hal_allocator_create_heap(
+                ffi::view("thal"),
+                host_allocator,
+                host_allocator,
+                &mut (*device).device_allocator,
+            ))
+        })
+    };
+    // SAFETY: `device` is live.
+    let setup = setup.and_then(|()| match unsafe { (*device).block_pool.is_null() } {
+        true => Err(hal::Error::resource_exhausted("the device's command-recording block pool")),
+        false => Ok(()),
+    });
+    if let Err(error) = setup {
+        // SAFETY: gives up the only reference, which runs `destroy`.
+        unsafe { sys::iree_hal_device_release(device.cast()) };
+        return Err(error);
+    }
+    Ok(device.cast())
+}
+
+/// This driver's device behind `device`.
+///
+/// # Safety
+/// `device` is a live device made by `create` (IREE calls a device's vtable only with it).
+unsafe fn cast<'a>(device: *mut sys::iree_hal_device_t) -> &'a Device {
+    // SAFETY: the caller's contract.
+    unsafe { &*device.cast::<Device>() }
+}
+
+unsafe extern "C" fn destroy(device: *mut sys::iree_hal_device_t) {
+    // SAFETY: IREE calls this once, with the last reference to a device `create` boxed.
+    let device = unsafe { Box::from_raw(device.cast::<Device>()) };
+    // Work in flight finishes before the IREE objects it touches go.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for index in 0..device.hal.queue_count() {
+            if let Ok(queue) = device.hal.queue(index) {
+                let _ = queue.flush();
+            }
+        }
+    }));
+    // SAFETY: the device held one reference to each; none is used after this.
+    unsafe {
+        if !device.device_allocator.is_null() {
+            sys::iree_hal_allocator_release(device.device_allocator);
+        }
+        ffi::thal_iree_block_pool_destroy(device.block_pool, device.host_allocator);
+        sys::iree_async_proactor_pool_release(device.proactor_pool);
+    }
+}
+
+unsafe extern "C" fn id(device: *mut sys::iree_hal_device_t) -> sys::iree_string_view_t {
+    // SAFETY: IREE passes a live device of ours.
+    ffi::view(&unsafe { cast(device) }.identifier)
+}
+
+unsafe extern "C" fn host_allocator(device: *mut sys::iree_hal_device_t) -> sys::iree_allocator_t {
+    // SAFETY: IREE passes a live device of ours.
+    unsafe { cast(device) }.host_allocator
+}
+
+unsafe extern "C" fn device_allocator(device: *mut sys::iree_hal_device_t) -> *mut sys::iree_hal_allocator_t {
+    // SAFETY: IREE passes a live device of ours.
+    unsafe { cast(device) }.device_allocator
+}
+
+unsafe extern "C" fn replace_device_allocator(
+    device: *mut sys::iree_hal_device_t,
+    new_allocator: *mut sys::iree_hal_allocator_t,
+) {
+    // SAFETY: IREE passes a live device of ours and holds it exclusively while replacing.
+    unsafe {
+        let device = &mut *device.cast::<Device>();
+        sys::iree_hal_allocator_retain(new_allocator);
+        sys::iree_hal_allocator_release(device.device_allocator);
+        device.device_allocator = new_allocator;
+    }
+}
+
+unsafe extern "C" fn replace_channel_provider(
+    _device: *mut sys::iree_hal_device_t,
+    _provider: *mut sys::iree_hal_channel_provider_t,
+) {
+    // Channels are not bridged (`create_channel` says so); there is nothing to give a provider.
+}
+
+unsafe extern "C" fn trim(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn query_i64(
+    device: *mut sys::iree_hal_device_t,
+    category: sys::iree_string_view_t,
+    key: sys::iree_string_view_t,
+    out_value: *mut i64,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device, valid views and a writable output.
+    let (device, category, key) = unsafe { (cast(device), ffi::text(category), ffi::text(key)) };
+    let value = match (&*category, &*key) {
+        ("hal.device.id", pattern) => {
+            // A module compiled for IREE's CPU targets asks for a "local" device: cpu-sim is one (it
+            // runs IREE's local executables), so it answers to that name as well as its own.
+            let names = [device.identifier.as_str(), device.iree_kind];
+            // SAFETY: pure string matching.
+            names.iter().any(|name| unsafe { sys::iree_string_view_match_pattern(ffi::view(name), ffi::view(pattern)) })
+                as i64
+        }
+        ("hal.executable.format", format) => {
+            let format = format.to_owned();
+            let mut loader = std::ptr::null_mut();
+            // SAFETY: `loader` is writable; it is released below.
+            let supported = unsafe {
+                ffi::into_result(sys::iree_hal_embedded_elf_loader_create(
+                    std::ptr::null_mut(),
+                    device.host_allocator,
+                    &mut loader,
+                ))
+                .map(|()| {
+                    let yes = sys::iree_hal_executable_loader_query_support(loader, 0, ffi::view(&format));
+                    sys::iree_hal_executable_loader_release(loader);
+                    yes
+                })
+                .unwrap_or(false)
+            };
+            supported as i64
+        }
+        ("hal.device", "concurrency") => device.hal.queue_count() as i64,
+        ("hal.dispatch", "concurrency") => std::thread::available_parallelism().map_or(1, |n| n.get()) as i64,
+        _ => {
+            return ffi::status(code::NOT_FOUND, &format!("unknown device configuration key '{category} :: {key}'"));
+        }
+    };
+    // SAFETY: writable, per IREE's contract.
+    unsafe { *out_value = value };
+    ffi::ok()
+}
+
+unsafe extern "C" fn query_capabilities(
+    _device: *mut sys::iree_hal_device_t,
+    out: *mut sys::iree_hal_device_capabilities_t,
+) -> iree_status_t {
+    // SAFETY: writable, per IREE's contract.
+    unsafe { *out = sys::iree_hal_device_capabilities_t::default() };
+    ffi::ok()
+}
+
+unsafe extern "C" fn topology_info(device: *mut sys::iree_hal_device_t) -> *const sys::iree_hal_device_topology_info_t {
+    // SAFETY: IREE passes a live device of ours.
+    &raw const unsafe { cast(device) }.topology
+}
+
+unsafe extern "C" fn refine_topology_edge(
+    _src: *mut sys::iree_hal_device_t,
+    _dst: *mut sys::iree_hal_device_t,
+    _edge: *mut sys::iree_hal_topology_edge_t,
+) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn assign_topology_info(
+    device: *mut sys::iree_hal_device_t,
+    info: *const sys::iree_hal_device_topology_info_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device it holds exclusively while assigning, and NULL or valid info.
+    unsafe {
+        let device = &mut *device.cast::<Device>();
+        device.topology = if info.is_null() { sys::iree_hal_device_topology_info_t::default() } else { *info };
+    }
+    ffi::ok()
+}
+
+unsafe extern "C" fn create_channel(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _params: sys::iree_hal_channel_params_t,
+    _out: *mut *mut sys::iree_hal_channel_t,
+) -> iree_status_t {
+    executable::unsupported("IREE channels are not bridged yet (the HAL's own channels serve its collectives)")
+}
+
+unsafe extern "C" fn create_command_buffer(
+    device: *mut sys::iree_hal_device_t,
+    mode: sys::iree_hal_command_buffer_mode_t,
+    categories: sys::iree_hal_command_category_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    binding_capacity: usize,
+    out: *mut *mut sys::iree_hal_command_buffer_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours and a writable output.
+    unsafe {
+        let device = &mut *device.cast::<Device>();
+        ffi::iree_hal_deferred_command_buffer_create(
+            device.device_allocator,
+            mode,
+            categories,
+            affinity,
+            binding_capacity,
+            device.block_pool,
+            device.host_allocator,
+            out,
+        )
+    }
+}
+
+unsafe extern "C" fn create_event(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _flags: sys::iree_hal_event_flags_t,
+    _out: *mut *mut sys::iree_hal_event_t,
+) -> iree_status_t {
+    executable::unsupported("timeline-hal devices have no IREE events (order with semaphores and barriers)")
+}
+
+unsafe extern "C" fn create_executable_cache(
+    device: *mut sys::iree_hal_device_t,
+    _identifier: sys::iree_string_view_t,
+    out: *mut *mut sys::iree_hal_executable_cache_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours and a writable output.
+    let device = unsafe { cast(device) };
+    match executable::create_cache(device.host_allocator) {
+        Ok(cache) => {
+            // SAFETY: writable, per IREE's contract.
+            unsafe { *out = cache };
+            ffi::ok()
+        }
+        Err(error) => ffi::from_error(&error),
+    }
+}
+
+unsafe extern "C" fn import_file(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _access: sys::iree_hal_memory_access_t,
+    _handle: *mut sys::iree_io_file_handle_t,
+    _flags: sys::iree_hal_external_file_flags_t,
+    _out: *mut *mut sys::iree_hal_file_t,
+) -> iree_status_t {
+    executable::unsupported("file import is not bridged yet")
+}
+
+unsafe extern "C" fn create_semaphore(
+    device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    initial: u64,
+    _flags: sys::iree_hal_semaphore_flags_t,
+    out: *mut *mut sys::iree_hal_semaphore_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours and a writable output.
+    let device = unsafe { cast(device) };
+    ffi::guarded("create_semaphore", || {
+        match device.hal.create_semaphore(initial).and_then(|hal| semaphore::create(device.proactor, initial, hal)) {
+            Ok(semaphore) => {
+                // SAFETY: writable, per IREE's contract.
+                unsafe { *out = semaphore };
+                ffi::ok()
+            }
+            Err(error) => ffi::from_error(&error),
+        }
+    })
+}
+
+unsafe extern "C" fn query_semaphore_compatibility(
+    _device: *mut sys::iree_hal_device_t,
+    semaphore: *mut sys::iree_hal_semaphore_t,
+) -> sys::iree_hal_semaphore_compatibility_t {
+    if semaphore::cast(semaphore).is_some() {
+        sys::iree_hal_semaphore_compatibility_bits_t_IREE_HAL_SEMAPHORE_COMPATIBILITY_ALL
+    } else {
+        sys::iree_hal_semaphore_compatibility_bits_t_IREE_HAL_SEMAPHORE_COMPATIBILITY_NONE
+    }
+}
+
+unsafe extern "C" fn query_queue_pool_backend(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _out: *mut sys::iree_hal_queue_pool_backend_t,
+) -> iree_status_t {
+    executable::unsupported("queue pools are not bridged (queue_alloca allocates from the device allocator)")
+}
+
+/// A semaphore list as HAL (semaphore, value) pairs; another driver's semaphore is refused.
+///
+/// # Safety
+/// `list` holds `count` live semaphores and values.
+unsafe fn hal_list(list: &sys::iree_hal_semaphore_list_t) -> Result<Vec<SemaphoreValue>, hal::Error> {
+    (0..list.count)
+        .map(|i| {
+            // SAFETY: the caller's contract.
+            let (semaphore, value) = unsafe { (*list.semaphores.add(i), *list.payload_values.add(i)) };
+            let ours = semaphore::cast(semaphore).ok_or_else(|| {
+                hal::Error::unimplemented(format!(
+                    "semaphore {i} of the list belongs to another IREE driver (not bridged yet)"
+                ))
+            })?;
+            Ok(SemaphoreValue::new(ours.hal(), value))
+        })
+        .collect()
+}
+
+/// Runs one queue operation: resolves the lists, submits with `submit`, then watches the signals so
+/// that IREE's side of each semaphore follows.
+///
+/// # Safety
+/// The lists are IREE's valid semaphore lists.
+unsafe fn submit(
+    what: &str,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: &sys::iree_hal_semaphore_list_t,
+    signals: &sys::iree_hal_semaphore_list_t,
+    submit: impl FnOnce(&Device, &hal::Queue, &[SemaphoreValue], &[SemaphoreValue]) -> Result<(), hal::Error>,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded(what, || {
+        let run = || -> Result<(), hal::Error> {
+            // SAFETY: the caller's contract.
+            let (wait_list, signal_list) = unsafe { (hal_list(waits)?, hal_list(signals)?) };
+            let count = device.hal.queue_count().max(1) as u64;
+            let index =
+                if affinity == 0 || affinity == u64::MAX { 0 } else { u64::from(affinity.trailing_zeros()) % count };
+            let queue = device.hal.queue(index as usize)?;
+            submit(device, &queue, &wait_list, &signal_list)?;
+            for i in 0..signals.count {
+                // SAFETY: the caller's contract; each was checked to be ours above.
+                let (semaphore, value) = unsafe { (*signals.semaphores.add(i), *signals.payload_values.add(i)) };
+                if let Some(ours) = semaphore::cast(semaphore) {
+                    semaphore::watch(ours, value);
+                }
+            }
+            Ok(())
+        };
+        ffi::from_result(run().map_err(|e| e.context(format!("{} {what}", device.identifier))))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_alloca(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    _pool: *mut sys::iree_hal_pool_t,
+    params: sys::iree_hal_buffer_params_t,
+    size: sys::iree_device_size_t,
+    _flags: sys::iree_hal_alloca_flags_t,
+    out: *mut *mut sys::iree_hal_buffer_t,
+) -> iree_status_t {
+    // The buffer is allocated now (host memory: no device reservation to order) and handed out at
+    // once; the queue orders its signals behind the waits, which is when IREE may use it.
+    // SAFETY: IREE passes a live device of ours and a writable output.
+    let status = unsafe { sys::iree_hal_allocator_allocate_buffer(cast(device).device_allocator, params, size, out) };
+    if !status.is_null() {
+        return status;
+    }
+    // SAFETY: IREE's lists.
+    let status =
+        unsafe { submit("queue_alloca", device, affinity, &waits, &signals, |_, queue, w, s| queue.barrier(w, s)) };
+    if !status.is_null() {
+        // SAFETY: the buffer allocated above is not handed out.
+        unsafe {
+            sys::iree_hal_buffer_release(*out);
+            *out = std::ptr::null_mut();
+        }
+    }
+    status
+}
+
+unsafe extern "C" fn queue_dealloca(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    _buffer: *mut sys::iree_hal_buffer_t,
+    _flags: sys::iree_hal_dealloca_flags_t,
+) -> iree_status_t {
+    // Host memory goes when IREE drops its last reference; the queue only keeps the order.
+    // SAFETY: IREE's lists.
+    unsafe { submit("queue_dealloca", device, affinity, &waits, &signals, |_, queue, w, s| queue.barrier(w, s)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_fill(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    target: *mut sys::iree_hal_buffer_t,
+    offset: sys::iree_device_size_t,
+    length: sys::iree_device_size_t,
+    pattern: *const c_void,
+    pattern_length: usize,
+    _flags: sys::iree_hal_fill_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE's lists, a live buffer and `pattern_length` readable bytes.
+    unsafe {
+        submit("queue_fill", device, affinity, &waits, &signals, |device, queue, w, s| {
+            let pattern = recorder::fill_pattern(pattern, pattern_length)?;
+            match buffer_import::import(device.hal(), target, offset as u64, length as u64)? {
+                Some(t) => queue.fill(w, &t.buffer, t.offset, t.length, pattern, s),
+                None => queue.barrier(w, s),
+            }
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_update(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    source: *const c_void,
+    source_offset: usize,
+    target: *mut sys::iree_hal_buffer_t,
+    offset: sys::iree_device_size_t,
+    length: sys::iree_device_size_t,
+    _flags: sys::iree_hal_update_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE's lists, a live buffer, and `length` readable bytes at `source + source_offset`
+    // for the call (the HAL copies them before returning).
+    unsafe {
+        submit("queue_update", device, affinity, &waits, &signals, |device, queue, w, s| {
+            match buffer_import::import(device.hal(), target, offset as u64, length as u64)? {
+                Some(t) => {
+                    let data = std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), t.length as usize);
+                    queue.update(w, &t.buffer, t.offset, data, s)
+                }
+                None => queue.barrier(w, s),
+            }
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_copy(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    source: *mut sys::iree_hal_buffer_t,
+    source_offset: sys::iree_device_size_t,
+    target: *mut sys::iree_hal_buffer_t,
+    target_offset: sys::iree_device_size_t,
+    length: sys::iree_device_size_t,
+    _flags: sys::iree_hal_copy_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE's lists and live buffers.
+    unsafe {
+        submit("queue_copy", device, affinity, &waits, &signals, |device, queue, w, s| {
+            let from = buffer_import::import(device.hal(), source, source_offset as u64, length as u64)?;
+            let to = buffer_import::import(device.hal(), target, target_offset as u64, length as u64)?;
+            match (from, to) {
+                (Some(f), Some(t)) => queue.copy(w, &f.buffer, f.offset, &t.buffer, t.offset, t.length, s),
+                _ => queue.barrier(w, s),
+            }
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_read(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _waits: sys::iree_hal_semaphore_list_t,
+    _signals: sys::iree_hal_semaphore_list_t,
+    _file: *mut sys::iree_hal_file_t,
+    _file_offset: u64,
+    _target: *mut sys::iree_hal_buffer_t,
+    _target_offset: sys::iree_device_size_t,
+    _length: sys::iree_device_size_t,
+    _flags: sys::iree_hal_read_flags_t,
+) -> iree_status_t {
+    executable::unsupported("queue_read (files) is not bridged yet")
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_write(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _waits: sys::iree_hal_semaphore_list_t,
+    _signals: sys::iree_hal_semaphore_list_t,
+    _source: *mut sys::iree_hal_buffer_t,
+    _source_offset: sys::iree_device_size_t,
+    _file: *mut sys::iree_hal_file_t,
+    _file_offset: u64,
+    _length: sys::iree_device_size_t,
+    _flags: sys::iree_hal_write_flags_t,
+) -> iree_status_t {
+    executable::unsupported("queue_write (files) is not bridged yet")
+}
+
+unsafe extern "C" fn queue_host_call(
+    _device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+    _waits: sys::iree_hal_semaphore_list_t,
+    _signals: sys::iree_hal_semaphore_list_t,
+    _call: sys::iree_hal_host_call_t,
+    _args: *const u64,
+    _flags: sys::iree_hal_host_call_flags_t,
+) -> iree_status_t {
+    executable::unsupported("queue_host_call is not bridged yet")
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn queue_dispatch(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    executable: *mut sys::iree_hal_executable_t,
+    function: sys::iree_hal_executable_function_t,
+    config: sys::iree_hal_dispatch_config_t,
+    constants: sys::iree_const_byte_span_t,
+    bindings: sys::iree_hal_buffer_ref_list_t,
+    flags: sys::iree_hal_dispatch_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE's lists and live objects.
+    unsafe {
+        submit("queue_dispatch", device, affinity, &waits, &signals, |device, queue, w, s| {
+            let hal_cb = device.hal.create_command_buffer(hal::CommandBufferMode::OneShot)?;
+            let hal_cb = recorder::record_into(device, hal_cb, |target| {
+                ffi::into_result(sys::iree_hal_command_buffer_dispatch(
+                    target, executable, function, config, constants, bindings, flags,
+                ))
+            })?;
+            hal_cb.end()?;
+            queue.execute(w, &hal_cb, s)
+        })
+    }
+}
+
+unsafe extern "C" fn queue_execute(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    command_buffer: *mut sys::iree_hal_command_buffer_t,
+    binding_table: sys::iree_hal_buffer_binding_table_t,
+    _flags: sys::iree_hal_execute_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE's lists and a live command buffer (NULL: a barrier).
+    unsafe {
+        submit("queue_execute", device, affinity, &waits, &signals, |device, queue, w, s| {
+            if command_buffer.is_null() {
+                return queue.barrier(w, s);
+            }
+            if !ffi::iree_hal_deferred_command_buffer_isa(command_buffer) {
+                return Err(hal::Error::invalid_argument("a command buffer another IREE driver created"));
+            }
+            let hal_cb = device.hal.create_command_buffer(hal::CommandBufferMode::OneShot)?;
+            let hal_cb = recorder::record_into(device, hal_cb, |target| {
+                ffi::into_result(ffi::iree_hal_deferred_command_buffer_apply(command_buffer, target, binding_table))
+            })?;
+            hal_cb.end()?;
+            queue.execute(w, &hal_cb, s)
+        })
+    }
+}
+
+unsafe extern "C" fn queue_flush(
+    device: *mut sys::iree_hal_device_t,
+    _affinity: sys::iree_hal_queue_affinity_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded("queue_flush", || {
+        let flush = || -> Result<(), hal::Error> {
+            for index in 0..device.hal.queue_count() {
+                device.hal.queue(index)?.flush()?;
+            }
+            Ok(())
+        };
+        ffi::from_result(flush())
+    })
+}
+
+unsafe extern "C" fn profiling_begin(
+    _device: *mut sys::iree_hal_device_t,
+    _options: *const sys::iree_hal_device_profiling_options_t,
+) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn profiling_flush(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn profiling_end(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn external_capture_begin(
+    _device: *mut sys::iree_hal_device_t,
+    _options: *const sys::iree_hal_device_external_capture_options_t,
+) -> iree_status_t {
+    executable::unsupported("external capture tools are not supported")
+}
+
+unsafe extern "C" fn external_capture_end(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    executable::unsupported("external capture tools are not supported")
+}
+
+static VTABLE: sys::iree_hal_device_vtable_t = sys::iree_hal_device_vtable_t {
+    destroy: Some(destroy),
+    id: Some(id),
+    host_allocator: Some(host_allocator),
+    device_allocator: Some(device_allocator),
+    replace_device_allocator: Some(replace_device_allocator),
+    replace_channel_provider: Some(replace_channel_provider),
+    trim: Some(trim),
+    query_i64: Some(query_i64),
+    query_capabilities: Some(query_capabilities),
+    topology_info: Some(topology_info),
+    refine_topology_edge: Some(refine_topology_edge),
+    assign_topology_info: Some(assign_topology_info),
+    create_channel: Some(create_channel),
+    create_command_buffer: Some(create_command_buffer),
+    create_event: Some(create_event),
+    create_executable_cache: Some(create_executable_cache),
+    import_file: Some(import_file),
+    create_semaphore: Some(create_semaphore),
+    query_semaphore_compatibility: Some(query_semaphore_compatibility),
+    query_queue_pool_backend: Some(query_queue_pool_backend),
+    queue_alloca: Some(queue_alloca),
+    queue_dealloca: Some(queue_dealloca),
+    queue_fill: Some(queue_fill),
+    queue_update: Some(queue_update),
+    queue_copy: Some(queue_copy),
+    queue_read: Some(queue_read),
+    queue_write: Some(queue_write),
+    queue_host_call: Some(queue_host_call),
+    queue_dispatch: Some(queue_dispatch),
+    queue_execute: Some(queue_execute),
+    queue_flush: Some(queue_flush),
+    profiling_begin: Some(profiling_begin),
+    profiling_flush: Some(profiling_flush),
+    profiling_end: Some(profiling_end),
+    external_capture_begin: Some(external_capture_begin),
+    external_capture_end: Some(external_capture_end),
+};

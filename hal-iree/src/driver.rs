@@ -1,0 +1,260 @@
+//! The driver factory IREE's registry lists, and the drivers it makes: one per HAL driver offered
+//! (`thal-cpu-sim`, and `thal-cuda` with the `cuda` feature).
+
+use std::sync::OnceLock;
+
+use crate::device;
+use crate::ffi::{self, code, iree_status_t, sys};
+
+/// A HAL driver offered to IREE: its IREE name and how to open its devices.
+struct Offered {
+    iree_name: &'static str,
+    full_name: &'static str,
+    hal_name: &'static str,
+    /// The device kind of IREE's compiler targets its devices run.
+    iree_kind: &'static str,
+}
+
+const OFFERED: &[Offered] = &[
+    Offered {
+        iree_name: crate::CPU_SIM_DRIVER,
+        full_name: "timeline-hal cpu-sim (host threads)",
+        hal_name: "cpu-sim",
+        iree_kind: "local",
+    },
+    #[cfg(feature = "cuda")]
+    Offered { iree_name: crate::CUDA_DRIVER, full_name: "timeline-hal CUDA", hal_name: "cuda", iree_kind: "cuda" },
+];
+
+/// The HAL registry the drivers open devices from.
+fn registry() -> &'static hal::Registry {
+    static REGISTRY: OnceLock<hal::Registry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut registry = hal::Registry::new();
+        driver_cpu_sim::register(&mut registry);
+        #[cfg(feature = "cuda")]
+        driver_cuda::register(&mut registry);
+        registry
+    })
+}
+
+/// The factory record IREE's registry keeps a pointer to.
+#[repr(transparent)]
+pub(crate) struct Factory(pub(crate) sys::iree_hal_driver_factory_t);
+// SAFETY: the record is immutable and its `self` pointer is NULL.
+unsafe impl Sync for Factory {}
+
+pub(crate) static FACTORY: Factory = Factory(sys::iree_hal_driver_factory_t {
+    self_: std::ptr::null_mut(),
+    enumerate: Some(enumerate),
+    try_create: Some(try_create),
+});
+
+/// The driver infos `enumerate` hands out (IREE keeps the pointer).
+struct Infos(Vec<sys::iree_hal_driver_info_t>);
+// SAFETY: the infos point at `'static` strings and are never written after they are built.
+unsafe impl Send for Infos {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Infos {}
+
+unsafe extern "C" fn enumerate(
+    _self: *mut std::ffi::c_void,
+    out_count: *mut usize,
+    out_infos: *mut *const sys::iree_hal_driver_info_t,
+) -> iree_status_t {
+    static INFOS: OnceLock<Infos> = OnceLock::new();
+    let infos = INFOS.get_or_init(|| {
+        Infos(
+            OFFERED
+                .iter()
+                .map(|o| sys::iree_hal_driver_info_t {
+                    driver_name: ffi::view(o.iree_name),
+                    full_name: ffi::view(o.full_name),
+                })
+                .collect(),
+        )
+    });
+    // SAFETY: writable, per IREE's contract; the infos are static.
+    unsafe {
+        *out_count = infos.0.len();
+        *out_infos = infos.0.as_ptr();
+    }
+    ffi::ok()
+}
+
+/// An IREE driver: one of the offered HAL drivers.
+#[repr(C)]
+struct Driver {
+    resource: sys::iree_hal_resource_t,
+    offered: &'static Offered,
+}
+
+unsafe extern "C" fn try_create(
+    _self: *mut std::ffi::c_void,
+    name: sys::iree_string_view_t,
+    _host_allocator: sys::iree_allocator_t,
+    out: *mut *mut sys::iree_hal_driver_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a valid view.
+    let name = unsafe { ffi::text(name) };
+    let Some(offered) = OFFERED.iter().find(|o| o.iree_name == name) else {
+        return ffi::status(code::UNAVAILABLE, &format!("no driver '{name}' in this factory"));
+    };
+    let driver = Box::into_raw(Box::new(Driver { resource: sys::iree_hal_resource_t::default(), offered }));
+    // SAFETY: fresh allocation; `out` is writable per IREE's contract.
+    unsafe {
+        ffi::thal_iree_resource_initialize((&raw const VTABLE).cast(), &raw mut (*driver).resource);
+        *out = driver.cast();
+    }
+    ffi::ok()
+}
+
+/// The driver behind `driver`.
+///
+/// # Safety
+/// `driver` is a live driver `try_create` made.
+unsafe fn cast<'a>(driver: *mut sys::iree_hal_driver_t) -> &'a Driver {
+    // SAFETY: the caller's contract.
+    unsafe { &*driver.cast::<Driver>() }
+}
+
+unsafe extern "C" fn destroy(driver: *mut sys::iree_hal_driver_t) {
+    // SAFETY: IREE calls this once, with the last reference.
+    drop(unsafe { Box::from_raw(driver.cast::<Driver>()) });
+}
+
+unsafe extern "C" fn query_available_devices(
+    driver: *mut sys::iree_hal_driver_t,
+    host_allocator: sys::iree_allocator_t,
+    out_count: *mut usize,
+    out_infos: *mut *mut sys::iree_hal_device_info_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live driver of ours.
+    let offered = unsafe { cast(driver) }.offered;
+    ffi::guarded("query_available_devices", || {
+        let count = registry().driver(offered.hal_name).and_then(|d| d.enumerate()).map_or(0, |devices| devices.len());
+        // One allocation holds the infos and then their names ("<hal name> <ordinal>"), as IREE
+        // frees the whole with one call.
+        let names: Vec<String> = (0..count).map(|i| format!("{} {i}", offered.hal_name)).collect();
+        let head = count * size_of::<sys::iree_hal_device_info_t>();
+        let total = head + names.iter().map(String::len).sum::<usize>();
+        let mut memory: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: `memory` is writable.
+        let status = unsafe { sys::iree_allocator_malloc(host_allocator, total.max(1), &mut memory) };
+        if !status.is_null() {
+            return status;
+        }
+        let infos = memory.cast::<sys::iree_hal_device_info_t>();
+        let mut text = memory.cast::<u8>().wrapping_add(head);
+        for (i, name) in names.iter().enumerate() {
+            // SAFETY: `memory` holds `count` infos and then every name's bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(name.as_ptr(), text, name.len());
+                infos.add(i).write(sys::iree_hal_device_info_t {
+                    device_id: i as sys::iree_hal_device_id_t,
+                    path: sys::iree_string_view_t { data: text.cast(), size: 0 },
+                    name: sys::iree_string_view_t { data: text.cast(), size: name.len() },
+                });
+                text = text.add(name.len());
+            }
+        }
+        // SAFETY: writable, per IREE's contract; IREE frees `memory` with `host_allocator`.
+        unsafe {
+            *out_count = count;
+            *out_infos = infos;
+        }
+        ffi::ok()
+    })
+}
+
+unsafe extern "C" fn dump_device_info(
+    driver: *mut sys::iree_hal_driver_t,
+    device_id: sys::iree_hal_device_id_t,
+    builder: *mut sys::iree_string_builder_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live driver of ours.
+    let offered = unsafe { cast(driver) }.offered;
+    let text = match registry().create_device(offered.hal_name, device_id) {
+        Ok(device) => format!("\n- {}: {:?}", offered.iree_name, device.info()),
+        Err(error) => format!("\n- {}: {error}", offered.iree_name),
+    };
+    // SAFETY: a live builder; the view is valid for the call.
+    unsafe { sys::iree_string_builder_append_string(builder, ffi::view(&text)) }
+}
+
+/// Opens device `ordinal` of `offered` as an IREE device.
+///
+/// # Safety
+/// IREE's creation parameters and output.
+unsafe fn open(
+    offered: &Offered,
+    ordinal: usize,
+    create_params: *const sys::iree_hal_device_create_params_t,
+    host_allocator: sys::iree_allocator_t,
+    out: *mut *mut sys::iree_hal_device_t,
+) -> iree_status_t {
+    ffi::guarded("create_device", || {
+        let opened = registry().create_device(offered.hal_name, ordinal).and_then(|hal| {
+            let identifier = format!("{}:{ordinal}", offered.iree_name);
+            // SAFETY: the caller's contract.
+            unsafe { device::create(&identifier, offered.iree_kind, hal, create_params, host_allocator) }
+        });
+        match opened {
+            Ok(device) => {
+                // SAFETY: the caller's contract.
+                unsafe { *out = device };
+                ffi::ok()
+            }
+            Err(error) => ffi::from_error(&error),
+        }
+    })
+}
+
+unsafe extern "C" fn create_device_by_id(
+    driver: *mut sys::iree_hal_driver_t,
+    device_id: sys::iree_hal_device_id_t,
+    _param_count: usize,
+    _params: *const sys::iree_string_pair_t,
+    create_params: *const sys::iree_hal_device_create_params_t,
+    host_allocator: sys::iree_allocator_t,
+    out: *mut *mut sys::iree_hal_device_t,
+) -> iree_status_t {
+    // SAFETY: IREE passes a live driver of ours, its parameters and a writable output. Device id 0
+    // is IREE's "default": the first device.
+    unsafe { open(cast(driver).offered, device_id, create_params, host_allocator, out) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn create_device_by_path(
+    driver: *mut sys::iree_hal_driver_t,
+    _driver_name: sys::iree_string_view_t,
+    path: sys::iree_string_view_t,
+    _param_count: usize,
+    _params: *const sys::iree_string_pair_t,
+    create_params: *const sys::iree_hal_device_create_params_t,
+    host_allocator: sys::iree_allocator_t,
+    out: *mut *mut sys::iree_hal_device_t,
+) -> iree_status_t {
+    // SAFETY: a valid view.
+    let path = unsafe { ffi::text(path) };
+    let ordinal = if path.is_empty() {
+        0
+    } else {
+        match path.parse::<usize>() {
+            Ok(ordinal) => ordinal,
+            Err(_) => {
+                return ffi::status(code::INVALID_ARGUMENT, &format!("device path '{path}': expected an ordinal"));
+            }
+        }
+    };
+    // SAFETY: IREE passes a live driver of ours, its parameters and a writable output.
+    unsafe { open(cast(driver).offered, ordinal, create_params, host_allocator, out) }
+}
+
+static VTABLE: sys::iree_hal_driver_vtable_t = sys::iree_hal_driver_vtable_t {
+    destroy: Some(destroy),
+    query_available_devices: Some(query_available_devices),
+    dump_device_info: Some(dump_device_info),
+    create_device_by_id: Some(create_device_by_id),
+    create_device_by_path: Some(create_device_by_path),
+};

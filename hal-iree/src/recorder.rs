@@ -1,0 +1,346 @@
+//! The command buffer IREE's deferred recordings are replayed into at execute time: each IREE
+//! command becomes a command of a one-shot HAL command buffer.
+//!
+//! IREE's own deferred command buffer records (it resolves binding-table slots and validates); at
+//! `queue_execute` it is replayed here with the execute's binding table, so every buffer reference
+//! arrives resolved.
+
+use std::ffi::c_void;
+
+use hal::{BufferBinding, CommandBuffer, FillPattern};
+
+use crate::buffer_import;
+use crate::device::Device;
+use crate::executable::{self, EXTRA_CONSTANTS};
+use crate::ffi::{self, code, iree_status_t, sys};
+
+/// An IREE command buffer recording into `hal`.
+#[repr(C)]
+pub(crate) struct Recorder {
+    base: sys::iree_hal_command_buffer_t,
+    device: *const Device,
+    hal: CommandBuffer,
+}
+
+/// Records IREE commands into `hal` for `device`: `f` gets the IREE command buffer to replay into.
+pub(crate) fn record_into(
+    device: &Device,
+    hal: CommandBuffer,
+    f: impl FnOnce(*mut sys::iree_hal_command_buffer_t) -> Result<(), hal::Error>,
+) -> Result<CommandBuffer, hal::Error> {
+    let mut recorder = Box::new(Recorder { base: sys::iree_hal_command_buffer_t::default(), device, hal });
+    // SAFETY: `recorder.base` is writable; the vtable is static; the mode skips IREE's validation
+    // (the deferred recording already ran it).
+    unsafe {
+        sys::iree_hal_command_buffer_initialize(
+            device.device_allocator(),
+            sys::iree_hal_command_buffer_mode_bits_t_IREE_HAL_COMMAND_BUFFER_MODE_ONE_SHOT
+                | sys::iree_hal_command_buffer_mode_bits_t_IREE_HAL_COMMAND_BUFFER_MODE_UNVALIDATED,
+            sys::iree_hal_command_category_bits_t_IREE_HAL_COMMAND_CATEGORY_ANY,
+            u64::MAX,
+            0,
+            std::ptr::null_mut(),
+            &raw const VTABLE,
+            &mut recorder.base,
+        );
+    }
+    let base = (&raw mut recorder.base).cast();
+    f(base)?;
+    Ok(recorder.hal)
+}
+
+static VTABLE: sys::iree_hal_command_buffer_vtable_t = sys::iree_hal_command_buffer_vtable_t {
+    destroy: Some(destroy),
+    begin: Some(begin),
+    end: Some(end),
+    begin_debug_group: Some(begin_debug_group),
+    end_debug_group: Some(end_debug_group),
+    execution_barrier: Some(execution_barrier),
+    signal_event: Some(signal_event),
+    reset_event: Some(reset_event),
+    wait_events: Some(wait_events),
+    advise_buffer: Some(advise_buffer),
+    flush_buffer: Some(flush_buffer),
+    invalidate_buffer: Some(flush_buffer),
+    fill_buffer: Some(fill_buffer),
+    update_buffer: Some(update_buffer),
+    copy_buffer: Some(copy_buffer),
+    collective: Some(collective),
+    dispatch: Some(dispatch),
+};
+
+/// The recorder behind `base`.
+///
+/// # Safety
+/// `base` is the command buffer `record_into` handed out, during its call.
+unsafe fn recorder<'a>(base: *mut sys::iree_hal_command_buffer_t) -> &'a Recorder {
+    // SAFETY: the caller's contract: the recorder outlives the replay.
+    unsafe { &*base.cast::<Recorder>() }
+}
+
+fn run(what: &str, f: impl FnOnce() -> Result<(), hal::Error>) -> iree_status_t {
+    ffi::guarded(what, || ffi::from_result(f()))
+}
+
+unsafe extern "C" fn destroy(_base: *mut sys::iree_hal_command_buffer_t) {
+    // The recorder is owned by `record_into`, which never hands out a reference.
+}
+
+unsafe extern "C" fn begin(_base: *mut sys::iree_hal_command_buffer_t) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn end(_base: *mut sys::iree_hal_command_buffer_t) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn begin_debug_group(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _label: sys::iree_string_view_t,
+    _color: sys::iree_hal_label_color_t,
+    _location: *const sys::iree_hal_label_location_t,
+) -> iree_status_t {
+    ffi::ok()
+}
+
+unsafe extern "C" fn end_debug_group(_base: *mut sys::iree_hal_command_buffer_t) -> iree_status_t {
+    ffi::ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn execution_barrier(
+    base: *mut sys::iree_hal_command_buffer_t,
+    _source: sys::iree_hal_execution_stage_t,
+    _target: sys::iree_hal_execution_stage_t,
+    _flags: sys::iree_hal_execution_barrier_flags_t,
+    _memory_barrier_count: usize,
+    _memory_barriers: *const sys::iree_hal_memory_barrier_t,
+    _buffer_barrier_count: usize,
+    _buffer_barriers: *const sys::iree_hal_buffer_barrier_t,
+) -> iree_status_t {
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("barrier", || recorder.hal.barrier())
+}
+
+unsafe extern "C" fn signal_event(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _event: *mut sys::iree_hal_event_t,
+    _stage: sys::iree_hal_execution_stage_t,
+) -> iree_status_t {
+    ffi::status(code::UNIMPLEMENTED, "timeline-hal devices have no IREE events (order with barriers)")
+}
+
+unsafe extern "C" fn reset_event(
+    base: *mut sys::iree_hal_command_buffer_t,
+    event: *mut sys::iree_hal_event_t,
+    stage: sys::iree_hal_execution_stage_t,
+) -> iree_status_t {
+    // SAFETY: same arguments, same answer.
+    unsafe { signal_event(base, event, stage) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn wait_events(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _event_count: usize,
+    _events: *mut *const sys::iree_hal_event_t,
+    _source: sys::iree_hal_execution_stage_t,
+    _target: sys::iree_hal_execution_stage_t,
+    _memory_barrier_count: usize,
+    _memory_barriers: *const sys::iree_hal_memory_barrier_t,
+    _buffer_barrier_count: usize,
+    _buffer_barriers: *const sys::iree_hal_buffer_barrier_t,
+) -> iree_status_t {
+    ffi::status(code::UNIMPLEMENTED, "timeline-hal devices have no IREE events (order with barriers)")
+}
+
+unsafe extern "C" fn advise_buffer(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _buffer_ref: sys::iree_hal_buffer_ref_t,
+    _flags: sys::iree_hal_memory_advise_flags_t,
+    _arg0: u64,
+    _arg1: u64,
+) -> iree_status_t {
+    // Advice only: host memory has no caches to manage.
+    ffi::ok()
+}
+
+unsafe extern "C" fn flush_buffer(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _target: sys::iree_hal_buffer_ref_t,
+) -> iree_status_t {
+    // cpu-sim memory is coherent with the host.
+    ffi::ok()
+}
+
+/// `reference` imported into the recorder's device.
+///
+/// # Safety
+/// `reference.buffer` is NULL or a live IREE buffer.
+unsafe fn import(
+    recorder: &Recorder,
+    reference: sys::iree_hal_buffer_ref_t,
+) -> Result<Option<buffer_import::Imported>, hal::Error> {
+    // SAFETY: the recorder's device outlives the replay; the caller's contract for the buffer.
+    unsafe {
+        buffer_import::import(
+            (*recorder.device).hal(),
+            reference.buffer,
+            reference.offset as u64,
+            reference.length as u64,
+        )
+    }
+}
+
+unsafe extern "C" fn fill_buffer(
+    base: *mut sys::iree_hal_command_buffer_t,
+    target: sys::iree_hal_buffer_ref_t,
+    pattern: *const c_void,
+    pattern_length: usize,
+    _flags: sys::iree_hal_fill_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("fill", || {
+        // SAFETY: IREE passes `pattern_length` readable bytes.
+        let pattern = unsafe { fill_pattern(pattern, pattern_length) }?;
+        // SAFETY: IREE passes a resolved, live buffer.
+        let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(()) };
+        recorder.hal.fill(&target.buffer, target.offset, target.length, pattern)
+    })
+}
+
+/// The HAL fill pattern of IREE's `pattern` bytes.
+///
+/// # Safety
+/// `pattern` points at `length` readable bytes.
+pub(crate) unsafe fn fill_pattern(pattern: *const c_void, length: usize) -> Result<FillPattern, hal::Error> {
+    // SAFETY: the caller's contract, for each width read.
+    unsafe {
+        match length {
+            1 => Ok(FillPattern::U8(pattern.cast::<u8>().read_unaligned())),
+            2 => Ok(FillPattern::U16(pattern.cast::<u16>().read_unaligned())),
+            4 => Ok(FillPattern::U32(pattern.cast::<u32>().read_unaligned())),
+            other => Err(hal::Error::invalid_argument(format!("a fill pattern of {other} bytes (1, 2 or 4)"))),
+        }
+    }
+}
+
+unsafe extern "C" fn update_buffer(
+    base: *mut sys::iree_hal_command_buffer_t,
+    source: *const c_void,
+    source_offset: usize,
+    target: sys::iree_hal_buffer_ref_t,
+    _flags: sys::iree_hal_update_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("update", || {
+        // SAFETY: IREE passes a resolved, live buffer.
+        let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(()) };
+        // SAFETY: IREE passes `source + source_offset .. + length` readable (its recording's copy).
+        let data =
+            unsafe { std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), target.length as usize) };
+        recorder.hal.update(&target.buffer, target.offset, data)
+    })
+}
+
+unsafe extern "C" fn copy_buffer(
+    base: *mut sys::iree_hal_command_buffer_t,
+    source: sys::iree_hal_buffer_ref_t,
+    target: sys::iree_hal_buffer_ref_t,
+    _flags: sys::iree_hal_copy_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("copy", || {
+        // SAFETY: IREE passes resolved, live buffers.
+        let (Some(source), Some(target)) = (unsafe { import(recorder, source) }?, unsafe { import(recorder, target) }?)
+        else {
+            return Ok(());
+        };
+        recorder.hal.copy(
+            &source.buffer,
+            source.offset,
+            &target.buffer,
+            target.offset,
+            target.length.min(source.length),
+        )
+    })
+}
+
+unsafe extern "C" fn collective(
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _channel: *mut sys::iree_hal_channel_t,
+    _op: sys::iree_hal_collective_op_t,
+    _param: u32,
+    _send: sys::iree_hal_buffer_ref_t,
+    _recv: sys::iree_hal_buffer_ref_t,
+    _count: sys::iree_device_size_t,
+) -> iree_status_t {
+    executable::unsupported("collectives through IREE are not bridged yet (the HAL has its own channels)")
+}
+
+unsafe extern "C" fn dispatch(
+    base: *mut sys::iree_hal_command_buffer_t,
+    executable: *mut sys::iree_hal_executable_t,
+    function: sys::iree_hal_executable_function_t,
+    config: sys::iree_hal_dispatch_config_t,
+    constants: sys::iree_const_byte_span_t,
+    bindings: sys::iree_hal_buffer_ref_list_t,
+    flags: sys::iree_hal_dispatch_flags_t,
+) -> iree_status_t {
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    let harmless = u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_ALLOW_INLINE_EXECUTION)
+        | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_BORROW_RESOURCE_LIFETIMES);
+    if flags & !harmless != 0 {
+        return executable::unsupported(&format!(
+            "dispatch flags {flags:#x} (indirect parameters and custom arguments are not bridged yet)"
+        ));
+    }
+    run("dispatch", || {
+        // SAFETY: the recorder's device outlives the replay.
+        let device = unsafe { &*recorder.device };
+        // SAFETY: IREE passes a live executable its cache made (this driver's: a CPU executable).
+        let (loaded, infos) = unsafe { device.loaded().get(device.hal(), executable) }?;
+        let ordinal = function.value as u32;
+        let info = infos.get(ordinal as usize).ok_or_else(|| {
+            hal::Error::out_of_range(format!("export {ordinal} of an executable with {} exports", infos.len()))
+        })?;
+        let words = constants.data_length / 4;
+        if !constants.data_length.is_multiple_of(4) || words != info.constant_count as usize {
+            return Err(hal::Error::invalid_argument(format!(
+                "export {ordinal} takes {} constants; the dispatch passed {} bytes",
+                info.constant_count, constants.data_length
+            )));
+        }
+        let mut all = Vec::with_capacity(words + EXTRA_CONSTANTS as usize);
+        for i in 0..words {
+            // SAFETY: `constants` holds `words` 32-bit words.
+            all.push(unsafe { constants.data.cast::<u32>().add(i).read_unaligned() });
+        }
+        all.extend_from_slice(&config.workgroup_size);
+        all.push(config.dynamic_workgroup_local_memory);
+        let mut hal_bindings = Vec::with_capacity(bindings.count);
+        let mut scratch = Vec::new();
+        for i in 0..bindings.count {
+            // SAFETY: IREE passes `count` references.
+            let reference = unsafe { *bindings.values.add(i) };
+            // SAFETY: resolved, live buffers.
+            match unsafe { import(recorder, reference) }? {
+                Some(imported) => {
+                    hal_bindings.push(BufferBinding::range(&imported.buffer, imported.offset, imported.length))
+                }
+                None => {
+                    // An empty binding still takes its place; a one-word buffer stands in.
+                    let empty = device.hal().allocate_buffer(hal::BufferParams::host_visible(), 4)?;
+                    hal_bindings.push(BufferBinding::range(&empty, 0, 0));
+                    scratch.push(empty);
+                }
+            }
+        }
+        recorder.hal.dispatch(&loaded, ordinal, config.workgroup_count, &all, &hal_bindings)
+    })
+}

@@ -1,0 +1,128 @@
+//! Running a compiled IREE module (a `.vmfb`) on any driver in IREE's default registry, this
+//! crate's included: IREE's VM calls the function, as `iree-run-module` does.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use crate::ffi::{self, sys};
+
+/// A dense f32 tensor: its shape and its values in row-major order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    /// The dimensions.
+    pub shape: Vec<usize>,
+    /// The values, `shape.iter().product()` of them.
+    pub data: Vec<f32>,
+}
+
+/// What a run gave back: the last call's outputs and every call's time.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    /// The outputs of the last call, in order.
+    pub outputs: Vec<Tensor>,
+    /// Each call's wall time in nanoseconds (the VM invocation, inputs already on the device).
+    pub call_ns: Vec<u64>,
+}
+
+#[repr(C)]
+struct RawTensor {
+    rank: usize,
+    shape: [i64; 8],
+    data: *const f32,
+    element_count: usize,
+}
+
+unsafe extern "C" {
+    fn thal_iree_run_module(
+        driver: *const std::ffi::c_char,
+        module: *const std::ffi::c_void,
+        module_length: usize,
+        function: *const std::ffi::c_char,
+        inputs: *const RawTensor,
+        input_count: usize,
+        repeat: usize,
+        call_ns: *mut i64,
+        outputs: *mut RawTensor,
+        output_capacity: usize,
+        output_count: *mut usize,
+    ) -> ffi::iree_status_t;
+    fn thal_iree_tensor_free(tensor: *mut RawTensor);
+}
+
+/// Registers this crate's drivers into IREE's default registry, once per process.
+pub fn register_default() -> Result<(), hal::Error> {
+    static REGISTERED: OnceLock<Result<(), hal::Error>> = OnceLock::new();
+    REGISTERED
+        // SAFETY: the default registry lives for the process.
+        .get_or_init(|| unsafe { crate::register_drivers(sys::iree_hal_driver_registry_default()) })
+        .clone()
+}
+
+/// Calls `function` (`module.name`) of the module at `path` on the default device of IREE driver
+/// `driver` (`thal-cpu-sim`, or IREE's own `local-sync`, `local-task`) `repeat` times (at least
+/// once) with `inputs`.
+pub fn run_module(
+    driver: &str,
+    path: &Path,
+    function: &str,
+    inputs: &[Tensor],
+    repeat: usize,
+) -> Result<RunReport, hal::Error> {
+    register_default()?;
+    let module = std::fs::read(path).map_err(|e| hal::Error::not_found(format!("module {}: {e}", path.display())))?;
+    let cstr = |what: &str, text: &str| {
+        std::ffi::CString::new(text)
+            .map_err(|_| hal::Error::invalid_argument(format!("{what} '{text}' holds a NUL byte")))
+    };
+    let (driver_c, function_c) = (cstr("driver", driver)?, cstr("function", function)?);
+    let mut raw_inputs = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.iter().enumerate() {
+        let count: usize = input.shape.iter().product();
+        if input.shape.len() > 8 || count != input.data.len() {
+            return Err(hal::Error::invalid_argument(format!(
+                "input {index}: shape {:?} (rank at most 8) holds {count} values, the data {}",
+                input.shape,
+                input.data.len()
+            )));
+        }
+        let mut shape = [0i64; 8];
+        for (d, &n) in input.shape.iter().enumerate() {
+            shape[d] = n as i64;
+        }
+        raw_inputs.push(RawTensor { rank: input.shape.len(), shape, data: input.data.as_ptr(), element_count: count });
+    }
+    let repeat = repeat.max(1);
+    let mut call_ns = vec![0i64; repeat];
+    const MAX_OUTPUTS: usize = 16;
+    let mut raw_outputs: Vec<RawTensor> = (0..MAX_OUTPUTS)
+        .map(|_| RawTensor { rank: 0, shape: [0; 8], data: std::ptr::null(), element_count: 0 })
+        .collect();
+    let mut output_count = 0usize;
+    // SAFETY: every pointer is valid for the call with the lengths given; the outputs the C side
+    // fills are freed below.
+    let status = unsafe {
+        thal_iree_run_module(
+            driver_c.as_ptr(),
+            module.as_ptr().cast(),
+            module.len(),
+            function_c.as_ptr(),
+            raw_inputs.as_ptr(),
+            raw_inputs.len(),
+            repeat,
+            call_ns.as_mut_ptr(),
+            raw_outputs.as_mut_ptr(),
+            MAX_OUTPUTS,
+            &mut output_count,
+        )
+    };
+    let mut outputs = Vec::with_capacity(output_count);
+    for raw in raw_outputs.iter_mut().take(output_count) {
+        // SAFETY: the C side filled `element_count` floats at `data`.
+        let data = unsafe { std::slice::from_raw_parts(raw.data, raw.element_count) }.to_vec();
+        outputs.push(Tensor { shape: raw.shape[..raw.rank].iter().map(|&n| n as usize).collect(), data });
+        // SAFETY: frees what the C side allocated, once.
+        unsafe { thal_iree_tensor_free(raw) };
+    }
+    ffi::into_result(status).map_err(|e| e.context(format!("{function} of {} on {driver}", path.display())))?;
+    Ok(RunReport { outputs, call_ns: call_ns.into_iter().map(|ns| ns.max(0) as u64).collect() })
+}

@@ -1,0 +1,74 @@
+//! Programs compiled by `iree-compile` (testdata/programs) run through IREE's VM on cpu-sim give
+//! exactly what IREE's own CPU driver gave when the test data was made.
+
+use std::path::PathBuf;
+
+use hal_iree::npy;
+use hal_iree::runner::{Tensor, run_module};
+
+fn programs() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/programs")
+}
+
+fn inputs(name: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|k| programs().join(format!("{name}.input{k}.npy")))
+        .take_while(|p| p.exists())
+        .map(|p| npy::read(&p).expect("a readable input"))
+        .collect()
+}
+
+fn check(name: &str, function: &str, driver: &str) {
+    check_against(name, name, function, driver);
+}
+
+fn check_against(name: &str, expected_from: &str, function: &str, driver: &str) {
+    let expected =
+        npy::read(&programs().join(format!("{expected_from}.expected.npy"))).expect("a readable expected output");
+    let report = run_module(driver, &programs().join(format!("{name}.vmfb")), function, &inputs(expected_from), 2)
+        .unwrap_or_else(|e| panic!("{name} on {driver}: {e}"));
+    assert_eq!(report.outputs.len(), 1, "{name} returns one tensor");
+    assert_eq!(report.outputs[0].shape, expected.shape, "{name}'s shape");
+    let mismatches: Vec<_> = report.outputs[0]
+        .data
+        .iter()
+        .zip(&expected.data)
+        .enumerate()
+        .filter(|(_, (got, want))| got.to_bits() != want.to_bits())
+        .take(5)
+        .collect();
+    assert!(mismatches.is_empty(), "{name} on {driver}: first mismatches (index, (got, expected)): {mismatches:?}");
+}
+
+#[test]
+fn chain_runs_bit_exact_on_cpu_sim() {
+    check("chain", "module.chain", hal_iree::CPU_SIM_DRIVER);
+}
+
+#[test]
+fn eight_dependent_dispatches_run_bit_exact_on_cpu_sim() {
+    check_against("chain_split", "chain", "module.chain", hal_iree::CPU_SIM_DRIVER);
+}
+
+#[test]
+fn matmul_runs_bit_exact_on_cpu_sim() {
+    check("matmul", "module.matmul", hal_iree::CPU_SIM_DRIVER);
+}
+
+#[test]
+fn mlp_runs_bit_exact_on_cpu_sim() {
+    check("mlp", "module.mlp", hal_iree::CPU_SIM_DRIVER);
+}
+
+#[test]
+fn the_same_modules_run_on_iree_own_cpu_driver() {
+    check("mlp", "module.mlp", "local-sync");
+}
+
+#[test]
+fn a_missing_function_is_not_found_and_names_it() {
+    let error = run_module(hal_iree::CPU_SIM_DRIVER, &programs().join("mlp.vmfb"), "module.nope", &inputs("mlp"), 1)
+        .expect_err("no such function");
+    assert_eq!(error.code(), hal::StatusCode::NotFound, "{error}");
+    assert!(error.message().contains("module.nope"), "{error}");
+}
