@@ -1,0 +1,110 @@
+//! `thal-iree-run`: calls a function of a compiled IREE module on one or more IREE drivers (this
+//! crate's `thal-cpu-sim`, IREE's own `local-sync` and `local-task`), like `iree-run-module`; with
+//! several `--device`s it checks that every device gives the same bits and prints each device's
+//! call time.
+//!
+//! ```text
+//! thal-iree-run --module testdata/programs/mlp.vmfb --function module.mlp \
+//!     --input @testdata/programs/mlp.input0.npy ... --device thal-cpu-sim --device local-sync --repeat 50
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use hal_iree::npy;
+use hal_iree::runner::{Tensor, run_module};
+
+#[derive(Parser)]
+#[command(about = "Run a function of an IREE module (.vmfb) on timeline-hal or IREE devices")]
+struct Args {
+    /// The compiled module.
+    #[arg(long)]
+    module: PathBuf,
+    /// The function, as `module.name`.
+    #[arg(long)]
+    function: String,
+    /// An input, `@path.npy` (f32); repeat in argument order.
+    #[arg(long = "input")]
+    inputs: Vec<String>,
+    /// An IREE driver to run on; repeat to compare (default: thal-cpu-sim).
+    #[arg(long = "device")]
+    devices: Vec<String>,
+    /// Calls per device (the outputs are the last call's).
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Writes the first device's first output here (`@path.npy`).
+    #[arg(long)]
+    output: Option<String>,
+    /// Fails unless every device's first output equals this (`@path.npy`) bit for bit.
+    #[arg(long)]
+    expected: Option<String>,
+}
+
+fn npy_path(argument: &str) -> PathBuf {
+    PathBuf::from(argument.strip_prefix('@').unwrap_or(argument))
+}
+
+fn preview(tensor: &Tensor) -> String {
+    let shape: Vec<String> = tensor.shape.iter().map(ToString::to_string).collect();
+    let values: Vec<String> = tensor.data.iter().take(8).map(|v| v.to_string()).collect();
+    let more = if tensor.data.len() > 8 { " ..." } else { "" };
+    format!("{}xf32={}{more}", shape.join("x"), values.join(" "))
+}
+
+fn median(ns: &[u64]) -> f64 {
+    let mut sorted = ns.to_vec();
+    sorted.sort_unstable();
+    sorted[sorted.len() / 2] as f64 / 1000.0
+}
+
+fn run(args: Args) -> Result<bool, hal::Error> {
+    let inputs = args.inputs.iter().map(|a| npy::read(&npy_path(a))).collect::<Result<Vec<_>, _>>()?;
+    let expected = args.expected.as_deref().map(|a| npy::read(&npy_path(a))).transpose()?;
+    let devices = if args.devices.is_empty() { vec![hal_iree::CPU_SIM_DRIVER.to_owned()] } else { args.devices };
+    let mut first: Option<Tensor> = None;
+    let mut agree = true;
+    println!("| device | calls | median us/call | min us/call | first output |");
+    println!("| --- | ---: | ---: | ---: | --- |");
+    for device in &devices {
+        let report = run_module(device, &args.module, &args.function, &inputs, args.repeat)?;
+        let output = report.outputs.first().cloned().unwrap_or(Tensor { shape: vec![0], data: vec![] });
+        let min = report.call_ns.iter().min().copied().unwrap_or(0) as f64 / 1000.0;
+        println!(
+            "| {device} | {} | {:.1} | {min:.1} | {} |",
+            report.call_ns.len(),
+            median(&report.call_ns),
+            preview(&output)
+        );
+        let reference = expected.as_ref().or(first.as_ref());
+        if let Some(reference) = reference {
+            let same = reference.shape == output.shape
+                && reference.data.iter().zip(&output.data).all(|(a, b)| a.to_bits() == b.to_bits());
+            if !same {
+                eprintln!(
+                    "{device}: the output differs from {}",
+                    if expected.is_some() { "--expected" } else { "the first device's" }
+                );
+                agree = false;
+            }
+        }
+        if first.is_none() {
+            if let Some(path) = &args.output {
+                npy::write(&npy_path(path), &output)?;
+            }
+            first = Some(output);
+        }
+    }
+    Ok(agree)
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(error) => {
+            eprintln!("thal-iree-run: {error}");
+            ExitCode::from(2)
+        }
+    }
+}
