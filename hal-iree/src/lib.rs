@@ -54,6 +54,15 @@ pub unsafe fn register_drivers(
     })
 }
 
+/// `Ok` for IREE's OK status, else a [`hal::Error`] with the status's code (IREE codes the HAL
+/// lacks become `Internal`) and its text; gives up `status`.
+///
+/// # Safety
+/// `status` is an IREE status the caller owns (NULL is OK).
+pub unsafe fn check(status: eerie_sys::runtime::iree_status_t) -> Result<(), hal::Error> {
+    ffi::into_result(status)
+}
+
 /// IREE's system allocator (`iree_allocator_system()`, an inline function in IREE's headers).
 pub fn system_allocator() -> eerie_sys::runtime::iree_allocator_t {
     // SAFETY: returns a value; no state.
