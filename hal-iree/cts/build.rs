@@ -49,8 +49,12 @@ const SUITES: &[&str] = &[
 
 /// The CTS's own support code, relative to `iree/runtime/src/iree`. `hal/cts/util/test_main.cc` is
 /// left out: it defines `main`, and ours is `cts/entry.cc`'s `thal_iree_cts_main`.
-const SUPPORT_CXX: &[&str] =
-    &["hal/cts/util/registry.cc", "hal/cts/util/test_base.cc", "hal/cts/util/profile_test_util.cc", "testing/temp_file.cc"];
+const SUPPORT_CXX: &[&str] = &[
+    "hal/cts/util/registry.cc",
+    "hal/cts/util/test_base.cc",
+    "hal/cts/util/profile_test_util.cc",
+    "testing/temp_file.cc",
+];
 
 /// C sources the CTS uses that eerie-sys's runtime archive does not carry, relative to
 /// `iree/runtime/src/iree`.
@@ -123,8 +127,13 @@ fn main() {
     }
 }
 
-/// The directory of the eerie-sys package this build resolves to, from `cargo metadata`.
+/// The directory of the eerie-sys package this build resolves to, from `cargo metadata`, unless
+/// `IREE_CTS_EERIE_SYS_DIR` names it.
 fn eerie_sys_dir(manifest_dir: &Path) -> PathBuf {
+    println!("cargo:rerun-if-env-changed=IREE_CTS_EERIE_SYS_DIR");
+    if let Some(dir) = env::var_os("IREE_CTS_EERIE_SYS_DIR") {
+        return PathBuf::from(dir);
+    }
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = env::var("TARGET").expect("TARGET");
     let output = Command::new(cargo)
@@ -132,7 +141,11 @@ fn eerie_sys_dir(manifest_dir: &Path) -> PathBuf {
         .args(["metadata", "--offline", "--format-version", "1", "--filter-platform", &target])
         .output()
         .expect("running `cargo metadata`");
-    assert!(output.status.success(), "`cargo metadata` failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "`cargo metadata` failed (set IREE_CTS_EERIE_SYS_DIR to eerie-sys's directory instead): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).expect("`cargo metadata` prints JSON");
     let packages = metadata["packages"].as_array().expect("`cargo metadata` lists packages");
     let eerie = packages

@@ -9,9 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 // Nothing in Rust calls IREE here, but the CTS's C++ does: this links eerie-sys's runtime archive.
 use eerie_sys as _;
 
-/// The IREE driver the suite runs against when no other is asked for: our cpu-sim driver with the
-/// `thal` feature, IREE's own synchronous CPU driver without it.
-pub const DEFAULT_DRIVER: &str = if cfg!(feature = "thal") { "thal-cpu-sim" } else { "local-sync" };
+/// The IREE driver the suite runs against when no other is asked for: our cpu-sim driver.
+#[cfg(feature = "thal")]
+pub const DEFAULT_DRIVER: &str = hal_iree::CPU_SIM_DRIVER;
+/// The IREE driver the suite runs against when no other is asked for: without the `thal` feature,
+/// IREE's own synchronous CPU driver.
+#[cfg(not(feature = "thal"))]
+pub const DEFAULT_DRIVER: &str = "local-sync";
 
 /// What one run tests.
 #[derive(Clone, Debug, Default)]
@@ -72,7 +76,13 @@ unsafe extern "C" {
     ) -> c_int;
 }
 
-unsafe extern "C" fn collect(user_data: *mut c_void, name: *const c_char, passed: c_int, failed: c_int, skipped: c_int) {
+unsafe extern "C" fn collect(
+    user_data: *mut c_void,
+    name: *const c_char,
+    passed: c_int,
+    failed: c_int,
+    skipped: c_int,
+) {
     // SAFETY: `run` passes a `&mut Vec<SuiteCounts>` that outlives the C++ call making this one, and
     // nothing else touches it meanwhile; `name` is a NUL-terminated gtest suite name, valid for the call.
     let (suites, name) = unsafe { (&mut *user_data.cast::<Vec<SuiteCounts>>(), CStr::from_ptr(name)) };
@@ -117,9 +127,8 @@ pub fn run(options: &Options, args: &[String]) -> Outcome {
     // SAFETY: every pointer in `raw` and `argv` points into a CString alive until this call returns;
     // argv has argc entries then NULL; `collect` matches the callback type and gets `suites`, which
     // nothing else touches during the call; RAN ensures GoogleTest's main runs once.
-    let code = unsafe {
-        thal_iree_cts_main(&raw, argc, argv.as_mut_ptr(), Some(collect), (&raw mut suites).cast::<c_void>())
-    };
+    let code =
+        unsafe { thal_iree_cts_main(&raw, argc, argv.as_mut_ptr(), Some(collect), (&raw mut suites).cast::<c_void>()) };
     match code {
         0 => Outcome::Passed(suites),
         1 => Outcome::Failed(suites),
