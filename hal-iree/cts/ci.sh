@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# IREE's HAL conformance suite (hal-iree/cts) on a fresh Debian 12 machine, as root (or with sudo):
+# installs what is missing, then runs the suite. Safe to run again: it installs only what is absent.
+# Needs a Rust toolchain (cargo) already; arguments go to `cargo test` (e.g. `-- --gtest_filter=*Fill*`).
+# Environment: IREE_CTS_VENV (where CMake goes; default /opt/iree-cts-venv), and the IREE_CTS_* run
+# settings of README.md.
+set -euo pipefail
+
+cts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv=${IREE_CTS_VENV:-/opt/iree-cts-venv}
+sudo=""
+if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
+
+# C/C++ toolchain and make (IREE's CMake build), libclang (eerie-sys's bindgen), GoogleTest and
+# GoogleMock (static archives and headers), python3-venv (for a recent CMake).
+packages=(build-essential libclang-dev libgtest-dev libgmock-dev python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$package")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  $sudo apt-get update
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# IREE's runtime needs CMake 3.26 or newer; Debian 12 has 3.25, so CMake comes from PyPI.
+if ! "$venv/bin/cmake" --version >/dev/null 2>&1; then
+  $sudo python3 -m venv "$venv"
+  $sudo "$venv/bin/pip" install --quiet --disable-pip-version-check 'cmake>=3.26'
+fi
+export PATH="$venv/bin:$PATH"
+
+cd "$cts_dir/.."
+CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test -p timeline-hal-iree-cts "$@"

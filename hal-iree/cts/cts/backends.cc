@@ -1,0 +1,76 @@
+// What the CTS may expect of each driver it knows: its capability tags (which gate whole suites) and
+// the cases it skips, each with the reason, in the two kinds IREE's own backends use:
+//   - unsupported: the driver cannot ever do what the case checks (a permanent, categorical gap);
+//   - expected failure (xfail): it should, but does not yet. Run with IREE_CTS_VERIFY_XFAILS=1 to
+//     run these too and to fail on the ones that now pass, so stale entries get removed.
+// Patterns match "TestClass.Method" with `*` and `?`. A driver not listed here gets no tags and no
+// skips; IREE_CTS_TAGS (see entry.h) replaces any driver's tags for one run.
+//
+// Tags, as the CTS uses them:
+//   async_queue  queue operations return before the work runs (SemaphoreSubmissionTest,
+//                AsyncTransientBufferTest);
+//   file_io      queue_read/queue_write on HAL files (FileTest);
+//   indirect     command buffers with binding tables (the CTS_Indirect instantiations);
+//   events, host_calls, mapping: declared by IREE's CPU drivers; no suite in this CTS version is
+//                gated on them, they are kept so our lists read like IREE's.
+
+#include "backends.h"
+
+namespace thal::iree_cts {
+
+namespace {
+
+// IREE's synchronous CPU driver: everything runs inline at submission, so no operation can be
+// queued behind a wait that is not yet satisfied, and queue-ordered allocation is a plain heap one.
+DriverProfile LocalSyncProfile() {
+  const char* blocks_on_waits =
+      "local-sync waits for the operation's wait semaphores inside the submitting call, so it cannot "
+      "accept work that waits on a value signalled later (wait-before-signal)";
+  const char* synchronous_pool =
+      "local-sync allocates through the synchronous pool helper and frees reservations at once (no "
+      "death frontier), so the pool never reports the in-flight reuse this case checks";
+  return {
+      "local-sync",
+      {"events", "file_io", "host_calls", "mapping", "indirect"},
+      {
+          {"QueueAllocaTest.BufferMetadata",
+           "queue_alloca returns a plain heap buffer: there is no asynchronous placement to report"},
+          {"QueueAllocaTest.DeallocaReleasesMemory",
+           "queue_dealloca only orders (a barrier): the heap buffer stays valid until its last "
+           "reference goes"},
+          {"QueueAllocaTest.ExplicitFixedBlockPoolCrossQueueWaitFrontier", synchronous_pool},
+          {"QueueAllocaTest.ExplicitFixedBlockPoolPendingDeallocaWaitFrontier", synchronous_pool},
+          {"QueueAllocaTest.ExplicitFixedBlockPoolRequiresWaitFrontierFlag", synchronous_pool},
+          {"QueueAllocaTest.ExplicitTLSFPoolCrossQueueStaleBlockGrows", synchronous_pool},
+          {"QueueAllocaTest.ExplicitFixedBlockPoolNotificationRetry", synchronous_pool},
+          {"QueueAllocaTest.AllocaWithWaitSemaphores", blocks_on_waits},
+          {"QueueTransferTest.UpdateCapturesSourceBeforeWaitResolves", blocks_on_waits},
+          {"QueueDispatchTest.DeferredNoopDispatch", blocks_on_waits},
+          {"QueueDispatchTest.DeferredWaitBeforeSignalDispatch", blocks_on_waits},
+          {"DispatchReuseTest.DeferredExecuteRetainsDispatchBindingTable", blocks_on_waits},
+      },
+      {},
+  };
+}
+
+// IREE's task-system CPU driver: asynchronous queues, nothing skipped upstream.
+DriverProfile LocalTaskProfile() {
+  return {"local-task", {"async_queue", "events", "file_io", "host_calls", "mapping", "indirect"}, {}, {}};
+}
+
+// Our cpu-sim device behind IREE's HAL (crate hal-iree). Our queues are asynchronous timelines, so it
+// claims everything local-task claims. Remove a tag, or add an entry below, only with the reason.
+DriverProfile ThalCpuSimProfile() {
+  return {"thal-cpu-sim", {"async_queue", "events", "file_io", "host_calls", "mapping", "indirect"}, {}, {}};
+}
+
+}  // namespace
+
+DriverProfile FindDriverProfile(const std::string& driver_name) {
+  for (DriverProfile profile : {LocalSyncProfile(), LocalTaskProfile(), ThalCpuSimProfile()}) {
+    if (profile.driver_name == driver_name) return profile;
+  }
+  return {driver_name, {}, {}, {}};
+}
+
+}  // namespace thal::iree_cts
