@@ -573,15 +573,126 @@ unsafe extern "C" fn queue_write(
 }
 
 unsafe extern "C" fn queue_host_call(
-    _device: *mut sys::iree_hal_device_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _waits: sys::iree_hal_semaphore_list_t,
-    _signals: sys::iree_hal_semaphore_list_t,
-    _call: sys::iree_hal_host_call_t,
-    _args: *const u64,
-    _flags: sys::iree_hal_host_call_flags_t,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    call: sys::iree_hal_host_call_t,
+    args: *const u64,
+    flags: sys::iree_hal_host_call_flags_t,
 ) -> iree_status_t {
-    executable::unsupported("queue_host_call is not bridged yet")
+    let Some(function) = call.fn_ else {
+        return ffi::status(code::INVALID_ARGUMENT, "a host call without a function");
+    };
+    // SAFETY: IREE passes four arguments, copied now (the call may run after this returns).
+    let args: [u64; 4] = if args.is_null() { [0; 4] } else { unsafe { std::ptr::read(args.cast::<[u64; 4]>()) } };
+    let non_blocking = flags & u64::from(sys::iree_hal_host_call_flag_bits_e_IREE_HAL_HOST_CALL_FLAG_NON_BLOCKING) != 0;
+    // SAFETY: IREE's lists; the call's copy of the signal list retains its semaphores until the
+    // call has signalled or failed them.
+    let owned = if non_blocking { OwnedList::default() } else { unsafe { OwnedList::retain(&signals) } };
+    let call = HostCall { function, user_data: call.user_data, args, device, affinity, signals: owned };
+    // SAFETY: IREE's lists.
+    unsafe {
+        submit("queue_host_call", device, affinity, &waits, &signals, move |_, queue, w, s| {
+            if non_blocking {
+                // IREE's meaning: the signals fire once the call is issued, not when it returns;
+                // the call still runs after the waits.
+                queue.host_call_with(w, move || call.run(), hal::HostCallFlags::NON_BLOCKING, &[])?;
+                return queue.barrier(w, s);
+            }
+            // The call signals (or fails) IREE's semaphores itself, as IREE's contract has it:
+            // OK signals them, an error fails them, DEFERRED leaves them to the callee.
+            queue.host_call(w, move || call.run(), &[])
+        })
+    }
+}
+
+/// A semaphore list whose semaphores are retained until it is dropped.
+#[derive(Default)]
+struct OwnedList {
+    semaphores: Vec<*mut sys::iree_hal_semaphore_t>,
+    values: Vec<u64>,
+}
+
+impl OwnedList {
+    /// A retained copy of `list`.
+    ///
+    /// # Safety
+    /// `list` holds `count` live semaphores and values.
+    unsafe fn retain(list: &sys::iree_hal_semaphore_list_t) -> Self {
+        let mut owned = OwnedList::default();
+        for i in 0..list.count {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let semaphore = *list.semaphores.add(i);
+                sys::iree_hal_semaphore_retain(semaphore);
+                owned.semaphores.push(semaphore);
+                owned.values.push(*list.payload_values.add(i));
+            }
+        }
+        owned
+    }
+
+    fn list(&mut self) -> sys::iree_hal_semaphore_list_t {
+        sys::iree_hal_semaphore_list_t {
+            count: self.semaphores.len(),
+            semaphores: self.semaphores.as_mut_ptr(),
+            payload_values: self.values.as_mut_ptr(),
+        }
+    }
+}
+
+impl Drop for OwnedList {
+    fn drop(&mut self) {
+        for &semaphore in &self.semaphores {
+            // SAFETY: the reference `retain` took.
+            unsafe { sys::iree_hal_semaphore_release(semaphore) };
+        }
+    }
+}
+
+/// An IREE host call, carried to the HAL thread that makes it.
+struct HostCall {
+    function: unsafe extern "C" fn(*mut c_void, *const u64, *mut sys::iree_hal_host_call_context_t) -> iree_status_t,
+    user_data: *mut c_void,
+    args: [u64; 4],
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    signals: OwnedList,
+}
+// SAFETY: IREE's contract makes the call's user data and the device usable from the thread that
+// runs it (IREE's own drivers call it from their worker threads); the semaphores are retained and
+// thread-safe.
+unsafe impl Send for HostCall {}
+
+impl HostCall {
+    fn run(mut self) -> Result<(), hal::Error> {
+        let mut context = sys::iree_hal_host_call_context_t {
+            device: self.device,
+            queue_affinity: self.affinity,
+            signal_semaphore_list: self.signals.list(),
+        };
+        // SAFETY: the function and its user data are the caller's, valid until the call returns
+        // (IREE's contract); `args` and `context` live across the call.
+        let status = unsafe { (self.function)(self.user_data, self.args.as_ptr(), &mut context) };
+        let list = self.signals.list();
+        if status.is_null() {
+            // SAFETY: retained semaphores; the list lives across the call.
+            return ffi::into_result(unsafe { sys::iree_hal_semaphore_list_signal(list, std::ptr::null()) });
+        }
+        // SAFETY: `status` is the call's, owned here.
+        if unsafe { ffi::thal_iree_status_code(status) } == code::DEFERRED {
+            // SAFETY: DEFERRED carries no storage to free; the callee signals later.
+            let _ = ffi::into_result(status);
+            return Ok(());
+        }
+        // SAFETY: IREE takes the status for the semaphores; a copy tells the HAL why.
+        unsafe {
+            let cause = ffi::thal_iree_status_clone(status);
+            sys::iree_hal_semaphore_list_fail(list, status);
+            ffi::into_result(cause)
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,5 +1,5 @@
 //! The driver factory IREE's registry lists, and the drivers it makes: one per HAL driver offered
-//! (`thal-cpu-sim`, and `thal-cuda` with the `cuda` feature).
+//! (`thal-cpu-sim`).
 
 use std::sync::OnceLock;
 
@@ -15,16 +15,12 @@ struct Offered {
     iree_kind: &'static str,
 }
 
-const OFFERED: &[Offered] = &[
-    Offered {
-        iree_name: crate::CPU_SIM_DRIVER,
-        full_name: "timeline-hal cpu-sim (host threads)",
-        hal_name: "cpu-sim",
-        iree_kind: "local",
-    },
-    #[cfg(feature = "cuda")]
-    Offered { iree_name: crate::CUDA_DRIVER, full_name: "timeline-hal CUDA", hal_name: "cuda", iree_kind: "cuda" },
-];
+const OFFERED: &[Offered] = &[Offered {
+    iree_name: crate::CPU_SIM_DRIVER,
+    full_name: "timeline-hal cpu-sim (host threads)",
+    hal_name: "cpu-sim",
+    iree_kind: "local",
+}];
 
 /// The HAL registry the drivers open devices from.
 fn registry() -> &'static hal::Registry {
@@ -32,8 +28,6 @@ fn registry() -> &'static hal::Registry {
     REGISTRY.get_or_init(|| {
         let mut registry = hal::Registry::new();
         driver_cpu_sim::register(&mut registry);
-        #[cfg(feature = "cuda")]
-        driver_cuda::register(&mut registry);
         registry
     })
 }

@@ -44,6 +44,7 @@ unsafe extern "C" {
         total: *mut usize,
     ) -> iree_status_t;
     pub(crate) fn thal_iree_failure_value(status: iree_status_t) -> u64;
+    pub(crate) fn thal_iree_semaphore_failure(semaphore: *mut sys::iree_async_semaphore_t) -> iree_status_t;
     pub(crate) fn thal_iree_export_info(
         executable: *mut sys::iree_hal_executable_t,
         ordinal: u32,
@@ -57,6 +58,7 @@ unsafe extern "C" {
     ) -> iree_status_t;
     pub(crate) fn thal_iree_status_code(status: iree_status_t) -> sys::iree_status_code_t;
     pub(crate) fn thal_iree_status_consume(status: iree_status_t, buffer: *mut c_char, capacity: usize);
+    pub(crate) fn thal_iree_status_clone(status: iree_status_t) -> iree_status_t;
     pub(crate) fn thal_iree_system_allocator() -> sys::iree_allocator_t;
     pub(crate) fn thal_iree_block_pool_create(host_allocator: sys::iree_allocator_t) -> *mut c_void;
     pub(crate) fn thal_iree_block_pool_destroy(pool: *mut c_void, host_allocator: sys::iree_allocator_t);
@@ -95,6 +97,7 @@ pub(crate) mod code {
     pub const INTERNAL: u32 = 13;
     pub const UNAVAILABLE: u32 = 14;
     pub const DATA_LOSS: u32 = 15;
+    pub const DEFERRED: u32 = 17;
 }
 
 /// The OK status.

@@ -1,7 +1,7 @@
 //! IREE's runtime on this HAL's devices: an IREE HAL driver whose devices are timeline-hal devices.
 //!
 //! [`register_drivers`] adds a driver factory to an IREE driver registry; IREE then lists and opens
-//! `thal-cpu-sim` (and `thal-cuda` with the `cuda` feature) like its own drivers, and IREE's VM runs
+//! `thal-cpu-sim` like its own drivers, and IREE's VM runs
 //! programs compiled by `iree-compile` on them. On cpu-sim, IREE's CPU executables (its
 //! embedded-ELF format, loaded by IREE's own loader) run one workgroup at a time on cpu-sim's
 //! workgroup runners; transfers, dispatches and semaphores go through the HAL's queues.
@@ -36,9 +36,6 @@ pub use eerie_sys;
 
 /// The IREE driver name of cpu-sim's devices.
 pub const CPU_SIM_DRIVER: &str = "thal-cpu-sim";
-/// The IREE driver name of the CUDA driver's devices.
-#[cfg(feature = "cuda")]
-pub const CUDA_DRIVER: &str = "thal-cuda";
 
 /// Registers the `thal-*` driver factory into IREE's driver `registry`.
 ///

@@ -293,11 +293,14 @@ unsafe extern "C" fn dispatch(
 ) -> iree_status_t {
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
-    let harmless = u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_ALLOW_INLINE_EXECUTION)
+    let indirect = u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_DYNAMIC_INDIRECT_PARAMETERS)
+        | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_STATIC_INDIRECT_PARAMETERS);
+    let understood = indirect
+        | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_ALLOW_INLINE_EXECUTION)
         | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_BORROW_RESOURCE_LIFETIMES);
-    if flags & !harmless != 0 {
+    if flags & !understood != 0 {
         return executable::unsupported(&format!(
-            "dispatch flags {flags:#x} (indirect parameters and custom arguments are not bridged yet)"
+            "dispatch flags {flags:#x} (custom dispatch arguments are not bridged yet)"
         ));
     }
     run("dispatch", || {
@@ -341,6 +344,14 @@ unsafe extern "C" fn dispatch(
                 }
             }
         }
-        recorder.hal.dispatch(&loaded, ordinal, config.workgroup_count, &all, &hal_bindings)
+        if flags & indirect == 0 {
+            return recorder.hal.dispatch(&loaded, ordinal, config.workgroup_count, &all, &hal_bindings);
+        }
+        // The workgroup count is read from the buffer when the dispatch runs (replay happens at
+        // execute, so a static count, fixed by then, reads the same).
+        // SAFETY: a resolved, live buffer.
+        let count = unsafe { import(recorder, config.workgroup_count_ref) }?
+            .ok_or_else(|| hal::Error::invalid_argument("an empty indirect workgroup-count reference"))?;
+        recorder.hal.dispatch_indirect(&loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)
     })
 }

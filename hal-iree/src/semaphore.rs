@@ -212,10 +212,27 @@ unsafe extern "C" fn destroy(base: *mut sys::iree_async_semaphore_t) {
 unsafe extern "C" fn query(base: *mut sys::iree_async_semaphore_t) -> u64 {
     // SAFETY: IREE passes one of this driver's live semaphores.
     let semaphore = unsafe { &*base.cast::<Semaphore>() };
+    // IREE records a failure before it tells this driver (`on_fail`), so its side is read first.
+    // SAFETY: `base` is live; the stored failure is only read (IREE's decoder clones it).
+    let stored = unsafe { ffi::thal_iree_semaphore_failure(base) };
+    if !stored.is_null() {
+        // SAFETY: the status lives as long as the semaphore.
+        return unsafe { ffi::thal_iree_failure_value(stored) };
+    }
     match semaphore.hal.query() {
         Ok(value) => value,
-        // SAFETY: the encoder takes the status it is given.
-        Err(error) => unsafe { ffi::thal_iree_failure_value(ffi::from_error(&error)) },
+        Err(error) => {
+            // IREE decodes a failure by cloning the status the value points at, so the value must
+            // point at a status that lives on: the one IREE's side keeps. A device failure not yet
+            // carried over is carried over now.
+            // SAFETY: `base` is live; IREE keeps the first failure and frees a later one.
+            unsafe {
+                if ffi::thal_iree_semaphore_failure(base).is_null() {
+                    sys::iree_async_semaphore_fail(base, ffi::from_error(&error));
+                }
+                ffi::thal_iree_failure_value(ffi::thal_iree_semaphore_failure(base))
+            }
+        }
     }
 }
 
@@ -274,13 +291,34 @@ unsafe extern "C" fn wait(
 ) -> iree_status_t {
     // SAFETY: IREE passes one of this driver's live semaphores.
     let semaphore = unsafe { &*semaphore.cast::<Semaphore>() };
+    // SAFETY: the semaphore is live; the stored failure is only read.
+    let stored = unsafe { ffi::thal_iree_semaphore_failure(semaphore.base_ptr()) };
+    if !stored.is_null() {
+        // IREE records a failure before it tells this driver: it may not have reached the HAL yet.
+        // SAFETY: a live status owned by the semaphore.
+        return ffi::status(
+            unsafe { ffi::thal_iree_status_code(stored) },
+            "the semaphore failed (query it for the cause)",
+        );
+    }
     ffi::guarded("semaphore wait", || match semaphore.hal.wait(value, hal_timeout(timeout)) {
         Ok(()) => ffi::ok(),
         Err(error) if error.code() == hal::StatusCode::DeadlineExceeded => {
             ffi::status(code::DEADLINE_EXCEEDED, error.message())
         }
-        // IREE's contract: a failed semaphore's wait is ABORTED; the cause is the query's.
-        Err(error) => ffi::status(code::ABORTED, error.message()),
+        // A failed semaphore's wait fails with the failure's code (IREE's side keeps the first
+        // failure; a device failure not carried over yet gives its own).
+        Err(error) => {
+            // SAFETY: the semaphore is live; the stored failure is only read.
+            let stored = unsafe { ffi::thal_iree_semaphore_failure(semaphore.base_ptr()) };
+            let failure_code = if stored.is_null() {
+                ffi::iree_code(error.code())
+            } else {
+                // SAFETY: a live status owned by the semaphore.
+                unsafe { ffi::thal_iree_status_code(stored) }
+            };
+            ffi::status(failure_code, error.message())
+        }
     })
 }
 

@@ -58,10 +58,31 @@ DriverProfile LocalTaskProfile() {
   return {"local-task", {"async_queue", "events", "file_io", "host_calls", "mapping", "indirect"}, {}, {}};
 }
 
-// Our cpu-sim device behind IREE's HAL (crate hal-iree). Our queues are asynchronous timelines, so it
-// claims everything local-task claims. Remove a tag, or add an entry below, only with the reason.
+// Our cpu-sim device behind IREE's HAL (crate hal-iree). Our queues are asynchronous timelines.
+// Not claimed: "events" and "file_io" (IREE events and HAL files are not bridged); FileTest is gated
+// on its tag, EventTest is not and is listed below. The rest is what hal-iree does not do yet (see hal-iree/README.md).
 DriverProfile ThalCpuSimProfile() {
-  return {"thal-cpu-sim", {"async_queue", "events", "file_io", "host_calls", "mapping", "indirect"}, {}, {}};
+  const char* no_queue_pools =
+      "query_queue_pool_backend is not bridged (queue_alloca allocates from the device allocator), "
+      "and this case needs a pool backend";
+  const char* no_profiling = "IREE's profiling sinks are not bridged (the HAL has its own profiling)";
+  const char* no_async_placement =
+      "queue_alloca hands out a device-allocator buffer at once: no asynchronous placement, and "
+      "use after queue_dealloca is not detected";
+  return {
+      "thal-cpu-sim",
+      {"async_queue", "host_calls", "mapping", "indirect"},
+      {},
+      {
+          {"QueueAllocaTest.Explicit*", no_queue_pools},
+          {"SemaphoreSubmissionTest.CrossQueueWaitBeforeSignal", no_queue_pools},
+          {"SemaphoreSubmissionTest.MultiQueueFanOutDifferentValuesBeforeSignal", no_queue_pools},
+          {"QueueAllocaTest.BufferMetadata", no_async_placement},
+          {"QueueAllocaTest.DeallocaReleasesMemory", no_async_placement},
+          {"*Profil*", no_profiling},
+          {"EventTest.*", "IREE events are not bridged: the HAL orders work with semaphores and barriers"},
+      },
+  };
 }
 
 }  // namespace

@@ -115,6 +115,8 @@ void thal_iree_status_consume(iree_status_t status, char* buffer, size_t capacit
 }
 
 
+iree_status_t thal_iree_status_clone(iree_status_t status) { return iree_status_clone(status); }
+
 iree_allocator_t thal_iree_system_allocator(void) { return iree_allocator_system(); }
 
 #include "iree/base/internal/arena.h"
@@ -132,4 +134,9 @@ void thal_iree_block_pool_destroy(iree_arena_block_pool_t* pool, iree_allocator_
   if (!pool) return;
   iree_arena_block_pool_deinitialize(pool);
   iree_allocator_free(host_allocator, pool);
+}
+
+// The failure an async semaphore holds (owned by it), or NULL.
+iree_status_t thal_iree_semaphore_failure(iree_async_semaphore_t* semaphore) {
+  return (iree_status_t)iree_atomic_load(&semaphore->failure_status, iree_memory_order_acquire);
 }

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# IREE's HAL conformance suite (hal-iree/cts) on a fresh Debian 12 machine, as root (or with sudo):
-# installs what is missing, then runs the suite. Safe to run again: it installs only what is absent.
-# Needs a Rust toolchain (cargo) already; arguments go to `cargo test` (e.g. `-- --gtest_filter=*Fill*`).
+# The hal-iree workspace (IREE's runtime on our drivers, and IREE's HAL conformance suite) on a fresh
+# Debian 12 machine, as root (or with sudo): installs what is missing, then checks formatting and
+# lints and runs every test. Safe to run again: it installs only what is absent. Needs a Rust
+# toolchain (cargo) already.
 # Environment: IREE_CTS_VENV (where CMake goes; default /opt/iree-cts-venv), and the IREE_CTS_* run
 # settings of README.md.
 set -euo pipefail
 
-cts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 venv=${IREE_CTS_VENV:-/opt/iree-cts-venv}
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
@@ -32,5 +33,9 @@ if ! "$venv/bin/cmake" --version >/dev/null 2>&1; then
 fi
 export PATH="$venv/bin:$PATH"
 
-cd "$cts_dir/.."
-CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only cargo test -p timeline-hal-iree-cts "$@"
+cd "$here"
+export CARGO_INCREMENTAL=0 CARGO_PROFILE_DEV_DEBUG=line-tables-only
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+# One build of IREE's runtime serves both packages (same features, one target directory).
+cargo test --workspace --locked
