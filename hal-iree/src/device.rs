@@ -287,9 +287,11 @@ unsafe extern "C" fn create_event(
     _device: *mut sys::iree_hal_device_t,
     _affinity: sys::iree_hal_queue_affinity_t,
     _flags: sys::iree_hal_event_flags_t,
-    _out: *mut *mut sys::iree_hal_event_t,
+    out: *mut *mut sys::iree_hal_event_t,
 ) -> iree_status_t {
-    executable::unsupported("timeline-hal devices have no IREE events (order with semaphores and barriers)")
+    // SAFETY: writable, per IREE's contract.
+    unsafe { *out = crate::event::create() };
+    ffi::ok()
 }
 
 unsafe extern "C" fn create_executable_cache(
@@ -772,7 +774,10 @@ unsafe extern "C" fn profiling_begin(
     _device: *mut sys::iree_hal_device_t,
     _options: *const sys::iree_hal_device_profiling_options_t,
 ) -> iree_status_t {
-    ffi::ok()
+    // Accepting and recording nothing would hand IREE's profiling sinks an empty profile.
+    executable::unsupported(
+        "IREE's profiling is not bridged (the HAL's own profiler records dispatches: Device::begin_profiling)",
+    )
 }
 
 unsafe extern "C" fn profiling_flush(_device: *mut sys::iree_hal_device_t) -> iree_status_t {

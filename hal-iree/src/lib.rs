@@ -25,6 +25,7 @@
 mod buffer_import;
 mod device;
 mod driver;
+mod event;
 mod executable;
 mod ffi;
 pub mod npy;

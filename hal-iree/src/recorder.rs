@@ -12,7 +12,7 @@ use hal::{BufferBinding, CommandBuffer, FillPattern};
 use crate::buffer_import;
 use crate::device::Device;
 use crate::executable::{self, EXTRA_CONSTANTS};
-use crate::ffi::{self, code, iree_status_t, sys};
+use crate::ffi::{self, iree_status_t, sys};
 
 /// An IREE command buffer recording into `hal`.
 #[repr(C)]
@@ -128,21 +128,21 @@ unsafe extern "C" fn signal_event(
     _event: *mut sys::iree_hal_event_t,
     _stage: sys::iree_hal_execution_stage_t,
 ) -> iree_status_t {
-    ffi::status(code::UNIMPLEMENTED, "timeline-hal devices have no IREE events (order with barriers)")
+    // The HAL queue keeps the order a later `wait_events` needs (see `event.rs`).
+    ffi::ok()
 }
 
 unsafe extern "C" fn reset_event(
-    base: *mut sys::iree_hal_command_buffer_t,
-    event: *mut sys::iree_hal_event_t,
-    stage: sys::iree_hal_execution_stage_t,
+    _base: *mut sys::iree_hal_command_buffer_t,
+    _event: *mut sys::iree_hal_event_t,
+    _stage: sys::iree_hal_execution_stage_t,
 ) -> iree_status_t {
-    // SAFETY: same arguments, same answer.
-    unsafe { signal_event(base, event, stage) }
+    ffi::ok()
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn wait_events(
-    _base: *mut sys::iree_hal_command_buffer_t,
+    base: *mut sys::iree_hal_command_buffer_t,
     _event_count: usize,
     _events: *mut *const sys::iree_hal_event_t,
     _source: sys::iree_hal_execution_stage_t,
@@ -152,7 +152,9 @@ unsafe extern "C" fn wait_events(
     _buffer_barrier_count: usize,
     _buffer_barriers: *const sys::iree_hal_buffer_barrier_t,
 ) -> iree_status_t {
-    ffi::status(code::UNIMPLEMENTED, "timeline-hal devices have no IREE events (order with barriers)")
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("wait_events", || recorder.hal.barrier())
 }
 
 unsafe extern "C" fn advise_buffer(

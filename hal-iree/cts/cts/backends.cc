@@ -59,8 +59,7 @@ DriverProfile LocalTaskProfile() {
 }
 
 // Our cpu-sim device behind IREE's HAL (crate hal-iree). Our queues are asynchronous timelines.
-// Not claimed: "events" and "file_io" (IREE events and HAL files are not bridged); FileTest is gated
-// on its tag, EventTest is not and is listed below. The rest is what hal-iree does not do yet (see hal-iree/README.md).
+// Not claimed: "file_io" (HAL files are not bridged), so FileTest is not instantiated. The rest is what hal-iree does not do yet (see hal-iree/README.md).
 DriverProfile ThalCpuSimProfile() {
   const char* no_queue_pools =
       "query_queue_pool_backend is not bridged (queue_alloca allocates from the device allocator), "
@@ -71,7 +70,7 @@ DriverProfile ThalCpuSimProfile() {
       "use after queue_dealloca is not detected";
   return {
       "thal-cpu-sim",
-      {"async_queue", "host_calls", "mapping", "indirect"},
+      {"async_queue", "events", "host_calls", "mapping", "indirect"},
       {},
       {
           {"QueueAllocaTest.Explicit*", no_queue_pools},
@@ -80,7 +79,6 @@ DriverProfile ThalCpuSimProfile() {
           {"QueueAllocaTest.BufferMetadata", no_async_placement},
           {"QueueAllocaTest.DeallocaReleasesMemory", no_async_placement},
           {"*Profil*", no_profiling},
-          {"EventTest.*", "IREE events are not bridged: the HAL orders work with semaphores and barriers"},
       },
   };
 }
