@@ -111,22 +111,21 @@ unsafe fn cast<'a>(device: *mut sys::iree_hal_device_t) -> &'a Device {
 
 unsafe extern "C" fn destroy(device: *mut sys::iree_hal_device_t) {
     // SAFETY: IREE calls this once, with the last reference to a device `create` boxed.
-    let device = unsafe { Box::from_raw(device.cast::<Device>()) };
-    // Work in flight finishes before the IREE objects it touches go.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        for index in 0..device.hal.queue_count() {
-            if let Ok(queue) = device.hal.queue(index) {
-                let _ = queue.flush();
-            }
-        }
+    let device = *unsafe { Box::from_raw(device.cast::<Device>()) };
+    let Device { hal, loaded, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
+    // The HAL side goes first: dropping the device's handle (and the executables made for IREE's)
+    // drains its streams, so work in flight is done before the IREE objects it may touch go.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        drop(loaded);
+        drop(hal);
     }));
     // SAFETY: the device held one reference to each; none is used after this.
     unsafe {
-        if !device.device_allocator.is_null() {
-            sys::iree_hal_allocator_release(device.device_allocator);
+        if !device_allocator.is_null() {
+            sys::iree_hal_allocator_release(device_allocator);
         }
-        ffi::thal_iree_block_pool_destroy(device.block_pool, device.host_allocator);
-        sys::iree_async_proactor_pool_release(device.proactor_pool);
+        ffi::thal_iree_block_pool_destroy(block_pool, host_allocator);
+        sys::iree_async_proactor_pool_release(proactor_pool);
     }
 }
 
