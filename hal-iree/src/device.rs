@@ -255,7 +255,7 @@ unsafe extern "C" fn create_channel(
     _params: sys::iree_hal_channel_params_t,
     _out: *mut *mut sys::iree_hal_channel_t,
 ) -> iree_status_t {
-    executable::unsupported("IREE channels are not bridged yet (the HAL's own channels serve its collectives)")
+    ffi::unimplemented("IREE channels are not bridged yet (the HAL's own channels serve its collectives)")
 }
 
 unsafe extern "C" fn create_command_buffer(
@@ -300,14 +300,8 @@ unsafe extern "C" fn create_executable_cache(
 ) -> iree_status_t {
     // SAFETY: IREE passes a live device of ours and a writable output.
     let device = unsafe { cast(device) };
-    match executable::create_cache(device.host_allocator) {
-        Ok(cache) => {
-            // SAFETY: writable, per IREE's contract.
-            unsafe { *out = cache };
-            ffi::ok()
-        }
-        Err(error) => ffi::from_error(&error),
-    }
+    // SAFETY: writable, per IREE's contract.
+    unsafe { ffi::write_out(out, executable::create_cache(device.host_allocator)) }
 }
 
 unsafe extern "C" fn import_file(
@@ -318,7 +312,7 @@ unsafe extern "C" fn import_file(
     _flags: sys::iree_hal_external_file_flags_t,
     _out: *mut *mut sys::iree_hal_file_t,
 ) -> iree_status_t {
-    executable::unsupported("file import is not bridged yet")
+    ffi::unimplemented("file import is not bridged yet")
 }
 
 unsafe extern "C" fn create_semaphore(
@@ -331,14 +325,10 @@ unsafe extern "C" fn create_semaphore(
     // SAFETY: IREE passes a live device of ours and a writable output.
     let device = unsafe { cast(device) };
     ffi::guarded("create_semaphore", || {
-        match device.hal.create_semaphore(initial).and_then(|hal| semaphore::create(device.proactor, initial, hal)) {
-            Ok(semaphore) => {
-                // SAFETY: writable, per IREE's contract.
-                unsafe { *out = semaphore };
-                ffi::ok()
-            }
-            Err(error) => ffi::from_error(&error),
-        }
+        let created =
+            device.hal.create_semaphore(initial).and_then(|hal| semaphore::create(device.proactor, initial, hal));
+        // SAFETY: writable, per IREE's contract.
+        unsafe { ffi::write_out(out, created) }
     })
 }
 
@@ -358,7 +348,7 @@ unsafe extern "C" fn query_queue_pool_backend(
     _affinity: sys::iree_hal_queue_affinity_t,
     _out: *mut sys::iree_hal_queue_pool_backend_t,
 ) -> iree_status_t {
-    executable::unsupported("queue pools are not bridged (queue_alloca allocates from the device allocator)")
+    ffi::unimplemented("queue pools are not bridged (queue_alloca allocates from the device allocator)")
 }
 
 /// A semaphore list as HAL (semaphore, value) pairs; another driver's semaphore is refused.
@@ -554,7 +544,7 @@ unsafe extern "C" fn queue_read(
     _length: sys::iree_device_size_t,
     _flags: sys::iree_hal_read_flags_t,
 ) -> iree_status_t {
-    executable::unsupported("queue_read (files) is not bridged yet")
+    ffi::unimplemented("queue_read (files) is not bridged yet")
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -570,7 +560,7 @@ unsafe extern "C" fn queue_write(
     _length: sys::iree_device_size_t,
     _flags: sys::iree_hal_write_flags_t,
 ) -> iree_status_t {
-    executable::unsupported("queue_write (files) is not bridged yet")
+    ffi::unimplemented("queue_write (files) is not bridged yet")
 }
 
 unsafe extern "C" fn queue_host_call(
@@ -774,7 +764,7 @@ unsafe extern "C" fn profiling_begin(
     _options: *const sys::iree_hal_device_profiling_options_t,
 ) -> iree_status_t {
     // Accepting and recording nothing would hand IREE's profiling sinks an empty profile.
-    executable::unsupported(
+    ffi::unimplemented(
         "IREE's profiling is not bridged (the HAL's own profiler records dispatches: Device::begin_profiling)",
     )
 }
@@ -791,11 +781,11 @@ unsafe extern "C" fn external_capture_begin(
     _device: *mut sys::iree_hal_device_t,
     _options: *const sys::iree_hal_device_external_capture_options_t,
 ) -> iree_status_t {
-    executable::unsupported("external capture tools are not supported")
+    ffi::unimplemented("external capture tools are not supported")
 }
 
 unsafe extern "C" fn external_capture_end(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
-    executable::unsupported("external capture tools are not supported")
+    ffi::unimplemented("external capture tools are not supported")
 }
 
 static VTABLE: sys::iree_hal_device_vtable_t = sys::iree_hal_device_vtable_t {

@@ -193,14 +193,8 @@ unsafe fn open(
             // SAFETY: the caller's contract.
             unsafe { device::create(&identifier, offered.iree_kind, hal, create_params, host_allocator) }
         });
-        match opened {
-            Ok(device) => {
-                // SAFETY: the caller's contract.
-                unsafe { *out = device };
-                ffi::ok()
-            }
-            Err(error) => ffi::from_error(&error),
-        }
+        // SAFETY: the caller's contract.
+        unsafe { ffi::write_out(out, opened) }
     })
 }
 

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use hal::{EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeInvocation, NativeKernel};
 
-use crate::ffi::{self, code, iree_status_t, sys};
+use crate::ffi::{self, iree_status_t, sys};
 
 /// Constants a HAL dispatch adds after the export's: workgroup size x, y, z and dynamic local memory.
 pub(crate) const EXTRA_CONSTANTS: u32 = 4;
@@ -106,11 +106,15 @@ impl Drop for Retained {
     }
 }
 
+/// A HAL executable made for an IREE executable, and the ABI of its exports (shared: every
+/// dispatch looks it up).
+pub(crate) type LoadedExecutable = (hal::Executable, Arc<[ffi::ExportInfo]>);
+
 /// The HAL executables made for IREE executables, one per IREE executable, kept for the device's
 /// life (each holds a reference to its IREE executable).
 #[derive(Default)]
 pub(crate) struct Loaded {
-    by_executable: Mutex<HashMap<usize, (hal::Executable, Vec<ffi::ExportInfo>)>>,
+    by_executable: Mutex<HashMap<usize, LoadedExecutable>>,
 }
 
 impl Loaded {
@@ -122,7 +126,7 @@ impl Loaded {
         &self,
         device: &hal::Device,
         executable: *mut sys::iree_hal_executable_t,
-    ) -> Result<(hal::Executable, Vec<ffi::ExportInfo>), hal::Error> {
+    ) -> Result<LoadedExecutable, hal::Error> {
         let mut map =
             self.by_executable.lock().map_err(|_| hal::Error::internal("the executable map's lock is poisoned"))?;
         if let Some(found) = map.get(&(executable as usize)) {
@@ -150,6 +154,7 @@ impl Loaded {
             infos.push(info);
         }
         let loaded = device.load_executable(&ExecutableSource::Native(entries))?;
+        let infos: Arc<[ffi::ExportInfo]> = infos.into();
         map.insert(executable as usize, (loaded.clone(), infos.clone()));
         Ok((loaded, infos))
     }
@@ -190,9 +195,4 @@ fn export_kernel(executable: Arc<Retained>, ordinal: u32, info: ffi::ExportInfo)
         let status = unsafe { ffi::thal_iree_run_workgroup(executable.0, ordinal, &workgroup) };
         ffi::into_result(status).map_err(|e| format!("IREE export {ordinal}: {}", e.message()))
     })
-}
-
-/// A status for an unsupported dispatch feature.
-pub(crate) fn unsupported(what: &str) -> iree_status_t {
-    ffi::status(code::UNIMPLEMENTED, what)
 }

@@ -179,6 +179,26 @@ pub(crate) fn from_result(result: Result<(), hal::Error>) -> iree_status_t {
     }
 }
 
+/// Writes `result`'s value to `out` and gives the OK status, or gives the error's status.
+///
+/// # Safety
+/// `out` is writable (IREE's output parameters are).
+pub(crate) unsafe fn write_out<T>(out: *mut T, result: Result<T, hal::Error>) -> iree_status_t {
+    match result {
+        Ok(value) => {
+            // SAFETY: the caller's contract.
+            unsafe { out.write(value) };
+            ok()
+        }
+        Err(error) => from_error(&error),
+    }
+}
+
+/// An `UNIMPLEMENTED` status saying what is not bridged.
+pub(crate) fn unimplemented(what: &str) -> iree_status_t {
+    status(code::UNIMPLEMENTED, what)
+}
+
 /// An IREE string view of `text` (borrowed: valid while `text` is).
 pub(crate) fn view(text: &str) -> sys::iree_string_view_t {
     sys::iree_string_view_t { data: text.as_ptr().cast(), size: text.len() }

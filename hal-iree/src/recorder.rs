@@ -11,7 +11,7 @@ use hal::{BufferBinding, CommandBuffer, FillPattern};
 
 use crate::buffer_import;
 use crate::device::Device;
-use crate::executable::{self, EXTRA_CONSTANTS};
+use crate::executable::EXTRA_CONSTANTS;
 use crate::ffi::{self, iree_status_t, sys};
 
 /// An IREE command buffer recording into `hal`.
@@ -57,7 +57,7 @@ static VTABLE: sys::iree_hal_command_buffer_vtable_t = sys::iree_hal_command_buf
     end_debug_group: Some(end_debug_group),
     execution_barrier: Some(execution_barrier),
     signal_event: Some(signal_event),
-    reset_event: Some(reset_event),
+    reset_event: Some(signal_event),
     wait_events: Some(wait_events),
     advise_buffer: Some(advise_buffer),
     flush_buffer: Some(flush_buffer),
@@ -128,15 +128,8 @@ unsafe extern "C" fn signal_event(
     _event: *mut sys::iree_hal_event_t,
     _stage: sys::iree_hal_execution_stage_t,
 ) -> iree_status_t {
-    // The HAL queue keeps the order a later `wait_events` needs (see `event.rs`).
-    ffi::ok()
-}
-
-unsafe extern "C" fn reset_event(
-    _base: *mut sys::iree_hal_command_buffer_t,
-    _event: *mut sys::iree_hal_event_t,
-    _stage: sys::iree_hal_execution_stage_t,
-) -> iree_status_t {
+    // Also `reset_event`: the HAL queue keeps the order a later `wait_events` needs (see
+    // `event.rs`), so neither records anything.
     ffi::ok()
 }
 
@@ -281,7 +274,7 @@ unsafe extern "C" fn collective(
     _recv: sys::iree_hal_buffer_ref_t,
     _count: sys::iree_device_size_t,
 ) -> iree_status_t {
-    executable::unsupported("collectives through IREE are not bridged yet (the HAL has its own channels)")
+    ffi::unimplemented("collectives through IREE are not bridged yet (the HAL has its own channels)")
 }
 
 unsafe extern "C" fn dispatch(
@@ -301,7 +294,7 @@ unsafe extern "C" fn dispatch(
         | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_ALLOW_INLINE_EXECUTION)
         | u64::from(sys::iree_hal_dispatch_flag_bits_t_IREE_HAL_DISPATCH_FLAG_BORROW_RESOURCE_LIFETIMES);
     if flags & !understood != 0 {
-        return executable::unsupported(&format!(
+        return ffi::unimplemented(&format!(
             "dispatch flags {flags:#x} (custom dispatch arguments are not bridged yet)"
         ));
     }
