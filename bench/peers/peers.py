@@ -35,7 +35,9 @@ REASON" and the others still run.
 `devpeers/` (no GPU needed); `bench/peers/run.sh` runs this script on the GPU machine.
 """
 import argparse
+import multiprocessing
 import os
+import queue
 import statistics
 import subprocess
 import sys
@@ -175,6 +177,40 @@ def iree_rows(vmfb, wheel, ordinal, driver="cuda", row="iree_calls", count=256):
     return f"iree.runtime {getattr(version, 'VERSION', '?')} ({driver})", rows
 
 
+def isolated(fn, timeout):
+    """Runs one peer in a child process of its own: ("ok", label, rows), or ("error", reason) for a
+    peer that raised, died or gave no answer within `timeout` seconds (it is killed), so one runtime
+    that hangs or crashes costs its own rows only. The parent never touches a GPU, so each child
+    (forked) starts its runtime fresh."""
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+
+    def child():
+        try:
+            label, found = fn()
+            answers.put(("ok", label, found))
+        except BaseException as error:  # reported, not fatal
+            answers.put(("error", f"{type(error).__name__}: {error}".strip()))
+
+    process = context.Process(target=child)
+    process.start()
+    deadline = time.monotonic() + timeout
+    outcome = None
+    while outcome is None:
+        try:
+            outcome = answers.get(timeout=1)
+        except queue.Empty:
+            if process.exitcode is not None:
+                outcome = ("error", f"the peer's process died without an answer (exit status {process.exitcode})")
+            elif time.monotonic() > deadline:
+                outcome = ("error", f"no answer in {timeout:.0f} s (its process was killed)")
+    process.join(5)
+    if process.is_alive():
+        process.kill()
+        process.join()
+    return outcome
+
+
 def table(title, columns, rows, skipped):
     """One table: the HAL column (`columns[0]`) and each peer with its ratio HAL / peer; a peer with
     no row reads "not run" (its reason is printed under the table)."""
@@ -207,6 +243,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="3 trials of a tenth of the calls (smoke runs, lavapipe)")
     parser.add_argument("--ordinal", type=int, default=0, help="the GPU (CUDA ordinal)")
     parser.add_argument("--vulkan-ordinal", type=int, help="the GPU in the Vulkan loader's order (--ordinal)")
+    parser.add_argument("--peer-timeout", type=float, default=120,
+                        help="seconds each peer (one child process) may take before it is killed and reported not run")
     args = parser.parse_args()
     if args.quick:
         PLAN.update(trials=3, scale=10)
@@ -235,17 +273,18 @@ def main():
     ]
     for name, keys, reason, fn in runs:
         if reason is None:
-            try:
-                label, found = fn()
+            started = time.perf_counter()
+            outcome = isolated(fn, args.peer_timeout)
+            if outcome[0] == "ok":
+                _, label, found = outcome
                 rows.update(found)
                 peers.append(label)
-                print(f"{name}: {label}")
+                print(f"{name}: {label} ({time.perf_counter() - started:.1f} s)", flush=True)
                 continue
-            except Exception as error:  # a peer that cannot run is reported, not fatal
-                reason = f"{type(error).__name__}: {error}".strip()
+            reason = outcome[1]
         for key in keys:
             skipped[key] = reason
-        print(f"{name}: not run: {reason}")
+        print(f"{name}: not run: {reason}", flush=True)
     print("peers: " + ", ".join(peers))
     print()
     plan = f"median of {PLAN['trials']}; ratio = HAL / peer"

@@ -7,6 +7,13 @@
 //! the indices not yet started are skipped. Several stream workers may call `run` at once: jobs
 //! queue up and the pool threads serve the oldest first, while each caller works on its own.
 //! No thread is spawned per dispatch; the threads are joined when the pool drops.
+//!
+//! The pool has one runner slot per core (its threads plus one caller). Dispatches running at once
+//! (their callers) and pool threads helping share those slots: a pool thread helps only into a free
+//! slot, and stands back between chunks when a new dispatch takes its slot, so the runners never
+//! outnumber the cores by more than the callers beyond the first. Two queues dispatching side by side on
+//! 16 cores therefore get 16 runners between them (before, any second dispatch sent every pool
+//! thread back, and the two ran on one core each).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,8 +63,12 @@ pub struct WorkgroupPool {
 }
 
 struct PoolShared {
-    /// Dispatches running now (on the pool or inline): a second one runs on its own stream thread.
+    /// Dispatches running now (on the pool or inline), each on its caller's thread.
     running: AtomicU64,
+    /// Pool threads working on a job now.
+    helping: AtomicU64,
+    /// Runner slots: the pool's threads plus one (the cores it was sized for).
+    slots: u64,
     state: Mutex<PoolState>,
     /// Signalled when a job is queued or the pool shuts down.
     work: Condvar,
@@ -90,6 +101,8 @@ impl WorkgroupPool {
     pub fn with_threads(threads: usize) -> hal::Result<Self> {
         let shared = Arc::new(PoolShared {
             running: AtomicU64::new(0),
+            helping: AtomicU64::new(0),
+            slots: threads as u64 + 1,
             state: Mutex::new(PoolState { jobs: VecDeque::new(), shutdown: false }),
             work: Condvar::new(),
             calls_for_help: AtomicU64::new(0),
@@ -109,26 +122,24 @@ impl WorkgroupPool {
         Ok(pool)
     }
 
-    /// Runs `task(0..total)` on the pool with the caller ([`run`](Self::run)) when no other
-    /// dispatch is running, and on the caller alone ([`run_inline`](Self::run_inline)) when one
-    /// is: queues that run dispatches side by side already fill the cores, and each keeps its
-    /// dispatch's data on its own thread instead of adding runners the cores cannot hold (a runner
-    /// preempted mid-dispatch stalls that dispatch for a time slice).
+    /// Runs `task(0..total)` on the pool with the caller ([`run`](Self::run)) while the dispatches
+    /// running at once leave runner slots free, and on the caller alone
+    /// ([`run_inline`](Self::run_inline)) when they fill the slots: queues that run dispatches side
+    /// by side then already fill the cores, and each keeps its dispatch's data on its own thread
+    /// instead of adding runners the cores cannot hold (a runner preempted mid-dispatch stalls that
+    /// dispatch for a time slice).
     pub fn run_shared<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
     where
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
     {
         let others = self.shared.running.fetch_add(1, Ordering::AcqRel);
-        if others == 0 {
-            let result = self.run(total, task);
-            self.shared.running.fetch_sub(1, Ordering::AcqRel);
-            return result;
-        }
-        let result = Self::run_inline(total, task);
-        if self.shared.running.fetch_sub(1, Ordering::AcqRel) == 2 {
-            // The pool stood back while this ran beside a dispatch that called for help: let it
-            // help again (a dispatch that has not called for help yet does so itself).
+        let result = if others + 1 < self.shared.slots { self.run(total, task) } else { Self::run_inline(total, task) };
+        let left = self.shared.running.fetch_sub(1, Ordering::AcqRel) - 1;
+        if others > 0 && left + 1 < self.shared.slots {
+            // Pool threads may have stood back while this ran beside other dispatches: let them
+            // help those into the slot this one frees (a dispatch that has not called for help
+            // yet does so itself).
             let state = self.shared.state();
             if state.jobs.iter().any(|job| job.has_work()) {
                 self.shared.calls_for_help.fetch_add(1, Ordering::Relaxed);
@@ -191,12 +202,12 @@ impl WorkgroupPool {
         });
         let helpers = self.threads.len() as u64;
         // The caller starts alone and calls for help after its first chunk, if chunks are left and
-        // no other dispatch runs by then: when queues run dispatches side by side (each on its
-        // stream thread), the one that starts first would otherwise wake a pool thread that takes
-        // the core the next one is about to need, only to stand back a chunk later.
+        // slots are free by then: when queues run dispatches side by side (each on its stream
+        // thread), the one that starts first would otherwise wake pool threads that take the cores
+        // the next ones are about to need, only to stand back a chunk later.
         let called = std::cell::Cell::new(false);
         job.work_while(&|| {
-            if !called.get() && helpers > 0 && job.has_work() && self.shared.running.load(Ordering::Acquire) <= 1 {
+            if !called.get() && helpers > 0 && job.has_work() && self.shared.free_slots() > 0 {
                 called.set(true);
                 let chunks_left = (job.total - job.next.load(Ordering::Relaxed)).div_ceil(job.chunk);
                 self.shared.state().jobs.push_back(job.clone());
@@ -245,17 +256,43 @@ fn worker_loop(shared: &PoolShared) {
                 while state.jobs.front().is_some_and(|job| !job.has_work()) {
                     state.jobs.pop_front();
                 }
-                // While dispatches run side by side (see `run_shared`) their own threads fill the
-                // cores; the pool helps again when one is left.
+                // A pool thread helps only into a free runner slot (see the module docs); the
+                // dispatches' own threads fill the rest.
                 if let Some(job) = state.jobs.front()
-                    && shared.running.load(Ordering::Acquire) <= 1
+                    && shared.take_slot()
                 {
                     break job.clone();
                 }
                 state = wait(&shared.work, state);
             }
         };
-        job.work_while(&|| shared.running.load(Ordering::Relaxed) <= 1);
+        // Stand back between chunks once the runners outnumber the slots (a dispatch started).
+        job.work_while(&|| {
+            shared.running.load(Ordering::Relaxed) + shared.helping.load(Ordering::Relaxed) <= shared.slots
+        });
+        shared.helping.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl PoolShared {
+    /// Runner slots neither a running dispatch nor a helping pool thread holds.
+    fn free_slots(&self) -> u64 {
+        let taken = self.running.load(Ordering::Acquire) + self.helping.load(Ordering::Acquire);
+        self.slots.saturating_sub(taken)
+    }
+
+    /// Takes a free slot for a pool thread about to help; false when there is none.
+    fn take_slot(&self) -> bool {
+        let mut helping = self.helping.load(Ordering::Acquire);
+        loop {
+            if self.running.load(Ordering::Acquire) + helping >= self.slots {
+                return false;
+            }
+            match self.helping.compare_exchange_weak(helping, helping + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(now) => helping = now,
+            }
+        }
     }
 }
 
@@ -375,11 +412,12 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
-    /// A dispatch that starts while another runs on the pool runs on its caller's thread alone, and
-    /// every index still runs once; the pool helps the next lone dispatch again.
+    /// A dispatch that starts while others fill the runner slots (here 1 pool thread: 2 slots, one
+    /// dispatch running) runs on its caller's thread alone, and every index still runs once; the
+    /// pool helps the next lone dispatch again.
     #[test]
     fn a_dispatch_beside_another_runs_on_its_callers_thread() {
-        let pool = Arc::new(WorkgroupPool::with_threads(2).unwrap());
+        let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());
         let (started, running) = std::sync::mpsc::channel();
         let release = Arc::new(AtomicBool::new(false));
         let first = {
@@ -413,6 +451,34 @@ mod tests {
         assert_eq!(pool.shared.running.load(Ordering::Acquire), 0);
         // Alone again: the pool takes part.
         assert!(threads_running_slow_tasks(|task| pool.run_shared(32, task)) > 1, "a lone dispatch ran on one thread");
+    }
+
+    /// Two dispatches side by side on a pool with slots to spare (4 threads: 5 slots) both get pool
+    /// threads: the second is not left to its caller alone while the first runs.
+    #[test]
+    fn dispatches_side_by_side_share_the_free_slots() {
+        let pool = Arc::new(WorkgroupPool::with_threads(4).unwrap());
+        let (started, first_running) = std::sync::mpsc::channel();
+        let release = Arc::new(AtomicBool::new(false));
+        let first = {
+            let (pool, release) = (pool.clone(), release.clone());
+            std::thread::spawn(move || {
+                pool.run_shared(1, move |_| {
+                    let _ = started.send(());
+                    while !release.load(Ordering::Acquire) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Ok::<(), ()>(())
+                })
+            })
+        };
+        first_running.recv().unwrap();
+        let threads = threads_running_slow_tasks(|task| pool.run_shared(64, task));
+        release.store(true, Ordering::Release);
+        first.join().unwrap().unwrap();
+        assert!(threads > 2, "the second dispatch ran on {threads} threads with 3 slots free");
+        assert_eq!(pool.shared.helping.load(Ordering::Acquire), 0);
+        assert_eq!(pool.shared.running.load(Ordering::Acquire), 0);
     }
 
     /// A dispatch that another dispatch joins before the first finishes its first chunk never wakes
