@@ -43,6 +43,10 @@ pub enum MemoryKind {
     TransientHost,
     /// The embedder's host memory (`Device::import_host_memory`), registered and device-mapped.
     Imported,
+    /// The embedder's host memory that was already pinned and device-mapped when imported (memory
+    /// of a host-visible buffer of this HAL, or registered by the embedder): used through its
+    /// mapping, never registered or unregistered here.
+    ImportedPinned,
 }
 
 /// Where a transient buffer is in its life.
@@ -126,6 +130,15 @@ impl CudaMemory {
         let bound = context.bind()?;
         let (host, size) = (memory.ptr().as_ptr(), memory.length());
         let bytes = to_usize(size)?;
+        // Memory CUDA already maps (say, a range of a host-visible buffer, which an embedder that
+        // sub-allocates hands back per operation) cannot be registered again: CUDA refuses a second
+        // registration of a page. Its device address is used as it is.
+        if let Ok(address) = result::mem_host_get_device_pointer(&bound, host.cast()) {
+            let mut imported =
+                CudaMemory::with(context, counter, size, MemoryKind::ImportedPinned, address, host, address);
+            imported.release = Some(memory.into_release());
+            return Ok(imported);
+        }
         let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
         // SAFETY: the embedder lends `bytes` bytes at `host` until the release runs, which is after
         // the unregister (in `Drop`, or just below on failure).
@@ -219,7 +232,10 @@ impl CudaMemory {
 
     /// Whether it is host memory (pinned).
     pub fn is_host(&self) -> bool {
-        matches!(self.kind, MemoryKind::Host | MemoryKind::TransientHost | MemoryKind::Imported)
+        matches!(
+            self.kind,
+            MemoryKind::Host | MemoryKind::TransientHost | MemoryKind::Imported | MemoryKind::ImportedPinned
+        )
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -234,7 +250,7 @@ impl CudaMemory {
     pub(crate) fn commit_async(&self, bound: &Bound<'_>, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported) => {
+            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported | MemoryKind::ImportedPinned) => {
                 return Err(self.refuse("alloca", "of a buffer that is not transient"));
             }
             (State::Committed, _) => return Err(self.refuse("alloca", "a second time (the alloca already ran)")),
@@ -259,7 +275,7 @@ impl CudaMemory {
     pub fn release_async(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported) => {
+            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported | MemoryKind::ImportedPinned) => {
                 return Err(self.refuse("dealloca", "of a buffer that is not transient"));
             }
             (State::Uncommitted, _) => return Err(self.refuse("dealloca", "before its alloca")),
@@ -352,6 +368,8 @@ impl Drop for CudaMemory {
             MemoryKind::TransientDevice => Ok(()),
             // SAFETY: registered by `import`, unregistered once here; no queue work holds the buffer.
             MemoryKind::Imported => unsafe { result::mem_host_unregister(&bound, self.pinned.cast()) },
+            // Pinned by its owner, who unpins it (after the release below hands it back).
+            MemoryKind::ImportedPinned => Ok(()),
         };
         if let Err(e) = freed {
             tracing::debug!(%e, size = self.size, "freeing buffer memory failed");

@@ -552,3 +552,54 @@ fn teardown_cancels_held_work_and_semaphores_outlive_the_device() {
     drop(buf);
     drop(published);
 }
+
+/// Ranges of a host-visible buffer's pinned memory imported again (as an embedder that
+/// sub-allocates does per operation: the IREE bridge): CUDA refuses a second registration of a page,
+/// so the import uses the existing mapping. Two overlapping imports at once both work in place, and
+/// each release runs once, after its last use, while the buffer keeps its memory.
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn ranges_of_pinned_buffers_import_in_place() {
+    require_cuda!();
+    let device = device();
+    let q = device.queue(0).unwrap();
+    let whole = device.allocate_buffer(BufferParams::host_visible(), 4096).unwrap();
+    let base = {
+        let mut mapping = whole.map(0, 4096).unwrap();
+        // SAFETY: the mapping is this test's alone; the pointer is only used while `whole` lives
+        // (host-visible CUDA memory stays mapped for the buffer's life).
+        unsafe { mapping.as_mut_slice().as_mut_ptr() }
+    };
+    let releases = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let import = |offset: usize, bytes: u64| {
+        let counted = releases.clone();
+        let ptr = std::ptr::NonNull::new(base.wrapping_add(offset)).unwrap();
+        // SAFETY: the range lies inside `whole`, which outlives both imports.
+        unsafe {
+            device.import_host_memory(ptr, bytes, BufferParams::host_visible(), move || {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            })
+        }
+        .unwrap()
+    };
+    let first = import(0, 2048);
+    let second = import(1024, 2048);
+    let s = device.create_semaphore(0).unwrap();
+    q.fill(&[], &first, 0, 1024, 7u32, &[SV::new(&s, 1)]).unwrap();
+    q.fill(&[SV::new(&s, 1)], &second, 1024, 2048 - 1024, 9u32, &[SV::new(&s, 2)]).unwrap();
+    s.wait(2, Timeout::After(Duration::from_secs(10))).unwrap();
+    drop((first, second));
+    let words = whole.read_as::<u32>().unwrap();
+    assert!(words[..256].iter().all(|&w| w == 7), "the first import's fill");
+    assert!(words[256..512].iter().all(|&w| w == 0), "between the fills");
+    assert!(words[512..768].iter().all(|&w| w == 9), "the second import's fill");
+    assert!(words[768..].iter().all(|&w| w == 0), "past the second import");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while releases.load(std::sync::atomic::Ordering::SeqCst) < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(releases.load(std::sync::atomic::Ordering::SeqCst), 2, "each release once");
+}

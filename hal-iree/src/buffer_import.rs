@@ -1,9 +1,9 @@
 //! IREE buffers as HAL buffers.
 //!
-//! Buffers come from IREE's heap allocator (host memory). A queue operation on cpu-sim reaches one by
-//! importing the host memory of its allocation into the HAL device for the life of the operation;
-//! the import keeps a reference to the IREE buffer and its mapping, released when the HAL is done
-//! with it.
+//! Buffers come from IREE's heap allocator (host memory; on CUDA devices, blocks of the device's
+//! pinned pool). A queue operation reaches one by importing the host memory of its allocation into
+//! the HAL device for the life of the operation; the import keeps a reference to the IREE buffer and
+//! its mapping, released when the HAL is done with it.
 
 use std::ptr::NonNull;
 
@@ -35,13 +35,13 @@ impl Drop for Held {
     }
 }
 
-/// `length` bytes of `buffer` from `offset` (`u64::MAX`: to the end), imported into `device`.
-/// `None` for an empty range (nothing to touch).
+/// `length` bytes of `buffer` from `offset` (`u64::MAX`: to the end), imported into `device`'s HAL
+/// device. `None` for an empty range (nothing to touch).
 ///
 /// # Safety
 /// `buffer` is a live IREE buffer the caller holds for the call.
 pub(crate) unsafe fn import(
-    device: &hal::Device,
+    device: &crate::device::Device,
     buffer: *mut sys::iree_hal_buffer_t,
     offset: u64,
     length: u64,
@@ -93,10 +93,18 @@ pub(crate) unsafe fn import(
         return Err(hal::Error::internal("an IREE buffer mapped to a NULL address"));
     };
     let mapped = held.mapping.contents.data_length as u64;
+    // A CUDA device's buffers are blocks of its pinned pool: imported in place (see `pinned_pool`).
+    let held = match device.pinned() {
+        Some(pool) => match pool.import(device.hal(), ptr, mapped, held) {
+            Ok(imported) => return Ok(Some(Imported { buffer: imported?, offset: base_offset + offset, length })),
+            Err(held) => held,
+        },
+        None => held,
+    };
     // SAFETY: `ptr..ptr + mapped` is the allocation's host memory, valid until `held` (moved into
     // the release, run when the HAL lets go of the import) unmaps and releases it. Device work on
     // it is ordered by IREE's semaphores, as for any buffer IREE hands to a device.
     let imported =
-        unsafe { device.import_host_memory(ptr, mapped, hal::BufferParams::host_visible(), move || drop(held)) }?;
+        unsafe { device.hal().import_host_memory(ptr, mapped, hal::BufferParams::host_visible(), move || drop(held)) }?;
     Ok(Some(Imported { buffer: imported, offset: base_offset + offset, length }))
 }

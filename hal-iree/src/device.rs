@@ -2,12 +2,17 @@
 //! same waits and signals.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use hal::SemaphoreValue;
 
 use crate::executable::{self, Loaded};
 use crate::ffi::{self, code, iree_status_t, sys};
+use crate::pinned_pool::PinnedPool;
 use crate::{buffer_import, recorder, semaphore};
+
+/// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
+pub(crate) const CUDA_KIND: &str = "cuda";
 
 /// An IREE device of this driver.
 #[repr(C)]
@@ -23,6 +28,9 @@ pub(crate) struct Device {
     block_pool: *mut c_void,
     topology: sys::iree_hal_device_topology_info_t,
     loaded: Loaded,
+    /// A CUDA device's pinned pool, which IREE's heap allocator takes its memory from (`None` on
+    /// cpu-sim, whose heap buffers are plain host memory).
+    pinned: Option<Arc<PinnedPool>>,
     hal: hal::Device,
 }
 
@@ -33,6 +41,11 @@ impl Device {
 
     pub(crate) fn loaded(&self) -> &Loaded {
         &self.loaded
+    }
+
+    /// The pinned pool of a CUDA device.
+    pub(crate) fn pinned(&self) -> Option<&PinnedPool> {
+        self.pinned.as_deref()
     }
 
     pub(crate) fn device_allocator(&self) -> *mut sys::iree_hal_allocator_t {
@@ -67,8 +80,17 @@ pub(crate) unsafe fn create(
         block_pool: std::ptr::null_mut(),
         topology: sys::iree_hal_device_topology_info_t::default(),
         loaded: Loaded::default(),
+        pinned: None,
         hal,
     });
+    // A CUDA device's buffers are pinned host memory its kernels reach (see `pinned_pool`).
+    let data_allocator = if iree_kind == CUDA_KIND {
+        let (pool, allocator) = PinnedPool::create(device.hal.clone());
+        device.pinned = Some(pool);
+        allocator
+    } else {
+        host_allocator
+    };
     // SAFETY: fresh, writable fields; the pool is retained and given back in `destroy`.
     unsafe {
         ffi::thal_iree_resource_initialize((&raw const VTABLE).cast(), &mut device.resource);
@@ -81,7 +103,7 @@ pub(crate) unsafe fn create(
         ffi::into_result(sys::iree_async_proactor_pool_get(pool, 0, &mut (*device).proactor)).and_then(|()| {
             ffi::into_result(sys::iree_hal_allocator_create_heap(
                 ffi::view("thal"),
-                host_allocator,
+                data_allocator,
                 host_allocator,
                 &mut (*device).device_allocator,
             ))
@@ -112,10 +134,15 @@ unsafe fn cast<'a>(device: *mut sys::iree_hal_device_t) -> &'a Device {
 unsafe extern "C" fn destroy(device: *mut sys::iree_hal_device_t) {
     // SAFETY: IREE calls this once, with the last reference to a device `create` boxed.
     let device = *unsafe { Box::from_raw(device.cast::<Device>()) };
-    let Device { hal, loaded, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
+    let Device { hal, loaded, pinned, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
     // The HAL side goes first: dropping the device's handle (and the executables made for IREE's)
-    // drains its streams, so work in flight is done before the IREE objects it may touch go.
+    // drains its streams, so work in flight is done before the IREE objects it may touch go. The
+    // pinned pool lets go of its handle first (IREE's buffers may outlive the device; their blocks
+    // are freed when IREE frees them).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        if let Some(pool) = pinned {
+            pool.close();
+        }
         drop(loaded);
         drop(hal);
     }));
@@ -184,6 +211,9 @@ unsafe extern "C" fn query_i64(
             // SAFETY: pure string matching.
             names.iter().any(|name| unsafe { sys::iree_string_view_match_pattern(ffi::view(name), ffi::view(pattern)) })
                 as i64
+        }
+        ("hal.executable.format", format) if device.iree_kind == CUDA_KIND => {
+            (format == crate::cuda_executable::COMPILER_FORMAT) as i64
         }
         ("hal.executable.format", format) => {
             let format = format.to_owned();
@@ -301,7 +331,9 @@ unsafe extern "C" fn create_executable_cache(
     // SAFETY: IREE passes a live device of ours and a writable output.
     let device = unsafe { cast(device) };
     // SAFETY: writable, per IREE's contract.
-    unsafe { ffi::write_out(out, executable::create_cache(device.host_allocator)) }
+    let cuda = (device.iree_kind == CUDA_KIND).then(|| device.hal.clone());
+    // SAFETY: writable, per IREE's contract.
+    unsafe { ffi::write_out(out, executable::create_cache(device.host_allocator, cuda)) }
 }
 
 unsafe extern "C" fn import_file(
@@ -469,7 +501,7 @@ unsafe extern "C" fn queue_fill(
     unsafe {
         submit("queue_fill", device, affinity, &waits, &signals, |device, queue, w, s| {
             let pattern = recorder::fill_pattern(pattern, pattern_length)?;
-            match buffer_import::import(device.hal(), target, offset as u64, length as u64)? {
+            match buffer_import::import(device, target, offset as u64, length as u64)? {
                 Some(t) => queue.fill(w, &t.buffer, t.offset, t.length, pattern, s),
                 None => queue.barrier(w, s),
             }
@@ -494,7 +526,7 @@ unsafe extern "C" fn queue_update(
     // for the call (the HAL copies them before returning).
     unsafe {
         submit("queue_update", device, affinity, &waits, &signals, |device, queue, w, s| {
-            match buffer_import::import(device.hal(), target, offset as u64, length as u64)? {
+            match buffer_import::import(device, target, offset as u64, length as u64)? {
                 Some(t) => {
                     let data = std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), t.length as usize);
                     queue.update(w, &t.buffer, t.offset, data, s)
@@ -521,8 +553,8 @@ unsafe extern "C" fn queue_copy(
     // SAFETY: IREE's lists and live buffers.
     unsafe {
         submit("queue_copy", device, affinity, &waits, &signals, |device, queue, w, s| {
-            let from = buffer_import::import(device.hal(), source, source_offset as u64, length as u64)?;
-            let to = buffer_import::import(device.hal(), target, target_offset as u64, length as u64)?;
+            let from = buffer_import::import(device, source, source_offset as u64, length as u64)?;
+            let to = buffer_import::import(device, target, target_offset as u64, length as u64)?;
             match (from, to) {
                 (Some(f), Some(t)) => queue.copy(w, &f.buffer, f.offset, &t.buffer, t.offset, t.length, s),
                 _ => queue.barrier(w, s),

@@ -1,5 +1,5 @@
 //! The driver factory IREE's registry lists, and the drivers it makes: one per HAL driver offered
-//! (`thal-cpu-sim`).
+//! (`thal-cpu-sim`, `thal-cuda`).
 
 use std::sync::OnceLock;
 
@@ -15,12 +15,20 @@ struct Offered {
     iree_kind: &'static str,
 }
 
-const OFFERED: &[Offered] = &[Offered {
-    iree_name: crate::CPU_SIM_DRIVER,
-    full_name: "timeline-hal cpu-sim (host threads)",
-    hal_name: "cpu-sim",
-    iree_kind: "local",
-}];
+const OFFERED: &[Offered] = &[
+    Offered {
+        iree_name: crate::CPU_SIM_DRIVER,
+        full_name: "timeline-hal cpu-sim (host threads)",
+        hal_name: "cpu-sim",
+        iree_kind: "local",
+    },
+    Offered {
+        iree_name: crate::CUDA_DRIVER,
+        full_name: "timeline-hal CUDA (NVIDIA GPUs)",
+        hal_name: "cuda",
+        iree_kind: device::CUDA_KIND,
+    },
+];
 
 /// The HAL registry the drivers open devices from.
 fn registry() -> &'static hal::Registry {
@@ -28,8 +36,29 @@ fn registry() -> &'static hal::Registry {
     REGISTRY.get_or_init(|| {
         let mut registry = hal::Registry::new();
         driver_cpu_sim::register(&mut registry);
+        registry.register(std::sync::Arc::new(cuda_driver()));
         registry
     })
+}
+
+/// The CUDA driver with options for how IREE drives it, where the environment leaves them open:
+/// - IREE waits on its own async semaphores, which the HAL's completion thread advances when it
+///   sees a submission's event; no host waiter queries the event for IREE. The default completion
+///   (sleeping 10-100 us between queries, right where host waiters query their own events) would
+///   add that sleep to every IREE wait, so completion threads spin for up to 100 us, then block
+///   (`HAL_CUDA_COMPLETION` still picks any mode).
+/// - Every IREE execute replays into a fresh one-shot command buffer, so a CUDA graph would be
+///   instantiated for one launch: one-shot buffers launch directly.
+fn cuda_driver() -> driver_cuda::CudaDriver {
+    let Ok(mut options) = driver_cuda::CudaOptions::from_env() else {
+        // Carries the environment's error to every device request.
+        return driver_cuda::CudaDriver::from_env();
+    };
+    if std::env::var_os(driver_cuda::ENV_COMPLETION).is_none() {
+        options.completion_wait = driver_cuda::CompletionWait::SpinThenBlock(std::time::Duration::from_micros(100));
+    }
+    options.graph_min_commands = usize::MAX;
+    driver_cuda::CudaDriver::with_options(options)
 }
 
 /// The factory record IREE's registry keeps a pointer to.

@@ -1,9 +1,10 @@
 //! Executables: IREE's CPU executables (its embedded-ELF format), loaded by IREE's own loader and
-//! run one workgroup at a time by cpu-sim's workgroup runners.
+//! run one workgroup at a time by cpu-sim's workgroup runners; on CUDA devices, IREE's CUDA
+//! executables (see `cuda_executable`).
 //!
-//! IREE passes a dispatch's workgroup size per dispatch, where a HAL entry point declares one; the
-//! HAL dispatch carries it (and the dynamic workgroup-local memory) as four constants after the
-//! export's own, which the kernel reads back.
+//! IREE passes a dispatch's workgroup size per dispatch, where a HAL entry point declares one; for
+//! CPU executables the HAL dispatch carries it (and the dynamic workgroup-local memory) as four
+//! constants after the export's own, which the kernel reads back.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -11,16 +12,19 @@ use std::sync::{Arc, Mutex};
 
 use hal::{EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeInvocation, NativeKernel};
 
-use crate::ffi::{self, iree_status_t, sys};
+use crate::ffi::{self, code, iree_status_t, sys};
 
 /// Constants a HAL dispatch adds after the export's: workgroup size x, y, z and dynamic local memory.
 pub(crate) const EXTRA_CONSTANTS: u32 = 4;
 
-/// IREE's executable cache for this driver: a loader, and the format it loads.
+/// IREE's executable cache for this driver: IREE's embedded-ELF loader (CPU devices), or the CUDA
+/// device its CUDA executables load on.
 #[repr(C)]
 pub(crate) struct Cache {
     resource: sys::iree_hal_resource_t,
+    /// NULL for a CUDA device's cache.
     loader: *mut sys::iree_hal_executable_loader_t,
+    cuda: Option<hal::Device>,
 }
 
 static CACHE_VTABLE: sys::iree_hal_executable_cache_vtable_t = sys::iree_hal_executable_cache_vtable_t {
@@ -30,16 +34,20 @@ static CACHE_VTABLE: sys::iree_hal_executable_cache_vtable_t = sys::iree_hal_exe
     prepare_executable: Some(cache_prepare),
 };
 
-/// An executable cache whose executables IREE's embedded-ELF loader makes.
+/// An executable cache whose executables IREE's embedded-ELF loader makes (`cuda`: `None`), or
+/// that loads IREE's CUDA executables on `cuda`.
 pub(crate) fn create_cache(
     host_allocator: sys::iree_allocator_t,
+    cuda: Option<hal::Device>,
 ) -> Result<*mut sys::iree_hal_executable_cache_t, hal::Error> {
     let mut loader = std::ptr::null_mut();
-    // SAFETY: `loader` is writable; no plugins are offered.
-    ffi::into_result(unsafe {
-        sys::iree_hal_embedded_elf_loader_create(std::ptr::null_mut(), host_allocator, &mut loader)
-    })?;
-    let cache = Box::into_raw(Box::new(Cache { resource: sys::iree_hal_resource_t::default(), loader }));
+    if cuda.is_none() {
+        // SAFETY: `loader` is writable; no plugins are offered.
+        ffi::into_result(unsafe {
+            sys::iree_hal_embedded_elf_loader_create(std::ptr::null_mut(), host_allocator, &mut loader)
+        })?;
+    }
+    let cache = Box::into_raw(Box::new(Cache { resource: sys::iree_hal_resource_t::default(), loader, cuda }));
     // SAFETY: `cache` is a fresh allocation; this sets its reference count and vtable.
     unsafe { ffi::thal_iree_resource_initialize((&raw const CACHE_VTABLE).cast(), &raw mut (*cache).resource) };
     Ok(cache.cast())
@@ -48,8 +56,10 @@ pub(crate) fn create_cache(
 unsafe extern "C" fn cache_destroy(cache: *mut sys::iree_hal_executable_cache_t) {
     // SAFETY: IREE calls this once with the last reference to a cache `create_cache` made.
     let cache = unsafe { Box::from_raw(cache.cast::<Cache>()) };
-    // SAFETY: the cache held the loader's only reference.
-    unsafe { sys::iree_hal_executable_loader_release(cache.loader) };
+    if !cache.loader.is_null() {
+        // SAFETY: the cache held the loader's only reference.
+        unsafe { sys::iree_hal_executable_loader_release(cache.loader) };
+    }
 }
 
 unsafe extern "C" fn cache_infer_format(
@@ -60,10 +70,42 @@ unsafe extern "C" fn cache_infer_format(
     format: *mut std::ffi::c_char,
     inferred_size: *mut usize,
 ) -> iree_status_t {
-    // SAFETY: IREE passes a live cache of ours; the loader answers for its own format.
-    unsafe {
-        let cache = &*cache.cast::<Cache>();
-        sys::iree_hal_executable_loader_infer_format(cache.loader, caching_mode, data, capacity, format, inferred_size)
+    // SAFETY: IREE passes a live cache of ours.
+    let cache = unsafe { &*cache.cast::<Cache>() };
+    if cache.cuda.is_none() {
+        // SAFETY: IREE's arguments; the loader answers for its own format.
+        return unsafe {
+            sys::iree_hal_executable_loader_infer_format(
+                cache.loader,
+                caching_mode,
+                data,
+                capacity,
+                format,
+                inferred_size,
+            )
+        };
+    }
+    // SAFETY: IREE passes `data_length` readable bytes (0: unknown, then the header is read alone).
+    let bytes = unsafe {
+        let length = if data.data_length == 0 { 64 } else { data.data_length };
+        std::slice::from_raw_parts(data.data, length)
+    };
+    match crate::cuda_executable::inferred_size(bytes) {
+        Ok(Some(size)) => {
+            let name = crate::cuda_executable::FORMAT.as_bytes();
+            if name.len() >= capacity {
+                return ffi::status(code::OUT_OF_RANGE, "the executable format buffer is too small");
+            }
+            // SAFETY: `format` holds `capacity` bytes; `inferred_size` is writable.
+            unsafe {
+                std::ptr::copy_nonoverlapping(name.as_ptr(), format.cast::<u8>(), name.len());
+                *format.add(name.len()) = 0;
+                *inferred_size = size;
+            }
+            ffi::ok()
+        }
+        Ok(None) => ffi::status(code::INCOMPATIBLE, "not an IREE CUDA executable (no CDA1 identifier)"),
+        Err(error) => ffi::from_result(Err(error)),
     }
 }
 
@@ -73,10 +115,13 @@ unsafe extern "C" fn cache_can_prepare(
     format: sys::iree_string_view_t,
 ) -> bool {
     // SAFETY: IREE passes a live cache of ours.
-    unsafe {
-        let cache = &*cache.cast::<Cache>();
-        sys::iree_hal_executable_loader_query_support(cache.loader, caching_mode, format)
+    let cache = unsafe { &*cache.cast::<Cache>() };
+    if cache.cuda.is_some() {
+        // SAFETY: a valid view.
+        return unsafe { ffi::text(format) } == crate::cuda_executable::FORMAT;
     }
+    // SAFETY: the loader answers for its own format.
+    unsafe { sys::iree_hal_executable_loader_query_support(cache.loader, caching_mode, format) }
 }
 
 unsafe extern "C" fn cache_prepare(
@@ -85,10 +130,18 @@ unsafe extern "C" fn cache_prepare(
     out: *mut *mut sys::iree_hal_executable_t,
 ) -> iree_status_t {
     // SAFETY: IREE passes a live cache of ours, valid params and a writable output.
-    unsafe {
-        let cache = &*cache.cast::<Cache>();
-        sys::iree_hal_executable_loader_try_load(cache.loader, params, 1, out)
-    }
+    let cache = unsafe { &*cache.cast::<Cache>() };
+    let Some(device) = &cache.cuda else {
+        // SAFETY: as above.
+        return unsafe { sys::iree_hal_executable_loader_try_load(cache.loader, params, 1, out) };
+    };
+    // SAFETY: IREE's params hold `data_length` readable bytes.
+    let data = unsafe {
+        let span = (*params).executable_data;
+        std::slice::from_raw_parts(span.data, span.data_length)
+    };
+    // SAFETY: writable, per IREE's contract.
+    unsafe { ffi::write_out(out, crate::cuda_executable::create(device, data)) }
 }
 
 /// A retained IREE executable, usable from any runner thread.
@@ -106,9 +159,26 @@ impl Drop for Retained {
     }
 }
 
-/// A HAL executable made for an IREE executable, and the ABI of its exports (shared: every
-/// dispatch looks it up).
-pub(crate) type LoadedExecutable = (hal::Executable, Arc<[ffi::ExportInfo]>);
+/// One export of an IREE executable as the HAL runs it.
+#[derive(Clone)]
+pub(crate) struct LoadedExport {
+    /// The HAL executable holding it.
+    pub executable: hal::Executable,
+    /// Its entry point there.
+    pub entry: u32,
+    /// 32-bit constants IREE passes.
+    pub constant_count: u32,
+    /// Bindings IREE passes.
+    pub binding_count: u32,
+    /// Whether a dispatch appends the workgroup size and dynamic local memory as constants (CPU
+    /// executables, whose workgroup size IREE picks per dispatch).
+    pub workgroup_constants: bool,
+    /// The workgroup size the entry point declares (CUDA: the block size; CPU: none, zeros).
+    pub workgroup_size: [u32; 3],
+}
+
+/// The exports of an IREE executable, in IREE's order (shared: every dispatch looks one up).
+pub(crate) type LoadedExecutable = Arc<[LoadedExport]>;
 
 /// The HAL executables made for IREE executables, one per IREE executable, kept for the device's
 /// life (each holds a reference to its IREE executable).
@@ -118,15 +188,19 @@ pub(crate) struct Loaded {
 }
 
 impl Loaded {
-    /// The HAL executable running `executable`'s exports on `device`, and its exports' ABI.
+    /// The HAL executables running `executable`'s exports on `device`.
     ///
     /// # Safety
-    /// `executable` is a live IREE CPU executable (made by this driver's cache).
+    /// `executable` is a live IREE executable made by this driver's cache.
     pub(crate) unsafe fn get(
         &self,
         device: &hal::Device,
         executable: *mut sys::iree_hal_executable_t,
     ) -> Result<LoadedExecutable, hal::Error> {
+        // SAFETY: the caller's contract.
+        if let Some(cuda) = unsafe { crate::cuda_executable::downcast(executable) } {
+            return Ok(cuda.exports.clone());
+        }
         let mut map =
             self.by_executable.lock().map_err(|_| hal::Error::internal("the executable map's lock is poisoned"))?;
         if let Some(found) = map.get(&(executable as usize)) {
@@ -134,7 +208,7 @@ impl Loaded {
         }
         // SAFETY: the caller's contract.
         let count = unsafe { ffi::thal_iree_export_count(executable) };
-        let mut infos = Vec::with_capacity(count as usize);
+        let mut infos: Vec<ffi::ExportInfo> = Vec::with_capacity(count as usize);
         let mut entries = Vec::with_capacity(count as usize);
         // SAFETY: the caller's contract; the reference is given back when the HAL executable goes.
         unsafe { sys::iree_hal_executable_retain(executable) };
@@ -154,9 +228,20 @@ impl Loaded {
             infos.push(info);
         }
         let loaded = device.load_executable(&ExecutableSource::Native(entries))?;
-        let infos: Arc<[ffi::ExportInfo]> = infos.into();
-        map.insert(executable as usize, (loaded.clone(), infos.clone()));
-        Ok((loaded, infos))
+        let exports: LoadedExecutable = infos
+            .iter()
+            .enumerate()
+            .map(|(ordinal, info)| LoadedExport {
+                executable: loaded.clone(),
+                entry: ordinal as u32,
+                constant_count: info.constant_count,
+                binding_count: info.binding_count,
+                workgroup_constants: true,
+                workgroup_size: [0; 3],
+            })
+            .collect();
+        map.insert(executable as usize, exports.clone());
+        Ok(exports)
     }
 }
 

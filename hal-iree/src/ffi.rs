@@ -98,6 +98,7 @@ pub(crate) mod code {
     pub const UNAVAILABLE: u32 = 14;
     pub const DATA_LOSS: u32 = 15;
     pub const DEFERRED: u32 = 17;
+    pub const INCOMPATIBLE: u32 = 18;
 }
 
 /// The OK status.

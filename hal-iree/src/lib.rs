@@ -1,10 +1,11 @@
 //! IREE's runtime on this HAL's devices: an IREE HAL driver whose devices are timeline-hal devices.
 //!
 //! [`register_drivers`] adds a driver factory to an IREE driver registry; IREE then lists and opens
-//! `thal-cpu-sim` like its own drivers, and IREE's VM runs
+//! `thal-cpu-sim` and `thal-cuda` like its own drivers, and IREE's VM runs
 //! programs compiled by `iree-compile` on them. On cpu-sim, IREE's CPU executables (its
 //! embedded-ELF format, loaded by IREE's own loader) run one workgroup at a time on cpu-sim's
-//! workgroup runners; transfers, dispatches and semaphores go through the HAL's queues.
+//! workgroup runners; on CUDA, IREE's CUDA executables (PTX) run as the HAL CUDA driver's kernels;
+//! transfers, dispatches and semaphores go through the HAL's queues.
 //!
 //! What is bridged and what answers `UNIMPLEMENTED` is listed in `README.md`.
 //!
@@ -23,12 +24,14 @@
 //! ```
 
 mod buffer_import;
+mod cuda_executable;
 mod device;
 mod driver;
 mod event;
 mod executable;
 mod ffi;
 pub mod npy;
+mod pinned_pool;
 mod recorder;
 pub mod runner;
 mod semaphore;
@@ -37,6 +40,9 @@ pub use eerie_sys;
 
 /// The IREE driver name of cpu-sim's devices.
 pub const CPU_SIM_DRIVER: &str = "thal-cpu-sim";
+
+/// The IREE driver name of the CUDA driver's devices (IREE's CUDA executables, `cuda-nvptx-fb`).
+pub const CUDA_DRIVER: &str = "thal-cuda";
 
 /// Registers the `thal-*` driver factory into IREE's driver `registry`.
 ///

@@ -179,12 +179,7 @@ unsafe fn import(
 ) -> Result<Option<buffer_import::Imported>, hal::Error> {
     // SAFETY: the recorder's device outlives the replay; the caller's contract for the buffer.
     unsafe {
-        buffer_import::import(
-            (*recorder.device).hal(),
-            reference.buffer,
-            reference.offset as u64,
-            reference.length as u64,
-        )
+        buffer_import::import(&*recorder.device, reference.buffer, reference.offset as u64, reference.length as u64)
     }
 }
 
@@ -301,17 +296,17 @@ unsafe extern "C" fn dispatch(
     run("dispatch", || {
         // SAFETY: the recorder's device outlives the replay.
         let device = unsafe { &*recorder.device };
-        // SAFETY: IREE passes a live executable its cache made (this driver's: a CPU executable).
-        let (loaded, infos) = unsafe { device.loaded().get(device.hal(), executable) }?;
+        // SAFETY: IREE passes a live executable its cache made (this driver's).
+        let exports = unsafe { device.loaded().get(device.hal(), executable) }?;
         let ordinal = function.value as u32;
-        let info = infos.get(ordinal as usize).ok_or_else(|| {
-            hal::Error::out_of_range(format!("export {ordinal} of an executable with {} exports", infos.len()))
+        let export = exports.get(ordinal as usize).ok_or_else(|| {
+            hal::Error::out_of_range(format!("export {ordinal} of an executable with {} exports", exports.len()))
         })?;
         let words = constants.data_length / 4;
-        if !constants.data_length.is_multiple_of(4) || words != info.constant_count as usize {
+        if !constants.data_length.is_multiple_of(4) || words != export.constant_count as usize {
             return Err(hal::Error::invalid_argument(format!(
                 "export {ordinal} takes {} constants; the dispatch passed {} bytes",
-                info.constant_count, constants.data_length
+                export.constant_count, constants.data_length
             )));
         }
         let mut all = Vec::with_capacity(words + EXTRA_CONSTANTS as usize);
@@ -319,8 +314,26 @@ unsafe extern "C" fn dispatch(
             // SAFETY: `constants` holds `words` 32-bit words.
             all.push(unsafe { constants.data.cast::<u32>().add(i).read_unaligned() });
         }
-        all.extend_from_slice(&config.workgroup_size);
-        all.push(config.dynamic_workgroup_local_memory);
+        if export.workgroup_constants {
+            all.extend_from_slice(&config.workgroup_size);
+            all.push(config.dynamic_workgroup_local_memory);
+        } else {
+            // The kernel's block size and shared memory are fixed at load (CUDA).
+            let size = config.workgroup_size;
+            if size != [0; 3] && size != export.workgroup_size {
+                return Err(hal::Error::unimplemented(format!(
+                    "export {ordinal}: a per-dispatch workgroup size {size:?} (its kernel's block is {:?}, fixed at load)",
+                    export.workgroup_size
+                )));
+            }
+            if config.dynamic_workgroup_local_memory != 0 {
+                return Err(hal::Error::unimplemented(format!(
+                    "export {ordinal}: {} bytes of per-dispatch dynamic shared memory (fixed at load)",
+                    config.dynamic_workgroup_local_memory
+                )));
+            }
+        }
+        let (loaded, ordinal) = (&export.executable, export.entry);
         let mut hal_bindings = Vec::with_capacity(bindings.count);
         let mut scratch = Vec::new();
         for i in 0..bindings.count {
@@ -340,13 +353,13 @@ unsafe extern "C" fn dispatch(
             }
         }
         if flags & indirect == 0 {
-            return recorder.hal.dispatch(&loaded, ordinal, config.workgroup_count, &all, &hal_bindings);
+            return recorder.hal.dispatch(loaded, ordinal, config.workgroup_count, &all, &hal_bindings);
         }
         // The workgroup count is read from the buffer when the dispatch runs (replay happens at
         // execute, so a static count, fixed by then, reads the same).
         // SAFETY: a resolved, live buffer.
         let count = unsafe { import(recorder, config.workgroup_count_ref) }?
             .ok_or_else(|| hal::Error::invalid_argument("an empty indirect workgroup-count reference"))?;
-        recorder.hal.dispatch_indirect(&loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)
+        recorder.hal.dispatch_indirect(loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)
     })
 }

@@ -2,6 +2,7 @@
 # Rebuilds everything in hal-iree/testdata from source:
 #   programs/*.vmfb, programs/*.input*.npy, programs/*.expected.{txt,npy}
 #   cts/executables/*.bin (IREE's HAL CTS testdata, compiled from the eerie-sys sources)
+#   programs/*.cuda.vmfb, cts/executables-cuda/*.bin (the same for IREE's CUDA target, PTX for sm_80)
 # Needs a Python venv with iree-base-compiler and iree-base-runtime (same version) and numpy:
 #   python3 -m venv /tmp/iree-venv
 #   /tmp/iree-venv/bin/pip install iree-base-compiler==3.13.0 iree-base-runtime==3.13.0 numpy
@@ -81,4 +82,22 @@ for src in "$CTS_SRC"/*.mlir; do
   (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
     "${TARGET[@]}" "$stem.mlir" -o "$E/$stem.bin")
   echo "cts/executables/$stem.bin: $(stat -c %s "$E/$stem.bin") bytes"
+done
+
+# ---- 3. the same for IREE's CUDA target (run by thal-cuda on a GPU) ------------------------
+# PTX for sm_80, which the CUDA driver JIT-compiles for newer GPUs (the H100's sm_90).
+CUDA_TARGET=(--iree-hal-target-device=cuda --iree-cuda-target=sm_80)
+for entry in "${PROGRAMS[@]}"; do
+  read -r name _ _ <<<"$entry"
+  (cd "$P" && "$COMPILE" "${CUDA_TARGET[@]}" "$name.mlir" -o "$name.cuda.vmfb")
+  echo "$name.cuda.vmfb: $(stat -c %s "$P/$name.cuda.vmfb") bytes"
+done
+EC="$HERE/cts/executables-cuda"
+rm -rf "$EC"
+mkdir -p "$EC"
+for src in "$CTS_SRC"/*.mlir; do
+  stem=$(basename "$src" .mlir)
+  (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
+    "${CUDA_TARGET[@]}" "$stem.mlir" -o "$EC/$stem.bin")
+  echo "cts/executables-cuda/$stem.bin: $(stat -c %s "$EC/$stem.bin") bytes"
 done

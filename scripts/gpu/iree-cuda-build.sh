@@ -1,0 +1,18 @@
+#!/bin/bash
+# Here (no GPU needed): builds hal-iree in release and puts what scripts/gpu/iree-cuda.sh runs into
+# devbin/iree/ (git-ignored): thal-iree-run, the cuda_programs test and IREE's CTS (iree_cts), stripped.
+# Needs what hal-iree/ci.sh installs (CMake 3.26+ on PATH, libclang, gtest).
+set -e
+cd "$(dirname "$0")/../../hal-iree"
+mkdir -p ../devbin/iree
+cargo test --release --workspace --no-run --message-format=json 2>/dev/null | python3 -c "
+import sys, json, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['name'] in ('cuda_programs', 'iree_cts'):
+        shutil.copy(m['executable'], '../devbin/iree/' + m['target']['name']); print('devbin/iree/' + m['target']['name'])
+"
+cargo build --release --bin thal-iree-run 2>&1 | tail -1
+cp target/release/thal-iree-run ../devbin/iree/
+strip ../devbin/iree/*
+du -sh ../devbin/iree
