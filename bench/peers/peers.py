@@ -26,8 +26,10 @@ The Vulkan table (`--hal-vulkan`; `--no-cuda` leaves the CUDA table out):
 - IREE Vulkan: `step.mlir` on 1024 floats (one 4 KiB page: IREE's vulkan driver imports host
   arrays, see `page_aligned_zeros`) compiled with `--iree-hal-target-device=vulkan
   --iree-vulkan-target=ampere` (SPIR-V), run by IREE's `vulkan` driver (`--vmfb-vulkan`), row
-  `iree_vulkan_calls`. On lavapipe `to_host` fails (IREE imports its own, unaligned, host array for
-  the result), so the row reads "not run" there.
+  `iree_vulkan_calls`. On NVIDIA (H100) its calls take 1.8 ms and more each, so the full plan takes
+  minutes: `--iree-vulkan-quick` (run.sh passes it) gives that row 3 trials of a tenth of the calls.
+  On lavapipe `to_host` fails (IREE imports its own, unaligned, host array for the result), so the
+  row reads "not run" there.
 A peer that cannot run (no device, no module, an error of its runtime) is reported as "not run:
 REASON" and the others still run.
 
@@ -35,9 +37,11 @@ REASON" and the others still run.
 `devpeers/` (no GPU needed); `bench/peers/run.sh` runs this script on the GPU machine.
 """
 import argparse
+import faulthandler
 import multiprocessing
 import os
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -186,6 +190,8 @@ def isolated(fn, timeout):
     answers = context.Queue()
 
     def child():
+        # On a timeout the parent asks for every thread's stack (where a runtime hangs) before killing.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         try:
             label, found = fn()
             answers.put(("ok", label, found))
@@ -203,12 +209,25 @@ def isolated(fn, timeout):
             if process.exitcode is not None:
                 outcome = ("error", f"the peer's process died without an answer (exit status {process.exitcode})")
             elif time.monotonic() > deadline:
-                outcome = ("error", f"no answer in {timeout:.0f} s (its process was killed)")
+                os.kill(process.pid, signal.SIGUSR1)
+                time.sleep(1)
+                outcome = ("error", f"no answer in {timeout:.0f} s (its stacks are on stderr; its process was killed)")
     process.join(5)
     if process.is_alive():
         process.kill()
         process.join()
     return outcome
+
+
+def iree_vulkan_rows(args, ordinal):
+    """IREE's vulkan driver; with --iree-vulkan-quick, 3 trials of a tenth of the calls (its calls take
+    milliseconds each on NVIDIA: the full plan would take minutes). Runs in its own child process, so
+    the plan changes there only."""
+    if args.iree_vulkan_quick:
+        PLAN.update(trials=3, scale=10)
+    label, rows = iree_rows(args.vmfb_vulkan, args.iree_wheel, ordinal, "vulkan", "iree_vulkan_calls", 1024)
+    plan = f"median of {PLAN['trials']} trials of {calls(1)}/{calls(10)}/{calls(100)} calls"
+    return f"{label}, {plan}", rows
 
 
 def table(title, columns, rows, skipped):
@@ -243,6 +262,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="3 trials of a tenth of the calls (smoke runs, lavapipe)")
     parser.add_argument("--ordinal", type=int, default=0, help="the GPU (CUDA ordinal)")
     parser.add_argument("--vulkan-ordinal", type=int, help="the GPU in the Vulkan loader's order (--ordinal)")
+    parser.add_argument("--iree-vulkan-quick", action="store_true",
+                        help="IREE vulkan only: 3 trials of a tenth of the calls (its calls take milliseconds)")
     parser.add_argument("--peer-timeout", type=float, default=120,
                         help="seconds each peer (one child process) may take before it is killed and reported not run")
     args = parser.parse_args()
@@ -269,7 +290,7 @@ def main():
         ("iree (vulkan)", ("iree_vulkan_calls",),
          first((not args.hal_vulkan, "no --hal-vulkan"),
                (not (args.vmfb_vulkan and args.iree_wheel), "no --vmfb-vulkan / --iree-wheel")),
-         lambda: iree_rows(args.vmfb_vulkan, args.iree_wheel, vulkan_ordinal, "vulkan", "iree_vulkan_calls", 1024)),
+         lambda: iree_vulkan_rows(args, vulkan_ordinal)),
     ]
     for name, keys, reason, fn in runs:
         if reason is None:

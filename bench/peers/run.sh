@@ -8,7 +8,7 @@ vulkan=()
 if [ "${VULKAN:-1}" != 0 ]; then
   # The Vulkan loader from .gl/ and NVIDIA's ICD, as for the Vulkan tests.
   source ./vulkan-env.sh
-  vulkan=(--hal-vulkan --vmfb-vulkan step_vulkan.vmfb --vulkan-ordinal "${VULKAN_ORDINAL:-${ORDINAL:-0}}")
+  vulkan=(--hal-vulkan --vmfb-vulkan step_vulkan.vmfb --vulkan-ordinal "${VULKAN_ORDINAL:-${ORDINAL:-0}}" --iree-vulkan-quick)
 fi
 python3 peers.py --hal ./peers --vmfb step_sm80.vmfb --iree-wheel iree_base_runtime-*.whl --ordinal "${ORDINAL:-0}" \
   "${vulkan[@]}" "$@"

@@ -38,12 +38,17 @@ pub struct Recorder<'a> {
     sets: Option<&'a mut BoundSets>,
     /// The index of the command being recorded.
     at: usize,
+    /// The pipeline bound last: a dispatch of the same one does not bind it again.
+    bound: Option<vk::Pipeline>,
+    /// The layout and buffers pushed last to set 0: a dispatch pushing the same ones does not push
+    /// again (pushing with another layout replaces this).
+    pushed: Option<(vk::PipelineLayout, Vec<(vk::Buffer, u64, u64)>)>,
 }
 
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
     pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
-        Recorder { gpu, cmd, keep, timed: None, checks: None, sets: None, at: 0 }
+        Recorder { gpu, cmd, keep, timed: None, checks: None, sets: None, at: 0, bound: None, pushed: None }
     }
 
     /// Binds each dispatch's buffers through a set of `sets` (written per execute), not pushed.
@@ -320,8 +325,7 @@ impl<'a> Recorder<'a> {
                 Some(sets) if !bindings.is_empty() => Some(sets.allocate(self.at, pipeline)?),
                 _ => None,
             };
-            // SAFETY: `cmd` is recording; the pipeline is kept alive with the recording.
-            unsafe { self.gpu.device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline) };
+            self.bind_pipeline_once(pipeline.pipeline);
             if let Some(set) = set {
                 // SAFETY: `cmd` is recording; `set` has the layout's set 0 layout and lives with
                 // the recording. Its descriptors are written before each submission.
@@ -335,6 +339,8 @@ impl<'a> Recorder<'a> {
                         &[],
                     )
                 };
+                // The set replaces whatever was pushed to set 0.
+                self.pushed = None;
             }
             self.push_constants(pipeline, constants);
             return Ok(());
@@ -364,10 +370,10 @@ impl<'a> Recorder<'a> {
         infos: &[vk::DescriptorBufferInfo],
         constants: &[u32],
     ) -> Result<()> {
-        let device = &self.gpu.device;
-        // SAFETY: `cmd` is recording; the pipeline is kept alive with the submission.
-        unsafe { device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline) };
-        if !infos.is_empty() {
+        self.bind_pipeline_once(pipeline.pipeline);
+        let key: Vec<(vk::Buffer, u64, u64)> = infos.iter().map(|i| (i.buffer, i.offset, i.range)).collect();
+        let same = self.pushed.as_ref().is_some_and(|(layout, pushed)| *layout == pipeline.layout && *pushed == key);
+        if !infos.is_empty() && !same {
             let writes: Vec<vk::WriteDescriptorSet<'_>> = infos
                 .iter()
                 .enumerate()
@@ -385,9 +391,21 @@ impl<'a> Recorder<'a> {
             unsafe {
                 push.cmd_push_descriptor_set(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &writes)
             };
+            self.pushed = Some((pipeline.layout, key));
         }
         self.push_constants(pipeline, constants);
         Ok(())
+    }
+
+    /// Binds `pipeline` unless it is bound already: consecutive dispatches of one entry point (the
+    /// common case of a recorded function) bind it once, as a hand-written command buffer does.
+    fn bind_pipeline_once(&mut self, pipeline: vk::Pipeline) {
+        if self.bound == Some(pipeline) {
+            return;
+        }
+        // SAFETY: `cmd` is recording; the pipeline is kept alive with the submission.
+        unsafe { self.gpu.device.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline) };
+        self.bound = Some(pipeline);
     }
 
     /// Records the count check of the next indirect dispatch: the checker copies the count at
@@ -458,7 +476,9 @@ impl Side {
 
     /// Stages and accesses the barrier holds back.
     fn destination(self) -> (vk::PipelineStageFlags, vk::AccessFlags) {
-        let shader = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::UNIFORM_READ;
+        // Storage buffers only: IREE's Vulkan ABI binds no uniform buffers (constants are push
+        // constants), so the barrier names no UNIFORM_READ.
+        let shader = vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE;
         let transfer = vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE;
         match self {
             Side::Compute => (vk::PipelineStageFlags::COMPUTE_SHADER, shader),
