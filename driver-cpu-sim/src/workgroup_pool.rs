@@ -412,27 +412,46 @@ mod tests {
     use super::*;
     use std::collections::HashSet;
 
+    /// A one-index dispatch running on another thread until `finish`: a dispatch the next one runs
+    /// beside.
+    struct HeldDispatch {
+        release: Arc<AtomicBool>,
+        thread: std::thread::JoinHandle<Result<(), JobFailure<()>>>,
+    }
+
+    impl HeldDispatch {
+        /// Starts it on `pool` and returns once its index runs.
+        fn start(pool: &Arc<WorkgroupPool>) -> Self {
+            let (started, running) = std::sync::mpsc::channel();
+            let release = Arc::new(AtomicBool::new(false));
+            let (pool, held) = (pool.clone(), release.clone());
+            let thread = std::thread::spawn(move || {
+                pool.run_shared(1, move |_| {
+                    let _ = started.send(());
+                    while !held.load(Ordering::Acquire) {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    Ok::<(), ()>(())
+                })
+            });
+            running.recv().unwrap();
+            HeldDispatch { release, thread }
+        }
+
+        /// Lets it finish and checks it ran.
+        fn finish(self) {
+            self.release.store(true, Ordering::Release);
+            self.thread.join().unwrap().unwrap();
+        }
+    }
+
     /// A dispatch that starts while others fill the runner slots (here 1 pool thread: 2 slots, one
     /// dispatch running) runs on its caller's thread alone, and every index still runs once; the
     /// pool helps the next lone dispatch again.
     #[test]
     fn a_dispatch_beside_another_runs_on_its_callers_thread() {
         let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());
-        let (started, running) = std::sync::mpsc::channel();
-        let release = Arc::new(AtomicBool::new(false));
-        let first = {
-            let (pool, release) = (pool.clone(), release.clone());
-            std::thread::spawn(move || {
-                pool.run_shared(1, move |_| {
-                    let _ = started.send(());
-                    while !release.load(Ordering::Acquire) {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    Ok::<(), ()>(())
-                })
-            })
-        };
-        running.recv().unwrap();
+        let held = HeldDispatch::start(&pool);
         let threads = Arc::new(Mutex::new(Vec::new()));
         let seen = threads.clone();
         pool.run_shared(64, move |_| {
@@ -440,8 +459,7 @@ mod tests {
             Ok::<(), ()>(())
         })
         .unwrap();
-        release.store(true, Ordering::Release);
-        first.join().unwrap().unwrap();
+        held.finish();
         let threads = threads.lock().unwrap();
         assert_eq!(threads.len(), 64);
         assert!(
@@ -458,24 +476,9 @@ mod tests {
     #[test]
     fn dispatches_side_by_side_share_the_free_slots() {
         let pool = Arc::new(WorkgroupPool::with_threads(4).unwrap());
-        let (started, first_running) = std::sync::mpsc::channel();
-        let release = Arc::new(AtomicBool::new(false));
-        let first = {
-            let (pool, release) = (pool.clone(), release.clone());
-            std::thread::spawn(move || {
-                pool.run_shared(1, move |_| {
-                    let _ = started.send(());
-                    while !release.load(Ordering::Acquire) {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
-                    }
-                    Ok::<(), ()>(())
-                })
-            })
-        };
-        first_running.recv().unwrap();
+        let held = HeldDispatch::start(&pool);
         let threads = threads_running_slow_tasks(|task| pool.run_shared(64, task));
-        release.store(true, Ordering::Release);
-        first.join().unwrap().unwrap();
+        held.finish();
         assert!(threads > 2, "the second dispatch ran on {threads} threads with 3 slots free");
         assert_eq!(pool.shared.helping.load(Ordering::Acquire), 0);
         assert_eq!(pool.shared.running.load(Ordering::Acquire), 0);

@@ -7,22 +7,11 @@
 //! on a GPU machine: `cargo test --test cuda_programs -- --include-ignored` (the device scripts run
 //! the built binary that way). Without a GPU, `--include-ignored` makes them fail.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{inputs, programs};
 use hal_iree::npy;
-use hal_iree::runner::{Tensor, run_module};
-
-fn programs() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/programs")
-}
-
-fn inputs(name: &str) -> Vec<Tensor> {
-    (0..)
-        .map(|k| programs().join(format!("{name}.input{k}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| npy::read(&p).expect("a readable input"))
-        .collect()
-}
+use hal_iree::runner::run_module;
 
 /// Runs `name.cuda.vmfb` on thal-cuda and compares with `expected_from`'s CPU output: at most
 /// `tolerance` apart relative to the largest expected magnitude (0: bit for bit).

@@ -1,22 +1,11 @@
 //! Programs compiled by `iree-compile` (testdata/programs) run through IREE's VM on cpu-sim give
 //! exactly what IREE's own CPU driver gave when the test data was made.
 
-use std::path::PathBuf;
+mod common;
 
+use common::{inputs, programs};
 use hal_iree::npy;
-use hal_iree::runner::{Tensor, run_module};
-
-fn programs() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/programs")
-}
-
-fn inputs(name: &str) -> Vec<Tensor> {
-    (0..)
-        .map(|k| programs().join(format!("{name}.input{k}.npy")))
-        .take_while(|p| p.exists())
-        .map(|p| npy::read(&p).expect("a readable input"))
-        .collect()
-}
+use hal_iree::runner::run_module;
 
 fn check(name: &str, function: &str, driver: &str) {
     check_against(name, name, function, driver);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: the Vulkan barrier change and the cpu-sim runner-slot change, each before/after
 # on this machine, then the peers tables. Needs devbin/ (bench, bench_vk_before, hal, hal_before,
-# vulkan_cts, vulkan-env.sh), devpeers/ and .gl/. Steps:
+# vulkan_cts, vulkan-env.sh, lib.sh, vk_ab.py), devpeers/ and .gl/. Steps:
 # 1. the Vulkan CTS (after) on the GPU;
 # 2. `bench --driver vulkan --quick`, before and after alternating, 3 processes each (the rows of
 #    dispatch-heavy command buffers printed side by side);
@@ -9,10 +9,7 @@
 # 4. the peers tables (CUDA and Vulkan), each peer in its own process with a time limit, and IREE's
 #    own iree-run-module on its vulkan driver as a check of that runtime on this machine.
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-start=$(date +%s); BUDGET=${BUDGET:-580}
-left() { local l=$(( BUDGET - ($(date +%s) - start) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-el() { echo "$(( $(date +%s) - start )) s"; }
+source devbin/lib.sh
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) cores"
 source devbin/vulkan-env.sh
 export HAL_REQUIRE_VULKAN=1
@@ -20,13 +17,7 @@ echo "##### Vulkan CTS (after)"
 timeout "$(left 120)" devbin/vulkan_cts --include-ignored --test-threads=8 > "$OUT/vulkan_cts.log" 2>&1; echo "exit $? ($(el))"
 grep -E "test result|FAILED|panicked" "$OUT/vulkan_cts.log" | head -8
 echo "##### bench --driver vulkan --quick, before/after alternating ($(el))"
-for i in 1 2 3; do
-  for v in before after; do
-    b=devbin/bench; [ $v = before ] && b=devbin/bench_vk_before
-    timeout "$(left 40)" $b --driver vulkan --quick > "$OUT/bench-vulkan-$v-$i.txt" 2>/dev/null
-  done
-done
-python3 devbin/vk_ab.py "$OUT"
+vulkan_bench_ab
 echo "##### cpu-sim stencil 2048^2 x 300, wall s, before/after alternating ($(el))"
 n=$(nproc)
 printf "%6s %8s %8s %8s %8s\n" cores before after before after

@@ -22,7 +22,7 @@ for l in sys.stdin:
 cp target/release/examples/completion_modes target/release/examples/chain_costs target/release/examples/submit_profile \
    target/release/bench target/release/hal devbin/
 # not_run checks the no-GPU behaviour here (cargo test); on the GPU the other binaries cover it.
-rm -f devbin/cuda_timing devbin/not_run; cp scripts/gpu/*.sh devbin/
+rm -f devbin/cuda_timing devbin/not_run; cp scripts/gpu/*.sh scripts/gpu/vk_ab.py devbin/
 strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/contract_fuzz devbin/cuda_completion_modes devbin/completion_modes \
    devbin/chain_costs devbin/submit_profile devbin/bench devbin/hal devbin/vulkan_cts devbin/vulkan_vulkan_device
 # Unstripped (symbols and line tables) for perf on the device machine; reports are read here too,

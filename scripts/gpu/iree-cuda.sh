@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call for IREE on the HAL's CUDA driver (hal-iree's `thal-cuda`), then the Vulkan
 # per-pair barrier A/B. Needs devbin/ with: iree/ (thal-iree-run, cuda_programs, iree_cts, made by
-# scripts/gpu/iree-cuda-build.sh), cuda_device, cts, bench, bench_vk_before, vulkan-env.sh; devpeers/
+# scripts/gpu/iree-cuda-build.sh), cuda_device, cts, bench, bench_vk_before, vulkan-env.sh, lib.sh, vk_ab.py; devpeers/
 # (IREE's runtime wheel: its cuda driver, iree-run-module and iree-benchmark-module); .gl/.
 # Steps, each with what is left of a 580 s budget:
 # 1. driver-cuda: the new pinned-import test and the CTS's imported-memory cases;
@@ -11,10 +11,7 @@
 # 5. the same-module timings: thal-iree-run (thal-cuda) beside iree-benchmark-module (cuda);
 # 6. `bench --driver vulkan --quick` before/after (3 each, alternating; VULKAN=0 leaves it out).
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-start=$(date +%s); BUDGET=${BUDGET:-580}
-left() { local l=$(( BUDGET - ($(date +%s) - start) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-el() { echo "$(( $(date +%s) - start )) s"; }
+source devbin/lib.sh
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 # The test binaries find hal-iree's test data by the path they were built at.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
@@ -55,13 +52,7 @@ done
 if [ "${VULKAN:-1}" != 0 ]; then
 echo "##### 6. bench --driver vulkan --quick, before/after the per-pair barriers ($(el))"
 source devbin/vulkan-env.sh
-for i in 1 2 3; do
-  for v in before after; do
-    b=devbin/bench; [ $v = before ] && b=devbin/bench_vk_before
-    timeout "$(left 40)" $b --driver vulkan --quick > "$OUT/bench-vulkan-$v-$i.txt" 2>/dev/null
-  done
-done
-python3 devbin/vk_ab.py "$OUT" 2>&1 | head -30
+vulkan_bench_ab
 fi
 echo "done in $(el)"
 (cd "$OUT" && tar czf /tmp/logs.tgz . && find . -mindepth 1 -delete && mv /tmp/logs.tgz .)

@@ -4,12 +4,9 @@
 # 2. `bench --driver vulkan --quick`, devbin/bench_vk_before and devbin/bench alternating, 3 each;
 # 3. the peers tables (CUDA: HAL, raw, PyTorch, IREE cuda; Vulkan: HAL, raw, IREE vulkan), each peer
 #    in its own process.
-# Needs devbin/ (bench, bench_vk_before, vulkan_cts, vulkan-env.sh, vk_ab.py), devpeers/, .gl/.
+# Needs devbin/ (bench, bench_vk_before, vulkan_cts, vulkan-env.sh, lib.sh, vk_ab.py), devpeers/, .gl/.
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-start=$(date +%s); BUDGET=${BUDGET:-580}
-left() { local l=$(( BUDGET - ($(date +%s) - start) )); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
-el() { echo "$(( $(date +%s) - start )) s"; }
+source devbin/lib.sh
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
 source devbin/vulkan-env.sh
 export HAL_REQUIRE_VULKAN=1
@@ -17,13 +14,7 @@ echo "##### 1. Vulkan CTS"
 timeout "$(left 120)" devbin/vulkan_cts --include-ignored --test-threads=8 > "$OUT/vulkan_cts.log" 2>&1; echo "exit $? ($(el))"
 grep -E "test result|FAILED|panicked" "$OUT/vulkan_cts.log" | head -8
 echo "##### 2. bench --driver vulkan --quick, before/after ($(el))"
-for i in 1 2 3; do
-  for v in before after; do
-    b=devbin/bench; [ $v = before ] && b=devbin/bench_vk_before
-    timeout "$(left 40)" $b --driver vulkan --quick > "$OUT/bench-vulkan-$v-$i.txt" 2>/dev/null
-  done
-done
-python3 devbin/vk_ab.py "$OUT" 2>&1 | head -30
+vulkan_bench_ab
 echo "##### 3. peers ($(el))"
 timeout "$(left 200)" bash devpeers/run.sh --peer-timeout 90 > "$OUT/peers.txt" 2>&1; echo "peers exit $? ($(el))"
 grep -vE "^  File|^Thread|^Current thread|^$" "$OUT/peers.txt" | tail -42
