@@ -42,8 +42,11 @@ pub struct Recorder<'a> {
     bound: Option<vk::Pipeline>,
     /// The layout and buffers pushed last to set 0: a dispatch pushing the same ones does not push
     /// again (pushing with another layout replaces this).
-    pushed: Option<(vk::PipelineLayout, Vec<(vk::Buffer, u64, u64)>)>,
+    pushed: Option<PushedSet>,
 }
+
+/// A push-descriptor set as pushed: the layout, and each binding's buffer, offset and range.
+type PushedSet = (vk::PipelineLayout, Vec<(vk::Buffer, u64, u64)>);
 
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
