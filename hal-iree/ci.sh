@@ -39,3 +39,13 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # One build of IREE's runtime serves both packages (same features, one target directory).
 cargo test --workspace --locked
+# With a Vulkan device (lavapipe, which .ci/run installs), IREE's Vulkan programs and IREE's HAL CTS
+# on `thal-vulkan` too, under the Vulkan validation layers. Without one they are not run (the
+# program tests stay ignored in the run above, reported as such).
+if ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
+  HAL_VULKAN_VALIDATION=1 cargo test --locked --test vulkan_programs -- --include-ignored
+  HAL_VULKAN_VALIDATION=1 IREE_CTS_DRIVER=thal-vulkan IREE_CTS_EXECUTABLE_FORMAT=vulkan-spirv-fb \
+    IREE_CTS_TESTDATA="$here/testdata/cts/executables-vulkan" cargo test --locked -p timeline-hal-iree-cts
+else
+  echo "not run: IREE on thal-vulkan (no Vulkan driver manifest in /usr/share/vulkan/icd.d)"
+fi

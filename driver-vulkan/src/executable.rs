@@ -264,8 +264,9 @@ fn spirv_words(data: &[u8]) -> Result<Vec<u32>> {
     Ok(words)
 }
 
-/// The module's GLCompute entry points with their `LocalSize` where it is a literal.
-fn entry_point_sizes(words: &[u32]) -> Result<Vec<(String, Option<[u32; 3]>)>> {
+/// The module's GLCompute entry points with their `LocalSize` where it is a literal (`None` where
+/// the size is a specialization constant, `LocalSizeId`). `words` is the module's 32-bit words.
+pub fn entry_point_sizes(words: &[u32]) -> Result<Vec<(String, Option<[u32; 3]>)>> {
     const OP_ENTRY_POINT: u32 = 15;
     const OP_EXECUTION_MODE: u32 = 16;
     const GL_COMPUTE: u32 = 5;

@@ -66,6 +66,7 @@ use hal::driver::{DeviceExt, Driver};
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
+pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::UPDATE_AFTER_BIND_ENV;
 pub use instance::VALIDATION_ENV;
 

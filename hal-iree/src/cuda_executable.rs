@@ -10,21 +10,19 @@
 //! The flatbuffer is read here (a few tables and vectors, every offset bounds-checked) rather than
 //! with flatcc's generated readers, which IREE's build makes only when its own CUDA driver is built.
 
-use std::sync::Arc;
-
 use hal::{EntryPointInfo, ExecutableFormat, ExecutableSource};
 
 use crate::executable::LoadedExport;
-use crate::ffi::{self, code, iree_status_t, sys};
+use crate::ffi::sys;
+use crate::flatbuffer::{contents, malformed, text};
+use crate::gpu_executable;
 
 /// The executable format IREE's executable caches name it by.
 pub(crate) const FORMAT: &str = "PTXE";
 /// The executable format IREE's compiler names it by (`hal.executable.format` queries).
 pub(crate) const COMPILER_FORMAT: &str = "cuda-nvptx-fb";
 /// The file identifier in the header and in the flatbuffer.
-const IDENTIFIER: &[u8; 4] = b"CDA1";
-/// Bytes of IREE's executable file header (magic, version, content size, reserved words).
-const HEADER_BYTES: usize = 64;
+pub(crate) const IDENTIFIER: &[u8; 4] = b"CDA1";
 
 /// One export of a parsed executable.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,120 +50,9 @@ pub(crate) struct ExecutableDef {
     pub modules: Vec<Vec<u8>>,
 }
 
-fn malformed(what: impl std::fmt::Display) -> hal::Error {
-    hal::Error::invalid_argument(format!("IREE CUDA executable: {what}"))
-}
-
-/// Bytes of a flatbuffer, read with bounds checks.
-struct Flat<'a>(&'a [u8]);
-
-impl<'a> Flat<'a> {
-    fn bytes(&self, at: usize, len: usize) -> Result<&'a [u8], hal::Error> {
-        at.checked_add(len)
-            .and_then(|end| self.0.get(at..end))
-            .ok_or_else(|| malformed(format!("{len} bytes at offset {at} lie past its {} bytes", self.0.len())))
-    }
-    fn u16(&self, at: usize) -> Result<u16, hal::Error> {
-        Ok(u16::from_le_bytes(self.bytes(at, 2)?.try_into().expect("2 bytes")))
-    }
-    fn u32(&self, at: usize) -> Result<u32, hal::Error> {
-        Ok(u32::from_le_bytes(self.bytes(at, 4)?.try_into().expect("4 bytes")))
-    }
-    /// The position an offset field at `at` points to (offsets count from the field).
-    fn follow(&self, at: usize) -> Result<usize, hal::Error> {
-        at.checked_add(self.u32(at)? as usize).ok_or_else(|| malformed(format!("an offset at {at} overflows")))
-    }
-    fn table(&self, at: usize) -> Result<Table<'_, 'a>, hal::Error> {
-        let back = i32::from_le_bytes(self.bytes(at, 4)?.try_into().expect("4 bytes"));
-        let vtable = (at as i64 - i64::from(back))
-            .try_into()
-            .map_err(|_| malformed(format!("the table at {at} has its vtable before the buffer")))?;
-        let vtable_len = self.u16(vtable)?;
-        Ok(Table { flat: self, at, vtable, vtable_len })
-    }
-    /// A vector at `at`: its length and where its elements start.
-    fn vector(&self, at: usize) -> Result<(usize, usize), hal::Error> {
-        Ok((self.u32(at)? as usize, at + 4))
-    }
-}
-
-/// One flatbuffer table.
-struct Table<'f, 'a> {
-    flat: &'f Flat<'a>,
-    at: usize,
-    vtable: usize,
-    vtable_len: u16,
-}
-
-impl<'a> Table<'_, 'a> {
-    /// Where field `index` lies, if present.
-    fn field(&self, index: usize) -> Result<Option<usize>, hal::Error> {
-        let slot = 4 + 2 * index;
-        if slot + 2 > self.vtable_len as usize {
-            return Ok(None);
-        }
-        let offset = self.flat.u16(self.vtable + slot)?;
-        Ok((offset != 0).then_some(self.at + offset as usize))
-    }
-    fn u32_or(&self, index: usize, default: u32) -> Result<u32, hal::Error> {
-        self.field(index)?.map_or(Ok(default), |at| self.flat.u32(at))
-    }
-    fn string(&self, index: usize) -> Result<Option<&'a [u8]>, hal::Error> {
-        let Some(at) = self.field(index)? else { return Ok(None) };
-        let (len, start) = self.flat.vector(self.flat.follow(at)?)?;
-        self.flat.bytes(start, len).map(Some)
-    }
-    /// The tables of a vector-of-tables field (empty when absent).
-    fn tables(&self, index: usize) -> Result<Vec<Table<'_, 'a>>, hal::Error> {
-        let Some(at) = self.field(index)? else { return Ok(Vec::new()) };
-        let (len, start) = self.flat.vector(self.flat.follow(at)?)?;
-        self.flat.bytes(start, len.checked_mul(4).ok_or_else(|| malformed("a vector's length overflows"))?)?;
-        (0..len).map(|i| self.flat.follow(start + 4 * i).and_then(|t| self.flat.table(t))).collect()
-    }
-    /// The length of a vector field whose elements are `element` bytes (0 when absent).
-    fn vector_len(&self, index: usize, element: usize) -> Result<usize, hal::Error> {
-        let Some(at) = self.field(index)? else { return Ok(0) };
-        let (len, start) = self.flat.vector(self.flat.follow(at)?)?;
-        self.flat.bytes(start, len.checked_mul(element).ok_or_else(|| malformed("a vector's length overflows"))?)?;
-        Ok(len)
-    }
-}
-
-fn text(bytes: &[u8], what: &str) -> Result<String, hal::Error> {
-    String::from_utf8(bytes.to_vec()).map_err(|_| malformed(format!("{what} is not UTF-8")))
-}
-
-/// The bytes an executable takes (header and flatbuffer), checked: `None` when `data` does not
-/// start with this format's header.
-pub(crate) fn inferred_size(data: &[u8]) -> Result<Option<usize>, hal::Error> {
-    if data.len() < 4 || &data[..4] != IDENTIFIER {
-        return Ok(None);
-    }
-    if data.len() < HEADER_BYTES {
-        return Err(malformed(format!("{} bytes, less than its {HEADER_BYTES}-byte header", data.len())));
-    }
-    let version = u32::from_le_bytes(data[4..8].try_into().expect("4 bytes"));
-    if version != 0 {
-        return Err(hal::Error::new(
-            hal::StatusCode::Unimplemented,
-            format!("IREE CUDA executable: version {version} (this bridge reads version 0)"),
-        ));
-    }
-    let content = u64::from_le_bytes(data[8..16].try_into().expect("8 bytes"));
-    let available = (data.len() - HEADER_BYTES) as u64;
-    if content == 0 || content > available {
-        return Err(malformed(format!("its header says {content} bytes follow; {available} do")));
-    }
-    Ok(Some(HEADER_BYTES + content as usize))
-}
-
 /// Parses an executable in IREE's CUDA format.
 pub(crate) fn parse(data: &[u8]) -> Result<ExecutableDef, hal::Error> {
-    let size = inferred_size(data)?.ok_or_else(|| malformed("it does not start with the CDA1 identifier"))?;
-    let flat = Flat(&data[HEADER_BYTES..size]);
-    if flat.bytes(4, 4)? != IDENTIFIER {
-        return Err(malformed("its flatbuffer lacks the CDA1 file identifier"));
-    }
+    let flat = contents(data, IDENTIFIER)?;
     let root = flat.table(flat.follow(0)?)?;
     let modules = root
         .tables(1)?
@@ -248,6 +135,13 @@ pub(crate) fn load(device: &hal::Device, def: &ExecutableDef) -> Result<Vec<Load
     Ok(exports.into_iter().map(|e| e.expect("every export names a module (checked by parse)")).collect())
 }
 
+/// Parses and loads `data` on `device` as an IREE executable.
+pub(crate) fn create(device: &hal::Device, data: &[u8]) -> Result<*mut sys::iree_hal_executable_t, hal::Error> {
+    let def = parse(data)?;
+    let exports = load(device, &def)?;
+    Ok(gpu_executable::create(def.exports.into_iter().map(|e| e.name).collect(), exports))
+}
+
 /// How many parameters `kernel`'s `.entry` declares in `ptx`, if it is found.
 fn ptx_param_count(ptx: &[u8], kernel: &str) -> Option<usize> {
     let text = std::str::from_utf8(ptx).ok()?;
@@ -266,131 +160,10 @@ fn ptx_param_count(ptx: &[u8], kernel: &str) -> Option<usize> {
     None
 }
 
-/// An IREE executable of this format, loaded: IREE's view (names, counts, block sizes) and the
-/// HAL executables that run it.
-#[repr(C)]
-pub(crate) struct CudaExecutable {
-    resource: sys::iree_hal_resource_t,
-    names: Vec<String>,
-    pub(crate) exports: Arc<[LoadedExport]>,
-}
-
-static VTABLE: sys::iree_hal_executable_vtable_t = sys::iree_hal_executable_vtable_t {
-    destroy: Some(destroy),
-    function_count: Some(function_count),
-    function_info: Some(function_info),
-    function_parameters: Some(function_parameters),
-    lookup_function_by_name: Some(lookup_function_by_name),
-    lookup_global_by_name: Some(lookup_global_by_name),
-};
-
-/// Parses and loads `data` on `device` as an IREE executable.
-pub(crate) fn create(device: &hal::Device, data: &[u8]) -> Result<*mut sys::iree_hal_executable_t, hal::Error> {
-    let def = parse(data)?;
-    let exports = load(device, &def)?;
-    let executable = Box::into_raw(Box::new(CudaExecutable {
-        resource: sys::iree_hal_resource_t::default(),
-        names: def.exports.into_iter().map(|e| e.name).collect(),
-        exports: exports.into(),
-    }));
-    // SAFETY: a fresh allocation; this sets its reference count and vtable.
-    unsafe { ffi::thal_iree_resource_initialize((&raw const VTABLE).cast(), &raw mut (*executable).resource) };
-    Ok(executable.cast())
-}
-
-/// This module's executable behind `executable`, if it is one.
-///
-/// # Safety
-/// `executable` is a live IREE executable.
-pub(crate) unsafe fn downcast<'a>(executable: *mut sys::iree_hal_executable_t) -> Option<&'a CudaExecutable> {
-    // SAFETY: every IREE executable starts with its resource header.
-    let vtable = unsafe { (*executable.cast::<sys::iree_hal_resource_t>()).vtable };
-    // SAFETY: the vtable is ours, so the executable is a `CudaExecutable`.
-    (vtable == (&raw const VTABLE).cast()).then(|| unsafe { &*executable.cast::<CudaExecutable>() })
-}
-
-/// # Safety
-/// IREE calls the vtable with a live executable `create` made.
-unsafe fn cast<'a>(executable: *mut sys::iree_hal_executable_t) -> &'a CudaExecutable {
-    // SAFETY: the caller's contract.
-    unsafe { &*executable.cast::<CudaExecutable>() }
-}
-
-unsafe extern "C" fn destroy(executable: *mut sys::iree_hal_executable_t) {
-    // SAFETY: IREE calls this once, with the last reference.
-    drop(unsafe { Box::from_raw(executable.cast::<CudaExecutable>()) });
-}
-
-unsafe extern "C" fn function_count(executable: *mut sys::iree_hal_executable_t) -> sys::iree_host_size_t {
-    // SAFETY: a live executable of ours.
-    unsafe { cast(executable) }.exports.len()
-}
-
-unsafe extern "C" fn function_info(
-    executable: *mut sys::iree_hal_executable_t,
-    function: sys::iree_hal_executable_function_t,
-    out: *mut sys::iree_hal_executable_function_info_t,
-) -> iree_status_t {
-    // SAFETY: a live executable of ours.
-    let executable = unsafe { cast(executable) };
-    let Some(export) = executable.exports.get(function.value as usize) else {
-        return ffi::status(
-            code::OUT_OF_RANGE,
-            &format!("function {} of an executable with {}", function.value, executable.exports.len()),
-        );
-    };
-    let info = sys::iree_hal_executable_function_info_t {
-        // The name lives as long as the executable, as IREE expects.
-        name: ffi::view(&executable.names[function.value as usize]),
-        constant_count: export.constant_count as u16,
-        binding_count: export.binding_count as u16,
-        workgroup_size: export.workgroup_size,
-        ..Default::default()
-    };
-    // SAFETY: writable, per IREE's contract.
-    unsafe { *out = info };
-    ffi::ok()
-}
-
-unsafe extern "C" fn function_parameters(
-    _executable: *mut sys::iree_hal_executable_t,
-    _function: sys::iree_hal_executable_function_t,
-    _capacity: sys::iree_host_size_t,
-    _out: *mut sys::iree_hal_executable_function_parameter_t,
-) -> iree_status_t {
-    // IREE's own CUDA driver does not reflect parameters either (the format carries no metadata).
-    ffi::unimplemented("parameter reflection of CUDA executables (the format carries no parameter metadata)")
-}
-
-unsafe extern "C" fn lookup_function_by_name(
-    executable: *mut sys::iree_hal_executable_t,
-    name: sys::iree_string_view_t,
-    out: *mut sys::iree_hal_executable_function_t,
-) -> iree_status_t {
-    // SAFETY: a live executable of ours and a valid view.
-    let (executable, name) = unsafe { (cast(executable), ffi::text(name)) };
-    match executable.names.iter().position(|n| *n == name) {
-        Some(index) => {
-            // SAFETY: writable, per IREE's contract.
-            unsafe { *out = sys::iree_hal_executable_function_t { value: index as u64 } };
-            ffi::ok()
-        }
-        None => ffi::status(code::NOT_FOUND, &format!("function '{name}' not found in the executable")),
-    }
-}
-
-unsafe extern "C" fn lookup_global_by_name(
-    _executable: *mut sys::iree_hal_executable_t,
-    _name: sys::iree_string_view_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _out: *mut *mut sys::iree_hal_buffer_t,
-) -> iree_status_t {
-    ffi::unimplemented("executable globals are not bridged (the HAL has no API for a module's global variables)")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::flatbuffer::{HEADER_BYTES, inferred_size};
 
     /// An executable `iree-compile --compile-mode=hal-executable --iree-hal-target-device=cuda`
     /// made from IREE's CTS sources (`testdata/regenerate.sh`).
@@ -443,9 +216,9 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_one() {
-        assert_eq!(inferred_size(b"\x7fELF....").unwrap(), None);
+        assert_eq!(inferred_size(b"\x7fELF....", IDENTIFIER).unwrap(), None);
         let data = compiled("command_buffer_dispatch_test.bin");
-        assert_eq!(inferred_size(&data).unwrap(), Some(data.len()));
+        assert_eq!(inferred_size(&data, IDENTIFIER).unwrap(), Some(data.len()));
         // Truncated: the header promises more than there is.
         let err = parse(&data[..data.len() - 8]).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::InvalidArgument);

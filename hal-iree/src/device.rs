@@ -13,6 +13,17 @@ use crate::{buffer_import, recorder, semaphore};
 
 /// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
 pub(crate) const CUDA_KIND: &str = "cuda";
+/// The device kind of IREE's Vulkan targets (`--iree-hal-target-device=vulkan`).
+pub(crate) const VULKAN_KIND: &str = "vulkan";
+
+/// The GPU executable format a device of IREE kind `iree_kind` loads (`None`: IREE's CPU ones).
+fn gpu_format(iree_kind: &str) -> Option<executable::GpuFormat> {
+    match iree_kind {
+        CUDA_KIND => Some(executable::GpuFormat::Cuda),
+        VULKAN_KIND => Some(executable::GpuFormat::Vulkan),
+        _ => None,
+    }
+}
 
 /// An IREE device of this driver.
 #[repr(C)]
@@ -28,8 +39,8 @@ pub(crate) struct Device {
     block_pool: *mut c_void,
     topology: sys::iree_hal_device_topology_info_t,
     loaded: Loaded,
-    /// A CUDA device's pinned pool, which IREE's heap allocator takes its memory from (`None` on
-    /// cpu-sim, whose heap buffers are plain host memory).
+    /// A GPU device's pool of host-visible HAL buffers, which IREE's heap allocator takes its
+    /// memory from (`None` on cpu-sim, whose heap buffers are plain host memory).
     pinned: Option<Arc<PinnedPool>>,
     hal: hal::Device,
 }
@@ -43,7 +54,7 @@ impl Device {
         &self.loaded
     }
 
-    /// The pinned pool of a CUDA device.
+    /// The host-visible pool of a GPU device.
     pub(crate) fn pinned(&self) -> Option<&PinnedPool> {
         self.pinned.as_deref()
     }
@@ -83,9 +94,9 @@ pub(crate) unsafe fn create(
         pinned: None,
         hal,
     });
-    // A CUDA device's buffers are pinned host memory its kernels reach (see `pinned_pool`).
-    let data_allocator = if iree_kind == CUDA_KIND {
-        let (pool, allocator) = PinnedPool::create(device.hal.clone());
+    // A GPU device's buffers are host-visible memory its kernels reach (see `pinned_pool`).
+    let data_allocator = if let Some(format) = gpu_format(iree_kind) {
+        let (pool, allocator) = PinnedPool::create(device.hal.clone(), format == executable::GpuFormat::Cuda);
         device.pinned = Some(pool);
         allocator
     } else {
@@ -212,8 +223,8 @@ unsafe extern "C" fn query_i64(
             names.iter().any(|name| unsafe { sys::iree_string_view_match_pattern(ffi::view(name), ffi::view(pattern)) })
                 as i64
         }
-        ("hal.executable.format", format) if device.iree_kind == CUDA_KIND => {
-            (format == crate::cuda_executable::COMPILER_FORMAT) as i64
+        ("hal.executable.format", format) if gpu_format(device.iree_kind).is_some() => {
+            gpu_format(device.iree_kind).is_some_and(|gpu| format == gpu.compiler_format()) as i64
         }
         ("hal.executable.format", format) => {
             let format = format.to_owned();
@@ -331,9 +342,9 @@ unsafe extern "C" fn create_executable_cache(
     // SAFETY: IREE passes a live device of ours and a writable output.
     let device = unsafe { cast(device) };
     // SAFETY: writable, per IREE's contract.
-    let cuda = (device.iree_kind == CUDA_KIND).then(|| device.hal.clone());
+    let gpu = gpu_format(device.iree_kind).map(|format| (device.hal.clone(), format));
     // SAFETY: writable, per IREE's contract.
-    unsafe { ffi::write_out(out, executable::create_cache(device.host_allocator, cuda)) }
+    unsafe { ffi::write_out(out, executable::create_cache(device.host_allocator, gpu)) }
 }
 
 unsafe extern "C" fn import_file(

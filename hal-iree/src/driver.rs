@@ -1,5 +1,5 @@
 //! The driver factory IREE's registry lists, and the drivers it makes: one per HAL driver offered
-//! (`thal-cpu-sim`, `thal-cuda`).
+//! (`thal-cpu-sim`, `thal-cuda`, `thal-vulkan`).
 
 use std::sync::OnceLock;
 
@@ -23,6 +23,12 @@ const OFFERED: &[Offered] = &[
         iree_kind: "local",
     },
     Offered {
+        iree_name: crate::VULKAN_DRIVER,
+        full_name: "timeline-hal Vulkan (any Vulkan 1.3 device)",
+        hal_name: "vulkan",
+        iree_kind: device::VULKAN_KIND,
+    },
+    Offered {
         iree_name: crate::CUDA_DRIVER,
         full_name: "timeline-hal CUDA (NVIDIA GPUs)",
         hal_name: "cuda",
@@ -37,6 +43,7 @@ fn registry() -> &'static hal::Registry {
         let mut registry = hal::Registry::new();
         driver_cpu_sim::register(&mut registry);
         registry.register(std::sync::Arc::new(cuda_driver()));
+        driver_vulkan::register(&mut registry);
         registry
     })
 }

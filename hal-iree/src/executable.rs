@@ -1,6 +1,6 @@
 //! Executables: IREE's CPU executables (its embedded-ELF format), loaded by IREE's own loader and
-//! run one workgroup at a time by cpu-sim's workgroup runners; on CUDA devices, IREE's CUDA
-//! executables (see `cuda_executable`).
+//! run one workgroup at a time by cpu-sim's workgroup runners; on GPU devices, IREE's CUDA and
+//! Vulkan executables (see `cuda_executable`, `vulkan_executable`).
 //!
 //! IREE passes a dispatch's workgroup size per dispatch, where a HAL entry point declares one; for
 //! CPU executables the HAL dispatch carries it (and the dynamic workgroup-local memory) as four
@@ -17,14 +17,56 @@ use crate::ffi::{self, code, iree_status_t, sys};
 /// Constants a HAL dispatch adds after the export's: workgroup size x, y, z and dynamic local memory.
 pub(crate) const EXTRA_CONSTANTS: u32 = 4;
 
-/// IREE's executable cache for this driver: IREE's embedded-ELF loader (CPU devices), or the CUDA
-/// device its CUDA executables load on.
+/// The GPU executable formats of IREE's this driver loads as HAL executables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GpuFormat {
+    /// IREE's CUDA executables (PTX), on the HAL's CUDA driver.
+    Cuda,
+    /// IREE's Vulkan executables (SPIR-V), on the HAL's Vulkan driver.
+    Vulkan,
+}
+
+impl GpuFormat {
+    /// The file identifier its executables start with.
+    fn identifier(self) -> &'static [u8; 4] {
+        match self {
+            GpuFormat::Cuda => crate::cuda_executable::IDENTIFIER,
+            GpuFormat::Vulkan => crate::vulkan_executable::IDENTIFIER,
+        }
+    }
+
+    /// The format IREE's executable caches name it by.
+    fn cache_format(self) -> &'static str {
+        match self {
+            GpuFormat::Cuda => crate::cuda_executable::FORMAT,
+            GpuFormat::Vulkan => crate::vulkan_executable::FORMAT,
+        }
+    }
+
+    /// The format IREE's compiler names it by (`hal.executable.format` queries).
+    pub(crate) fn compiler_format(self) -> &'static str {
+        match self {
+            GpuFormat::Cuda => crate::cuda_executable::COMPILER_FORMAT,
+            GpuFormat::Vulkan => crate::vulkan_executable::FORMAT,
+        }
+    }
+
+    fn create(self, device: &hal::Device, data: &[u8]) -> Result<*mut sys::iree_hal_executable_t, hal::Error> {
+        match self {
+            GpuFormat::Cuda => crate::cuda_executable::create(device, data),
+            GpuFormat::Vulkan => crate::vulkan_executable::create(device, data),
+        }
+    }
+}
+
+/// IREE's executable cache for this driver: IREE's embedded-ELF loader (CPU devices), or the GPU
+/// device and format its executables load as.
 #[repr(C)]
 pub(crate) struct Cache {
     resource: sys::iree_hal_resource_t,
-    /// NULL for a CUDA device's cache.
+    /// NULL for a GPU device's cache.
     loader: *mut sys::iree_hal_executable_loader_t,
-    cuda: Option<hal::Device>,
+    gpu: Option<(hal::Device, GpuFormat)>,
 }
 
 static CACHE_VTABLE: sys::iree_hal_executable_cache_vtable_t = sys::iree_hal_executable_cache_vtable_t {
@@ -34,20 +76,20 @@ static CACHE_VTABLE: sys::iree_hal_executable_cache_vtable_t = sys::iree_hal_exe
     prepare_executable: Some(cache_prepare),
 };
 
-/// An executable cache whose executables IREE's embedded-ELF loader makes (`cuda`: `None`), or
-/// that loads IREE's CUDA executables on `cuda`.
+/// An executable cache whose executables IREE's embedded-ELF loader makes (`gpu`: `None`), or
+/// that loads IREE's executables of a GPU format on a GPU device.
 pub(crate) fn create_cache(
     host_allocator: sys::iree_allocator_t,
-    cuda: Option<hal::Device>,
+    gpu: Option<(hal::Device, GpuFormat)>,
 ) -> Result<*mut sys::iree_hal_executable_cache_t, hal::Error> {
     let mut loader = std::ptr::null_mut();
-    if cuda.is_none() {
+    if gpu.is_none() {
         // SAFETY: `loader` is writable; no plugins are offered.
         ffi::into_result(unsafe {
             sys::iree_hal_embedded_elf_loader_create(std::ptr::null_mut(), host_allocator, &mut loader)
         })?;
     }
-    let cache = Box::into_raw(Box::new(Cache { resource: sys::iree_hal_resource_t::default(), loader, cuda }));
+    let cache = Box::into_raw(Box::new(Cache { resource: sys::iree_hal_resource_t::default(), loader, gpu }));
     // SAFETY: `cache` is a fresh allocation; this sets its reference count and vtable.
     unsafe { ffi::thal_iree_resource_initialize((&raw const CACHE_VTABLE).cast(), &raw mut (*cache).resource) };
     Ok(cache.cast())
@@ -72,7 +114,7 @@ unsafe extern "C" fn cache_infer_format(
 ) -> iree_status_t {
     // SAFETY: IREE passes a live cache of ours.
     let cache = unsafe { &*cache.cast::<Cache>() };
-    if cache.cuda.is_none() {
+    let Some((_, gpu)) = cache.gpu else {
         // SAFETY: IREE's arguments; the loader answers for its own format.
         return unsafe {
             sys::iree_hal_executable_loader_infer_format(
@@ -84,15 +126,15 @@ unsafe extern "C" fn cache_infer_format(
                 inferred_size,
             )
         };
-    }
+    };
     // SAFETY: IREE passes `data_length` readable bytes (0: unknown, then the header is read alone).
     let bytes = unsafe {
         let length = if data.data_length == 0 { 64 } else { data.data_length };
         std::slice::from_raw_parts(data.data, length)
     };
-    match crate::cuda_executable::inferred_size(bytes) {
+    match crate::flatbuffer::inferred_size(bytes, gpu.identifier()) {
         Ok(Some(size)) => {
-            let name = crate::cuda_executable::FORMAT.as_bytes();
+            let name = gpu.cache_format().as_bytes();
             if name.len() >= capacity {
                 return ffi::status(code::OUT_OF_RANGE, "the executable format buffer is too small");
             }
@@ -104,7 +146,14 @@ unsafe extern "C" fn cache_infer_format(
             }
             ffi::ok()
         }
-        Ok(None) => ffi::status(code::INCOMPATIBLE, "not an IREE CUDA executable (no CDA1 identifier)"),
+        Ok(None) => ffi::status(
+            code::INCOMPATIBLE,
+            &format!(
+                "not an IREE {} executable (no {} identifier)",
+                gpu.cache_format(),
+                String::from_utf8_lossy(gpu.identifier())
+            ),
+        ),
         Err(error) => ffi::from_result(Err(error)),
     }
 }
@@ -116,9 +165,9 @@ unsafe extern "C" fn cache_can_prepare(
 ) -> bool {
     // SAFETY: IREE passes a live cache of ours.
     let cache = unsafe { &*cache.cast::<Cache>() };
-    if cache.cuda.is_some() {
+    if let Some((_, gpu)) = cache.gpu {
         // SAFETY: a valid view.
-        return unsafe { ffi::text(format) } == crate::cuda_executable::FORMAT;
+        return unsafe { ffi::text(format) } == gpu.cache_format();
     }
     // SAFETY: the loader answers for its own format.
     unsafe { sys::iree_hal_executable_loader_query_support(cache.loader, caching_mode, format) }
@@ -131,7 +180,7 @@ unsafe extern "C" fn cache_prepare(
 ) -> iree_status_t {
     // SAFETY: IREE passes a live cache of ours, valid params and a writable output.
     let cache = unsafe { &*cache.cast::<Cache>() };
-    let Some(device) = &cache.cuda else {
+    let Some((device, gpu)) = &cache.gpu else {
         // SAFETY: as above.
         return unsafe { sys::iree_hal_executable_loader_try_load(cache.loader, params, 1, out) };
     };
@@ -141,7 +190,7 @@ unsafe extern "C" fn cache_prepare(
         std::slice::from_raw_parts(span.data, span.data_length)
     };
     // SAFETY: writable, per IREE's contract.
-    unsafe { ffi::write_out(out, crate::cuda_executable::create(device, data)) }
+    unsafe { ffi::write_out(out, gpu.create(device, data)) }
 }
 
 /// A retained IREE executable, usable from any runner thread.
@@ -198,7 +247,7 @@ impl Loaded {
         executable: *mut sys::iree_hal_executable_t,
     ) -> Result<LoadedExecutable, hal::Error> {
         // SAFETY: the caller's contract.
-        if let Some(cuda) = unsafe { crate::cuda_executable::downcast(executable) } {
+        if let Some(cuda) = unsafe { crate::gpu_executable::downcast(executable) } {
             return Ok(cuda.exports.clone());
         }
         let mut map =

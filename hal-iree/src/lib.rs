@@ -30,11 +30,14 @@ mod driver;
 mod event;
 mod executable;
 mod ffi;
+mod flatbuffer;
+mod gpu_executable;
 pub mod npy;
 mod pinned_pool;
 mod recorder;
 pub mod runner;
 mod semaphore;
+mod vulkan_executable;
 
 pub use eerie_sys;
 
@@ -43,6 +46,10 @@ pub const CPU_SIM_DRIVER: &str = "thal-cpu-sim";
 
 /// The IREE driver name of the CUDA driver's devices (IREE's CUDA executables, `cuda-nvptx-fb`).
 pub const CUDA_DRIVER: &str = "thal-cuda";
+
+/// The IREE driver name of the Vulkan driver's devices (IREE's Vulkan executables,
+/// `vulkan-spirv-fb`).
+pub const VULKAN_DRIVER: &str = "thal-vulkan";
 
 /// Registers the `thal-*` driver factory into IREE's driver `registry`.
 ///

@@ -14,6 +14,11 @@
 //! Kernels read this memory over the host link, not from the GPU's own memory: fine for the small
 //! programs this bridge is measured with, slower than IREE's CUDA driver for large tensors (see
 //! `README.md`).
+//!
+//! On Vulkan devices the blocks are host-visible Vulkan memory (sub-allocated by the driver's
+//! allocator, so a block costs no driver call of its own) and a queue operation uses a subspan of
+//! the block's buffer; blocks are not reused (the HAL keeps a freed block's memory until the last
+//! operation using it is done).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -29,8 +34,8 @@ const KEEP_BYTES: usize = 256 << 20;
 
 /// One pinned allocation.
 pub(crate) struct Block {
-    /// Holds the memory (freed when the last lease and the pool let go).
-    _buffer: hal::Buffer,
+    /// Holds the memory (freed when the last lease, subspan and the pool let go).
+    buffer: hal::Buffer,
     base: usize,
     len: usize,
 }
@@ -50,14 +55,22 @@ pub(crate) struct PinnedPool {
     /// `None` once the device is gone: frees still work, allocations fail.
     device: Mutex<Option<hal::Device>>,
     state: Mutex<State>,
+    /// CUDA: freed blocks are reused and operations import ranges (leasing the block); Vulkan:
+    /// freed blocks go, and operations take subspans of the block's buffer.
+    pinned_imports: bool,
 }
 
 impl PinnedPool {
     /// A pool allocating on `device`, and IREE's allocator over it. The allocator holds one
     /// reference for as long as IREE may call it (IREE's buffers outlive their device), which is
     /// never given back: a few words per device; [`close`](Self::close) frees the blocks.
-    pub(crate) fn create(device: hal::Device) -> (Arc<PinnedPool>, sys::iree_allocator_t) {
-        let pool = Arc::new(PinnedPool { device: Mutex::new(Some(device)), state: Mutex::new(State::default()) });
+    /// `pinned_imports`: CUDA's way (see the field).
+    pub(crate) fn create(device: hal::Device, pinned_imports: bool) -> (Arc<PinnedPool>, sys::iree_allocator_t) {
+        let pool = Arc::new(PinnedPool {
+            device: Mutex::new(Some(device)),
+            state: Mutex::new(State::default()),
+            pinned_imports,
+        });
         let allocator = sys::iree_allocator_t { self_: Arc::into_raw(pool.clone()).cast_mut().cast(), ctl: Some(ctl) };
         (pool, allocator)
     }
@@ -96,7 +109,7 @@ impl PinnedPool {
             // the address stays valid after the mapping object goes, while the block holds `buffer`.
             unsafe { mapping.as_mut_slice() }.as_mut_ptr() as usize
         };
-        hal::driver::lock(&self.state).live.insert(base, Arc::new(Block { _buffer: buffer, base, len: size }));
+        hal::driver::lock(&self.state).live.insert(base, Arc::new(Block { buffer, base, len: size }));
         Ok(base)
     }
 
@@ -108,7 +121,7 @@ impl PinnedPool {
             return;
         }
         let block = state.live.remove(&base).expect("found above");
-        if hal::driver::lock(&self.device).is_none() {
+        if !self.pinned_imports || hal::driver::lock(&self.device).is_none() {
             return;
         }
         state.freed_bytes += block.len;
@@ -138,6 +151,10 @@ impl PinnedPool {
         keep: K,
     ) -> Result<Result<hal::Buffer, hal::Error>, K> {
         let Some(block) = self.find(ptr.as_ptr() as usize, len as usize) else { return Err(keep) };
+        if !self.pinned_imports {
+            // The subspan holds the block's memory for as long as the operation needs it.
+            return Ok(block.buffer.subspan((ptr.as_ptr() as usize - block.base) as u64, len));
+        }
         // SAFETY: the range lies inside the block's pinned memory (the block holds its buffer),
         // which the lease moved into the release keeps allocated and out of reuse until the HAL
         // lets go of the import.

@@ -3,6 +3,7 @@
 #   programs/*.vmfb, programs/*.input*.npy, programs/*.expected.{txt,npy}
 #   cts/executables/*.bin (IREE's HAL CTS testdata, compiled from the eerie-sys sources)
 #   programs/*.cuda.vmfb, cts/executables-cuda/*.bin (the same for IREE's CUDA target, PTX for sm_80)
+#   programs/*.vulkan.vmfb, cts/executables-vulkan/*.bin (the same for IREE's Vulkan target, SPIR-V)
 # Needs a Python venv with iree-base-compiler and iree-base-runtime (same version) and numpy:
 #   python3 -m venv /tmp/iree-venv
 #   /tmp/iree-venv/bin/pip install iree-base-compiler==3.13.0 iree-base-runtime==3.13.0 numpy
@@ -100,4 +101,22 @@ for src in "$CTS_SRC"/*.mlir; do
   (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
     "${CUDA_TARGET[@]}" "$stem.mlir" -o "$EC/$stem.bin")
   echo "cts/executables-cuda/$stem.bin: $(stat -c %s "$EC/$stem.bin") bytes"
+done
+
+# ---- 4. the same for IREE's Vulkan target (run by thal-vulkan; lavapipe in CI) -------------
+# SPIR-V for the Vulkan profile `vp_android_baseline_2022`, which lavapipe and desktop GPUs run.
+VULKAN_TARGET=(--iree-hal-target-device=vulkan --iree-vulkan-target=vp_android_baseline_2022)
+for entry in "${PROGRAMS[@]}"; do
+  read -r name _ _ <<<"$entry"
+  (cd "$P" && "$COMPILE" "${VULKAN_TARGET[@]}" "$name.mlir" -o "$name.vulkan.vmfb")
+  echo "$name.vulkan.vmfb: $(stat -c %s "$P/$name.vulkan.vmfb") bytes"
+done
+EV="$HERE/cts/executables-vulkan"
+rm -rf "$EV"
+mkdir -p "$EV"
+for src in "$CTS_SRC"/*.mlir; do
+  stem=$(basename "$src" .mlir)
+  (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
+    "${VULKAN_TARGET[@]}" "$stem.mlir" -o "$EV/$stem.bin")
+  echo "cts/executables-vulkan/$stem.bin: $(stat -c %s "$EV/$stem.bin") bytes"
 done
