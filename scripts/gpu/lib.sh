@@ -1,5 +1,5 @@
 #!/bin/bash
-# Sourced by the one-call device scripts (iree-cuda.sh, vulkan-ab-peers.sh,
+# Sourced by the one-call device scripts (iree-cuda.sh, iree-vulkan.sh, vulkan-ab-peers.sh,
 # ab-vulkan-stencil-peers.sh): a time budget for the call and the Vulkan before/after bench loop.
 # Usage: `source devbin/lib.sh` from the repository root on the GPU machine (the scripts cd there
 # first; build.sh copies this file into devbin/ with the other scripts).
