@@ -73,50 +73,42 @@ CTS_SRC=${IREE_CTS_TESTDATA:-}
 if [[ -z "$CTS_SRC" ]]; then
   CTS_SRC=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/eerie-sys-0.5.0/iree/runtime/src/iree/hal/cts/testdata | head -n1)
 fi
-E="$HERE/cts/executables"
-rm -rf "$E"
-mkdir -p "$E"
+# The CTS sources compiled with the target flags given, into cts/$1/.
+cts_executables() {
+  local dir="$HERE/cts/$1" src stem
+  shift
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  for src in "$CTS_SRC"/*.mlir; do
+    stem=$(basename "$src" .mlir)
+    (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
+      "$@" "$stem.mlir" -o "$dir/$stem.bin")
+    echo "cts/${dir##*/}/$stem.bin: $(stat -c %s "$dir/$stem.bin") bytes"
+  done
+}
+# The programs compiled with the target flags given, as programs/<name>.$1.vmfb.
+programs_for() {
+  local suffix=$1 entry name
+  shift
+  for entry in "${PROGRAMS[@]}"; do
+    read -r name _ _ <<<"$entry"
+    (cd "$P" && "$COMPILE" "$@" "$name.mlir" -o "$name.$suffix.vmfb")
+    echo "$name.$suffix.vmfb: $(stat -c %s "$P/$name.$suffix.vmfb") bytes"
+  done
+}
+
 # Same flags as IREE's iree_hal_executable() CMake rule for the local_sync/local_task
 # llvm_cpu CTS testdata (plus the explicit triple).
-for src in "$CTS_SRC"/*.mlir; do
-  stem=$(basename "$src" .mlir)
-  (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
-    "${TARGET[@]}" "$stem.mlir" -o "$E/$stem.bin")
-  echo "cts/executables/$stem.bin: $(stat -c %s "$E/$stem.bin") bytes"
-done
+cts_executables executables "${TARGET[@]}"
 
 # ---- 3. the same for IREE's CUDA target (run by thal-cuda on a GPU) ------------------------
 # PTX for sm_80, which the CUDA driver JIT-compiles for newer GPUs (the H100's sm_90).
 CUDA_TARGET=(--iree-hal-target-device=cuda --iree-cuda-target=sm_80)
-for entry in "${PROGRAMS[@]}"; do
-  read -r name _ _ <<<"$entry"
-  (cd "$P" && "$COMPILE" "${CUDA_TARGET[@]}" "$name.mlir" -o "$name.cuda.vmfb")
-  echo "$name.cuda.vmfb: $(stat -c %s "$P/$name.cuda.vmfb") bytes"
-done
-EC="$HERE/cts/executables-cuda"
-rm -rf "$EC"
-mkdir -p "$EC"
-for src in "$CTS_SRC"/*.mlir; do
-  stem=$(basename "$src" .mlir)
-  (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
-    "${CUDA_TARGET[@]}" "$stem.mlir" -o "$EC/$stem.bin")
-  echo "cts/executables-cuda/$stem.bin: $(stat -c %s "$EC/$stem.bin") bytes"
-done
+programs_for cuda "${CUDA_TARGET[@]}"
+cts_executables executables-cuda "${CUDA_TARGET[@]}"
 
 # ---- 4. the same for IREE's Vulkan target (run by thal-vulkan; lavapipe in CI) -------------
 # SPIR-V for the Vulkan profile `vp_android_baseline_2022`, which lavapipe and desktop GPUs run.
 VULKAN_TARGET=(--iree-hal-target-device=vulkan --iree-vulkan-target=vp_android_baseline_2022)
-for entry in "${PROGRAMS[@]}"; do
-  read -r name _ _ <<<"$entry"
-  (cd "$P" && "$COMPILE" "${VULKAN_TARGET[@]}" "$name.mlir" -o "$name.vulkan.vmfb")
-  echo "$name.vulkan.vmfb: $(stat -c %s "$P/$name.vulkan.vmfb") bytes"
-done
-EV="$HERE/cts/executables-vulkan"
-rm -rf "$EV"
-mkdir -p "$EV"
-for src in "$CTS_SRC"/*.mlir; do
-  stem=$(basename "$src" .mlir)
-  (cd "$CTS_SRC" && "$COMPILE" --compile-mode=hal-executable --mlir-print-op-on-diagnostic=false \
-    "${VULKAN_TARGET[@]}" "$stem.mlir" -o "$EV/$stem.bin")
-  echo "cts/executables-vulkan/$stem.bin: $(stat -c %s "$EV/$stem.bin") bytes"
-done
+programs_for vulkan "${VULKAN_TARGET[@]}"
+cts_executables executables-vulkan "${VULKAN_TARGET[@]}"

@@ -19,7 +19,6 @@ N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1); mkdir -p /tmp/
 export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
 W=/tmp/iree-wheel; mkdir -p $W && (cd $W && python3 -m zipfile -e "$(ls "$OLDPWD"/devpeers/iree_base_runtime-*.whl)" .)
 chmod +x $W/iree/_runtime_libs/*; RUN=$W/iree/_runtime_libs/iree-run-module; BENCH=$W/iree/_runtime_libs/iree-benchmark-module
-P=hal-iree/testdata/programs
 echo "##### 1. driver-cuda imports"
 timeout "$(left 60)" devbin/cuda_device --include-ignored --test-threads=1 ranges_of_pinned_buffers 2>&1 | grep -E "^test |test result|panicked" | head -5
 timeout "$(left 60)" devbin/cts --include-ignored imported_memory 2>&1 | grep -E "test result|FAILED|panicked" | head -5
@@ -27,9 +26,8 @@ echo "##### 2. hal-iree CUDA programs vs IREE's CPU output ($(el))"
 timeout "$(left 90)" devbin/iree/cuda_programs --include-ignored --test-threads=1 --nocapture > "$OUT/cuda_programs.log" 2>&1; echo "exit $?"
 grep -E "^test |test result|panicked|thal-cuda:" "$OUT/cuda_programs.log" | head -14
 echo "##### 3. thal-cuda vs IREE's cuda driver, bit for bit ($(el))"
-for entry in "chain chain 1" "chain_split chain 1" "matmul matmul 2" "mlp mlp 5"; do
-  read -r name func nin <<<"$entry"; data=$name; [ $name = chain_split ] && data=chain
-  ins=(); tins=(); for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
+for entry in "${PROGRAMS[@]}"; do
+  program "$entry"
   timeout "$(left 30)" $RUN --device=cuda --module=$P/$name.cuda.vmfb --function=$func "${ins[@]}" --output=@/tmp/iree_$name.npy > "$OUT/iree-run-$name.txt" 2>&1 || echo "iree-run-module $name failed: $(tail -2 "$OUT/iree-run-$name.txt")"
   timeout "$(left 30)" devbin/iree/thal-iree-run --module $P/$name.cuda.vmfb --function module.$func "${tins[@]}" --device thal-cuda --expected @/tmp/iree_$name.npy > "$OUT/thal-$name.txt" 2>&1
   echo "$name: thal-cuda vs IREE cuda exit $? (0: bit-exact) $(grep -E 'differs|error' "$OUT/thal-$name.txt" | head -1)"
@@ -40,9 +38,8 @@ IREE_CTS_DRIVER=thal-cuda IREE_CTS_EXECUTABLE_FORMAT=PTXE IREE_CTS_TESTDATA=$PWD
 grep -E "iree-cts:|^suite|^[A-Za-z_/]+ +[0-9]+ +[0-9]+ +[0-9]+|total|FAILED  \]|PASSED|SKIPPED" "$OUT/iree_cts_cuda.log" | head -40
 echo "##### 5. same module, same GPU: IREE's VM on thal-cuda vs on IREE's cuda driver, us/call ($(el))"
 printf "%-12s %14s %14s %8s\n" module thal-cuda iree-cuda ratio
-for entry in "chain chain 1" "chain_split chain 1" "matmul matmul 2" "mlp mlp 5"; do
-  read -r name func nin <<<"$entry"; data=$name; [ $name = chain_split ] && data=chain
-  ins=(); tins=(); for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
+for entry in "${PROGRAMS[@]}"; do
+  program "$entry"
   ours=$(timeout "$(left 30)" devbin/iree/thal-iree-run --module $P/$name.cuda.vmfb --function module.$func "${tins[@]}" --device thal-cuda --repeat 2000 2>/dev/null | grep "^| thal-cuda" | awk -F'|' '{gsub(/ /,"",$4); print $4}')
   timeout "$(left 40)" $BENCH --device=cuda --module=$P/$name.cuda.vmfb --function=$func "${ins[@]}" --benchmark_repetitions=5 --benchmark_min_time=0.5 > "$OUT/iree-bench-$name.txt" 2>&1
   theirs=$(grep -E "_median" "$OUT/iree-bench-$name.txt" | head -1 | awk '{print $2, $3}')

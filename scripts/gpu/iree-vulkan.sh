@@ -13,12 +13,9 @@ echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version 
 source devbin/vulkan-env.sh
 W=/tmp/iree-wheel; mkdir -p $W && (cd $W && python3 -m zipfile -e "$(ls "$OLDPWD"/devpeers/iree_base_runtime-*.whl)" .)
 chmod +x $W/iree/_runtime_libs/*; RUN=$W/iree/_runtime_libs/iree-run-module; BENCH=$W/iree/_runtime_libs/iree-benchmark-module
-P=hal-iree/testdata/programs
-PROGRAMS=("chain chain 1" "chain_split chain 1" "matmul matmul 2" "mlp mlp 5")
 echo "##### 1. thal-vulkan vs IREE's vulkan driver, bit for bit"
 for entry in "${PROGRAMS[@]}"; do
-  read -r name func nin <<<"$entry"; data=$name; [ $name = chain_split ] && data=chain
-  ins=(); tins=(); for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
+  program "$entry"
   timeout "$(left 30)" $RUN --device=vulkan --module=$P/$name.vulkan.vmfb --function=$func "${ins[@]}" --output=@/tmp/iree_$name.npy > "$OUT/iree-run-$name.txt" 2>&1 || echo "iree-run-module $name failed: $(tail -2 "$OUT/iree-run-$name.txt")"
   timeout "$(left 30)" devbin/iree/thal-iree-run --module $P/$name.vulkan.vmfb --function module.$func "${tins[@]}" --device thal-vulkan --expected @/tmp/iree_$name.npy > "$OUT/thal-$name.txt" 2>&1
   echo "$name: thal-vulkan vs IREE vulkan exit $? (0: bit-exact) $(grep -E 'differs|error' "$OUT/thal-$name.txt" | head -1)"
@@ -30,8 +27,7 @@ grep -E "^total|FAILED  \]" "$OUT/iree_cts_vulkan.log" | head -12
 echo "##### 3. same module, same GPU: IREE's VM on thal-vulkan vs on IREE's vulkan driver, us/call ($(el))"
 printf "%-12s %14s %14s %8s\n" module thal-vulkan iree-vulkan ratio
 for entry in "${PROGRAMS[@]}"; do
-  read -r name func nin <<<"$entry"; data=$name; [ $name = chain_split ] && data=chain
-  ins=(); tins=(); for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
+  program "$entry"
   ours=$(timeout "$(left 30)" devbin/iree/thal-iree-run --module $P/$name.vulkan.vmfb --function module.$func "${tins[@]}" --device thal-vulkan --repeat 500 2>/dev/null | grep "^| thal-vulkan" | awk -F'|' '{gsub(/ /,"",$4); print $4}')
   timeout "$(left 40)" $BENCH --device=vulkan --module=$P/$name.vulkan.vmfb --function=$func "${ins[@]}" --benchmark_repetitions=5 --benchmark_min_time=0.3 > "$OUT/iree-bench-$name.txt" 2>&1
   theirs=$(grep -E "_median" "$OUT/iree-bench-$name.txt" | head -1 | awk '{print $2, $3}')

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Sourced by the one-call device scripts (iree-cuda.sh, iree-vulkan.sh, vulkan-ab-peers.sh,
-# ab-vulkan-stencil-peers.sh): a time budget for the call and the Vulkan before/after bench loop.
+# ab-vulkan-stencil-peers.sh): a time budget for the call, the Vulkan before/after bench loop and
+# hal-iree's test programs.
 # Usage: `source devbin/lib.sh` from the repository root on the GPU machine (the scripts cd there
 # first; build.sh copies this file into devbin/ with the other scripts).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,4 +21,15 @@ vulkan_bench_ab() {
     done
   done
   python3 devbin/vk_ab.py "$OUT" 2>&1 | head -30
+}
+# hal-iree's test programs, "name function inputs", and where they are.
+P=hal-iree/testdata/programs
+PROGRAMS=("chain chain 1" "chain_split chain 1" "matmul matmul 2" "mlp mlp 5")
+# Reads one PROGRAMS entry ($1) into name, func, data (whose inputs it takes: chain_split shares
+# chain's) and the input arguments: ins for IREE's tools, tins for thal-iree-run.
+program() {
+  local k nin
+  read -r name func nin <<<"$1"; data=$name; [ "$name" = chain_split ] && data=chain
+  ins=(); tins=()
+  for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
 }
