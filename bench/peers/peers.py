@@ -26,8 +26,8 @@ The Vulkan table (`--hal-vulkan`; `--no-cuda` leaves the CUDA table out):
 - IREE Vulkan: `step.mlir` on 1024 floats (one 4 KiB page: IREE's vulkan driver imports host
   arrays, see `page_aligned_zeros`) compiled with `--iree-hal-target-device=vulkan
   --iree-vulkan-target=ampere` (SPIR-V), run by IREE's `vulkan` driver (`--vmfb-vulkan`), row
-  `iree_vulkan_calls`. On NVIDIA (H100) its calls take 1.8 ms and more each, so the full plan takes
-  minutes: `--iree-vulkan-quick` (run.sh passes it) gives that row 3 trials of a tenth of the calls.
+  `iree_vulkan_calls`. On NVIDIA its calls take milliseconds each (docs/benchmarks.md), so the full
+  plan takes minutes: `--iree-vulkan-quick` (run.sh passes it) gives that row 3 trials of a tenth of the calls.
   On lavapipe `to_host` fails (IREE imports its own, unaligned, host array for the result), so the
   row reads "not run" there.
 A peer that cannot run (no device, no module, an error of its runtime) is reported as "not run:

@@ -11,9 +11,8 @@
 //! The pool has one runner slot per core (its threads plus one caller). Dispatches running at once
 //! (their callers) and pool threads helping share those slots: a pool thread helps only into a free
 //! slot, and stands back between chunks when a new dispatch takes its slot, so the runners never
-//! outnumber the cores by more than the callers beyond the first. Two queues dispatching side by side on
-//! 16 cores therefore get 16 runners between them (before, any second dispatch sent every pool
-//! thread back, and the two ran on one core each).
+//! outnumber the cores by more than the callers beyond the first. Two queues dispatching side by
+//! side on 16 cores therefore get 16 runners between them, not one core each.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -150,10 +150,10 @@ impl<'a> Recorder<'a> {
     }
 
     /// Orders `after` behind `before` and makes `before`'s writes visible to `after`'s accesses,
-    /// naming only their stages: on NVIDIA a catch-all barrier (`ALL_COMMANDS`, `MEMORY_*`) between
-    /// two dispatches cost about 10 us of device time where a compute-to-compute one costs about
-    /// 2 (see [`Side`]). Consecutive barriers chain, so a transfer between two dispatches still
-    /// orders them (their stage masks meet at the transfer).
+    /// naming only their stages (see [`Side`]): a catch-all barrier (`ALL_COMMANDS`, `MEMORY_*`)
+    /// between two dispatches costs NVIDIA far more device time (docs/benchmarks.md). Consecutive
+    /// barriers chain, so a transfer between two dispatches still orders them (their stage masks
+    /// meet at the transfer).
     pub fn barrier_between(&mut self, before: Side, after: Side) {
         let (src_stages, src_access) = before.source();
         let (dst_stages, dst_access) = after.destination();
