@@ -2,13 +2,15 @@
 //!
 //! Two replay modes:
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
-//!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
-//!   becomes an instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel
-//!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`);
+//!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2) or
+//!   with an indirect dispatch whose grid the device sets (`src/indirect_node.rs`), becomes an
+//!   instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel graph launch
+//!   costs less than the kernel launch itself (see `docs/benchmarks.md`);
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
 //!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
-//!   known only once the alloca is enqueued), for buffers holding collectives (each execute enqueues
+//!   known only once the alloca is enqueued), for indirect dispatches where the device cannot set
+//!   their grids (the host launcher reads the counts), for buffers holding collectives (each execute enqueues
 //!   its NCCL calls on the stream in command order, between the other commands; a graph could
 //!   capture them with stream capture, not done here), and as the fallback if a graph cannot be
 //!   built.
@@ -31,8 +33,9 @@ use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
-use crate::graph::{GraphExec, NodeParams, Recording, node_params};
+use crate::graph::{GraphExec, Launched, NodeParams, Recording, node_params};
 use crate::host_copy::{CopyEnd, copy_async};
+use crate::indirect_node::{IndirectRun, NodeUpdater};
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
@@ -109,18 +112,25 @@ pub struct CudaPreparedCommands {
 
 impl CudaPreparedCommands {
     /// Prepares `commands`: checks executables, uploads update payloads, and builds a graph when the
-    /// buffer has at least `graph_min_commands` commands and no transient buffers.
+    /// buffer has at least `graph_min_commands` commands and no transient buffers. With `updater`,
+    /// indirect dispatches are graph nodes (see [`crate::indirect_node`]); without, a buffer with
+    /// one replays directly.
     pub(crate) fn prepare(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
         commands: &Arc<[Command]>,
         graph_min_commands: usize,
+        updater: Option<&Arc<NodeUpdater>>,
     ) -> Result<Self> {
-        let has_transient = check(commands, context.ordinal())?;
+        let has_transient = check(commands, context.ordinal(), updater.is_some())?;
         let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
-        let replay = if work >= graph_min_commands.max(1) && !has_transient {
-            match GraphExec::build(context, commands, payload.address(), &payload.offsets, 1, &[]) {
+        // An indirect dispatch replayed directly holds the stream for a host round trip at every
+        // execute; as a graph node it costs the graph's instantiation once instead.
+        let indirect_node = updater.is_some() && commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. }));
+        let replay = if (work >= graph_min_commands.max(1) || indirect_node) && !has_transient {
+            let recording = Recording { commands, payload: payload.address(), offsets: &payload.offsets };
+            match GraphExec::build(context, recording, 1, &[], updater) {
                 Ok(graph) => Replay::Graph(graph),
                 Err(e) => {
                     tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -143,7 +153,7 @@ impl CudaPreparedCommands {
     /// resolved for its table). The first execute builds the graph and keeps it in `state`; later
     /// ones only compute their node parameters, which the launch applies in place. Commands that
     /// touch transient buffers, and buffers of fewer than `graph_min_commands` commands, replay
-    /// directly.
+    /// directly. `updater` as for [`prepare`](Self::prepare).
     pub(crate) fn prepare_bound(
         context: &Arc<Context>,
         counter: &Arc<MemoryCounter>,
@@ -151,30 +161,26 @@ impl CudaPreparedCommands {
         state: &BindingState,
         graph_min_commands: usize,
         instances: usize,
+        updater: Option<&Arc<NodeUpdater>>,
     ) -> Result<Self> {
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let stored = state.get::<SharedGraph>();
         // With a graph already built, the node parameters resolve (and so check) every dispatch:
         // the entry points are not looked up twice per execute.
+        let indirect_nodes = updater.is_some();
         let direct = match &stored {
-            Some(shared) if shared.graph.is_some() => replays_directly(commands, context.ordinal())?,
-            _ => check(commands, context.ordinal())?,
+            Some(shared) if shared.graph.is_some() => replays_directly(commands, context.ordinal(), indirect_nodes)?,
+            _ => check(commands, context.ordinal(), indirect_nodes)?,
         };
         if direct || work < graph_min_commands.max(1) {
-            return Self::prepare(context, counter, commands, usize::MAX);
+            return Self::prepare(context, counter, commands, usize::MAX, None);
         }
         let shared = match stored {
             Some(shared) => shared,
             None => {
                 let payload = Arc::new(upload(context, counter, commands)?);
-                let graph = match GraphExec::build(
-                    context,
-                    commands,
-                    payload.address(),
-                    &payload.offsets,
-                    instances,
-                    &[],
-                ) {
+                let recording = Recording { commands, payload: payload.address(), offsets: &payload.offsets };
+                let graph = match GraphExec::build(context, recording, instances, &[], updater) {
                     Ok(graph) => Some(Arc::new(graph)),
                     Err(e) => {
                         tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
@@ -233,20 +239,26 @@ impl CudaPreparedCommands {
         }
     }
 
-    /// Enqueues one execution (of submission `work`) on `stream`.
-    pub(crate) fn enqueue(&self, bound: &Bound<'_>, stream: &CudaStream, work: &Arc<Work>) -> Result<()> {
+    /// Enqueues one execution (of submission `work`) on `stream`. A graph launch with indirect
+    /// dispatch nodes returns its run, whose faults the caller checks once the work completed.
+    pub(crate) fn enqueue(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+    ) -> Result<Option<IndirectRun>> {
         match &self.replay {
             Replay::Graph(graph) => graph.launch(bound, stream, &[]),
             Replay::Bound { graph, params, .. } => {
-                if graph.launch_with(bound, stream, params, self.recording(), &[])? {
-                    return Ok(());
+                if let Launched::Yes(run) = graph.launch_with(bound, stream, params, self.recording(), &[])? {
+                    return Ok(run);
                 }
                 // CUDA refused to update a node (a copy between memory kinds the node was not
                 // built for) or to build another instance: this execute replays its commands
                 // directly, in the same stream order.
-                self.enqueue_direct(bound, stream, work)
+                self.enqueue_direct(bound, stream, work).map(|()| None)
             }
-            Replay::Direct => self.enqueue_direct(bound, stream, work),
+            Replay::Direct => self.enqueue_direct(bound, stream, work).map(|()| None),
         }
     }
 
@@ -268,8 +280,9 @@ impl CudaPreparedCommands {
     ) -> Result<()> {
         let DispatchTiming { indices: timed, timer, out } = timing;
         let (payload, offsets) = (self.payload.address(), &self.payload.offsets[..]);
-        let build =
-            |instances| move || GraphExec::build(&self.context, &self.commands, payload, offsets, instances, timed);
+        let recording = Recording { commands: &self.commands, payload, offsets };
+        // Profiled graphs keep indirect dispatches out: such an execute replays directly.
+        let build = |instances| move || GraphExec::build(&self.context, recording, instances, timed, None);
         let graph = match &self.replay {
             Replay::Graph(_) => self.profiled.get(timed, build(1)),
             Replay::Bound { shared, .. } => shared.profiled.get(timed, build(shared.instances)),
@@ -299,16 +312,16 @@ impl CudaPreparedCommands {
         let raw: Vec<_> = pairs.iter().map(|(s, e)| (s.raw(), e.raw())).collect();
         let launched = match &self.replay {
             Replay::Bound { params, .. } => graph.launch_with(bound, stream, params, self.recording(), &raw),
-            _ => graph.launch(bound, stream, &raw).map(|()| true),
+            _ => graph.launch(bound, stream, &raw).map(Launched::Yes),
         };
         match launched {
-            Ok(true) => {
+            Ok(Launched::Yes(_)) => {
                 for (&index, (start, end)) in timed.iter().zip(pairs) {
                     out.push_dispatch(index, start, end);
                 }
                 Ok(())
             }
-            Ok(false) => {
+            Ok(Launched::Refused) => {
                 pairs.into_iter().for_each(|(s, e)| out.hold_pair(s, e));
                 self.enqueue_direct_timed(bound, stream, work, timed, timer, out)
             }
@@ -405,7 +418,7 @@ impl CudaPreparedCommands {
 
 /// Checks each dispatch's entry point; returns whether the commands must replay directly (see
 /// [`replays_directly`]).
-fn check(commands: &[Command], ordinal: usize) -> Result<bool> {
+fn check(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<bool> {
     for command in commands {
         if let Command::Dispatch { executable, entry_point, .. }
         | Command::DispatchIndirect { executable, entry_point, .. } = command
@@ -413,18 +426,20 @@ fn check(commands: &[Command], ordinal: usize) -> Result<bool> {
             CudaExecutable::of(executable)?.entry(*entry_point)?;
         }
     }
-    replays_directly(commands, ordinal)
+    replays_directly(commands, ordinal, indirect_nodes)
 }
 
 /// Whether the commands must replay directly: one touches a transient buffer (its address is known
-/// only once its alloca ran), is an indirect dispatch (its grid is known only when it runs), copies
-/// with another GPU's memory (a graph's copy node stays within its own GPU here), or is a
-/// collective (each execute's NCCL calls are enqueued on the stream in command order; NCCL calls
-/// could be captured into a graph with stream capture, which is not done here).
-fn replays_directly(commands: &[Command], ordinal: usize) -> Result<bool> {
+/// only once its alloca ran), is an indirect dispatch while `indirect_nodes` is off (its grid is
+/// known only when it runs, and only the device's updater can set it in a graph), copies with
+/// another GPU's memory (a graph's copy node stays within its own GPU here), or is a collective
+/// (each execute's NCCL calls are enqueued on the stream in command order; NCCL calls could be
+/// captured into a graph with stream capture, which is not done here).
+fn replays_directly(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<bool> {
     let mut direct = false;
     for command in commands {
-        direct |= matches!(command, Command::DispatchIndirect { .. } | Command::Collective { .. });
+        direct |= matches!(command, Command::Collective { .. })
+            || (!indirect_nodes && matches!(command, Command::DispatchIndirect { .. }));
         for buffer in command.buffers() {
             let memory = CudaMemory::of(buffer)?;
             direct |= memory.is_transient() || memory.context().ordinal() != ordinal;

@@ -16,6 +16,7 @@ use hal::{
 use crate::command_buffer::CudaPreparedCommands;
 use crate::context::Context;
 use crate::event::CompletionWait;
+use crate::indirect_node::NodeUpdater;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::module::CudaExecutable;
 use crate::result;
@@ -47,6 +48,11 @@ pub struct CudaOptions {
     /// `device_ns` on the submission's `complete` span (see the crate docs, "Device timings per submission"). Costs two event
     /// records per submission.
     pub submission_timings: bool,
+    /// Indirect dispatches in command buffers that replay as graphs become graph nodes whose grid
+    /// a kernel sets on the device (see the crate docs, "Indirect dispatches"); needs CUDA 12.4 and
+    /// CUDA's device runtime library. Off, or where that is missing, the host reads each count
+    /// and launches (one host round trip per dispatch).
+    pub indirect_on_device: bool,
 }
 
 impl Default for CudaOptions {
@@ -59,6 +65,7 @@ impl Default for CudaOptions {
             reusable_graph_min_commands: 1,
             bound_graph_instances: 4,
             submission_timings: false,
+            indirect_on_device: true,
         }
     }
 }
@@ -68,6 +75,10 @@ pub const ENV_COMPLETION: &str = "HAL_CUDA_COMPLETION";
 /// The environment variable that turns on [`CudaOptions::submission_timings`] (`1`) in
 /// [`CudaOptions::from_env`].
 pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
+/// The environment variable that picks where indirect dispatches read their counts
+/// ([`CudaOptions::indirect_on_device`]): `device` (the default) or `host`, for
+/// [`CudaOptions::from_env`].
+pub const ENV_INDIRECT: &str = "HAL_CUDA_INDIRECT";
 /// The environment variable that sets [`CudaOptions::poll_interval`], in microseconds (1 to 10000),
 /// for [`CudaOptions::from_env`].
 pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
@@ -81,7 +92,8 @@ impl CudaOptions {
     /// The defaults, changed by the environment: `HAL_CUDA_COMPLETION` = `poll` (the default),
     /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`;
     /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10);
-    /// `HAL_CUDA_POLL_BUDGET_US` = microseconds a `poll` completion thread queries before it sleeps.
+    /// `HAL_CUDA_POLL_BUDGET_US` = microseconds a `poll` completion thread queries before it sleeps;
+    /// `HAL_CUDA_INDIRECT` = `device` (the default) or `host`.
     /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
     /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
     pub fn from_env() -> Result<Self> {
@@ -113,6 +125,17 @@ impl CudaOptions {
                 "0" => false,
                 other => {
                     return Err(Error::invalid_argument(format!("cuda: {ENV_TIMINGS}='{other}' is not 0 or 1")));
+                }
+            };
+        }
+        if let Some(value) = lookup(ENV_INDIRECT) {
+            options.indirect_on_device = match value.as_str() {
+                "device" => true,
+                "host" => false,
+                other => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_INDIRECT}='{other}' is not device or host"
+                    )));
                 }
             };
         }
@@ -229,6 +252,9 @@ pub struct CudaDevice {
     context: Arc<Context>,
     /// How copies with each other GPU's memory go, found at the first such copy.
     peers: std::sync::Mutex<Vec<(usize, PeerPath)>>,
+    /// The updater of indirect dispatch nodes, linked at the first command buffer with an
+    /// indirect dispatch (`None`: off, or it could not be linked; the reason is logged once).
+    updater: std::sync::OnceLock<Option<Arc<NodeUpdater>>>,
 }
 
 impl Drop for CudaDevice {
@@ -248,6 +274,36 @@ pub(crate) enum PeerPath {
 }
 
 impl CudaDevice {
+    /// The updater for `commands`' indirect dispatches: `None` if they have none, or the device
+    /// reads counts on the host.
+    fn updater_for(&self, commands: &[Command]) -> Option<&Arc<NodeUpdater>> {
+        if commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })) { self.updater() } else { None }
+    }
+
+    /// The updater of indirect dispatch nodes, linked at the first call (`None`: off, or it could
+    /// not be linked).
+    fn updater(&self) -> Option<&Arc<NodeUpdater>> {
+        if !self.options.indirect_on_device {
+            return None;
+        }
+        self.updater
+            .get_or_init(|| match NodeUpdater::load(&self.context, self.info.max_workgroup_count) {
+                Ok(updater) => Some(Arc::new(updater)),
+                Err(e) => {
+                    tracing::info!(%e, "cuda: indirect dispatches read their counts on the host");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// Whether indirect dispatches in command buffers that replay as graphs have their grids set on
+    /// the device ([`CudaOptions::indirect_on_device`], and the updater linked: tried at the first
+    /// call if no command buffer tried it yet).
+    pub fn indirect_on_device(&self) -> bool {
+        self.updater().is_some()
+    }
+
     /// How copies with GPU `ordinal`'s memory go (`None`: the same GPU). Enables peer access at
     /// the first call for a GPU that allows it.
     pub(crate) fn peer_path(&self, ordinal: usize, peer: &Context) -> Result<Option<PeerPath>> {
@@ -298,6 +354,7 @@ impl CudaDevice {
             memory,
             context,
             peers: std::sync::Mutex::new(Vec::new()),
+            updater: std::sync::OnceLock::new(),
         })
     }
 
@@ -370,7 +427,8 @@ impl DeviceBackend for CudaDevice {
             CommandBufferMode::Reusable => self.options.reusable_graph_min_commands,
             _ => self.options.graph_min_commands,
         };
-        Ok(Arc::new(CudaPreparedCommands::prepare(&self.context, &self.memory, commands, graph_min_commands)?))
+        let updater = self.updater_for(commands);
+        Ok(Arc::new(CudaPreparedCommands::prepare(&self.context, &self.memory, commands, graph_min_commands, updater)?))
     }
 
     fn prepare_bound(&self, commands: &Arc<[Command]>, state: &BindingState) -> Result<Arc<dyn PreparedCommands>> {
@@ -382,6 +440,7 @@ impl DeviceBackend for CudaDevice {
             state,
             graph_min_commands,
             self.options.bound_graph_instances,
+            self.updater_for(commands),
         )?))
     }
 

@@ -25,6 +25,7 @@ use smallvec::SmallVec;
 use crate::command_buffer::{resolve_address, update_source};
 use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
+use crate::indirect_node::{FaultRings, IndirectRun, NodeUpdater};
 use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
@@ -38,6 +39,9 @@ use crate::stream::CudaStream;
 pub(crate) enum NodeParams {
     /// A kernel launch.
     Kernel(KernelLaunch),
+    /// An indirect dispatch: `launch` (its grid set on the device) reading its count at device
+    /// address `count` (see [`crate::indirect_node`]).
+    Indirect { launch: KernelLaunch, count: u64 },
     /// `count` elements of `element_size` bytes at `dst` set to `value`.
     Memset { dst: u64, value: u32, element_size: u32, count: usize, buffers: [u64; 2] },
     /// `length` bytes from `src` to `dst`.
@@ -52,7 +56,8 @@ enum Step {
 
 /// The graph steps of `commands` with their command indices (empty transfers dropped). `payload`
 /// and `offsets` place update bytes (see `command_buffer`). Reads every buffer's address now.
-fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<(usize, Step)>> {
+/// Indirect dispatches become nodes only with `indirect` (the device updates their grids).
+fn plan(commands: &[Command], payload: u64, offsets: &[u64], indirect: bool) -> Result<Vec<(usize, Step)>> {
     let mut steps = Vec::with_capacity(commands.len());
     for (index, command) in commands.iter().enumerate() {
         let step = match command {
@@ -89,8 +94,15 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<(usiz
             Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => Step::Node(
                 NodeParams::Kernel(KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?),
             ),
-            Command::DispatchIndirect { .. } => {
-                return Err(Error::internal("cuda graph: an indirect dispatch cannot be a graph node"));
+            Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
+                if !indirect {
+                    return Err(Error::internal(
+                        "cuda graph: an indirect dispatch is a graph node only where the device updates its grid",
+                    ));
+                }
+                let launch = KernelLaunch::resolve(executable, *entry_point, [1, 1, 1], constants, bindings)?;
+                let count = resolve_address(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?;
+                Step::Node(NodeParams::Indirect { launch, count })
             }
             Command::Barrier => Step::Barrier,
             Command::Collective { .. } => {
@@ -104,7 +116,8 @@ fn plan(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<(usiz
 
 /// The node parameters of `commands` for one execute of a graph built from the same recording.
 pub(crate) fn node_params(commands: &[Command], payload: u64, offsets: &[u64]) -> Result<Vec<NodeParams>> {
-    Ok(plan(commands, payload, offsets)?
+    // A graph exists, so its indirect dispatches (if any) were allowed to be nodes.
+    Ok(plan(commands, payload, offsets, true)?
         .into_iter()
         .filter_map(|(_, step)| if let Step::Node(params) = step { Some(params) } else { None })
         .collect())
@@ -130,6 +143,8 @@ pub struct GraphExec {
     node_count: usize,
     /// The command indices of the dispatches bracketed by event record nodes (profiling).
     timed: Vec<usize>,
+    /// Updates indirect dispatch nodes' grids; `None`: indirect dispatches are not nodes.
+    updater: Option<Arc<NodeUpdater>>,
 }
 
 /// One graph, instantiated, and the parameters its executable holds now. Each instance is built
@@ -147,6 +162,35 @@ struct Instance {
     timers: Vec<(CUgraphNode, CUgraphNode)>,
     /// The event the timers record until a launch sets its own (kept as long as the graph).
     placeholder: Option<CudaEvent>,
+    /// Its indirect dispatch nodes, if it has any.
+    indirect: Option<IndirectNodes>,
+}
+
+/// The indirect dispatch nodes of one instance: per node, its updater node and the kernel node's
+/// device handle, in node order; their fault rings; and how many times the instance launched
+/// (each launch runs every updater once, so the host's count names the device's run).
+struct IndirectNodes {
+    updaters: Vec<(CUgraphNode, u64)>,
+    rings: Arc<FaultRings>,
+    launches: u64,
+    /// The updater's module stays loaded while a graph names its kernel.
+    updater: Arc<NodeUpdater>,
+}
+
+impl IndirectNodes {
+    /// The updater node's parameter values for indirect node `index` reading its count at `count`.
+    fn updater_values(&self, index: usize, count: u64) -> [u64; 4] {
+        let (state, ring) = self.rings.params(index);
+        [count, self.updaters[index].1, state, ring]
+    }
+}
+
+/// What a launch did.
+pub(crate) enum Launched {
+    /// CUDA refused to update a node: nothing was launched.
+    Refused,
+    /// Launched; with indirect nodes, the run their faults are checked for at completion.
+    Yes(Option<IndirectRun>),
 }
 
 // SAFETY: graph handles are driver objects; launches and updates go through `instances`' lock,
@@ -176,6 +220,33 @@ impl Drop for Builder {
 }
 
 impl Builder {
+    /// Adds an indirect dispatch: the kernel node (device-updatable, after its updater) and the
+    /// updater node on the segment's dependencies, running `updater` with `values`' last three (the
+    /// first, the kernel node's handle, is filled in here). Returns the updater node and the
+    /// kernel node's device handle.
+    fn add_indirect(
+        &mut self,
+        bound: &Bound<'_>,
+        launch: &KernelLaunch,
+        updater: &NodeUpdater,
+        mut values: [u64; 4],
+    ) -> Result<(CUgraphNode, u64)> {
+        let graph = self.graph;
+        let (function, block, shared) = (launch.function, launch.block, launch.shared_bytes);
+        let kernel = launch.clone().with_params(|params| {
+            // SAFETY: `params` points at one value per kernel parameter (layout order, counts
+            // checked in `KernelLaunch::resolve`), which CUDA copies into the node now.
+            unsafe { result::graph_add_kernel_node(bound, graph, &[], function, [1, 1, 1], block, shared, params) }
+        })?;
+        let handle = result::graph_kernel_node_device_updatable(bound, kernel)?;
+        values[1] = handle;
+        let update = add_updater_node(bound, graph, &self.deps, updater, &mut values)?;
+        result::graph_add_dependency(bound, graph, update, kernel)?;
+        self.nodes.push(kernel);
+        self.segment.push(kernel);
+        Ok((update, handle))
+    }
+
     fn barrier(&mut self, bound: &Bound<'_>) -> Result<()> {
         match self.segment.len() {
             0 => {}
@@ -232,6 +303,9 @@ impl Builder {
             NodeParams::Copy { src, dst, length, .. } => {
                 result::graph_add_memcpy_node(bound, graph, deps, *src, *dst, *length)?
             }
+            NodeParams::Indirect { .. } => {
+                return Err(Error::internal("cuda graph: an indirect dispatch is added with its updater"));
+            }
         };
         self.nodes.push(node);
         match (start, timer) {
@@ -255,20 +329,52 @@ impl Instance {
     /// dispatches at command indices `timed` with event record nodes.
     fn build(
         context: &Arc<Context>,
-        commands: &[Command],
-        payload: u64,
-        offsets: &[u64],
+        execute: Recording<'_>,
         timed: &[usize],
+        updater: Option<&Arc<NodeUpdater>>,
     ) -> Result<Self> {
-        let steps = plan(commands, payload, offsets)?;
+        let Recording { commands, payload, offsets } = execute;
+        // Timed graphs keep indirect dispatches out (their timers bracket kernel nodes only).
+        let updater = updater.filter(|_| timed.is_empty());
+        let steps = plan(commands, payload, offsets, updater.is_some())?;
         let placeholder = if timed.is_empty() { None } else { Some(crate::timing::timing_event(context)?) };
         let bound = context.bind()?;
+        let indirect = match updater {
+            Some(updater) => {
+                let who: Vec<String> = commands
+                    .iter()
+                    .filter_map(|command| match command {
+                        Command::DispatchIndirect { executable, entry_point, .. } => {
+                            Some(format!("indirect dispatch of entry point {entry_point} of {executable}"))
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if who.is_empty() {
+                    None
+                } else {
+                    let rings = Arc::new(FaultRings::new(context, &bound, who, updater.limits())?);
+                    Some(IndirectNodes { updaters: Vec::new(), rings, launches: 0, updater: updater.clone() })
+                }
+            }
+            None => None,
+        };
         let graph = result::graph_create(&bound)?;
         let mut builder = Builder { graph, deps: SmallVec::new(), segment: SmallVec::new(), nodes: Vec::new() };
         let mut current = Vec::with_capacity(steps.len());
         let mut timers = Vec::with_capacity(timed.len());
+        let mut indirect = indirect;
         for (index, step) in steps {
             match step {
+                Step::Node(NodeParams::Indirect { launch, count }) => {
+                    let nodes = indirect
+                        .as_mut()
+                        .ok_or_else(|| Error::internal("cuda graph: an indirect node without its updater"))?;
+                    let (state, ring) = nodes.rings.params(nodes.updaters.len());
+                    let added = builder.add_indirect(&bound, &launch, &nodes.updater, [count, 0, state, ring])?;
+                    nodes.updaters.push(added);
+                    current.push(NodeParams::Indirect { launch, count });
+                }
                 Step::Node(params) => {
                     let timer = placeholder.as_ref().filter(|_| timed.contains(&index)).map(CudaEvent::raw);
                     timers.extend(builder.add(&bound, &params, timer)?);
@@ -287,7 +393,16 @@ impl Instance {
         let exec = result::graph_instantiate(&bound, builder.graph)?;
         let nodes = std::mem::take(&mut builder.nodes);
         let graph = std::mem::replace(&mut builder.graph, std::ptr::null_mut());
-        Ok(Instance { graph, exec, nodes, current, last_launch: 0, timers, placeholder })
+        Ok(Instance { graph, exec, nodes, current, last_launch: 0, timers, placeholder, indirect })
+    }
+
+    /// Launches the instance on `stream`; with indirect nodes, counts the launch and returns it.
+    fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<Option<IndirectRun>> {
+        result::graph_launch(bound, self.exec, stream.raw())?;
+        Ok(self.indirect.as_mut().map(|nodes| {
+            nodes.launches += 1;
+            IndirectRun { rings: nodes.rings.clone(), run: nodes.launches }
+        }))
     }
 
     /// Points the timers at `events` (one pair per timed dispatch) for the next launch.
@@ -308,11 +423,27 @@ impl Instance {
 
     /// Sets the nodes whose parameters differ from `params`.
     fn update(&mut self, bound: &Bound<'_>, params: &[NodeParams]) -> Result<()> {
+        let mut indirect_index = 0;
         for ((node, now), wanted) in self.nodes.iter().zip(self.current.iter_mut()).zip(params) {
-            if now != wanted {
-                set_node_params(bound, self.exec, *node, now, wanted)?;
-                *now = wanted.clone();
+            let index = indirect_index;
+            if matches!(now, NodeParams::Indirect { .. }) {
+                indirect_index += 1;
             }
+            if now == wanted {
+                continue;
+            }
+            if let (NodeParams::Indirect { count: was, .. }, NodeParams::Indirect { count, .. }) = (&*now, wanted)
+                && was != count
+            {
+                let nodes = self
+                    .indirect
+                    .as_ref()
+                    .ok_or_else(|| Error::internal("cuda graph: an indirect node without its updater"))?;
+                let mut values = nodes.updater_values(index, *count);
+                set_updater_params(bound, self.exec, nodes.updaters[index].0, &nodes.updater, &mut values)?;
+            }
+            set_node_params(bound, self.exec, *node, now, wanted)?;
+            *now = wanted.clone();
         }
         Ok(())
     }
@@ -326,8 +457,9 @@ impl Instance {
         if let Err(e) = exec.and(graph) {
             tracing::debug!(%e, "destroying a graph failed");
         }
-        // The placeholder event drops last, after the graph that named it.
+        // The placeholder event and the fault rings drop last, after the graph that named them.
         drop(self.placeholder);
+        drop(self.indirect);
     }
 }
 
@@ -336,15 +468,16 @@ impl GraphExec {
     /// uploaded update bytes and `offsets` their place per command (see `command_buffer`). Every
     /// buffer must have a fixed address (no transient buffers). `max_instances` (at least 1) bounds
     /// the instances `launch_with` may keep, one per recent set of parameters.
-    pub fn build(
+    /// With `updater`, indirect dispatches become nodes whose grid the device sets (an untimed
+    /// graph only); without, a recording with one fails to build.
+    pub(crate) fn build(
         context: &Arc<Context>,
-        commands: &[Command],
-        payload: u64,
-        offsets: &[u64],
+        execute: Recording<'_>,
         max_instances: usize,
         timed: &[usize],
+        updater: Option<&Arc<NodeUpdater>>,
     ) -> Result<Self> {
-        let first = Instance::build(context, commands, payload, offsets, timed)?;
+        let first = Instance::build(context, execute, timed, updater)?;
         let node_count = first.nodes.len();
         Ok(GraphExec {
             context: context.clone(),
@@ -352,6 +485,7 @@ impl GraphExec {
             max_instances: max_instances.max(1),
             node_count,
             timed: timed.to_vec(),
+            updater: updater.cloned(),
         })
     }
 
@@ -367,12 +501,18 @@ impl GraphExec {
 
     /// Enqueues one launch of the graph as built on `stream`; its timed dispatches (if any) record
     /// `events`, a (start, end) pair each in command order.
-    pub fn launch(&self, bound: &Bound<'_>, stream: &CudaStream, events: &[(CUevent, CUevent)]) -> Result<()> {
-        let instances = lock(&self.instances);
+    /// With indirect nodes, the launch's run is returned, to check at completion.
+    pub(crate) fn launch(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        events: &[(CUevent, CUevent)],
+    ) -> Result<Option<IndirectRun>> {
+        let mut instances = lock(&self.instances);
         if !self.timed.is_empty() {
             instances[0].set_timers(bound, events)?;
         }
-        result::graph_launch(bound, instances[0].exec, stream.raw())
+        instances[0].launch(bound, stream)
     }
 
     /// Enqueues one launch on `stream` of the execute whose node parameters are `params` (from
@@ -381,8 +521,8 @@ impl GraphExec {
     /// new instance is built from `commands` while there are fewer than `max_instances`, or the
     /// least recently launched one is updated (the nodes whose parameters differ are set). Tables
     /// that come back (a runtime's allocator hands out the same buffers again) thus launch without
-    /// updates. `Ok(false)` when CUDA refused to update a node: nothing was launched, and the caller
-    /// replays the execute another way. Timed dispatches record `events` as in
+    /// updates. [`Launched::Refused`] when CUDA refused to update a node: nothing was launched, and
+    /// the caller replays the execute another way. Timed dispatches record `events` as in
     /// [`launch`](Self::launch).
     pub(crate) fn launch_with(
         &self,
@@ -391,8 +531,7 @@ impl GraphExec {
         params: &[NodeParams],
         execute: Recording<'_>,
         events: &[(CUevent, CUevent)],
-    ) -> Result<bool> {
-        let Recording { commands, payload, offsets } = execute;
+    ) -> Result<Launched> {
         if params.len() != self.node_count {
             return Err(Error::internal(format!(
                 "cuda graph: {} node parameters for a graph of {} nodes",
@@ -405,14 +544,14 @@ impl GraphExec {
         let index = match instances.iter().position(|i| i.current == params) {
             Some(index) => index,
             None if instances.len() < self.max_instances => {
-                match Instance::build(&self.context, commands, payload, offsets, &self.timed) {
+                match Instance::build(&self.context, execute, &self.timed, self.updater.as_ref()) {
                     Ok(instance) => {
                         instances.push(instance);
                         instances.len() - 1
                     }
                     Err(e) => {
                         tracing::debug!(%e, "building another graph instance failed; the execute replays directly");
-                        return Ok(false);
+                        return Ok(Launched::Refused);
                     }
                 }
             }
@@ -421,7 +560,7 @@ impl GraphExec {
                 let index = oldest.map_or(0, |(index, _)| index);
                 if let Err(e) = instances[index].update(bound, params) {
                     tracing::debug!(%e, "updating a graph node failed; the execute replays directly");
-                    return Ok(false);
+                    return Ok(Launched::Refused);
                 }
                 index
             }
@@ -431,8 +570,7 @@ impl GraphExec {
         if !self.timed.is_empty() {
             instance.set_timers(bound, events)?;
         }
-        result::graph_launch(bound, instance.exec, stream.raw())?;
-        Ok(true)
+        Ok(Launched::Yes(instance.launch(bound, stream)?))
     }
 }
 
@@ -445,7 +583,10 @@ fn set_node_params(
     wanted: &NodeParams,
 ) -> Result<()> {
     match (now, wanted) {
-        (NodeParams::Kernel(now), NodeParams::Kernel(wanted)) if now.function == wanted.function => {
+        (NodeParams::Kernel(now), NodeParams::Kernel(wanted))
+        | (NodeParams::Indirect { launch: now, .. }, NodeParams::Indirect { launch: wanted, .. })
+            if now.function == wanted.function =>
+        {
             let (function, grid, block, shared) = (wanted.function, wanted.grid, wanted.block, wanted.shared_bytes);
             wanted.clone().with_params(|values| {
                 // SAFETY: `node` is a kernel node of the graph `exec` was instantiated from, running
@@ -464,6 +605,57 @@ fn set_node_params(
             result::graph_exec_set_memcpy_params(bound, exec, node, *src, *dst, *length)
         }
         _ => Err(Error::internal("cuda graph: an execute's node differs in kind from the graph's")),
+    }
+}
+
+/// Adds an updater node running `updater` with `values` (count, kernel node handle, run counter,
+/// fault ring) on `deps`.
+fn add_updater_node(
+    bound: &Bound<'_>,
+    graph: CUgraph,
+    deps: &[CUgraphNode],
+    updater: &NodeUpdater,
+    values: &mut [u64; 4],
+) -> Result<CUgraphNode> {
+    let mut params: [*mut std::ffi::c_void; 4] = values.each_mut().map(|v| (v as *mut u64).cast());
+    // SAFETY: the updater takes four 8-byte parameters; `params` points at them, live during the
+    // call, when CUDA copies them into the node.
+    unsafe {
+        result::graph_add_kernel_node(
+            bound,
+            graph,
+            deps,
+            updater.function(),
+            [1, 1, 1],
+            [1, 1, 1],
+            0,
+            params.as_mut_ptr(),
+        )
+    }
+}
+
+/// Points updater node `node` of `exec` at `values` (as for [`add_updater_node`]).
+fn set_updater_params(
+    bound: &Bound<'_>,
+    exec: CUgraphExec,
+    node: CUgraphNode,
+    updater: &NodeUpdater,
+    values: &mut [u64; 4],
+) -> Result<()> {
+    let mut params: [*mut std::ffi::c_void; 4] = values.each_mut().map(|v| (v as *mut u64).cast());
+    // SAFETY: `node` is an updater node of the graph `exec` was instantiated from, running the
+    // updater; its four 8-byte parameters are at `params`, copied by CUDA now.
+    unsafe {
+        result::graph_exec_set_kernel_params(
+            bound,
+            exec,
+            node,
+            updater.function(),
+            [1, 1, 1],
+            [1, 1, 1],
+            0,
+            params.as_mut_ptr(),
+        )
     }
 }
 

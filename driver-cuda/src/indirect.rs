@@ -1,5 +1,7 @@
-//! Indirect dispatches: the workgroup count is read from device memory when the dispatch runs, and
-//! the submitting thread never waits for it.
+//! Indirect dispatches read on the host: the workgroup count is read from device memory when the
+//! dispatch runs, and the submitting thread never waits for it. This is the path of a dispatch
+//! replayed directly, or of a device that cannot set graph nodes' grids itself
+//! (`crate::indirect_node`, the default where it can).
 //!
 //! A kernel's grid is a launch argument, so something on the host must read the count and launch.
 //! On the queue's stream an indirect dispatch becomes: a 12-byte copy of the count into a pinned
@@ -12,9 +14,9 @@
 //! count, launches the kernel on the lane's side stream and enqueues a `cuStreamWriteValue64` of the
 //! number into the device word behind it: the kernel's completion releases the queue's stream. One
 //! host round trip per indirect dispatch (the launcher polls, yielding for a while before it sleeps
-//! between polls); no device-side launch (dynamic parallelism) is needed, so kernels from any
-//! compiler run unchanged. While a dispatch waits, the lane's side stream is queried about once a
-//! millisecond to notice a device fault, so a faulted device cannot leave the launcher waiting.
+//! between polls); it needs nothing but the driver. While a dispatch waits, the lane's side
+//! stream is queried about once a millisecond to notice a device fault, so a faulted device cannot
+//! leave the launcher waiting.
 //!
 //! A count with a zero runs nothing; a count past the device's limits, or a launch that fails, is
 //! stored as the submission's fault and the word is written anyway, so the queue never hangs. The

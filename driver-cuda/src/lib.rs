@@ -97,6 +97,22 @@
 //! polls instead: CUDA may hold the launcher's side-stream launches behind a pending host
 //! function, which would wait for them forever.
 //!
+//! # Indirect dispatches
+//! An indirect dispatch reads its workgroup count from device memory when it runs. CUDA launches
+//! take the grid from the host, so the driver has two ways:
+//! - **on the device** (the default, CUDA 12.4 and its device runtime library `libcudadevrt.a`):
+//!   in a command buffer that replays as a graph (every buffer with an indirect dispatch does), the
+//!   dispatch is a kernel node whose grid a one-thread kernel just before it sets, or disables for
+//!   a count with a zero (see `src/indirect_node.rs`). No host round trip: the submitting thread
+//!   and the stream never wait for the count.
+//! - **on the host** (`HAL_CUDA_INDIRECT=host`, a driver before 12.4, no `libcudadevrt.a`, or a
+//!   buffer that replays directly, such as one touching `queue_alloca` buffers): the queue's
+//!   stream copies the count to pinned memory and waits; a launcher thread reads it, launches the
+//!   kernel and releases the stream (`src/indirect.rs`).
+//!
+//! Both fail the execute with `OutOfRange` for a count past the device's grid limits, and run
+//! nothing for a count with a zero.
+//!
 //! # Choosing options without a rebuild
 //! [`register`] and [`create_device`] read [`CudaOptions::from_env`]:
 //!
@@ -106,6 +122,8 @@
 //! | `HAL_CUDA_TIMINGS` | `0` (default), `1` | [`CudaOptions::submission_timings`] |
 //! | `HAL_CUDA_POLL_US` | microseconds, 1 to 10000 (default 10) | [`CudaOptions::poll_interval`] |
 //! | `HAL_CUDA_POLL_BUDGET_US` | microseconds, 0 (default) to 10000; `poll` only | the budget of [`CompletionWait::PollThenSleep`] |
+//! | `HAL_CUDA_INDIRECT` | `device` (default), `host` | [`CudaOptions::indirect_on_device`] |
+//! | `HAL_CUDA_DEVRT` | path of `libcudadevrt.a` | where the updater of indirect dispatch nodes is linked from |
 //!
 //! An unknown value makes the driver answer every device request with `InvalidArgument` naming the
 //! variable and the value.
@@ -137,6 +155,7 @@ mod graph;
 mod host_callback;
 mod host_copy;
 mod indirect;
+mod indirect_node;
 pub mod loader;
 mod memory;
 pub mod module;
@@ -154,8 +173,9 @@ use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use command_buffer::CudaPreparedCommands;
 pub use context::Context;
-pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
+pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
 pub use event::CompletionWait;
+pub use indirect_node::ENV_DEVRT;
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cuda";

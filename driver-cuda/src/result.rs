@@ -869,6 +869,93 @@ pub(crate) unsafe fn graph_exec_destroy(_bound: &Bound<'_>, exec: CUgraphExec) -
     check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
 }
 
+// ---- Device-updated graph nodes (indirect dispatches; see `crate::indirect_node`) ----
+
+/// Links `ptx` (NUL-terminated PTX text) with the static library at `library` (CUDA's device
+/// runtime) and returns the linked cubin, 8-byte aligned. The linker's error log goes into `log`.
+pub(crate) fn link_with_library(_bound: &Bound<'_>, ptx: &CStr, library: &CStr, log: &mut [u8]) -> Result<Vec<u64>> {
+    let mut options = [CUjit_option::CU_JIT_ERROR_LOG_BUFFER, CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES];
+    // The size option's value is the number itself, passed in the pointer slot, as CUDA specifies.
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+    let mut state: sys::CUlinkState = std::ptr::null_mut();
+    // SAFETY: the context is current; the option arrays have 2 entries each and the log buffer
+    // (which outlives the link state, destroyed below) holds as many bytes as the size option says.
+    let code = unsafe { sys::cuLinkCreate_v2(2, options.as_mut_ptr(), values.as_mut_ptr(), &mut state) };
+    check(code, "cuLinkCreate")?;
+    let linked = (|| {
+        let bytes = ptx.to_bytes_with_nul();
+        // SAFETY: `state` is live; the PTX is `bytes.len()` bytes ending in NUL, read during the call
+        // (the driver does not write through the pointer despite its type); no per-input options.
+        let code = unsafe {
+            sys::cuLinkAddData_v2(
+                state,
+                sys::CUjitInputType::CU_JIT_INPUT_PTX,
+                bytes.as_ptr().cast_mut().cast(),
+                bytes.len(),
+                c"hal_indirect_update.ptx".as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(code, "cuLinkAddData")?;
+        // SAFETY: `state` is live; `library` is a NUL-terminated path; no per-input options.
+        let code = unsafe {
+            sys::cuLinkAddFile_v2(
+                state,
+                sys::CUjitInputType::CU_JIT_INPUT_LIBRARY,
+                library.as_ptr(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(code, "cuLinkAddFile")?;
+        let mut cubin: *mut c_void = std::ptr::null_mut();
+        let mut size = 0usize;
+        // SAFETY: `state` is live; both out-pointers are live locals.
+        check(unsafe { sys::cuLinkComplete(state, &mut cubin, &mut size) }, "cuLinkComplete")?;
+        let mut image = vec![0u64; size.div_ceil(8)];
+        // SAFETY: CUDA returned `size` bytes at `cubin`, owned by `state` (destroyed only below);
+        // `image` holds at least `size` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(cubin.cast::<u8>(), image.as_mut_ptr().cast::<u8>(), size) };
+        Ok(image)
+    })();
+    // SAFETY: created above, destroyed once; the cubin it owned was copied out.
+    let destroyed = check(unsafe { sys::cuLinkDestroy(state) }, "cuLinkDestroy");
+    let image = linked?;
+    destroyed?;
+    Ok(image)
+}
+
+/// Makes kernel node `node` updatable from the device (before its graph is instantiated) and
+/// returns the handle device code updates it through.
+pub(crate) fn graph_kernel_node_device_updatable(_bound: &Bound<'_>, node: CUgraphNode) -> Result<u64> {
+    // SAFETY: an all-zero attribute value is a valid bit pattern (a union of plain data).
+    let mut value: sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+    value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+    let attribute = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+    // SAFETY: `node` is a live kernel node; `value` is a live local read during the call.
+    check(unsafe { sys::cuGraphKernelNodeSetAttribute(node, attribute, &value) }, "cuGraphKernelNodeSetAttribute")?;
+    // SAFETY: as above.
+    let mut read: sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+    // SAFETY: `node` is a live kernel node; `read` is a live local written during the call.
+    check(unsafe { sys::cuGraphKernelNodeGetAttribute(node, attribute, &mut read) }, "cuGraphKernelNodeGetAttribute")?;
+    // SAFETY: the driver filled the device-updatable member of the union it was asked for.
+    Ok(unsafe { read.deviceUpdatableKernelNode.devNode } as u64)
+}
+
+/// `cuGraphAddDependencies`: node `to` of `graph` runs after node `from`.
+pub(crate) fn graph_add_dependency(
+    _bound: &Bound<'_>,
+    graph: CUgraph,
+    from: CUgraphNode,
+    to: CUgraphNode,
+) -> Result<()> {
+    // SAFETY: the graph is live and both are its nodes; the arrays are one live local each.
+    check(unsafe { sys::cuGraphAddDependencies(graph, &from, &to, 1) }, "cuGraphAddDependencies")
+}
+
 // ---- NCCL (loaded at run time; `crate::nccl::probe` checks that every symbol below is exported) ----
 
 /// NCCL's types, for the callers of the wrappers below.

@@ -25,6 +25,7 @@ use hal::driver::QueueOp;
 use hal::driver::lock;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Buffer, Error, Result};
+use smallvec::SmallVec;
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
 use crate::context::{Bound, Context};
@@ -33,6 +34,7 @@ use crate::event::{CompletionWait, CudaEvent};
 use crate::host_callback::CallbackStream;
 use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect::{IndirectLauncher, Lane};
+use crate::indirect_node::IndirectRun;
 use crate::memory::CudaMemory;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
@@ -56,6 +58,9 @@ pub struct CudaStreams {
     clock: OnceLock<ProfileClock>,
     /// Launches indirect dispatches once their counts are final (shared with the streams).
     indirect: Arc<IndirectLauncher>,
+    /// Per queue, in stream order: the graph launches with indirect dispatch nodes, whose faults
+    /// are read when their submission completes.
+    indirect_runs: Vec<Mutex<VecDeque<(u64, IndirectRun)>>>,
 }
 
 // SAFETY: the memory pool handle is a driver object used only with the context bound; the rest is
@@ -155,6 +160,7 @@ impl CudaStreams {
             indirect: Arc::new(IndirectLauncher::new(context, max_workgroup_count)),
             staging,
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+            indirect_runs: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
             timer: SubmissionTimer::new(context, queue_count),
             time_every_submission: options.submission_timings,
             clock: OnceLock::new(),
@@ -236,6 +242,22 @@ impl CudaStreams {
 
     /// Takes `work`'s staging block; blocks of earlier work on the same stream (completed too, but
     /// not retired through `complete` because they faulted) are released on the way.
+    /// Takes `work`'s graph launches with indirect nodes (and any left by earlier work of its
+    /// queue, which completed or was discarded before it).
+    fn take_indirect_runs(&self, work: &Work) -> SmallVec<[IndirectRun; 1]> {
+        let mut taken = SmallVec::new();
+        let Some(fifo) = self.indirect_runs.get(work.queue) else { return taken };
+        let mut fifo = lock(fifo);
+        if let Some(last) = fifo.iter().rposition(|(id, _)| *id == work.id) {
+            for (id, run) in fifo.drain(..=last) {
+                if id == work.id {
+                    taken.push(run);
+                }
+            }
+        }
+        taken
+    }
+
     fn take_staged(&self, work: &Work) -> Result<StagingBlock> {
         let mut fifo = self.staged(work.queue)?;
         while let Some(entry) = fifo.pop_front() {
@@ -260,7 +282,14 @@ impl CudaStreams {
                 let prepared = CudaPreparedCommands::of(command_buffer)?;
                 match dispatches {
                     Some(timing) => prepared.enqueue_timed(bound, stream, work, timing),
-                    None => prepared.enqueue(bound, stream, work),
+                    None => {
+                        if let Some(run) = prepared.enqueue(bound, stream, work)?
+                            && let Some(fifo) = self.indirect_runs.get(work.queue)
+                        {
+                            lock(fifo).push_back((work.id, run));
+                        }
+                        Ok(())
+                    }
                 }
             }
             QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
@@ -485,6 +514,9 @@ impl StreamModel for CudaStreams {
             Ok(None) => {}
             Err(e) => tracing::debug!(action = work.id, %e, "no device timings for this submission"),
         }
+        for run in self.take_indirect_runs(work) {
+            run.check()?;
+        }
         self.complete_op(work)
     }
 
@@ -495,6 +527,7 @@ impl StreamModel for CudaStreams {
         if let Ok(mut fifo) = self.staged(work.queue) {
             fifo.retain(|entry| entry.work != work.id);
         }
+        drop(self.take_indirect_runs(work));
         self.timer.discard(work.queue, work.id);
     }
 

@@ -11,7 +11,7 @@ for i in 1 2 3 4 5; do
     timeout 150 $bin --driver cuda "$@" > $OUT/ba/$which-$i.txt 2>/dev/null || echo "$which $i exit $?"
   done
 done
-for row in "empty execute" "chain, 1 dispatch (" "fan-out" "round trip, 1 dispatch (no" "1-dispatch command buffer, chained" "queue_alloca + queue_dealloca (" "vs an event per op" "cross-queue ping-pong" "10-dispatch command buffer, chained"; do
+for row in "empty execute" "chain, 1 dispatch (" "fan-out" "round trip, 1 dispatch (no" "1-dispatch command buffer, chained" "queue_alloca + queue_dealloca (" "vs an event per op" "cross-queue ping-pong" "10-dispatch command buffer, chained" "1 indirect dispatch"; do
   echo "--- $row"
   for which in before after; do
     for i in 1 2 3 4 5; do
