@@ -5,7 +5,10 @@
 //! - `raw`: `ncclAllReduce` on a stream, then `cuStreamSynchronize` (what nccl-tests times);
 //! - `hal queue`: `Queue::collective`, each waiting on the one before through a timeline semaphore;
 //!   the host waits on the last value;
-//! - `hal cb`: a reusable command buffer holding the one all-reduce, executed the same way.
+//! - `hal cb`: a reusable command buffer holding the one all-reduce, executed the same way;
+//! - `raw p2p`: the raw loop on a second communicator whose ranks first exchanged a byte with every
+//!   peer (grouped `ncclSend`/`ncclRecv`), as a communicator that also carries point-to-point
+//!   traffic has: whether connected peers slow its all-reduces.
 //!
 //! Prints per size the medians over rounds: time per all-reduce, bus bandwidth (NCCL's definition:
 //! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio.
@@ -58,12 +61,12 @@ fn main() -> Result<()> {
     let sizes = sizes(max);
     println!("all-reduce f32 sum over {ranks} GPU(s), {rounds} rounds, medians; raw = ncclAllReduce + sync");
     let hal_id = driver_cuda::nccl::unique_id()?;
-    let raw_id = driver_cuda::nccl::unique_id()?;
+    let raw_ids = [driver_cuda::nccl::unique_id()?, driver_cuda::nccl::unique_id()?];
     let barrier = Arc::new(Barrier::new(ranks));
     let threads: Vec<_> = (0..ranks)
         .map(|rank| {
-            let (hal_id, raw_id, barrier, sizes) = (hal_id.clone(), raw_id.clone(), barrier.clone(), sizes.clone());
-            std::thread::spawn(move || rank_main(rank, ranks, rounds, &sizes, &hal_id, &raw_id, &barrier))
+            let (hal_id, raw_ids, barrier, sizes) = (hal_id.clone(), raw_ids.clone(), barrier.clone(), sizes.clone());
+            std::thread::spawn(move || rank_main(rank, ranks, rounds, &sizes, &hal_id, &raw_ids, &barrier))
         })
         .collect();
     let mut results = Vec::new();
@@ -73,16 +76,28 @@ fn main() -> Result<()> {
     // Rank 0's figures (every rank waits for the slowest, so they agree).
     let samples = &results[0];
     println!(
-        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
-        "bytes", "iters", "raw us", "queue us", "cb us", "raw GB/s", "queue", "cb", "queue/raw", "cb/raw"
+        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8}",
+        "bytes",
+        "iters",
+        "raw us",
+        "queue us",
+        "cb us",
+        "raw GB/s",
+        "queue",
+        "cb",
+        "queue/raw",
+        "cb/raw",
+        "raw p2p us",
+        "p2p/raw"
     );
     for (i, &bytes) in sizes.iter().enumerate() {
         let raw = median(samples.iter().map(|r| r[i].0).collect());
         let queue = median(samples.iter().map(|r| r[i].1).collect());
         let cb = median(samples.iter().map(|r| r[i].2).collect());
+        let p2p = median(samples.iter().map(|r| r[i].3).collect());
         let bus = |t: f64| bytes as f64 * 2.0 * (ranks as f64 - 1.0) / ranks as f64 / t / 1e9;
         println!(
-            "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x",
+            "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x {:>10.2} {:>7.2}x",
             iterations(bytes),
             raw * 1e6,
             queue * 1e6,
@@ -91,7 +106,9 @@ fn main() -> Result<()> {
             bus(queue),
             bus(cb),
             queue / raw,
-            cb / raw
+            cb / raw,
+            p2p * 1e6,
+            p2p / raw
         );
     }
     Ok(())
@@ -102,8 +119,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Per round, per size: seconds per all-reduce (raw, HAL queue operation, HAL command buffer).
-type Samples = Vec<Vec<(f64, f64, f64)>>;
+/// Per round, per size: seconds per all-reduce (raw, HAL queue operation, HAL command buffer, raw
+/// with every peer connected).
+type Samples = Vec<Vec<(f64, f64, f64, f64)>>;
 
 fn rank_main(
     rank: usize,
@@ -111,7 +129,7 @@ fn rank_main(
     rounds: usize,
     sizes: &[u64],
     hal_id: &ChannelId,
-    raw_id: &ChannelId,
+    raw_ids: &[ChannelId; 2],
     barrier: &Barrier,
 ) -> Result<Samples> {
     let max = sizes.iter().copied().max().unwrap_or(8);
@@ -119,7 +137,9 @@ fn rank_main(
     let channel = device.create_channel(hal_id, rank, ranks)?;
     let send = device.allocate_buffer(BufferParams::device_local(), max)?;
     let recv = device.allocate_buffer(BufferParams::device_local(), max)?;
-    let raw = raw::Rank::new(rank, ranks, raw_id, max)?;
+    let raw = raw::Rank::new(rank, ranks, &raw_ids[0], max)?;
+    let p2p = raw::Rank::new(rank, ranks, &raw_ids[1], max)?;
+    p2p.connect_peers(rank, ranks)?;
     let queue = device.queue(0)?;
     let timeline = device.create_semaphore(0)?;
     let args = |bytes: u64| {
@@ -156,6 +176,8 @@ fn rank_main(
         barrier.wait();
         raw.run(bytes, 2)?;
         barrier.wait();
+        p2p.run(bytes, 2)?;
+        barrier.wait();
         hal_run(size, 2, false)?;
         barrier.wait();
         hal_run(size, 2, true)?;
@@ -172,7 +194,9 @@ fn rank_main(
             let queue_time = per(hal_run(size, iters, false)?);
             barrier.wait();
             let cb_time = per(hal_run(size, iters, true)?);
-            round.push((raw_time, queue_time, cb_time));
+            barrier.wait();
+            let p2p_time = per(p2p.run(bytes, iters)?);
+            round.push((raw_time, queue_time, cb_time, p2p_time));
         }
         samples.push(round);
     }
@@ -232,6 +256,46 @@ mod raw {
             let code = unsafe { nccl::ncclCommInitRank(&mut this.comm, ranks as i32, unique, rank as i32) };
             nccl_check(code, "ncclCommInitRank")?;
             Ok(this)
+        }
+
+        /// Exchanges one byte with every other rank in one group (both ways), connecting the pairs
+        /// for point-to-point transfers; then synchronizes.
+        pub fn connect_peers(&self, rank: usize, ranks: usize) -> Result<()> {
+            self.bind()?;
+            // SAFETY: no arguments; pairs with the group end below.
+            nccl_check(unsafe { nccl::ncclGroupStart() }, "ncclGroupStart")?;
+            for peer in (0..ranks).filter(|&peer| peer != rank) {
+                let (to, from) = (self.send + rank as u64, self.recv + peer as u64);
+                // SAFETY: `to` and `from` are single bytes of this rank's buffers (at least `ranks`
+                // bytes); the stream and communicator are live.
+                let sent = unsafe {
+                    nccl::ncclSend(
+                        to as *const std::ffi::c_void,
+                        1,
+                        nccl::ncclDataType_t::ncclInt8,
+                        peer as i32,
+                        self.comm,
+                        self.stream as nccl::cudaStream_t,
+                    )
+                };
+                nccl_check(sent, "ncclSend")?;
+                // SAFETY: as above.
+                let received = unsafe {
+                    nccl::ncclRecv(
+                        from as *mut std::ffi::c_void,
+                        1,
+                        nccl::ncclDataType_t::ncclInt8,
+                        peer as i32,
+                        self.comm,
+                        self.stream as nccl::cudaStream_t,
+                    )
+                };
+                nccl_check(received, "ncclRecv")?;
+            }
+            // SAFETY: closes the group opened above.
+            nccl_check(unsafe { nccl::ncclGroupEnd() }, "ncclGroupEnd")?;
+            // SAFETY: the stream is live.
+            check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")
         }
 
         fn bind(&self) -> Result<()> {

@@ -1,0 +1,17 @@
+#!/bin/bash
+# The all-reduce sweep on 2 and 4 GPUs with the raw-with-peers-connected column, and the CUDA CTS
+# with its devices spread over the GPUs (the channel now splits a communicator for sends and
+# receives). Logs under $OUT.
+cd "$(dirname "$0")/.."
+source devbin/lib.sh
+export NCCL_NVLS_ENABLE=0
+N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
+mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
+export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
+mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+for ranks in 2 4; do
+  timeout "$(left 150)" devbin/allreduce_sweep $ranks 3 > $OUT/allreduce-$ranks.txt 2>&1; echo "sweep $ranks exit $? ($(el))"
+  tail -12 $OUT/allreduce-$ranks.txt
+done
+CTEST_CUDA_SPREAD=1 timeout "$(left 200)" devbin/cts --include-ignored --test-threads=4 > $OUT/cts-spread.txt 2>&1; echo "cts spread exit $? ($(el))"
+grep -E "^test result|FAILED|panicked" $OUT/cts-spread.txt | head
