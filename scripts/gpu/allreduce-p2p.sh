@@ -1,7 +1,6 @@
 #!/bin/bash
 # The all-reduce sweep on 2 and 4 GPUs with the raw-with-peers-connected column, and the CUDA CTS
-# with its devices spread over the GPUs (the channel now splits a communicator for sends and
-# receives). Logs under $OUT.
+# with its devices spread over the GPUs. Logs under $OUT.
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
 export NCCL_NVLS_ENABLE=0
