@@ -8,7 +8,9 @@
 //! - `hal cb`: a reusable command buffer holding the one all-reduce, executed the same way;
 //! - `raw p2p`: the raw loop on a second communicator whose ranks first exchanged a byte with every
 //!   peer (grouped `ncclSend`/`ncclRecv`), as a communicator that also carries point-to-point
-//!   traffic has: whether connected peers slow its all-reduces.
+//!   traffic has: whether connected peers slow its all-reduces;
+//! - `raw rec`: the raw loop with an event recorded after each all-reduce, as a stream that marks
+//!   where each submission ends has: whether something between two NCCL kernels slows them.
 //!
 //! Prints per size the medians over rounds: time per all-reduce, bus bandwidth (NCCL's definition:
 //! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio.
@@ -76,7 +78,7 @@ fn main() -> Result<()> {
     // Rank 0's figures (every rank waits for the slowest, so they agree).
     let samples = &results[0];
     println!(
-        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8}",
+        "{:>10} {:>6} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>10} {:>8} {:>10} {:>8}",
         "bytes",
         "iters",
         "raw us",
@@ -88,16 +90,17 @@ fn main() -> Result<()> {
         "queue/raw",
         "cb/raw",
         "raw p2p us",
-        "p2p/raw"
+        "p2p/raw", "raw rec us", "rec/raw"
     );
     for (i, &bytes) in sizes.iter().enumerate() {
         let raw = median(samples.iter().map(|r| r[i].0).collect());
         let queue = median(samples.iter().map(|r| r[i].1).collect());
         let cb = median(samples.iter().map(|r| r[i].2).collect());
         let p2p = median(samples.iter().map(|r| r[i].3).collect());
+        let recorded = median(samples.iter().map(|r| r[i].4).collect());
         let bus = |t: f64| bytes as f64 * 2.0 * (ranks as f64 - 1.0) / ranks as f64 / t / 1e9;
         println!(
-            "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x {:>10.2} {:>7.2}x",
+            "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x {:>10.2} {:>7.2}x {:>10.2} {:>7.2}x",
             iterations(bytes),
             raw * 1e6,
             queue * 1e6,
@@ -108,7 +111,9 @@ fn main() -> Result<()> {
             queue / raw,
             cb / raw,
             p2p * 1e6,
-            p2p / raw
+            p2p / raw,
+            recorded * 1e6,
+            recorded / raw
         );
     }
     Ok(())
@@ -120,8 +125,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Per round, per size: seconds per all-reduce (raw, HAL queue operation, HAL command buffer, raw
-/// with every peer connected).
-type Samples = Vec<Vec<(f64, f64, f64, f64)>>;
+/// with every peer connected, raw with an event recorded after each).
+type Samples = Vec<Vec<(f64, f64, f64, f64, f64)>>;
 
 fn rank_main(
     rank: usize,
@@ -178,6 +183,8 @@ fn rank_main(
         barrier.wait();
         p2p.run(bytes, 2)?;
         barrier.wait();
+        raw.run_recording(bytes, 2)?;
+        barrier.wait();
         hal_run(size, 2, false)?;
         barrier.wait();
         hal_run(size, 2, true)?;
@@ -196,7 +203,9 @@ fn rank_main(
             let cb_time = per(hal_run(size, iters, true)?);
             barrier.wait();
             let p2p_time = per(p2p.run(bytes, iters)?);
-            round.push((raw_time, queue_time, cb_time, p2p_time));
+            barrier.wait();
+            let recorded_time = per(raw.run_recording(bytes, iters)?);
+            round.push((raw_time, queue_time, cb_time, p2p_time, recorded_time));
         }
         samples.push(round);
     }
@@ -305,6 +314,23 @@ mod raw {
 
         /// `iters` all-reduces of `bytes` back to back, then a stream sync.
         pub fn run(&self, bytes: u64, iters: u64) -> Result<Duration> {
+            self.run_with(bytes, iters, std::ptr::null_mut())
+        }
+
+        /// [`run`](Self::run) with one event recorded after each all-reduce.
+        pub fn run_recording(&self, bytes: u64, iters: u64) -> Result<Duration> {
+            self.bind()?;
+            let mut event: cu::CUevent = std::ptr::null_mut();
+            let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: the context is current; the out-pointer is a live local.
+            check(unsafe { cu::cuEventCreate(&mut event, flags) }, "cuEventCreate")?;
+            let timed = self.run_with(bytes, iters, event);
+            // SAFETY: made above; the stream that recorded it was synchronized by `run_with`.
+            unsafe { cu::cuEventDestroy_v2(event) };
+            timed
+        }
+
+        fn run_with(&self, bytes: u64, iters: u64, event: cu::CUevent) -> Result<Duration> {
             self.bind()?;
             let started = Instant::now();
             for _ in 0..iters {
@@ -321,6 +347,10 @@ mod raw {
                     )
                 };
                 nccl_check(code, "ncclAllReduce")?;
+                if !event.is_null() {
+                    // SAFETY: the event and stream are live, of the current context.
+                    check(unsafe { cu::cuEventRecord(event, self.stream) }, "cuEventRecord")?;
+                }
             }
             // SAFETY: the stream is live.
             check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")?;
