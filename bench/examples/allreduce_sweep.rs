@@ -90,7 +90,9 @@ fn main() -> Result<()> {
         "queue/raw",
         "cb/raw",
         "raw p2p us",
-        "p2p/raw", "raw rec us", "rec/raw"
+        "p2p/raw",
+        "raw rec us",
+        "rec/raw"
     );
     for (i, &bytes) in sizes.iter().enumerate() {
         let raw = median(samples.iter().map(|r| r[i].0).collect());

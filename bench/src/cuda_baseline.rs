@@ -79,6 +79,9 @@ pub struct RawCuda {
     streams: Vec<CUstream>,
     events: Vec<CUevent>,
     graphs: Vec<Graph>,
+    /// One 1-kernel graph per thread of [`threaded_graph_chains`](RawCuda::threaded_graph_chains)
+    /// (owned by `graphs`): launches of one graph are ordered behind each other, on any stream.
+    thread_graphs: Vec<CUgraphExec>,
 }
 
 const DISABLE_TIMING: u32 = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
@@ -108,6 +111,7 @@ impl RawCuda {
             streams: Vec::new(),
             events: Vec::new(),
             graphs: Vec::new(),
+            thread_graphs: Vec::new(),
         };
         raw.bind()?;
         let image = CString::new(TOUCH_PTX).map_err(|_| Error::internal("TOUCH_PTX contains a NUL byte"))?;
@@ -305,6 +309,48 @@ impl RawCuda {
     /// the last one's synchronize returning. Each thread binds the context before the start and
     /// records its own event.
     pub fn threaded_chains(&self, threads: usize, shared: bool, ops: u64) -> Result<Duration> {
+        self.threaded(threads, shared, ops, |raw, _, stream, i| raw.launch(stream, i as u32))
+    }
+
+    /// Builds one 1-kernel graph per thread for [`threaded_graph_chains`](Self::threaded_graph_chains)
+    /// (`threads` in all; call before sharing the baseline between threads).
+    pub fn add_thread_graphs(&mut self, threads: usize) -> Result<()> {
+        self.bind()?;
+        while self.thread_graphs.len() < threads {
+            self.add_graph(1)?;
+            let exec = self.graphs.last().map(|g| g.exec).ok_or_else(|| Error::internal("graph missing"))?;
+            self.thread_graphs.push(exec);
+        }
+        Ok(())
+    }
+
+    /// [`threaded_chains`](Self::threaded_chains) with each launch a `cuGraphLaunch` of the thread's
+    /// own 1-kernel graph (how the HAL replays a reusable one-dispatch command buffer), then the
+    /// record.
+    pub fn threaded_graph_chains(&self, threads: usize, shared: bool, ops: u64) -> Result<Duration> {
+        if threads > self.thread_graphs.len() {
+            return Err(Error::invalid_argument(format!(
+                "raw CUDA threaded graph chains: {threads} threads, {} graphs built",
+                self.thread_graphs.len()
+            )));
+        }
+        self.threaded(threads, shared, ops, |raw, t, stream, _| {
+            // SAFETY: a live executable graph of the current context, launched by thread `t` only;
+            // a live stream of the same context.
+            check(unsafe { sys::cuGraphLaunch(raw.thread_graphs[t], raw.streams[stream]) }, "cuGraphLaunch")
+        })
+    }
+
+    /// `threads` threads, each enqueuing `ops` times `step(raw, thread, stream, op)` and a record
+    /// on its own stream (or all on stream 0 with `shared`), then synchronizing: the span from the
+    /// first start to the last end.
+    fn threaded(
+        &self,
+        threads: usize,
+        shared: bool,
+        ops: u64,
+        step: impl Fn(&RawCuda, usize, usize, u64) -> Result<()> + Sync,
+    ) -> Result<Duration> {
         if threads == 0 || threads > self.streams.len() {
             return Err(Error::invalid_argument(format!(
                 "raw CUDA threaded chains: {threads} threads need as many streams and events (it has {})",
@@ -316,7 +362,7 @@ impl RawCuda {
         let spans = std::thread::scope(|scope| {
             let workers: Vec<_> = (0..threads)
                 .map(|t| {
-                    let (raw, start) = (&raw, &start);
+                    let (raw, start, step) = (&raw, &start, &step);
                     scope.spawn(move || -> Result<(Instant, Instant)> {
                         let raw = raw.0;
                         let stream = if shared { 0 } else { t };
@@ -327,7 +373,7 @@ impl RawCuda {
                         bound?;
                         let began = Instant::now();
                         for i in 0..ops {
-                            raw.launch(stream, i as u32)?;
+                            step(raw, t, stream, i)?;
                             raw.record(t, stream)?;
                         }
                         raw.sync(stream)?;

@@ -115,17 +115,27 @@ fn rate_text(cell: &Cell) -> String {
 /// efficiency, the HAL/raw throughput ratio, and the verdict against the efficiency target where
 /// both sides ran; a row not run says why at its end.
 pub fn scaling_table(table: &ScalingTable) -> String {
-    let header =
-        ["threads", "hal ksub/s (p10-p90)", "raw ksub/s", "speedup", "hal eff", "raw eff", "hal/raw", "target"];
-    let cells: Vec<[String; 8]> = table
+    let header = [
+        "threads",
+        "hal ksub/s (p10-p90)",
+        "raw ksub/s",
+        "raw graph ksub/s",
+        "speedup",
+        "hal eff",
+        "raw eff",
+        "hal/raw",
+        "target",
+    ];
+    let rate = |cell: &Option<Cell>| match cell {
+        Some(Cell::Measured(samples)) => format!("{:.1}", 1e3 / samples.median()),
+        Some(Cell::Skipped(why)) => why.clone(),
+        None => "-".to_string(),
+    };
+    let cells: Vec<[String; 9]> = table
         .rows
         .iter()
         .map(|row| {
-            let raw = match &row.raw {
-                Some(Cell::Measured(samples)) => format!("{:.1}", 1e3 / samples.median()),
-                Some(Cell::Skipped(why)) => why.clone(),
-                None => "-".to_string(),
-            };
+            let raw = rate(&row.raw);
             let target = match table.verdict(row) {
                 Some(verdict) => verdict.text().to_string(),
                 None => String::new(),
@@ -134,6 +144,7 @@ pub fn scaling_table(table: &ScalingTable) -> String {
                 row.threads.to_string(),
                 rate_text(&row.hal),
                 raw,
+                rate(&row.raw_graph),
                 or_dash(table.hal_speedup(row), |x| format!("{x:.2}x")),
                 or_dash(table.hal_efficiency(row), |x| format!("{x:.2}")),
                 or_dash(table.raw_efficiency(row), |x| format!("{x:.2}")),
@@ -143,11 +154,11 @@ pub fn scaling_table(table: &ScalingTable) -> String {
         })
         .collect();
     let widths: Vec<usize> =
-        (0..8).map(|i| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0)).collect();
-    let line = |cells: [&str; 8], note: &str| {
+        (0..9).map(|i| cells.iter().map(|c| c[i].len()).chain([header[i].len()]).max().unwrap_or(0)).collect();
+    let line = |cells: [&str; 9], note: &str| {
         let mut text = String::new();
         for (i, (cell, width)) in cells.iter().zip(&widths).enumerate() {
-            if i == 7 {
+            if i == 8 {
                 let _ = write!(text, "{cell:<width$}");
             } else {
                 let _ = write!(text, "{cell:>width$}  ");
@@ -172,8 +183,8 @@ pub fn scaling_table(table: &ScalingTable) -> String {
             Cell::Skipped(why) => why.as_str(),
             Cell::Measured(_) => "",
         };
-        let [a, b, c, d, e, f, g, h] = cells;
-        let _ = writeln!(out, "{}", line([a, b, c, d, e, f, g, h], note));
+        let [a, b, c, d, e, f, g, h, i] = cells;
+        let _ = writeln!(out, "{}", line([a, b, c, d, e, f, g, h, i], note));
     }
     let _ = write!(
         out,
@@ -266,6 +277,9 @@ pub fn json(device: &str, rows: &[Row], scaling: &[ScalingTable], extra: &[(Stri
                     let _ = write!(out, ", \"raw_not_run\": {}", json_str(why));
                 }
                 None => {}
+            }
+            if let Some(rate) = row.raw_graph.as_ref().and_then(Cell::rate) {
+                let _ = write!(out, ", \"raw_graph_submissions_per_s\": {}", number(Some(rate)));
             }
             let _ = write!(
                 out,
@@ -429,7 +443,7 @@ mod tests {
     fn scaling_table_shows_raw_efficiency_ratio_and_verdicts() {
         use crate::scaling::{Placement, ScalingRow};
         let cell = |us: f64| Cell::Measured(samples(us));
-        let row = |threads, hal, raw| ScalingRow { threads, hal: cell(hal), raw: Some(cell(raw)) };
+        let row = |threads, hal, raw| ScalingRow { threads, hal: cell(hal), raw: Some(cell(raw)), raw_graph: None };
         let table = ScalingTable {
             placement: Placement::OwnQueue,
             raw: "raw CUDA".to_string(),
@@ -438,7 +452,12 @@ mod tests {
             rows: vec![
                 row(1, 4.0, 2.0),
                 row(2, 4.0, 1.0),
-                ScalingRow { threads: 4, hal: Cell::Skipped("not run: 4 queues".to_string()), raw: Some(cell(0.5)) },
+                ScalingRow {
+                    threads: 4,
+                    hal: Cell::Skipped("not run: 4 queues".to_string()),
+                    raw: Some(cell(0.5)),
+                    raw_graph: None,
+                },
             ],
         };
         let text = scaling_table(&table);

@@ -105,6 +105,9 @@ pub struct ScalingRow {
     pub hal: Cell,
     /// The raw baseline's (`None`: the driver has none).
     pub raw: Option<Cell>,
+    /// The raw baseline with each launch a graph launch, one graph per thread (CUDA only): how the
+    /// HAL replays its one-dispatch command buffers, so whether the graph launch path scales.
+    pub raw_graph: Option<Cell>,
 }
 
 /// How a row stands against [`TARGET_EFFICIENCY`].
@@ -264,7 +267,9 @@ pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Re
     let counts = sizes.thread_counts();
     let most = counts.last().copied().unwrap_or(1);
     let raw = if info.driver == CUDA_DRIVER {
-        Raw::Cuda(RawCuda::new(info.ordinal, most, &[])?)
+        let mut raw = RawCuda::new(info.ordinal, most, &[])?;
+        raw.add_thread_graphs(most)?;
+        Raw::Cuda(raw)
     } else if info.driver == VULKAN_DRIVER {
         Raw::NotMeasured
     } else {
@@ -290,15 +295,16 @@ pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Re
             } else {
                 Cell::Measured(collect(threads, &mut || hal_chains(env, &cbs[..threads], placement, ops))?)
             };
-            let raw = match &raw {
-                Raw::Cuda(raw) => {
-                    let shared = placement == Placement::OneQueue;
-                    Some(Cell::Measured(collect(threads, &mut || raw.threaded_chains(threads, shared, ops))?))
-                }
-                Raw::NotMeasured => Some(Cell::Skipped("not measured".to_string())),
-                Raw::None => None,
+            let shared = placement == Placement::OneQueue;
+            let (raw, raw_graph) = match &raw {
+                Raw::Cuda(raw) => (
+                    Some(Cell::Measured(collect(threads, &mut || raw.threaded_chains(threads, shared, ops))?)),
+                    Some(Cell::Measured(collect(threads, &mut || raw.threaded_graph_chains(threads, shared, ops))?)),
+                ),
+                Raw::NotMeasured => (Some(Cell::Skipped("not measured".to_string())), None),
+                Raw::None => (None, None),
             };
-            rows.push(ScalingRow { threads, hal, raw });
+            rows.push(ScalingRow { threads, hal, raw, raw_graph });
         }
         let raw_name = match (&raw, placement) {
             (Raw::Cuda(_), Placement::OwnQueue) => {
@@ -335,7 +341,12 @@ mod tests {
             cores,
             rows: rows
                 .into_iter()
-                .map(|(threads, hal, raw)| ScalingRow { threads, hal: measured(hal), raw: raw.map(measured) })
+                .map(|(threads, hal, raw)| ScalingRow {
+                    threads,
+                    hal: measured(hal),
+                    raw: raw.map(measured),
+                    raw_graph: None,
+                })
                 .collect(),
         }
     }
