@@ -5,7 +5,9 @@
 //!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2) or
 //!   with an indirect dispatch whose grid the device sets (`src/indirect_node.rs`), becomes an
 //!   instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel graph launch
-//!   costs less than the kernel launch itself (see `docs/benchmarks.md`);
+//!   costs less than the kernel launch itself (see `docs/benchmarks.md`). CUDA serialises graph
+//!   launches across threads, though: a one-node graph whose launch would overlap another thread's
+//!   replays directly;
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
 //!   copies). Used for a one-shot buffer of one command (a graph's instantiation would cost more
 //!   than its single launch saves), for buffers that touch `queue_alloca` buffers (their address is
@@ -24,6 +26,7 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hal::driver::PreparedCommands;
 use hal::driver::lock;
@@ -99,6 +102,34 @@ impl ProfiledGraph {
     }
 }
 
+/// Graph launches of one-node graphs in progress in this process (see
+/// [`CudaPreparedCommands::enqueue`]).
+static GRAPH_LAUNCHES: AtomicUsize = AtomicUsize::new(0);
+
+/// A one-node graph launch in progress; `None` from [`enter`](Self::enter) when another thread's is.
+struct GraphLaunches;
+
+impl GraphLaunches {
+    fn enter() -> Option<GraphLaunches> {
+        // Only when no other launch is in progress: a relaxed load first keeps the contended case
+        // off the counter's cache line.
+        if GRAPH_LAUNCHES.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        if GRAPH_LAUNCHES.fetch_add(1, Ordering::Relaxed) != 0 {
+            GRAPH_LAUNCHES.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(GraphLaunches)
+    }
+}
+
+impl Drop for GraphLaunches {
+    fn drop(&mut self) {
+        GRAPH_LAUNCHES.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// A command buffer prepared for CUDA.
 pub struct CudaPreparedCommands {
     /// The recording; holds every buffer and executable the replay uses.
@@ -108,6 +139,8 @@ pub struct CudaPreparedCommands {
     /// For `Replay::Graph`: its profiled variant.
     profiled: ProfiledGraph,
     context: Arc<Context>,
+    /// Whether a command is an indirect dispatch (a graph with one then checks its run).
+    has_indirect: bool,
 }
 
 impl CudaPreparedCommands {
@@ -146,6 +179,7 @@ impl CudaPreparedCommands {
             replay,
             profiled: ProfiledGraph::default(),
             context: context.clone(),
+            has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
         })
     }
 
@@ -206,6 +240,7 @@ impl CudaPreparedCommands {
             replay,
             profiled: ProfiledGraph::default(),
             context: context.clone(),
+            has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
         })
     }
 
@@ -248,6 +283,16 @@ impl CudaPreparedCommands {
         work: &Arc<Work>,
     ) -> Result<Option<IndirectRun>> {
         match &self.replay {
+            Replay::Graph(graph) if graph.node_count() == 1 && !self.has_indirect => {
+                // CUDA serialises graph launches across threads (in one process they stop scaling
+                // at two submitting threads, while kernel launches scale): a one-node graph whose
+                // launch would wait for another thread's replays directly instead.
+                let _launching = match GraphLaunches::enter() {
+                    Some(launching) => launching,
+                    None => return self.enqueue_direct(bound, stream, work).map(|()| None),
+                };
+                graph.launch(bound, stream, &[])
+            }
             Replay::Graph(graph) => graph.launch(bound, stream, &[]),
             Replay::Bound { graph, params, .. } => {
                 if let Launched::Yes(run) = graph.launch_with(bound, stream, params, self.recording(), &[])? {
