@@ -244,7 +244,7 @@ impl NodeUpdater {
                 });
             }
         };
-        tracing::debug!(library = %library.display(), "cuda: indirect dispatches update their graph nodes on the device");
+        tracing::info!(library = %library.display(), "cuda: indirect dispatches set their graph nodes' grids on the device");
         Ok(NodeUpdater { context: context.clone(), module, function, limits })
     }
 
