@@ -13,7 +13,9 @@
 //!   where each submission ends has: whether something between two NCCL kernels slows them.
 //!
 //! Prints per size the medians over rounds: time per all-reduce, bus bandwidth (NCCL's definition:
-//! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio.
+//! `bytes * 2 (n - 1) / n / time`) and the HAL/raw ratio; then, per size, the host time per
+//! all-reduce spent enqueuing (raw: the `ncclAllReduce` calls; queue: the submissions), before the
+//! wait: where it equals the total, the host's enqueuing is what bounds the rate.
 //!
 //! `cargo run --release -p bench --example allreduce_sweep -- [RANKS] [ROUNDS] [MAX_BYTES]`
 //! (defaults: every GPU, 5 rounds, 1 GiB). Needs CUDA and NCCL; set `NCCL_NVLS_ENABLE=0` where the
@@ -95,11 +97,8 @@ fn main() -> Result<()> {
         "rec/raw"
     );
     for (i, &bytes) in sizes.iter().enumerate() {
-        let raw = median(samples.iter().map(|r| r[i].0).collect());
-        let queue = median(samples.iter().map(|r| r[i].1).collect());
-        let cb = median(samples.iter().map(|r| r[i].2).collect());
-        let p2p = median(samples.iter().map(|r| r[i].3).collect());
-        let recorded = median(samples.iter().map(|r| r[i].4).collect());
+        let column = |k: usize| median(samples.iter().map(|r| r[i].0[k]).collect());
+        let (raw, queue, cb, p2p, recorded) = (column(0), column(1), column(2), column(3), column(4));
         let bus = |t: f64| bytes as f64 * 2.0 * (ranks as f64 - 1.0) / ranks as f64 / t / 1e9;
         println!(
             "{bytes:>10} {:>6} {:>10.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>9.2} {:>8.2}x {:>7.2}x {:>10.2} {:>7.2}x {:>10.2} {:>7.2}x",
@@ -118,6 +117,18 @@ fn main() -> Result<()> {
             recorded / raw
         );
     }
+    println!("{:>10} {:>12} {:>10} {:>14} {:>10}", "bytes", "raw enq us", "raw us", "queue enq us", "queue us");
+    for (i, &bytes) in sizes.iter().enumerate() {
+        let column = |k: usize| median(samples.iter().map(|r| r[i].0[k]).collect());
+        let enqueued = |k: usize| median(samples.iter().map(|r| r[i].1[k]).collect());
+        println!(
+            "{bytes:>10} {:>12.2} {:>10.2} {:>14.2} {:>10.2}",
+            enqueued(0) * 1e6,
+            column(0) * 1e6,
+            enqueued(1) * 1e6,
+            column(1) * 1e6
+        );
+    }
     Ok(())
 }
 
@@ -127,8 +138,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Per round, per size: seconds per all-reduce (raw, HAL queue operation, HAL command buffer, raw
-/// with every peer connected, raw with an event recorded after each).
-type Samples = Vec<Vec<(f64, f64, f64, f64, f64)>>;
+/// with every peer connected, raw with an event recorded after each), then the enqueuing seconds
+/// per all-reduce of raw and of the HAL queue operation.
+type Samples = Vec<Vec<([f64; 5], [f64; 2])>>;
 
 fn rank_main(
     rank: usize,
@@ -163,7 +175,7 @@ fn rank_main(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut value = 0u64;
-    let mut hal_run = |size: usize, iters: u64, as_command_buffer: bool| -> Result<Duration> {
+    let mut hal_run = |size: usize, iters: u64, as_command_buffer: bool| -> Result<(Duration, Duration)> {
         let args = args(sizes[size]);
         let started = Instant::now();
         for _ in 0..iters {
@@ -175,8 +187,9 @@ fn rank_main(
             }
             value += 1;
         }
+        let enqueued = started.elapsed();
         timeline.wait(value, Timeout::After(Duration::from_secs(120)))?;
-        Ok(started.elapsed())
+        Ok((started.elapsed(), enqueued))
     };
     // Warm every path at every size once (NCCL sets up its buffers and kernels lazily).
     for (size, &bytes) in sizes.iter().enumerate() {
@@ -198,16 +211,20 @@ fn rank_main(
             let iters = iterations(bytes);
             let per = |d: Duration| d.as_secs_f64() / iters as f64;
             barrier.wait();
-            let raw_time = per(raw.run(bytes, iters)?);
+            let (raw_total, raw_enqueued) = raw.run_timed(bytes, iters, std::ptr::null_mut())?;
             barrier.wait();
-            let queue_time = per(hal_run(size, iters, false)?);
+            let (queue_total, queue_enqueued) = hal_run(size, iters, false)?;
             barrier.wait();
-            let cb_time = per(hal_run(size, iters, true)?);
+            let cb_time = per(hal_run(size, iters, true)?.0);
+            let (raw_time, queue_time) = (per(raw_total), per(queue_total));
             barrier.wait();
             let p2p_time = per(p2p.run(bytes, iters)?);
             barrier.wait();
             let recorded_time = per(raw.run_recording(bytes, iters)?);
-            round.push((raw_time, queue_time, cb_time, p2p_time, recorded_time));
+            round.push((
+                [raw_time, queue_time, cb_time, p2p_time, recorded_time],
+                [per(raw_enqueued), per(queue_enqueued)],
+            ));
         }
         samples.push(round);
     }
@@ -316,7 +333,7 @@ mod raw {
 
         /// `iters` all-reduces of `bytes` back to back, then a stream sync.
         pub fn run(&self, bytes: u64, iters: u64) -> Result<Duration> {
-            self.run_with(bytes, iters, std::ptr::null_mut())
+            Ok(self.run_timed(bytes, iters, std::ptr::null_mut())?.0)
         }
 
         /// [`run`](Self::run) with one event recorded after each all-reduce.
@@ -326,13 +343,15 @@ mod raw {
             let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
             // SAFETY: the context is current; the out-pointer is a live local.
             check(unsafe { cu::cuEventCreate(&mut event, flags) }, "cuEventCreate")?;
-            let timed = self.run_with(bytes, iters, event);
-            // SAFETY: made above; the stream that recorded it was synchronized by `run_with`.
+            let timed = self.run_timed(bytes, iters, event);
+            // SAFETY: made above; the stream that recorded it was synchronized by `run_timed`.
             unsafe { cu::cuEventDestroy_v2(event) };
-            timed
+            Ok(timed?.0)
         }
 
-        fn run_with(&self, bytes: u64, iters: u64, event: cu::CUevent) -> Result<Duration> {
+        /// `iters` all-reduces (each followed by a record of `event` unless it is null), then a
+        /// stream sync: the whole time and the time until the last call returned.
+        pub fn run_timed(&self, bytes: u64, iters: u64, event: cu::CUevent) -> Result<(Duration, Duration)> {
             self.bind()?;
             let started = Instant::now();
             for _ in 0..iters {
@@ -354,9 +373,10 @@ mod raw {
                     check(unsafe { cu::cuEventRecord(event, self.stream) }, "cuEventRecord")?;
                 }
             }
+            let enqueued = started.elapsed();
             // SAFETY: the stream is live.
             check(unsafe { cu::cuStreamSynchronize(self.stream) }, "cuStreamSynchronize")?;
-            Ok(started.elapsed())
+            Ok((started.elapsed(), enqueued))
         }
     }
 

@@ -2,12 +2,16 @@
 //! alternating between queues 0 and 1 (`hop`), each execute followed by a host wait without a
 //! deadline (`roundtrip`), fan-out/fan-in rounds over every queue (`fanout`, N counts
 //! submissions), of an empty command buffer, one dispatch or one indirect dispatch; or chained `queue_alloca` +
-//! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused).
+//! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused); or a
+//! dependent chain of 8-byte all-reduces on a channel of one rank (`collective`, the buffer kind
+//! unused): the HAL's cost of a collective submission, beside the driver's collective call.
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca] [empty|dispatch|indirect] [N]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca|collective] [empty|dispatch|indirect] [N]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
+
+use hal::{BufferParams, CollectiveArgs, CollectiveOp, ElementType, ReduceOp, SemaphoreValue as SV, Timeout};
 
 use bench::workloads::{Env, Timing, alloca_dealloca, chain, fan_out_in, ping_pong, round_trip};
 
@@ -32,11 +36,12 @@ fn main() -> Result<(), String> {
             fan_out_in(&env, &cb, consumers, ops / (consumers as u64 + 2))
         }
         "alloca" => alloca_dealloca(&env, 4096, ops / 2),
+        "collective" => collective_chain(&env, ops),
         "roundtrip" => round_trip(&env, &cb, hal::Timeout::Infinite, ops)
             .map(|(total, _)| Timing { total, submit: std::time::Duration::ZERO }),
-        other => {
-            Err(hal::Error::invalid_argument(format!("unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca)")))
-        }
+        other => Err(hal::Error::invalid_argument(format!(
+            "unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca|collective)"
+        ))),
     };
     run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled
     let start = Instant::now();
@@ -49,4 +54,23 @@ fn main() -> Result<(), String> {
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `ops` all-reduces of two `f32` on a one-rank channel of `env`'s device, on queue 0, each waiting
+/// on the one before through a semaphore.
+fn collective_chain(env: &Env, ops: u64) -> hal::Result<Timing> {
+    let id = env.device.create_channel_id()?;
+    let channel = env.device.create_channel(&id, 0, 1)?;
+    let send = env.device.allocate_buffer(BufferParams::device_local(), 8)?;
+    let recv = env.device.allocate_buffer(BufferParams::device_local(), 8)?;
+    let args = CollectiveArgs::new(CollectiveOp::AllReduce(ReduceOp::Sum), ElementType::F32, 2).send(&send).recv(&recv);
+    let queue = env.device.queue(0)?;
+    let s = env.device.create_semaphore(0)?;
+    let start = Instant::now();
+    for i in 0..ops {
+        queue.collective(&[SV::new(&s, i)], &channel, args.clone(), &[SV::new(&s, i + 1)])?;
+    }
+    let submit = start.elapsed();
+    s.wait(ops, Timeout::After(std::time::Duration::from_secs(120)))?;
+    Ok(Timing { total: start.elapsed(), submit })
 }
