@@ -53,6 +53,11 @@ pub struct CudaOptions {
     /// CUDA's device runtime library. Off, or where that is missing, the host reads each count
     /// and launches (one host round trip per dispatch).
     pub indirect_on_device: bool,
+    /// Completion threads and host waiters learn that work finished from a word of pinned memory
+    /// each mark's stream writes after its record, instead of querying the event (see
+    /// `src/progress_word.rs`): no driver lock taken while work is in flight, one more stream write
+    /// per record.
+    pub completion_word: bool,
 }
 
 impl Default for CudaOptions {
@@ -66,6 +71,7 @@ impl Default for CudaOptions {
             bound_graph_instances: 4,
             submission_timings: false,
             indirect_on_device: true,
+            completion_word: false,
         }
     }
 }
@@ -79,6 +85,9 @@ pub const ENV_TIMINGS: &str = "HAL_CUDA_TIMINGS";
 /// ([`CudaOptions::indirect_on_device`]): `device` (the default) or `host`, for
 /// [`CudaOptions::from_env`].
 pub const ENV_INDIRECT: &str = "HAL_CUDA_INDIRECT";
+/// The environment variable that turns on [`CudaOptions::completion_word`] (`1`) or off (`0`), for
+/// [`CudaOptions::from_env`].
+pub const ENV_COMPLETION_WORD: &str = "HAL_CUDA_COMPLETION_WORD";
 /// The environment variable that sets [`CudaOptions::poll_interval`], in microseconds (1 to 10000),
 /// for [`CudaOptions::from_env`].
 pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
@@ -93,7 +102,8 @@ impl CudaOptions {
     /// `spin`, `blocking`, `spin-then-block` or `host-callback`; `HAL_CUDA_TIMINGS` = `1` or `0`;
     /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10);
     /// `HAL_CUDA_POLL_BUDGET_US` = microseconds a `poll` completion thread queries before it sleeps;
-    /// `HAL_CUDA_INDIRECT` = `device` (the default) or `host`.
+    /// `HAL_CUDA_INDIRECT` = `device` (the default) or `host`; `HAL_CUDA_COMPLETION_WORD` = `0` (the
+    /// default) or `1`.
     /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
     /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
     pub fn from_env() -> Result<Self> {
@@ -125,6 +135,17 @@ impl CudaOptions {
                 "0" => false,
                 other => {
                     return Err(Error::invalid_argument(format!("cuda: {ENV_TIMINGS}='{other}' is not 0 or 1")));
+                }
+            };
+        }
+        if let Some(value) = lookup(ENV_COMPLETION_WORD) {
+            options.completion_word = match value.as_str() {
+                "1" => true,
+                "0" => false,
+                other => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_COMPLETION_WORD}='{other}' is not 0 or 1"
+                    )));
                 }
             };
         }
@@ -555,6 +576,10 @@ mod tests {
         assert_eq!(slow.poll_interval, std::time::Duration::from_micros(50));
         let sleepy = options(&[(ENV_POLL_BUDGET_US, "0")]).unwrap();
         assert_eq!(sleepy.completion_wait, CompletionWait::PollThenSleep(std::time::Duration::ZERO));
+        assert!(defaults.indirect_on_device && !defaults.completion_word);
+        let other = options(&[(ENV_INDIRECT, "host"), (ENV_COMPLETION_WORD, "1")]).unwrap();
+        assert!(!other.indirect_on_device && other.completion_word);
+        assert!(options(&[(ENV_INDIRECT, "device"), (ENV_COMPLETION_WORD, "0")]).unwrap().indirect_on_device);
     }
 
     #[test]
@@ -572,5 +597,9 @@ mod tests {
         assert!(e.message().contains("HAL_CUDA_POLL_BUDGET_US='10001'"), "{e}");
         let e = options(&[(ENV_COMPLETION, "spin"), (ENV_POLL_BUDGET_US, "0")]).unwrap_err();
         assert!(e.message().contains("applies to the poll completion, not Spin"), "{e}");
+        let e = options(&[(ENV_INDIRECT, "gpu")]).unwrap_err();
+        assert!(e.message().contains("HAL_CUDA_INDIRECT='gpu'"), "{e}");
+        let e = options(&[(ENV_COMPLETION_WORD, "yes")]).unwrap_err();
+        assert!(e.message().contains("HAL_CUDA_COMPLETION_WORD='yes'"), "{e}");
     }
 }

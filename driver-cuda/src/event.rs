@@ -15,15 +15,26 @@
 //! - [`CompletionWait::HostCallback`]: plain events; a host function on a per-queue callback stream
 //!   wakes the thread (see the crate docs, "Completion").
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent, CUevent_flags, CUstream, CUstream_st};
 use hal::Result;
 
 use crate::context::Context;
+use crate::progress_word::ProgressWord;
 use crate::result;
+
+/// How often an event whose progress word has not reached its mark is queried anyway, to notice a
+/// device fault (the word never moves again after one).
+const FAULT_CHECK: Duration = Duration::from_millis(1);
+
+/// Nanoseconds since the first call in the process (for `CudaEvent::checked`).
+fn now_ns() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 /// How completion threads wait for an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +88,11 @@ pub const HOST_WAIT_SPIN: Duration = Duration::from_micros(200);
 /// A CUDA event of one context. Destroyed on drop.
 pub struct CudaEvent {
     raw: CUevent,
+    /// The progress word and number its last record was followed by (see `progress_word`): the
+    /// event is complete once the word reached the number. `None`: query the event.
+    mark: Mutex<Option<(Arc<ProgressWord>, u64)>>,
+    /// When the event itself was last queried while its word lagged (`now_ns`).
+    checked: AtomicU64,
     /// The stream of the latest `record` (null: never recorded), so a wait by that same stream,
     /// already ordered behind the capture, can be skipped.
     recorded_on: AtomicPtr<CUstream_st>,
@@ -93,7 +109,13 @@ impl CudaEvent {
     /// A new event with `flags` (see [`CompletionWait::event_flags`]).
     pub fn create(context: &Arc<Context>, flags: u32) -> Result<Self> {
         let raw = result::event_create(&context.bind()?, flags)?;
-        Ok(CudaEvent { raw, recorded_on: AtomicPtr::new(std::ptr::null_mut()), context: context.clone() })
+        Ok(CudaEvent {
+            raw,
+            mark: Mutex::new(None),
+            checked: AtomicU64::new(0),
+            recorded_on: AtomicPtr::new(std::ptr::null_mut()),
+            context: context.clone(),
+        })
     }
 
     /// The event handle.
@@ -114,7 +136,26 @@ impl CudaEvent {
 
     /// Whether the event's latest capture completed; `Err` on a device fault.
     pub fn query(&self) -> Result<bool> {
+        let marked = hal::driver::lock(&self.mark).as_ref().map(|(word, number)| word.reached(*number));
+        match marked {
+            Some(true) => return Ok(true),
+            Some(false) => {
+                let now = now_ns();
+                if now.saturating_sub(self.checked.load(Ordering::Relaxed)) < FAULT_CHECK.as_nanos() as u64 {
+                    return Ok(false);
+                }
+                self.checked.store(now, Ordering::Relaxed);
+            }
+            None => {}
+        }
         result::event_query(&self.context.bind()?, self.raw)
+    }
+
+    /// Sets (or, with `None`, clears) the progress word and number that follow this event's last
+    /// record on its stream.
+    pub(crate) fn set_mark(&self, mark: Option<(Arc<ProgressWord>, u64)>) {
+        *hal::driver::lock(&self.mark) = mark;
+        self.checked.store(now_ns(), Ordering::Relaxed);
     }
 
     /// One query, as a wait sees it: `Some` once the capture completed (`Ok`) or the device faulted.

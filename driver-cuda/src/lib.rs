@@ -160,6 +160,7 @@ pub mod loader;
 mod memory;
 pub mod module;
 pub mod nccl;
+mod progress_word;
 mod result;
 mod staging;
 mod stream;
@@ -173,7 +174,10 @@ use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use command_buffer::CudaPreparedCommands;
 pub use context::Context;
-pub use device::{CudaDevice, CudaOptions, ENV_COMPLETION, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US, ENV_TIMINGS};
+pub use device::{
+    CudaDevice, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
+    ENV_TIMINGS,
+};
 pub use event::CompletionWait;
 pub use indirect_node::ENV_DEVRT;
 

@@ -36,6 +36,7 @@ use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect::{IndirectLauncher, Lane};
 use crate::indirect_node::IndirectRun;
 use crate::memory::CudaMemory;
+use crate::progress_word::ProgressWord;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
 use crate::timing::{DispatchTiming, ProfileClock, SubmissionTimer};
@@ -61,6 +62,8 @@ pub struct CudaStreams {
     /// Per queue, in stream order: the graph launches with indirect dispatch nodes, whose faults
     /// are read when their submission completes.
     indirect_runs: Vec<Mutex<VecDeque<(u64, IndirectRun)>>>,
+    /// Streams get progress words (`CudaOptions::completion_word`).
+    completion_word: bool,
 }
 
 // SAFETY: the memory pool handle is a driver object used only with the context bound; the rest is
@@ -86,6 +89,8 @@ pub struct CudaStream {
     /// The queue's indirect-dispatch lane, made at its first indirect dispatch; dropped after the
     /// dispatch stream drained (fields drop after `drop`), with the launcher still alive.
     lane: OnceLock<Arc<Lane>>,
+    /// The word each mark's record is followed by a write to (`CudaOptions::completion_word`).
+    progress: Option<Arc<ProgressWord>>,
 }
 
 // SAFETY: a CUstream is a driver handle; the scheduler serialises the calls that enqueue on one
@@ -161,6 +166,7 @@ impl CudaStreams {
             staging,
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
             indirect_runs: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+            completion_word: options.completion_word,
             timer: SubmissionTimer::new(context, queue_count),
             time_every_submission: options.submission_timings,
             clock: OnceLock::new(),
@@ -376,7 +382,12 @@ impl StreamModel for CudaStreams {
             context: self.context.clone(),
             indirect: self.indirect.clone(),
             lane: OnceLock::new(),
+            progress: None,
         };
+        if self.completion_word {
+            // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
+            stream.progress = Some(Arc::new(ProgressWord::create(&self.context, &self.context.bind()?)?));
+        }
         if self.wait == CompletionWait::HostCallback {
             // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
             stream.callback = Some(CallbackStream::create(&self.context, queue)?);
@@ -389,8 +400,18 @@ impl StreamModel for CudaStreams {
     }
 
     fn record_event(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
-        result::event_record(&self.context.bind()?, event.raw(), stream.raw)?;
+        let bound = self.context.bind()?;
+        result::event_record(&bound, event.raw(), stream.raw)?;
         event.recorded_on(stream.raw);
+        let mark = stream.progress.as_ref().and_then(|word| match word.advance(&bound, stream.raw) {
+            Ok(number) => Some((word.clone(), number)),
+            // The event is then queried as without a word.
+            Err(e) => {
+                tracing::debug!(%e, "cuda: a progress word's write was refused");
+                None
+            }
+        });
+        event.set_mark(mark);
         Ok(())
     }
 
