@@ -326,33 +326,43 @@ impl FaultRings {
 
     /// The fault of launch `run` (counted from 1), if one of its indirect nodes wrote one.
     fn fault(&self, run: u64) -> Option<Error> {
-        for (index, who) in self.who.iter().enumerate() {
+        self.who.iter().enumerate().find_map(|(index, who)| {
             let at = (index as u64 * RING + (run & (RING - 1))) * ENTRY_BYTES;
+            let mut entry = [0u8; ENTRY_BYTES as usize];
             // SAFETY: the entry lies inside the pinned area (`index` < nodes, masked run < RING); the
             // device wrote it (if at all) before the launch completed, which the caller observed.
-            let (written, kind, count, code) = unsafe {
-                let entry = self.host.add(at as usize);
-                let word = |offset: usize| std::ptr::read_volatile(entry.add(offset).cast::<u32>());
-                (std::ptr::read_volatile(entry.cast::<u64>()), word(8), [word(12), word(16), word(20)], word(24))
-            };
-            if written != run {
-                continue;
+            unsafe {
+                let at = self.host.add(at as usize);
+                for (i, byte) in entry.iter_mut().enumerate() {
+                    *byte = std::ptr::read_volatile(at.add(i));
+                }
             }
-            let limits = self.limits;
-            return Some(match kind {
-                PAST_LIMITS => Error::out_of_range(format!(
-                    "{who}: the workgroup count read from the device, {count:?}, exceeds the device's limits {limits:?}"
-                )),
-                GRID_REFUSED => Error::internal(format!(
-                    "{who}: CUDA refused the grid {count:?} for the dispatch's graph node (cudaError {code})"
-                )),
-                _ => Error::internal(format!(
-                    "{who}: CUDA refused to enable or disable the dispatch's graph node (cudaError {code})"
-                )),
-            });
-        }
-        None
+            entry_fault(&entry, run, who, self.limits)
+        })
     }
+}
+
+/// The fault a ring entry holds for launch `run` of the node dispatching `who`: `None` unless the
+/// entry was written by that run. The layout is the updater's (`updater_ptx`): the run (8 bytes),
+/// then the fault kind, the count's three words and CUDA's error code (4 bytes each), little-endian.
+fn entry_fault(entry: &[u8; ENTRY_BYTES as usize], run: u64, who: &str, limits: [u32; 3]) -> Option<Error> {
+    let word = |at: usize| u32::from_le_bytes([entry[at], entry[at + 1], entry[at + 2], entry[at + 3]]);
+    let written = u64::from(word(0)) | (u64::from(word(4)) << 32);
+    if written != run {
+        return None;
+    }
+    let (kind, count, code) = (word(8), [word(12), word(16), word(20)], word(24));
+    Some(match kind {
+        PAST_LIMITS => Error::out_of_range(format!(
+            "{who}: the workgroup count read from the device, {count:?}, exceeds the device's limits {limits:?}"
+        )),
+        GRID_REFUSED => Error::internal(format!(
+            "{who}: CUDA refused the grid {count:?} for the dispatch's graph node (cudaError {code})"
+        )),
+        _ => Error::internal(format!(
+            "{who}: CUDA refused to enable or disable the dispatch's graph node (cudaError {code})"
+        )),
+    })
 }
 
 impl Drop for FaultRings {
@@ -398,6 +408,45 @@ mod tests {
         assert!(ptx.contains("setp.gt.u32 %p2, %r3, 65534;"));
         assert!(ptx.contains(&format!("and.b64 %rd6, %rd5, {};", RING - 1)));
         assert_eq!(ptx.matches('{').count(), ptx.matches('}').count());
+    }
+
+    /// An entry as the updater writes it (`st.u64 [e]`, `st.u32 [e+8]` ... `[e+24]`).
+    fn entry(run: u64, kind: u32, count: [u32; 3], code: u32) -> [u8; ENTRY_BYTES as usize] {
+        let mut bytes = [0u8; ENTRY_BYTES as usize];
+        bytes[..8].copy_from_slice(&run.to_le_bytes());
+        for (i, value) in [kind, count[0], count[1], count[2], code].into_iter().enumerate() {
+            bytes[8 + 4 * i..12 + 4 * i].copy_from_slice(&value.to_le_bytes());
+        }
+        bytes
+    }
+
+    #[test]
+    fn the_updater_writes_the_layout_the_host_reads() {
+        let ptx = updater_ptx([10, 20, 30]);
+        for store in ["[%rd7+8], %r9", "[%rd7+12], %r1", "[%rd7+16], %r2", "[%rd7+20], %r3", "[%rd7+24], %r11"] {
+            assert!(ptx.contains(&format!("st.u32 {store};")), "{store}");
+        }
+        assert!(ptx.contains("st.u64 [%rd7], %rd5;"), "the run is stored last");
+        assert!(ptx.contains(&format!("mul.lo.u64 %rd6, %rd6, {ENTRY_BYTES};")));
+    }
+
+    #[test]
+    fn an_entry_names_its_own_run_only() {
+        let limits = [100, 200, 300];
+        let fault = entry_fault(&entry(7, PAST_LIMITS, [1, 201, 1], 0), 7, "indirect dispatch x", limits)
+            .expect("run 7 faulted");
+        assert_eq!(fault.code(), hal::StatusCode::OutOfRange);
+        assert!(fault.message().contains("[1, 201, 1]") && fault.message().contains("[100, 200, 300]"), "{fault}");
+        assert!(fault.message().starts_with("indirect dispatch x"), "{fault}");
+        // An entry of another run (RING launches later, in the same slot), or never written, is not
+        // this run's.
+        assert!(entry_fault(&entry(7 + RING, PAST_LIMITS, [1, 201, 1], 0), 7, "x", limits).is_none());
+        assert!(entry_fault(&[0; ENTRY_BYTES as usize], 7, "x", limits).is_none());
+        let refused = entry_fault(&entry(1 << 40, GRID_REFUSED, [5, 5, 5], 1), 1 << 40, "x", limits).expect("refused");
+        assert_eq!(refused.code(), hal::StatusCode::Internal);
+        assert!(refused.message().contains("cudaError 1"), "{refused}");
+        let enable = entry_fault(&entry(3, ENABLE_REFUSED, [0, 1, 1], 9), 3, "x", limits).expect("enable refused");
+        assert!(enable.message().contains("enable or disable") && enable.message().contains("cudaError 9"));
     }
 
     #[test]
