@@ -2,10 +2,11 @@
 //!
 //! Two replay modes:
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
-//!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2) or
-//!   with an indirect dispatch whose grid the device sets (`src/indirect_node.rs`), becomes an
-//!   instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel graph launch
-//!   costs less than the kernel launch itself (see `docs/benchmarks.md`). CUDA serialises graph
+//!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
+//!   becomes an instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel
+//!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`). Indirect
+//!   dispatches in a graph have their grids set on the device (`src/indirect_node.rs`); a graph
+//!   with them also allocates its fault rings (device and pinned memory). CUDA serialises graph
 //!   launches across threads, though: a one-node graph whose launch would overlap another thread's
 //!   replays directly;
 //! - **direct**: each command is enqueued on the stream at execute (kernel launches, memsets,
@@ -158,10 +159,7 @@ impl CudaPreparedCommands {
         let has_transient = check(commands, context.ordinal(), updater.is_some())?;
         let payload = Arc::new(upload(context, counter, commands)?);
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
-        // An indirect dispatch replayed directly holds the stream for a host round trip at every
-        // execute; as a graph node it costs the graph's instantiation once instead.
-        let indirect_node = updater.is_some() && commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. }));
-        let replay = if (work >= graph_min_commands.max(1) || indirect_node) && !has_transient {
+        let replay = if work >= graph_min_commands.max(1) && !has_transient {
             let recording = Recording { commands, payload: payload.address(), offsets: &payload.offsets };
             match GraphExec::build(context, recording, 1, &[], updater) {
                 Ok(graph) => Replay::Graph(graph),

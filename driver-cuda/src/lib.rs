@@ -101,12 +101,14 @@
 //! An indirect dispatch reads its workgroup count from device memory when it runs. CUDA launches
 //! take the grid from the host, so the driver has two ways:
 //! - **on the device** (the default, CUDA 12.4 and its device runtime library `libcudadevrt.a`):
-//!   in a command buffer that replays as a graph (every buffer with an indirect dispatch does), the
-//!   dispatch is a kernel node whose grid a one-thread kernel just before it sets, or disables for
-//!   a count with a zero (see `src/indirect_node.rs`). No host round trip: the submitting thread
-//!   and the stream never wait for the count.
+//!   in a command buffer that replays as a graph (a reusable one, or a one-shot one of at least
+//!   `CudaOptions::graph_min_commands` commands), the dispatch is a kernel node whose grid a
+//!   one-thread kernel just before it sets, or disables for a count with a zero (see
+//!   `src/indirect_node.rs`). No host round trip: the submitting thread and the stream never wait
+//!   for the count.
 //! - **on the host** (`HAL_CUDA_INDIRECT=host`, a driver before 12.4, no `libcudadevrt.a`, or a
-//!   buffer that replays directly, such as one touching `queue_alloca` buffers): the queue's
+//!   buffer that replays directly, such as a one-shot buffer of one command or one touching
+//!   `queue_alloca` buffers): the queue's
 //!   stream copies the count to pinned memory and waits; a launcher thread reads it, launches the
 //!   kernel and releases the stream (`src/indirect.rs`).
 //!
