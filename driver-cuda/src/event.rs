@@ -15,7 +15,7 @@
 //! - [`CompletionWait::HostCallback`]: plain events; a host function on a per-queue callback stream
 //!   wakes the thread (see the crate docs, "Completion").
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,8 @@ pub struct CudaEvent {
     /// The progress word and number its last record was followed by (see `progress_word`): the
     /// event is complete once the word reached the number. `None`: query the event.
     mark: Mutex<Option<(Arc<ProgressWord>, u64)>>,
+    /// Whether `mark` is set: without the option on, queries and records skip its lock.
+    marked: AtomicBool,
     /// When the event itself was last queried while its word lagged (`now_ns`).
     checked: AtomicU64,
     /// The stream of the latest `record` (null: never recorded), so a wait by that same stream,
@@ -112,6 +114,7 @@ impl CudaEvent {
         Ok(CudaEvent {
             raw,
             mark: Mutex::new(None),
+            marked: AtomicBool::new(false),
             checked: AtomicU64::new(0),
             recorded_on: AtomicPtr::new(std::ptr::null_mut()),
             context: context.clone(),
@@ -136,7 +139,11 @@ impl CudaEvent {
 
     /// Whether the event's latest capture completed; `Err` on a device fault.
     pub fn query(&self) -> Result<bool> {
-        let marked = hal::driver::lock(&self.mark).as_ref().map(|(word, number)| word.reached(*number));
+        let marked = if self.marked.load(Ordering::Acquire) {
+            hal::driver::lock(&self.mark).as_ref().map(|(word, number)| word.reached(*number))
+        } else {
+            None
+        };
         match marked {
             Some(true) => return Ok(true),
             Some(false) => {
@@ -154,8 +161,13 @@ impl CudaEvent {
     /// Sets (or, with `None`, clears) the progress word and number that follow this event's last
     /// record on its stream.
     pub(crate) fn set_mark(&self, mark: Option<(Arc<ProgressWord>, u64)>) {
+        if mark.is_none() && !self.marked.load(Ordering::Acquire) {
+            return;
+        }
+        let marked = mark.is_some();
         *hal::driver::lock(&self.mark) = mark;
         self.checked.store(now_ns(), Ordering::Relaxed);
+        self.marked.store(marked, Ordering::Release);
     }
 
     /// One query, as a wait sees it: `Some` once the capture completed (`Ok`) or the device faulted.

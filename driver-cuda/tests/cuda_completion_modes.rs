@@ -12,9 +12,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::*;
-use driver_cuda::{CompletionWait, CudaDevice, CudaOptions};
-use hal::driver::DeviceExt;
-use hal::{BufferBinding, CommandBufferMode, Device, DeviceId, SemaphoreValue as SV};
+use driver_cuda::{CompletionWait, CudaOptions};
+use hal::{BufferBinding, CommandBufferMode, Device, SemaphoreValue as SV};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
@@ -27,13 +26,6 @@ macro_rules! require_cuda {
             return;
         }
     };
-}
-
-fn device_with(options: CudaOptions) -> (Device, Arc<CudaDevice>) {
-    let id = DeviceId::next();
-    let backend = Arc::new(CudaDevice::new(id, 0, &options).expect("cuda device 0"));
-    // SAFETY: `id` is fresh and the CUDA device was built with it.
-    (unsafe { Device::from_backend(id, backend.clone()) }, backend)
 }
 
 #[test]

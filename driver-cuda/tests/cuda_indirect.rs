@@ -6,14 +6,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use driver_cuda::{CudaDevice, CudaOptions, CudaPreparedCommands};
-use hal::driver::{CommandBufferExt, DeviceExt};
-use hal::{
-    BindingRef, BufferBinding, BufferRef, CommandBufferMode, Device, DeviceId, SemaphoreValue as SV, StatusCode,
-};
+use driver_cuda::{CudaOptions, CudaPreparedCommands};
+use hal::driver::CommandBufferExt;
+use hal::{BindingRef, BufferBinding, BufferRef, CommandBufferMode, SemaphoreValue as SV, StatusCode};
 
 macro_rules! require_cuda {
     () => {
@@ -21,13 +17,6 @@ macro_rules! require_cuda {
             return;
         }
     };
-}
-
-fn device_with(options: CudaOptions) -> (Device, Arc<CudaDevice>) {
-    let id = DeviceId::next();
-    let backend = Arc::new(CudaDevice::new(id, 0, &options).expect("cuda device 0"));
-    // SAFETY: `id` is fresh and the CUDA device was built with it.
-    (unsafe { Device::from_backend(id, backend.clone()) }, backend)
 }
 
 fn is_graph(command_buffer: &hal::CommandBuffer) -> bool {

@@ -4,10 +4,7 @@
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
 export NCCL_NVLS_ENABLE=0
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
-mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+cuda_test_env
 for ranks in 2 4; do
   timeout "$(left 150)" devbin/allreduce_sweep $ranks 3 > $OUT/allreduce-$ranks.txt 2>&1; echo "sweep $ranks exit $? ($(el))"
   tail -12 $OUT/allreduce-$ranks.txt

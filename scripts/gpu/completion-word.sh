@@ -5,10 +5,7 @@
 # one-rank collective chain both ways. Logs under $OUT.
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
-mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+cuda_test_env
 export HAL_CUDA_COMPLETION_WORD=1
 timeout "$(left 100)" devbin/cts --include-ignored --test-threads=4 > $OUT/cts.txt 2>&1; echo "cts (word) exit $? ($(el))"
 grep -E "test result|FAILED|panicked" $OUT/cts.txt | head -5

@@ -4,10 +4,7 @@
 # driver's device and indirect tests and the contract fuzz. Logs under $OUT; short output.
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
-mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+cuda_test_env
 for i in 1 2; do
   timeout "$(left 60)" devbin/bench --driver cuda --scaling > $OUT/scaling-$i.txt 2>/dev/null; echo "scaling exit $? ($(el))"
   grep -A7 "^threads" $OUT/scaling-$i.txt | cut -c1-120

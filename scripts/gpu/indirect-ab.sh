@@ -5,10 +5,7 @@
 # (devbin/bench), alternating. Logs under $OUT; a short table last.
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
-mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+cuda_test_env
 nvidia-smi -L
 timeout "$(left 120)" devbin/cuda_indirect --include-ignored --test-threads=1 > $OUT/cuda_indirect.txt 2>&1; echo "cuda_indirect exit $? ($(el))"
 grep -E "^test |test result" $OUT/cuda_indirect.txt

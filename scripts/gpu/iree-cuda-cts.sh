@@ -4,9 +4,7 @@
 # indirect dispatch). Needs devbin/iree/ (scripts/gpu/iree-cuda-build.sh) and lib.sh.
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1); mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
+cuda_test_env
 timeout "$(left 90)" devbin/iree/cuda_programs --include-ignored --test-threads=1 --nocapture > "$OUT/cuda_programs.log" 2>&1; echo "programs exit $? ($(el))"
 grep -E "^test |test result|panicked" "$OUT/cuda_programs.log" | head -8
 IREE_CTS_DRIVER=thal-cuda IREE_CTS_EXECUTABLE_FORMAT=PTXE IREE_CTS_TESTDATA=$PWD/hal-iree/testdata/cts/executables-cuda \

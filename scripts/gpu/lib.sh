@@ -33,3 +33,13 @@ program() {
   ins=(); tins=()
   for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
 }
+# The environment the CUDA test binaries need there: NVRTC on the loader path as libnvrtc.so, a
+# missing GPU failing the tests (HAL_REQUIRE_CUDA=1), and /work/main (the path test data was built
+# at) pointing here.
+cuda_test_env() {
+  local n
+  n=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
+  mkdir -p /tmp/nv && ln -sf "$n" /tmp/nv/libnvrtc.so
+  export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$n"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
+  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+}

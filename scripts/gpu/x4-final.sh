@@ -4,10 +4,7 @@
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
 export NCCL_NVLS_ENABLE=0
-N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
-mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
-export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-mkdir -p /work && ln -sfn "$PWD" /work/main 2>/dev/null
+cuda_test_env
 cores=$(nproc); echo "cores: $cores"
 echo "cpu-sim stencil 2048^2 x 300, wall s (two runs per core count)"
 for c in 1 2 4 8 16 32 64; do

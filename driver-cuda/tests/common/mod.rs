@@ -229,3 +229,12 @@ pub fn read_back(device: &Device, buffer: &Buffer) -> Vec<u8> {
     done.wait(1, T).expect("read back");
     readback.take().expect("read back bytes")
 }
+
+/// A device on GPU 0 built with `options`, with its CUDA backend (for the driver's own methods).
+pub fn device_with(options: driver_cuda::CudaOptions) -> (Device, Arc<driver_cuda::CudaDevice>) {
+    use hal::driver::DeviceExt;
+    let id = hal::DeviceId::next();
+    let backend = Arc::new(driver_cuda::CudaDevice::new(id, 0, &options).expect("cuda device 0"));
+    // SAFETY: `id` is fresh and the CUDA device was built with it.
+    (unsafe { Device::from_backend(id, backend.clone()) }, backend)
+}
