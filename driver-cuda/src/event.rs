@@ -212,6 +212,24 @@ impl CudaEvent {
         self.poll_then_sleep(budget, poll_interval, deadline, stop)
     }
 
+    /// The completion thread's wait: [`synchronize`](Self::synchronize), except that a polling
+    /// `mode` stops (`None`) as soon as `taken_over()` says a host waiter polls this event itself,
+    /// or the work retired: two threads querying one event only contend for the driver lock.
+    pub fn await_completion(
+        &self,
+        mode: CompletionWait,
+        poll_interval: Duration,
+        taken_over: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        match mode {
+            CompletionWait::PollThenSleep(budget) => self.poll_then_sleep(budget, poll_interval, None, taken_over),
+            CompletionWait::HostCallback => {
+                self.poll_then_sleep(Duration::from_micros(100), poll_interval, None, taken_over)
+            }
+            other => Some(self.synchronize(other, poll_interval)),
+        }
+    }
+
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
     /// `poll_interval` apart: each `cuEventQuery` takes driver locks the submitting threads need too.
     pub fn synchronize(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
@@ -274,11 +292,13 @@ impl CudaEvent {
                 std::thread::sleep(sleep.min(left));
                 sleep = (sleep * 2).min(MAX_POLL_SLEEP);
             }
-            if let Some(outcome) = self.settled() {
-                return Some(outcome);
-            }
+            // Asked before the query: once the waiter no longer needs the event, the query would
+            // only take the driver lock.
             if stop() {
                 return None;
+            }
+            if let Some(outcome) = self.settled() {
+                return Some(outcome);
             }
         }
     }

@@ -432,13 +432,18 @@ impl StreamModel for CudaStreams {
         event.synchronize(self.wait, self.poll_interval)
     }
 
-    fn await_completion(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+    fn await_completion(
+        &self,
+        stream: &CudaStream,
+        event: &CudaEvent,
+        taken_over: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
         match &stream.callback {
             // A host function pending while an indirect dispatch waits for its kernel's launch
             // could hold that launch and wait for it forever (`IndirectLauncher::holds_unreleased`):
             // then this wait polls.
-            Some(callback) if !self.indirect.holds_unreleased() => callback.wait(event),
-            _ => event.synchronize(self.wait, self.poll_interval),
+            Some(callback) if !self.indirect.holds_unreleased() => Some(callback.wait(event)),
+            _ => event.await_completion(self.wait, self.poll_interval, taken_over),
         }
     }
 

@@ -72,3 +72,64 @@ fn a_fault_found_by_any_query_fails_the_front() {
     assert!(failure.message().contains("manual fault"), "{failure}");
     model.open_gate();
 }
+
+/// A host thread that waits for a value polls the event itself: while it does, the completion
+/// thread queries nothing (on CUDA each query takes a driver lock the waiter and the next launch
+/// need), and the waiter retires the work. Without a waiter the completion thread polls as before.
+#[test]
+fn the_completion_thread_leaves_an_event_a_host_waiter_polls_alone() {
+    let s = scheduler(1);
+    let model = s.model();
+    model.polling.store(true, Ordering::SeqCst);
+    let done = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&done, 1)]).unwrap();
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| done.wait(1, Timeout::After(Duration::from_secs(10))));
+        // Let the waiter start polling, then count.
+        std::thread::sleep(Duration::from_millis(20));
+        model.take_completion_queries();
+        model.take_queries();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(model.take_completion_queries(), 0, "the completion thread queried a watched event");
+        assert!(model.take_queries() > 0, "the waiter polls");
+        model.complete_up_to(1);
+        waiter.join().unwrap().unwrap();
+    });
+    assert_eq!(done.query().unwrap(), 1);
+
+    // Nobody waits: the completion thread polls and retires.
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&done, 2)]).unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    assert!(model.take_completion_queries() > 0, "the completion thread polls when nobody watches");
+    model.complete_up_to(2);
+    assert!(reaches(&done, 2), "the completion thread retired it");
+}
+
+/// Whether `semaphore` reaches `value` within 5 s, watched without waiting on it (a wait would
+/// retire the work itself).
+fn reaches(semaphore: &hal::Semaphore, value: u64) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while semaphore.query().unwrap() < value && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    semaphore.query().unwrap() >= value
+}
+
+/// A queue may issue a later submission before an earlier one whose wait resolves later: the
+/// completion thread must still retire the earlier one when it becomes the front, nobody waiting
+/// on the host.
+#[test]
+fn work_issued_after_a_later_submission_retired_still_retires() {
+    let s = scheduler(1);
+    let model = s.model();
+    model.polling.store(true, Ordering::SeqCst);
+    let gate = s.create_semaphore(0);
+    let done = s.create_semaphore(0);
+    let other = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&other, 1)]).unwrap();
+    model.complete_up_to(u64::MAX);
+    assert!(reaches(&other, 1), "the later submission retires first");
+    gate.signal(1).unwrap();
+    assert!(reaches(&done, 1), "the earlier one, issued last, retires too");
+}

@@ -55,12 +55,22 @@ pub trait StreamModel: Send + Sync + 'static {
     /// Blocks the host until `event`'s capture completes; `Err` on a device fault.
     fn synchronize_event(&self, event: &Self::Event) -> Result<()>;
 
-    /// Blocks the completion thread of `stream`'s queue until `event`'s capture completes; `Err` on a
-    /// device fault. Backends can wake the thread their own way here (CUDA: a host callback on a
-    /// second stream). Defaults to `synchronize_event`.
-    fn await_completion(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
-        let _ = stream;
-        self.synchronize_event(event)
+    /// Blocks the completion thread of `stream`'s queue until `event`'s capture completes (`Some`;
+    /// `Err` on a device fault), or until `taken_over()` says another thread has the work in hand
+    /// (`None`): a host waiter is polling this very event and retires the work once it completes,
+    /// or the work has already retired. A backend that polls asks `taken_over` before each query
+    /// and queries nothing while it holds: each query can take a lock the submitting and the
+    /// waiting thread need (on CUDA, a driver lock; `docs/benchmarks.md` has the measurement).
+    /// Backends may wake the thread their own way here (CUDA: a host callback on a second stream)
+    /// and may ignore `taken_over`. Defaults to `synchronize_event`.
+    fn await_completion(
+        &self,
+        stream: &Self::Stream,
+        event: &Self::Event,
+        taken_over: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        let _ = (stream, taken_over);
+        Some(self.synchronize_event(event))
     }
 
     /// Whether the backend checks `Work::take_upstream_fault` before running work. Backends whose

@@ -30,6 +30,11 @@ pub struct ManualStreams {
     pub open_marks: AtomicBool,
     /// Holds the completion thread in `await_completion` until teardown.
     gate: (Mutex<bool>, Condvar),
+    /// When set (before the first submission), the completion thread does not stop at the gate: it
+    /// polls every 100 us, asking `taken_over` before each query, as a polling GPU backend does.
+    pub polling: AtomicBool,
+    /// Queries made on the scheduler's completion threads.
+    completion_queries: AtomicUsize,
 }
 
 pub struct ManualEvent {
@@ -51,6 +56,12 @@ impl ManualStreams {
     #[allow(dead_code)] // not every test counts queries
     pub fn take_queries(&self) -> usize {
         self.queries.swap(0, Ordering::SeqCst)
+    }
+
+    /// Queries made on completion threads since the last call.
+    #[allow(dead_code)] // not every test counts them
+    pub fn take_completion_queries(&self) -> usize {
+        self.completion_queries.swap(0, Ordering::SeqCst)
     }
 
     /// Calls so far of the methods that are handed a `Work` (`enqueue`, `complete`, `discard`).
@@ -94,6 +105,9 @@ impl StreamModel for ManualStreams {
     }
     fn query_event(&self, event: &ManualEvent) -> Result<bool> {
         self.queries.fetch_add(1, Ordering::SeqCst);
+        if std::thread::current().name().is_some_and(|name| name.starts_with("hal-completion")) {
+            self.completion_queries.fetch_add(1, Ordering::SeqCst);
+        }
         if self.fault.load(Ordering::SeqCst) {
             return Err(Error::data_loss("manual fault"));
         }
@@ -105,13 +119,49 @@ impl StreamModel for ManualStreams {
         }
         Ok(())
     }
-    fn await_completion(&self, _stream: &(), event: &ManualEvent) -> Result<()> {
+    fn await_completion(&self, _stream: &(), event: &ManualEvent, taken_over: &dyn Fn() -> bool) -> Option<Result<()>> {
+        if self.polling.load(Ordering::SeqCst) {
+            loop {
+                if taken_over() {
+                    return None;
+                }
+                match self.query_event(event) {
+                    Ok(true) => return Some(Ok(())),
+                    Ok(false) => std::thread::sleep(Duration::from_micros(100)),
+                    Err(fault) => return Some(Err(fault)),
+                }
+            }
+        }
         let mut open = self.gate.0.lock().unwrap();
         while !*open {
             open = self.gate.1.wait(open).unwrap();
         }
         drop(open);
-        self.synchronize_event(event)
+        Some(self.synchronize_event(event))
+    }
+    fn host_wait(
+        &self,
+        event: &ManualEvent,
+        deadline: Option<std::time::Instant>,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        if !self.polling.load(Ordering::SeqCst) {
+            return match deadline {
+                None if !stop() => Some(self.synchronize_event(event)),
+                _ => None,
+            };
+        }
+        // As a polling GPU backend waits: queries until the deadline, asking `stop` between them.
+        loop {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) || stop() {
+                return None;
+            }
+            match self.query_event(event) {
+                Ok(true) => return Some(Ok(())),
+                Ok(false) => std::thread::sleep(Duration::from_micros(100)),
+                Err(fault) => return Some(Err(fault)),
+            }
+        }
     }
     fn enqueue(&self, _stream: &(), _work: &Arc<Work>) -> Result<()> {
         self.work_calls.fetch_add(1, Ordering::SeqCst);
@@ -165,6 +215,8 @@ pub fn scheduler(queues: usize) -> Tested {
         work_calls: AtomicUsize::new(0),
         open_marks: AtomicBool::new(false),
         gate: (Mutex::new(false), Condvar::new()),
+        polling: AtomicBool::new(false),
+        completion_queries: AtomicUsize::new(0),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }

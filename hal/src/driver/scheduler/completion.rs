@@ -11,7 +11,8 @@ use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents};
 use super::host_calls::Job;
 use super::seal::StreamMark;
-use super::{InFlight, Shared};
+use super::watch;
+use super::{InFlight, QueueSlot, Shared};
 use crate::driver::QueueOp;
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::error::Result;
@@ -34,7 +35,7 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
             let mut idle_since: Option<Instant> = None;
             loop {
                 if let Some(front) = inflight.front() {
-                    break (front.work.id, front.event.clone());
+                    break (front.work.id, front.event.clone(), slot.watch.pops());
                 }
                 if shared.shutting_down.load(Ordering::Acquire) {
                     return;
@@ -58,11 +59,25 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                 slot.sleeping.store(false, Ordering::Relaxed);
             }
         };
-        let (id, event) = front;
+        let (id, event, pops) = front;
         let status = match &event {
-            Some(mark) => shared
-                .event_for_completion(queue, mark)
-                .and_then(|event| shared.model.await_completion(&slot.stream, event.event())),
+            Some(mark) => match shared.event_for_completion(queue, mark) {
+                Ok(event) => {
+                    let key = watch::event_key(event.event());
+                    let taken_over = || slot.watch.taken_over(pops, key);
+                    match shared.model.await_completion(&slot.stream, event.event(), &taken_over) {
+                        Some(status) => status,
+                        None => {
+                            // Retired by another thread, or a host waiter polls this event and
+                            // retires the work itself: wait for that, then read the front again.
+                            drop(event);
+                            slot.watch.wait_while_watched(pops, key);
+                            continue;
+                        }
+                    }
+                }
+                Err(status) => Err(status),
+            },
             None => Ok(()),
         };
         drop(event);
@@ -234,12 +249,20 @@ fn retire_completed_locked<M: StreamModel>(
                 }
             }
         };
-        let Some(entry) = lock(&slot.inflight).pop_front() else { break };
+        let Some(entry) = pop_front(slot) else { break };
         let work = retire(shared, entry, status);
         shared.recycle_work(work);
         retired += 1;
     }
     retired
+}
+
+/// Pops the oldest in-flight entry, counting the pop (see `watch`).
+fn pop_front<M: StreamModel>(slot: &QueueSlot<M>) -> Option<InFlight<M>> {
+    let mut inflight = lock(&slot.inflight);
+    let entry = inflight.pop_front()?;
+    slot.watch.popped();
+    Some(entry)
 }
 
 /// The event queries of one retirement pass, planned so that a pass costs few driver calls (each

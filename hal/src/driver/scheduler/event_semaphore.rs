@@ -239,6 +239,8 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
         // An open mark is sealed now: this waiter observes it.
         let status = match entry.event.sealed(&shared) {
             Ok(event) => {
+                // The completion thread leaves this event to us meanwhile (see `watch`).
+                let _watching = shared.watch(entry.queue, event.event());
                 let Some(status) = shared.model.host_wait(event.event(), deadline, &reached_otherwise) else {
                     return false;
                 };

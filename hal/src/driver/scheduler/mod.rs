@@ -36,6 +36,7 @@ mod report;
 mod seal;
 mod teardown;
 mod wait_cover;
+mod watch;
 mod work_pool;
 
 use std::collections::{HashMap, VecDeque};
@@ -51,6 +52,7 @@ use self::host_calls::HostCallRunner;
 use self::pending_actions::Action;
 use self::seal::{Seal, StreamMark};
 use self::wait_cover::Covers;
+use self::watch::Watch;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::driver::{HostCall, ProfileSink, ProfileSwitch, Submission};
@@ -112,6 +114,9 @@ struct QueueSlot<M: StreamModel> {
     /// Set by the completion thread when the oldest submission in flight is open (see `seal`) and
     /// it could not take the issue lock to record: the next issue records.
     seal_wanted: CachePadded<AtomicBool>,
+    /// The event a host waiter polls itself, which the completion thread then leaves alone (see
+    /// `watch`).
+    watch: CachePadded<Watch>,
     /// Blocking host calls not yet returned, and the work they hold (see `admission`).
     admission: Admission<M>,
 }
@@ -224,6 +229,7 @@ impl<M: StreamModel> Scheduler<M> {
                 wake: Condvar::new(),
                 retiring: CachePadded(Mutex::new(())),
                 seal_wanted: CachePadded(AtomicBool::new(false)),
+                watch: CachePadded(Watch::default()),
                 admission: Admission::default(),
             });
         }
@@ -461,6 +467,12 @@ impl<M: StreamModel> Shared<M> {
         if count > 0 {
             self.timepoints.fetch_sub(count, Ordering::Relaxed);
         }
+    }
+
+    /// Publishes that the calling host thread polls `event` of `queue` until the guard drops: the
+    /// queue's completion thread does not query it meanwhile (see `watch`).
+    fn watch(&self, queue: usize, event: &M::Event) -> watch::Watching<'_> {
+        self.queues[queue].watch.watch(watch::event_key(event))
     }
 
     /// Retires completed work of `queue` on a host thread that just waited for the event of
