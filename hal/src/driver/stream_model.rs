@@ -337,6 +337,14 @@ impl Work {
         drop(released);
     }
 
+    /// Lets go of what the finished operation held (its op, profile and upstream references), so
+    /// the allocation can wait for reuse holding nothing. `&mut self`: ours alone, so no lock.
+    pub(crate) fn clear_for_reuse(&mut self) {
+        self.op = QueueOp::Barrier;
+        self.profile = None;
+        get_mut(&mut self.upstream).clear();
+    }
+
     /// Reuses this allocation for another operation.
     pub(crate) fn reset(&mut self, id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) {
         self.id = id;

@@ -389,7 +389,11 @@ impl Drop for ActiveDelivery {
         DELIVERY.with(|d| {
             let mut d = d.borrow_mut();
             d.active = false;
-            d.queue.clear();
+            // Empty unless a listener panicked mid-delivery; clearing an empty deque still costs
+            // a drain (callgrind: about 50 instructions a submission).
+            if !d.queue.is_empty() {
+                d.queue.clear();
+            }
         });
     }
 }

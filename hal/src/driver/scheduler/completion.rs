@@ -156,7 +156,7 @@ pub(super) fn retire_at_issue<M: StreamModel>(shared: &Shared<M>, entry: InFligh
     in_retirement(|| {
         let work = retire(shared, entry, Ok(()));
         drop(retiring);
-        shared.recycle_work(work);
+        shared.recycle_work_at_issue(work.queue, work);
     });
 }
 

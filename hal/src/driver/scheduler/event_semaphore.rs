@@ -198,7 +198,9 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         // which never waits on a table), so pruning allocates nothing.
         let mut table = lock(&self.table);
         let end = table.partition_point(|e| e.value <= value);
-        table.drain(..end);
+        if end > 0 {
+            table.drain(..end);
+        }
     }
 
     /// Entries published and not yet pruned.

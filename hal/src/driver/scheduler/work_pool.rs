@@ -10,7 +10,7 @@ use smallvec::SmallVec;
 use super::Shared;
 use crate::driver::stream_model::{StreamModel, Work};
 use crate::driver::{HostCall, ProfileSink, QueueOp, Submission};
-use crate::sync::{lock, take_batch};
+use crate::sync::{lock, take_batch, try_lock};
 
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
 pub(super) const REFILL: usize = 32;
@@ -67,17 +67,44 @@ impl<M: StreamModel> Shared<M> {
 
     /// Takes back a retired `Work` if nothing else refers to it (onto the device-wide list, from
     /// which issuers refill their queue's cache); its op is dropped now either way.
-    pub(crate) fn recycle_work(&self, mut work: Arc<Work>) {
+    pub(crate) fn recycle_work(&self, work: Arc<Work>) {
+        if let Some(spent) = spent(work) {
+            self.keep_spare(spent);
+        }
+    }
+
+    /// Takes back a `Work` retired on the thread that just issued it (see
+    /// `completion::retire_at_issue`): into its queue's issuer cache when the issue lock is free, so
+    /// the next issue on this thread neither locks the device-wide list nor refills from it.
+    pub(crate) fn recycle_work_at_issue(&self, queue: usize, work: Arc<Work>) {
+        let Some(spent) = spent(work) else { return };
+        match try_lock(&self.queues[queue].issuer) {
+            Some(mut issuer) if issuer.work.len() < REFILL => issuer.work.push(spent),
+            _ => self.keep_spare(spent),
+        }
+    }
+
+    fn keep_spare(&self, spent: Arc<Work>) {
         // Enough for any realistic number in flight; the pool, like the event pool, never shrinks.
         const SPARES: usize = 1 << 16;
-        work.release_upstream();
-        if let Some(spent) = Arc::get_mut(&mut work) {
-            spent.op = QueueOp::Barrier;
-            spent.set_profile(None);
-            let mut spare = lock(&self.spare_work);
-            if spare.len() < SPARES {
-                spare.push(work);
-            }
+        let mut spare = lock(&self.spare_work);
+        if spare.len() < SPARES {
+            spare.push(spent);
+        }
+    }
+}
+
+/// `work` emptied for reuse if nothing else refers to it; otherwise it only lets go of its upstream
+/// references (the last holder drops the rest).
+fn spent(mut work: Arc<Work>) -> Option<Arc<Work>> {
+    match Arc::get_mut(&mut work) {
+        Some(spent) => {
+            spent.clear_for_reuse();
+            Some(work)
+        }
+        None => {
+            work.release_upstream();
+            None
         }
     }
 }
