@@ -15,9 +15,6 @@ use crate::sync::{lock, take_batch, try_lock};
 /// How many spares (`Work` allocations, events) an issuer takes from a device-wide list at once.
 pub(super) const REFILL: usize = 32;
 
-/// The fewest `Work` records an issuer's cache holds after a refill (see `work_for`).
-const TOP_UP: usize = 8;
-
 impl<M: StreamModel> Shared<M> {
     /// A `Work` for `op`, reusing a retired allocation when one is free (see [`Self::work_for`]),
     /// with the host call `op` is, if it is one: its work is a barrier, never profiled.
@@ -55,13 +52,6 @@ impl<M: StreamModel> Shared<M> {
     ) -> Arc<Work> {
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
-            // A short refill means few spares circulate, and the next issues would come back to
-            // the device-wide list (a lock, and a line the completion threads write) every time
-            // or two. New allocations top the cache up; once enough circulate, refills come in
-            // whole batches and nothing more is allocated.
-            while cache.len() < TOP_UP {
-                cache.push(Arc::new(Work::new(0, queue, QueueOp::Barrier, SmallVec::new())));
-            }
         }
         if let Some(mut work) = cache.pop()
             && let Some(reused) = Arc::get_mut(&mut work)
