@@ -33,6 +33,7 @@ use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::free_gate;
 use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
@@ -243,11 +244,18 @@ impl IndirectLauncher {
         let (lane, stream) = (stream.lane()?, stream.raw());
         self.start()?;
         let sequence = lane.next.fetch_add(1, Ordering::Relaxed);
+        // Counted before the stream can hold: a free that may wait for the device must not start
+        // meanwhile (see `free_gate`).
+        free_gate::dispatch_held();
         // Both addresses are device-mapped pinned memory or device memory this lane and the
         // dispatch's command buffer keep alive; 12 bytes fit the slot.
-        result::memcpy_async(bound, lane.slot_device(sequence), count, 12, stream)?;
-        result::stream_write_value64(bound, stream, lane.device, sequence)?;
-        result::stream_wait_value64_geq(bound, stream, lane.word, sequence)?;
+        let enqueued = result::memcpy_async(bound, lane.slot_device(sequence), count, 12, stream)
+            .and_then(|()| result::stream_write_value64(bound, stream, lane.device, sequence))
+            .and_then(|()| result::stream_wait_value64_geq(bound, stream, lane.word, sequence));
+        if let Err(e) = enqueued {
+            free_gate::dispatch_released();
+            return Err(e);
+        }
         let now = Instant::now();
         // Counted before the job is visible to the launcher, which uncounts it at its release.
         self.shared.unreleased.fetch_add(1, Ordering::AcqRel);
@@ -291,6 +299,7 @@ impl Drop for IndirectLauncher {
 /// The launcher thread: polls the pending dispatches' events and launches each once its count is
 /// final; stops when asked and nothing is pending.
 fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
+    free_gate::mark_launcher_thread();
     let mut local: Vec<Job> = Vec::new();
     // When a dispatch last launched: while dispatches follow each other, the launcher keeps polling.
     let mut progress = Instant::now();
@@ -309,6 +318,8 @@ fn run(shared: &Shared, context: &Arc<Context>, limits: [u32; 3]) {
             // Cannot happen once the device exists; drop the jobs' work rather than spin.
             for job in local.drain(..) {
                 job.work.fault.set(Error::internal("cuda: the indirect-dispatch launcher cannot bind its context"));
+                shared.unreleased.fetch_sub(1, Ordering::AcqRel);
+                free_gate::dispatch_released();
             }
             continue;
         };
@@ -368,4 +379,5 @@ fn release(bound: &Bound<'_>, job: &Job, unreleased: &AtomicU64) {
         }
     }
     unreleased.fetch_sub(1, Ordering::AcqRel);
+    free_gate::dispatch_released();
 }

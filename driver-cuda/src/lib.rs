@@ -153,6 +153,7 @@ mod context;
 mod device;
 pub mod error;
 mod event;
+mod free_gate;
 mod graph;
 mod host_callback;
 mod host_copy;

@@ -311,7 +311,7 @@ pub(crate) fn mem_alloc(_bound: &Bound<'_>, bytes: usize) -> Result<CUdeviceptr>
 /// `address` came from [`mem_alloc`], is freed once, and no enqueued work uses it any more.
 pub(crate) unsafe fn mem_free(_bound: &Bound<'_>, address: CUdeviceptr) -> Result<()> {
     // SAFETY: the caller frees it once, after its last use.
-    check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree")
+    crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree"))
 }
 
 /// `cuMemsetD8` on the legacy stream: `count` bytes at `dst` set to `value`.
@@ -413,7 +413,7 @@ pub(crate) unsafe fn mem_host_register(_bound: &Bound<'_>, host: *mut c_void, by
 /// the device.
 pub(crate) unsafe fn mem_host_unregister(_bound: &Bound<'_>, host: *mut c_void) -> Result<()> {
     // SAFETY: per the contract.
-    check(unsafe { sys::cuMemHostUnregister(host) }, "cuMemHostUnregister")
+    crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemHostUnregister(host) }, "cuMemHostUnregister"))
 }
 
 /// `cuMemFreeHost`.
@@ -423,7 +423,7 @@ pub(crate) unsafe fn mem_host_unregister(_bound: &Bound<'_>, host: *mut c_void) 
 /// it after.
 pub(crate) unsafe fn mem_free_host(_bound: &Bound<'_>, host: *mut c_void) -> Result<()> {
     // SAFETY: the caller frees it once, after its last use.
-    check(unsafe { sys::cuMemFreeHost(host) }, "cuMemFreeHost")
+    crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemFreeHost(host) }, "cuMemFreeHost"))
 }
 
 /// `cuDeviceGetDefaultMemPool` of `device`.
@@ -514,7 +514,7 @@ pub(crate) unsafe fn module_load_data_ex(_bound: &Bound<'_>, image: &[u64], log:
 /// `module` is unloaded once, and none of its functions is launched after.
 pub(crate) unsafe fn module_unload(_bound: &Bound<'_>, module: CUmodule) -> Result<()> {
     // SAFETY: the caller unloads it once and launches none of its functions after.
-    check(unsafe { sys::cuModuleUnload(module) }, "cuModuleUnload")
+    crate::free_gate::synchronizing(|| check(unsafe { sys::cuModuleUnload(module) }, "cuModuleUnload"))
 }
 
 /// `cuModuleGetFunction`: `None` when the module has no function `name` (`CUDA_ERROR_NOT_FOUND`).
