@@ -103,6 +103,13 @@ fn the_completion_thread_leaves_an_event_a_host_waiter_polls_alone() {
     assert!(model.take_completion_queries() > 0, "the completion thread polls when nobody watches");
     model.complete_up_to(2);
     assert!(reaches(&done, 2), "the completion thread retired it");
+
+    // A waiter whose deadline passes lets go: the completion thread polls again and retires.
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&done, 3)]).unwrap();
+    let waited = done.wait(3, Timeout::After(Duration::from_millis(20)));
+    assert_eq!(waited.map_err(|e| e.code()), Err(hal::StatusCode::DeadlineExceeded));
+    model.complete_up_to(3);
+    assert!(reaches(&done, 3), "the completion thread took the event back from a waiter that let go");
 }
 
 /// Whether `semaphore` reaches `value` within 5 s, watched without waiting on it (a wait would
@@ -132,4 +139,61 @@ fn work_issued_after_a_later_submission_retired_still_retires() {
     assert!(reaches(&other, 1), "the later submission retires first");
     gate.signal(1).unwrap();
     assert!(reaches(&done, 1), "the earlier one, issued last, retires too");
+}
+
+/// Randomized: host waiters (some with deadlines that pass) and polling completion threads share
+/// two queues' events while the device completes in random steps. Every wait with a long deadline
+/// must succeed, and every value must be reached in the end, whoever retired it. The seed is in
+/// every failure message; `HAL_STRESS_SEED` replays one.
+#[test]
+fn waiters_and_completion_threads_share_events_without_losing_any() {
+    let seed: u64 = std::env::var("HAL_STRESS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    let next = |state: &mut u64| {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    };
+    let s = scheduler(2);
+    let model = s.model();
+    model.polling.store(true, Ordering::SeqCst);
+    let semaphores = [s.create_semaphore(0), s.create_semaphore(0)];
+    let per_queue = 100u64;
+    for value in 1..=per_queue {
+        for (queue, semaphore) in semaphores.iter().enumerate() {
+            s.submit(queue, QueueOp::Barrier, &[], &[SV::new(semaphore, value)]).unwrap();
+        }
+    }
+    let records = model.records();
+    std::thread::scope(|scope| {
+        for waiter in 0..4u64 {
+            let semaphores = &semaphores;
+            scope.spawn(move || {
+                let mut state = seed.wrapping_add(waiter.wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1;
+                for _ in 0..20 {
+                    let queue = (next(&mut state) % 2) as usize;
+                    let value = next(&mut state) % per_queue + 1;
+                    if next(&mut state) % 3 == 0 {
+                        // A short deadline: it may pass, and the waiter lets go of the event.
+                        let _ = semaphores[queue].wait(value, Timeout::After(Duration::from_micros(300)));
+                    } else {
+                        let waited = semaphores[queue].wait(value, Timeout::After(Duration::from_secs(10)));
+                        assert!(waited.is_ok(), "seed {seed}: wait for {value} on queue {queue}: {waited:?}");
+                    }
+                }
+            });
+        }
+        let mut state = seed | 1;
+        let mut completed = 0;
+        while completed < records {
+            completed = (completed + next(&mut state) % 8 + 1).min(records);
+            model.complete_up_to(completed);
+            std::thread::sleep(Duration::from_micros(next(&mut state) % 400));
+        }
+    });
+    for (queue, semaphore) in semaphores.iter().enumerate() {
+        assert!(reaches(semaphore, per_queue), "seed {seed}: queue {queue} stopped at {:?}", semaphore.query());
+    }
 }
