@@ -223,38 +223,37 @@ impl CudaEvent {
     ) -> Option<Result<()>> {
         match mode {
             CompletionWait::PollThenSleep(budget) => self.poll_then_sleep(budget, poll_interval, None, taken_over),
+            // Without its callback stream (see `CudaStreams::await_completion`), a short poll.
             CompletionWait::HostCallback => {
                 self.poll_then_sleep(Duration::from_micros(100), poll_interval, None, taken_over)
             }
-            other => Some(self.synchronize(other, poll_interval)),
+            CompletionWait::SpinThenBlock(budget) => Some(self.spin_then_block(budget, poll_interval)),
+            CompletionWait::Spin | CompletionWait::Blocking => {
+                Some(self.context.bind().and_then(|bound| result::event_synchronize(&bound, self.raw)))
+            }
         }
     }
 
     /// Blocks until the latest capture completed, as `mode` says. While spinning, queries are
     /// `poll_interval` apart: each `cuEventQuery` takes driver locks the submitting threads need too.
     pub fn synchronize(&self, mode: CompletionWait, poll_interval: Duration) -> Result<()> {
-        let mode = match mode {
-            CompletionWait::HostCallback => CompletionWait::PollThenSleep(Duration::from_micros(100)),
-            other => other,
-        };
-        if let CompletionWait::PollThenSleep(budget) = mode {
-            return self
-                .poll_then_sleep(budget, poll_interval, None, &|| false)
-                .unwrap_or_else(|| Err(hal::Error::internal("cuda: an event wait without a deadline timed out")));
-        }
-        if let CompletionWait::SpinThenBlock(budget) = mode {
-            let start = Instant::now();
-            loop {
-                if self.query()? {
-                    return Ok(());
-                }
-                let polled = Instant::now();
-                if polled.duration_since(start) >= budget {
-                    break;
-                }
-                while polled.elapsed() < poll_interval {
-                    std::hint::spin_loop();
-                }
+        self.await_completion(mode, poll_interval, &|| false)
+            .unwrap_or_else(|| Err(hal::Error::internal("cuda: an event wait without a deadline timed out")))
+    }
+
+    /// Queries every `poll_interval` for `budget`, then blocks in `cuEventSynchronize`.
+    fn spin_then_block(&self, budget: Duration, poll_interval: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if self.query()? {
+                return Ok(());
+            }
+            let polled = Instant::now();
+            if polled.duration_since(start) >= budget {
+                break;
+            }
+            while polled.elapsed() < poll_interval {
+                std::hint::spin_loop();
             }
         }
         result::event_synchronize(&self.context.bind()?, self.raw)

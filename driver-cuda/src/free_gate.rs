@@ -4,8 +4,8 @@
 //! device is idle, and while they wait they hold a driver lock that every launch in the process
 //! takes. An indirect dispatch read on the host (`crate::indirect`) holds its queue's stream until
 //! the launcher thread launches its kernel: a free that starts while one is pending waits for a
-//! stream that waits for a launch that waits for the free. Seen on an H100 as a hang of two tests
-//! in one process: one freed pinned buffers while the other's host-path dispatch was pending.
+//! stream that waits for a launch that waits for the free (`docs/benchmarks.md` has the backtrace
+//! that showed it).
 //!
 //! So the process counts the host-launched dispatches not yet released, and such a free first
 //! waits, holding the gate, until none is pending; meanwhile new ones wait for the gate before

@@ -118,8 +118,7 @@ impl Run<'_> {
                 if let Err(e) = s.signal(3) {
                     if !latch.surely_held() {
                         // This thread was held up past the latch's sure window between the check
-                        // above and the signal (seen once with two fuzz runs sharing the host): the
-                        // work may have signalled 5 by now.
+                        // above and the signal (a loaded host): the work may have signalled 5 by now.
                         latch.release();
                         let _ = waiter.join();
                         return problems;

@@ -68,7 +68,7 @@ impl Timepoint {
 
 /// Timepoints resolved by one state change. A `Vec`: most changes resolve none, and an empty `Vec`
 /// is three words that move for free and allocate nothing, where an inline list of a few timepoints
-/// is copied whole at every move (callgrind counted four copies per signal); a change that wakes
+/// is copied whole at every move (a signal's result moves several times); a change that wakes
 /// someone pays one allocation beside the wake-up itself.
 pub type Resolved = Vec<Timepoint>;
 
