@@ -19,7 +19,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use cudarc::driver::sys::{CUcontext, CUdevice};
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
 use hal::Result;
 
 use crate::result;
@@ -32,6 +32,8 @@ pub struct Context {
     ordinal: usize,
     device: CUdevice,
     raw: CUcontext,
+    /// A stream that runs nothing but frees of `cuMemAlloc` memory (see [`Context::free_stream`]).
+    free_stream: CUstream,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread once bound there; this type never
@@ -80,9 +82,18 @@ impl Context {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let device = result::device_get(ordinal)?;
         let raw = result::primary_ctx_retain(device)?;
-        let context = Arc::new(Context { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), ordinal, device, raw });
-        context.bind()?;
-        Ok(context)
+        let mut context = Context {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ordinal,
+            device,
+            raw,
+            free_stream: std::ptr::null_mut(),
+        };
+        // The free stream is made before the context is shared; a failure drops `context`, which
+        // releases the retain.
+        let free_stream = result::stream_create(&context.bind()?, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)?;
+        context.free_stream = free_stream;
+        Ok(Arc::new(context))
     }
 
     /// Makes this context current on the calling thread unless it already is (one thread-local
@@ -116,10 +127,34 @@ impl Context {
     pub fn ordinal(&self) -> usize {
         self.ordinal
     }
+
+    /// A non-blocking stream on which `cuMemAlloc` memory is freed with `cuMemFreeAsync`.
+    ///
+    /// `cuMemFree` waits until the whole device is idle and, while it waits, holds a driver lock
+    /// that every other thread's launches and records take: a buffer dropped while a long kernel
+    /// runs on another stream stalls every submission in the process until it ends
+    /// (`docs/drivers.md`). A free on this stream, which never holds work, waits for nothing; the
+    /// memory's last uses finished before the free is made (a buffer is freed when its last handle
+    /// drops, and submissions hold one until they retire).
+    pub(crate) fn free_stream(&self) -> CUstream {
+        self.free_stream
+    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.free_stream.is_null() {
+            // Drained before it goes (its frees finish at once), then destroyed; every buffer of the
+            // context held an `Arc` of it, so no free comes after.
+            let drained = self.bind().and_then(|bound| {
+                result::stream_synchronize(&bound, self.free_stream)?;
+                // SAFETY: created in `retain`, destroyed once here, and nothing is enqueued after.
+                unsafe { result::stream_destroy(&bound, self.free_stream) }
+            });
+            if let Err(e) = drained {
+                tracing::warn!(ordinal = self.ordinal, %e, "draining the free stream failed");
+            }
+        }
         // A thread that still names this context as bound must rebind whatever it uses next.
         BOUND.with(|bound| {
             if bound.get() == self.id {

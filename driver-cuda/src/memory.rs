@@ -1,6 +1,8 @@
 //! Buffer memory on a CUDA device.
 //!
 //! - Device-local (`DEVICE_LOCAL`): `cuMemAlloc`, zeroed at allocation; the host cannot map it.
+//!   Freed with `cuMemFreeAsync` on the context's free stream, which waits for no running work
+//!   (`cuMemFree` would wait for the whole device, and stall other threads' launches meanwhile).
 //! - Host-visible (`HOST_VISIBLE | HOST_COHERENT | HOST_CACHED`): pinned host memory from
 //!   `cuMemHostAlloc(DEVICEMAP | PORTABLE)`, zeroed; the host maps it and kernels reach it through
 //!   its device pointer.
@@ -362,8 +364,8 @@ impl Drop for CudaMemory {
             },
             MemoryKind::TransientDevice if state == State::Committed => {
                 // SAFETY: pool memory not freed by a dealloca; every submission using it retired, so
-                // freeing on the legacy stream (ordered after nothing of ours) is safe.
-                unsafe { result::mem_free_async(&bound, address, std::ptr::null_mut()) }
+                // freeing on the free stream (ordered after nothing) is safe.
+                unsafe { result::mem_free_async(&bound, address, self.context.free_stream()) }
             }
             MemoryKind::TransientDevice => Ok(()),
             // SAFETY: registered by `import`, unregistered once here; no queue work holds the buffer.

@@ -305,13 +305,25 @@ pub(crate) fn mem_alloc(_bound: &Bound<'_>, bytes: usize) -> Result<CUdeviceptr>
     Ok(address)
 }
 
-/// `cuMemFree`.
+/// Frees `cuMemAlloc` memory without waiting for the device: `cuMemFreeAsync` on the context's
+/// free stream, then a synchronize of that stream, which holds only frees (the memory goes back to
+/// the driver only at a synchronize; `docs/drivers.md`). Falls back to `cuMemFree` (which waits until the device is idle) if the
+/// driver refuses the stream-ordered free.
 ///
 /// # Safety
 /// `address` came from [`mem_alloc`], is freed once, and no enqueued work uses it any more.
-pub(crate) unsafe fn mem_free(_bound: &Bound<'_>, address: CUdeviceptr) -> Result<()> {
-    // SAFETY: the caller frees it once, after its last use.
-    crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree"))
+pub(crate) unsafe fn mem_free(bound: &Bound<'_>, address: CUdeviceptr) -> Result<()> {
+    let stream = bound.context().free_stream();
+    // SAFETY: the caller frees it once, after its last use; the free stream is live while the
+    // context is.
+    match check(unsafe { sys::cuMemFreeAsync(address, stream) }, "cuMemFreeAsync") {
+        Ok(()) => stream_synchronize(bound, stream),
+        Err(e) => {
+            tracing::debug!(%e, "stream-ordered free refused; freeing with cuMemFree");
+            // SAFETY: as above; the refused free left the memory allocated.
+            crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree"))
+        }
+    }
 }
 
 /// `cuMemsetD8` on the legacy stream: `count` bytes at `dst` set to `value`.

@@ -349,42 +349,6 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     not(any(hal_cuda_found, hal_cuda_required)),
     ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
 )]
-fn cross_queue_chain_waits_on_device_events() {
-    require_cuda!();
-    let device = device();
-    let Some(exe) = kernels(&device) else { return };
-    let n = 1024u32;
-    let data = device_buffer(&device, 4 * u64::from(n));
-    let add_one = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    add_one
-        .dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[n], &[BufferBinding::whole(&data)])
-        .unwrap();
-    add_one.end().unwrap();
-    let sleep = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
-    sleep.dispatch(&exe, exe.entry_point("sleep_us").unwrap(), [1, 1, 1], &[200_000], &[]).unwrap();
-    sleep.end().unwrap();
-    let s = device.create_semaphore(0).unwrap();
-    let queues: Vec<_> = (0..4).map(|i| device.queue(i).unwrap()).collect();
-    // Queue 0 sleeps 200 ms and signals 1; then 40 hops round the four queues, each waiting on the
-    // previous value. All are covered by recorded events, so all are issued at once.
-    queues[0].execute(&[], &sleep, &[SV::new(&s, 1)]).unwrap();
-    let hops = 40u64;
-    for i in 1..=hops {
-        queues[(i % 4) as usize].execute(&[SV::new(&s, i)], &add_one, &[SV::new(&s, i + 1)]).unwrap();
-    }
-    let usage = device.resource_usage();
-    let pending = usage.pools.iter().find(|p| p.name == "pending actions").unwrap().in_use;
-    assert_eq!(pending, 0, "every hop was issued device-side, none held on the host: {usage}");
-    assert!(s.query().unwrap() < 1, "the chain is still behind the sleep");
-    s.wait(hops + 1, T).unwrap();
-    assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == hops as u32));
-}
-
-#[test]
-#[cfg_attr(
-    not(any(hal_cuda_found, hal_cuda_required)),
-    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
-)]
 fn wait_before_signal_is_held_then_released() {
     require_cuda!();
     let device = device();
@@ -602,4 +566,22 @@ fn ranges_of_pinned_buffers_import_in_place() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert_eq!(releases.load(std::sync::atomic::Ordering::SeqCst), 2, "each release once");
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn dropped_device_memory_goes_back_to_the_driver() {
+    require_cuda!();
+    let device = device();
+    // Two fifths of the GPU's memory, six times over: each allocation needs the last one's memory.
+    let chunk = device.info().max_allocation_size / 5 * 2;
+    for round in 0..6 {
+        let buffer = device
+            .allocate_buffer(BufferParams::device_local(), chunk)
+            .unwrap_or_else(|e| panic!("round {round}: allocating {chunk} bytes after dropping the last: {e}"));
+        drop(buffer);
+    }
 }

@@ -1,0 +1,123 @@
+//! Tests that judge the driver against a sleeping kernel: work must still be behind the sleep, or
+//! a host call must return while it runs. They run in a process of their own, one at a time: in a
+//! process whose other tests load modules (`cuModuleLoadData`) or free pinned host memory
+//! (`cuMemFreeHost`), those calls wait for every running kernel and hold back every thread's
+//! launches meanwhile (`docs/drivers.md`), so the sleep would be over before anything was judged.
+//! Without the CUDA driver library at build time every test is ignored (see `tests/common/mod.rs`).
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use common::*;
+use hal::{Buffer, BufferBinding, CommandBuffer, CommandBufferMode, Device, Executable, SemaphoreValue as SV};
+
+macro_rules! require_cuda {
+    () => {
+        if !require_cuda() {
+            return;
+        }
+    };
+}
+
+/// Held by each test for its whole run: the tests of this file run one at a time.
+fn alone() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A one-shot buffer of one `sleep_us` dispatch.
+fn sleeper(device: &Device, exe: &Executable, us: u32) -> CommandBuffer {
+    let sleep = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    sleep.dispatch(exe, exe.entry_point("sleep_us").unwrap(), [1, 1, 1], &[us], &[]).unwrap();
+    sleep.end().unwrap();
+    sleep
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn dropping_device_buffers_while_a_kernel_runs_waits_for_nothing() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let n = 256u32;
+    let data = device_buffer(&device, 4 * u64::from(n));
+    let add_one = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    add_one
+        .dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [1, 1, 1], &[n], &[BufferBinding::whole(&data)])
+        .unwrap();
+    add_one.end().unwrap();
+    let doomed: Vec<Buffer> = (0..8).map(|_| device_buffer(&device, 1 << 20)).collect();
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let slept = device.create_semaphore(0).unwrap();
+    let ticks = device.create_semaphore(0).unwrap();
+    q0.execute(&[], &sleeper(&device, &exe, 300_000), &[SV::new(&slept, 1)]).unwrap();
+    // One thread drops the buffers while this one submits to the other queue: neither waits for the
+    // 300 ms kernel (cuMemFree would, and would hold back every launch meanwhile).
+    let (dropped_in, slowest) = std::thread::scope(|scope| {
+        let dropper = scope.spawn(move || {
+            let start = Instant::now();
+            drop(doomed);
+            start.elapsed()
+        });
+        let mut slowest = Duration::ZERO;
+        for i in 0..20u64 {
+            let start = Instant::now();
+            q1.execute(&[], &add_one, &[SV::new(&ticks, i + 1)]).unwrap();
+            slowest = slowest.max(start.elapsed());
+        }
+        (dropper.join().unwrap(), slowest)
+    });
+    ticks.wait(20, T).unwrap();
+    let still_sleeping = slept.query().unwrap() == 0;
+    slept.wait(1, T).unwrap();
+    assert!(still_sleeping, "the sleep ended before the drops and submissions did: nothing was judged");
+    assert!(dropped_in < Duration::from_millis(50), "dropping 8 device buffers took {dropped_in:?}");
+    assert!(slowest < Duration::from_millis(50), "a submission beside the drops took {slowest:?}");
+    assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == 20));
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn cross_queue_chain_waits_on_device_events() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let n = 1024u32;
+    let data = device_buffer(&device, 4 * u64::from(n));
+    let add_one = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    add_one
+        .dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[n], &[BufferBinding::whole(&data)])
+        .unwrap();
+    add_one.end().unwrap();
+    let sleep = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    sleep.dispatch(&exe, exe.entry_point("sleep_us").unwrap(), [1, 1, 1], &[200_000], &[]).unwrap();
+    sleep.end().unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let queues: Vec<_> = (0..4).map(|i| device.queue(i).unwrap()).collect();
+    // Queue 0 sleeps 200 ms and signals 1; then 40 hops round the four queues, each waiting on the
+    // previous value. All are covered by recorded events, so all are issued at once.
+    let submitted = Instant::now();
+    queues[0].execute(&[], &sleep, &[SV::new(&s, 1)]).unwrap();
+    let hops = 40u64;
+    for i in 1..=hops {
+        queues[(i % 4) as usize].execute(&[SV::new(&s, i)], &add_one, &[SV::new(&s, i + 1)]).unwrap();
+    }
+    let usage = device.resource_usage();
+    let pending = usage.pools.iter().find(|p| p.name == "pending actions").unwrap().in_use;
+    assert_eq!(pending, 0, "every hop was issued device-side, none held on the host: {usage}");
+    let early = s.query().unwrap();
+    let at = submitted.elapsed();
+    s.wait(hops + 1, T).unwrap();
+    assert!(early < 1, "the chain is still behind the sleep: s = {early} {at:?} after the sleep's execute");
+    assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == hops as u32));
+}
