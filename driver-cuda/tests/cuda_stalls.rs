@@ -99,9 +99,7 @@ fn cross_queue_chain_waits_on_device_events() {
         .dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[n], &[BufferBinding::whole(&data)])
         .unwrap();
     add_one.end().unwrap();
-    let sleep = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
-    sleep.dispatch(&exe, exe.entry_point("sleep_us").unwrap(), [1, 1, 1], &[200_000], &[]).unwrap();
-    sleep.end().unwrap();
+    let sleep = sleeper(&device, &exe, 200_000);
     let s = device.create_semaphore(0).unwrap();
     let queues: Vec<_> = (0..4).map(|i| device.queue(i).unwrap()).collect();
     // Queue 0 sleeps 200 ms and signals 1; then 40 hops round the four queues, each waiting on the
