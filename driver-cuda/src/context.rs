@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUstream};
 use hal::Result;
 
+use crate::pinned_cache::PinnedCache;
 use crate::result;
 
 /// A retained primary context. Dropping the last `Arc` releases it.
@@ -34,6 +35,8 @@ pub struct Context {
     raw: CUcontext,
     /// A stream that runs nothing but frees of `cuMemAlloc` memory (see [`Context::free_stream`]).
     free_stream: CUstream,
+    /// Pinned host blocks of dropped host-visible buffers, kept for reuse.
+    pinned: PinnedCache,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread once bound there; this type never
@@ -88,6 +91,7 @@ impl Context {
             device,
             raw,
             free_stream: std::ptr::null_mut(),
+            pinned: PinnedCache::default(),
         };
         // The free stream is made before the context is shared; a failure drops `context`, which
         // releases the retain.
@@ -139,10 +143,31 @@ impl Context {
     pub(crate) fn free_stream(&self) -> CUstream {
         self.free_stream
     }
+
+    /// Pinned host blocks kept for reuse (`crate::pinned_cache`): `cuMemFreeHost` waits for the
+    /// whole device, and holds back every thread's launches meanwhile.
+    pub(crate) fn pinned_cache(&self) -> &PinnedCache {
+        &self.pinned
+    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
+        let kept = self.pinned.drain();
+        if !kept.is_empty() {
+            match self.bind() {
+                Ok(bound) => {
+                    for block in kept {
+                        // SAFETY: from cuMemHostAlloc, dropped by its buffer (no work uses it) and
+                        // kept only by the cache, which gave it up just above.
+                        if let Err(e) = unsafe { result::mem_free_host(&bound, block.host) } {
+                            tracing::debug!(%e, bytes = block.bytes, "freeing a kept pinned block failed");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(ordinal = self.ordinal, %e, "kept pinned blocks not freed"),
+            }
+        }
         if !self.free_stream.is_null() {
             // Drained before it goes (its frees finish at once), then destroyed; every buffer of the
             // context held an `Arc` of it, so no free comes after.

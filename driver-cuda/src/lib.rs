@@ -163,6 +163,7 @@ pub mod loader;
 mod memory;
 pub mod module;
 pub mod nccl;
+mod pinned_cache;
 mod progress_word;
 mod result;
 mod staging;

@@ -5,7 +5,7 @@
 //!   (`cuMemFree` would wait for the whole device, and stall other threads' launches meanwhile).
 //! - Host-visible (`HOST_VISIBLE | HOST_COHERENT | HOST_CACHED`): pinned host memory from
 //!   `cuMemHostAlloc(DEVICEMAP | PORTABLE)`, zeroed; the host maps it and kernels reach it through
-//!   its device pointer.
+//!   its device pointer. A dropped buffer's block is kept for reuse (`crate::pinned_cache`).
 //! - Transient device-local (`queue_alloca`): no memory until the alloca is enqueued, which calls
 //!   `cuMemAllocFromPoolAsync` on the queue's stream from the device's default memory pool and sets
 //!   the address there and then (stream order makes it usable by work after the alloca); the dealloca
@@ -29,6 +29,7 @@ use hal::driver::{get_mut, lock};
 use hal::{Buffer, Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::pinned_cache::PinnedBlock;
 use crate::result;
 use crate::stream::CudaStream;
 
@@ -89,6 +90,8 @@ pub struct CudaMemory {
     release: Option<ReleaseOnce>,
     /// Its device pointer.
     pinned_address: CUdeviceptr,
+    /// Its length (page-rounded: it may be a reused block), for the pinned cache.
+    pinned_bytes: usize,
     state: Mutex<State>,
 }
 
@@ -120,8 +123,10 @@ impl CudaMemory {
 
     /// `size` zeroed bytes of pinned, mapped host memory, counted in `counter`.
     pub fn host(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
-        let (pinned, address) = alloc_pinned(context, size)?;
-        let memory = CudaMemory::with(context, counter, size, MemoryKind::Host, address, pinned, address);
+        let block = alloc_pinned(context, size)?;
+        let (pinned, address) = (block.host.cast(), block.address);
+        let mut memory = CudaMemory::with(context, counter, size, MemoryKind::Host, address, pinned, address);
+        memory.pinned_bytes = block.bytes;
         memory.count(size);
         Ok(memory)
     }
@@ -168,8 +173,10 @@ impl CudaMemory {
         host_visible: bool,
     ) -> Result<Self> {
         let mut memory = if host_visible {
-            let (pinned, address) = alloc_pinned(context, size)?;
-            let memory = CudaMemory::with(context, counter, size, MemoryKind::TransientHost, 0, pinned, address);
+            let block = alloc_pinned(context, size)?;
+            let (pinned, address) = (block.host.cast(), block.address);
+            let mut memory = CudaMemory::with(context, counter, size, MemoryKind::TransientHost, 0, pinned, address);
+            memory.pinned_bytes = block.bytes;
             memory.count(size);
             memory
         } else {
@@ -210,6 +217,7 @@ impl CudaMemory {
             host: AtomicPtr::new(published_host),
             pinned,
             pinned_address,
+            pinned_bytes: 0,
             release: None,
             state: Mutex::new(State::Committed),
         }
@@ -303,11 +311,21 @@ fn to_usize(size: u64) -> Result<usize> {
         .map_err(|_| Error::resource_exhausted(format!("allocation of {size} bytes does not fit the address space")))
 }
 
-/// Pinned, mapped, zeroed host memory and its device pointer.
-fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdeviceptr)> {
+/// Pinned, mapped, zeroed host memory of at least `size` bytes: a block a dropped buffer left in the
+/// context's cache, or a new one.
+fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<PinnedBlock> {
+    // Whole pages (what the driver pins anyway), so blocks of equal requests match in the cache; one
+    // page for a 0-byte buffer.
+    let bytes = to_usize(size)?.max(1).checked_next_multiple_of(PAGE).ok_or_else(|| {
+        Error::resource_exhausted(format!("allocation of {size} bytes does not fit the address space"))
+    })?;
+    if let Some(block) = context.pinned_cache().take(bytes) {
+        // SAFETY: a kept block holds `block.bytes >= bytes` writable bytes that nothing uses (its
+        // buffer dropped after its last submission retired).
+        unsafe { std::ptr::write_bytes(block.host.cast::<u8>(), 0, bytes) };
+        return Ok(block);
+    }
     let bound = context.bind()?;
-    // One byte for a 0-byte buffer, as in `device`.
-    let bytes = to_usize(size)?.max(1);
     let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
     let raw = result::mem_host_alloc(&bound, bytes, flags)
         .map_err(|e| e.context(format!("host-visible allocation of {size} bytes")))?;
@@ -322,8 +340,11 @@ fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<(*mut u8, CUdevicep
     };
     // SAFETY: `raw` holds `bytes` writable bytes that nothing else uses yet.
     unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes) };
-    Ok((raw.cast(), address))
+    Ok(PinnedBlock { host: raw, address, bytes })
 }
+
+/// The page size pinned allocations are rounded to.
+const PAGE: usize = 4096;
 
 // SAFETY: `size` is fixed at creation. `host` is null or `pinned`, which holds `size` bytes (zeroed by
 // `alloc_pinned`, or the embedder's imported memory, lent until its release runs after `Drop`) and is
@@ -357,11 +378,16 @@ impl Drop for CudaMemory {
             // SAFETY: allocated by cuMemAlloc in `device`, freed once here; no queue work holds the
             // buffer any more (submissions keep a handle until they retire).
             MemoryKind::Device => unsafe { result::mem_free(&bound, address) },
-            // SAFETY: allocated by cuMemHostAlloc, freed once here; no queue work holds the buffer,
-            // and host views borrow `self`, so none is left.
-            MemoryKind::Host | MemoryKind::TransientHost => unsafe {
-                result::mem_free_host(&bound, self.pinned.cast())
-            },
+            MemoryKind::Host | MemoryKind::TransientHost => {
+                let block =
+                    PinnedBlock { host: self.pinned.cast(), address: self.pinned_address, bytes: self.pinned_bytes };
+                match self.context.pinned_cache().keep(block) {
+                    None => Ok(()),
+                    // SAFETY: allocated by cuMemHostAlloc, freed once here (the cache refused it); no
+                    // queue work holds the buffer, and host views borrow `self`, so none is left.
+                    Some(block) => unsafe { result::mem_free_host(&bound, block.host) },
+                }
+            }
             MemoryKind::TransientDevice if state == State::Committed => {
                 // SAFETY: pool memory not freed by a dealloca; every submission using it retired, so
                 // freeing on the free stream (ordered after nothing) is safe.

@@ -585,3 +585,29 @@ fn dropped_device_memory_goes_back_to_the_driver() {
         drop(buffer);
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn host_visible_memory_kept_for_reuse_comes_back_zeroed() {
+    require_cuda!();
+    let device = device();
+    let q = device.queue(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    for round in 0..4u64 {
+        // The same sizes each round: from the second on, the blocks the last round dropped.
+        let small = host_buffer(&device, 100);
+        let large = host_buffer(&device, 3 << 20);
+        for buffer in [&small, &large] {
+            let bytes = buffer.read_to_vec().unwrap();
+            assert!(bytes.iter().all(|&b| b == 0), "round {round}: a {}-byte host buffer is not zeroed", bytes.len());
+        }
+        // Dirty them from the host and from the device before they drop.
+        small.write(0, &[0xAB; 100]).unwrap();
+        q.fill(&[], &large, 0, 3 << 20, 0xCDu8, &[SV::new(&s, round + 1)]).unwrap();
+        s.wait(round + 1, T).unwrap();
+        assert!(large.read_to_vec().unwrap().iter().all(|&b| b == 0xCD));
+    }
+}

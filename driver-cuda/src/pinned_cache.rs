@@ -1,0 +1,113 @@
+//! Pinned host blocks kept for reuse when a host-visible buffer drops, instead of freed.
+//!
+//! `cuMemFreeHost` waits until every kernel running on the GPU has finished and, meanwhile, holds
+//! back every other thread's launches (`docs/drivers.md`); CUDA has no stream-ordered free of
+//! mapped pinned memory. So a dropped block goes into its context's cache, and the next host-visible
+//! allocation that fits takes it (zeroed again) instead of calling `cuMemHostAlloc`. The cache holds
+//! at most [`CAPACITY`] bytes; a block that would overflow it is freed as before, and the rest are
+//! freed when the context goes (the device's teardown has drained its streams by then).
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use cudarc::driver::sys::CUdeviceptr;
+use hal::driver::lock;
+
+/// Bytes of dropped pinned blocks one context keeps for reuse.
+pub(crate) const CAPACITY: usize = 256 << 20;
+
+/// One pinned, mapped block: its host pointer, device address and length.
+#[derive(Debug)]
+pub(crate) struct PinnedBlock {
+    pub(crate) host: *mut c_void,
+    pub(crate) address: CUdeviceptr,
+    pub(crate) bytes: usize,
+}
+
+// SAFETY: the pointer names pinned memory owned by whoever holds the block (a buffer or the cache);
+// it is freed once, by that owner, from any thread.
+unsafe impl Send for PinnedBlock {}
+
+/// The blocks a context keeps, and their total length.
+#[derive(Debug, Default)]
+pub(crate) struct PinnedCache {
+    kept: Mutex<(Vec<PinnedBlock>, usize)>,
+}
+
+impl PinnedCache {
+    /// The smallest kept block of at least `bytes` and at most twice that (a small request does not
+    /// take a large block), removed from the cache.
+    pub(crate) fn take(&self, bytes: usize) -> Option<PinnedBlock> {
+        let mut kept = lock(&self.kept);
+        let limit = bytes.saturating_mul(2);
+        let (index, _) = kept
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(_, block)| block.bytes >= bytes && block.bytes <= limit)
+            .min_by_key(|(_, block)| block.bytes)?;
+        let block = kept.0.swap_remove(index);
+        kept.1 -= block.bytes;
+        Some(block)
+    }
+
+    /// Keeps `block` for reuse, or hands it back when it would overflow [`CAPACITY`] (the caller
+    /// frees it). No work may use the block any more.
+    pub(crate) fn keep(&self, block: PinnedBlock) -> Option<PinnedBlock> {
+        let mut kept = lock(&self.kept);
+        if kept.1 + block.bytes > CAPACITY {
+            return Some(block);
+        }
+        kept.1 += block.bytes;
+        kept.0.push(block);
+        None
+    }
+
+    /// Every kept block, leaving the cache empty (for the context's teardown).
+    pub(crate) fn drain(&mut self) -> Vec<PinnedBlock> {
+        let kept = hal::driver::get_mut(&mut self.kept);
+        kept.1 = 0;
+        std::mem::take(&mut kept.0)
+    }
+
+    /// Bytes kept now.
+    #[cfg(test)]
+    pub(crate) fn kept_bytes(&self) -> usize {
+        lock(&self.kept).1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(bytes: usize) -> PinnedBlock {
+        // Never dereferenced: the cache only moves blocks around.
+        PinnedBlock { host: bytes as *mut c_void, address: bytes as CUdeviceptr, bytes }
+    }
+
+    #[test]
+    fn takes_the_smallest_block_that_fits_without_wasting_more_than_half() {
+        let cache = PinnedCache::default();
+        for bytes in [8192, 4096, 1 << 20] {
+            assert!(cache.keep(block(bytes)).is_none());
+        }
+        assert_eq!(cache.kept_bytes(), 8192 + 4096 + (1 << 20));
+        assert_eq!(cache.take(4096).map(|b| b.bytes), Some(4096), "smallest fit");
+        assert_eq!(cache.take(4096).map(|b| b.bytes), Some(8192), "next fit, within twice the request");
+        assert!(cache.take(4096).is_none(), "a 1 MiB block is not spent on a page");
+        assert_eq!(cache.take(1 << 20).map(|b| b.host as usize), Some(1 << 20));
+        assert_eq!(cache.kept_bytes(), 0);
+    }
+
+    #[test]
+    fn a_block_that_would_overflow_the_capacity_is_handed_back() {
+        let mut cache = PinnedCache::default();
+        assert!(cache.keep(block(CAPACITY - 4096)).is_none());
+        assert!(cache.keep(block(4096)).is_none());
+        let refused = cache.keep(block(4096)).expect("full");
+        assert_eq!(refused.bytes, 4096);
+        assert_eq!(cache.drain().len(), 2);
+        assert_eq!(cache.kept_bytes(), 0);
+    }
+}
