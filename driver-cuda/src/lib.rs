@@ -169,6 +169,7 @@ mod result;
 mod staging;
 mod stream;
 mod timing;
+mod unloader;
 
 use std::sync::Arc;
 

@@ -295,12 +295,11 @@ impl ExecutableBackend for CudaExecutable {
 
 impl Drop for CudaExecutable {
     fn drop(&mut self) {
-        let Ok(bound) = self.context.bind() else { return };
-        // SAFETY: the module is unloaded once, here; every command buffer or submission that launches
-        // its functions holds the executable, so none is left.
-        if let Err(e) = unsafe { result::module_unload(&bound, self.module) } {
-            tracing::debug!(%e, "unloading a module failed");
-        }
+        // SAFETY: the module is unloaded once, from here; every command buffer or submission that
+        // launches its functions holds the executable, so none is left. The unload waits for the
+        // whole device, so it is made on the unloader's thread, not this one (often a completion
+        // thread).
+        unsafe { crate::unloader::unload(self.context.clone(), self.module) };
     }
 }
 

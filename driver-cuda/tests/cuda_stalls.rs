@@ -56,6 +56,8 @@ fn dropping_buffers_while_a_kernel_runs_waits_for_nothing() {
     // (cuMemFreeHost would wait as cuMemFree does).
     let doomed: Vec<Buffer> =
         (0..8).map(|_| device_buffer(&device, 1 << 20)).chain((0..8).map(|_| host_buffer(&device, 1 << 20))).collect();
+    // And an executable: its module unloads on a thread of its own (cuModuleUnload waits too).
+    let doomed_exe = kernels(&device).unwrap();
     let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
     let slept = device.create_semaphore(0).unwrap();
     let ticks = device.create_semaphore(0).unwrap();
@@ -66,6 +68,7 @@ fn dropping_buffers_while_a_kernel_runs_waits_for_nothing() {
         let dropper = scope.spawn(move || {
             let start = Instant::now();
             drop(doomed);
+            drop(doomed_exe);
             start.elapsed()
         });
         let mut slowest = Duration::ZERO;
@@ -80,7 +83,10 @@ fn dropping_buffers_while_a_kernel_runs_waits_for_nothing() {
     let still_sleeping = slept.query().unwrap() == 0;
     slept.wait(1, T).unwrap();
     assert!(still_sleeping, "the sleep ended before the drops and submissions did: nothing was judged");
-    assert!(dropped_in < Duration::from_millis(50), "dropping 8 device and 8 host-visible buffers took {dropped_in:?}");
+    assert!(
+        dropped_in < Duration::from_millis(50),
+        "dropping 8 device and 8 host-visible buffers and an executable took {dropped_in:?}"
+    );
     assert!(slowest < Duration::from_millis(50), "a submission beside the drops took {slowest:?}");
     assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == 20));
 }
@@ -121,4 +127,46 @@ fn cross_queue_chain_waits_on_device_events() {
     s.wait(hops + 1, T).unwrap();
     assert!(early < 1, "the chain is still behind the sleep: s = {early} {at:?} after the sleep's execute");
     assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == hops as u32));
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn a_retirement_that_drops_an_executable_holds_back_no_later_signal() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let Some(spare) = kernels(&device) else { return };
+    let n = 256u32;
+    let data = device_buffer(&device, 4 * u64::from(n));
+    let add_one_with = |exe: &Executable, mode| {
+        let cb = device.create_command_buffer(mode).unwrap();
+        cb.dispatch(exe, exe.entry_point("add_one_u32").unwrap(), [1, 1, 1], &[n], &[BufferBinding::whole(&data)])
+            .unwrap();
+        cb.end().unwrap();
+        cb
+    };
+    let last_use = add_one_with(&spare, CommandBufferMode::OneShot);
+    let add_one = add_one_with(&exe, CommandBufferMode::Reusable);
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let slept = device.create_semaphore(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    q0.execute(&[], &sleeper(&device, &exe, 300_000), &[SV::new(&slept, 1)]).unwrap();
+    // The first execute holds the last handles of `spare`: its retirement, on q1's completion
+    // thread, drops the executable while q0's kernel still runs. The second execute's signal must
+    // not wait for that kernel.
+    let start = Instant::now();
+    q1.execute(&[], &last_use, &[SV::new(&s, 1)]).unwrap();
+    drop((last_use, spare));
+    q1.execute(&[SV::new(&s, 1)], &add_one, &[SV::new(&s, 2)]).unwrap();
+    s.wait(2, T).unwrap();
+    let waited = start.elapsed();
+    let still_sleeping = slept.query().unwrap() == 0;
+    slept.wait(1, T).unwrap();
+    assert!(still_sleeping, "the sleep ended before q1's work did: nothing was judged");
+    assert!(waited < Duration::from_millis(100), "q1's second signal took {waited:?}");
+    assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == 2));
 }

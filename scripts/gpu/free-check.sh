@@ -1,6 +1,7 @@
 #!/bin/bash
 # One call for the stream-ordered frees: the stall probe (scripts/gpu/free_stall_probe.c),
-# cuda_device and cuda_stalls 15 times each, the CTS, the other CUDA driver tests, the fuzz, and the quick bench
+# cuda_stalls_old (a build without the change under test, if present) 3 times, cuda_device and
+# cuda_stalls 15 times each, the CTS, the other CUDA driver tests, the fuzz, and the quick bench
 # of BEFORE_DIR/bench and devbin/bench alternating (3 each). Logs come back as $OUT/logs.tgz.
 # Usage: devbin/free-check.sh BEFORE_DIR
 cd "$(dirname "$0")/.."
@@ -10,6 +11,12 @@ echo "commit $(cat devbin/COMMIT)"; nvidia-smi -L
 gcc -O2 scripts/gpu/free_stall_probe.c -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lpthread -o /tmp/fs \
   && timeout 60 /tmp/fs > $OUT/free_stall.txt 2>&1; echo "probe exit $? ($(el))"
 cuda_test_env
+if [ -x devbin/cuda_stalls_old ]; then  # a build without the change under test, if given: should fail
+  for i in 1 2 3; do
+    timeout 60 devbin/cuda_stalls_old --include-ignored > $OUT/stalls-old-$i.txt 2>&1; echo "cuda_stalls_old exit $?"
+    grep -E "panicked" -A1 $OUT/stalls-old-$i.txt | grep -v "^--" | head -6
+  done
+fi
 for t in cuda_device cuda_stalls; do
   f=0
   for i in $(seq 15); do

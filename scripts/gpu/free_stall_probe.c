@@ -30,8 +30,9 @@ static const char* NAMES[] = {"nothing", "cuMemFree (cuMemAlloc)", "cuMemFreeHos
   "cuModuleLoadData", "cuMemHostUnregister (malloc + register)", "cuMemFreeAsync (host pool) on S3 + sync",
   "cuLibraryLoadData", "cuLibraryUnload", "cuMemFreeAsync (cuMemAlloc) on the legacy stream",
   "cuMemAllocFromPoolAsync (host pool) on S3 + sync", "cuLibraryLoadData + GetKernel + KernelGetFunction",
-  "the same + first launch on S3"};
-#define NX 22
+  "the same + first launch on S3", "cuGraphExecDestroy + cuGraphDestroy (1 kernel)"};
+#define NX 23
+static CUgraph spare_graph; static CUgraphExec spare_exec;
 static CUmemoryPool host_pool; static int have_host_pool; static CUlibrary spare_lib;
 static void prepare(int x) {
   switch (x) {
@@ -44,6 +45,11 @@ static void prepare(int x) {
     case 15: if (have_host_pool) { CK(cuMemAllocFromPoolAsync(&spare_pool, 1 << 20, host_pool, s3)); CK(cuStreamSynchronize(s3)); ((volatile char*)spare_pool)[0] = 1; } break;
     case 17: CK(cuLibraryLoadData(&spare_lib, PTX, 0, 0, 0, 0, 0, 0)); break;
     case 18: CK(cuMemAlloc(&spare_dev, 1 << 20)); break;
+    case 22: {
+      CUDA_KERNEL_NODE_PARAMS p = {0}; void* kp[1] = {&out}; CUgraphNode node;
+      p.func = touch; p.gridDimX = p.gridDimY = p.gridDimZ = 1; p.blockDimX = p.blockDimY = p.blockDimZ = 1; p.kernelParams = kp;
+      CK(cuGraphCreate(&spare_graph, 0)); CK(cuGraphAddKernelNode(&node, spare_graph, 0, 0, &p));
+      CK(cuGraphInstantiate(&spare_exec, spare_graph, 0)); CK(cuGraphLaunch(spare_exec, s2)); CK(cuStreamSynchronize(s2)); break; }
   }
 }
 static void call_x(int x) {
@@ -67,6 +73,7 @@ static void call_x(int x) {
     case 17: CK(cuLibraryUnload(spare_lib)); break;
     case 18: CK(cuMemFreeAsync(spare_dev, 0)); break;
     case 19: if (have_host_pool) { CUdeviceptr p; CK(cuMemAllocFromPoolAsync(&p, 1 << 20, host_pool, s3)); CK(cuStreamSynchronize(s3)); spare_pool = p; } break;
+    case 22: CK(cuGraphExecDestroy(spare_exec)); CK(cuGraphDestroy(spare_graph)); break;
     case 20: case 21: {
       CUlibrary l; CUkernel k; CUfunction f; CK(cuLibraryLoadData(&l, PTX, 0, 0, 0, 0, 0, 0)); spare_lib = l;
       CK(cuLibraryGetKernel(&k, l, "touch")); CK(cuKernelGetFunction(&f, k));
