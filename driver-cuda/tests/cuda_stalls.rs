@@ -35,6 +35,14 @@ fn sleeper(device: &Device, exe: &Executable, us: u32) -> CommandBuffer {
     sleep
 }
 
+/// A buffer of one `add_one_u32` dispatch over `n` words of `data`, in `mode`.
+fn add_one_cb(device: &Device, exe: &Executable, data: &Buffer, n: u32, mode: CommandBufferMode) -> CommandBuffer {
+    let cb = device.create_command_buffer(mode).unwrap();
+    cb.dispatch(exe, exe.entry_point("add_one_u32").unwrap(), [1, 1, 1], &[n], &[BufferBinding::whole(data)]).unwrap();
+    cb.end().unwrap();
+    cb
+}
+
 #[test]
 #[cfg_attr(
     not(any(hal_cuda_found, hal_cuda_required)),
@@ -47,11 +55,7 @@ fn dropping_buffers_while_a_kernel_runs_waits_for_nothing() {
     let Some(exe) = kernels(&device) else { return };
     let n = 256u32;
     let data = device_buffer(&device, 4 * u64::from(n));
-    let add_one = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    add_one
-        .dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [1, 1, 1], &[n], &[BufferBinding::whole(&data)])
-        .unwrap();
-    add_one.end().unwrap();
+    let add_one = add_one_cb(&device, &exe, &data, n, CommandBufferMode::Reusable);
     // Device buffers are freed on a stream of their own; host-visible ones are kept for reuse
     // (cuMemFreeHost would wait as cuMemFree does).
     let doomed: Vec<Buffer> =
@@ -142,15 +146,8 @@ fn a_retirement_that_drops_an_executable_holds_back_no_later_signal() {
     let Some(spare) = kernels(&device) else { return };
     let n = 256u32;
     let data = device_buffer(&device, 4 * u64::from(n));
-    let add_one_with = |exe: &Executable, mode| {
-        let cb = device.create_command_buffer(mode).unwrap();
-        cb.dispatch(exe, exe.entry_point("add_one_u32").unwrap(), [1, 1, 1], &[n], &[BufferBinding::whole(&data)])
-            .unwrap();
-        cb.end().unwrap();
-        cb
-    };
-    let last_use = add_one_with(&spare, CommandBufferMode::OneShot);
-    let add_one = add_one_with(&exe, CommandBufferMode::Reusable);
+    let last_use = add_one_cb(&device, &spare, &data, n, CommandBufferMode::OneShot);
+    let add_one = add_one_cb(&device, &exe, &data, n, CommandBufferMode::Reusable);
     let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
     let slept = device.create_semaphore(0).unwrap();
     let s = device.create_semaphore(0).unwrap();
