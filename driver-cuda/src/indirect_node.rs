@@ -33,6 +33,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUmodule};
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::pinned_cache::{self, PinnedBlock};
 use crate::result;
 
 /// The environment variable naming CUDA's device runtime library (`libcudadevrt.a`) to link the
@@ -275,9 +276,8 @@ pub(crate) struct FaultRings {
     context: Arc<Context>,
     /// One 8-byte run counter per node.
     state: CUdeviceptr,
-    /// [`RING`] entries per node, node after node.
-    host: *mut u8,
-    device: CUdeviceptr,
+    /// [`RING`] entries per node, node after node, in pinned host memory the device writes.
+    ring: PinnedBlock,
     who: Vec<String>,
     limits: [u32; 3],
 }
@@ -293,27 +293,14 @@ impl FaultRings {
     pub(crate) fn new(context: &Arc<Context>, bound: &Bound<'_>, who: Vec<String>, limits: [u32; 3]) -> Result<Self> {
         let nodes = who.len().max(1) as u64;
         let state = result::mem_alloc(bound, (nodes * 8) as usize)?;
-        let bytes = (nodes * RING * ENTRY_BYTES) as usize;
-        let devicemap = 0x2; // CU_MEMHOSTALLOC_DEVICEMAP
+        let bytes = nodes * RING * ENTRY_BYTES;
         let made = result::memset_d8(bound, state, 0, (nodes * 8) as usize)
-            .and_then(|()| result::mem_host_alloc(bound, bytes, devicemap));
-        let host = match made {
-            Ok(host) => host,
+            .and_then(|()| pinned_cache::allocate(context, bytes));
+        match made {
+            Ok(ring) => Ok(FaultRings { context: context.clone(), state, ring, who, limits }),
             Err(e) => {
                 // SAFETY: allocated above, used by nothing yet.
                 let _ = unsafe { result::mem_free(bound, state) };
-                return Err(e);
-            }
-        };
-        // SAFETY: `host` is `bytes` bytes of pinned memory, used by nothing yet.
-        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
-        match result::mem_host_get_device_pointer(bound, host) {
-            Ok(device) => Ok(FaultRings { context: context.clone(), state, host: host.cast(), device, who, limits }),
-            Err(e) => {
-                // SAFETY: allocated above, used by nothing yet.
-                let _ = unsafe { result::mem_free(bound, state) };
-                // SAFETY: allocated above, used by nothing yet.
-                let _ = unsafe { result::mem_free_host(bound, host) };
                 Err(e)
             }
         }
@@ -321,7 +308,7 @@ impl FaultRings {
 
     /// The updater's `state` and `ring` parameters for indirect node `index`.
     pub(crate) fn params(&self, index: usize) -> (u64, u64) {
-        (self.state + 8 * index as u64, self.device + index as u64 * RING * ENTRY_BYTES)
+        (self.state + 8 * index as u64, self.ring.address + index as u64 * RING * ENTRY_BYTES)
     }
 
     /// The fault of launch `run` (counted from 1), if one of its indirect nodes wrote one.
@@ -332,7 +319,7 @@ impl FaultRings {
             // SAFETY: the entry lies inside the pinned area (`index` < nodes, masked run < RING); the
             // device wrote it (if at all) before the launch completed, which the caller observed.
             unsafe {
-                let at = self.host.add(at as usize);
+                let at = self.ring.host.cast::<u8>().add(at as usize);
                 for (i, byte) in entry.iter_mut().enumerate() {
                     *byte = std::ptr::read_volatile(at.add(i));
                 }
@@ -371,9 +358,10 @@ impl Drop for FaultRings {
         // SAFETY: freed once, here; the graph instance that used them was destroyed first (its owner
         // drops this after the instance) and no launch of it is in flight.
         let state = unsafe { result::mem_free(&bound, self.state) };
-        // SAFETY: as above.
-        let host = unsafe { result::mem_free_host(&bound, self.host.cast()) };
-        if let Err(e) = state.and(host) {
+        let ring = std::mem::replace(&mut self.ring, PinnedBlock::empty());
+        // SAFETY: as above; from `pinned_cache::allocate` with this context, released once.
+        let ring = unsafe { pinned_cache::release(&bound, ring) };
+        if let Err(e) = state.and(ring) {
             tracing::debug!(%e, "freeing an indirect node's fault ring failed");
         }
     }

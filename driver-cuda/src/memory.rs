@@ -29,7 +29,7 @@ use hal::driver::{get_mut, lock};
 use hal::{Buffer, Error, Result};
 
 use crate::context::{Bound, Context};
-use crate::pinned_cache::PinnedBlock;
+use crate::pinned_cache::{self, PinnedBlock};
 use crate::result;
 use crate::stream::CudaStream;
 
@@ -123,7 +123,7 @@ impl CudaMemory {
 
     /// `size` zeroed bytes of pinned, mapped host memory, counted in `counter`.
     pub fn host(context: &Arc<Context>, counter: &Arc<MemoryCounter>, size: u64) -> Result<Self> {
-        let block = alloc_pinned(context, size)?;
+        let block = pinned_cache::allocate(context, size)?;
         let (pinned, address) = (block.host.cast(), block.address);
         let mut memory = CudaMemory::with(context, counter, size, MemoryKind::Host, address, pinned, address);
         memory.pinned_bytes = block.bytes;
@@ -173,7 +173,7 @@ impl CudaMemory {
         host_visible: bool,
     ) -> Result<Self> {
         let mut memory = if host_visible {
-            let block = alloc_pinned(context, size)?;
+            let block = pinned_cache::allocate(context, size)?;
             let (pinned, address) = (block.host.cast(), block.address);
             let mut memory = CudaMemory::with(context, counter, size, MemoryKind::TransientHost, 0, pinned, address);
             memory.pinned_bytes = block.bytes;
@@ -311,43 +311,8 @@ fn to_usize(size: u64) -> Result<usize> {
         .map_err(|_| Error::resource_exhausted(format!("allocation of {size} bytes does not fit the address space")))
 }
 
-/// Pinned, mapped, zeroed host memory of at least `size` bytes: a block a dropped buffer left in the
-/// context's cache, or a new one.
-fn alloc_pinned(context: &Arc<Context>, size: u64) -> Result<PinnedBlock> {
-    // Whole pages (what the driver pins anyway), so blocks of equal requests match in the cache; one
-    // page for a 0-byte buffer.
-    let bytes = to_usize(size)?.max(1).checked_next_multiple_of(PAGE).ok_or_else(|| {
-        Error::resource_exhausted(format!("allocation of {size} bytes does not fit the address space"))
-    })?;
-    if let Some(block) = context.pinned_cache().take(bytes) {
-        // SAFETY: a kept block holds `block.bytes >= bytes` writable bytes that nothing uses (its
-        // buffer dropped after its last submission retired).
-        unsafe { std::ptr::write_bytes(block.host.cast::<u8>(), 0, bytes) };
-        return Ok(block);
-    }
-    let bound = context.bind()?;
-    let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-    let raw = result::mem_host_alloc(&bound, bytes, flags)
-        .map_err(|e| e.context(format!("host-visible allocation of {size} bytes")))?;
-    let address = match result::mem_host_get_device_pointer(&bound, raw) {
-        Ok(address) => address,
-        Err(e) => {
-            // SAFETY: `raw` came from cuMemHostAlloc just above and is not used after this.
-            // The error that matters is the lookup's; a failed free would only leak.
-            let _ = unsafe { result::mem_free_host(&bound, raw) };
-            return Err(e);
-        }
-    };
-    // SAFETY: `raw` holds `bytes` writable bytes that nothing else uses yet.
-    unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes) };
-    Ok(PinnedBlock { host: raw, address, bytes })
-}
-
-/// The page size pinned allocations are rounded to.
-const PAGE: usize = 4096;
-
 // SAFETY: `size` is fixed at creation. `host` is null or `pinned`, which holds `size` bytes (zeroed by
-// `alloc_pinned`, or the embedder's imported memory, lent until its release runs after `Drop`) and is
+// `pinned_cache::allocate`, or the embedder's imported memory, lent until its release runs after `Drop`) and is
 // freed only in `Drop`: a transient buffer's dealloca unpublishes it without
 // freeing it. So a borrowed view, which cannot outlive `self`, always addresses live memory.
 unsafe impl BufferBackend for CudaMemory {
