@@ -307,8 +307,8 @@ pub(crate) fn mem_alloc(_bound: &Bound<'_>, bytes: usize) -> Result<CUdeviceptr>
 
 /// Frees `cuMemAlloc` memory without waiting for the device: `cuMemFreeAsync` on the context's
 /// free stream, then a synchronize of that stream, which holds only frees (the memory goes back to
-/// the driver only at a synchronize; `docs/drivers.md`). Falls back to `cuMemFree` (which waits until the device is idle) if the
-/// driver refuses the stream-ordered free.
+/// the driver only at a synchronize; `docs/drivers.md`). Falls back to `cuMemFree` (which waits
+/// until the device is idle) if the driver refuses the stream-ordered free.
 ///
 /// # Safety
 /// `address` came from [`mem_alloc`], is freed once, and no enqueued work uses it any more.
