@@ -3,10 +3,11 @@
 //!
 //! `cuMemFreeHost` waits until every kernel running on the GPU has finished and, meanwhile, holds
 //! back every other thread's launches (`docs/drivers.md`); memory from `cuMemHostAlloc` has no
-//! stream-ordered free (a host memory pool has, but allocates far slower). So a released block goes into its context's cache, and the next
-//! allocation that fits takes it (zeroed again) instead of calling `cuMemHostAlloc`. The cache holds
-//! at most [`CAPACITY`] bytes; a block that would overflow it is freed as before, and the rest are
-//! freed when the context goes (the device's teardown has drained its streams by then).
+//! stream-ordered free (a host memory pool has, but allocates far slower). So a released block
+//! goes into its context's cache, and the next allocation that fits takes it (zeroed again) instead
+//! of calling `cuMemHostAlloc`. The cache holds at most [`CAPACITY`] bytes; a block that would
+//! overflow it is freed as before, and the rest are freed when the context goes (the device's
+//! teardown has drained its streams by then).
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
