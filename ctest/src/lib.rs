@@ -326,6 +326,7 @@ macro_rules! __cts_case_list {
                 idle_after_work,
                 idle_after_failures,
                 pools_reused,
+                trim_gives_kept_memory_back,
                 no_timepoints_left,
                 dropped_handles_in_flight,
                 many_semaphores,

@@ -117,6 +117,27 @@ pub(crate) fn pools_reused(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Memory a device keeps for reuse after its buffers dropped shows in its report, and `trim` gives
+/// it back; a buffer still held keeps its contents, and new ones start zeroed.
+pub(crate) fn trim_gives_kept_memory_back(cx: &Cx) -> CaseResult {
+    let held = cx.host_buffer_u32(&[7; 16])?;
+    for round in 0..4u8 {
+        let host = cx.host_buffer(1 << 16)?;
+        host.write(0, &[round + 1; 64]).ctx("write a host buffer")?;
+        drop((host, cx.device_buffer(1 << 16)?));
+    }
+    let before = cx.device().resource_usage();
+    cx.device().trim().ctx("trim")?;
+    let after = cx.device().resource_usage();
+    ensure_eq!(after.memory_kept, 0, "bytes kept after trim ({after}; before: {before})");
+    ensure!(after.memory_in_use <= before.memory_in_use, "trim grew the memory in use: {before} -> {after}");
+    ensure_eq!(cx.words(&held)?, vec![7u32; 16], "a held buffer's words after trim");
+    let fresh = cx.host_buffer(1 << 16)?;
+    ensure!(cx.bytes(&fresh)?.iter().all(|&b| b == 0), "a host buffer allocated after trim is not zeroed");
+    cx.device().trim().ctx("trim twice")?;
+    Ok(())
+}
+
 /// Nothing stays registered on the semaphores once the work that waited on them is done.
 pub(crate) fn no_timepoints_left(cx: &Cx) -> CaseResult {
     let (a, b, c) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);

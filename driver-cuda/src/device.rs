@@ -528,7 +528,21 @@ impl DeviceBackend for CudaDevice {
         let (created, in_use) = self.scheduler.model().timer().usage();
         usage.pools.push(PoolUsage::new("timing events", in_use, created));
         usage.memory_in_use = self.memory.in_use();
+        usage.memory_kept = self.context.pinned_cache().kept_bytes() as u64;
         usage
+    }
+
+    fn trim(&self) -> Result<()> {
+        let bound = self.context.bind()?;
+        let mut outcome = Ok(());
+        for block in self.context.pinned_cache().take_all() {
+            // SAFETY: a kept block (from cuMemHostAlloc, its owner dropped) the cache gave up just
+            // now: freed once, here.
+            let freed = unsafe { crate::result::mem_free_host(&bound, block.host) };
+            outcome =
+                outcome.and(freed.map_err(|e| e.context(format!("{self:?}: freeing {} kept bytes", block.bytes))));
+        }
+        outcome
     }
 }
 

@@ -132,8 +132,14 @@ impl PinnedCache {
         std::mem::take(&mut kept.0)
     }
 
+    /// Every kept block, leaving the cache empty (for `Device::trim`).
+    pub(crate) fn take_all(&self) -> Vec<PinnedBlock> {
+        let mut kept = lock(&self.kept);
+        kept.1 = 0;
+        std::mem::take(&mut kept.0)
+    }
+
     /// Bytes kept now.
-    #[cfg(test)]
     pub(crate) fn kept_bytes(&self) -> usize {
         lock(&self.kept).1
     }

@@ -591,7 +591,7 @@ fn dropped_device_memory_goes_back_to_the_driver() {
     not(any(hal_cuda_found, hal_cuda_required)),
     ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
 )]
-fn host_visible_memory_kept_for_reuse_comes_back_zeroed() {
+fn host_visible_memory_kept_for_reuse_comes_back_zeroed_until_trimmed() {
     require_cuda!();
     let device = device();
     let q = device.queue(0).unwrap();
@@ -610,4 +610,9 @@ fn host_visible_memory_kept_for_reuse_comes_back_zeroed() {
         s.wait(round + 1, T).unwrap();
         assert!(large.read_to_vec().unwrap().iter().all(|&b| b == 0xCD));
     }
+    // The last round's blocks are kept; trim gives them back.
+    let kept = device.resource_usage().memory_kept;
+    assert!(kept >= (3 << 20) + 4096, "{kept} bytes kept after dropping 3 MiB and 100 bytes of host memory");
+    device.trim().unwrap();
+    assert_eq!(device.resource_usage().memory_kept, 0);
 }

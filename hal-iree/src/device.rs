@@ -202,8 +202,13 @@ unsafe extern "C" fn replace_channel_provider(
     // Channels are not bridged (`create_channel` says so); there is nothing to give a provider.
 }
 
-unsafe extern "C" fn trim(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
-    ffi::ok()
+unsafe extern "C" fn trim(device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    // SAFETY: IREE passes a live device.
+    let device = unsafe { cast(device) };
+    match device.hal.trim() {
+        Ok(()) => ffi::ok(),
+        Err(e) => ffi::from_error(&e),
+    }
 }
 
 unsafe extern "C" fn query_i64(

@@ -152,12 +152,15 @@ pub struct ResourceUsage {
     pub pools: Vec<PoolUsage>,
     /// Bytes of device memory allocated now (informational: buffers the user holds count here).
     pub memory_in_use: u64,
+    /// Bytes the device keeps for reuse after the buffers that held them dropped (CUDA keeps the
+    /// pinned host memory of host-visible buffers); [`Device::trim`] gives them back.
+    pub memory_kept: u64,
 }
 
 impl ResourceUsage {
     /// Usage of `pools` and `memory_in_use` bytes.
     pub fn new(pools: Vec<PoolUsage>, memory_in_use: u64) -> Self {
-        ResourceUsage { pools, memory_in_use }
+        ResourceUsage { pools, memory_in_use, memory_kept: 0 }
     }
 
     /// Whether nothing is in use.
@@ -170,7 +173,11 @@ impl fmt::Display for ResourceUsage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> =
             self.pools.iter().map(|p| format!("{} {} in use / {} created", p.name, p.in_use, p.created)).collect();
-        write!(f, "{}; memory {} bytes", parts.join(", "), self.memory_in_use)
+        write!(f, "{}; memory {} bytes", parts.join(", "), self.memory_in_use)?;
+        if self.memory_kept > 0 {
+            write!(f, " (and {} bytes kept for reuse)", self.memory_kept)?;
+        }
+        Ok(())
     }
 }
 
@@ -463,6 +470,25 @@ impl Device {
     /// Pool occupancy.
     pub fn resource_usage(&self) -> ResourceUsage {
         self.shared.backend.resource_usage()
+    }
+
+    /// Gives back the memory the device keeps for reuse after the buffers that held it dropped
+    /// ([`ResourceUsage::memory_kept`]); later allocations make new memory. Buffers still held
+    /// and work in flight are not touched.
+    ///
+    /// On CUDA that memory is pinned host memory (dropped host-visible buffers'), and freeing it
+    /// waits until every kernel running on the GPU has finished, holding back every thread's
+    /// submissions meanwhile: call it when the device is idle. Drivers that keep nothing do
+    /// nothing.
+    ///
+    /// ```
+    /// let device = driver_cpu_sim::create_device()?;
+    /// device.trim()?;
+    /// assert_eq!(device.resource_usage().memory_kept, 0);
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn trim(&self) -> Result<()> {
+        self.shared.backend.trim()
     }
 }
 

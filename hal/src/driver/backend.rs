@@ -137,6 +137,12 @@ pub trait DeviceBackend: Send + Sync {
 
     /// Pool and queue occupancy (events, timepoints, pending actions), for leak checks.
     fn resource_usage(&self) -> ResourceUsage;
+
+    /// Gives back memory kept for reuse (see [`Device::trim`](crate::Device::trim)); by default
+    /// there is none.
+    fn trim(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A buffer's memory.

@@ -432,6 +432,7 @@ impl<M: StreamModel> Scheduler<M> {
                 PoolUsage::new("host calls", host_calls, host_calls),
             ],
             memory_in_use: 0,
+            memory_kept: 0,
         }
     }
 }
