@@ -703,6 +703,14 @@ thal_status_t thal_device_release(thal_device_t *device);
 // `device` is a handle the caller holds; `count` is writable.
 thal_status_t thal_device_queue_count(thal_device_t *device, size_t *count);
 
+// Gives back the memory `device` keeps for reuse after the buffers that held it were released
+// (on CUDA, the pinned host memory of host-visible buffers; freeing it waits for the GPU, so call
+// it when the device is idle). Buffers still held are not touched.
+//
+// # Safety
+// `device` is a handle the caller holds.
+thal_status_t thal_device_trim(thal_device_t *device);
+
 // Copies the device's name (NUL-terminated, truncated to `capacity`) into `buffer`, and its full
 // length into `*length` (either may be NULL).
 //

@@ -182,6 +182,20 @@ pub unsafe extern "C" fn thal_device_queue_count(device: *mut thal_device_t, cou
     })
 }
 
+/// Gives back the memory `device` keeps for reuse after the buffers that held it were released
+/// (on CUDA, the pinned host memory of host-visible buffers; freeing it waits for the GPU, so call
+/// it when the device is idle). Buffers still held are not touched.
+///
+/// # Safety
+/// `device` is a handle the caller holds.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn thal_device_trim(device: *mut thal_device_t) -> thal_status_t {
+    guard("thal_device_trim", || {
+        // SAFETY: the caller's contract.
+        unsafe { get::<Device>(device, "device")? }.trim()
+    })
+}
+
 /// Copies the device's name (NUL-terminated, truncated to `capacity`) into `buffer`, and its full
 /// length into `*length` (either may be NULL).
 ///

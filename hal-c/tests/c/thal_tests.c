@@ -939,6 +939,13 @@ static void test_host_mappings(void) {
   OK(thal_buffer_read(other, 7, around, sizeof around));
   CHECK(around[0] == 0x5a && around[1] == 1 && around[4] == 4 && around[5] == 0x5a);
   thal_buffer_release(other);
+  /* Memory kept for reuse after the releases goes back; a later allocation starts zeroed. */
+  OK(thal_device_trim(device));
+  EXPECT(thal_device_trim(NULL), THAL_STATUS_INVALID_ARGUMENT, "'device': a NULL thal_device_t");
+  other = host_buffer(device, 64);
+  OK(thal_buffer_read(other, 0, back, sizeof back));
+  CHECK(back[0] == 0 && back[3] == 0);
+  thal_buffer_release(other);
   thal_semaphore_release(done);
   thal_queue_release(queue);
   thal_device_release(device);
