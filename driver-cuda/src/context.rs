@@ -153,20 +153,9 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        let kept = self.pinned.drain();
-        if !kept.is_empty() {
-            match self.bind() {
-                Ok(bound) => {
-                    for block in kept {
-                        // SAFETY: from cuMemHostAlloc, dropped by its buffer (no work uses it) and
-                        // kept only by the cache, which gave it up just above.
-                        if let Err(e) = unsafe { result::mem_free_host(&bound, block.host) } {
-                            tracing::debug!(%e, bytes = block.bytes, "freeing a kept pinned block failed");
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!(ordinal = self.ordinal, %e, "kept pinned blocks not freed"),
-            }
+        let freed = self.bind().and_then(|bound| self.pinned.free_all(&bound));
+        if let Err(e) = freed {
+            tracing::debug!(ordinal = self.ordinal, %e, "freeing kept pinned blocks failed");
         }
         if !self.free_stream.is_null() {
             // Drained before it goes (its frees finish at once), then destroyed; every buffer of the

@@ -534,15 +534,7 @@ impl DeviceBackend for CudaDevice {
 
     fn trim(&self) -> Result<()> {
         let bound = self.context.bind()?;
-        let mut outcome = Ok(());
-        for block in self.context.pinned_cache().take_all() {
-            // SAFETY: a kept block (from cuMemHostAlloc, its owner dropped) the cache gave up just
-            // now: freed once, here.
-            let freed = unsafe { crate::result::mem_free_host(&bound, block.host) };
-            outcome =
-                outcome.and(freed.map_err(|e| e.context(format!("{self:?}: freeing {} kept bytes", block.bytes))));
-        }
-        outcome
+        self.context.pinned_cache().free_all(&bound).map_err(|e| e.context(format!("{self:?}: trim")))
     }
 }
 

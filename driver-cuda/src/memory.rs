@@ -346,12 +346,9 @@ impl Drop for CudaMemory {
             MemoryKind::Host | MemoryKind::TransientHost => {
                 let block =
                     PinnedBlock { host: self.pinned.cast(), address: self.pinned_address, bytes: self.pinned_bytes };
-                match self.context.pinned_cache().keep(block) {
-                    None => Ok(()),
-                    // SAFETY: allocated by cuMemHostAlloc, freed once here (the cache refused it); no
-                    // queue work holds the buffer, and host views borrow `self`, so none is left.
-                    Some(block) => unsafe { result::mem_free_host(&bound, block.host) },
-                }
+                // SAFETY: from `pinned_cache::allocate` with this context, released once here; no
+                // queue work holds the buffer, and host views borrow `self`, so none is left.
+                unsafe { pinned_cache::release(&bound, block) }
             }
             MemoryKind::TransientDevice if state == State::Committed => {
                 // SAFETY: pool memory not freed by a dealloca; every submission using it retired, so

@@ -125,18 +125,23 @@ impl PinnedCache {
         None
     }
 
-    /// Every kept block, leaving the cache empty (for the context's teardown).
-    pub(crate) fn drain(&mut self) -> Vec<PinnedBlock> {
-        let kept = hal::driver::get_mut(&mut self.kept);
-        kept.1 = 0;
-        std::mem::take(&mut kept.0)
-    }
-
-    /// Every kept block, leaving the cache empty (for `Device::trim`).
-    pub(crate) fn take_all(&self) -> Vec<PinnedBlock> {
-        let mut kept = lock(&self.kept);
-        kept.1 = 0;
-        std::mem::take(&mut kept.0)
+    /// Frees every kept block, leaving the cache empty (`Device::trim`, the context's teardown):
+    /// each free waits for the whole device. The first failure is returned, after every block was
+    /// tried.
+    pub(crate) fn free_all(&self, bound: &Bound<'_>) -> Result<()> {
+        let kept = {
+            let mut kept = lock(&self.kept);
+            kept.1 = 0;
+            std::mem::take(&mut kept.0)
+        };
+        let mut outcome = Ok(());
+        for block in kept {
+            // SAFETY: from cuMemHostAlloc, released by its owner (no work uses it) and kept only by
+            // this cache, which gave it up just above: freed once, here.
+            let freed = unsafe { result::mem_free_host(bound, block.host) };
+            outcome = outcome.and(freed.map_err(|e| e.context(format!("freeing {} kept pinned bytes", block.bytes))));
+        }
+        outcome
     }
 
     /// Bytes kept now.
@@ -170,12 +175,11 @@ mod tests {
 
     #[test]
     fn a_block_that_would_overflow_the_capacity_is_handed_back() {
-        let mut cache = PinnedCache::default();
+        let cache = PinnedCache::default();
         assert!(cache.keep(block(CAPACITY - 4096)).is_none());
         assert!(cache.keep(block(4096)).is_none());
         let refused = cache.keep(block(4096)).expect("full");
         assert_eq!(refused.bytes, 4096);
-        assert_eq!(cache.drain().len(), 2);
-        assert_eq!(cache.kept_bytes(), 0);
+        assert_eq!(cache.kept_bytes(), CAPACITY);
     }
 }

@@ -31,8 +31,7 @@ echo "cts done ($(el))"
 for t in cuda_indirect cuda_fault cuda_completion_modes; do
   timeout "$(left 90)" devbin/$t --include-ignored > $OUT/$t.txt 2>&1; echo "$t exit $?: $(grep -E '^test result' $OUT/$t.txt)"
 done
-HAL_FUZZ_SECONDS=30 timeout "$(left 150)" devbin/contract_fuzz --include-ignored --test-threads=1 > $OUT/fuzz.txt 2>&1
-echo "fuzz exit $?: $(grep -E '^test result' $OUT/fuzz.txt) ($(el))"
+fuzz_for 30
 mkdir -p $OUT/ab
 for i in 1 2 3; do
   for which in before after; do

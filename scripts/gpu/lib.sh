@@ -43,3 +43,25 @@ cuda_test_env() {
   export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$n"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
   [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 }
+# Runs the CUDA test binary devbin/$1 $2 times (logs $OUT/$1-N.txt), printing each failure's panic
+# and then how many failed with the first run's result line. Needs cuda_test_env.
+repeat_test() {
+  local name=$1 times=$2 f=0 i
+  for i in $(seq "$times"); do
+    timeout 60 devbin/$name --include-ignored > $OUT/$name-$i.txt 2>&1 || { f=$((f+1)); grep -E "panicked" -A1 $OUT/$name-$i.txt | head -4; }
+  done
+  echo "$name: $f of $times failed; $(grep -E '^test result' $OUT/$name-1.txt) ($(el))"
+}
+# The contract fuzz for $1 seconds, one test at a time (parallel fuzz tests trip its timed latches).
+fuzz_for() {
+  HAL_FUZZ_SECONDS=$1 timeout "$(left $(($1 + 120)))" devbin/contract_fuzz --include-ignored --test-threads=1 > $OUT/fuzz.txt 2>&1
+  echo "fuzz exit $?: $(grep -E '^test result' $OUT/fuzz.txt) ($(el))"
+}
+# Two quick benches with the cross-device hop between GPUs 0 and 1; prints their hop and chain rows.
+peer_hop_benches() {
+  local i
+  for i in 1 2; do
+    timeout "$(left 60)" devbin/bench --driver cuda --quick --peer-ordinal 1 > $OUT/bench-peer1-$i.txt 2>/dev/null
+    echo "bench $i exit $?"; grep -E "cross-|chain, empty|command buffer, chained|alloca \+ dealloca \(" $OUT/bench-peer1-$i.txt | cut -c1-120
+  done
+}

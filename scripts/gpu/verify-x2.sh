@@ -15,12 +15,8 @@ cuda_test_env
 for t in cuda_device cuda_fault cuda_completion_modes; do
   timeout "$(left 90)" devbin/$t --include-ignored > $OUT/$t.txt 2>&1; echo "$t exit $?: $(grep -E '^test result' $OUT/$t.txt)"
 done
-HAL_FUZZ_SECONDS=30 timeout "$(left 150)" devbin/contract_fuzz --include-ignored --test-threads=1 > $OUT/fuzz.txt 2>&1
-echo "fuzz exit $?: $(grep -E '^test result' $OUT/fuzz.txt) ($(el))"
-for i in 1 2; do
-  timeout "$(left 60)" devbin/bench --driver cuda --quick --peer-ordinal 1 > $OUT/bench-peer1-$i.txt 2>/dev/null
-  echo "bench $i exit $?"; grep -E "cross-|chain, empty|command buffer, chained|alloca \+ dealloca \(" $OUT/bench-peer1-$i.txt | cut -c1-120
-done
+fuzz_for 30
+peer_hop_benches
 timeout "$(left 150)" devbin/allreduce_sweep 2 3 > $OUT/allreduce-2.txt 2>&1; echo "sweep exit $? ($(el))"; tail -14 $OUT/allreduce-2.txt
 (cd $OUT && tar czf /tmp/logs.tgz . && find . -mindepth 1 -delete && mv /tmp/logs.tgz .)
 echo "done ($(el))"
