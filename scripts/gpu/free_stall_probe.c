@@ -4,13 +4,9 @@
 // on stream S2 every 0.1 ms for 20 ms (all streams non-blocking). Prints X's time and C's slowest
 // launch + record. Build and run on the GPU machine: gcc -O2 free_stall_probe.c
 // -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lpthread -o fs && ./fs
-#include <cuda.h>
+#include "probe_common.h"
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
 #include <unistd.h>
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_; cuGetErrorString(r_, &s_); printf("FAIL %s: %d %s (line %d)\n", #x, r_, s_, __LINE__); exit(1);} } while (0)
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e3 + t.tv_nsec / 1e6; }
 static const char* PTX =
 ".version 7.8\n.target sm_80\n.address_size 64\n"

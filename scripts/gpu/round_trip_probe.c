@@ -3,20 +3,9 @@
 // Build and run on the GPU machine (scripts/gpu/README.md): gcc -O2 round_trip_probe.c
 // -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lpthread -o rt && ./rt [ORDINAL].
 // us per round trip, medians of 5 rounds of 3000.
-#include <cuda.h>
+#include "probe_common.h"
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_; cuGetErrorString(r_, &s_); printf("FAIL %s: %d %s (line %d)\n", #x, r_, s_, __LINE__); exit(1);} } while (0)
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e6 + t.tv_nsec / 1e3; }
-static const char* PTX =
-".version 7.8\n.target sm_80\n.address_size 64\n"
-".visible .entry touch(.param .u64 out, .param .u32 value)\n{\n"
-" .reg .b64 %rd<3>;\n .reg .b32 %r<2>;\n"
-" ld.param.u64 %rd1, [out];\n ld.param.u32 %r1, [value];\n cvta.to.global.u64 %rd2, %rd1;\n"
-" st.global.u32 [%rd2], %r1;\n ret;\n}\n";
 static CUcontext ctx; static CUfunction touch; static CUstream s; static CUevent ev, ev_other; static CUgraphExec ge, ge_rec;
 static CUdeviceptr out; static unsigned value = 7; static void* tp[2];
 static volatile unsigned long long* word; static CUdeviceptr word_dev; static unsigned long long seq;
@@ -25,14 +14,14 @@ static void* poller(void* arg) {
   (void)arg; CK(cuCtxSetCurrent(ctx));
   while (!stop_poller) {
     if (poll_mode == 1) { cuEventQuery(ev_other); }
-    double t = now(); while (now() - t < 2.0) {}
+    double t = now_us(); while (now_us() - t < 2.0) {}
   }
   return 0;
 }
 static void launch(int graph) { if (graph) CK(cuGraphLaunch(ge, s)); else CK(cuLaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, s, tp, 0)); }
 static void spin_query(CUevent e) { CUresult r; while ((r = cuEventQuery(e)) == CUDA_ERROR_NOT_READY) {} CK(r); }
 static double run(int pattern, int n) {
-  double a = now();
+  double a = now_us();
   for (int i = 0; i < n; i++) {
     switch (pattern) {
       case 0: launch(0); CK(cuStreamSynchronize(s)); break;
@@ -47,7 +36,7 @@ static double run(int pattern, int n) {
       case 9: launch(1); CK(cuEventRecord(ev, s)); seq++; CK(cuStreamWriteValue64(s, word_dev, seq, 0)); while (*word < seq) {} break;
     }
   }
-  return (now() - a) / n;
+  return (now_us() - a) / n;
 }
 static const char* NAMES[] = {"launch + stream sync", "graph + stream sync", "launch + record + event sync",
   "graph + record + event sync", "launch + record + spin query", "graph + record + spin query",
@@ -57,7 +46,7 @@ static int cmp(const void* a, const void* b) { double x = *(const double*)a, y =
 int main(int argc, char** argv) {
   int ord = argc > 1 ? atoi(argv[1]) : 0;
   CK(cuInit(0)); CUdevice dev; CK(cuDeviceGet(&dev, ord)); CK(cuDevicePrimaryCtxRetain(&ctx, dev)); CK(cuCtxSetCurrent(ctx));
-  CUmodule mod; CK(cuModuleLoadData(&mod, PTX)); CK(cuModuleGetFunction(&touch, mod, "touch"));
+  CUmodule mod; CK(cuModuleLoadData(&mod, TOUCH_PTX)); CK(cuModuleGetFunction(&touch, mod, "touch"));
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)); CK(cuEventCreate(&ev_other, CU_EVENT_DISABLE_TIMING));
   CK(cuMemAlloc(&out, 4096)); tp[0] = &out; tp[1] = &value;
