@@ -242,15 +242,16 @@ impl CudaPreparedCommands {
         })
     }
 
-    /// The prepared form of an ended `command_buffer`; `InvalidArgument` if another driver
-    /// prepared it.
-    pub(crate) fn of(command_buffer: &CommandBuffer) -> Result<Arc<CudaPreparedCommands>> {
-        let prepared: Arc<dyn Any + Send + Sync> = command_buffer
-            .prepared()
+    /// The prepared form of an ended `command_buffer`, borrowed from it (every execute reads it: no
+    /// lock, no reference count touched); `InvalidArgument` if another driver prepared it.
+    pub(crate) fn of(command_buffer: &CommandBuffer) -> Result<&CudaPreparedCommands> {
+        let prepared = command_buffer
+            .prepared_ref()
             .ok_or_else(|| Error::failed_precondition(format!("{}: executed before end()", command_buffer)))?;
         prepared
-            .downcast::<CudaPreparedCommands>()
-            .map_err(|_| Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)))
+            .as_any()
+            .downcast_ref::<CudaPreparedCommands>()
+            .ok_or_else(|| Error::invalid_argument(format!("{}: was not prepared by the cuda driver", command_buffer)))
     }
 
     /// Whether it replays as a CUDA graph (its own, or one its command buffer's executes share).

@@ -150,6 +150,7 @@ compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slot
 // Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
 mod command_buffer;
 mod context;
+mod counted_fifo;
 mod device;
 pub mod error;
 mod event;

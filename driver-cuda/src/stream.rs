@@ -29,6 +29,7 @@ use smallvec::SmallVec;
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
 use crate::context::{Bound, Context};
+use crate::counted_fifo::CountedFifo;
 use crate::device::CudaOptions;
 use crate::event::{CompletionWait, CudaEvent};
 use crate::host_callback::CallbackStream;
@@ -61,7 +62,7 @@ pub struct CudaStreams {
     indirect: Arc<IndirectLauncher>,
     /// Per queue, in stream order: the graph launches with indirect dispatch nodes, whose faults
     /// are read when their submission completes.
-    indirect_runs: Vec<Mutex<VecDeque<(u64, IndirectRun)>>>,
+    indirect_runs: Vec<CountedFifo<(u64, IndirectRun)>>,
     /// Streams get progress words (`CudaOptions::completion_word`).
     completion_word: bool,
 }
@@ -165,7 +166,7 @@ impl CudaStreams {
             indirect: Arc::new(IndirectLauncher::new(context, max_workgroup_count)),
             staging,
             staged: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
-            indirect_runs: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+            indirect_runs: (0..queue_count).map(|_| CountedFifo::new()).collect(),
             completion_word: options.completion_word,
             timer: SubmissionTimer::new(context, queue_count),
             time_every_submission: options.submission_timings,
@@ -253,7 +254,11 @@ impl CudaStreams {
     fn take_indirect_runs(&self, work: &Work) -> SmallVec<[IndirectRun; 1]> {
         let mut taken = SmallVec::new();
         let Some(fifo) = self.indirect_runs.get(work.queue) else { return taken };
-        let mut fifo = lock(fifo);
+        // Almost every submission launched no graph with indirect nodes: no lock then.
+        if fifo.is_empty() {
+            return taken;
+        }
+        let mut fifo = fifo.lock();
         if let Some(last) = fifo.iter().rposition(|(id, _)| *id == work.id) {
             for (id, run) in fifo.drain(..=last) {
                 if id == work.id {
@@ -292,7 +297,7 @@ impl CudaStreams {
                         if let Some(run) = prepared.enqueue(bound, stream, work)?
                             && let Some(fifo) = self.indirect_runs.get(work.queue)
                         {
-                            lock(fifo).push_back((work.id, run));
+                            fifo.lock().push_back((work.id, run));
                         }
                         Ok(())
                     }

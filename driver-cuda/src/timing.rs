@@ -19,9 +19,8 @@
 //! No stream ever waits on a timing event, so returning one to the pool once its submission
 //! completed cannot break a wait.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUevent_flags, CUstream, CUstream_flags};
@@ -30,6 +29,7 @@ use hal::driver::stream_model::Work;
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::counted_fifo::{CountedFifo, Locked};
 use crate::event::CudaEvent;
 use crate::result;
 use crate::stream::CudaStream;
@@ -45,7 +45,7 @@ pub struct SubmissionTimer {
     context: Arc<Context>,
     free: Mutex<Vec<CudaEvent>>,
     created: AtomicUsize,
-    open: Vec<Mutex<VecDeque<Timed>>>,
+    open: Vec<CountedFifo<Timed>>,
 }
 
 /// The timing events of one submission on its way through a stream.
@@ -121,13 +121,13 @@ impl SubmissionTimer {
             context: context.clone(),
             free: Mutex::new(Vec::new()),
             created: AtomicUsize::new(0),
-            open: (0..queue_count).map(|_| Mutex::new(VecDeque::new())).collect(),
+            open: (0..queue_count).map(|_| CountedFifo::new()).collect(),
         }
     }
 
     /// Timing events created so far, and how many are recorded and not yet read back.
     pub fn usage(&self) -> (usize, usize) {
-        let open: usize = self.open.iter().map(|q| lock(q).iter().map(Timed::event_count).sum::<usize>()).sum();
+        let open: usize = self.open.iter().map(|q| q.lock().iter().map(Timed::event_count).sum::<usize>()).sum();
         (self.created.load(Ordering::Relaxed), open)
     }
 
@@ -145,9 +145,9 @@ impl SubmissionTimer {
         lock(&self.free).extend(events);
     }
 
-    fn queue(&self, queue: usize) -> Result<MutexGuard<'_, VecDeque<Timed>>> {
+    fn queue(&self, queue: usize) -> Result<Locked<'_, Timed>> {
         let fifo = self.open.get(queue).ok_or_else(|| Error::internal(format!("cuda: queue {queue} has no timer")))?;
-        Ok(lock(fifo))
+        Ok(fifo.lock())
     }
 
     /// Records a timing event on `stream` now (a pooled one; back to the pool if the record fails).
@@ -215,7 +215,7 @@ impl SubmissionTimer {
     fn keep(&self, queue: usize, timed: Timed) -> Result<()> {
         match self.open.get(queue) {
             Some(fifo) => {
-                lock(fifo).push_back(timed);
+                fifo.lock().push_back(timed);
                 Ok(())
             }
             None => {
@@ -233,6 +233,10 @@ impl SubmissionTimer {
     /// The timings of submission `work` of `queue`, which completed. Timings of earlier submissions
     /// still open (they faulted, so nothing read them) go back to the pool on the way.
     pub fn take(&self, queue: usize, work: u64) -> Result<Option<Timed>> {
+        // Nothing timed on the queue (the usual case: timings are off): no lock.
+        if self.open.get(queue).is_some_and(CountedFifo::is_empty) {
+            return Ok(None);
+        }
         let mut fifo = self.queue(queue)?;
         while let Some(timed) = fifo.pop_front() {
             if timed.work == work {
@@ -254,6 +258,9 @@ impl SubmissionTimer {
 
     /// Drops the open timings of submission `work` (it faulted and will never be read).
     pub fn discard(&self, queue: usize, work: u64) {
+        if self.open.get(queue).is_some_and(CountedFifo::is_empty) {
+            return;
+        }
         if let Ok(mut fifo) = self.queue(queue) {
             while let Some(index) = fifo.iter().position(|timed| timed.work == work) {
                 if let Some(timed) = fifo.remove(index) {

@@ -285,6 +285,9 @@ struct Shared {
     /// Set at `end` when the buffer ended holding nothing but barriers (or nothing at all): an
     /// execute of it puts no work on a device stream. Read on every issue without the state lock.
     no_device_work: AtomicBool,
+    /// What [`DeviceBackend::prepare_commands`] made of the commands, set once at `end` (none for a
+    /// buffer that names binding slots): read by every execute without the state lock.
+    prepared: std::sync::OnceLock<Arc<dyn PreparedCommands>>,
 }
 
 enum State {
@@ -293,7 +296,6 @@ enum State {
     /// prepared form of its own): each execute resolves it against its table.
     Ended {
         commands: Arc<[Command]>,
-        prepared: Option<Arc<dyn PreparedCommands>>,
         template: Option<(Arc<[Recorded]>, u32)>,
         executions: u64,
         /// Whether `commands` hold a collective (each execute then takes sequence numbers).
@@ -322,6 +324,7 @@ impl CommandBuffer {
                 label: Label::default(),
                 binding_state: BindingState::new(),
                 no_device_work: AtomicBool::new(false),
+                prepared: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -760,8 +763,8 @@ impl CommandBuffer {
             let _ = resolved.set_label(label);
         }
         let collectives = has_collectives(&commands);
-        *lock(&resolved.shared.state) =
-            State::Ended { commands, prepared: Some(prepared), template: None, executions: 0, collectives };
+        let _ = resolved.shared.prepared.set(prepared);
+        *lock(&resolved.shared.state) = State::Ended { commands, template: None, executions: 0, collectives };
         Ok(resolved)
     }
 
@@ -845,17 +848,10 @@ impl CommandBuffer {
     /// One call per collective of the commands, in command order, each with the next sequence
     /// number of its channel: what one execute runs (empty for a buffer without collectives).
     pub(crate) fn collective_calls(&self) -> Vec<CollectiveCall> {
-        let commands = match &*lock(&self.shared.state) {
-            State::Ended { commands, collectives: true, .. } => commands.clone(),
-            _ => return Vec::new(),
-        };
-        commands
-            .iter()
-            .filter_map(|command| match command {
-                Command::Collective { channel, args } => Some(CollectiveCall::new(channel.clone(), args.clone())),
-                _ => None,
-            })
-            .collect()
+        match &*lock(&self.shared.state) {
+            State::Ended { commands, collectives: true, .. } => calls_of(commands.clone()),
+            _ => Vec::new(),
+        }
     }
 
     /// Finishes recording and lets the driver prepare its replayable form. Recording afterwards, or a
@@ -872,13 +868,7 @@ impl CommandBuffer {
         if slots > 0 {
             // Its buffers are known only at execute: each execute resolves and prepares it.
             let template = Some((Arc::from(commands), slots));
-            *state = State::Ended {
-                commands: Arc::from(Vec::new()),
-                prepared: None,
-                template,
-                executions: 0,
-                collectives: false,
-            };
+            *state = State::Ended { commands: Arc::from(Vec::new()), template, executions: 0, collectives: false };
             return Ok(());
         }
         // No slots: every command is concrete (`Ready`).
@@ -901,7 +891,9 @@ impl CommandBuffer {
         let collectives = has_collectives(&ready);
         let no_device_work = ready.iter().all(|command| matches!(command, Command::Barrier));
         self.shared.no_device_work.store(no_device_work, Ordering::Release);
-        *state = State::Ended { commands: ready, prepared: Some(prepared), template: None, executions: 0, collectives };
+        // Set before the state says ended: whoever sees it ended finds the prepared form.
+        let _ = self.shared.prepared.set(prepared);
+        *state = State::Ended { commands: ready, template: None, executions: 0, collectives };
         Ok(())
     }
 
@@ -926,27 +918,35 @@ impl CommandBuffer {
 
     /// The driver's prepared form, once ended.
     pub(crate) fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
-        match &*lock(&self.shared.state) {
-            State::Ended { prepared, .. } => prepared.clone(),
-            State::Recording(_) => None,
-        }
+        self.prepared_ref().cloned()
+    }
+
+    /// [`prepared`](Self::prepared) without a clone.
+    pub(crate) fn prepared_ref(&self) -> Option<&Arc<dyn PreparedCommands>> {
+        self.shared.prepared.get()
     }
 
     /// Claims one execution: refused before `end()` and for a one-shot buffer already executed.
     pub(crate) fn begin_execution(&self) -> Result<()> {
-        match &mut *lock(&self.shared.state) {
-            State::Recording(_) => Err(Error::failed_precondition(format!("{}: executed before end()", self))),
-            State::Ended { executions, .. } => {
-                if self.shared.mode == CommandBufferMode::OneShot && *executions > 0 {
-                    return Err(Error::failed_precondition(format!(
-                        "{}: one-shot command buffer executed a second time",
-                        self
-                    )));
+        claim(&mut lock(&self.shared.state), self)
+    }
+
+    /// [`begin_execution`](Self::begin_execution) for a plain execute (no binding table), with the
+    /// execute's collectives numbered, under one lock of the buffer's state: a buffer that names
+    /// binding slots is not claimed ([`Claim::NeedsTable`]).
+    pub(crate) fn claim_execution(&self) -> Result<Claim> {
+        let commands = match &mut *lock(&self.shared.state) {
+            State::Ended { template: Some((_, slots)), .. } if *slots > 0 => return Ok(Claim::NeedsTable(*slots)),
+            state => {
+                claim(state, self)?;
+                match state {
+                    State::Ended { commands, collectives: true, .. } => Some(commands.clone()),
+                    _ => None,
                 }
-                *executions += 1;
-                Ok(())
             }
-        }
+        };
+        // Numbered outside the lock, in command order.
+        Ok(Claim::Claimed(commands.map_or_else(Vec::new, calls_of)))
     }
 
     /// Returns an execution claimed by `begin_execution` whose submission was refused.
@@ -960,6 +960,42 @@ impl CommandBuffer {
     pub fn device(&self) -> DeviceId {
         self.shared.device
     }
+}
+
+/// What [`CommandBuffer::claim_execution`] found.
+pub(crate) enum Claim {
+    /// One execution claimed; the execute's collectives, numbered.
+    Claimed(Vec<CollectiveCall>),
+    /// Nothing claimed: the buffer names this many binding slots, so it needs a table.
+    NeedsTable(u32),
+}
+
+/// Claims one execution of `buffer`, whose state is `state` (locked): refused before `end()` and
+/// for a one-shot buffer already executed.
+fn claim(state: &mut State, buffer: &CommandBuffer) -> Result<()> {
+    match state {
+        State::Recording(_) => Err(Error::failed_precondition(format!("{buffer}: executed before end()"))),
+        State::Ended { executions, .. } => {
+            if buffer.shared.mode == CommandBufferMode::OneShot && *executions > 0 {
+                return Err(Error::failed_precondition(format!(
+                    "{buffer}: one-shot command buffer executed a second time"
+                )));
+            }
+            *executions += 1;
+            Ok(())
+        }
+    }
+}
+
+/// The collectives among `commands`, each numbered on its channel now, in command order.
+fn calls_of(commands: Arc<[Command]>) -> Vec<CollectiveCall> {
+    commands
+        .iter()
+        .filter_map(|command| match command {
+            Command::Collective { channel, args } => Some(CollectiveCall::new(channel.clone(), args.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether `commands` hold a collective.

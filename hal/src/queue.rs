@@ -9,7 +9,7 @@ use bytemuck::Pod;
 
 use crate::buffer::{Buffer, BufferParams, BufferUsage};
 use crate::collective::{Channel, CollectiveArgs, CollectiveCall};
-use crate::command_buffer::{BufferBinding, Command, CommandBuffer};
+use crate::command_buffer::{BufferBinding, Claim, Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::{QueueOp, Submission};
 use crate::error::{Error, Result};
@@ -152,14 +152,22 @@ impl Queue {
     ) -> Result<()> {
         self.check_command_buffer(command_buffer)?;
         self.check_signals(waits, signals)?;
-        let slots = command_buffer.binding_slots();
-        if slots > 0 {
-            return Err(Error::invalid_argument(format!(
-                "queue {}: {command_buffer} names {slots} binding slots: execute it with execute_with_bindings",
-                self.index
-            )));
+        // One lock of the buffer's state claims the execution and numbers its collectives.
+        let collectives = match command_buffer.claim_execution()? {
+            Claim::Claimed(collectives) => collectives,
+            Claim::NeedsTable(slots) => {
+                return Err(Error::invalid_argument(format!(
+                    "queue {}: {command_buffer} names {slots} binding slots: execute it with execute_with_bindings",
+                    self.index
+                )));
+            }
+        };
+        let op = QueueOp::Execute { command_buffer: command_buffer.clone(), collectives };
+        let result = self.submit_checked(op, waits, signals);
+        if result.is_err() {
+            command_buffer.cancel_execution();
         }
-        self.submit_execution(command_buffer, command_buffer.clone(), waits, signals)
+        result
     }
 
     /// Claims one execution of `claimed` and submits `run` (the buffer itself, or its commands

@@ -113,6 +113,10 @@ pub trait CommandBufferExt: sealed::Sealed {
     /// What [`DeviceBackend::prepare_commands`] made of them at `end`; `None` before `end`.
     fn prepared(&self) -> Option<Arc<dyn PreparedCommands>>;
 
+    /// [`prepared`](Self::prepared) borrowed: no reference count touched, no lock taken (every
+    /// execute reads it).
+    fn prepared_ref(&self) -> Option<&Arc<dyn PreparedCommands>>;
+
     /// What the driver keeps across executes with binding tables (the `state` that
     /// [`DeviceBackend::prepare_bound`] is given).
     fn binding_state(&self) -> &BindingState;
@@ -125,6 +129,10 @@ impl CommandBufferExt for CommandBuffer {
 
     fn prepared(&self) -> Option<Arc<dyn PreparedCommands>> {
         CommandBuffer::prepared(self)
+    }
+
+    fn prepared_ref(&self) -> Option<&Arc<dyn PreparedCommands>> {
+        CommandBuffer::prepared_ref(self)
     }
 
     fn binding_state(&self) -> &BindingState {

@@ -171,12 +171,15 @@ pub trait StreamModel: Send + Sync + 'static {
 #[derive(Default)]
 pub struct FaultSlot {
     fault: Mutex<Option<Error>>,
+    /// Set once a fault is stored: every retirement reads the slot, and almost none finds one, so
+    /// the read takes no lock while this is clear.
+    stored: AtomicBool,
 }
 
 impl FaultSlot {
     /// An empty slot.
     pub fn new() -> Self {
-        FaultSlot { fault: Mutex::new(None) }
+        FaultSlot { fault: Mutex::new(None), stored: AtomicBool::new(false) }
     }
 
     /// Stores `error` unless a fault is already stored.
@@ -184,17 +187,23 @@ impl FaultSlot {
         let mut fault = lock(&self.fault);
         if fault.is_none() {
             *fault = Some(error);
+            // Release, under the lock: a reader that sees the flag finds the fault under the lock.
+            self.stored.store(true, Ordering::Release);
         }
     }
 
     /// The stored fault.
     pub fn get(&self) -> Option<Error> {
+        if !self.stored.load(Ordering::Acquire) {
+            return None;
+        }
         lock(&self.fault).clone()
     }
 
     /// Empties the slot (for reuse; exclusive access, so no lock is taken).
     pub(crate) fn clear(&mut self) {
         *get_mut(&mut self.fault) = None;
+        self.stored.store(false, Ordering::Relaxed);
     }
 }
 
