@@ -848,10 +848,12 @@ impl CommandBuffer {
     /// One call per collective of the commands, in command order, each with the next sequence
     /// number of its channel: what one execute runs (empty for a buffer without collectives).
     pub(crate) fn collective_calls(&self) -> Vec<CollectiveCall> {
-        match &*lock(&self.shared.state) {
-            State::Ended { commands, collectives: true, .. } => calls_of(commands.clone()),
-            _ => Vec::new(),
-        }
+        let commands = match &*lock(&self.shared.state) {
+            State::Ended { commands, collectives: true, .. } => commands.clone(),
+            _ => return Vec::new(),
+        };
+        // Numbered outside the lock.
+        calls_of(commands)
     }
 
     /// Finishes recording and lets the driver prepare its replayable form. Recording afterwards, or a
