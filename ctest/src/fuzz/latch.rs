@@ -29,15 +29,18 @@ pub(crate) struct Latch {
 }
 
 impl Latch {
-    /// Says the latched work was just submitted (a timed latch starts counting).
-    pub(crate) fn submitted(&self) {
+    /// Says the latched work is about to be submitted: a timed latch counts from now. Its dispatch
+    /// cannot start before the submission does, so the count holds however long the submitting
+    /// call takes (a driver call that waits for the device can hold it back for the whole sleep,
+    /// after the kernel was launched).
+    pub(crate) fn submitting(&self) {
         if let Some(at) = &mut *lock(&self.timed) {
             *at = Some(Instant::now());
         }
     }
 
     /// Whether the latched work is surely still running: a native latch until it is released, a
-    /// timed one until [`SURELY_HELD`] after its submission.
+    /// timed one until [`SURELY_HELD`] after its submission began.
     pub(crate) fn surely_held(&self) -> bool {
         match *lock(&self.timed) {
             None => !*lock(&self.released),

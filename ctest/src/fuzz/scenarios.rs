@@ -60,9 +60,9 @@ impl Run<'_> {
                     Err(e) => return vec![format!("setup: {e}")],
                 };
                 let _release = ReleaseOnDrop(latch.clone());
+                latch.submitting();
                 let submitted = h.queues[queue]
                     .execute(&[], &cb, &[SV::new(&s, 1)])
-                    .inspect(|()| latch.submitted())
                     .and_then(|()| h.queues[wait_queue].barrier(&[SV::new(&s, 1)], &[SV::new(&t, 1)]));
                 if let Err(e) = submitted {
                     return vec![format!("submission: {e}")];
@@ -95,10 +95,10 @@ impl Run<'_> {
                     Err(e) => return vec![format!("setup: {e}")],
                 };
                 let _release = ReleaseOnDrop(latch.clone());
+                latch.submitting();
                 if let Err(e) = h.queues[queue].execute(&[], &cb, &[SV::new(&s, 5)]) {
                     return vec![format!("submission: {e}")];
                 }
-                latch.submitted();
                 let (tx, rx) = std::sync::mpsc::channel();
                 let waiter = {
                     let s = s.clone();
