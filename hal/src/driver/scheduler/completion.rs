@@ -121,6 +121,12 @@ enum Until<'a> {
     Open,
     /// Once this work (a producer of a dependant being retired) has retired.
     Retired(&'a Work),
+    /// As `Retired`, for a producer whose dependant's mark completed without a fault after the
+    /// dependant's stream waited on the producer's event: the producer and every entry before it
+    /// on its stream completed, so no event is asked or sealed on the way. Each query takes a
+    /// driver lock the submitting threads need; with two queues feeding each other, most of a
+    /// completion thread's queries were these.
+    RetiredCompleted(&'a Work),
 }
 
 /// How long a host waiter tries for a queue's retiring lock that another thread holds before it
@@ -215,7 +221,7 @@ fn retire_completed_locked<M: StreamModel>(
     loop {
         // Retiring for a dependant stops at its producer: retiring more could need producers whose
         // queues this thread already holds further up.
-        if matches!(until, Until::Retired(work) if work.is_retired()) {
+        if matches!(until, Until::Retired(work) | Until::RetiredCompleted(work) if work.is_retired()) {
             break;
         }
         let (id, front_event) = match lock(&slot.inflight).front() {
@@ -224,6 +230,8 @@ fn retire_completed_locked<M: StreamModel>(
         };
         let status = if complete_prefix > 0 {
             complete_prefix -= 1;
+            Ok(())
+        } else if matches!(until, Until::RetiredCompleted(_)) {
             Ok(())
         } else {
             match (known.take(), front_event) {
@@ -381,7 +389,10 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
     )
     .entered();
     let InFlight { work, host_call, event, signals, waited, _wait_events, producers } = entry;
-    retire_producers_first(shared, &producers);
+    // Its stream waited on every producer's event before its work: a mark that completed without a
+    // fault says the producers completed too.
+    let after_producers = event.is_some() && host_call.is_none() && status.is_ok();
+    retire_producers_first(shared, &producers, after_producers);
     drop(producers);
     // A host call put nothing on a stream: the backend has nothing to complete for it.
     let mut outcome = match host_call {
@@ -464,7 +475,10 @@ pub(super) fn apply_outcome(signals: &[SemaphoreValue], outcome: Result<()>, act
 /// thread that is retiring them now, never for the device. It cannot deadlock: a thread holding
 /// another queue's retiring lock waits in turn only for work issued before its own (nested
 /// retirement stops at the producer it was for), and issue order has no cycles.
-fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Producer<M>]) {
+///
+/// `completed`: the dependant's mark completed without a fault, so the producers (and all work
+/// before each on its stream) completed as well and are retired without asking their events.
+fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Producer<M>], completed: bool) {
     for producer in producers {
         // Another device's work is retired by that device's scheduler, the same way (issue order
         // is one order across devices, so the argument above holds); a device already gone has
@@ -481,7 +495,8 @@ fn retire_producers_first<M: StreamModel>(shared: &Shared<M>, producers: &[Produ
         while !work.is_retired() {
             let slot = &shared.queues[work.queue];
             if let Some(guard) = try_lock(&slot.retiring) {
-                retire_completed_locked(shared, work.queue, None, Until::Retired(work), guard);
+                let until = if completed { Until::RetiredCompleted(work) } else { Until::Retired(work) };
+                retire_completed_locked(shared, work.queue, None, until, guard);
             }
             if !work.is_retired() {
                 // Another thread retires that queue now, or a host call ahead of the producer waits
