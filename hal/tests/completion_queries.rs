@@ -73,6 +73,44 @@ fn a_fault_found_by_any_query_fails_the_front() {
     model.open_gate();
 }
 
+/// A dependant on another queue whose mark completed retires its producer first without asking the
+/// producer's event: its stream waited on that event before its own work, so the producer completed.
+/// (On CUDA each such query took 1.5 us under the driver lock, on every hop between two queues.)
+#[test]
+fn a_completed_dependant_retires_its_producer_without_querying_it() {
+    let s = scheduler(2);
+    let (produced, consumed) = (s.create_semaphore(0), s.create_semaphore(0));
+    s.submit(1, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    let model = s.model();
+    model.complete_up_to(u64::MAX);
+    model.take_queries();
+    assert_eq!(s.poll_completions(0), 1);
+    assert_eq!(model.take_queries(), 1, "the dependant's own event, not the producer's");
+    assert_eq!(produced.query().unwrap(), 1, "the producer retired first");
+    assert_eq!(consumed.query().unwrap(), 1);
+    assert_eq!(s.poll_completions(1), 0, "nothing left on the producer's queue");
+    model.open_gate();
+}
+
+/// A dependant whose own event reports a fault proves nothing about its producer: the producer's
+/// queue is retired by asking its events, as before (here the sticky fault fails both).
+#[test]
+fn a_faulted_dependant_asks_its_producers_events() {
+    let s = scheduler(2);
+    let (produced, consumed) = (s.create_semaphore(0), s.create_semaphore(0));
+    s.submit(1, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    let model = s.model();
+    model.fault.store(true, Ordering::SeqCst);
+    model.take_queries();
+    assert_eq!(s.poll_completions(0), 1);
+    assert_eq!(model.take_queries(), 2, "the dependant's event, then the producer's");
+    assert!(produced.query().is_err(), "the producer's query found the fault");
+    assert!(consumed.query().is_err());
+    model.open_gate();
+}
+
 /// A host thread that waits for a value polls the event itself: while it does, the completion
 /// thread queries nothing (on CUDA each query takes a driver lock the waiter and the next launch
 /// need), and the waiter retires the work. Without a waiter the completion thread polls as before.
