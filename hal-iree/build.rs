@@ -23,8 +23,8 @@ fn main() {
 fn eerie_sys_dir() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    // Only this target's packages: the build downloaded those, and offline metadata of every
-    // platform's would need packages no build here fetched (on a clean machine it failed).
+    // Only this target's packages: the build downloaded those; offline metadata of every
+    // platform's would need packages no build fetches.
     let target = std::env::var("TARGET").expect("cargo sets TARGET for build scripts");
     let output = Command::new(cargo)
         .args(["metadata", "--format-version", "1", "--offline", "--filter-platform", &target])

@@ -1,5 +1,5 @@
 //! What a submission costs when something else ran between two submissions and pushed the HAL's
-//! data out of the CPU caches, as a driver call does (NCCL's enqueue runs about 10 us of host code):
+//! data out of the CPU caches, as a long driver call (NCCL's enqueue) does:
 //! a dependent chain of empty executes on queue 0, with `evict` KiB of other memory read between
 //! two executes; each execute is timed alone, less the clock's own cost.
 //!

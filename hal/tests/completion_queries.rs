@@ -12,7 +12,7 @@ use hal::{SemaphoreValue as SV, Timeout};
 
 #[path = "support/manual_streams.rs"]
 mod manual_streams;
-use manual_streams::scheduler;
+use manual_streams::{Tested, scheduler};
 
 #[test]
 fn a_pass_asks_the_newest_events_first_and_stops_at_a_pending_newest() {
@@ -73,15 +73,21 @@ fn a_fault_found_by_any_query_fails_the_front() {
     model.open_gate();
 }
 
-/// A dependant on another queue whose mark completed retires its producer first without asking the
-/// producer's event: its stream waited on that event before its own work, so the producer completed.
-/// (On CUDA each such query took 1.5 us under the driver lock, on every hop between two queues.)
-#[test]
-fn a_completed_dependant_retires_its_producer_without_querying_it() {
+/// Two queues: a producer on queue 1 signals `produced` to 1, a dependant on queue 0 waits for it
+/// and signals `consumed` to 1. Returns the scheduler and the two semaphores.
+fn producer_and_dependant() -> (Tested, hal::Semaphore, hal::Semaphore) {
     let s = scheduler(2);
     let (produced, consumed) = (s.create_semaphore(0), s.create_semaphore(0));
     s.submit(1, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
     s.submit(0, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    (s, produced, consumed)
+}
+
+/// A dependant on another queue whose mark completed retires its producer first without asking the
+/// producer's event: its stream waited on that event before its own work, so the producer completed.
+#[test]
+fn a_completed_dependant_retires_its_producer_without_querying_it() {
+    let (s, produced, consumed) = producer_and_dependant();
     let model = s.model();
     model.complete_up_to(u64::MAX);
     model.take_queries();
@@ -97,10 +103,7 @@ fn a_completed_dependant_retires_its_producer_without_querying_it() {
 /// queue is retired by asking its events, as before (here the sticky fault fails both).
 #[test]
 fn a_faulted_dependant_asks_its_producers_events() {
-    let s = scheduler(2);
-    let (produced, consumed) = (s.create_semaphore(0), s.create_semaphore(0));
-    s.submit(1, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
-    s.submit(0, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    let (s, produced, consumed) = producer_and_dependant();
     let model = s.model();
     model.fault.store(true, Ordering::SeqCst);
     model.take_queries();

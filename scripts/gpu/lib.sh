@@ -65,3 +65,17 @@ peer_hop_benches() {
     echo "bench $i exit $?"; grep -E "cross-|chain, empty|command buffer, chained|alloca \+ dealloca \(" $OUT/bench-peer1-$i.txt | cut -c1-120
   done
 }
+# Five quick benches each of devbin/base/bench ("before") and devbin/bench ("after") alternating,
+# in the order of $1 and $2 within each round (logs $OUT/before/, $OUT/after/), then both builds'
+# issue-34 rows (standing_summary.py).
+quick_ab() {
+  local i which b
+  mkdir -p $OUT/before $OUT/after
+  for i in 1 2 3 4 5; do
+    for which in "$1" "$2"; do
+      b=devbin/bench; [ $which = before ] && b=devbin/base/bench
+      timeout "$(left 40)" $b --driver cuda --quick > $OUT/$which/quick-$i.txt 2>/dev/null || echo "bench $which $i exit $?"
+    done
+  done
+  for which in before after; do echo "-- $which"; python3 devbin/standing_summary.py $OUT/$which 2>&1 | sed -n '2,13p'; done
+}

@@ -123,9 +123,9 @@ enum Until<'a> {
     Retired(&'a Work),
     /// As `Retired`, for a producer whose dependant's mark completed without a fault after the
     /// dependant's stream waited on the producer's event: the producer and every entry before it
-    /// on its stream completed, so no event is asked or sealed on the way. Each query takes a
-    /// driver lock the submitting threads need; with two queues feeding each other, most of a
-    /// completion thread's queries were these.
+    /// on its stream completed, so no event is asked or sealed on the way (each query takes a
+    /// driver lock the submitting threads need, and two queues feeding each other would ask on
+    /// every hop).
     RetiredCompleted(&'a Work),
 }
 
