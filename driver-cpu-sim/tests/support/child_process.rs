@@ -4,6 +4,8 @@
 //! wait is bounded, and the child is killed when its handle drops.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
@@ -34,6 +36,40 @@ pub fn say(line: &str) {
     println!("{SAYS}{line}");
 }
 
+/// This test binary, which the child process runs again.
+pub fn test_binary() -> PathBuf {
+    std::env::current_exe().expect("the test binary")
+}
+
+/// Why user `uid` (group `gid`) cannot execute `file`: the first directory on its path that the
+/// user may not search, or the file itself when the user may not execute it, by the mode bits that
+/// apply to that user (owner, group or others). `None` when every one of them lets the user through.
+pub fn not_executable_by(file: &Path, uid: u32, gid: u32) -> Option<String> {
+    let file = file.canonicalize().unwrap_or_else(|_| file.to_path_buf());
+    let mut paths: Vec<&Path> = file.ancestors().skip(1).collect();
+    paths.reverse();
+    paths.push(&file);
+    for path in paths {
+        let meta = match std::fs::metadata(path) {
+            Ok(meta) => meta,
+            Err(e) => return Some(format!("{}: {e}", path.display())),
+        };
+        let mode = meta.permissions().mode();
+        let bits = if meta.uid() == uid {
+            mode >> 6
+        } else if meta.gid() == gid {
+            mode >> 3
+        } else {
+            mode
+        };
+        if bits & 0o1 == 0 {
+            let what = if path == file { "executable" } else { "searchable" };
+            return Some(format!("{} (mode {:o}) is not {what} by it", path.display(), mode & 0o7777));
+        }
+    }
+    None
+}
+
 /// The child process, its stdout lines meant for the parent, and a kill on drop.
 pub struct ChildProcess {
     child: Child,
@@ -48,15 +84,24 @@ impl ChildProcess {
 
     /// Starts the child playing `scenario`, given `id`, after `adjust` changed its command.
     pub fn spawn_with(scenario: &str, id: Option<&ChannelId>, adjust: impl FnOnce(&mut Command)) -> ChildProcess {
-        let exe = std::env::current_exe().expect("the test binary");
-        let mut command = Command::new(exe);
+        Self::try_spawn_with(scenario, id, adjust).expect("spawn the child process")
+    }
+
+    /// As [`spawn_with`](Self::spawn_with), or the error that kept the child from starting (the
+    /// test binary cannot be executed by the user `adjust` chose, say).
+    pub fn try_spawn_with(
+        scenario: &str,
+        id: Option<&ChannelId>,
+        adjust: impl FnOnce(&mut Command),
+    ) -> std::io::Result<ChildProcess> {
+        let mut command = Command::new(test_binary());
         command.args(["--exact", "child_process", "--nocapture", "--test-threads=1"]);
         command.env(CHILD_SCENARIO, scenario).stdout(Stdio::piped());
         if let Some(id) = id {
             command.env(CHILD_ID, id.to_hex());
         }
         adjust(&mut command);
-        let mut child = command.spawn().expect("spawn the child process");
+        let mut child = command.spawn()?;
         let stdout = child.stdout.take().expect("piped");
         let (send, lines) = channel();
         std::thread::spawn(move || {
@@ -67,7 +112,7 @@ impl ChildProcess {
                 }
             }
         });
-        ChildProcess { child, lines }
+        Ok(ChildProcess { child, lines })
     }
 
     /// Its process id.
