@@ -10,9 +10,11 @@
 set -e
 cd "$(dirname "$0")/../.."
 IREE=${IREE:-3.13.0}; PY=${PY:-3.12}
+# Where cargo put the release build (target/, or CARGO_TARGET_DIR when set).
+release=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/release
 mkdir -p devpeers
 cargo build --release -p bench --example peers 2>&1 | tail -1
-cp target/release/examples/peers devpeers/peers && strip devpeers/peers
+cp "$release"/examples/peers devpeers/peers && strip devpeers/peers
 cp bench/peers/peers.py bench/peers/run.sh scripts/gpu/vulkan-env.sh devpeers/
 VENV=${VENV:-/tmp/iree-venv}
 if [ ! -x "$VENV/bin/iree-compile" ]; then

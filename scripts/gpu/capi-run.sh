@@ -12,8 +12,9 @@ if [ "${1:-}" = build ]; then
   set -e
   cd "$(dirname "$0")/../.."
   cargo build --release -p timeline-hal-c --lib --example c_overhead 2>&1 | tail -1
+  release=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/release
   mkdir -p devbin/capi
-  cp target/release/libthal.so target/release/examples/c_overhead hal-c/tests/c/kernels.cu devbin/capi/
+  cp "$release"/libthal.so "$release"/examples/c_overhead hal-c/tests/c/kernels.cu devbin/capi/
   # The test program finds libthal.so beside itself ($ORIGIN), wherever devbin/ lands.
   cc -std=gnu11 -O1 -g -Wall -Wextra -Werror -Ihal-c/include hal-c/tests/c/thal_tests.c -o devbin/capi/thal_tests \
      -Ldevbin/capi -lthal -Wl,-rpath,'$ORIGIN' -lpthread

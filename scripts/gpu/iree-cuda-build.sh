@@ -4,6 +4,8 @@
 # Needs what hal-iree/ci.sh installs (CMake 3.26+ on PATH, libclang, gtest).
 set -e
 cd "$(dirname "$0")/../../hal-iree"
+# Where cargo put the release build (target/, or CARGO_TARGET_DIR when set).
+release=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)/release
 mkdir -p ../devbin/iree
 cargo test --release --workspace --no-run --message-format=json 2>/dev/null | python3 -c "
 import sys, json, shutil
@@ -13,6 +15,6 @@ for line in sys.stdin:
         shutil.copy(m['executable'], '../devbin/iree/' + m['target']['name']); print('devbin/iree/' + m['target']['name'])
 "
 cargo build --release --bin thal-iree-run 2>&1 | tail -1
-cp target/release/thal-iree-run ../devbin/iree/
+cp "$release"/thal-iree-run ../devbin/iree/
 strip ../devbin/iree/*
 du -sh ../devbin/iree
