@@ -71,7 +71,7 @@ pub unsafe extern "C" fn thal_buffer_allocate(
         unsafe {
             check_out(out, "out")?;
             let buffer = get::<Device>(device, "device")?.allocate_buffer(buffer_params(params)?, size)?;
-            store(out, buffer);
+            store(out, buffer)?;
         }
         Ok(())
     })
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn thal_buffer_import_host_memory(
                 }
             };
             let buffer = device.import_host_memory(ptr, length, params, move || release.run())?;
-            store(out, buffer);
+            store(out, buffer)?;
         }
         Ok(())
     })
@@ -157,7 +157,7 @@ pub unsafe extern "C" fn thal_buffer_subspan(
         unsafe {
             check_out(out, "out")?;
             let span = get::<Buffer>(buffer, "buffer")?.subspan(offset, length)?;
-            store(out, span);
+            store(out, span)?;
         }
         Ok(())
     })
@@ -238,8 +238,7 @@ pub unsafe extern "C" fn thal_buffer_read(
 /// `buffer` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_buffer_retain(buffer: *mut thal_buffer_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_buffer_retain", || unsafe { handle::retain::<Buffer>(buffer) })
+    guard("thal_buffer_retain", || handle::retain::<Buffer>(buffer, "buffer"))
 }
 
 /// Drops a reference to `buffer`; its memory goes once queued work using it retired. NULL is allowed.
@@ -251,6 +250,5 @@ pub unsafe extern "C" fn thal_buffer_release(buffer: *mut thal_buffer_t) -> thal
     if buffer.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_buffer_release", || unsafe { handle::release::<Buffer>(buffer) })
+    guard("thal_buffer_release", || handle::release::<Buffer>(buffer, "buffer"))
 }

@@ -132,12 +132,10 @@ unsafe fn collective_args(args: *const thal_collective_args_t) -> Result<Collect
     };
     let mut collective = CollectiveArgs::new(op, element_type(args.element_type)?, args.count);
     if !args.send.buffer.is_null() {
-        // SAFETY: the caller's contract.
-        collective = collective.send_range(unsafe { buffer_binding(&args.send, "args.send.buffer") }?);
+        collective = collective.send_range(buffer_binding(&args.send, "args.send.buffer")?);
     }
     if !args.recv.buffer.is_null() {
-        // SAFETY: the caller's contract.
-        collective = collective.recv_range(unsafe { buffer_binding(&args.recv, "args.recv.buffer") }?);
+        collective = collective.recv_range(buffer_binding(&args.recv, "args.recv.buffer")?);
     }
     Ok(collective)
 }
@@ -183,7 +181,7 @@ pub unsafe extern "C" fn thal_channel_create(
             let id = id.as_ref().ok_or_else(|| Error::invalid_argument("argument 'id': a NULL thal_channel_id_t"))?;
             let channel =
                 get::<Device>(device, "device")?.create_channel(&ChannelId::from_bytes(&id.bytes)?, rank, count)?;
-            store(out, channel);
+            store(out, channel)?;
         }
         Ok(())
     })
@@ -211,7 +209,7 @@ pub unsafe extern "C" fn thal_queue_collective(
         unsafe {
             get::<Queue>(queue, "queue")?.collective(
                 &semaphore_list(waits, "waits")?,
-                get::<Channel>(channel, "channel")?,
+                &*get::<Channel>(channel, "channel")?,
                 collective_args(args)?,
                 &semaphore_list(signals, "signals")?,
             )
@@ -245,8 +243,7 @@ pub unsafe extern "C" fn thal_channel_rank(
 /// `channel` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_channel_retain(channel: *mut thal_channel_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_channel_retain", || unsafe { handle::retain::<Channel>(channel) })
+    guard("thal_channel_retain", || handle::retain::<Channel>(channel, "channel"))
 }
 
 /// Drops a reference to `channel`; the last one leaves the channel (see `thal_channel_create`).
@@ -259,6 +256,5 @@ pub unsafe extern "C" fn thal_channel_release(channel: *mut thal_channel_t) -> t
     if channel.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_channel_release", || unsafe { handle::release::<Channel>(channel) })
+    guard("thal_channel_release", || handle::release::<Channel>(channel, "channel"))
 }

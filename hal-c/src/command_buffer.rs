@@ -43,30 +43,22 @@ pub struct thal_binding_ref_t {
 }
 
 /// The HAL form of a buffer reference.
-///
-/// # Safety
-/// `reference.buffer` is NULL or a handle the caller holds.
-unsafe fn buffer_ref(reference: thal_buffer_ref_t, arg: &str) -> Result<BufferRef> {
-    // SAFETY: the caller's contract.
-    Ok(match unsafe { get_optional::<Buffer>(reference.buffer, arg) }? {
-        Some(buffer) => BufferRef::from(buffer),
+fn buffer_ref(reference: thal_buffer_ref_t, arg: &str) -> Result<BufferRef> {
+    Ok(match get_optional::<Buffer>(reference.buffer, arg)? {
+        Some(buffer) => BufferRef::from(&*buffer),
         None => BufferRef::slot(reference.slot),
     })
 }
 
 /// The HAL form of a dispatch binding.
-///
-/// # Safety
-/// `binding.buffer` is NULL or a handle the caller holds.
-unsafe fn binding_ref(binding: &thal_binding_ref_t, arg: impl std::fmt::Display + Copy) -> Result<BindingRef> {
-    // SAFETY: the caller's contract.
-    match unsafe { get_optional::<Buffer>(binding.buffer, arg) }? {
+fn binding_ref(binding: &thal_binding_ref_t, arg: impl std::fmt::Display + Copy) -> Result<BindingRef> {
+    match get_optional::<Buffer>(binding.buffer, arg)? {
         Some(buffer) => {
             let length = match binding.length {
                 THAL_WHOLE_LENGTH => buffer.size().saturating_sub(binding.offset),
                 length => length,
             };
-            Ok(BindingRef::from(hal::BufferBinding::range(buffer, binding.offset, length)))
+            Ok(BindingRef::from(hal::BufferBinding::range(&buffer, binding.offset, length)))
         }
         None if binding.length == THAL_WHOLE_LENGTH => Err(Error::invalid_argument(format!(
             "{arg}: slot {} bound with THAL_WHOLE_LENGTH: a slot binding needs its length",
@@ -79,14 +71,13 @@ unsafe fn binding_ref(binding: &thal_binding_ref_t, arg: impl std::fmt::Display 
 /// The HAL form of a dispatch's bindings.
 ///
 /// # Safety
-/// `bindings` has `count` entries whose buffers are NULL or handles the caller holds.
+/// `bindings` is NULL or has `count` entries.
 unsafe fn binding_refs(bindings: *const thal_binding_ref_t, count: usize) -> Result<Vec<BindingRef>> {
     // SAFETY: the caller's contract.
     unsafe { c_array(bindings, count, "bindings")? }
         .iter()
         .enumerate()
-        // SAFETY: the caller's contract.
-        .map(|(i, b)| unsafe { binding_ref(b, format_args!("bindings[{i}]")) })
+        .map(|(i, b)| binding_ref(b, format_args!("bindings[{i}]")))
         .collect()
 }
 
@@ -112,7 +103,7 @@ pub unsafe extern "C" fn thal_command_buffer_create(
         unsafe {
             check_out(out, "out")?;
             let command_buffer = get::<Device>(device, "device")?.create_command_buffer(mode)?;
-            store(out, command_buffer);
+            store(out, command_buffer)?;
         }
         Ok(())
     })
@@ -132,15 +123,12 @@ pub unsafe extern "C" fn thal_command_buffer_fill(
     pattern_length: u8,
 ) -> thal_status_t {
     guard("thal_command_buffer_fill", || {
-        // SAFETY: the caller's contract.
-        unsafe {
-            get::<CommandBuffer>(command_buffer, "command_buffer")?.fill(
-                buffer_ref(target, "target")?,
-                offset,
-                length,
-                fill_pattern(pattern, pattern_length)?,
-            )
-        }
+        get::<CommandBuffer>(command_buffer, "command_buffer")?.fill(
+            buffer_ref(target, "target")?,
+            offset,
+            length,
+            fill_pattern(pattern, pattern_length)?,
+        )
     })
 }
 
@@ -182,16 +170,13 @@ pub unsafe extern "C" fn thal_command_buffer_copy(
     length: u64,
 ) -> thal_status_t {
     guard("thal_command_buffer_copy", || {
-        // SAFETY: the caller's contract.
-        unsafe {
-            get::<CommandBuffer>(command_buffer, "command_buffer")?.copy(
-                buffer_ref(source, "source")?,
-                source_offset,
-                buffer_ref(target, "target")?,
-                target_offset,
-                length,
-            )
-        }
+        get::<CommandBuffer>(command_buffer, "command_buffer")?.copy(
+            buffer_ref(source, "source")?,
+            source_offset,
+            buffer_ref(target, "target")?,
+            target_offset,
+            length,
+        )
     })
 }
 
@@ -218,7 +203,7 @@ pub unsafe extern "C" fn thal_command_buffer_dispatch(
             let grid = c_array(workgroups, 3, "workgroups")?;
             let bindings = binding_refs(bindings, binding_count)?;
             get::<CommandBuffer>(command_buffer, "command_buffer")?.dispatch_refs(
-                get::<Executable>(executable, "executable")?,
+                &*get::<Executable>(executable, "executable")?,
                 entry_point,
                 [grid[0], grid[1], grid[2]],
                 c_array(constants, constant_count, "constants")?,
@@ -251,7 +236,7 @@ pub unsafe extern "C" fn thal_command_buffer_dispatch_indirect(
         unsafe {
             let bindings = binding_refs(bindings, binding_count)?;
             get::<CommandBuffer>(command_buffer, "command_buffer")?.dispatch_indirect_refs(
-                get::<Executable>(executable, "executable")?,
+                &*get::<Executable>(executable, "executable")?,
                 entry_point,
                 buffer_ref(count, "count")?,
                 count_offset,
@@ -268,10 +253,7 @@ pub unsafe extern "C" fn thal_command_buffer_dispatch_indirect(
 /// `command_buffer` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_command_buffer_barrier(command_buffer: *mut thal_command_buffer_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_command_buffer_barrier", || unsafe {
-        get::<CommandBuffer>(command_buffer, "command_buffer")?.barrier()
-    })
+    guard("thal_command_buffer_barrier", || get::<CommandBuffer>(command_buffer, "command_buffer")?.barrier())
 }
 
 /// Ends recording; the command buffer is immutable afterwards and can be executed.
@@ -280,8 +262,7 @@ pub unsafe extern "C" fn thal_command_buffer_barrier(command_buffer: *mut thal_c
 /// `command_buffer` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_command_buffer_end(command_buffer: *mut thal_command_buffer_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_command_buffer_end", || unsafe { get::<CommandBuffer>(command_buffer, "command_buffer")?.end() })
+    guard("thal_command_buffer_end", || get::<CommandBuffer>(command_buffer, "command_buffer")?.end())
 }
 
 /// Adds a reference to `command_buffer`.
@@ -290,8 +271,7 @@ pub unsafe extern "C" fn thal_command_buffer_end(command_buffer: *mut thal_comma
 /// `command_buffer` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_command_buffer_retain(command_buffer: *mut thal_command_buffer_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_command_buffer_retain", || unsafe { handle::retain::<CommandBuffer>(command_buffer) })
+    guard("thal_command_buffer_retain", || handle::retain::<CommandBuffer>(command_buffer, "command_buffer"))
 }
 
 /// Drops a reference to `command_buffer` (executes in flight keep what they need). NULL is allowed.
@@ -303,8 +283,7 @@ pub unsafe extern "C" fn thal_command_buffer_release(command_buffer: *mut thal_c
     if command_buffer.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_command_buffer_release", || unsafe { handle::release::<CommandBuffer>(command_buffer) })
+    guard("thal_command_buffer_release", || handle::release::<CommandBuffer>(command_buffer, "command_buffer"))
 }
 
 /// The C calls' (pattern, pattern length) pair as the HAL's [`FillPattern`]: a length of 1, 2 or 4

@@ -123,7 +123,7 @@ pub unsafe extern "C" fn thal_device_create(
         unsafe {
             check_out(out, "out")?;
             let device = registry().create_device(str_arg(driver, "driver")?, ordinal)?;
-            store(out, device);
+            store(out, device)?;
         }
         Ok(())
     })
@@ -140,7 +140,7 @@ pub unsafe extern "C" fn thal_device_create_at(path: *const c_char, out: *mut *m
         unsafe {
             check_out(out, "out")?;
             let device = registry().create_device_at(str_arg(path, "path")?)?;
-            store(out, device);
+            store(out, device)?;
         }
         Ok(())
     })
@@ -152,8 +152,7 @@ pub unsafe extern "C" fn thal_device_create_at(path: *const c_char, out: *mut *m
 /// `device` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_device_retain(device: *mut thal_device_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_device_retain", || unsafe { handle::retain::<Device>(device) })
+    guard("thal_device_retain", || handle::retain::<Device>(device, "device"))
 }
 
 /// Drops a reference to `device`; the last one closes it once its queues' work is done. NULL is
@@ -166,8 +165,7 @@ pub unsafe extern "C" fn thal_device_release(device: *mut thal_device_t) -> thal
     if device.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_device_release", || unsafe { handle::release::<Device>(device) })
+    guard("thal_device_release", || handle::release::<Device>(device, "device"))
 }
 
 /// Writes the number of queues of `device` to `*count`.
@@ -190,10 +188,7 @@ pub unsafe extern "C" fn thal_device_queue_count(device: *mut thal_device_t, cou
 /// `device` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_device_trim(device: *mut thal_device_t) -> thal_status_t {
-    guard("thal_device_trim", || {
-        // SAFETY: the caller's contract.
-        unsafe { get::<Device>(device, "device")? }.trim()
-    })
+    guard("thal_device_trim", || get::<Device>(device, "device")?.trim())
 }
 
 /// Copies the device's name (NUL-terminated, truncated to `capacity`) into `buffer`, and its full
@@ -250,7 +245,7 @@ pub unsafe extern "C" fn thal_device_queue(
         unsafe {
             check_out(out, "out")?;
             let queue = get::<Device>(device, "device")?.queue(index)?;
-            store::<Queue>(out, queue);
+            store::<Queue>(out, queue)?;
         }
         Ok(())
     })
@@ -262,8 +257,7 @@ pub unsafe extern "C" fn thal_device_queue(
 /// `queue` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_queue_retain(queue: *mut thal_queue_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_queue_retain", || unsafe { handle::retain::<Queue>(queue) })
+    guard("thal_queue_retain", || handle::retain::<Queue>(queue, "queue"))
 }
 
 /// Drops a reference to `queue`. NULL is allowed.
@@ -275,6 +269,5 @@ pub unsafe extern "C" fn thal_queue_release(queue: *mut thal_queue_t) -> thal_st
     if queue.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_queue_release", || unsafe { handle::release::<Queue>(queue) })
+    guard("thal_queue_release", || handle::release::<Queue>(queue, "queue"))
 }

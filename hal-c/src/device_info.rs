@@ -84,7 +84,7 @@ pub unsafe extern "C" fn thal_device_query_info(
         unsafe {
             check_out(out, "out")?;
             let snapshot = DeviceInfoSnapshot::new(get::<Device>(device, "device")?.info());
-            store(out, snapshot);
+            store(out, snapshot)?;
         }
         Ok(())
     })
@@ -102,8 +102,7 @@ pub unsafe extern "C" fn thal_device_info_text(
     text: *mut *const c_char,
 ) -> thal_status_t {
     guard("thal_device_info_text", || {
-        // SAFETY: the caller's contract.
-        let info = unsafe { get::<DeviceInfoSnapshot>(info, "info") }?;
+        let info = get::<DeviceInfoSnapshot>(info, "info")?;
         let found = info.texts.get(field as usize).ok_or_else(|| {
             Error::invalid_argument(format!("argument 'field' {field}: not a THAL_DEVICE_INFO_* text"))
         })?;
@@ -215,8 +214,7 @@ pub unsafe extern "C" fn thal_device_info_property(
 /// `info` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_device_info_retain(info: *mut thal_device_info_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_device_info_retain", || unsafe { handle::retain::<DeviceInfoSnapshot>(info) })
+    guard("thal_device_info_retain", || handle::retain::<DeviceInfoSnapshot>(info, "info"))
 }
 
 /// Drops a reference to `info`; the last one frees its strings. NULL is allowed.
@@ -228,6 +226,5 @@ pub unsafe extern "C" fn thal_device_info_release(info: *mut thal_device_info_t)
     if info.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_device_info_release", || unsafe { handle::release::<DeviceInfoSnapshot>(info) })
+    guard("thal_device_info_release", || handle::release::<DeviceInfoSnapshot>(info, "info"))
 }

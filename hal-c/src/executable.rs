@@ -72,7 +72,7 @@ pub unsafe extern "C" fn thal_executable_load_library(
             check_out(out, "out")?;
             let source = ExecutableSource::SharedLibrary(PathBuf::from(str_arg(path, "path")?));
             let executable = get::<Device>(device, "device")?.load_executable(&source)?;
-            store(out, executable);
+            store(out, executable)?;
         }
         Ok(())
     })
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn thal_executable_load_bytes(
             check_out(out, "out")?;
             let source = bytes_source(params)?;
             let executable = get::<Device>(device, "device")?.load_executable(&source)?;
-            store(out, executable);
+            store(out, executable)?;
         }
         Ok(())
     })
@@ -160,8 +160,7 @@ pub unsafe extern "C" fn thal_executable_entry_point(
 /// `executable` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_executable_retain(executable: *mut thal_executable_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_executable_retain", || unsafe { handle::retain::<Executable>(executable) })
+    guard("thal_executable_retain", || handle::retain::<Executable>(executable, "executable"))
 }
 
 /// Drops a reference to `executable` (recorded dispatches keep it loaded). NULL is allowed.
@@ -173,6 +172,5 @@ pub unsafe extern "C" fn thal_executable_release(executable: *mut thal_executabl
     if executable.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_executable_release", || unsafe { handle::release::<Executable>(executable) })
+    guard("thal_executable_release", || handle::release::<Executable>(executable, "executable"))
 }

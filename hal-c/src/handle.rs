@@ -1,9 +1,9 @@
-//! Opaque handles: an `Arc` whose first word is a tag naming the kind, so that NULL, released and
-//! wrong-kind handles are refused with `INVALID_ARGUMENT` instead of being used.
+//! Opaque handles: integers naming a slot of their kind's table and its generation (`crate::table`),
+//! so that NULL, released, stale, wrong-kind and forged handles are refused with `INVALID_ARGUMENT`
+//! instead of being used. The C types point to nothing; only their values matter.
 
 use std::fmt::Display;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use hal::{Buffer, Channel, CommandBuffer, Device, Error, Executable, Queue, Result, Semaphore};
 
@@ -11,6 +11,7 @@ use crate::device_info::DeviceInfoSnapshot;
 use crate::mapping::HostMapping;
 use crate::profile::ProfileSnapshot;
 use crate::queue::PendingRead;
+use crate::table::{Refused, Table};
 
 /// A device (`thal_device_create`).
 pub struct thal_device_t {
@@ -61,147 +62,113 @@ pub struct thal_channel_t {
     _opaque: [u8; 0],
 }
 
-/// The tag a released handle's memory holds while it is being freed (and often after).
-const DEAD_TAG: u64 = 0x7468_616c_dead_dead;
-
 /// A HAL object that C holds through a handle of type `C`.
 pub(crate) trait Kind: Send + Sync + Sized + 'static {
     /// The opaque C type of its handles.
     type C;
-    /// The tag at the start of its handles.
-    const TAG: u64;
-    /// The C type's name, for messages.
-    const NAME: &'static str;
+    /// The table of its handles.
+    fn table() -> &'static Table<Self>;
 }
 
 macro_rules! kinds {
-    ($($rust:ty => $c:ident, $tag:expr;)*) => {
+    ($($rust:ty => $c:ident, $kind:literal;)*) => {
         $(impl Kind for $rust {
             type C = $c;
-            const TAG: u64 = $tag;
-            const NAME: &'static str = stringify!($c);
+            fn table() -> &'static Table<Self> {
+                static TABLE: Table<$rust> = Table::new($kind, stringify!($c));
+                &TABLE
+            }
         })*
-        /// The C type name of the kind tagged `tag`, if any.
-        fn kind_name(tag: u64) -> Option<&'static str> {
-            $(if tag == $tag { return Some(stringify!($c)); })*
+        /// What `value` is as a handle of kind `kind`: "a thal_buffer_t" or "a released
+        /// thal_buffer_t"; `None` if no kind is `kind` or no handle of it ever had this value.
+        fn describe(kind: u8, value: usize) -> Option<String> {
+            $(if kind == $kind {
+                let table = <$rust as Kind>::table();
+                return match table.check(value) {
+                    Ok(()) => Some(format!("a {}", table.name())),
+                    Err(Refused::Released) => Some(format!("a released {}", table.name())),
+                    Err(_) => None,
+                };
+            })*
             None
         }
     };
 }
 
 kinds! {
-    Device => thal_device_t, 0x7468_616c_0000_0001;
-    Queue => thal_queue_t, 0x7468_616c_0000_0002;
-    Buffer => thal_buffer_t, 0x7468_616c_0000_0003;
-    Semaphore => thal_semaphore_t, 0x7468_616c_0000_0004;
-    CommandBuffer => thal_command_buffer_t, 0x7468_616c_0000_0005;
-    Executable => thal_executable_t, 0x7468_616c_0000_0006;
-    PendingRead => thal_readback_t, 0x7468_616c_0000_0007;
-    HostMapping => thal_mapping_t, 0x7468_616c_0000_0008;
-    DeviceInfoSnapshot => thal_device_info_t, 0x7468_616c_0000_0009;
-    ProfileSnapshot => thal_profile_t, 0x7468_616c_0000_000a;
-    Channel => thal_channel_t, 0x7468_616c_0000_000b;
+    Device => thal_device_t, 1;
+    Queue => thal_queue_t, 2;
+    Buffer => thal_buffer_t, 3;
+    Semaphore => thal_semaphore_t, 4;
+    CommandBuffer => thal_command_buffer_t, 5;
+    Executable => thal_executable_t, 6;
+    PendingRead => thal_readback_t, 7;
+    HostMapping => thal_mapping_t, 8;
+    DeviceInfoSnapshot => thal_device_info_t, 9;
+    ProfileSnapshot => thal_profile_t, 10;
+    Channel => thal_channel_t, 11;
 }
 
-/// What a handle points to: the tag, then the object.
-#[repr(C)]
-struct Tagged<T> {
-    tag: AtomicU64,
-    value: T,
+/// What a value no handle ever had is, for a message expecting a `name`.
+fn never_a_handle(name: &str) -> String {
+    format!("never a handle of this library; a {name} was expected")
 }
 
-impl<T> Drop for Tagged<T> {
-    fn drop(&mut self) {
-        self.tag.store(DEAD_TAG, Ordering::Relaxed);
+/// The error for `handle` (argument `arg`) refused by `T`'s table as `refused`.
+fn refusal<T: Kind>(handle: *const T::C, arg: impl Display, refused: Refused) -> Error {
+    let name = T::table().name();
+    let value = handle.addr();
+    if value == 0 {
+        return Error::invalid_argument(format!("argument '{arg}': a NULL {name}"));
     }
-}
-
-/// A new handle holding `value`, with one reference for the caller.
-pub(crate) fn into_handle<T: Kind>(value: T) -> *mut T::C {
-    Arc::into_raw(Arc::new(Tagged { tag: AtomicU64::new(T::TAG), value })) as *mut T::C
-}
-
-/// Checks that `handle` (argument `arg`, formatted only for a message) is a live `T` handle.
-///
-/// # Safety
-/// `handle` is NULL or points to at least 8 readable bytes (any handle of this library does).
-unsafe fn check<T: Kind>(handle: *const T::C, arg: impl Display) -> Result<*const Tagged<T>> {
-    if handle.is_null() {
-        return Err(Error::invalid_argument(format!("argument '{arg}': a NULL {}", T::NAME)));
-    }
-    if !(handle as usize).is_multiple_of(align_of::<Tagged<T>>()) {
-        return Err(Error::invalid_argument(format!("argument '{arg}' at {handle:p} is not a {}", T::NAME)));
-    }
-    // SAFETY: every handle starts with the tag word (`Tagged` is `repr(C)`), and the caller promises
-    // the pointer is readable; only the tag is read before it is known to be a `T`.
-    let tag = unsafe { &*(handle as *const AtomicU64) }.load(Ordering::Relaxed);
-    if tag == T::TAG {
-        return Ok(handle as *const Tagged<T>);
-    }
-    let what = match kind_name(tag) {
-        Some(other) => format!("a {other}"),
-        None if tag == DEAD_TAG => "a released handle".to_owned(),
-        None => "not a handle of this library".to_owned(),
+    let what = match refused {
+        Refused::TooManyReferences => {
+            return Error::resource_exhausted(format!("argument '{arg}' ({value:#x}): too many references"));
+        }
+        Refused::Released => format!("a released {name}"),
+        Refused::OtherKind(kind) => match describe(kind, value) {
+            Some(other) => format!("{other}, not a {name}"),
+            None => never_a_handle(name),
+        },
+        Refused::NeverMade => never_a_handle(name),
     };
-    Err(Error::invalid_argument(format!("argument '{arg}' at {handle:p} is {what}, not a {}", T::NAME)))
+    Error::invalid_argument(format!("argument '{arg}' ({value:#x}) is {what}"))
 }
 
-/// The object behind `handle`, borrowed for the call.
-///
-/// # Safety
-/// `handle` is NULL or a pointer the caller got from this library and still holds a reference to
-/// (or at least 8 readable bytes, which are then refused).
-pub(crate) unsafe fn get<'a, T: Kind>(handle: *const T::C, arg: impl Display) -> Result<&'a T> {
-    // SAFETY: the caller's contract; `check` returns only pointers tagged as a live `T`.
-    unsafe { check::<T>(handle, arg).map(|tagged| &(*tagged).value) }
+/// The object behind `handle`, kept alive for the call by the returned clone (even if another
+/// thread releases the handle meanwhile).
+pub(crate) fn get<T: Kind>(handle: *const T::C, arg: impl Display) -> Result<Arc<T>> {
+    T::table().get(handle.addr()).map_err(|refused| refusal::<T>(handle, arg, refused))
 }
 
 /// `get` for an optional argument: NULL is `None`.
-///
-/// # Safety
-/// As `get`.
-pub(crate) unsafe fn get_optional<'a, T: Kind>(handle: *const T::C, arg: impl Display) -> Result<Option<&'a T>> {
+pub(crate) fn get_optional<T: Kind>(handle: *const T::C, arg: impl Display) -> Result<Option<Arc<T>>> {
     if handle.is_null() {
         return Ok(None);
     }
-    // SAFETY: the caller's contract.
-    unsafe { get::<T>(handle, arg) }.map(Some)
+    get::<T>(handle, arg).map(Some)
 }
 
-/// Adds a reference to `handle`.
-///
-/// # Safety
-/// As `get`.
-pub(crate) unsafe fn retain<T: Kind>(handle: *const T::C) -> Result<()> {
-    // SAFETY: the caller's contract; the pointer came from `Arc::into_raw` of a `Tagged<T>`.
-    unsafe {
-        let tagged = check::<T>(handle, "handle")?;
-        Arc::increment_strong_count(tagged);
-    }
-    Ok(())
+/// Adds a reference to `handle` (argument `arg`).
+pub(crate) fn retain<T: Kind>(handle: *const T::C, arg: &str) -> Result<()> {
+    T::table().retain(handle.addr()).map_err(|refused| refusal::<T>(handle, arg, refused))
 }
 
-/// Drops one reference to `handle`; the last one frees the object.
-///
-/// # Safety
-/// As `get`; the caller gives up the reference it releases.
-pub(crate) unsafe fn release<T: Kind>(handle: *const T::C) -> Result<()> {
-    // SAFETY: the caller's contract; the pointer came from `Arc::into_raw` of a `Tagged<T>` and the
-    // caller owns the reference given back here.
-    unsafe {
-        let tagged = check::<T>(handle, "handle")?;
-        Arc::decrement_strong_count(tagged);
-    }
-    Ok(())
+/// Drops one reference to `handle` (argument `arg`); the last one ends the handle and drops the
+/// table's hold on the object (calls still using it keep it until they return).
+pub(crate) fn release<T: Kind>(handle: *const T::C, arg: &str) -> Result<()> {
+    T::table().release(handle.addr()).map_err(|refused| refusal::<T>(handle, arg, refused))
 }
 
-/// Stores a new handle for `value` in `*out`.
+/// Stores a new handle for `value`, with one reference for the caller, in `*out`.
 ///
 /// # Safety
 /// `out` was checked non-NULL by `check_out` and is writable.
-pub(crate) unsafe fn store<T: Kind>(out: *mut *mut T::C, value: T) {
-    // SAFETY: the caller's contract.
-    unsafe { out.write(into_handle(value)) };
+pub(crate) unsafe fn store<T: Kind>(out: *mut *mut T::C, value: T) -> Result<()> {
+    let handle = T::table().insert(Arc::new(value))?;
+    // SAFETY: the caller's contract. The handle is an integer, never dereferenced.
+    unsafe { out.write(std::ptr::without_provenance_mut(handle)) };
+    Ok(())
 }
 
 /// Refuses a NULL out-pointer, and clears a valid one (so that a failure leaves NULL there).

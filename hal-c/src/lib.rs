@@ -22,6 +22,7 @@ mod profile;
 mod queue;
 mod semaphore;
 mod status;
+mod table;
 
 pub use buffer::*;
 pub use channel::*;

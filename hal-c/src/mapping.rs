@@ -63,9 +63,9 @@ pub unsafe extern "C" fn thal_buffer_map(
         unsafe {
             check_out(out, "out")?;
             check_out(data, "data")?;
-            let mapping = HostMapping::new(get::<Buffer>(buffer, "buffer")?, offset, length)?;
+            let mapping = HostMapping::new(&*get::<Buffer>(buffer, "buffer")?, offset, length)?;
             data.write(mapping.data.cast());
-            store(out, mapping);
+            store(out, mapping)?;
         }
         Ok(())
     })
@@ -93,6 +93,5 @@ pub unsafe extern "C" fn thal_buffer_unmap(mapping: *mut thal_mapping_t) -> thal
     if mapping.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_buffer_unmap", || unsafe { handle::release::<HostMapping>(mapping) })
+    guard("thal_buffer_unmap", || handle::release::<HostMapping>(mapping, "mapping"))
 }

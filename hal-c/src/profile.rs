@@ -172,7 +172,7 @@ pub unsafe extern "C" fn thal_device_collect_profile(
         unsafe {
             check_out(out, "out")?;
             let profile = get::<Device>(device, "device")?.collect_profile()?;
-            store(out, ProfileSnapshot::new(profile));
+            store(out, ProfileSnapshot::new(profile))?;
         }
         Ok(())
     })
@@ -193,7 +193,7 @@ pub unsafe extern "C" fn thal_device_end_profiling(
         unsafe {
             check_out(out, "out")?;
             let profile = get::<Device>(device, "device")?.end_profiling()?;
-            store(out, ProfileSnapshot::new(profile));
+            store(out, ProfileSnapshot::new(profile))?;
         }
         Ok(())
     })
@@ -305,8 +305,7 @@ pub unsafe extern "C" fn thal_profile_dispatch(
 /// `profile` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_profile_retain(profile: *mut thal_profile_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_profile_retain", || unsafe { handle::retain::<ProfileSnapshot>(profile) })
+    guard("thal_profile_retain", || handle::retain::<ProfileSnapshot>(profile, "profile"))
 }
 
 /// Drops a reference to `profile`; the last one frees its records and strings. NULL is allowed.
@@ -318,6 +317,5 @@ pub unsafe extern "C" fn thal_profile_release(profile: *mut thal_profile_t) -> t
     if profile.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_profile_release", || unsafe { handle::release::<ProfileSnapshot>(profile) })
+    guard("thal_profile_release", || handle::release::<ProfileSnapshot>(profile, "profile"))
 }

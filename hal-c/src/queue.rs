@@ -32,20 +32,13 @@ pub struct thal_buffer_binding_t {
 pub type thal_host_call_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> thal_status_t>;
 
 /// A buffer range in HAL form, `THAL_WHOLE_LENGTH` resolved against the buffer.
-///
-/// # Safety
-/// `binding.buffer` is NULL or a handle the caller holds.
-pub(crate) unsafe fn buffer_binding(
-    binding: &thal_buffer_binding_t,
-    arg: impl std::fmt::Display,
-) -> Result<BufferBinding> {
-    // SAFETY: the caller's contract.
-    let buffer = unsafe { get::<Buffer>(binding.buffer, arg) }?;
+pub(crate) fn buffer_binding(binding: &thal_buffer_binding_t, arg: impl std::fmt::Display) -> Result<BufferBinding> {
+    let buffer = get::<Buffer>(binding.buffer, arg)?;
     let length = match binding.length {
         THAL_WHOLE_LENGTH => buffer.size().saturating_sub(binding.offset),
         length => length,
     };
-    Ok(BufferBinding::range(buffer, binding.offset, length))
+    Ok(BufferBinding::range(&buffer, binding.offset, length))
 }
 
 /// `count` entries of a C array (NULL allowed for 0).
@@ -85,7 +78,7 @@ pub unsafe extern "C" fn thal_queue_execute(
         unsafe {
             get::<Queue>(queue, "queue")?.execute(
                 &semaphore_list(waits, "waits")?,
-                get::<CommandBuffer>(command_buffer, "command_buffer")?,
+                &*get::<CommandBuffer>(command_buffer, "command_buffer")?,
                 &semaphore_list(signals, "signals")?,
             )
         }
@@ -115,7 +108,7 @@ pub unsafe extern "C" fn thal_queue_execute_with_bindings(
                 .collect::<Result<Vec<_>>>()?;
             get::<Queue>(queue, "queue")?.execute_with_bindings(
                 &semaphore_list(waits, "waits")?,
-                get::<CommandBuffer>(command_buffer, "command_buffer")?,
+                &*get::<CommandBuffer>(command_buffer, "command_buffer")?,
                 &table,
                 &semaphore_list(signals, "signals")?,
             )
@@ -144,7 +137,7 @@ pub unsafe extern "C" fn thal_queue_fill(
         unsafe {
             get::<Queue>(queue, "queue")?.fill(
                 &semaphore_list(waits, "waits")?,
-                get::<Buffer>(target, "target")?,
+                &*get::<Buffer>(target, "target")?,
                 offset,
                 length,
                 crate::command_buffer::fill_pattern(pattern, pattern_length)?,
@@ -174,7 +167,7 @@ pub unsafe extern "C" fn thal_queue_update(
         unsafe {
             get::<Queue>(queue, "queue")?.update(
                 &semaphore_list(waits, "waits")?,
-                get::<Buffer>(target, "target")?,
+                &*get::<Buffer>(target, "target")?,
                 offset,
                 host_bytes(data, length, "data")?,
                 &semaphore_list(signals, "signals")?,
@@ -204,9 +197,9 @@ pub unsafe extern "C" fn thal_queue_copy(
         unsafe {
             get::<Queue>(queue, "queue")?.copy(
                 &semaphore_list(waits, "waits")?,
-                get::<Buffer>(source, "source")?,
+                &*get::<Buffer>(source, "source")?,
                 source_offset,
-                get::<Buffer>(target, "target")?,
+                &*get::<Buffer>(target, "target")?,
                 target_offset,
                 length,
                 &semaphore_list(signals, "signals")?,
@@ -237,12 +230,12 @@ pub unsafe extern "C" fn thal_queue_read(
             check_out(out, "out")?;
             let readback = get::<Queue>(queue, "queue")?.read(
                 &semaphore_list(waits, "waits")?,
-                get::<Buffer>(source, "source")?,
+                &*get::<Buffer>(source, "source")?,
                 offset,
                 length,
                 &semaphore_list(signals, "signals")?,
             )?;
-            store(out, PendingRead { readback, length });
+            store(out, PendingRead { readback, length })?;
         }
         Ok(())
     })
@@ -273,7 +266,7 @@ pub unsafe extern "C" fn thal_queue_alloca(
                 size,
                 &semaphore_list(signals, "signals")?,
             )?;
-            store(out, buffer);
+            store(out, buffer)?;
         }
         Ok(())
     })
@@ -296,7 +289,7 @@ pub unsafe extern "C" fn thal_queue_dealloca(
         unsafe {
             get::<Queue>(queue, "queue")?.dealloca(
                 &semaphore_list(waits, "waits")?,
-                get::<Buffer>(buffer, "buffer")?,
+                &*get::<Buffer>(buffer, "buffer")?,
                 &semaphore_list(signals, "signals")?,
             )
         }
@@ -378,8 +371,7 @@ pub unsafe extern "C" fn thal_queue_host_call(
 /// `queue` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_queue_flush(queue: *mut thal_queue_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_queue_flush", || unsafe { get::<Queue>(queue, "queue")?.flush() })
+    guard("thal_queue_flush", || get::<Queue>(queue, "queue")?.flush())
 }
 
 /// Blocks until the read's bytes arrive (or `deadline_ns` passes, or the read failed: its status),
@@ -396,8 +388,7 @@ pub unsafe extern "C" fn thal_readback_wait(
     length: usize,
 ) -> thal_status_t {
     guard("thal_readback_wait", || {
-        // SAFETY: the caller's contract.
-        let read = unsafe { get::<PendingRead>(readback, "readback") }?;
+        let read = get::<PendingRead>(readback, "readback")?;
         if read.length != length as u64 {
             // Refused before waiting, so the bytes stay for a call with the right length.
             return Err(Error::invalid_argument(format!(
@@ -424,8 +415,7 @@ pub unsafe extern "C" fn thal_readback_wait(
 /// `readback` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_readback_retain(readback: *mut thal_readback_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_readback_retain", || unsafe { handle::retain::<PendingRead>(readback) })
+    guard("thal_readback_retain", || handle::retain::<PendingRead>(readback, "readback"))
 }
 
 /// Drops a reference to `readback`. NULL is allowed.
@@ -437,6 +427,5 @@ pub unsafe extern "C" fn thal_readback_release(readback: *mut thal_readback_t) -
     if readback.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_readback_release", || unsafe { handle::release::<PendingRead>(readback) })
+    guard("thal_readback_release", || handle::release::<PendingRead>(readback, "readback"))
 }

@@ -87,7 +87,7 @@ pub(crate) unsafe fn semaphore_list(list: *const thal_semaphore_list_t, arg: &st
             // SAFETY: both arrays hold `count` entries by the caller's contract.
             unsafe {
                 let semaphore = get::<Semaphore>(*list.semaphores.add(i), format_args!("{arg}.semaphores[{i}]"))?;
-                Ok(SemaphoreValue::new(semaphore, *list.values.add(i)))
+                Ok(SemaphoreValue::new(&semaphore, *list.values.add(i)))
             }
         })
         .collect()
@@ -108,7 +108,7 @@ pub unsafe extern "C" fn thal_semaphore_create(
         unsafe {
             check_out(out, "out")?;
             let semaphore = get::<Device>(device, "device")?.create_semaphore(initial)?;
-            store(out, semaphore);
+            store(out, semaphore)?;
         }
         Ok(())
     })
@@ -124,7 +124,7 @@ pub unsafe extern "C" fn thal_semaphore_create_host(initial: u64, out: *mut *mut
         // SAFETY: the caller's contract.
         unsafe {
             check_out(out, "out")?;
-            store(out, Semaphore::new(initial));
+            store(out, Semaphore::new(initial))?;
         }
         Ok(())
     })
@@ -137,8 +137,7 @@ pub unsafe extern "C" fn thal_semaphore_create_host(initial: u64, out: *mut *mut
 /// `semaphore` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_semaphore_signal(semaphore: *mut thal_semaphore_t, value: u64) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_semaphore_signal", || unsafe { get::<Semaphore>(semaphore, "semaphore")?.signal(value) })
+    guard("thal_semaphore_signal", || get::<Semaphore>(semaphore, "semaphore")?.signal(value))
 }
 
 /// Writes the current value to `*value`, or returns the semaphore's failure (its status and message).
@@ -163,8 +162,7 @@ pub unsafe extern "C" fn thal_semaphore_fail(semaphore: *mut thal_semaphore_t, s
     guard("thal_semaphore_fail", || {
         // SAFETY: the caller's contract; the status is consumed whatever happens next.
         let failure = unsafe { take_status(status) };
-        // SAFETY: the caller's contract.
-        let semaphore = unsafe { get::<Semaphore>(semaphore, "semaphore") }?;
+        let semaphore = get::<Semaphore>(semaphore, "semaphore")?;
         match failure {
             Ok(()) => Err(Error::invalid_argument(format!("{semaphore}: fail with an OK (NULL) status"))),
             Err(error) => {
@@ -186,10 +184,7 @@ pub unsafe extern "C" fn thal_semaphore_wait(
     value: u64,
     deadline_ns: thal_time_t,
 ) -> thal_status_t {
-    guard("thal_semaphore_wait", || {
-        // SAFETY: the caller's contract.
-        unsafe { get::<Semaphore>(semaphore, "semaphore")?.wait(value, timeout_of(deadline_ns)) }
-    })
+    guard("thal_semaphore_wait", || get::<Semaphore>(semaphore, "semaphore")?.wait(value, timeout_of(deadline_ns)))
 }
 
 /// Blocks until all (`THAL_WAIT_MODE_ALL`) or any (`THAL_WAIT_MODE_ANY`) pairs of `list` are
@@ -221,8 +216,7 @@ pub unsafe extern "C" fn thal_semaphore_wait_list(
 /// `semaphore` is a handle the caller holds.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn thal_semaphore_retain(semaphore: *mut thal_semaphore_t) -> thal_status_t {
-    // SAFETY: the caller's contract.
-    guard("thal_semaphore_retain", || unsafe { handle::retain::<Semaphore>(semaphore) })
+    guard("thal_semaphore_retain", || handle::retain::<Semaphore>(semaphore, "semaphore"))
 }
 
 /// Drops a reference to `semaphore`. NULL is allowed.
@@ -234,6 +228,5 @@ pub unsafe extern "C" fn thal_semaphore_release(semaphore: *mut thal_semaphore_t
     if semaphore.is_null() {
         return std::ptr::null_mut();
     }
-    // SAFETY: the caller's contract.
-    guard("thal_semaphore_release", || unsafe { handle::release::<Semaphore>(semaphore) })
+    guard("thal_semaphore_release", || handle::release::<Semaphore>(semaphore, "semaphore"))
 }
