@@ -197,4 +197,7 @@ c_tests! {
     spirv_executables,
     collectives,
     transient_buffers_and_indirect_dispatch,
+    stale_handles,
+    forged_handles,
+    retain_release_from_threads,
 }

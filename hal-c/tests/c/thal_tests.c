@@ -1000,6 +1000,279 @@ static void test_transient_buffers_and_indirect_dispatch(void) {
   thal_device_release(device);
 }
 
+/* ---- handle checks ---- */
+
+/* A call on a released handle fails naming it released. */
+#define STALE(call, kind) EXPECT(call, THAL_STATUS_INVALID_ARGUMENT, "is a released " kind)
+
+/* Each kind's handle is released and a new object of the kind made, likely where the old one was;
+ * every call on the stale handle is refused and leaves the new object as it was: its value stays,
+ * and one release (its only reference) ends it. Many rounds make the reuse certain. */
+static void test_stale_handles(void) {
+  enum { ROUNDS = 1000, DEVICE_ROUNDS = 16 };
+  thal_device_t *device = open_device();
+  thal_queue_t *queue = NULL;
+  OK(thal_device_queue(device, 0, &queue));
+  pair_t p;
+  uint64_t value = 0;
+  uint32_t word = 0x12345678, back = 0;
+  for (int round = 0; round < ROUNDS; round++) {
+    thal_semaphore_t *old_semaphore = semaphore(device), *fresh_semaphore = NULL;
+    OK(thal_semaphore_release(old_semaphore));
+    OK(thal_semaphore_create(device, 7, &fresh_semaphore));
+    EXPECT(thal_semaphore_release(old_semaphore), THAL_STATUS_INVALID_ARGUMENT,
+           "argument 'semaphore' (0x");
+    STALE(thal_semaphore_release(old_semaphore), "thal_semaphore_t");
+    STALE(thal_semaphore_retain(old_semaphore), "thal_semaphore_t");
+    STALE(thal_semaphore_signal(old_semaphore, 9), "thal_semaphore_t");
+    STALE(thal_semaphore_query(old_semaphore, &value), "thal_semaphore_t");
+    STALE(thal_semaphore_wait(old_semaphore, 1, THAL_TIME_INFINITE_PAST), "thal_semaphore_t");
+    STALE(thal_semaphore_fail(old_semaphore, thal_status_make(THAL_STATUS_ABORTED, "stale")), "thal_semaphore_t");
+    EXPECT(thal_semaphore_wait_list(THAL_WAIT_MODE_ALL, one(&p, old_semaphore, 1), THAL_TIME_INFINITE_PAST),
+           THAL_STATUS_INVALID_ARGUMENT, "'list.semaphores[0]'");
+    EXPECT(thal_queue_barrier(queue, NULL, one(&p, old_semaphore, 1)), THAL_STATUS_INVALID_ARGUMENT,
+           "'signals.semaphores[0]'");
+    OK(thal_semaphore_query(fresh_semaphore, &value));
+    CHECK(value == 7);
+    OK(thal_semaphore_signal(fresh_semaphore, 8));
+    OK(thal_semaphore_wait(fresh_semaphore, 8, THAL_TIME_INFINITE_PAST));
+    OK(thal_semaphore_release(fresh_semaphore));
+    STALE(thal_semaphore_query(fresh_semaphore, &value), "thal_semaphore_t");
+
+    thal_buffer_t *old_buffer = host_buffer(device, 64), *fresh_buffer = NULL, *span = NULL;
+    OK(thal_buffer_release(old_buffer));
+    fresh_buffer = host_buffer(device, 128);
+    OK(thal_buffer_write(fresh_buffer, 0, &word, sizeof word));
+    STALE(thal_buffer_release(old_buffer), "thal_buffer_t");
+    STALE(thal_buffer_retain(old_buffer), "thal_buffer_t");
+    STALE(thal_buffer_size(old_buffer, &value), "thal_buffer_t");
+    STALE(thal_buffer_write(old_buffer, 0, &back, sizeof back), "thal_buffer_t");
+    STALE(thal_buffer_read(old_buffer, 0, &back, sizeof back), "thal_buffer_t");
+    STALE(thal_buffer_subspan(old_buffer, 0, 16, &span), "thal_buffer_t");
+    void *data = NULL;
+    thal_mapping_t *mapping = NULL;
+    STALE(thal_buffer_map(old_buffer, 0, 16, &data, &mapping), "thal_buffer_t");
+    EXPECT(thal_queue_fill(queue, NULL, old_buffer, 0, 4, 0, 1, NULL), THAL_STATUS_INVALID_ARGUMENT, "'target'");
+    CHECK(span == NULL && mapping == NULL);
+    OK(thal_buffer_size(fresh_buffer, &value));
+    CHECK(value == 128);
+    OK(thal_buffer_read(fresh_buffer, 0, &back, sizeof back));
+    CHECK(back == word);
+
+    OK(thal_buffer_map(fresh_buffer, 0, 16, &data, &mapping));
+    OK(thal_buffer_unmap(mapping));
+    thal_mapping_t *old_mapping = mapping;
+    OK(thal_buffer_map(fresh_buffer, 0, 32, &data, &mapping));
+    size_t length = 0;
+    STALE(thal_mapping_length(old_mapping, &length), "thal_mapping_t");
+    STALE(thal_buffer_unmap(old_mapping), "thal_mapping_t");
+    OK(thal_mapping_length(mapping, &length));
+    CHECK(length == 32 && *(uint32_t *)data == word);
+    OK(thal_buffer_unmap(mapping));
+
+    thal_readback_t *old_readback = NULL, *readback = NULL;
+    OK(thal_queue_read(queue, NULL, fresh_buffer, 0, sizeof back, NULL, &old_readback));
+    OK(thal_readback_release(old_readback));
+    OK(thal_queue_read(queue, NULL, fresh_buffer, 0, sizeof back, NULL, &readback));
+    STALE(thal_readback_wait(old_readback, THAL_TIME_INFINITE_FUTURE, &back, sizeof back), "thal_readback_t");
+    STALE(thal_readback_retain(old_readback), "thal_readback_t");
+    STALE(thal_readback_release(old_readback), "thal_readback_t");
+    back = 0;
+    OK(thal_readback_wait(readback, THAL_TIME_INFINITE_FUTURE, &back, sizeof back));
+    CHECK(back == word);
+    OK(thal_readback_release(readback));
+    OK(thal_buffer_release(fresh_buffer));
+    STALE(thal_buffer_size(fresh_buffer, &value), "thal_buffer_t");
+
+    thal_command_buffer_t *old_commands = NULL, *commands = NULL;
+    OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &old_commands));
+    OK(thal_command_buffer_release(old_commands));
+    OK(thal_command_buffer_create(device, THAL_COMMAND_BUFFER_MODE_ONE_SHOT, &commands));
+    STALE(thal_command_buffer_release(old_commands), "thal_command_buffer_t");
+    STALE(thal_command_buffer_retain(old_commands), "thal_command_buffer_t");
+    STALE(thal_command_buffer_barrier(old_commands), "thal_command_buffer_t");
+    STALE(thal_command_buffer_end(old_commands), "thal_command_buffer_t");
+    STALE(thal_queue_execute(queue, NULL, old_commands, NULL), "thal_command_buffer_t");
+    OK(thal_command_buffer_barrier(commands));
+    OK(thal_command_buffer_end(commands));
+    OK(thal_command_buffer_release(commands));
+    STALE(thal_command_buffer_end(commands), "thal_command_buffer_t");
+
+    thal_queue_t *old_queue = NULL, *fresh_queue = NULL;
+    OK(thal_device_queue(device, 0, &old_queue));
+    OK(thal_queue_release(old_queue));
+    OK(thal_device_queue(device, 0, &fresh_queue));
+    STALE(thal_queue_release(old_queue), "thal_queue_t");
+    STALE(thal_queue_retain(old_queue), "thal_queue_t");
+    STALE(thal_queue_barrier(old_queue, NULL, NULL), "thal_queue_t");
+    STALE(thal_queue_flush(old_queue), "thal_queue_t");
+    OK(thal_queue_barrier(fresh_queue, NULL, NULL));
+    OK(thal_queue_release(fresh_queue));
+    STALE(thal_queue_flush(fresh_queue), "thal_queue_t");
+
+    thal_device_info_t *old_info = NULL, *info = NULL;
+    const char *text = NULL;
+    OK(thal_device_query_info(device, &old_info));
+    OK(thal_device_info_release(old_info));
+    OK(thal_device_query_info(device, &info));
+    STALE(thal_device_info_release(old_info), "thal_device_info_t");
+    STALE(thal_device_info_retain(old_info), "thal_device_info_t");
+    STALE(thal_device_info_text(old_info, THAL_DEVICE_INFO_DRIVER, &text), "thal_device_info_t");
+    OK(thal_device_info_text(info, THAL_DEVICE_INFO_DRIVER, &text));
+    CHECK(strcmp(text, driver_name) == 0);
+    OK(thal_device_info_release(info));
+  }
+
+  /* Devices: fewer rounds, each opens a device. */
+  for (int round = 0; round < DEVICE_ROUNDS; round++) {
+    thal_device_t *old_device = open_device(), *fresh_device = NULL;
+    OK(thal_device_release(old_device));
+    fresh_device = open_device();
+    size_t queues = 0;
+    thal_semaphore_t *refused = NULL;
+    STALE(thal_device_release(old_device), "thal_device_t");
+    STALE(thal_device_retain(old_device), "thal_device_t");
+    STALE(thal_device_queue_count(old_device, &queues), "thal_device_t");
+    STALE(thal_device_trim(old_device), "thal_device_t");
+    STALE(thal_semaphore_create(old_device, 0, &refused), "thal_device_t");
+    CHECK(refused == NULL);
+    OK(thal_device_queue_count(fresh_device, &queues));
+    CHECK(queues > 0);
+    OK(thal_device_release(fresh_device));
+    STALE(thal_device_queue_count(fresh_device, &queues), "thal_device_t");
+  }
+  OK(thal_queue_release(queue));
+  OK(thal_device_release(device));
+  STALE(thal_device_release(device), "thal_device_t");
+}
+
+/* Values that were never handles, and handles of another kind, are refused without touching any
+ * object. */
+static void test_forged_handles(void) {
+  thal_device_t *device = open_device();
+  thal_semaphore_t *s = semaphore(device);
+  thal_buffer_t *buffer = host_buffer(device, 64);
+  uint64_t value = 0;
+  EXPECT(thal_semaphore_query((thal_semaphore_t *)0x1234, &value), THAL_STATUS_INVALID_ARGUMENT,
+         "argument 'semaphore' (0x1234) is never a handle of this library; a thal_semaphore_t was expected");
+  EXPECT(thal_semaphore_release((thal_semaphore_t *)0x1234), THAL_STATUS_INVALID_ARGUMENT, "never a handle");
+  EXPECT(thal_semaphore_retain((thal_semaphore_t *)UINTPTR_MAX), THAL_STATUS_INVALID_ARGUMENT, "never a handle");
+  EXPECT(thal_semaphore_signal((thal_semaphore_t *)&value, 1), THAL_STATUS_INVALID_ARGUMENT, "never a handle");
+  EXPECT(thal_semaphore_query((thal_semaphore_t *)buffer, &value), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_buffer_t, not a thal_semaphore_t");
+  EXPECT(thal_semaphore_release((thal_semaphore_t *)buffer), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_buffer_t, not a thal_semaphore_t");
+  EXPECT(thal_buffer_release((thal_buffer_t *)device), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_device_t, not a thal_buffer_t");
+  EXPECT(thal_device_release((thal_device_t *)s), THAL_STATUS_INVALID_ARGUMENT,
+         "is a thal_semaphore_t, not a thal_device_t");
+
+  /* Arbitrary integers (a fixed-seed generator). */
+  uint64_t x = 0x9e3779b97f4a7c15u;
+  for (int i = 0; i < 10000; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    thal_semaphore_t *forged = (thal_semaphore_t *)(uintptr_t)x;
+    EXPECT(thal_semaphore_query(forged, &value), THAL_STATUS_INVALID_ARGUMENT, "thal_semaphore_t");
+    EXPECT(thal_semaphore_release(forged), THAL_STATUS_INVALID_ARGUMENT, "thal_semaphore_t");
+  }
+  /* The live handle with any one bit changed (no other semaphore is live here). */
+  for (unsigned bit = 0; bit < 8 * sizeof(uintptr_t); bit++) {
+    thal_semaphore_t *forged = (thal_semaphore_t *)((uintptr_t)s ^ ((uintptr_t)1 << bit));
+    EXPECT(thal_semaphore_release(forged), THAL_STATUS_INVALID_ARGUMENT, "thal_semaphore_t");
+  }
+
+  /* The objects the forged calls named are untouched, each with its one reference. */
+  OK(thal_semaphore_query(s, &value));
+  CHECK(value == 0);
+  OK(thal_buffer_size(buffer, &value));
+  CHECK(value == 64);
+  OK(thal_semaphore_release(s));
+  OK(thal_buffer_release(buffer));
+  OK(thal_device_release(device));
+  STALE(thal_semaphore_query(s, &value), "thal_semaphore_t");
+  STALE(thal_buffer_size(buffer, &value), "thal_buffer_t");
+  STALE(thal_device_trim(device), "thal_device_t");
+}
+
+enum { SHARED_ROUNDS = 2000 };
+
+/* Retains, uses and releases the shared semaphore, over and over. */
+static void *retain_use_release(void *arg) {
+  thal_semaphore_t *shared = (thal_semaphore_t *)arg;
+  for (int i = 0; i < SHARED_ROUNDS; i++) {
+    OK(thal_semaphore_retain(shared));
+    uint64_t value = 0;
+    OK(thal_semaphore_query(shared, &value));
+    CHECK(value <= SHARED_ROUNDS);
+    thal_status_t s = thal_semaphore_wait(shared, value, THAL_TIME_INFINITE_PAST);
+    CHECK(s == NULL);
+    OK(thal_semaphore_release(shared));
+  }
+  return NULL;
+}
+
+/* Signals the shared semaphore up to SHARED_ROUNDS. */
+static void *signal_up(void *arg) {
+  for (uint64_t v = 1; v <= SHARED_ROUNDS; v++) OK(thal_semaphore_signal((thal_semaphore_t *)arg, v));
+  return NULL;
+}
+
+/* Waits for the shared semaphore's last value, holding a reference of its own. */
+static void *wait_for_last(void *arg) {
+  thal_semaphore_t *shared = (thal_semaphore_t *)arg;
+  OK(thal_semaphore_retain(shared));
+  OK(thal_semaphore_wait(shared, SHARED_ROUNDS, THAL_TIME_INFINITE_FUTURE));
+  OK(thal_semaphore_release(shared));
+  return NULL;
+}
+
+/* Creates and releases semaphores of its own, checking that each released one is refused while
+ * other threads create and release theirs. */
+static void *churn(void *arg) {
+  (void)arg;
+  thal_semaphore_t *stale = NULL;
+  for (uint64_t i = 0; i < SHARED_ROUNDS; i++) {
+    thal_semaphore_t *mine = NULL;
+    OK(thal_semaphore_create_host(i, &mine));
+    if (stale) {
+      STALE(thal_semaphore_release(stale), "thal_semaphore_t");
+      STALE(thal_semaphore_query(stale, &(uint64_t){0}), "thal_semaphore_t");
+    }
+    uint64_t value = 0;
+    OK(thal_semaphore_query(mine, &value));
+    CHECK(value == i);
+    OK(thal_semaphore_release(mine));
+    stale = mine;
+  }
+  return NULL;
+}
+
+/* Threads retain and release one semaphore while others signal it, wait on it and churn
+ * semaphores of their own; afterwards it has exactly the one reference it started with. */
+static void test_retain_release_from_threads(void) {
+  enum { RETAINERS = 8, CHURNERS = 2 };
+  thal_device_t *device = open_device();
+  thal_semaphore_t *shared = semaphore(device);
+  pthread_t retainers[RETAINERS], churners[CHURNERS], signaler, waiter;
+  for (int i = 0; i < RETAINERS; i++) CHECK(pthread_create(&retainers[i], NULL, retain_use_release, shared) == 0);
+  for (int i = 0; i < CHURNERS; i++) CHECK(pthread_create(&churners[i], NULL, churn, NULL) == 0);
+  CHECK(pthread_create(&waiter, NULL, wait_for_last, shared) == 0);
+  CHECK(pthread_create(&signaler, NULL, signal_up, shared) == 0);
+  for (int i = 0; i < RETAINERS; i++) CHECK(pthread_join(retainers[i], NULL) == 0);
+  for (int i = 0; i < CHURNERS; i++) CHECK(pthread_join(churners[i], NULL) == 0);
+  CHECK(pthread_join(signaler, NULL) == 0);
+  CHECK(pthread_join(waiter, NULL) == 0);
+  uint64_t value = 0;
+  OK(thal_semaphore_query(shared, &value));
+  CHECK(value == SHARED_ROUNDS);
+  OK(thal_semaphore_release(shared));
+  STALE(thal_semaphore_query(shared, &value), "thal_semaphore_t");
+  STALE(thal_semaphore_release(shared), "thal_semaphore_t");
+  OK(thal_device_release(device));
+}
+
 static const struct {
   const char *name;
   void (*run)(void);
@@ -1018,6 +1291,9 @@ static const struct {
     {"spirv_executables", test_spirv_executables},
     {"collectives", test_collectives},
     {"transient_buffers_and_indirect_dispatch", test_transient_buffers_and_indirect_dispatch},
+    {"stale_handles", test_stale_handles},
+    {"forged_handles", test_forged_handles},
+    {"retain_release_from_threads", test_retain_release_from_threads},
 };
 
 int main(int argc, char **argv) {
