@@ -108,6 +108,7 @@ struct SlotState<T> {
     value: Option<Arc<T>>,
 }
 
+/// One slot: its own lock, so that lookups of different handles never contend.
 struct Slot<T>(Mutex<SlotState<T>>);
 
 impl<T> Slot<T> {
@@ -211,7 +212,7 @@ impl<T> Table<T> {
 
     /// The object `value` is a live handle to, kept alive by the returned clone.
     pub(crate) fn get(&self, value: usize) -> Result<Arc<T>, Refused> {
-        self.with_live(value, |state, _| Ok(state.value.clone().expect("a live slot holds its object")))
+        self.with_live(value, |state, _| state.value.clone().ok_or(Refused::NeverMade))
     }
 
     /// Whether `value` is a live handle of this table.
