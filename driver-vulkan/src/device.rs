@@ -45,6 +45,7 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
     info.max_workgroup_size = limits.max_compute_work_group_size;
     info.max_workgroup_count = limits.max_compute_work_group_count;
     info.max_binding_length = u64::from(limits.max_storage_buffer_range);
+    info.binding_alignment = limits.min_storage_buffer_offset_alignment.max(1);
     info.executable_kinds = vec![ExecutableKind::Spirv];
     let version = |v: u32| {
         format!("{}.{}.{}", ash::vk::api_version_major(v), ash::vk::api_version_minor(v), ash::vk::api_version_patch(v))
@@ -60,6 +61,9 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
             if physical.update_after_bind.is_some() { "replayed" } else { "recorded" }.to_string(),
         ),
         ("host_memory_import".to_string(), physical.host_import_alignment.is_some().to_string()),
+        ("robust_buffer_access".to_string(), physical.robust_buffer_access.to_string()),
+        ("shader_int64".to_string(), physical.shader_features.int64.to_string()),
+        ("shader_float64".to_string(), physical.shader_features.float64.to_string()),
         ("max_storage_buffer_range".to_string(), limits.max_storage_buffer_range.to_string()),
         ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
         ("max_push_constants_size".to_string(), limits.max_push_constants_size.to_string()),

@@ -1,7 +1,9 @@
 //! SPIR-V executables with IREE's Vulkan ABI: binding `i` of a dispatch is the storage buffer at
 //! set 0, binding `i`; the constants are one push-constant block of 32-bit words at offset 0; an
-//! entry point is the module's export of that name. A compute pipeline per entry point is created
-//! at load; its workgroup size is the module's (`LocalSize`), checked against the declared one.
+//! entry point is the module's export of that name. The module is validated and reflected first
+//! (`spirv.rs`): each declared entry point must match the module's (workgroup size, the bindings
+//! and push constants it uses), and where none is declared they are taken from the module. A
+//! compute pipeline per entry point is created at load from the module naga wrote.
 //! Its set 0 takes pushed descriptors; a second pipeline whose set 0 is an update-after-bind set
 //! (for recordings replayed with each execute's binding table, see `bound.rs`) is created the first
 //! time such a recording dispatches the entry point.
@@ -15,6 +17,7 @@ use hal::{DeviceInfo, EntryPointInfo, Error, ExecutableFormat, ExecutableKind, E
 
 use crate::error::from_vk;
 use crate::gpu::Gpu;
+use crate::spirv::{self, ModuleEntryPoint, ResourceKind, ShaderFeatures};
 
 /// One entry point's pipeline and the layouts it was built with.
 pub struct Pipeline {
@@ -37,9 +40,12 @@ pub struct VulkanExecutable {
 }
 
 impl VulkanExecutable {
-    /// Loads `source` (SPIR-V bytes) and creates a pipeline per entry point.
+    /// Loads `source` (SPIR-V bytes): validates and reflects the module (`spirv.rs`), checks each
+    /// declared entry point against the module's (or takes them from the module where none is
+    /// declared) and the device's limits, then creates a pipeline per entry point from the module
+    /// naga wrote.
     pub fn load(gpu: &Arc<Gpu>, source: &ExecutableSource, info: &DeviceInfo) -> Result<Self> {
-        let (data, entry_points) = match source {
+        let (data, declared) = match source {
             ExecutableSource::Bytes { format: ExecutableFormat::Spirv, data, entry_points } => (data, entry_points),
             other => {
                 return Err(Error::unimplemented(format!(
@@ -48,66 +54,20 @@ impl VulkanExecutable {
                 )));
             }
         };
-        let words = spirv_words(data)?;
-        let module_entries = entry_point_sizes(&words)?;
-        if entry_points.is_empty() {
-            return Err(Error::invalid_argument("vulkan: an executable needs at least one entry point"));
-        }
-        let limits = &gpu.physical.limits;
-        for entry in entry_points {
+        let module = spirv::validate(data, gpu.physical.shader_features)?;
+        let entry_points = if declared.is_empty() { from_module(&module.entry_points)? } else { declared.clone() };
+        for entry in &entry_points {
             entry.check()?;
             // A declared parameter layout (`params`) orders pointers and scalars for pointer ABIs;
             // SPIR-V reaches bindings through descriptors and constants through push constants, so
             // only the counts matter here.
-            let Some((_, size)) = module_entries.iter().find(|(name, _)| *name == entry.name) else {
-                let names: Vec<&str> = module_entries.iter().map(|(n, _)| n.as_str()).collect();
-                return Err(Error::not_found(format!(
-                    "vulkan: the SPIR-V module has no entry point '{}' (it has: {})",
-                    entry.name,
-                    names.join(", ")
-                )));
-            };
-            if let Some(size) = size
-                && *size != entry.workgroup_size
-            {
-                return Err(Error::invalid_argument(format!(
-                    "vulkan: entry point '{}' declares workgroup size {:?}, its SPIR-V has {size:?}",
-                    entry.name, entry.workgroup_size
-                )));
-            }
-            let threads = entry.workgroup_size.iter().map(|&d| u64::from(d)).product::<u64>();
-            if entry.workgroup_size.contains(&0)
-                || threads > u64::from(info.max_workgroup_threads)
-                || entry.workgroup_size.iter().zip(&info.max_workgroup_size).any(|(s, m)| s > m)
-            {
-                return Err(Error::invalid_argument(format!(
-                    "vulkan: entry point '{}': workgroup size {:?} is outside the device's limits ({:?}, {} threads)",
-                    entry.name, entry.workgroup_size, info.max_workgroup_size, info.max_workgroup_threads
-                )));
-            }
-            let push_bytes = entry.constant_count as u64 * 4;
-            if push_bytes > u64::from(limits.max_push_constants_size) {
-                return Err(Error::resource_exhausted(format!(
-                    "vulkan: entry point '{}': {} constants need {push_bytes} bytes of push constants, the device \
-                     has {}",
-                    entry.name, entry.constant_count, limits.max_push_constants_size
-                )));
-            }
-            if entry.binding_count as u64 > u64::from(limits.max_per_stage_descriptor_storage_buffers) {
-                return Err(Error::resource_exhausted(format!(
-                    "vulkan: entry point '{}': {} bindings, the device takes {} storage buffers per stage",
-                    entry.name, entry.binding_count, limits.max_per_stage_descriptor_storage_buffers
-                )));
-            }
-            if entry.dynamic_workgroup_memory > limits.max_compute_shared_memory_size {
-                return Err(Error::resource_exhausted(format!(
-                    "vulkan: entry point '{}' asks for {} bytes of workgroup memory, the device gives {}",
-                    entry.name, entry.dynamic_workgroup_memory, limits.max_compute_shared_memory_size
-                )));
-            }
+            let found = find_entry(&module.entry_points, &entry.name)?;
+            check_interface(entry, found)?;
+            check_limits(entry, found, info, &gpu.physical.limits)?;
         }
+        let words = module.words;
         let create = vk::ShaderModuleCreateInfo::default().code(&words);
-        // SAFETY: `words` is a SPIR-V module (magic checked); the driver validates the rest.
+        // SAFETY: `words` is the module naga wrote from IR its validator accepted.
         let module = unsafe { gpu.device.create_shader_module(&create, None) }
             .map_err(|e| from_vk("vkCreateShaderModule", e))?;
         let bound = entry_points.iter().map(|_| OnceLock::new()).collect();
@@ -245,67 +205,130 @@ impl ExecutableBackend for VulkanExecutable {
     }
 }
 
-/// The module's words: `InvalidArgument` for bytes that are not SPIR-V.
-fn spirv_words(data: &[u8]) -> Result<Vec<u32>> {
-    const MAGIC: u32 = 0x0723_0203;
-    if data.len() < 20 || !data.len().is_multiple_of(4) {
-        return Err(Error::invalid_argument(format!(
-            "vulkan: {} bytes are not a SPIR-V module (a header of 5 words and whole words after it)",
-            data.len()
-        )));
-    }
-    let words: Vec<u32> = data.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-    if words[0] != MAGIC {
-        return Err(Error::invalid_argument(format!(
-            "vulkan: not a SPIR-V module (magic {:#010x}, expected {MAGIC:#010x} little-endian)",
-            words[0]
-        )));
-    }
-    Ok(words)
+/// The module's entry point `name`; `NotFound` listing the ones it has.
+fn find_entry<'m>(module: &'m [ModuleEntryPoint], name: &str) -> Result<&'m ModuleEntryPoint> {
+    module.iter().find(|e| e.name == name).ok_or_else(|| {
+        let names: Vec<&str> = module.iter().map(|e| e.name.as_str()).collect();
+        Error::not_found(format!(
+            "vulkan: the SPIR-V module has no entry point '{name}' (it has: {})",
+            names.join(", ")
+        ))
+    })
 }
 
-/// The module's GLCompute entry points with their `LocalSize` where it is a literal (`None` where
-/// the size is a specialization constant, `LocalSizeId`). `words` is the module's 32-bit words.
+/// The entry points of a module loaded with none declared: every compute entry point, with the
+/// bindings, constants and workgroup size it uses.
+fn from_module(module: &[ModuleEntryPoint]) -> Result<Vec<EntryPointInfo>> {
+    let compute: Vec<EntryPointInfo> = module
+        .iter()
+        .filter(|e| e.other_stage.is_none())
+        .map(|e| {
+            let bindings = e.resources.iter().map(|r| r.binding as usize + 1).max().unwrap_or(0);
+            let constants = e.push_constant_bytes.div_ceil(4) as usize;
+            EntryPointInfo::new(e.name.clone(), 1, bindings, constants).with_workgroup_size(e.workgroup_size)
+        })
+        .collect();
+    if compute.is_empty() {
+        return Err(Error::invalid_argument("vulkan: the SPIR-V module has no compute entry point"));
+    }
+    Ok(compute)
+}
+
+/// The declared entry point against what the module's entry point uses: the same workgroup size,
+/// only storage buffers of set 0 below the declared binding count, a push-constant block within
+/// the declared constants. Each refusal names both sides.
+fn check_interface(entry: &EntryPointInfo, module: &ModuleEntryPoint) -> Result<()> {
+    let name = &entry.name;
+    if let Some(stage) = &module.other_stage {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: entry point '{name}' of the SPIR-V module is a {stage} entry point, not a compute one"
+        )));
+    }
+    if module.workgroup_size != entry.workgroup_size {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: entry point '{name}' declares workgroup size {:?}, its SPIR-V has {:?}",
+            entry.workgroup_size, module.workgroup_size
+        )));
+    }
+    for resource in &module.resources {
+        let (set, binding) = (resource.set, resource.binding);
+        if resource.kind != ResourceKind::StorageBuffer || set != 0 {
+            return Err(Error::invalid_argument(format!(
+                "vulkan: entry point '{name}' uses {} at descriptor set {set}, binding {binding}; dispatch bindings \
+                 are the storage buffers of set 0",
+                resource.kind
+            )));
+        }
+        if binding as usize >= entry.binding_count {
+            return Err(Error::invalid_argument(format!(
+                "vulkan: entry point '{name}' uses binding {binding} of set 0, but is declared with {} bindings",
+                entry.binding_count
+            )));
+        }
+    }
+    let declared_bytes = entry.constant_count as u64 * 4;
+    if u64::from(module.push_constant_bytes) > declared_bytes {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: entry point '{name}' has a push-constant block of {} bytes, but is declared with {} constants \
+             ({declared_bytes} bytes)",
+            module.push_constant_bytes, entry.constant_count
+        )));
+    }
+    Ok(())
+}
+
+/// The entry point against the device's limits: workgroup size, push constants, storage buffers
+/// per stage and workgroup memory.
+fn check_limits(
+    entry: &EntryPointInfo,
+    module: &ModuleEntryPoint,
+    info: &DeviceInfo,
+    limits: &vk::PhysicalDeviceLimits,
+) -> Result<()> {
+    let name = &entry.name;
+    let threads = entry.workgroup_size.iter().map(|&d| u64::from(d)).product::<u64>();
+    if entry.workgroup_size.contains(&0)
+        || threads > u64::from(info.max_workgroup_threads)
+        || entry.workgroup_size.iter().zip(&info.max_workgroup_size).any(|(s, m)| s > m)
+    {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: entry point '{name}': workgroup size {:?} is outside the device's limits ({:?}, {} threads)",
+            entry.workgroup_size, info.max_workgroup_size, info.max_workgroup_threads
+        )));
+    }
+    let push_bytes = entry.constant_count as u64 * 4;
+    if push_bytes > u64::from(limits.max_push_constants_size) {
+        return Err(Error::resource_exhausted(format!(
+            "vulkan: entry point '{name}': {} constants need {push_bytes} bytes of push constants, the device has {}",
+            entry.constant_count, limits.max_push_constants_size
+        )));
+    }
+    if entry.binding_count as u64 > u64::from(limits.max_per_stage_descriptor_storage_buffers) {
+        return Err(Error::resource_exhausted(format!(
+            "vulkan: entry point '{name}': {} bindings, the device takes {} storage buffers per stage",
+            entry.binding_count, limits.max_per_stage_descriptor_storage_buffers
+        )));
+    }
+    let workgroup_memory = module.workgroup_memory_bytes + u64::from(entry.dynamic_workgroup_memory);
+    if workgroup_memory > u64::from(limits.max_compute_shared_memory_size) {
+        return Err(Error::resource_exhausted(format!(
+            "vulkan: entry point '{name}' needs {workgroup_memory} bytes of workgroup memory ({} in its variables, \
+             {} asked for), the device gives {}",
+            module.workgroup_memory_bytes, entry.dynamic_workgroup_memory, limits.max_compute_shared_memory_size
+        )));
+    }
+    Ok(())
+}
+
+/// The compute entry points of a SPIR-V module (`words`, one word each) with their workgroup sizes,
+/// once the module passes validation: what a loader of another format reads to declare them.
 pub fn entry_point_sizes(words: &[u32]) -> Result<Vec<(String, Option<[u32; 3]>)>> {
-    const OP_ENTRY_POINT: u32 = 15;
-    const OP_EXECUTION_MODE: u32 = 16;
-    const GL_COMPUTE: u32 = 5;
-    const LOCAL_SIZE: u32 = 17;
-    let mut ids = Vec::new();
-    let mut sizes = Vec::new();
-    let mut at = 5;
-    while at < words.len() {
-        let count = (words[at] >> 16) as usize;
-        let opcode = words[at] & 0xffff;
-        if count == 0 || at + count > words.len() {
-            return Err(Error::invalid_argument(format!("vulkan: malformed SPIR-V instruction at word {at}")));
-        }
-        let operands = &words[at + 1..at + count];
-        match opcode {
-            OP_ENTRY_POINT if operands.len() >= 3 && operands[0] == GL_COMPUTE => {
-                let bytes: Vec<u8> = operands[2..].iter().flat_map(|w| w.to_le_bytes()).collect();
-                let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-                ids.push((operands[1], String::from_utf8_lossy(&bytes[..end]).into_owned()));
-            }
-            OP_EXECUTION_MODE if operands.len() == 5 && operands[1] == LOCAL_SIZE => {
-                sizes.push((operands[0], [operands[2], operands[3], operands[4]]));
-            }
-            _ => {}
-        }
-        at += count;
-    }
-    Ok(ids.into_iter().map(|(id, name)| (name, sizes.iter().find(|(i, _)| *i == id).map(|(_, s)| *s))).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bytes_that_are_not_spirv_are_refused_naming_the_magic() {
-        let e = spirv_words(b"this is not an executable.......").unwrap_err();
-        assert_eq!(e.code(), hal::StatusCode::InvalidArgument);
-        assert!(e.message().contains("magic"), "{e}");
-        assert!(spirv_words(b"short").is_err());
-    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let module = spirv::validate(&bytes, ShaderFeatures { int64: true, float64: true })?;
+    Ok(module
+        .entry_points
+        .into_iter()
+        .filter(|e| e.other_stage.is_none())
+        .map(|e| (e.name, Some(e.workgroup_size)))
+        .collect())
 }

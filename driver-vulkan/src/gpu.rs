@@ -1,7 +1,7 @@
 //! One Vulkan logical device: its queues, its memory allocator and the limits the driver checks.
 //! Every object the driver makes holds an `Arc<Gpu>`, so the device is destroyed last.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use ash::vk;
 use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
@@ -10,6 +10,8 @@ use hal::{Error, Result};
 
 use crate::error::from_vk;
 use crate::instance::Instance;
+use crate::memory::Block;
+use crate::spirv::ShaderFeatures;
 
 /// What the driver needs to know of a physical device.
 #[derive(Clone, Debug)]
@@ -33,6 +35,12 @@ pub struct PhysicalInfo {
     /// `minImportedHostPointerAlignment` where the device has `VK_EXT_external_memory_host`.
     pub(crate) host_import_alignment: Option<u64>,
     pub(crate) heap_bytes: u64,
+    /// The 64-bit shader types the device has (`shaderInt64`, `shaderFloat64`), enabled when it
+    /// is created so that modules using them validate and run.
+    pub(crate) shader_features: ShaderFeatures,
+    /// Whether the device has `robustBufferAccess` (every Vulkan device should): enabled, so a
+    /// kernel's access past its binding's range never reaches other memory.
+    pub(crate) robust_buffer_access: bool,
     /// The largest single allocation (`maxMemoryAllocationSize`, at most the largest heap).
     pub(crate) max_allocation: u64,
 }
@@ -63,6 +71,7 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut features12);
     // SAFETY: as above; the chain lives on this stack frame.
     unsafe { vk.get_physical_device_features2(physical, &mut features) };
+    let core_features = features.features;
     if features12.timeline_semaphore == vk::FALSE {
         return Ok(None);
     }
@@ -123,6 +132,11 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         update_after_bind_feature: feature,
         host_import_alignment: host_import.then_some(host_memory.min_imported_host_pointer_alignment),
         heap_bytes,
+        shader_features: ShaderFeatures {
+            int64: core_features.shader_int64 == vk::TRUE,
+            float64: core_features.shader_float64 == vk::TRUE,
+        },
+        robust_buffer_access: core_features.robust_buffer_access == vk::TRUE,
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
     }))
 }
@@ -170,6 +184,8 @@ pub struct Gpu {
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
     /// `None` only while dropping (the allocator must go before the device).
     pub(crate) allocator: Mutex<Option<Allocator>>,
+    /// The block zero-length dispatch bindings reach (`record.rs`), while a submission holds it.
+    pub(crate) empty_binding: Mutex<Weak<Block>>,
 }
 
 /// The logical device of `physical`, shared by every HAL device made on it while one lives (so
@@ -209,8 +225,13 @@ impl Gpu {
             .descriptor_binding_storage_buffer_update_after_bind(
                 update_after_bind.is_some() && physical.update_after_bind_feature,
             );
+        let core = vk::PhysicalDeviceFeatures::default()
+            .robust_buffer_access(physical.robust_buffer_access)
+            .shader_int64(physical.shader_features.int64)
+            .shader_float64(physical.shader_features.float64);
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
+            .enabled_features(&core)
             .enabled_extension_names(&extensions)
             .push_next(&mut features12);
         // SAFETY: the create info and everything it points to outlive the call; the extensions and
@@ -251,6 +272,7 @@ impl Gpu {
             external_host,
             queues,
             allocator: Mutex::new(Some(allocator)),
+            empty_binding: Mutex::new(Weak::new()),
         }))
     }
 

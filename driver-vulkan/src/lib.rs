@@ -56,6 +56,7 @@ mod instance;
 mod memory;
 mod record;
 mod replay;
+mod spirv;
 mod stream;
 pub mod timing;
 pub mod wgsl;

@@ -221,6 +221,11 @@ impl Block {
         self.ptr
     }
 
+    /// The device the block is on.
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
     /// The mapped address of the HAL buffer's byte 0.
     pub fn first_byte(&self) -> NonNull<u8> {
         // SAFETY: `base` lies inside the mapping (an import's offset into its first page).

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use ash::vk;
-use hal::driver::{Command, ExecutableExt};
+use hal::driver::{Command, ExecutableExt, lock};
 use hal::{Buffer, Error, Executable, Result};
 
 use crate::bound::BoundSets;
@@ -559,9 +559,33 @@ pub fn descriptor_info(
         )));
     }
     check_binding_range(index, &binding.buffer, binding.length, limits.max_storage_buffer_range)?;
-    let range = if binding.length == 0 { vk::WHOLE_SIZE } else { binding.length };
-    Ok(vk::DescriptorBufferInfo { buffer, offset, range })
+    if binding.length == 0 {
+        // A descriptor's range is never 0 (and `VK_WHOLE_SIZE` would be the whole buffer): an empty
+        // binding reaches the device's empty-binding block instead, so no byte of the embedder's
+        // buffer is in its reach.
+        let empty = empty_binding(&keep.blocks[keep.blocks.len() - 1])?;
+        let info = vk::DescriptorBufferInfo { buffer: empty.buffer, offset: 0, range: vk::WHOLE_SIZE };
+        keep.blocks.push(empty);
+        return Ok(info);
+    }
+    Ok(vk::DescriptorBufferInfo { buffer, offset, range: binding.length })
 }
+
+/// The block zero-length bindings reach on `near`'s device: a few bytes of its own, shared while
+/// any submission holds it.
+fn empty_binding(near: &Arc<Block>) -> Result<Arc<Block>> {
+    let gpu = near.gpu();
+    let mut cached = lock(&gpu.empty_binding);
+    if let Some(block) = cached.upgrade() {
+        return Ok(block);
+    }
+    let block = Arc::new(Block::new(gpu, EMPTY_BINDING_BYTES, None, "empty binding")?);
+    *cached = Arc::downgrade(&block);
+    Ok(block)
+}
+
+/// The size of the block empty bindings reach: one 16-byte vector.
+const EMPTY_BINDING_BYTES: u64 = 16;
 
 /// A binding longer than the device's `maxStorageBufferRange` cannot reach a kernel as a storage
 /// buffer: `OutOfRange` naming the binding and the limit.

@@ -185,18 +185,31 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
     };
     let bump = device.load_executable(&source).unwrap();
     let queue = device.queue(0).unwrap();
-    // A barrier is recorded before the dispatch whose binding starts off the device's storage-buffer
-    // offset alignment is refused: the command buffer is left part-way through its recording.
+    // A barrier is recorded before the dispatch whose transient buffer was deallocated before the
+    // execute ran: the command buffer is left part-way through its recording.
+    let transient_done = device.create_semaphore(0).unwrap();
+    let transient = queue
+        .alloca(&[], hal::BufferParams::device_local(), 20, &[hal::SemaphoreValue::new(&transient_done, 1)])
+        .unwrap();
+    queue
+        .dealloca(
+            &[hal::SemaphoreValue::new(&transient_done, 1)],
+            &transient,
+            &[hal::SemaphoreValue::new(&transient_done, 2)],
+        )
+        .unwrap();
+    transient_done.wait(2, hal::Timeout::Infinite).unwrap();
     let refused = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
     refused.barrier().unwrap();
-    let misaligned = [BufferBinding::range(&data, 4, 4), BufferBinding::whole(&open_gate)];
-    refused.dispatch(&bump, 0, [1, 1, 1], &[1], &misaligned).unwrap();
+    refused
+        .dispatch(&bump, 0, [1, 1, 1], &[1], &[BufferBinding::whole(&transient), BufferBinding::whole(&open_gate)])
+        .unwrap();
     refused.end().unwrap();
     let failed = device.create_semaphore(0).unwrap();
     queue.execute(&[], &refused, &[hal::SemaphoreValue::new(&failed, 1)]).unwrap();
     let e = failed.wait(1, hal::Timeout::Infinite).unwrap_err();
-    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
-    assert!(e.message().contains("minStorageBufferOffsetAlignment"), "{e}");
+    assert_eq!(e.code(), StatusCode::FailedPrecondition, "{e}");
+    assert!(e.message().contains("command 1") && e.message().contains("has no memory"), "{e}");
     // The next executes on the queue record into the command buffer handed back (under the
     // validation layer, beginning one still in the recording state is an error).
     let done = device.create_semaphore(0).unwrap();

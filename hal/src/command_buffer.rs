@@ -630,9 +630,11 @@ impl CommandBuffer {
             }
         }
         let max_binding = self.shared.limits.max_binding_length;
+        let alignment = self.shared.limits.binding_alignment;
         for (index, binding) in bindings.iter().enumerate() {
             if let BufferRef::Buffer(buffer) = &binding.buffer {
                 check_binding(buffer, binding.offset, binding.length)
+                    .and_then(|()| check_binding_alignment(buffer, binding.offset, alignment))
                     .map_err(|e| e.context(format!("{} binding {index}", who())))?;
             }
             if binding.length > max_binding {
@@ -683,7 +685,9 @@ impl CommandBuffer {
                 let what = || format!("dispatch of '{name}' ({executable}) binding {index}");
                 let (buffer, offset) =
                     resolve(&binding.buffer, binding.offset, binding.length, table).map_err(|e| e.context(what()))?;
-                check_binding(&buffer, offset, binding.length).map_err(|e| e.context(what()))?;
+                check_binding(&buffer, offset, binding.length)
+                    .and_then(|()| check_binding_alignment(&buffer, offset, alignment))
+                    .map_err(|e| e.context(what()))?;
                 resolved.push(BufferBinding::range(&buffer, offset, binding.length));
             }
             let count = match &grid {
@@ -1013,18 +1017,40 @@ pub(crate) struct DispatchLimits {
     pub(crate) max_workgroup_count: [u32; 3],
     /// `DeviceInfo::max_binding_length`.
     pub(crate) max_binding_length: u64,
+    /// `DeviceInfo::binding_alignment`.
+    pub(crate) binding_alignment: u64,
 }
 
 impl DispatchLimits {
     /// The limits `info` states.
     pub(crate) fn of(info: &crate::DeviceInfo) -> Self {
-        DispatchLimits { max_workgroup_count: info.max_workgroup_count, max_binding_length: info.max_binding_length }
+        DispatchLimits {
+            max_workgroup_count: info.max_workgroup_count,
+            max_binding_length: info.max_binding_length,
+            binding_alignment: info.binding_alignment.max(1),
+        }
     }
 }
 
 fn check_binding(buffer: &Buffer, offset: u64, length: u64) -> Result<()> {
     buffer.check_usage(BufferUsage::DISPATCH_STORAGE)?;
     buffer.check_range(offset, length)
+}
+
+/// A binding at `offset` of `buffer` must start at a multiple of the device's `alignment`: its
+/// memory's byte 0 (a transient buffer's, once allocated, is aligned) plus the subspan's and the
+/// binding's offsets. `InvalidArgument` naming both.
+fn check_binding_alignment(buffer: &Buffer, offset: u64, alignment: u64) -> Result<()> {
+    let from_memory = buffer.memory_offset().wrapping_add(offset);
+    let start = buffer.backend().device_address().wrapping_add(from_memory);
+    if start.is_multiple_of(alignment) {
+        return Ok(());
+    }
+    Err(Error::invalid_argument(format!(
+        "{buffer}: a binding at offset {offset} starts {} bytes past a multiple of the device's binding alignment \
+         of {alignment} bytes (DeviceInfo::binding_alignment)",
+        start % alignment
+    )))
 }
 
 impl fmt::Display for CommandBuffer {

@@ -75,6 +75,12 @@ pub struct DeviceInfo {
     /// lavapipe), since a binding reaches the kernel as a storage-buffer descriptor; `u64::MAX`
     /// where bindings are plain addresses (CUDA, cpu-sim).
     pub max_binding_length: u64,
+    /// What a dispatch binding's first byte must be a multiple of: its buffer's byte 0 plus the
+    /// subspan's and the binding's offsets. A binding off it is refused when recorded
+    /// (`InvalidArgument`, naming the alignment), or, for a binding-table slot, when the execute
+    /// gives the table. Vulkan: `minStorageBufferOffsetAlignment`; 1 where bindings are plain
+    /// addresses (CUDA, cpu-sim). Allocations start aligned to it.
+    pub binding_alignment: u64,
     /// The kinds of executable [`Device::load_executable`] accepts, the driver's preferred first
     /// (cpu-sim: native, shared library; CUDA: PTX, cubin, fatbin). Tools and suites choose a
     /// kernel's form from this list (see [`DeviceInfo::loads`]), never from the driver's name.
@@ -100,6 +106,7 @@ impl DeviceInfo {
             max_workgroup_size: [1024, 1024, 64],
             max_workgroup_count: [i32::MAX as u32, 65535, 65535],
             max_binding_length: u64::MAX,
+            binding_alignment: 1,
             executable_kinds: Vec::new(),
             properties: Vec::new(),
         }
