@@ -6,11 +6,12 @@
 //! targets) a magic nibble that makes an arbitrary integer unlikely to pass for a handle. The slots
 //! live in chunks that double in size and are allocated once, when first needed, and never move.
 //! Each slot holds the object as an `Arc`, the C reference count and the generation behind its own
-//! mutex: a lookup locks only the slot it names, so calls on different handles never contend, and
-//! it hands out an `Arc` clone that keeps the object alive through the call even if another thread
-//! drops the last C reference meanwhile. Only creating a handle and dropping the last reference
-//! take the table's free-slot lock. The last release bumps the generation, so that every handle
-//! made before refers to nothing, and queues the slot for reuse, oldest freed first; a slot whose
+//! mutex: a lookup locks only the slot it names, so calls on different handles never wait on each
+//! other, and it hands out an `Arc` clone that keeps the object alive through the call even if
+//! another thread drops the last C reference meanwhile. Only creating a handle and dropping the
+//! last reference take the table's free-slot lock. The last release bumps the generation, so that
+//! every handle made before refers to nothing, and queues the slot for reuse, oldest freed first
+//! (so that reuse spreads over the free slots and each spends its generations slowly); a slot whose
 //! generation would pass the handle's field is retired instead, so a generation never repeats.
 //! Objects are dropped after every lock is let go: dropping one may block, or call into the
 //! library from this or another thread.
