@@ -27,6 +27,7 @@ pub mod kernels;
 pub mod runner;
 
 mod allocator;
+mod binding_offsets;
 mod binding_tables;
 mod buffer_mapping;
 mod collective;
@@ -45,6 +46,7 @@ mod profiling;
 mod queue_ops;
 mod resources;
 mod semaphore;
+mod spirv_modules;
 mod submission;
 mod subspans;
 mod transfers;
@@ -381,6 +383,15 @@ macro_rules! __cts_case_list {
                 layouts_that_do_not_fit_refused_at_load,
                 dynamic_workgroup_memory_reaches_the_kernel,
                 too_much_workgroup_memory_refused_at_load,
+            }
+            spirv_modules {
+                malformed_modules_refused_at_load,
+                interface_wider_than_declared_refused_at_load,
+                interface_taken_from_the_module_when_undeclared,
+            }
+            binding_offsets {
+                zero_length_binding_reaches_no_byte_of_its_buffer,
+                binding_offset_off_the_alignment_refused_at_the_call,
             }
             multi_device {
                 wait_on_another_devices_signal_goes_to_the_device,

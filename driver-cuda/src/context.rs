@@ -25,6 +25,9 @@ use hal::Result;
 use crate::pinned_cache::PinnedCache;
 use crate::result;
 
+/// The bytes of device memory zero-length dispatch bindings point to.
+pub(crate) const EMPTY_BINDING_BYTES: usize = 64 << 10;
+
 /// A retained primary context. Dropping the last `Arc` releases it.
 pub struct Context {
     /// Unique per retain in the process, so a thread-local can tell contexts apart even if the
@@ -37,6 +40,9 @@ pub struct Context {
     free_stream: CUstream,
     /// Pinned host blocks of dropped host-visible buffers, kept for reuse.
     pinned: PinnedCache,
+    /// Device memory of the context's own that zero-length dispatch bindings point to (see
+    /// [`Context::empty_binding`]); 0 until made in `retain`.
+    empty_binding: u64,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread once bound there; this type never
@@ -92,11 +98,17 @@ impl Context {
             raw,
             free_stream: std::ptr::null_mut(),
             pinned: PinnedCache::default(),
+            empty_binding: 0,
         };
         // The free stream is made before the context is shared; a failure drops `context`, which
         // releases the retain.
         let free_stream = result::stream_create(&context.bind()?, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)?;
         context.free_stream = free_stream;
+        let bound = context.bind()?;
+        let empty = result::mem_alloc(&bound, EMPTY_BINDING_BYTES)?;
+        let zeroed = result::memset_d8(&bound, empty, 0, EMPTY_BINDING_BYTES);
+        context.empty_binding = empty;
+        zeroed?;
         Ok(Arc::new(context))
     }
 
@@ -144,6 +156,13 @@ impl Context {
         self.free_stream
     }
 
+    /// The device address a zero-length dispatch binding passes: memory of the context's own
+    /// ([`EMPTY_BINDING_BYTES`] bytes), so a kernel that writes through such a binding anyway
+    /// reaches none of the buffer's bytes (a binding of 0 bytes means the same on every driver).
+    pub(crate) fn empty_binding(&self) -> u64 {
+        self.empty_binding
+    }
+
     /// Pinned host blocks kept for reuse (`crate::pinned_cache`): `cuMemFreeHost` waits for the
     /// whole device, and holds back every thread's launches meanwhile.
     pub(crate) fn pinned_cache(&self) -> &PinnedCache {
@@ -156,6 +175,14 @@ impl Drop for Context {
         let freed = self.bind().and_then(|bound| self.pinned.free_all(&bound));
         if let Err(e) = freed {
             tracing::debug!(ordinal = self.ordinal, %e, "freeing kept pinned blocks failed");
+        }
+        if self.empty_binding != 0 {
+            // SAFETY: allocated in `retain`, freed once here; every launch that passed it held an
+            // executable, so an `Arc` of this context, until it completed.
+            let freed = self.bind().and_then(|bound| unsafe { result::mem_free(&bound, self.empty_binding) });
+            if let Err(e) = freed {
+                tracing::debug!(ordinal = self.ordinal, %e, "freeing the empty-binding memory failed");
+            }
         }
         if !self.free_stream.is_null() {
             // Drained before it goes (its frees finish at once), then destroyed; every buffer of the

@@ -350,6 +350,10 @@ impl KernelLaunch {
         }
         let address = |index: usize| -> Result<u64> {
             let binding = &bindings[index];
+            if binding.length == 0 {
+                // No byte of the buffer is the kernel's to touch.
+                return Ok(cuda.context.empty_binding());
+            }
             let base = binding.buffer.backend().device_address();
             if base == 0 {
                 return Err(Error::failed_precondition(format!(

@@ -116,6 +116,7 @@ pub fn validate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule
 
 /// Parses, validates and reflects `data`, then writes the module the driver gets.
 fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
+    let declared_entry_points = check_layout(data)?;
     let options = naga::front::spv::Options {
         adjust_coordinate_space: false,
         strict_capabilities: true,
@@ -123,6 +124,14 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
     };
     let module = naga::front::spv::parse_u8_slice(data, &options)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {e}")))?;
+    if module.entry_points.len() != declared_entry_points {
+        // The front end leaves out an entry point whose function the module does not define.
+        return Err(Error::invalid_argument(format!(
+            "vulkan: invalid SPIR-V module: {declared_entry_points} OpEntryPoint instructions, {} of them name a \
+             function the module defines",
+            module.entry_points.len()
+        )));
+    }
     if !module.overrides.is_empty() {
         return Err(Error::invalid_argument(format!(
             "vulkan: the SPIR-V module has {} specialization constants; the driver takes modules without them",
@@ -176,6 +185,42 @@ fn check_header(data: &[u8]) -> Result<()> {
         return Err(Error::invalid_argument("vulkan: the SPIR-V module's id bound is 0"));
     }
     Ok(())
+}
+
+/// The instructions a module must have: each word count within the module, at least one
+/// `OpCapability` and `OpEntryPoint`, and one `OpMemoryModel` (naga's front end takes a module
+/// without them as an empty one).
+fn check_layout(data: &[u8]) -> Result<usize> {
+    const OP_CAPABILITY: u32 = 17;
+    const OP_MEMORY_MODEL: u32 = 14;
+    const OP_ENTRY_POINT: u32 = 15;
+    let words = data.len() / 4;
+    let word = |i: usize| u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+    let (mut capabilities, mut memory_models, mut entry_points) = (0, 0, 0);
+    let mut at = 5;
+    while at < words {
+        let (count, opcode) = ((word(at) >> 16) as usize, word(at) & 0xffff);
+        if count == 0 || at + count > words {
+            return Err(Error::invalid_argument(format!(
+                "vulkan: invalid SPIR-V module: the instruction at word {at} has a word count of {count}, the module \
+                 has {words} words"
+            )));
+        }
+        match opcode {
+            OP_CAPABILITY => capabilities += 1,
+            OP_MEMORY_MODEL => memory_models += 1,
+            OP_ENTRY_POINT => entry_points += 1,
+            _ => {}
+        }
+        at += count;
+    }
+    if capabilities == 0 || memory_models != 1 || entry_points == 0 {
+        return Err(Error::invalid_argument(format!(
+            "vulkan: invalid SPIR-V module: {capabilities} OpCapability, {memory_models} OpMemoryModel and \
+             {entry_points} OpEntryPoint instructions (a module has at least one, exactly one, at least one)"
+        )));
+    }
+    Ok(entry_points)
 }
 
 fn reflect(module: &naga::Module, entry: &naga::EntryPoint, uses: &naga::valid::FunctionInfo) -> ModuleEntryPoint {

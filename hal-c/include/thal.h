@@ -309,6 +309,9 @@ typedef struct {
   size_t executable_kind_count;
   // Entries for `thal_device_info_property`.
   size_t property_count;
+  // What a dispatch binding's first byte (its buffer's byte 0 plus the offsets) must be a
+  // multiple of; a binding off it is refused when recorded. 1 where bindings are plain addresses.
+  uint64_t binding_alignment;
 } thal_device_limits_t;
 
 // One entry point of driver-format bytes: its name and ABI (one pointer per binding, then each

@@ -42,6 +42,9 @@ pub struct thal_device_limits_t {
     pub executable_kind_count: usize,
     /// Entries for `thal_device_info_property`.
     pub property_count: usize,
+    /// What a dispatch binding's first byte (its buffer's byte 0 plus the offsets) must be a
+    /// multiple of; a binding off it is refused when recorded. 1 where bindings are plain addresses.
+    pub binding_alignment: u64,
 }
 
 /// A snapshot of a device's `DeviceInfo`, with its text as C strings that live as long as it.
@@ -141,6 +144,7 @@ pub unsafe extern "C" fn thal_device_info_limits(
             memory_type_count: info.memory_types.len(),
             executable_kind_count: snapshot.executable_kinds.len(),
             property_count: snapshot.properties.len(),
+            binding_alignment: info.binding_alignment,
         };
         Ok(())
     })

@@ -574,6 +574,7 @@ static void test_device_info(void) {
   OK(thal_device_info_limits(info, &limits));
   CHECK(limits.struct_size == sizeof limits && limits.ordinal == 0 && limits.queue_count == queues);
   CHECK(limits.max_allocation_size > 0 && limits.max_binding_length > 0 && limits.max_workgroup_threads > 0);
+  CHECK(limits.binding_alignment >= 1);
   CHECK(limits.max_workgroup_size[0] > 0 && limits.max_workgroup_count[0] > 0);
   CHECK(limits.memory_type_count > 0 && limits.executable_kind_count > 0);
   thal_device_limits_t old;
