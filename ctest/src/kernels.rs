@@ -63,7 +63,18 @@ pub enum Kernel {
     /// workgroup memory, staged at the far end of [`REVERSE_SHARED_BYTES`] (past CUDA's default
     /// 48 KiB, so a launch with less memory faults). 1 binding, 0 constants, workgroup 64.
     ReverseShared,
+    /// `spin(out: u32[], rounds: u32)`: each workgroup runs `rounds` rounds of an integer hash of
+    /// its linear workgroup id and folds the result into `out[0]` (with an atomic xor; the value
+    /// left there is not specified). Device work whose length grows with the workgroups dispatched:
+    /// it keeps a device busy where no kernel can wait on a clock (SPIR-V), and it has an effect, so
+    /// a compiler keeps its loop. Keep `rounds` at most [`SPIN_MAX_ROUNDS`]. 1 binding (4 bytes or
+    /// more), 1 constant, workgroup 1.
+    Spin,
 }
+
+/// The most rounds [`Kernel::Spin`] may be given: lavapipe ends any shader loop after 65535
+/// iterations, so a longer spin comes from more workgroups, not more rounds.
+pub const SPIN_MAX_ROUNDS: u32 = 65_535;
 
 /// What [`Kernel::MixedParams`] writes when its scratch pointer is not null.
 pub const SCRATCH_NOT_NULL: u32 = 0xDEAD_BEEF;
@@ -79,7 +90,7 @@ pub fn mixed_params_layout() -> [hal::KernelParam; 5] {
 
 impl Kernel {
     /// Every kernel of the catalogue.
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 10] = [
         Kernel::FillU32,
         Kernel::AddF32,
         Kernel::ScaleOffsetF32,
@@ -89,6 +100,7 @@ impl Kernel {
         Kernel::Sleep,
         Kernel::MixedParams,
         Kernel::ReverseShared,
+        Kernel::Spin,
     ];
 
     /// A short name (also the program name a compiled catalogue may use).
@@ -103,6 +115,7 @@ impl Kernel {
             Kernel::Sleep => "sleep_us",
             Kernel::MixedParams => "mixed_params",
             Kernel::ReverseShared => "reverse_shared",
+            Kernel::Spin => "spin",
         }
     }
 
@@ -127,6 +140,7 @@ impl Kernel {
             Kernel::ReverseShared => {
                 vec![EntryPointInfo::new("reverse_shared", e, 1, 0).with_dynamic_workgroup_memory(REVERSE_SHARED_BYTES)]
             }
+            Kernel::Spin => vec![EntryPointInfo::new("spin", 1, 1, 1)],
         }
     }
 }

@@ -12,7 +12,8 @@
 //!   reports.
 //!
 //! Kernels come from the fixture's catalogue ([`crate::KernelCatalogue`]), so the same programs run
-//! with native closures on cpu-sim and PTX on CUDA. Knobs (all optional, read by
+//! with native closures on cpu-sim, PTX on CUDA and SPIR-V on Vulkan (whose busy work, without a
+//! `sleep_us`, is a `spin` over as many workgroups as the time asked takes: `latch.rs`). Knobs (all optional, read by
 //! [`FuzzOptions::from_env`]; see `docs/conformance.md`, "Contract fuzzer"):
 //! `HAL_FUZZ_SEED`, `HAL_FUZZ_SEEDS`, `HAL_FUZZ_SECONDS`, `HAL_FUZZ_BASE`, `HAL_FUZZ_FAMILIES`,
 //! `HAL_FUZZ_SLACK_MS`, `HAL_FUZZ_THREAD_CHECK`, `HAL_FUZZ_VERBOSE`.
@@ -37,6 +38,7 @@ mod scenarios;
 mod wakers;
 mod watchdog;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -65,11 +67,7 @@ pub fn unsupported_families(fixture: &Fixture) -> Vec<(Family, String)> {
     if fixture.max_ranks() < 2 {
         unsupported.push((
             Family::RanksThatLeave,
-            format!(
-                "needs 2 ranks of one channel, and this fixture's devices make at most {} (NCCL takes one rank per \
-                 GPU)",
-                fixture.max_ranks()
-            ),
+            format!("needs 2 ranks of one channel, and this fixture's devices make at most {}", fixture.max_ranks()),
         ));
     }
     unsupported
@@ -123,6 +121,12 @@ impl FuzzOptions {
     fn default_families(unsupported: &[(Family, String)]) -> Families {
         let unsupported: Vec<Family> = unsupported.iter().map(|(f, _)| *f).collect();
         Families::all_but(DISABLED_PENDING_FIXES).intersect(Families::all_but(&unsupported))
+    }
+
+    /// A driver's default program count (instead of [`CI_PROGRAMS`]), before the knobs.
+    pub fn with_programs(mut self, programs: u64) -> Self {
+        self.programs = programs;
+        self
     }
 
     /// A driver's default slack (real GPUs may need more than [`DEFAULT_SLACK`]), before the knobs.
@@ -189,6 +193,70 @@ impl FuzzOptions {
     }
 }
 
+/// The probes that need device work in flight when the host acts (`host_fail_issued`,
+/// `partial_signal_wait`, `dropped_mid_read` behind device work), by name: how many times each had
+/// its work in flight (exercised) and how many times the work had ended already, so the probe
+/// checked nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InFlightProbes(BTreeMap<&'static str, (u64, u64)>);
+
+impl InFlightProbes {
+    /// Counts one run of `probe`, which had its work in flight or not.
+    pub(crate) fn record(&mut self, probe: &'static str, in_flight: bool) {
+        let (exercised, missed) = self.0.entry(probe).or_default();
+        if in_flight {
+            *exercised += 1;
+        } else {
+            *missed += 1;
+        }
+    }
+
+    /// Adds `other`'s counts.
+    fn add(&mut self, other: &InFlightProbes) {
+        for (probe, (exercised, missed)) in &other.0 {
+            let entry = self.0.entry(probe).or_default();
+            entry.0 += exercised;
+            entry.1 += missed;
+        }
+    }
+
+    /// How many times `probe` ran with its work in flight.
+    pub fn exercised(&self, probe: &str) -> u64 {
+        self.0.get(probe).map_or(0, |c| c.0)
+    }
+
+    /// How many times `probe` found its work ended already.
+    pub fn not_exercised(&self, probe: &str) -> u64 {
+        self.0.get(probe).map_or(0, |c| c.1)
+    }
+
+    /// The probes that ran at least [`VACUOUS_AFTER`] times and had their work in flight in fewer
+    /// than a quarter of them: their device work does not last on this driver.
+    fn mostly_vacuous(&self) -> Vec<&'static str> {
+        let vacuous = |&(exercised, missed): &(u64, u64)| {
+            exercised + missed >= VACUOUS_AFTER && exercised * 4 < exercised + missed
+        };
+        self.0.iter().filter(|(_, counts)| vacuous(counts)).map(|(probe, _)| *probe).collect()
+    }
+}
+
+/// Runs of a probe after which too few with work in flight fail the fuzz run.
+const VACUOUS_AFTER: u64 = 8;
+
+impl fmt::Display for InFlightProbes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none ran");
+        }
+        let probes: Vec<String> = self
+            .0
+            .iter()
+            .map(|(probe, (exercised, missed))| format!("{probe} {exercised} of {}", exercised + missed))
+            .collect();
+        f.write_str(&probes.join(", "))
+    }
+}
+
 /// What a passing run did.
 #[derive(Clone, Debug)]
 pub struct FuzzReport {
@@ -201,6 +269,8 @@ pub struct FuzzReport {
     /// How many hostile wakers panicked on the HAL's or the driver's threads (contained, or the
     /// run would have failed).
     pub waker_panics_elsewhere: usize,
+    /// The probes that need device work in flight, and how often they had it.
+    pub in_flight: InFlightProbes,
 }
 
 impl fmt::Display for FuzzReport {
@@ -209,12 +279,14 @@ impl fmt::Display for FuzzReport {
         write!(
             f,
             "contract_fuzz: {} programs, {} operations in {seconds:.2} s ({:.0} ops/s, {:.1} programs/s); {} waker \
-             panics on the HAL's threads",
+             panics on the HAL's threads; probes with their device work in flight (the rest found it ended and \
+             checked nothing): {}",
             self.programs,
             self.operations,
             self.operations as f64 / seconds,
             self.programs as f64 / seconds,
-            self.waker_panics_elsewhere
+            self.waker_panics_elsewhere,
+            self.in_flight
         )
     }
 }
@@ -223,9 +295,12 @@ impl fmt::Display for FuzzReport {
 /// failure stops the run, its message naming the seed, the families and the replay command.
 pub fn run_fuzz(fixture: &Fixture, options: &FuzzOptions) -> Result<FuzzReport, String> {
     println!("{}", options.header(fixture));
+    let busy = prepare_busy_work(fixture)?;
+    println!("busy device work: {busy}");
     let started = Instant::now();
     let panics_before = wakers::panics_elsewhere();
     let (mut programs, mut operations) = (0u64, 0usize);
+    let mut in_flight = InFlightProbes::default();
     for index in 0..options.programs {
         if options.seconds.is_some_and(|s| started.elapsed().as_secs_f64() >= s) {
             break;
@@ -233,7 +308,11 @@ pub fn run_fuzz(fixture: &Fixture, options: &FuzzOptions) -> Result<FuzzReport, 
         let seed = options.base.wrapping_add(index);
         let program = program::generate(seed, options.families);
         operations += program.op_count();
-        if let Err(mut failure) = run_program(fixture, program, options.settings()) {
+        let outcome = run_program(fixture, program, options.settings());
+        if let Ok(probes) = &outcome {
+            in_flight.add(probes);
+        }
+        if let Err(mut failure) = outcome {
             if options.verbose {
                 failure += &listing(&program::generate(seed, options.families));
             }
@@ -248,7 +327,23 @@ pub fn run_fuzz(fixture: &Fixture, options: &FuzzOptions) -> Result<FuzzReport, 
         programs += 1;
     }
     let waker_panics_elsewhere = wakers::panics_elsewhere() - panics_before;
-    Ok(FuzzReport { programs, operations, elapsed: started.elapsed(), waker_panics_elsewhere })
+    let vacuous = in_flight.mostly_vacuous();
+    if !vacuous.is_empty() {
+        return Err(format!(
+            "contract_fuzz on {}: {} found the device work they hold in flight ended before the host acted in most \
+             runs ({in_flight}): the busy work ({}) does not last on this device, so they checked nothing",
+            fixture.driver(),
+            vacuous.join(", "),
+            busy
+        ));
+    }
+    Ok(FuzzReport { programs, operations, elapsed: started.elapsed(), waker_panics_elsewhere, in_flight })
+}
+
+/// The busy work `fixture`'s driver gets, measured now (with its devices idle) where it is a spin.
+fn prepare_busy_work(fixture: &Fixture) -> Result<latch::BusyWork, String> {
+    latch::busy_work(fixture)
+        .map_err(|e| format!("contract_fuzz on {}: measuring busy device work: {e}", fixture.driver()))
 }
 
 /// The families the first regression seeds were found with: every family there was then.
@@ -276,6 +371,7 @@ pub fn run_regression_seeds(fixture: &Fixture, options: &FuzzOptions) -> Result<
 
 /// Runs the program of each `(seed, families)` in turn (regression seeds); the first failure stops.
 pub fn run_seeds(fixture: &Fixture, seeds: &[(u64, Families)], options: &FuzzOptions) -> Result<(), String> {
+    prepare_busy_work(fixture)?;
     for &(seed, families) in seeds {
         if let Err(failure) = run_program(fixture, program::generate(seed, families), options.settings()) {
             return Err(format!(
@@ -289,7 +385,7 @@ pub fn run_seeds(fixture: &Fixture, seeds: &[(u64, Families)], options: &FuzzOpt
 }
 
 /// Runs `program` on a thread of its own under the watchdog.
-fn run_program(fixture: &Fixture, program: Program, settings: RunSettings) -> Result<(), String> {
+fn run_program(fixture: &Fixture, program: Program, settings: RunSettings) -> Result<InFlightProbes, String> {
     wakers::quiet_hostile_panics();
     let fixture = fixture.clone();
     watchdog::run_with_watchdog(format!("{}{}", wakers::PROGRAM_THREAD, program.seed), move |diagnostics| {

@@ -5,6 +5,7 @@
 //! model allows is pending; after it no thread, timepoint or pending work is left; no operation
 //! panics (but for hostile wakers, whose panics are theirs).
 
+use std::cell::RefCell;
 use std::future::{Future, IntoFuture};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
@@ -19,6 +20,7 @@ use hal::{
     Readback, Semaphore, SemaphoreValue as SV, StatusCode, Timeout, WaitFuture, WaitMode,
 };
 
+use super::InFlightProbes;
 use super::model::{HOST_CALL_FAILURE, Outcomes, Prediction, gate_failure, gate_state};
 use super::program::{
     DEVICES, Element, Family, MARKER_SLOTS, Op, Owner, PanicsWhen, Program, QUEUES, SCRATCH_BYTES, SemKind, Step,
@@ -91,6 +93,8 @@ pub(crate) struct Run<'p> {
     wakers: Vec<WaitFuture>,
     hostile: Vec<HostileEntry>,
     pub(crate) violations: Vec<String>,
+    /// The scenarios that need device work in flight, and whether they had it.
+    pub(crate) in_flight: RefCell<InFlightProbes>,
 }
 
 fn device_handles(fixture: &Fixture, program: &Program) -> hal::Result<DeviceHandles> {
@@ -193,6 +197,7 @@ impl<'p> Run<'p> {
             wakers: Vec::new(),
             hostile: Vec::new(),
             violations: Vec::new(),
+            in_flight: RefCell::default(),
         })
     }
 
@@ -204,7 +209,7 @@ impl<'p> Run<'p> {
         self.devices[device].as_ref().expect("the device is still held")
     }
 
-    pub(crate) fn execute(mut self) -> Result<(), String> {
+    pub(crate) fn execute(mut self) -> Result<InFlightProbes, String> {
         for at in 0..self.program.steps.len() {
             let step = &self.program.steps[at];
             self.phase(format!("step {at}: {step:?}"));
@@ -222,6 +227,10 @@ impl<'p> Run<'p> {
         }
         self.phase("drop");
         self.wakers.clear();
+        // The buffers allocas made are the devices' handles too: one kept would keep its device's
+        // memory, and with it what the driver's library keeps per device (the Vulkan validation
+        // layer's queue threads, named after the HAL thread that started them).
+        self.allocas.iter_mut().for_each(|buffer| *buffer = None);
         self.diagnostics.lock().unwrap_or_else(|p| p.into_inner()).devices.clear();
         for d in self.program.drop_order {
             let handles = self.devices[d].take();
@@ -239,7 +248,7 @@ impl<'p> Run<'p> {
         self.phase("checks after drop");
         self.check_after_drop();
         if self.violations.is_empty() {
-            return Ok(());
+            return Ok(self.in_flight.take());
         }
         Err(self.violations.join("\n"))
     }

@@ -25,10 +25,10 @@ pub(crate) type SharedDiagnostics = Arc<Mutex<Diagnostics>>;
 
 /// Runs `program` on a thread named `name`; a panic, or no result within [`WATCHDOG`], is a
 /// failure (the stuck thread is left behind).
-pub(crate) fn run_with_watchdog(
+pub(crate) fn run_with_watchdog<T: Send + 'static>(
     name: String,
-    program: impl FnOnce(&SharedDiagnostics) -> Result<(), String> + Send + 'static,
-) -> Result<(), String> {
+    program: impl FnOnce(&SharedDiagnostics) -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
     let diagnostics = SharedDiagnostics::default();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
     let runner = {

@@ -33,6 +33,7 @@ pub fn cuda_source(kernel: Kernel) -> &'static str {
         Kernel::Sleep => SLEEP_US,
         Kernel::MixedParams => MIXED_PARAMS,
         Kernel::ReverseShared => REVERSE_SHARED,
+        Kernel::Spin => SPIN,
     }
 }
 
@@ -111,6 +112,17 @@ extern "C" __global__ void reverse_shared(unsigned int* data) {
     tile[words - 1u - t] = data[base + t];
     __syncthreads();
     data[base + t] = tile[words - blockDim.x + t];
+}
+"#;
+
+const SPIN: &str = r#"
+extern "C" __global__ void spin(unsigned int* out, unsigned int rounds) {
+    unsigned int x = blockIdx.x + blockIdx.y * gridDim.x + blockIdx.z * gridDim.x * gridDim.y;
+    for (unsigned int i = 0; i < rounds; ++i) {
+        x = x * 1664525u + 1013904223u;
+        x ^= x >> 15;
+    }
+    atomicXor(out, x);
 }
 "#;
 

@@ -34,6 +34,7 @@ impl KernelCatalogue for NativeCatalogue {
             Kernel::Sleep => vec![Arc::new(sleep_us)],
             Kernel::MixedParams => vec![Arc::new(mixed_params)],
             Kernel::ReverseShared => vec![Arc::new(reverse_shared)],
+            Kernel::Spin => vec![Arc::new(spin)],
         };
         let entries = infos
             .into_iter()
@@ -198,4 +199,19 @@ fn reverse_shared(inv: &NativeInvocation<'_>) -> KernelResult {
 fn sleep_us(inv: &NativeInvocation<'_>) -> KernelResult {
     std::thread::sleep(std::time::Duration::from_micros(u64::from(inv.constants[0])));
     Ok(())
+}
+
+/// Folds the hash into `out[0]` with a load and a store: workgroups that run at once may lose each
+/// other's part, which the ABI allows (the value is not specified).
+fn spin(inv: &NativeInvocation<'_>) -> KernelResult {
+    let [x, y, z] = inv.workgroup_id;
+    let [cx, cy, _] = inv.workgroup_count;
+    let mut hash = x.wrapping_add(y.wrapping_mul(cx)).wrapping_add(z.wrapping_mul(cx).wrapping_mul(cy));
+    for _ in 0..inv.constants[0] {
+        hash = std::hint::black_box(hash.wrapping_mul(1_664_525).wrapping_add(1_013_904_223));
+        hash ^= hash >> 15;
+    }
+    let mut word = [0u32];
+    load(&inv.bindings[0], 0, &mut word)?;
+    store(&inv.bindings[0], 0, &[word[0] ^ hash])
 }

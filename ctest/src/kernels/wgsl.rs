@@ -7,6 +7,7 @@
 //! cases that need them are skipped with the reason: [`Kernel::Fault`] (SPIR-V has no instruction
 //! that faults on purpose) and [`Kernel::Sleep`] (a kernel without bindings has no effect a
 //! compiler must keep: lavapipe deletes every loop in one, so it cannot keep the device busy).
+//! [`Kernel::Spin`] keeps a Vulkan device busy instead, for as long as its workgroups take.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,7 @@ pub fn wgsl_source(kernel: Kernel) -> Option<&'static str> {
         Kernel::Sleep => return None,
         Kernel::MixedParams => MIXED_PARAMS,
         Kernel::ReverseShared => REVERSE_SHARED,
+        Kernel::Spin => SPIN,
     })
 }
 
@@ -113,6 +115,23 @@ fn reverse_shared(@builtin(local_invocation_id) l: vec3<u32>, @builtin(workgroup
     tile[words - 1u - l.x] = data[base + l.x];
     workgroupBarrier();
     data[base + l.x] = tile[words - 64u + l.x];
+}
+"#;
+
+// The loop's result reaches memory, so no compiler may delete the loop (as lavapipe does in a kernel
+// without bindings).
+const SPIN: &str = r#"
+@group(0) @binding(0) var<storage, read_write> out: array<atomic<u32>>;
+struct Constants { rounds: u32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(1)
+fn spin(@builtin(workgroup_id) w: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>) {
+    var x = w.x + w.y * n.x + w.z * n.x * n.y;
+    for (var i = 0u; i < c.rounds; i = i + 1u) {
+        x = x * 1664525u + 1013904223u;
+        x = x ^ (x >> 15u);
+    }
+    atomicXor(&out[0], x);
 }
 "#;
 
