@@ -31,6 +31,8 @@ strip devbin/cuda_fault devbin/cuda_device devbin/cts devbin/contract_fuzz devbi
 # since the binary's path is the same.
 cp "$release"/examples/submit_profile devbin/submit_profile_sym
 git rev-parse --short HEAD > devbin/COMMIT
+# Where the binaries were built: they find test data by that path (lib.sh's link_build_checkout).
+pwd > devbin/CHECKOUT
 du -sh devbin
 # perf and the libraries it needs, for profile.sh (the device machine has no perf). Carry devperf/
 # beside devbin/ (together about 56 MiB of the 64 MiB a run may carry).

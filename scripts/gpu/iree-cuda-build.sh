@@ -17,4 +17,6 @@ for line in sys.stdin:
 cargo build --release --bin thal-iree-run 2>&1 | tail -1
 cp "$release"/thal-iree-run ../devbin/iree/
 strip ../devbin/iree/*
+# Where the binaries were built: they find test data by that path (lib.sh's link_build_checkout).
+(cd .. && pwd) > ../devbin/CHECKOUT
 du -sh ../devbin/iree

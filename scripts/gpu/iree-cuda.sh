@@ -13,8 +13,7 @@
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-# The test binaries find hal-iree's test data by the path they were built at.
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+link_build_checkout
 N=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1); mkdir -p /tmp/nv && ln -sf "$N" /tmp/nv/libnvrtc.so
 export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$N"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
 W=/tmp/iree-wheel; mkdir -p $W && (cd $W && python3 -m zipfile -e "$(ls "$OLDPWD"/devpeers/iree_base_runtime-*.whl)" .)

@@ -9,7 +9,7 @@
 cd "$(dirname "$0")/.."
 source devbin/lib.sh
 echo "commit $(cat devbin/COMMIT); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+link_build_checkout
 source devbin/vulkan-env.sh
 W=/tmp/iree-wheel; mkdir -p $W && (cd $W && python3 -m zipfile -e "$(ls "$OLDPWD"/devpeers/iree_base_runtime-*.whl)" .)
 chmod +x $W/iree/_runtime_libs/*; RUN=$W/iree/_runtime_libs/iree-run-module; BENCH=$W/iree/_runtime_libs/iree-benchmark-module

@@ -33,15 +33,21 @@ program() {
   ins=(); tins=()
   for ((k = 0; k < nin; k++)); do ins+=("--input=@$P/$data.input$k.npy"); tins+=(--input "@$P/$data.input$k.npy"); done
 }
+# The test binaries find test data by the checkout path they were built at (devbin/CHECKOUT, which
+# the build scripts write): that path, made to point here, the checkout's root.
+link_build_checkout() {
+  local built
+  built=$(cat devbin/CHECKOUT)
+  [ -e "$built" ] || { mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"; }
+}
 # The environment the CUDA test binaries need there: NVRTC on the loader path as libnvrtc.so, a
-# missing GPU failing the tests (HAL_REQUIRE_CUDA=1), and /work/main (the path test data was built
-# at) pointing here.
+# missing GPU failing the tests (HAL_REQUIRE_CUDA=1), and the build's checkout path pointing here.
 cuda_test_env() {
   local n
   n=$(ls /usr/local/cuda/lib64/libnvrtc.so* 2>/dev/null | head -1)
   mkdir -p /tmp/nv && ln -sf "$n" /tmp/nv/libnvrtc.so
   export LD_LIBRARY_PATH=/tmp/nv:$(dirname "$n"):$LD_LIBRARY_PATH HAL_REQUIRE_CUDA=1
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+  link_build_checkout
 }
 # Runs the CUDA test binary devbin/$1 $2 times (logs $OUT/$1-N.txt), printing each failure's panic
 # and then how many failed with the first run's result line. Needs cuda_test_env.
