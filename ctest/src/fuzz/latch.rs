@@ -8,8 +8,8 @@
 //! Busy work is the catalogue's `sleep_us` (one workgroup waiting on the device's clock) where the
 //! catalogue has it, else `spin` over as many workgroups as the device runs in the time asked: a
 //! SPIR-V kernel cannot read a clock, and lavapipe ends any shader loop after 65535 iterations
-//! (about 2 ms), so the length comes from the workgroup count, measured once per driver with the
-//! device idle.
+//! (a millisecond or two), so the length comes from the workgroup count, measured once per driver
+//! with the device idle.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
