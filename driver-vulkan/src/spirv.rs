@@ -148,9 +148,14 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         .enumerate()
         .map(|(index, entry)| reflect(&module, entry, info.get_entry_point(index)))
         .collect();
+    // The module as it was written: no zeroing of workgroup memory or loop counters added (each
+    // costs every dispatch, and SPIR-V asks for neither); integer divisions keep naga's guard
+    // against a zero divisor, which a driver's compiler can otherwise fold into a crash.
     let writer = naga::back::spv::Options {
         lang_version: (1, 3),
         flags: naga::back::spv::WriterFlags::empty(),
+        zero_initialize_workgroup_memory: naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None,
+        force_loop_bounding: false,
         ..Default::default()
     };
     let words = naga::back::spv::write_vec(&module, &info, &writer, None).map_err(|e| {
