@@ -64,7 +64,8 @@ pub struct ModuleEntryPoint {
     pub resources: Vec<Resource>,
     /// The bytes of its push-constant block (0 where it uses none).
     pub push_constant_bytes: u32,
-    /// The bytes of workgroup (shared) memory its variables take.
+    /// The bytes of workgroup (shared) memory the module's variables take (all of them: the
+    /// module the driver gets declares each).
     pub workgroup_memory_bytes: u64,
 }
 
@@ -132,6 +133,20 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
             module.entry_points.len()
         )));
     }
+    if let Some(entry) = module.entry_points.iter().find(|e| e.name.is_empty() || e.name.contains(char::is_control)) {
+        // Vulkan takes an entry point's name as a C string of printable UTF-8.
+        return Err(Error::invalid_argument(format!(
+            "vulkan: invalid SPIR-V module: entry point name {:?} is empty or holds control characters",
+            entry.name
+        )));
+    }
+    if let Some(entry) = module.entry_points.iter().find(|e| reads_workgroup_size_variable(&module, e)) {
+        // Vulkan has `WorkgroupSize` only as a constant; naga would write it as an input variable.
+        return Err(Error::invalid_argument(format!(
+            "vulkan: invalid SPIR-V module: entry point '{}' reads the WorkgroupSize built-in as a variable",
+            entry.name
+        )));
+    }
     if !module.overrides.is_empty() {
         return Err(Error::invalid_argument(format!(
             "vulkan: the SPIR-V module has {} specialization constants; the driver takes modules without them",
@@ -142,6 +157,7 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
     let info = validator
         .validate(&module)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {}", e.emit_to_string(""))))?;
+    check_struct_layouts(&module)?;
     let entry_points = module
         .entry_points
         .iter()
@@ -156,6 +172,13 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         flags: naga::back::spv::WriterFlags::empty(),
         zero_initialize_workgroup_memory: naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None,
         force_loop_bounding: false,
+        // An index past an array in workgroup, private or function memory is clamped: nothing
+        // bounds those accesses otherwise, and on a CPU device (lavapipe) one lands in the
+        // process's own memory. Buffer accesses are bounded by robustBufferAccess.
+        bounds_check_policies: naga::proc::BoundsCheckPolicies {
+            index: naga::proc::BoundsCheckPolicy::Restrict,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let words = naga::back::spv::write_vec(&module, &info, &writer, None).map_err(|e| {
@@ -228,10 +251,91 @@ fn check_layout(data: &[u8]) -> Result<usize> {
     Ok(entry_points)
 }
 
+/// Every struct's members in order, each starting at or after the end of the one before it and
+/// ending within the struct: naga's validator lets an `Offset` past the struct or behind the
+/// previous member through, and its writer then emits a layout Vulkan refuses.
+fn check_struct_layouts(module: &naga::Module) -> Result<()> {
+    for (_, ty) in module.types.iter() {
+        let naga::TypeInner::Struct { members, .. } = &ty.inner else { continue };
+        let mut end = 0u64;
+        for (index, member) in members.iter().enumerate() {
+            let offset = u64::from(member.offset);
+            let size = u64::from(module.types[member.ty].inner.size(module.to_ctx()));
+            let align = scalar_alignment(module, member.ty, 0);
+            if offset < end || offset + size > u64::from(u32::MAX) || !offset.is_multiple_of(align) {
+                return Err(Error::invalid_argument(format!(
+                    "vulkan: invalid SPIR-V module: member {index} of struct {:?} at offset {offset} ({size} bytes) \
+                     overlaps the member before it (which ends at {end}), runs past 4 GiB or is not a multiple of \
+                     its scalars' {align} bytes",
+                    ty.name.as_deref().unwrap_or("")
+                )));
+            }
+            end = offset + size;
+        }
+    }
+    Ok(())
+}
+
+/// The widest scalar inside `ty` (the least a member's offset must be a multiple of), 1 for types
+/// without scalars; `depth` bounds the walk through nested types.
+fn scalar_alignment(module: &naga::Module, ty: naga::Handle<naga::Type>, depth: u32) -> u64 {
+    use naga::TypeInner as T;
+    if depth > 64 {
+        return 1;
+    }
+    match &module.types[ty].inner {
+        T::Scalar(scalar) | T::Vector { scalar, .. } | T::Matrix { scalar, .. } | T::Atomic(scalar) => {
+            u64::from(scalar.width).max(1)
+        }
+        T::Array { base, .. } => scalar_alignment(module, *base, depth + 1),
+        T::Struct { members, .. } => {
+            members.iter().map(|m| scalar_alignment(module, m.ty, depth + 1)).max().unwrap_or(1)
+        }
+        _ => 1,
+    }
+}
+
+/// The bytes a workgroup variable of type `ty` takes: a driver lays workgroup memory out by its
+/// types' own sizes, whatever `ArrayStride` the module states, so the larger of the two counts.
+fn workgroup_size(module: &naga::Module, ty: naga::Handle<naga::Type>, depth: u32) -> u64 {
+    use naga::TypeInner as T;
+    let stated = u64::from(module.types[ty].inner.size(module.to_ctx()));
+    if depth > 64 {
+        return stated;
+    }
+    let natural = match &module.types[ty].inner {
+        T::Array { base, size: naga::ArraySize::Constant(count), stride } => {
+            count.get() as u64 * workgroup_size(module, *base, depth + 1).max(u64::from(*stride))
+        }
+        T::Struct { members, .. } => members.iter().map(|m| workgroup_size(module, m.ty, depth + 1)).sum(),
+        _ => stated,
+    };
+    stated.max(natural)
+}
+
+/// Whether an argument of `entry` (or a member of one) is the `WorkgroupSize` built-in.
+fn reads_workgroup_size_variable(module: &naga::Module, entry: &naga::EntryPoint) -> bool {
+    let is_size =
+        |binding: &Option<naga::Binding>| matches!(binding, Some(naga::Binding::BuiltIn(naga::BuiltIn::WorkGroupSize)));
+    entry.function.arguments.iter().any(|argument| {
+        is_size(&argument.binding)
+            || match &module.types[argument.ty].inner {
+                naga::TypeInner::Struct { members, .. } => members.iter().any(|m| is_size(&m.binding)),
+                _ => false,
+            }
+    })
+}
+
 fn reflect(module: &naga::Module, entry: &naga::EntryPoint, uses: &naga::valid::FunctionInfo) -> ModuleEntryPoint {
     let mut resources = Vec::new();
     let (mut push_constant_bytes, mut workgroup_memory_bytes) = (0, 0u64);
     for (handle, var) in module.global_variables.iter() {
+        if var.space == naga::AddressSpace::WorkGroup {
+            // Counted whether this entry point uses it or not: the module written for the driver
+            // declares every variable, and drivers count what a module declares.
+            workgroup_memory_bytes += workgroup_size(module, var.ty, 0);
+            continue;
+        }
         if uses[handle] == GlobalUse::empty() {
             continue;
         }
@@ -241,10 +345,6 @@ fn reflect(module: &naga::Module, entry: &naga::EntryPoint, uses: &naga::valid::
             naga::AddressSpace::Handle => ResourceKind::Handle,
             naga::AddressSpace::Immediate => {
                 push_constant_bytes = module.types[var.ty].inner.size(module.to_ctx());
-                continue;
-            }
-            naga::AddressSpace::WorkGroup => {
-                workgroup_memory_bytes += u64::from(module.types[var.ty].inner.size(module.to_ctx()));
                 continue;
             }
             _ => continue,
