@@ -56,6 +56,7 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("vulkan_queues".to_string(), physical.family_queues.to_string()),
         ("queue_family".to_string(), physical.queue_family.to_string()),
         ("push_descriptors".to_string(), physical.push_descriptors.to_string()),
+        ("max_push_descriptors".to_string(), physical.max_push_descriptors.unwrap_or(0).to_string()),
         (
             BINDING_TABLE_EXECUTES.to_string(),
             if physical.update_after_bind.is_some() { "replayed" } else { "recorded" }.to_string(),

@@ -16,7 +16,7 @@ use hal::driver::ExecutableBackend;
 use hal::{DeviceInfo, EntryPointInfo, Error, ExecutableFormat, ExecutableKind, ExecutableSource, Result};
 
 use crate::error::from_vk;
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, PhysicalInfo};
 use crate::spirv::{self, ModuleEntryPoint, ResourceKind, ShaderFeatures};
 
 /// One entry point's pipeline and the layouts it was built with.
@@ -63,7 +63,7 @@ impl VulkanExecutable {
             // only the counts matter here.
             let found = find_entry(&module.entry_points, &entry.name)?;
             check_interface(entry, found)?;
-            check_limits(entry, found, info, &gpu.physical.limits)?;
+            check_limits(entry, found, info, &gpu.physical)?;
         }
         let words = module.words;
         let create = vk::ShaderModuleCreateInfo::default().code(&words);
@@ -283,8 +283,9 @@ fn check_limits(
     entry: &EntryPointInfo,
     module: &ModuleEntryPoint,
     info: &DeviceInfo,
-    limits: &vk::PhysicalDeviceLimits,
+    physical: &PhysicalInfo,
 ) -> Result<()> {
+    let limits = &physical.limits;
     let name = &entry.name;
     let threads = entry.workgroup_size.iter().map(|&d| u64::from(d)).product::<u64>();
     if entry.workgroup_size.contains(&0)
@@ -303,10 +304,18 @@ fn check_limits(
             entry.constant_count, limits.max_push_constants_size
         )));
     }
-    if entry.binding_count as u64 > u64::from(limits.max_per_stage_descriptor_storage_buffers) {
+    // Set 0 holds every binding: pushed where the device pushes descriptors, else a set of its own.
+    let (most, what) = match physical.max_push_descriptors {
+        Some(pushed) => (pushed, "pushed descriptors (maxPushDescriptors)"),
+        None => (
+            limits.max_per_stage_descriptor_storage_buffers.min(limits.max_descriptor_set_storage_buffers),
+            "storage buffers per stage and set",
+        ),
+    };
+    if entry.binding_count as u64 > u64::from(most) {
         return Err(Error::resource_exhausted(format!(
-            "vulkan: entry point '{name}': {} bindings, the device takes {} storage buffers per stage",
-            entry.binding_count, limits.max_per_stage_descriptor_storage_buffers
+            "vulkan: entry point '{name}': {} bindings, the device takes {most} {what}",
+            entry.binding_count
         )));
     }
     let workgroup_memory = module.workgroup_memory_bytes + u64::from(entry.dynamic_workgroup_memory);

@@ -27,6 +27,8 @@ pub struct PhysicalInfo {
     /// `timestampValidBits` of the queue family (0: no timestamps).
     pub(crate) timestamp_bits: u32,
     pub(crate) push_descriptors: bool,
+    /// `maxPushDescriptors` where the device pushes descriptors: the most bindings a dispatch has.
+    pub(crate) max_push_descriptors: Option<u32>,
     /// The most storage buffers of an update-after-bind descriptor set, where binding-table
     /// executes replay recordings with such sets (see [`UPDATE_AFTER_BIND_ENV`]).
     pub(crate) update_after_bind: Option<u32>,
@@ -100,12 +102,16 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
     let feature = features12.descriptor_binding_storage_buffer_update_after_bind == vk::TRUE;
     let mut properties12 = vk::PhysicalDeviceVulkan12Properties::default();
+    let mut push_properties = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
     let mut properties2 = vk::PhysicalDeviceProperties2::default()
         .push_next(&mut id)
         .push_next(&mut maintenance3)
         .push_next(&mut properties12);
     if host_import {
         properties2 = properties2.push_next(&mut host_memory);
+    }
+    if push_descriptors {
+        properties2 = properties2.push_next(&mut push_properties);
     }
     // SAFETY: as above.
     unsafe { vk.get_physical_device_properties2(physical, &mut properties2) };
@@ -120,6 +126,7 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         family_queues: families[family].queue_count,
         timestamp_bits: families[family].timestamp_valid_bits,
         push_descriptors,
+        max_push_descriptors: push_descriptors.then_some(push_properties.max_push_descriptors),
         update_after_bind: match update_after_bind_mode()? {
             UpdateAfterBind::Off => None,
             UpdateAfterBind::WhereSupported if !feature => None,
