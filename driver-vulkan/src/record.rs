@@ -548,8 +548,6 @@ pub fn descriptor_info(
     let limits = &gpu.physical.limits;
     let (block, base) = resolve(&binding.buffer)?;
     let offset = base + binding.offset;
-    let buffer = block.buffer;
-    keep.blocks.push(block);
     let alignment = limits.min_storage_buffer_offset_alignment.max(1);
     if !offset.is_multiple_of(alignment) {
         return Err(Error::invalid_argument(format!(
@@ -563,12 +561,14 @@ pub fn descriptor_info(
         // A descriptor's range is never 0 (and `VK_WHOLE_SIZE` would be the whole buffer): an empty
         // binding reaches the device's empty-binding block instead, so no byte of the embedder's
         // buffer is in its reach.
-        let empty = empty_binding(&keep.blocks[keep.blocks.len() - 1])?;
+        let empty = empty_binding(&block)?;
         let info = vk::DescriptorBufferInfo { buffer: empty.buffer, offset: 0, range: vk::WHOLE_SIZE };
         keep.blocks.push(empty);
         return Ok(info);
     }
-    Ok(vk::DescriptorBufferInfo { buffer, offset, range: binding.length })
+    let info = vk::DescriptorBufferInfo { buffer: block.buffer, offset, range: binding.length };
+    keep.blocks.push(block);
+    Ok(info)
 }
 
 /// The block zero-length bindings reach on `near`'s device: a few bytes of its own, shared while

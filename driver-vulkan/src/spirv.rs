@@ -187,6 +187,11 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
     Ok(ValidatedModule { entry_points, words })
 }
 
+/// Word `i` of `data` (little-endian); `data` holds at least `4 * (i + 1)` bytes.
+fn word_at(data: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]])
+}
+
 /// The header's five words: `InvalidArgument` naming what is wrong with them.
 fn check_header(data: &[u8]) -> Result<()> {
     if data.len() < 20 || !data.len().is_multiple_of(4) {
@@ -195,7 +200,7 @@ fn check_header(data: &[u8]) -> Result<()> {
             data.len()
         )));
     }
-    let word = |i: usize| u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+    let word = |i: usize| word_at(data, i);
     if word(0) != MAGIC {
         return Err(Error::invalid_argument(format!(
             "vulkan: not a SPIR-V module (magic {:#010x}, expected {MAGIC:#010x} little-endian)",
@@ -223,7 +228,7 @@ fn check_layout(data: &[u8]) -> Result<usize> {
     const OP_MEMORY_MODEL: u32 = 14;
     const OP_ENTRY_POINT: u32 = 15;
     let words = data.len() / 4;
-    let word = |i: usize| u32::from_le_bytes([data[4 * i], data[4 * i + 1], data[4 * i + 2], data[4 * i + 3]]);
+    let word = |i: usize| word_at(data, i);
     let (mut capabilities, mut memory_models, mut entry_points) = (0, 0, 0);
     let mut at = 5;
     while at < words {
