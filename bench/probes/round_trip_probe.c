@@ -1,6 +1,6 @@
 // Probe: what a one-dispatch round trip (enqueue, then a host wait) costs by how it is enqueued and
 // how the host learns of completion, alone and beside a thread querying another event every 2 us.
-// Build and run on the GPU machine (scripts/gpu/README.md): gcc -O2 round_trip_probe.c
+// Build and run on the GPU machine (bench/probes/README.md): gcc -O2 round_trip_probe.c
 // -I/usr/local/cuda/include -L/usr/local/cuda/lib64 -lcuda -lpthread -o rt && ./rt [ORDINAL].
 // us per round trip, medians of 5 rounds of 3000.
 #include "probe_common.h"

@@ -1,5 +1,5 @@
 // Does a host-to-host copy on a stream block the calling thread behind earlier stream work? Build and run on a
-// GPU machine: nvcc -O2 -o h2h scripts/gpu/h2h_probe.cu -lcuda && ./h2h (see docs/conformance.md, "On one and two H100s").
+// GPU machine: nvcc -O2 -o h2h bench/probes/h2h_probe.cu -lcuda && ./h2h (results in docs/conformance.md).
 #include <cuda.h>
 #include <cstdio>
 #include <chrono>
