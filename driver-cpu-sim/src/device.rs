@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use hal::driver::Command;
 use hal::driver::scheduler::Scheduler;
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission};
+use hal::driver::{
+    BufferBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler, ScheduledDevice,
+};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
-    ResourceUsage, Result, Semaphore, SemaphoreValue,
+    ResourceUsage, Result,
 };
 
 use crate::command_exec::CpuPreparedCommands;
@@ -147,7 +149,11 @@ impl CpuDevice {
     }
 }
 
-impl DeviceBackend for CpuDevice {
+impl ScheduledDevice for CpuDevice {
+    fn scheduler(&self) -> &dyn QueueScheduler {
+        &self.scheduler
+    }
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -165,8 +171,9 @@ impl DeviceBackend for CpuDevice {
         Ok(Arc::new(HostMemory::import(memory, &self.budget)))
     }
 
-    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
-        Ok(self.scheduler.create_semaphore(initial))
+    /// Every cpu-sim device's memory is host memory: copies between devices are plain copies.
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        crate::memory::HostMemory::of(buffer).is_ok()
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
@@ -179,15 +186,6 @@ impl DeviceBackend for CpuDevice {
         _mode: CommandBufferMode,
     ) -> Result<Arc<dyn PreparedCommands>> {
         Ok(Arc::new(CpuPreparedCommands::prepare(commands)?))
-    }
-
-    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
-        self.scheduler.submit(queue, op, waits, signals)
-    }
-
-    fn flush(&self, _queue: usize) -> Result<()> {
-        // Submissions are handed to the streams as they are issued; nothing is batched.
-        Ok(())
     }
 
     fn create_channel_id(&self) -> Result<hal::ChannelId> {
@@ -207,38 +205,21 @@ impl DeviceBackend for CpuDevice {
         Ok((channel, abandon))
     }
 
-    /// Every cpu-sim device's memory is host memory: copies between devices are plain copies.
-    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
-        crate::memory::HostMemory::of(buffer).is_ok()
-    }
-
-    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
-        self.scheduler.begin_profiling(options)
-    }
-
-    fn collect_profile(&self) -> Result<hal::Profile> {
-        self.scheduler.collect_profile()
-    }
-
-    fn end_profiling(&self) -> Result<hal::Profile> {
-        self.scheduler.end_profiling()
-    }
-
-    /// The scheduler's report, then the stream-model rules broken on this device, if any.
-    fn report(&self) -> String {
+    /// The stream-model rules broken on this device, if any, after the scheduler's report.
+    fn extend_report(&self, report: &mut String) {
         let broken = self.rules.log().describe();
-        let report = self.scheduler.report();
-        if broken.is_empty() { report } else { format!("{report}\n{broken}") }
+        if !broken.is_empty() {
+            report.push('\n');
+            report.push_str(&broken);
+        }
     }
 
-    /// The scheduler's pools, then the broken stream-model rules as a pool that is never idle again
-    /// once one broke (so a leak check fails; see `stream_rules`).
-    fn resource_usage(&self) -> ResourceUsage {
-        let mut usage = self.scheduler.resource_usage();
+    /// The broken stream-model rules as a pool that is never idle again once one broke (so a leak
+    /// check fails; see `stream_rules`), and the memory in use.
+    fn extend_usage(&self, usage: &mut ResourceUsage) {
         let broken = self.rules.log().count();
         usage.pools.push(PoolUsage::new(RULE_BREAKS_POOL, broken, broken));
         usage.memory_in_use = self.budget.in_use();
-        usage
     }
 }
 
@@ -252,6 +233,7 @@ impl std::fmt::Debug for CpuDevice {
 mod tests {
     use super::*;
     use crate::stream_rules::StreamRule;
+    use hal::driver::DeviceBackend;
 
     /// A broken stream-model rule leaves the device never idle again (the CTS leak check fails the
     /// case), is named in its report, and in debug builds makes dropping the device panic.

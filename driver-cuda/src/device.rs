@@ -7,10 +7,12 @@ use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 use hal::driver::lock;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BindingState, Command};
-use hal::driver::{BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission};
+use hal::driver::{
+    BufferBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler, ScheduledDevice,
+};
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
-    PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
+    PoolUsage, ResourceUsage, Result,
 };
 
 use crate::command_buffer::CudaPreparedCommands;
@@ -408,7 +410,11 @@ impl CudaDevice {
     }
 }
 
-impl DeviceBackend for CudaDevice {
+impl ScheduledDevice for CudaDevice {
+    fn scheduler(&self) -> &dyn QueueScheduler {
+        &self.scheduler
+    }
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -429,10 +435,6 @@ impl DeviceBackend for CudaDevice {
 
     fn import_host_memory(&self, _params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
         Ok(Arc::new(CudaMemory::import(&self.context, &self.memory, memory)?))
-    }
-
-    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
-        Ok(self.scheduler.create_semaphore(initial))
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
@@ -465,15 +467,6 @@ impl DeviceBackend for CudaDevice {
         )?))
     }
 
-    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
-        self.scheduler.submit(queue, op, waits, signals)
-    }
-
-    fn flush(&self, _queue: usize) -> Result<()> {
-        // Submissions reach their stream as they are issued; nothing is batched.
-        Ok(())
-    }
-
     fn create_channel_id(&self) -> Result<hal::ChannelId> {
         crate::nccl::unique_id()
     }
@@ -501,35 +494,20 @@ impl DeviceBackend for CudaDevice {
         }
     }
 
-    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
-        self.scheduler.begin_profiling(options)
-    }
-
-    fn collect_profile(&self) -> Result<hal::Profile> {
-        self.scheduler.collect_profile()
-    }
-
-    fn end_profiling(&self) -> Result<hal::Profile> {
-        self.scheduler.end_profiling()
-    }
-
-    fn report(&self) -> String {
-        let mut report = self.scheduler.report();
+    /// How copies with each other GPU go, after the scheduler's report.
+    fn extend_report(&self, report: &mut String) {
         for (ordinal, path) in lock(&self.peers).iter() {
-            report += &format!("copies with cuda:{ordinal}: {path:?}\n");
+            *report += &format!("copies with cuda:{ordinal}: {path:?}\n");
         }
-        report
     }
 
-    fn resource_usage(&self) -> ResourceUsage {
-        let mut usage = self.scheduler.resource_usage();
+    fn extend_usage(&self, usage: &mut ResourceUsage) {
         let staging = self.scheduler.model().staging();
         usage.pools.push(PoolUsage::new("staging blocks", staging.in_use(), staging.created()));
         let (created, in_use) = self.scheduler.model().timer().usage();
         usage.pools.push(PoolUsage::new("timing events", in_use, created));
         usage.memory_in_use = self.memory.in_use();
         usage.memory_kept = self.context.pinned_cache().kept_bytes() as u64;
-        usage
     }
 
     fn trim(&self) -> Result<()> {

@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{
-    BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission,
+    BufferBackend, Command, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler, ScheduledDevice,
 };
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableSource, MemoryType, ResourceUsage, Result,
-    Semaphore, SemaphoreValue,
 };
 
 use crate::commands::Recorded;
@@ -36,23 +35,27 @@ pub(crate) fn device_info() -> DeviceInfo {
     info
 }
 
-/// A skeleton device.
+/// A skeleton device: the driver's part of it; the HAL's [`ScheduledDevice`] does the rest.
 pub struct SkeletonDevice {
+    // The first field, so dropped first: teardown drains the queues while memory is still counted.
+    scheduler: Scheduler<InlineStreams>,
     info: DeviceInfo,
     memory: Arc<MemoryCounter>,
-    // The last field, so dropped first: teardown drains the queues while memory is still counted.
-    scheduler: Scheduler<InlineStreams>,
 }
 
 impl SkeletonDevice {
     /// Device `id`.
     pub fn new(id: DeviceId) -> Result<Self> {
         let scheduler = Scheduler::new(id, InlineStreams, QUEUE_COUNT)?;
-        Ok(SkeletonDevice { info: device_info(), memory: Arc::default(), scheduler })
+        Ok(SkeletonDevice { scheduler, info: device_info(), memory: Arc::default() })
     }
 }
 
-impl DeviceBackend for SkeletonDevice {
+impl ScheduledDevice for SkeletonDevice {
+    fn scheduler(&self) -> &dyn QueueScheduler {
+        &self.scheduler
+    }
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -74,10 +77,6 @@ impl DeviceBackend for SkeletonDevice {
         HostMemory::of(buffer).is_ok()
     }
 
-    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
-        Ok(self.scheduler.create_semaphore(initial))
-    }
-
     fn load_executable(&self, _source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
         Err(Error::unimplemented(format!(
             "{}: loads no executables (it lists no executable kinds)",
@@ -93,33 +92,7 @@ impl DeviceBackend for SkeletonDevice {
         Ok(Arc::new(Recorded))
     }
 
-    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
-        self.scheduler.submit(queue, op, waits, signals)
-    }
-
-    fn flush(&self, _queue: usize) -> Result<()> {
-        Ok(())
-    }
-
-    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
-        self.scheduler.begin_profiling(options)
-    }
-
-    fn collect_profile(&self) -> Result<hal::Profile> {
-        self.scheduler.collect_profile()
-    }
-
-    fn end_profiling(&self) -> Result<hal::Profile> {
-        self.scheduler.end_profiling()
-    }
-
-    fn report(&self) -> String {
-        self.scheduler.report()
-    }
-
-    fn resource_usage(&self) -> ResourceUsage {
-        let mut usage = self.scheduler.resource_usage();
+    fn extend_usage(&self, usage: &mut ResourceUsage) {
         usage.memory_in_use = self.memory.in_use();
-        usage
     }
 }

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{
-    BindingState, BufferBackend, Command, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands,
-    Submission,
+    BindingState, BufferBackend, Command, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler,
+    ScheduledDevice,
 };
 use hal::{
     BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
-    ResourceUsage, Result, Semaphore, SemaphoreValue,
+    ResourceUsage, Result,
 };
 
 use crate::executable::VulkanExecutable;
@@ -148,7 +148,11 @@ impl VulkanDevice {
     }
 }
 
-impl DeviceBackend for VulkanDevice {
+impl ScheduledDevice for VulkanDevice {
+    fn scheduler(&self) -> &dyn QueueScheduler {
+        &self.scheduler
+    }
+
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
@@ -165,8 +169,8 @@ impl DeviceBackend for VulkanDevice {
         Ok(Arc::new(VulkanMemory::import(&self.gpu, &self.memory, params.memory_type, memory)?))
     }
 
-    fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
-        Ok(self.scheduler.create_semaphore(initial))
+    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
+        VulkanMemory::of(buffer).is_ok_and(|memory| memory.is_on(&self.gpu))
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
@@ -193,40 +197,10 @@ impl DeviceBackend for VulkanDevice {
         Ok(Arc::new(VulkanPreparedCommands { replays, bound: true }))
     }
 
-    fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
-        self.scheduler.submit(queue, op, waits, signals)
-    }
-
-    fn flush(&self, _queue: usize) -> Result<()> {
-        Ok(())
-    }
-
-    fn copies_with(&self, buffer: &hal::Buffer) -> bool {
-        VulkanMemory::of(buffer).is_ok_and(|memory| memory.is_on(&self.gpu))
-    }
-
-    fn begin_profiling(&self, options: hal::ProfileOptions) -> Result<()> {
-        self.scheduler.begin_profiling(options)
-    }
-
-    fn collect_profile(&self) -> Result<hal::Profile> {
-        self.scheduler.collect_profile()
-    }
-
-    fn end_profiling(&self) -> Result<hal::Profile> {
-        self.scheduler.end_profiling()
-    }
-
-    fn report(&self) -> String {
-        self.scheduler.report()
-    }
-
-    fn resource_usage(&self) -> ResourceUsage {
-        let mut usage = self.scheduler.resource_usage();
+    fn extend_usage(&self, usage: &mut ResourceUsage) {
         let in_flight = self.scheduler.model().in_flight();
         usage.pools.push(PoolUsage::new("submissions in flight", in_flight, in_flight));
         usage.memory_in_use = self.memory.in_use();
-        usage
     }
 }
 

@@ -10,6 +10,9 @@
 //!   again, hanging listeners on a semaphore). Sealed: implemented for the handles only.
 //! - [`scheduler`]: the pending-queue-actions scheduler, written once over a [`stream_model`]; a
 //!   driver supplies streams and events, the scheduler does waits, signals, retirement and teardown.
+//! - [`ScheduledDevice`]: a device on that scheduler. A driver implements it with what differs
+//!   (memory, executables, prepared commands, collectives) and gets the [`DeviceBackend`] that
+//!   forwards semaphores, submissions, profiling, reports and usage to the scheduler.
 //! - [`timeline`]: the pure timeline state behind [`Semaphore`](crate::Semaphore), and the listener
 //!   hook drivers register.
 //! - [`ProfileSink`]: where a driver puts the timings of profiled submissions.
@@ -45,6 +48,7 @@ mod handles;
 mod imported;
 mod locks;
 mod profiling;
+mod scheduled_device;
 pub mod scheduler;
 pub mod shared_memory;
 pub mod stream_model;
@@ -71,3 +75,4 @@ pub use imported::{ImportedHostMemory, ReleaseOnce};
 pub use locks::{get_mut, lock, try_lock, wait, wait_timeout};
 pub use profiling::ProfileSink;
 pub(crate) use profiling::ProfileSwitch;
+pub use scheduled_device::{QueueScheduler, ScheduledDevice};
