@@ -37,11 +37,11 @@ use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::executable::{CudaExecutable, KernelLaunch};
 use crate::graph::{GraphExec, Launched, NodeParams, Recording, node_params};
 use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect_node::{IndirectRun, NodeUpdater};
 use crate::memory::{CudaMemory, MemoryCounter};
-use crate::module::{CudaExecutable, KernelLaunch};
 use crate::result;
 use crate::stream::CudaStream;
 use crate::timing::{DispatchTiming, SubmissionTimer, Timed};
@@ -445,7 +445,7 @@ impl CudaPreparedCommands {
                     Error::internal(format!("cuda: command {index} is a collective the execute has no call for"))
                 })?;
                 // Enqueued on the stream between the commands around it, like the queue operation.
-                crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call)?;
+                crate::collective::NcclChannel::of(call)?.enqueue(bound, stream, call)?;
                 continue;
             }
             let source = match command {

@@ -25,8 +25,8 @@ use smallvec::SmallVec;
 use crate::command_buffer::{resolve_address, update_source};
 use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
+use crate::executable::KernelLaunch;
 use crate::indirect_node::{FaultRings, IndirectRun, NodeUpdater};
-use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
 

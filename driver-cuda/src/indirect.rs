@@ -33,8 +33,8 @@ use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::context::{Bound, Context};
+use crate::executable::KernelLaunch;
 use crate::free_gate;
-use crate::module::KernelLaunch;
 use crate::result;
 use crate::stream::CudaStream;
 

@@ -148,12 +148,14 @@
 compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slots; big-endian hosts are not supported");
 
 // Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
+pub mod collective;
 mod command_buffer;
 mod context;
 mod counted_fifo;
 mod device;
 pub mod error;
 mod event;
+pub mod executable;
 mod free_gate;
 mod graph;
 mod host_callback;
@@ -162,8 +164,7 @@ mod indirect;
 mod indirect_node;
 pub mod loader;
 mod memory;
-pub mod module;
-pub mod nccl;
+mod options;
 mod pinned_cache;
 mod progress_word;
 mod result;
@@ -171,6 +172,11 @@ mod staging;
 mod stream;
 mod timing;
 mod unloader;
+
+/// The names `collective` and `executable` had before every driver named its files alike; kept so
+/// embedders' paths (`driver_cuda::nccl::unique_id`, ...) still resolve.
+pub use collective as nccl;
+pub use executable as module;
 
 use std::sync::Arc;
 
@@ -180,12 +186,12 @@ use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use command_buffer::CudaPreparedCommands;
 pub use context::Context;
-pub use device::{
-    CudaDevice, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
+pub use device::CudaDevice;
+pub use indirect_node::ENV_DEVRT;
+pub use options::{
+    CompletionWait, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
     ENV_TIMINGS,
 };
-pub use event::CompletionWait;
-pub use indirect_node::ENV_DEVRT;
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cuda";

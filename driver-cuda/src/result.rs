@@ -968,7 +968,7 @@ pub(crate) fn graph_add_dependency(
     check(unsafe { sys::cuGraphAddDependencies(graph, &from, &to, 1) }, "cuGraphAddDependencies")
 }
 
-// ---- NCCL (loaded at run time; `crate::nccl::probe` checks that every symbol below is exported) ----
+// ---- NCCL (loaded at run time; `crate::collective::probe` checks that every symbol below is exported) ----
 
 /// NCCL's types, for the callers of the wrappers below.
 pub(crate) use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};

@@ -30,13 +30,13 @@ use smallvec::SmallVec;
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
 use crate::context::{Bound, Context};
 use crate::counted_fifo::CountedFifo;
-use crate::device::CudaOptions;
-use crate::event::{CompletionWait, CudaEvent};
+use crate::event::CudaEvent;
 use crate::host_callback::CallbackStream;
 use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect::{IndirectLauncher, Lane};
 use crate::indirect_node::IndirectRun;
 use crate::memory::CudaMemory;
+use crate::options::{CompletionWait, CudaOptions};
 use crate::progress_word::ProgressWord;
 use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
@@ -318,7 +318,7 @@ impl CudaStreams {
                 self.download(bound, stream, work, source, *offset, *length)
             }
             QueueOp::Barrier => Ok(()),
-            QueueOp::Collective(call) => crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call),
+            QueueOp::Collective(call) => crate::collective::NcclChannel::of(call)?.enqueue(bound, stream, call),
         }
     }
 
@@ -531,7 +531,7 @@ impl StreamModel for CudaStreams {
         // A collective (queued, or in an execute) whose communicator was aborted while it ran may
         // have returned early.
         if let Some(status) =
-            work.op.collectives().iter().find_map(|call| crate::nccl::NcclChannel::of(call).ok()?.failure())
+            work.op.collectives().iter().find_map(|call| crate::collective::NcclChannel::of(call).ok()?.failure())
         {
             self.timer.discard(work.queue, work.id);
             return Err(status);
