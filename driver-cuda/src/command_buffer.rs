@@ -36,14 +36,14 @@ use hal::driver::{BindingState, Command};
 use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{Buffer, CommandBuffer, Error, Result};
 
-use crate::context::{Bound, Context};
 use crate::executable::{CudaExecutable, KernelLaunch};
 use crate::graph::{GraphExec, Launched, NodeParams, Recording, node_params};
 use crate::host_copy::{CopyEnd, copy_async};
 use crate::indirect_node::{IndirectRun, NodeUpdater};
 use crate::memory::{CudaMemory, MemoryCounter};
-use crate::result;
 use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 use crate::timing::{DispatchTiming, SubmissionTimer, Timed};
 
 /// How a prepared buffer replays.

@@ -14,13 +14,13 @@ use hal::{
 };
 
 use crate::command_buffer::CudaPreparedCommands;
-use crate::context::Context;
 use crate::executable::CudaExecutable;
 use crate::indirect_node::NodeUpdater;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::options::CudaOptions;
-use crate::result;
 use crate::stream::CudaStreams;
+use crate::sys::context::Context;
+use crate::sys::result;
 
 /// The memory types a CUDA device offers: device-local, and pinned host memory the device maps.
 pub(crate) fn memory_types() -> Vec<MemoryType> {

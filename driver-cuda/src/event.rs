@@ -22,10 +22,10 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{CUevent, CUevent_flags, CUstream, CUstream_st};
 use hal::Result;
 
-use crate::context::Context;
 use crate::options::CompletionWait;
 use crate::progress_word::ProgressWord;
-use crate::result;
+use crate::sys::context::Context;
+use crate::sys::result;
 
 /// How often an event whose progress word has not reached its mark is queried anyway, to notice a
 /// device fault (the word never moves again after one).

@@ -23,12 +23,12 @@ use hal::{Error, Result};
 use smallvec::SmallVec;
 
 use crate::command_buffer::{resolve_address, update_source};
-use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
 use crate::executable::KernelLaunch;
 use crate::indirect_node::{FaultRings, IndirectRun, NodeUpdater};
-use crate::result;
 use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// What one graph node does, with the addresses of one execute. Memset and memcpy nodes also
 /// carry the ids of the buffers they touch: CUDA resolves such a node's addresses to their

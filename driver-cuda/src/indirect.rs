@@ -32,11 +32,11 @@ use hal::driver::stream_model::Work;
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
-use crate::context::{Bound, Context};
 use crate::executable::KernelLaunch;
 use crate::free_gate;
-use crate::result;
 use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// How long the launcher yields between polls after a dispatch was submitted or launched, before it
 /// sleeps between polls.

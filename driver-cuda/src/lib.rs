@@ -150,7 +150,6 @@ compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slot
 // Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
 pub mod collective;
 mod command_buffer;
-mod context;
 mod counted_fifo;
 mod device;
 pub mod error;
@@ -162,16 +161,14 @@ mod host_callback;
 mod host_copy;
 mod indirect;
 mod indirect_node;
-pub mod loader;
 mod memory;
 mod options;
 mod pinned_cache;
 mod progress_word;
-mod result;
 mod staging;
 mod stream;
+mod sys;
 mod timing;
-mod unloader;
 
 /// The names `collective` and `executable` had before every driver named its files alike; kept so
 /// embedders' paths (`driver_cuda::nccl::unique_id`, ...) still resolve.
@@ -185,13 +182,14 @@ use hal::driver::Driver;
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
 pub use command_buffer::CudaPreparedCommands;
-pub use context::Context;
 pub use device::CudaDevice;
 pub use indirect_node::ENV_DEVRT;
 pub use options::{
     CompletionWait, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
     ENV_TIMINGS,
 };
+pub use sys::context::Context;
+pub use sys::loader;
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cuda";

@@ -28,10 +28,10 @@ use hal::driver::{HostView, ImportedHostMemory, ReleaseOnce};
 use hal::driver::{get_mut, lock};
 use hal::{Buffer, Error, Result};
 
-use crate::context::{Bound, Context};
-use crate::pinned_cache::{self, PinnedBlock};
-use crate::result;
+use crate::pinned_cache;
 use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context, PinnedBlock};
+use crate::sys::result;
 
 /// Which kind of memory a buffer has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

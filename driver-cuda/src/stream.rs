@@ -28,7 +28,6 @@ use hal::{Buffer, Error, Result};
 use smallvec::SmallVec;
 
 use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
-use crate::context::{Bound, Context};
 use crate::counted_fifo::CountedFifo;
 use crate::event::CudaEvent;
 use crate::host_callback::CallbackStream;
@@ -38,8 +37,9 @@ use crate::indirect_node::IndirectRun;
 use crate::memory::CudaMemory;
 use crate::options::{CompletionWait, CudaOptions};
 use crate::progress_word::ProgressWord;
-use crate::result;
 use crate::staging::{StagingBlock, StagingPool};
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 use crate::timing::{DispatchTiming, ProfileClock, SubmissionTimer};
 
 /// The CUDA stream model of one device.

@@ -6,9 +6,9 @@
 //!
 //! Rules the signatures carry:
 //! - A function that needs the device's context current on this thread takes a [`Bound`] token,
-//!   which only [`Context::bind`](crate::context::Context::bind) makes. The calls made before a
+//!   which only [`Context::bind`](crate::sys::context::Context::bind) makes. The calls made before a
 //!   context exists (initialisation, device queries, retaining the primary context) take none; they
-//!   need the probe ([`crate::loader`]) to have succeeded.
+//!   need the probe ([`crate::sys::loader`]) to have succeeded.
 //! - Handles (`CUevent`, `CUstream`, `CUmodule`, ...) passed in are live: each is a private field of
 //!   one owner type of this crate (`CudaEvent`, `CudaStream`, ...), which ends its life only in its
 //!   `Drop`, through one of the `unsafe` destroy functions below. Each owner also says how it
@@ -32,8 +32,8 @@ use cudarc::driver::sys::{
 };
 use hal::Result;
 
-use crate::context::Bound;
 use crate::error::{check, to_error};
+use crate::sys::context::Bound;
 
 // ---- Initialisation and devices (no context needed) ----
 
@@ -149,7 +149,7 @@ pub(crate) unsafe fn primary_ctx_release(device: CUdevice) -> Result<()> {
     check(unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) }, "cuDevicePrimaryCtxRelease")
 }
 
-/// `cuCtxSetCurrent`: only [`Context::bind`](crate::context::Context::bind) calls it.
+/// `cuCtxSetCurrent`: only [`Context::bind`](crate::sys::context::Context::bind) calls it.
 pub(crate) fn ctx_set_current(context: CUcontext) -> Result<()> {
     // SAFETY: `context` is a retained primary context (its owner, `Context`, releases it on drop).
     check(unsafe { sys::cuCtxSetCurrent(context) }, "cuCtxSetCurrent")

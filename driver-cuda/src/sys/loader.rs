@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use hal::{Error, Result};
 
-use crate::result;
+use crate::sys::result;
 
 /// Driver-API symbols this crate calls only when the driver is at least the given version
 /// ([`Probe::driver_version`]), each with that version; the probe does not require them.

@@ -1,0 +1,16 @@
+//! The FFI layer: what stands between the driver and `cudarc`'s raw bindings, and imports nothing
+//! from the rest of the crate.
+//!
+//! - `result.rs`: every CUDA driver and NCCL call, wrapped once (crate-private);
+//! - `context.rs`: the device's primary [`Context`](context::Context), the `Bound` token the calls
+//!   take as proof that it is current, and the pinned blocks it keeps;
+//! - [`loader`]: the probe for `libcuda` before any cudarc call;
+//! - `unloader.rs`: module unloads on a thread of their own.
+//!
+//! `context.rs` and `result.rs` import each other: binding a context is a driver call, and the calls
+//! take the token binding makes.
+
+pub(crate) mod context;
+pub mod loader;
+pub(crate) mod result;
+pub(crate) mod unloader;
