@@ -13,9 +13,9 @@ use hal::{
     PoolUsage, ResourceUsage, Result, Semaphore, SemaphoreValue,
 };
 
-use crate::command_buffer::CudaPreparedCommands;
+use crate::commands::CudaPreparedCommands;
+use crate::commands::indirect_node::NodeUpdater;
 use crate::executable::CudaExecutable;
-use crate::indirect_node::NodeUpdater;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::options::CudaOptions;
 use crate::stream::CudaStreams;

@@ -30,7 +30,6 @@ use hal::driver::{BufferExt, ExecutableExt};
 use hal::{BufferBinding, DeviceInfo, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
 use smallvec::SmallVec;
 
-use crate::stream::CudaStream;
 use crate::sys::context::{Bound, Context};
 use crate::sys::result;
 
@@ -402,11 +401,6 @@ impl KernelLaunch {
         let mut params: SmallVec<[*mut c_void; 16]> =
             self.values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
         f(params.as_mut_ptr())
-    }
-
-    /// Enqueues the launch on `stream`.
-    pub(crate) fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
-        self.launch_on(bound, stream.raw())
     }
 
     /// Enqueues the launch on the raw stream `stream` (a live stream of the bound context).

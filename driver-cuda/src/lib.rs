@@ -149,22 +149,21 @@ compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slot
 
 // Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
 pub mod collective;
-mod command_buffer;
+mod commands;
 mod counted_fifo;
 mod device;
 pub mod error;
 mod event;
 pub mod executable;
 mod free_gate;
-mod graph;
 mod host_callback;
 mod host_copy;
-mod indirect;
-mod indirect_node;
+mod indirect_launcher;
 mod memory;
 mod options;
 mod pinned_cache;
 mod progress_word;
+mod queue_stream;
 mod staging;
 mod stream;
 mod sys;
@@ -181,9 +180,9 @@ use hal::driver::DeviceExt;
 use hal::driver::Driver;
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
-pub use command_buffer::CudaPreparedCommands;
+pub use commands::CudaPreparedCommands;
+pub use commands::indirect_node::ENV_DEVRT;
 pub use device::CudaDevice;
-pub use indirect_node::ENV_DEVRT;
 pub use options::{
     CompletionWait, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
     ENV_TIMINGS,

@@ -30,7 +30,7 @@ use hal::{Error, Result};
 
 use crate::counted_fifo::{CountedFifo, Locked};
 use crate::event::CudaEvent;
-use crate::stream::CudaStream;
+use crate::queue_stream::CudaStream;
 use crate::sys::context::{Bound, Context};
 use crate::sys::result;
 

@@ -881,7 +881,7 @@ pub(crate) unsafe fn graph_exec_destroy(_bound: &Bound<'_>, exec: CUgraphExec) -
     check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
 }
 
-// ---- Device-updated graph nodes (indirect dispatches; see `crate::indirect_node`) ----
+// ---- Device-updated graph nodes (indirect dispatches; see `crate::commands::indirect_node`) ----
 
 /// Links `ptx` (NUL-terminated PTX text) with the static library at `library` (CUDA's device
 /// runtime) and returns the linked cubin, 8-byte aligned. The linker's error log goes into `log`.

@@ -15,7 +15,7 @@
 //! `CUDA_PATH` or the usual install paths). The user's kernels are not relinked, so cubins and PTX
 //! from any compiler work. Where the library is missing, the driver is older than 12.4 or the link
 //! fails, a command buffer with an indirect dispatch replays directly and the host launcher
-//! (`crate::indirect`) reads the count instead.
+//! (`crate::indirect_launcher`) reads the count instead.
 //!
 //! **Faults.** A count past the limits is the submission's fault (`OutOfRange`), as on the host
 //! path. The updater cannot fail a submission itself, so it writes a fault entry into pinned memory
