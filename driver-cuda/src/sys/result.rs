@@ -1203,10 +1203,8 @@ mod tests {
     /// re-exports).
     #[test]
     fn driver_and_nccl_calls_only_in_the_result_layer() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut outside = Vec::new();
-        for entry in std::fs::read_dir(&src).expect("the crate's sources") {
-            let path = entry.expect("a source entry").path();
+        for path in crate::sys::source_files() {
             if path.file_name().is_some_and(|name| name == "result.rs") {
                 continue;
             }
