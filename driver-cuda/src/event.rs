@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{CUevent, CUevent_flags, CUstream, CUstream_st};
 use hal::Result;
 
-use crate::context::Context;
+use crate::options::CompletionWait;
 use crate::progress_word::ProgressWord;
-use crate::result;
+use crate::sys::context::Context;
+use crate::sys::result;
 
 /// How often an event whose progress word has not reached its mark is queried anyway, to notice a
 /// device fault (the word never moves again after one).
@@ -36,37 +37,9 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// How completion threads wait for an event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CompletionWait {
-    /// `cuEventSynchronize` on spin-waited events.
-    Spin,
-    /// `cuEventSynchronize` on `BLOCKING_SYNC` events.
-    Blocking,
-    /// Poll `cuEventQuery` for up to the duration, then block (`BLOCKING_SYNC` events).
-    SpinThenBlock(Duration),
-    /// Poll `cuEventQuery` for up to the duration, then keep polling with sleeps that grow to
-    /// `MAX_POLL_SLEEP` (100 us) between queries; plain events (no interrupt-armed `BLOCKING_SYNC` records).
-    PollThenSleep(Duration),
-    /// A host function on a per-queue callback stream wakes the thread (`cuLaunchHostFunc` after a
-    /// `cuStreamWaitEvent`; at most one outstanding per queue, see the crate docs, "Completion"). Host
-    /// threads that wait for a value poll as `PollThenSleep(100us)` does.
-    HostCallback,
-}
-
 /// The longest sleep between two queries of [`CompletionWait::PollThenSleep`]: bounds the extra
 /// wake-up latency of long-running work.
 pub const MAX_POLL_SLEEP: Duration = Duration::from_micros(100);
-
-impl Default for CompletionWait {
-    /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
-    /// queries, on plain events. Fewer queries leave the driver lock to the submitting threads, and
-    /// host waiters query their own event, so the completion thread's later wake-up costs them
-    /// nothing (the comparison of the modes is in `docs/benchmarks.md`, "CUDA completion modes").
-    fn default() -> Self {
-        CompletionWait::PollThenSleep(Duration::ZERO)
-    }
-}
 
 impl CompletionWait {
     /// The flags events are created with for this mode.

@@ -3,7 +3,7 @@
 //! `cuMemFreeHost`, `cuMemHostUnregister` and `cuModuleUnload` (and `cuMemFree`, used only where
 //! the driver refuses a stream-ordered free: see `result::mem_free`) may wait until the device is
 //! idle, and while they wait they hold a driver lock that every launch in the process
-//! takes. An indirect dispatch read on the host (`crate::indirect`) holds its queue's stream until
+//! takes. An indirect dispatch read on the host (`crate::indirect_launcher`) holds its queue's stream until
 //! the launcher thread launches its kernel: a free that starts while one is pending waits for a
 //! stream that waits for a launch that waits for the free (`docs/benchmarks.md` has the backtrace
 //! that showed it).

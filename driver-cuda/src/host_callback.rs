@@ -18,9 +18,9 @@ use cudarc::driver::sys::{CUstream, CUstream_flags};
 use hal::Result;
 use hal::driver::{lock, wait_timeout};
 
-use crate::context::{Bound, Context};
 use crate::event::CudaEvent;
-use crate::result;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// How often a thread waiting for a callback checks its event for a device fault (CUDA skips host
 /// functions on a faulted context, so the callback would never come).

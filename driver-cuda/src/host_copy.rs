@@ -8,8 +8,8 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use hal::Result;
 
-use crate::context::Bound;
-use crate::result;
+use crate::sys::context::Bound;
+use crate::sys::result;
 
 /// One end of a copy: a unified address and whether it is host memory.
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@
 //! (`cuStreamWaitEvent`) between this device's queues, and one completion thread per queue that
 //! retires every finished submission in one wake-up. Reusable command buffers replay as CUDA graphs;
 //! `queue_alloca` uses the device's stream-ordered memory pool. Kernels follow the dispatch ABI in
-//! [`module`].
+//! [`executable`].
 //!
 //! Without a GPU or driver library the driver reports `Unavailable` with the reason (it probes for
 //! `libcuda` with libloading before any cudarc call, see [`loader`]) and the registry keeps working:
@@ -34,11 +34,30 @@
 //! [`CompletionWait`], the `HAL_CUDA_*` names); [`CudaDevice`] and [`Context`] for embedders that
 //! build a device themselves or keep the GPU's primary context retained; [`CudaPreparedCommands`]
 //! to see how an ended command buffer replays; the probe ([`loader`]), CUDA results as HAL errors
-//! ([`error`]), NCCL ids and settings ([`nccl`]) and the kernel dispatch ABI ([`module`]). The
-//! streams, events, memory, graphs, staging and timing behind them are the crate's own.
+//! ([`error`]), NCCL ids and settings ([`collective`], also at its former path `nccl`) and the kernel
+//! dispatch ABI ([`executable`], also at `module`). The streams, events, memory, graphs, staging and
+//! timing behind them are the crate's own.
+//!
+//! # Files
+//! Every driver names the same concept alike; the CUDA extras stand beside them.
+//! - `device.rs`: [`CudaDevice`], the HAL device over the shared scheduler; `options.rs`:
+//!   [`CudaOptions`], [`CompletionWait`] and the `HAL_CUDA_*` variables.
+//! - `stream.rs`: the stream model (each queue operation onto stream work); `queue_stream.rs`: one
+//!   queue's stream; `event.rs`, `progress_word.rs`, `host_callback.rs`: how completion is seen;
+//!   `indirect_launcher.rs`: the host launcher of indirect dispatches replayed directly.
+//! - `commands/`: prepared command buffers (`mod.rs`), their graphs (`graph.rs`), device-set grids
+//!   of indirect dispatch nodes (`indirect_node.rs`) and update payloads (`payload.rs`).
+//! - `executable.rs`: modules, entry points and the dispatch ABI; `memory.rs`: buffers and device
+//!   address resolution; `collective.rs`: NCCL; `timing.rs`: timing events for profiles and
+//!   per-submission times.
+//! - Backend extras: `staging.rs`, `pinned_cache.rs`, `host_copy.rs`, `free_gate.rs`,
+//!   `counted_fifo.rs`, `error.rs`.
+//! - `sys/`: the FFI layer, which imports nothing from the files above: the driver-call wrappers
+//!   (`result.rs`), the primary context and its `Bound` token (`context.rs`), the probe ([`loader`])
+//!   and the module unloader.
 //!
 //! # The driver-call layer
-//! Every CUDA driver and NCCL function the crate calls is wrapped once, in `src/result.rs` (crate-private):
+//! Every CUDA driver and NCCL function the crate calls is wrapped once, in `src/sys/result.rs` (crate-private):
 //! one small function per call (`event_record`, `stream_wait_event`, `launch_kernel`, ...) that
 //! makes the `sys` call and returns a [`hal::Result`] whose error names the call. Functions that need
 //! the device's context current take a `Bound` token, which only `Context::bind`
@@ -75,7 +94,7 @@
 //! from host threads waiting for a semaphore value (they wait on the device event themselves, until
 //! their deadline if they have one) and from whichever thread signals a semaphore that releases held
 //! work. Each call binds the device's primary context on that thread (a thread-local check, see
-//! `src/context.rs`), and leaves it bound; the `Bound` token it gets is what it hands to the
+//! `src/sys/context.rs`), and leaves it bound; the `Bound` token it gets is what it hands to the
 //! driver calls.
 //!
 //! # Completion
@@ -104,13 +123,13 @@
 //!   in a command buffer that replays as a graph (a reusable one, or a one-shot one of at least
 //!   `CudaOptions::graph_min_commands` commands), the dispatch is a kernel node whose grid a
 //!   one-thread kernel just before it sets, or disables for a count with a zero (see
-//!   `src/indirect_node.rs`). No host round trip: the submitting thread and the stream never wait
+//!   `src/commands/indirect_node.rs`). No host round trip: the submitting thread and the stream never wait
 //!   for the count.
 //! - **on the host** (`HAL_CUDA_INDIRECT=host`, a driver before 12.4, no `libcudadevrt.a`, or a
 //!   buffer that replays directly, such as a one-shot buffer of one command or one touching
 //!   `queue_alloca` buffers): the queue's
 //!   stream copies the count to pinned memory and waits; a launcher thread reads it, launches the
-//!   kernel and releases the stream (`src/indirect.rs`).
+//!   kernel and releases the stream (`src/indirect_launcher.rs`).
 //!
 //! Both fail the execute with `OutOfRange` for a count past the device's grid limits, and run
 //! nothing for a count with a zero.
@@ -147,30 +166,33 @@
 #[cfg(target_endian = "big")]
 compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slots; big-endian hosts are not supported");
 
-// Public: what embedders, the tools and the benchmarks use. The rest is the driver's own.
-mod command_buffer;
-mod context;
+// Public: what embedders, the tools and the benchmarks use (`error`, `executable`, `collective`,
+// and `loader` re-exported from `sys` below). The rest is the driver's own.
+pub mod collective;
+mod commands;
 mod counted_fifo;
 mod device;
 pub mod error;
 mod event;
+pub mod executable;
 mod free_gate;
-mod graph;
 mod host_callback;
 mod host_copy;
-mod indirect;
-mod indirect_node;
-pub mod loader;
+mod indirect_launcher;
 mod memory;
-pub mod module;
-pub mod nccl;
+mod options;
 mod pinned_cache;
 mod progress_word;
-mod result;
+mod queue_stream;
 mod staging;
 mod stream;
+mod sys;
 mod timing;
-mod unloader;
+
+/// The names `collective` and `executable` had before every driver named its files alike; kept so
+/// embedders' paths (`driver_cuda::nccl::unique_id`, ...) still resolve.
+pub use collective as nccl;
+pub use executable as module;
 
 use std::sync::Arc;
 
@@ -178,14 +200,15 @@ use hal::driver::DeviceExt;
 use hal::driver::Driver;
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
-pub use command_buffer::CudaPreparedCommands;
-pub use context::Context;
-pub use device::{
-    CudaDevice, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
+pub use commands::CudaPreparedCommands;
+pub use commands::indirect_node::ENV_DEVRT;
+pub use device::CudaDevice;
+pub use options::{
+    CompletionWait, CudaOptions, ENV_COMPLETION, ENV_COMPLETION_WORD, ENV_INDIRECT, ENV_POLL_BUDGET_US, ENV_POLL_US,
     ENV_TIMINGS,
 };
-pub use event::CompletionWait;
-pub use indirect_node::ENV_DEVRT;
+pub use sys::context::Context;
+pub use sys::loader;
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cuda";

@@ -28,10 +28,10 @@ use hal::driver::{HostView, ImportedHostMemory, ReleaseOnce};
 use hal::driver::{get_mut, lock};
 use hal::{Buffer, Error, Result};
 
-use crate::context::{Bound, Context};
-use crate::pinned_cache::{self, PinnedBlock};
-use crate::result;
-use crate::stream::CudaStream;
+use crate::pinned_cache;
+use crate::queue_stream::CudaStream;
+use crate::sys::context::{Bound, Context, PinnedBlock};
+use crate::sys::result;
 
 /// Which kind of memory a buffer has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,4 +371,19 @@ impl std::fmt::Debug for CudaMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaMemory").field("kind", &self.kind).field("size", &self.size).finish()
     }
+}
+
+/// The device address of `[offset, offset + length)` of `buffer`, after checking the range and that
+/// the buffer has memory now.
+pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Result<u64> {
+    buffer.check_range(offset, length)?;
+    let base = buffer.backend().device_address();
+    if base == 0 {
+        return Err(Error::failed_precondition(format!(
+            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+             queue_dealloca already ran)",
+            buffer
+        )));
+    }
+    Ok(base + buffer.memory_offset() + offset)
 }

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use hal::Result;
 
-use crate::context::{Bound, Context};
-use crate::result;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// One stream's word and the number of its next write. Shared (`Arc`) by the stream and the events
 /// it marked, so the memory outlives every query of it.

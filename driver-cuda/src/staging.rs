@@ -15,8 +15,8 @@ use cudarc::driver::sys;
 use hal::driver::{get_mut, lock};
 use hal::{Error, Result};
 
-use crate::context::Context;
-use crate::result;
+use crate::sys::context::Context;
+use crate::sys::result;
 
 /// The smallest block, as a power of two (4 KiB).
 const MIN_CLASS_SHIFT: u32 = 12;

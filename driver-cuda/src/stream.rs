@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use cudarc::driver::sys::{CUmemoryPool, CUstream, CUstream_flags};
+use cudarc::driver::sys::CUmemoryPool;
 use hal::driver::Command;
 use hal::driver::CommandBufferExt;
 use hal::driver::QueueOp;
@@ -27,19 +27,18 @@ use hal::driver::stream_model::{StreamModel, Work};
 use hal::{Buffer, Error, Result};
 use smallvec::SmallVec;
 
-use crate::command_buffer::{CudaPreparedCommands, enqueue_command, resolve_address};
-use crate::context::{Bound, Context};
+use crate::commands::indirect_node::IndirectRun;
+use crate::commands::{CudaPreparedCommands, enqueue_command};
 use crate::counted_fifo::CountedFifo;
-use crate::device::CudaOptions;
-use crate::event::{CompletionWait, CudaEvent};
-use crate::host_callback::CallbackStream;
+use crate::event::CudaEvent;
 use crate::host_copy::{CopyEnd, copy_async};
-use crate::indirect::{IndirectLauncher, Lane};
-use crate::indirect_node::IndirectRun;
-use crate::memory::CudaMemory;
-use crate::progress_word::ProgressWord;
-use crate::result;
+use crate::indirect_launcher::IndirectLauncher;
+use crate::memory::{CudaMemory, resolve_address};
+use crate::options::{CompletionWait, CudaOptions};
+use crate::queue_stream::CudaStream;
 use crate::staging::{StagingBlock, StagingPool};
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 use crate::timing::{DispatchTiming, ProfileClock, SubmissionTimer};
 
 /// The CUDA stream model of one device.
@@ -76,75 +75,6 @@ unsafe impl Sync for CudaStreams {}
 struct Staged {
     work: u64,
     block: StagingBlock,
-}
-
-/// One queue's stream. Drained and destroyed on drop.
-pub struct CudaStream {
-    raw: CUstream,
-    queue: usize,
-    /// The queue's callback stream, in `CompletionWait::HostCallback` mode only. Dropped after the
-    /// dispatch stream drained.
-    callback: Option<CallbackStream>,
-    context: Arc<Context>,
-    indirect: Arc<IndirectLauncher>,
-    /// The queue's indirect-dispatch lane, made at its first indirect dispatch; dropped after the
-    /// dispatch stream drained (fields drop after `drop`), with the launcher still alive.
-    lane: OnceLock<Arc<Lane>>,
-    /// The word each mark's record is followed by a write to (`CudaOptions::completion_word`).
-    progress: Option<Arc<ProgressWord>>,
-}
-
-// SAFETY: a CUstream is a driver handle; the scheduler serialises the calls that enqueue on one
-// stream (its issue lock), and the driver's stream functions are thread-safe.
-unsafe impl Send for CudaStream {}
-// SAFETY: see `Send`.
-unsafe impl Sync for CudaStream {}
-
-impl CudaStream {
-    /// The stream handle.
-    pub fn raw(&self) -> CUstream {
-        self.raw
-    }
-
-    /// The queue's callback stream (`CompletionWait::HostCallback` only).
-    pub fn callback(&self) -> Option<&CallbackStream> {
-        self.callback.as_ref()
-    }
-
-    /// The device's indirect-dispatch launcher.
-    pub fn indirect(&self) -> &IndirectLauncher {
-        &self.indirect
-    }
-
-    /// The queue's indirect-dispatch lane (made on first use; called under the issue lock).
-    pub fn lane(&self) -> Result<Arc<Lane>> {
-        if let Some(lane) = self.lane.get() {
-            return Ok(lane.clone());
-        }
-        let lane = Arc::new(self.indirect.lane()?);
-        Ok(self.lane.get_or_init(|| lane).clone())
-    }
-}
-
-impl Drop for CudaStream {
-    fn drop(&mut self) {
-        let bound = match self.context.bind() {
-            Ok(bound) => bound,
-            Err(e) => {
-                tracing::warn!(queue = self.queue, %e, "cannot bind the context to destroy a stream");
-                return;
-            }
-        };
-        // After a fault this returns the sticky error at once.
-        let drained = result::stream_synchronize(&bound, self.raw);
-        // SAFETY: destroyed once, here; nothing is enqueued on it any more (the scheduler stopped).
-        let destroyed = unsafe { result::stream_destroy(&bound, self.raw) };
-        for (what, result) in [("drain", drained), ("destroy", destroyed)] {
-            if let Err(e) = result {
-                tracing::warn!(queue = self.queue, %e, "stream {what} failed at teardown");
-            }
-        }
-    }
 }
 
 impl CudaStreams {
@@ -215,8 +145,8 @@ impl CudaStreams {
         // SAFETY: the block is pinned and holds at least `data.len()` bytes; it stays on loan, untouched
         // by the host, until the copy's submission completed (`staged`, then `complete_op`); the
         // target range is live memory its buffer keeps until then.
-        unsafe { copy_async(bound, dst, src, data.len(), stream.raw) }?;
-        self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
+        unsafe { copy_async(bound, dst, src, data.len(), stream.raw()) }?;
+        self.staged(stream.queue())?.push_back(Staged { work: work.id, block });
         Ok(())
     }
 
@@ -242,8 +172,8 @@ impl CudaStreams {
         // SAFETY: the block is pinned and holds at least `len` bytes; it stays on loan, untouched by the
         // host, until the copy's submission completed (`staged`, then `complete_op`); the source range
         // is live memory its buffer keeps until then.
-        unsafe { copy_async(bound, dst, src, len, stream.raw) }?;
-        self.staged(stream.queue)?.push_back(Staged { work: work.id, block });
+        unsafe { copy_async(bound, dst, src, len, stream.raw()) }?;
+        self.staged(stream.queue())?.push_back(Staged { work: work.id, block });
         Ok(())
     }
 
@@ -318,7 +248,7 @@ impl CudaStreams {
                 self.download(bound, stream, work, source, *offset, *length)
             }
             QueueOp::Barrier => Ok(()),
-            QueueOp::Collective(call) => crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call),
+            QueueOp::Collective(call) => crate::collective::NcclChannel::of(call)?.enqueue(bound, stream, call),
         }
     }
 
@@ -377,27 +307,7 @@ impl StreamModel for CudaStreams {
     type Event = CudaEvent;
 
     fn create_stream(&self, queue: usize) -> Result<CudaStream> {
-        let flags = CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        let raw = result::stream_create(&self.context.bind()?, flags)
-            .map_err(|e| e.context(format!("stream of queue {queue}")))?;
-        let mut stream = CudaStream {
-            raw,
-            queue,
-            callback: None,
-            context: self.context.clone(),
-            indirect: self.indirect.clone(),
-            lane: OnceLock::new(),
-            progress: None,
-        };
-        if self.completion_word {
-            // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
-            stream.progress = Some(Arc::new(ProgressWord::create(&self.context, &self.context.bind()?)?));
-        }
-        if self.wait == CompletionWait::HostCallback {
-            // On failure `stream` drops here and destroys the dispatch stream: nothing leaks.
-            stream.callback = Some(CallbackStream::create(&self.context, queue)?);
-        }
-        Ok(stream)
+        CudaStream::create(&self.context, &self.indirect, queue, self.completion_word, self.wait)
     }
 
     fn create_event(&self) -> Result<CudaEvent> {
@@ -406,9 +316,9 @@ impl StreamModel for CudaStreams {
 
     fn record_event(&self, event: &CudaEvent, stream: &CudaStream) -> Result<()> {
         let bound = self.context.bind()?;
-        result::event_record(&bound, event.raw(), stream.raw)?;
-        event.recorded_on(stream.raw);
-        let mark = stream.progress.as_ref().and_then(|word| match word.advance(&bound, stream.raw) {
+        result::event_record(&bound, event.raw(), stream.raw())?;
+        event.recorded_on(stream.raw());
+        let mark = stream.progress().and_then(|word| match word.advance(&bound, stream.raw()) {
             Ok(number) => Some((word.clone(), number)),
             // The event is then queried as without a word.
             Err(e) => {
@@ -421,12 +331,12 @@ impl StreamModel for CudaStreams {
     }
 
     fn wait_event(&self, stream: &CudaStream, event: &CudaEvent) -> Result<()> {
-        if event.last_recorded_on(stream.raw) {
+        if event.last_recorded_on(stream.raw()) {
             // Recorded on this very stream: everything enqueued from now on already runs after it.
             return Ok(());
         }
         // The scheduler only waits on events that were recorded.
-        result::stream_wait_event(&self.context.bind()?, stream.raw, event.raw())
+        result::stream_wait_event(&self.context.bind()?, stream.raw(), event.raw())
     }
 
     fn query_event(&self, event: &CudaEvent) -> Result<bool> {
@@ -443,7 +353,7 @@ impl StreamModel for CudaStreams {
         event: &CudaEvent,
         taken_over: &dyn Fn() -> bool,
     ) -> Option<Result<()>> {
-        match &stream.callback {
+        match stream.callback() {
             // A host function pending while an indirect dispatch waits for its kernel's launch
             // could hold that launch and wait for it forever (`IndirectLauncher::holds_unreleased`):
             // then this wait polls.
@@ -531,7 +441,7 @@ impl StreamModel for CudaStreams {
         // A collective (queued, or in an execute) whose communicator was aborted while it ran may
         // have returned early.
         if let Some(status) =
-            work.op.collectives().iter().find_map(|call| crate::nccl::NcclChannel::of(call).ok()?.failure())
+            work.op.collectives().iter().find_map(|call| crate::collective::NcclChannel::of(call).ok()?.failure())
         {
             self.timer.discard(work.queue, work.id);
             return Err(status);
@@ -563,6 +473,6 @@ impl StreamModel for CudaStreams {
     }
 
     fn synchronize_stream(&self, stream: &CudaStream) -> Result<()> {
-        result::stream_synchronize(&self.context.bind()?, stream.raw)
+        result::stream_synchronize(&self.context.bind()?, stream.raw())
     }
 }

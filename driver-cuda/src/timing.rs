@@ -28,11 +28,11 @@ use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::{Error, Result};
 
-use crate::context::{Bound, Context};
 use crate::counted_fifo::{CountedFifo, Locked};
 use crate::event::CudaEvent;
-use crate::result;
-use crate::stream::CudaStream;
+use crate::queue_stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// How old an anchor may get before timings are measured against a new one.
 const ANCHOR_LIFETIME: Duration = Duration::from_secs(1);

@@ -1,4 +1,4 @@
-//! Indirect dispatches whose graph node's grid is set on the device (`src/indirect_node.rs`),
+//! Indirect dispatches whose graph node's grid is set on the device (`src/commands/indirect_node.rs`),
 //! beside the host launcher (`HAL_CUDA_INDIRECT=host`): the same counts give the same grids on both
 //! paths, a count past the limits fails its own execute and no other, and the fault of one execute
 //! among many in flight names that execute. Without the CUDA driver library at build time every

@@ -30,9 +30,8 @@ use hal::driver::{BufferExt, ExecutableExt};
 use hal::{BufferBinding, DeviceInfo, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableSource, Result};
 use smallvec::SmallVec;
 
-use crate::context::{Bound, Context};
-use crate::result;
-use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// A loaded CUDA module and its entry points.
 pub(crate) struct CudaExecutable {
@@ -205,8 +204,8 @@ fn check_workgroup_size(entry: &EntryPointInfo, max_size: [u32; 3], max_threads:
 /// kernel has, where the driver can tell them (CUDA 12.4 and newer, any format): `InvalidArgument`
 /// naming the first parameter that differs.
 fn check_param_layout(bound: &Bound<'_>, function: CUfunction, entry: &EntryPointInfo) -> Result<()> {
-    let Ok(probe) = crate::loader::probe() else { return Ok(()) };
-    if crate::loader::VERSIONED_SYMBOLS.iter().any(|&(_, version)| probe.driver_version < version) {
+    let Ok(probe) = crate::sys::loader::probe() else { return Ok(()) };
+    if crate::sys::loader::VERSIONED_SYMBOLS.iter().any(|&(_, version)| probe.driver_version < version) {
         return Ok(());
     }
     let sizes = result::func_param_sizes(bound, function)?;
@@ -299,7 +298,7 @@ impl Drop for CudaExecutable {
         // launches its functions holds the executable, so none is left. The unload waits for the
         // whole device, so it is made on the unloader's thread, not this one (often a completion
         // thread).
-        unsafe { crate::unloader::unload(self.context.clone(), self.module) };
+        unsafe { crate::sys::unloader::unload(self.context.clone(), self.module) };
     }
 }
 
@@ -402,11 +401,6 @@ impl KernelLaunch {
         let mut params: SmallVec<[*mut c_void; 16]> =
             self.values.iter_mut().map(|v| (v as *mut u64).cast::<c_void>()).collect();
         f(params.as_mut_ptr())
-    }
-
-    /// Enqueues the launch on `stream`.
-    pub(crate) fn launch(&mut self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
-        self.launch_on(bound, stream.raw())
     }
 
     /// Enqueues the launch on the raw stream `stream` (a live stream of the bound context).

@@ -1,7 +1,7 @@
 //! Indirect dispatches read on the host: the workgroup count is read from device memory when the
 //! dispatch runs, and the submitting thread never waits for it. This is the path of a dispatch
 //! replayed directly, or of a device that cannot set graph nodes' grids itself
-//! (`crate::indirect_node`, the default where it can).
+//! (`crate::commands::indirect_node`, the default where it can).
 //!
 //! A kernel's grid is a launch argument, so something on the host must read the count and launch.
 //! On the queue's stream an indirect dispatch becomes: a 12-byte copy of the count into a pinned
@@ -32,11 +32,10 @@ use hal::driver::stream_model::Work;
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
-use crate::context::{Bound, Context};
+use crate::executable::KernelLaunch;
 use crate::free_gate;
-use crate::module::KernelLaunch;
-use crate::result;
-use crate::stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// How long the launcher yields between polls after a dispatch was submitted or launched, before it
 /// sleeps between polls.
@@ -229,19 +228,21 @@ impl IndirectLauncher {
         Lane::create(&self.context)
     }
 
-    /// Enqueues on the queue's `stream` an indirect dispatch of `launch` (its grid is replaced by
+    /// Enqueues on the queue's `stream` (with its `lane`) an indirect dispatch of `launch` (its grid is replaced by
     /// the count) reading its count at device address `count`. `work` is the submission, which takes
     /// any failure found later.
+    // The queue's lane and raw stream come apart, so the launcher knows no stream type above it.
+    #[allow(clippy::too_many_arguments)]
     pub fn enqueue(
         &self,
         bound: &Bound<'_>,
-        stream: &CudaStream,
+        lane: Arc<Lane>,
+        stream: CUstream,
         count: u64,
         launch: KernelLaunch,
         work: &Arc<Work>,
         who: String,
     ) -> Result<()> {
-        let (lane, stream) = (stream.lane()?, stream.raw());
         self.start()?;
         let sequence = lane.next.fetch_add(1, Ordering::Relaxed);
         // Counted before the stream can hold: a free that may wait for the device must not start

@@ -6,9 +6,9 @@
 //!
 //! Rules the signatures carry:
 //! - A function that needs the device's context current on this thread takes a [`Bound`] token,
-//!   which only [`Context::bind`](crate::context::Context::bind) makes. The calls made before a
+//!   which only [`Context::bind`](crate::sys::context::Context::bind) makes. The calls made before a
 //!   context exists (initialisation, device queries, retaining the primary context) take none; they
-//!   need the probe ([`crate::loader`]) to have succeeded.
+//!   need the probe ([`crate::sys::loader`]) to have succeeded.
 //! - Handles (`CUevent`, `CUstream`, `CUmodule`, ...) passed in are live: each is a private field of
 //!   one owner type of this crate (`CudaEvent`, `CudaStream`, ...), which ends its life only in its
 //!   `Drop`, through one of the `unsafe` destroy functions below. Each owner also says how it
@@ -32,8 +32,8 @@ use cudarc::driver::sys::{
 };
 use hal::Result;
 
-use crate::context::Bound;
 use crate::error::{check, to_error};
+use crate::sys::context::Bound;
 
 // ---- Initialisation and devices (no context needed) ----
 
@@ -149,7 +149,7 @@ pub(crate) unsafe fn primary_ctx_release(device: CUdevice) -> Result<()> {
     check(unsafe { sys::cuDevicePrimaryCtxRelease_v2(device) }, "cuDevicePrimaryCtxRelease")
 }
 
-/// `cuCtxSetCurrent`: only [`Context::bind`](crate::context::Context::bind) calls it.
+/// `cuCtxSetCurrent`: only [`Context::bind`](crate::sys::context::Context::bind) calls it.
 pub(crate) fn ctx_set_current(context: CUcontext) -> Result<()> {
     // SAFETY: `context` is a retained primary context (its owner, `Context`, releases it on drop).
     check(unsafe { sys::cuCtxSetCurrent(context) }, "cuCtxSetCurrent")
@@ -881,7 +881,7 @@ pub(crate) unsafe fn graph_exec_destroy(_bound: &Bound<'_>, exec: CUgraphExec) -
     check(unsafe { sys::cuGraphExecDestroy(exec) }, "cuGraphExecDestroy")
 }
 
-// ---- Device-updated graph nodes (indirect dispatches; see `crate::indirect_node`) ----
+// ---- Device-updated graph nodes (indirect dispatches; see `crate::commands::indirect_node`) ----
 
 /// Links `ptx` (NUL-terminated PTX text) with the static library at `library` (CUDA's device
 /// runtime) and returns the linked cubin, 8-byte aligned. The linker's error log goes into `log`.
@@ -968,7 +968,7 @@ pub(crate) fn graph_add_dependency(
     check(unsafe { sys::cuGraphAddDependencies(graph, &from, &to, 1) }, "cuGraphAddDependencies")
 }
 
-// ---- NCCL (loaded at run time; `crate::nccl::probe` checks that every symbol below is exported) ----
+// ---- NCCL (loaded at run time; `crate::collective::probe` checks that every symbol below is exported) ----
 
 /// NCCL's types, for the callers of the wrappers below.
 pub(crate) use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
@@ -1203,10 +1203,8 @@ mod tests {
     /// re-exports).
     #[test]
     fn driver_and_nccl_calls_only_in_the_result_layer() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut outside = Vec::new();
-        for entry in std::fs::read_dir(&src).expect("the crate's sources") {
-            let path = entry.expect("a source entry").path();
+        for path in crate::sys::source_files() {
             if path.file_name().is_some_and(|name| name == "result.rs") {
                 continue;
             }

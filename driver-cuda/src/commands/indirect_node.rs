@@ -15,7 +15,7 @@
 //! `CUDA_PATH` or the usual install paths). The user's kernels are not relinked, so cubins and PTX
 //! from any compiler work. Where the library is missing, the driver is older than 12.4 or the link
 //! fails, a command buffer with an indirect dispatch replays directly and the host launcher
-//! (`crate::indirect`) reads the count instead.
+//! (`crate::indirect_launcher`) reads the count instead.
 //!
 //! **Faults.** A count past the limits is the submission's fault (`OutOfRange`), as on the host
 //! path. The updater cannot fail a submission itself, so it writes a fault entry into pinned memory
@@ -32,9 +32,9 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUmodule};
 use hal::{Error, Result};
 
-use crate::context::{Bound, Context};
-use crate::pinned_cache::{self, PinnedBlock};
-use crate::result;
+use crate::pinned_cache;
+use crate::sys::context::{Bound, Context, PinnedBlock};
+use crate::sys::result;
 
 /// The environment variable naming CUDA's device runtime library (`libcudadevrt.a`) to link the
 /// updater with, where it is not in a usual place.
@@ -208,7 +208,7 @@ impl NodeUpdater {
     /// `NotFound` when the driver is older than 12.4 or the device runtime library is missing; the
     /// linker's log in the message when the link fails.
     pub(crate) fn load(context: &Arc<Context>, limits: [u32; 3]) -> Result<Self> {
-        let probe = crate::loader::probe()?;
+        let probe = crate::sys::loader::probe()?;
         if probe.driver_version < FIRST_DRIVER {
             return Err(Error::unavailable(format!(
                 "device-updated graph nodes need CUDA 12.4; the driver is {}.{}",

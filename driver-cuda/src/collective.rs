@@ -40,11 +40,10 @@ use hal::driver::lock;
 use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
 use hal::{ChannelId, CollectiveOp, DeviceId, ElementType, Error, ReduceOp, Result};
 
-use crate::command_buffer::resolve_address;
-use crate::context::{Bound, Context};
-use crate::memory::{CudaMemory, MemoryCounter};
-use crate::result::{self, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
-use crate::stream::CudaStream;
+use crate::memory::{CudaMemory, MemoryCounter, resolve_address};
+use crate::queue_stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result::{self, ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 
 /// Every NCCL function this file calls (the probe checks each is exported).
 const SYMBOLS: &[&str] = &[

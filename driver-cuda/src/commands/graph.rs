@@ -22,13 +22,14 @@ use hal::driver::{get_mut, lock};
 use hal::{Error, Result};
 use smallvec::SmallVec;
 
-use crate::command_buffer::{resolve_address, update_source};
-use crate::context::{Bound, Context};
+use crate::commands::indirect_node::{FaultRings, IndirectRun, NodeUpdater};
+use crate::commands::payload::update_source;
 use crate::event::CudaEvent;
-use crate::indirect_node::{FaultRings, IndirectRun, NodeUpdater};
-use crate::module::KernelLaunch;
-use crate::result;
-use crate::stream::CudaStream;
+use crate::executable::KernelLaunch;
+use crate::memory::resolve_address;
+use crate::queue_stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 
 /// What one graph node does, with the addresses of one execute. Memset and memcpy nodes also
 /// carry the ids of the buffers they touch: CUDA resolves such a node's addresses to their
@@ -40,7 +41,7 @@ pub(crate) enum NodeParams {
     /// A kernel launch.
     Kernel(KernelLaunch),
     /// An indirect dispatch: `launch` (its grid set on the device) reading its count at device
-    /// address `count` (see [`crate::indirect_node`]).
+    /// address `count` (see [`crate::commands::indirect_node`]).
     Indirect { launch: KernelLaunch, count: u64 },
     /// `count` elements of `element_size` bytes at `dst` set to `value`.
     Memset { dst: u64, value: u32, element_size: u32, count: usize, buffers: [u64; 2] },

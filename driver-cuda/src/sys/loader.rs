@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 
 use hal::{Error, Result};
 
-use crate::result;
+use crate::sys::result;
 
 /// Driver-API symbols this crate calls only when the driver is at least the given version
 /// ([`Probe::driver_version`]), each with that version; the probe does not require them.
@@ -203,10 +203,8 @@ mod tests {
     /// Every driver function this crate calls is checked by the probe: cudarc panics on a missing one.
     #[test]
     fn every_driver_call_in_the_crate_is_probed() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut called = std::collections::BTreeSet::new();
-        for entry in std::fs::read_dir(&src).expect("the crate's sources") {
-            let path = entry.expect("a source entry").path();
+        for path in crate::sys::source_files() {
             let text = std::fs::read_to_string(&path).expect("a readable source");
             for piece in text.split("sys::").skip(1) {
                 let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();

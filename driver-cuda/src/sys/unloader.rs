@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::sys::CUmodule;
 
-use crate::context::Context;
-use crate::result;
+use crate::sys::context::Context;
+use crate::sys::result;
 
 /// A module to unload and the context it was loaded in.
 struct Unload {

@@ -3,9 +3,9 @@
 //! Two replay modes:
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
 //!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
-//!   becomes an instantiated CUDA graph (`src/graph.rs`), relaunched by each execute: a one-kernel
+//!   becomes an instantiated CUDA graph (`src/commands/graph.rs`), relaunched by each execute: a one-kernel
 //!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`). Indirect
-//!   dispatches in a graph have their grids set on the device (`src/indirect_node.rs`); a graph
+//!   dispatches in a graph have their grids set on the device (`src/commands/indirect_node.rs`); a graph
 //!   with them also allocates its fault rings (device and pinned memory). CUDA serialises graph
 //!   launches across threads, though: a one-node graph whose launch would overlap another thread's
 //!   replays directly;
@@ -20,30 +20,42 @@
 //!
 //! A command buffer recorded against binding slots builds its graph at its first execute and shares
 //! it between all its executes: each brings its table's node parameters and the launch updates the
-//! changed nodes in place (see [`crate::graph`]) instead of building and instantiating again.
+//! changed nodes in place (see [`crate::commands::graph`]) instead of building and instantiating again.
 //!
 //! Update payloads are uploaded to one device allocation at `end()`, so an update replays as a
-//! device-to-device copy in both modes and never reads pageable host memory on the stream.
+//! device-to-device copy in both modes and never reads pageable host memory on the stream
+//! (`payload.rs`).
+//!
+//! This room holds what a command buffer becomes: this file (the prepared form and the direct
+//! replay), its graph (`graph.rs`), the device-set grids of its indirect dispatch nodes
+//! (`indirect_node.rs`) and its update payload (`payload.rs`). The host launcher of indirect
+//! dispatches replayed directly belongs to the queues' streams (`src/indirect_launcher.rs`).
+
+pub(crate) mod graph;
+pub(crate) mod indirect_node;
+mod payload;
 
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use hal::driver::CommandBufferExt;
 use hal::driver::PreparedCommands;
 use hal::driver::lock;
 use hal::driver::stream_model::Work;
 use hal::driver::{BindingState, Command};
-use hal::driver::{BufferExt, CommandBufferExt};
-use hal::{Buffer, CommandBuffer, Error, Result};
+use hal::{CommandBuffer, Error, Result};
 
-use crate::context::{Bound, Context};
-use crate::graph::{GraphExec, Launched, NodeParams, Recording, node_params};
+use graph::{GraphExec, Launched, NodeParams, Recording, node_params};
+use indirect_node::{IndirectRun, NodeUpdater};
+use payload::{Payload, update_source, upload};
+
+use crate::executable::{CudaExecutable, KernelLaunch};
 use crate::host_copy::{CopyEnd, copy_async};
-use crate::indirect_node::{IndirectRun, NodeUpdater};
-use crate::memory::{CudaMemory, MemoryCounter};
-use crate::module::{CudaExecutable, KernelLaunch};
-use crate::result;
-use crate::stream::CudaStream;
+use crate::memory::{CudaMemory, MemoryCounter, resolve_address};
+use crate::queue_stream::CudaStream;
+use crate::sys::context::{Bound, Context};
+use crate::sys::result;
 use crate::timing::{DispatchTiming, SubmissionTimer, Timed};
 
 /// How a prepared buffer replays.
@@ -57,20 +69,6 @@ enum Replay {
         params: Vec<NodeParams>,
     },
     Direct,
-}
-
-/// Update bytes, uploaded once, and where each update's start.
-struct Payload {
-    /// None when the buffer has no updates.
-    memory: Option<CudaMemory>,
-    /// Per command: where its update bytes start in `memory` (0 for other commands).
-    offsets: Vec<u64>,
-}
-
-impl Payload {
-    fn address(&self) -> u64 {
-        self.memory.as_ref().map_or(0, hal::driver::BufferBackend::device_address)
-    }
 }
 
 /// What the executes of a command buffer recorded against binding slots share (kept in its
@@ -147,7 +145,7 @@ pub struct CudaPreparedCommands {
 impl CudaPreparedCommands {
     /// Prepares `commands`: checks executables, uploads update payloads, and builds a graph when the
     /// buffer has at least `graph_min_commands` commands and no transient buffers. With `updater`,
-    /// indirect dispatches are graph nodes (see [`crate::indirect_node`]); without, a buffer with
+    /// indirect dispatches are graph nodes (see [`crate::commands::indirect_node`]); without, a buffer with
     /// one replays directly.
     pub(crate) fn prepare(
         context: &Arc<Context>,
@@ -445,7 +443,7 @@ impl CudaPreparedCommands {
                     Error::internal(format!("cuda: command {index} is a collective the execute has no call for"))
                 })?;
                 // Enqueued on the stream between the commands around it, like the queue operation.
-                crate::nccl::NcclChannel::of(call)?.enqueue(bound, stream, call)?;
+                crate::collective::NcclChannel::of(call)?.enqueue(bound, stream, call)?;
                 continue;
             }
             let source = match command {
@@ -496,63 +494,6 @@ impl PreparedCommands for CudaPreparedCommands {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// Uploads every update's bytes into one device allocation (synchronously: this is `end()`, and the
-/// legacy-stream copy does not wait for the queues' streams).
-fn upload(context: &Arc<Context>, counter: &Arc<MemoryCounter>, commands: &[Command]) -> Result<Payload> {
-    let mut bytes = 0u64;
-    let mut offsets = Vec::with_capacity(commands.len());
-    for command in commands {
-        if let Command::Update { data, .. } = command {
-            offsets.push(bytes);
-            bytes += (data.len() as u64).next_multiple_of(16);
-        } else {
-            offsets.push(0);
-        }
-    }
-    if bytes == 0 {
-        return Ok(Payload { memory: None, offsets });
-    }
-    let memory = CudaMemory::device(context, counter, bytes)?;
-    // Bound already by `CudaMemory::device`: this only takes the token (one thread-local check).
-    let bound = context.bind()?;
-    let base = hal::driver::BufferBackend::device_address(&memory);
-    for (command, &offset) in commands.iter().zip(&offsets) {
-        if let Command::Update { data, .. } = command
-            && !data.is_empty()
-        {
-            // `base + offset` has room for `data.len()` bytes (offsets were laid out from these lengths).
-            result::memcpy_htod(&bound, base + offset, data)?;
-        }
-    }
-    // A copy from pageable memory may return before its DMA finished; queue streams do not wait for
-    // the legacy stream.
-    result::legacy_stream_synchronize(&bound)?;
-    Ok(Payload { memory: Some(memory), offsets })
-}
-
-/// The device address of update command `index`'s bytes.
-pub(crate) fn update_source(payload: u64, offsets: &[u64], index: usize) -> Result<u64> {
-    match offsets.get(index) {
-        Some(&offset) if payload != 0 => Ok(payload + offset),
-        _ => Err(Error::internal(format!("cuda command buffer: update {index} has no uploaded payload"))),
-    }
-}
-
-/// The device address of `[offset, offset + length)` of `buffer`, after checking the range and that
-/// the buffer has memory now.
-pub(crate) fn resolve_address(buffer: &Buffer, offset: u64, length: u64) -> Result<u64> {
-    buffer.check_range(offset, length)?;
-    let base = buffer.backend().device_address();
-    if base == 0 {
-        return Err(Error::failed_precondition(format!(
-            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
-             queue_dealloca already ran)",
-            buffer
-        )));
-    }
-    Ok(base + buffer.memory_offset() + offset)
 }
 
 /// Enqueues one command on `stream`. `update_source` is the device address of an update's bytes;
@@ -610,15 +551,14 @@ pub(crate) fn enqueue_command(
             unsafe { copy_async(bound, dst, src, *length as usize, stream) }
         }
         Command::Dispatch { executable, entry_point, workgroups, constants, bindings } => {
-            KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?
-                .launch(bound, cuda_stream)
+            KernelLaunch::resolve(executable, *entry_point, *workgroups, constants, bindings)?.launch_on(bound, stream)
         }
         Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
             let work = work.ok_or_else(|| Error::internal("cuda: an indirect dispatch outside an execute"))?;
             let launch = KernelLaunch::resolve(executable, *entry_point, [1, 1, 1], constants, bindings)?;
             let count = resolve_address(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?;
             let who = format!("indirect dispatch of entry point {entry_point} of {executable}");
-            cuda_stream.indirect().enqueue(bound, cuda_stream, count, launch, work, who)
+            cuda_stream.indirect().enqueue(bound, cuda_stream.lane()?, stream, count, launch, work, who)
         }
         Command::Barrier => Ok(()),
         Command::Collective { .. } => {
