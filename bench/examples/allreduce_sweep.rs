@@ -64,8 +64,8 @@ fn main() -> Result<()> {
     }
     let sizes = sizes(max);
     println!("all-reduce f32 sum over {ranks} GPU(s), {rounds} rounds, medians; raw = ncclAllReduce + sync");
-    let hal_id = driver_cuda::nccl::unique_id()?;
-    let raw_ids = [driver_cuda::nccl::unique_id()?, driver_cuda::nccl::unique_id()?];
+    let hal_id = driver_cuda::collective::unique_id()?;
+    let raw_ids = [driver_cuda::collective::unique_id()?, driver_cuda::collective::unique_id()?];
     let barrier = Arc::new(Barrier::new(ranks));
     let threads: Vec<_> = (0..ranks)
         .map(|rank| {

@@ -65,7 +65,7 @@ pub(crate) fn device_info(ordinal: usize, options: &CudaOptions) -> Result<Devic
     let map_host = attribute(device, A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?;
     let unified = attribute(device, A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)?;
     let pci_bus = attribute(device, A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?;
-    let driver_version = crate::loader::probe().map(|p| p.driver_version).unwrap_or(0);
+    let driver_version = crate::sys::loader::probe().map(|p| p.driver_version).unwrap_or(0);
     let mut info = DeviceInfo::new(crate::DRIVER_NAME, name, ordinal);
     info.stable_id = uuid;
     info.queue_count = options.queue_count;
@@ -91,7 +91,7 @@ pub(crate) fn device_info(ordinal: usize, options: &CudaOptions) -> Result<Devic
     Ok(info)
 }
 
-/// What a CUDA device loads ([`crate::module::CudaExecutable::load`]): module images the driver
+/// What a CUDA device loads ([`crate::executable::CudaExecutable::load`]): module images the driver
 /// API takes, PTX first (JIT-compiled for any architecture); never native kernel tables.
 pub(crate) const EXECUTABLE_KINDS: [ExecutableKind; 3] =
     [ExecutableKind::Ptx, ExecutableKind::Cubin, ExecutableKind::Fatbin];
@@ -114,9 +114,9 @@ pub struct CudaDevice {
 }
 
 impl Drop for CudaDevice {
-    /// Its ranks leave their channels before its queues are torn down (see [`crate::nccl`]).
+    /// Its ranks leave their channels before its queues are torn down (see [`crate::collective`]).
     fn drop(&mut self) {
-        crate::nccl::device_dropped(self.id);
+        crate::collective::device_dropped(self.id);
     }
 }
 
@@ -301,17 +301,17 @@ impl ScheduledDevice for CudaDevice {
     }
 
     fn create_channel_id(&self) -> Result<hal::ChannelId> {
-        crate::nccl::unique_id()
+        crate::collective::unique_id()
     }
 
-    /// An NCCL communicator (blocks until every rank joined; see [`crate::nccl`]).
+    /// An NCCL communicator (blocks until every rank joined; see [`crate::collective`]).
     fn create_channel(
         &self,
         id: &hal::ChannelId,
         rank: usize,
         count: usize,
     ) -> Result<(Arc<dyn hal::driver::ChannelBackend>, Option<hal::driver::AbandonFn>)> {
-        crate::nccl::NcclChannel::create(self.id, &self.context, &self.memory, id, rank, count)
+        crate::collective::NcclChannel::create(self.id, &self.context, &self.memory, id, rank, count)
     }
 
     /// Another CUDA device's memory: on the same GPU a plain copy; on another GPU a peer copy where

@@ -34,8 +34,8 @@
 //! [`CompletionWait`], the `HAL_CUDA_*` names); [`CudaDevice`] and [`Context`] for embedders that
 //! build a device themselves or keep the GPU's primary context retained; [`CudaPreparedCommands`]
 //! to see how an ended command buffer replays; the probe ([`loader`]), CUDA results as HAL errors
-//! ([`error`]), NCCL ids and settings ([`collective`], also at its former path `nccl`) and the kernel
-//! dispatch ABI ([`executable`], also at `module`). The streams, events, memory, graphs, staging and
+//! ([`error`]), NCCL ids and settings ([`collective`]) and the kernel
+//! dispatch ABI ([`executable`]). The streams, events, memory, graphs, staging and
 //! timing behind them are the crate's own.
 //!
 //! # Files
@@ -188,11 +188,6 @@ mod staging;
 mod stream;
 mod sys;
 mod timing;
-
-/// The names `collective` and `executable` had before every driver named its files alike; kept so
-/// embedders' paths (`driver_cuda::nccl::unique_id`, ...) still resolve.
-pub use collective as nccl;
-pub use executable as module;
 
 use std::sync::Arc;
 

@@ -61,9 +61,9 @@ fn cuda_fixture() -> Fixture {
             })
             .with_max_ranks(gpus)
             .with_channels_dying_on_abandon();
-        // The embedder's choice of lazy connection (see `driver_cuda::nccl::connects_lazily`)
+        // The embedder's choice of lazy connection (see `driver_cuda::collective::connects_lazily`)
         // blocks the peers of an abandoned first collective inside NCCL, where no abort reaches them.
-        if driver_cuda::nccl::connects_lazily() {
+        if driver_cuda::collective::connects_lazily() {
             fixture.with_abandon_blocking_peers(
                 "the process set NCCL_RUNTIME_CONNECT to other than 0, so NCCL connects ranks at their first \
                  collective and the peers of an abandoned one stay blocked inside NCCL",
