@@ -22,10 +22,12 @@ pub mod baseline;
 #[cfg_attr(not(feature = "cuda"), path = "cuda_baseline_absent.rs")]
 pub mod cuda_baseline;
 pub mod output_file;
+pub mod provenance;
 pub mod report;
 pub mod scaling;
 pub mod session;
 pub mod stats;
+pub mod tables;
 pub mod vulkan_baseline;
 pub mod workloads;
 

@@ -211,10 +211,22 @@ fn json_str(s: &str) -> String {
     out
 }
 
-/// The rows and the scaling tables as a JSON document with the device and date.
-pub fn json(device: &str, rows: &[Row], scaling: &[ScalingTable], extra: &[(String, String)]) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "{{\n  \"device\": {},", json_str(device));
+/// The rows and the scaling tables as a JSON document: first `head` (the commit, the machine, the
+/// command: [`crate::provenance`]), then the device, the trials per row, `extra` (date, mode, the
+/// hygiene figures), the workloads and the scaling tables.
+pub fn json(
+    head: &[(&str, serde_json::Value)],
+    device: &str,
+    rows: &[Row],
+    scaling: &[ScalingTable],
+    extra: &[(String, String)],
+) -> String {
+    let mut out = String::from("{\n");
+    for (k, v) in head {
+        let _ = writeln!(out, "  {}: {},", json_str(k), v);
+    }
+    let _ = writeln!(out, "  \"device\": {},", json_str(device));
+    let _ = writeln!(out, "  \"trials\": {},", rows.first().map_or(0, |r| r.hal.us_per_op.len()));
     for (k, v) in extra {
         let _ = writeln!(out, "  {}: {},", json_str(k), json_str(v));
     }
@@ -467,7 +479,7 @@ mod tests {
         // Two threads: no faster, while raw doubled.
         assert!(lines[3].contains(" 0.50 ") && lines[3].ends_with("MISSED"), "{text}");
         assert!(lines[4].ends_with("not run: 4 queues"), "{text}");
-        let json = json("d", &[], std::slice::from_ref(&table), &[]);
+        let json = json(&[], "d", &[], std::slice::from_ref(&table), &[]);
         assert!(
             json.contains("\"verdict\": \"MISSED\"") && json.contains("\"hal_not_run\": \"not run: 4 queues\""),
             "{json}"

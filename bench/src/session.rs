@@ -10,6 +10,7 @@ use hal::{Device, SemaphoreValue as SV, Timeout};
 
 use crate::alloc_count;
 use crate::output_file::OutputFile;
+use crate::provenance;
 use crate::report;
 use crate::scaling::{self, ScalingSizes, ScalingTable};
 use crate::workloads::{self, Env, Sizes};
@@ -90,6 +91,12 @@ pub fn run(
     let svg = options.svg.as_deref().map(|path| OutputFile::create(path, "the SVG file")).transpose();
     let svg = svg.map_err(Failure::Bench)?;
     let description = format!("{} '{}'", device.info().driver, device.info().name);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let head = [
+        ("commit", provenance::commit()),
+        ("machine", provenance::machine(device.info())),
+        ("command", serde_json::Value::String(command)),
+    ];
     let (sizes, mode) = if options.quick { (Sizes::quick(), "quick") } else { (Sizes::full(), "full") };
     let mut env = Env::new(device).map_err(failed("preparing the benchmarks"))?;
     if let Some(peer) = peer {
@@ -152,7 +159,7 @@ pub fn run(
     writeln!(out, "total bench time {:.1} s", started.elapsed().as_secs_f64())?;
     out.flush()?;
     if let Some(file) = json {
-        file.write_all(report::json(&description, &rows, &tables, &extra).as_bytes()).map_err(Failure::Bench)?;
+        file.write_all(report::json(&head, &description, &rows, &tables, &extra).as_bytes()).map_err(Failure::Bench)?;
     }
     if let Some(file) = svg {
         let title = format!("hal bench on {description}: median latency per operation vs baseline");

@@ -1,0 +1,34 @@
+//! Bakes the commit the bench is built from into the binary (`BENCH_COMMIT`, `BENCH_COMMIT_DIRTY`),
+//! so that a result file says what it measured even where the binary runs without git (a GPU
+//! machine given only the binary). Without git, or outside a repository, both read `unknown`.
+
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn main() {
+    let commit = git(&["rev-parse", "HEAD"]);
+    // Dirty: a tracked file differs from the commit (untracked files do not count).
+    let dirty = commit.as_ref().and(git(&["status", "--porcelain", "--untracked-files=no"])).map(|s| !s.is_empty());
+    println!("cargo:rustc-env=BENCH_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
+    println!("cargo:rustc-env=BENCH_COMMIT_DIRTY={}", dirty.map_or("unknown".to_string(), |d| d.to_string()));
+    // Run again when HEAD moves (checkout, commit) or the index changes (add, status refresh);
+    // without these lines cargo would run it again on any change in the package only.
+    for path in ["HEAD", "index"] {
+        if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
+    if let Some(reference) = git(&["symbolic-ref", "-q", "HEAD"])
+        && let Some(p) = git(&["rev-parse", "--git-path", &reference])
+    {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    println!("cargo:rerun-if-changed=build.rs");
+}
