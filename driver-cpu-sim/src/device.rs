@@ -13,64 +13,13 @@ use hal::{
     ResourceUsage, Result,
 };
 
-use crate::command_exec::CpuPreparedCommands;
+use crate::commands::CpuPreparedCommands;
 use crate::executable::{MAX_WORKGROUP_COUNT, MAX_WORKGROUP_SIZE, MAX_WORKGROUP_THREADS, NativeExecutable};
 use crate::memory::{HostMemory, MemoryBudget};
+use crate::options::CpuSimOptions;
 use crate::stream::CpuStreams;
 use crate::stream_rules::{PanicOnBrokenRules, RULE_BREAKS_POOL};
 use crate::workgroup_pool::WorkgroupPool;
-
-/// How to build a cpu-sim device: start from [`Default`] and change what you need with the
-/// `with_*` methods (new options will come as new methods, with defaults that keep today's device).
-/// See the crate docs for an example.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct CpuSimOptions {
-    /// Queues, each with its own stream worker.
-    pub queue_count: usize,
-    /// Pool threads running a dispatch's workgroups beside the stream thread that runs it (0: one
-    /// fewer than the available cores, at least one).
-    pub workgroup_threads: usize,
-    /// Largest single allocation in bytes.
-    pub max_allocation_size: u64,
-    /// Bytes all allocations of the device may hold at once.
-    pub memory_limit: u64,
-}
-
-impl Default for CpuSimOptions {
-    /// 4 queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all.
-    fn default() -> Self {
-        CpuSimOptions { queue_count: 4, workgroup_threads: 0, max_allocation_size: 4 << 30, memory_limit: 8 << 30 }
-    }
-}
-
-impl CpuSimOptions {
-    /// The same options with `count` queues (each a stream with its own worker thread).
-    pub fn with_queue_count(mut self, count: usize) -> Self {
-        self.queue_count = count;
-        self
-    }
-
-    /// The same options with `threads` pool threads running workgroups beside the stream thread
-    /// (0: one fewer than the available cores, at least one).
-    pub fn with_workgroup_threads(mut self, threads: usize) -> Self {
-        self.workgroup_threads = threads;
-        self
-    }
-
-    /// The same options with allocations of at most `bytes` each (larger ones are
-    /// `ResourceExhausted`).
-    pub fn with_max_allocation_size(mut self, bytes: u64) -> Self {
-        self.max_allocation_size = bytes;
-        self
-    }
-
-    /// The same options with at most `bytes` held by all the device's allocations at once.
-    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
-        self.memory_limit = bytes;
-        self
-    }
-}
 
 /// The memory types cpu-sim offers: device-local (not mappable), host-visible coherent, and both.
 pub fn memory_types() -> Vec<MemoryType> {

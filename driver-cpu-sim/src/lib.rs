@@ -3,6 +3,12 @@
 //! parallel on a pool of host threads. It runs the same scheduler as the CUDA driver, so CI exercises
 //! the code a GPU runs.
 //!
+//! The files are the rooms every driver has, `device.rs`, `options.rs`, `stream.rs`, `commands.rs`
+//! (recorded commands run on the host), `executable.rs`, `memory.rs` and `collective/`, and
+//! cpu-sim's own beside them: `event.rs` (completion points), `stream_rules.rs` (the stream model's
+//! rules, checked as it runs), `workgroup_pool.rs` (the threads running a dispatch's workgroups)
+//! and `kernel_panics.rs` (a kernel's panic failing its dispatch).
+//!
 //! ```
 //! use hal::{Registry, BufferParams, CommandBufferMode, SemaphoreValue, Timeout};
 //!
@@ -44,20 +50,13 @@
 //! ```
 
 mod collective;
-#[cfg(target_os = "linux")]
-mod collective_host;
-#[cfg(target_os = "linux")]
-mod collective_peer;
-#[cfg(target_os = "linux")]
-mod collective_remote;
-#[cfg(target_os = "linux")]
-mod collective_wire;
-mod command_exec;
+mod commands;
 mod device;
 mod event;
 mod executable;
 mod kernel_panics;
 mod memory;
+mod options;
 mod stream;
 mod stream_rules;
 mod workgroup_pool;
@@ -72,7 +71,8 @@ use device::CpuDevice;
 
 #[cfg(target_os = "linux")]
 pub use collective::host_socket_name;
-pub use device::{CpuSimOptions, device_info};
+pub use device::device_info;
+pub use options::CpuSimOptions;
 
 /// The name the registry knows this driver by.
 pub const DRIVER_NAME: &str = "cpu-sim";

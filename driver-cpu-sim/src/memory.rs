@@ -5,6 +5,11 @@
 //! Every memory type (device-local included) is host memory here, so [`HostMemory`]'s `host_view`
 //! always answers once committed; `hal::Buffer::map` is what refuses mapping non-`HOST_VISIBLE` types.
 //!
+//! Queue reads and writes, commands and collectives reach a buffer's bytes through [`host_range`]
+//! ([`read_buffer`], [`write_buffer`]), which checks the range and holds the buffer's view while
+//! they copy: a transient buffer whose alloca has not run, or whose dealloca ran, has none, which
+//! is a `FailedPrecondition`.
+//!
 //! A transient buffer's allocation is shared: the release drops the buffer's hold on it, and the
 //! memory is freed when the last view taken before (a mapping, a queue operation that is running on
 //! another stream) drops too. So no view ever sees freed memory, without holding a lock while it
@@ -341,6 +346,51 @@ pub fn commit_buffer(buffer: &Buffer) -> Result<()> {
 /// Releases the memory of transient `buffer` (what `queue_dealloca` runs); errors name the buffer.
 pub fn release_buffer(buffer: &Buffer) -> Result<()> {
     HostMemory::of(buffer)?.release().map_err(|e| e.context(format!("{}", buffer)))
+}
+
+/// Copies `data` into `target` at `offset` (what `queue_write` and an update run). Unlike
+/// `Buffer::write`, works on every memory type.
+pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
+    let dst = host_range(target, offset, data.len() as u64)?;
+    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated;
+    // racing accesses (kernels, mappings) are atomic, as this copy is.
+    unsafe { hal::driver::shared_memory::store(dst.ptr, data) };
+    Ok(())
+}
+
+/// Copies `length` bytes of `source` at `offset` out (what `queue_read` runs). Unlike `Buffer::read`,
+/// works on every memory type.
+pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>> {
+    let src = host_range(source, offset, length)?;
+    let mut out = vec![0u8; length as usize];
+    // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; racing
+    // accesses are atomic, as this copy is.
+    unsafe { hal::driver::shared_memory::load(src.ptr, &mut out) };
+    Ok(out)
+}
+
+/// `[offset, offset + length)` of a buffer's host memory, which stays allocated while this lives.
+pub(crate) struct HostRange<'a> {
+    pub(crate) ptr: *mut u8,
+    _view: HostView<'a>,
+}
+
+/// The host range `[offset, offset + length)` of `buffer`, after checking the range.
+pub(crate) fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>> {
+    buffer.check_range(offset, length)?;
+    let view = buffer.backend().host_view().ok_or_else(|| {
+        Error::failed_precondition(format!(
+            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
+             queue_dealloca already ran)",
+            buffer
+        ))
+    })?;
+    // SAFETY: `offset + length <= size` (checked above), the buffer lies inside its backend's memory
+    // (`memory_offset + size <= backend.size()`, a `Buffer` invariant), and the view addresses that
+    // many bytes (the backend's `unsafe impl` promises it), so the offset stays inside the
+    // allocation (and fits a usize).
+    let ptr = unsafe { view.ptr().as_ptr().add((buffer.memory_offset() + offset) as usize) };
+    Ok(HostRange { ptr, _view: view })
 }
 
 #[cfg(test)]

@@ -15,9 +15,9 @@ use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::collective::CpuChannel;
-use crate::command_exec::{CancelSignal, DispatchTimes, execute_command, execute_timed, read_buffer, write_buffer};
+use crate::commands::{CancelSignal, DispatchTimes, execute_command, execute_timed};
 use crate::event::{CpuEvent, EventState, NewRecord, WaitTarget};
-use crate::memory::{commit_buffer, release_buffer};
+use crate::memory::{commit_buffer, read_buffer, release_buffer, write_buffer};
 use crate::stream_rules::{RuleLog, StreamRule};
 use crate::workgroup_pool::WorkgroupPool;
 

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use child_process::{ChildProcess, LIMIT, given_id, say};
 use hal::{ChannelId, Device, StatusCode};
 
-/// How long the host gives a connection to send its join (`collective_host::JOIN_WITHIN`).
+/// How long the host gives a connection to send its join (`collective::host::JOIN_WITHIN`).
 const JOIN_WITHIN: Duration = Duration::from_secs(2);
-/// How many connections yet to join get a thread at once (`collective_host::MAX_UNPROVEN`).
+/// How many connections yet to join get a thread at once (`collective::host::MAX_UNPROVEN`).
 const MAX_UNPROVEN: usize = 8;
 
 fn device() -> Device {
@@ -35,7 +35,7 @@ fn connect(id: &ChannelId) -> UnixStream {
     stream
 }
 
-/// The frame a rank sends to join `id` as rank 1 of 2 (`collective_wire`): the payload's length,
+/// The frame a rank sends to join `id` as rank 1 of 2 (`collective/wire.rs`): the payload's length,
 /// then the join's tag, the id with its length, the rank and the count.
 fn join_frame(id: &ChannelId) -> Vec<u8> {
     let mut payload = vec![0u8];

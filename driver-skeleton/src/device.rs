@@ -12,8 +12,8 @@ use hal::{
 };
 
 use crate::commands::Recorded;
-use crate::inline_stream::InlineStreams;
 use crate::memory::{HostMemory, MemoryCounter};
+use crate::stream::InlineStreams;
 
 /// Queues per device.
 const QUEUE_COUNT: usize = 4;

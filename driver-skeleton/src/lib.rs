@@ -6,13 +6,17 @@
 //! after it has completed the moment it is recorded. The HAL's scheduler still does everything
 //! about semaphores: it issues work only once its waits are reached, runs host calls on its own
 //! threads, and retires work on a completion thread per queue. What the skeleton supplies is the
-//! part every driver supplies, each in its own file:
+//! part every driver supplies, each in its own file, named as in every driver:
 //!
-//! - `inline_stream.rs`: the stream model (streams, events, running an operation);
+//! - `device.rs`: the device backend, with the scheduler inside;
+//! - `stream.rs`: the stream model (streams, events, running an operation);
 //! - `commands.rs`: fills, updates, copies, reads and writes on host memory, and command buffers;
 //! - `memory.rs`: buffer memory (`unsafe impl BufferBackend`, the one promise the HAL cannot check);
-//! - `device.rs`: the device backend, with the scheduler inside;
 //! - this file: the [`hal::driver::Driver`] the registry lists.
+//!
+//! A driver that does more adds rooms under the names the other drivers use: `options.rs`,
+//! `executable.rs`, `collective.rs` (or `collective/`), `timing.rs`, with what only its backend needs
+//! beside them.
 //!
 //! It loads no executables (its [`DeviceInfo`] lists no executable kinds) and has no collectives
 //! or profiling (the trait defaults refuse them with `Unimplemented`). Its `tests/cts.rs` runs the
@@ -35,8 +39,8 @@
 
 mod commands;
 mod device;
-mod inline_stream;
 mod memory;
+mod stream;
 
 use std::sync::Arc;
 

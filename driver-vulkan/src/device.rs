@@ -13,11 +13,11 @@ use hal::{
     ResourceUsage, Result,
 };
 
+use crate::commands::replay::Replays;
+use crate::commands::{CHECK_COUNT_WGSL, VulkanPreparedCommands, check_binding_range};
 use crate::executable::VulkanExecutable;
 use crate::gpu::{Gpu, PhysicalInfo};
 use crate::memory::{MemoryCounter, VulkanMemory};
-use crate::record::{CHECK_COUNT_WGSL, check_binding_range};
-use crate::replay::Replays;
 use crate::stream::VulkanStreams;
 
 /// The property saying how executes with a binding table run: `replayed` (recordings kept and
@@ -72,23 +72,6 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("largest_memory_heap".to_string(), physical.heap_bytes.to_string()),
     ];
     info
-}
-
-/// A device's prepared command buffer. A reusable one whose buffers are all known keeps its
-/// recordings for replay; the rest are recorded at each execute (a transient buffer's `VkBuffer`
-/// is only known when its alloca ran, and a binding table's buffers come with each execute).
-pub struct VulkanPreparedCommands {
-    /// Recordings to replay; `None`: recorded at each execute.
-    pub(crate) replays: Option<Arc<Replays>>,
-    /// Whether the recordings bind update-after-bind sets that each execute writes its binding
-    /// table's buffers into (see `bound.rs`).
-    pub(crate) bound: bool,
-}
-
-impl PreparedCommands for VulkanPreparedCommands {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 /// Refuses a collective, and a binding past the device's storage-buffer range (both refused when

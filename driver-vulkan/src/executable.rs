@@ -5,8 +5,8 @@
 //! and push constants it uses), and where none is declared they are taken from the module. A
 //! compute pipeline per entry point is created at load from the module naga wrote.
 //! Its set 0 takes pushed descriptors; a second pipeline whose set 0 is an update-after-bind set
-//! (for recordings replayed with each execute's binding table, see `bound.rs`) is created the first
-//! time such a recording dispatches the entry point.
+//! (for recordings replayed with each execute's binding table, see `commands/bound.rs`) is created
+//! the first time such a recording dispatches the entry point.
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock};

@@ -182,7 +182,8 @@ pub struct Gpu {
     pub(crate) device: ash::Device,
     pub(crate) push: Option<ash::khr::push_descriptor::Device>,
     /// The most storage buffers of an update-after-bind descriptor set, where binding-table
-    /// executes replay their recordings with such sets (see `bound.rs`); `None`: they re-record.
+    /// executes replay their recordings with such sets (see `commands/bound.rs`); `None`: they
+    /// re-record.
     pub(crate) update_after_bind: Option<u32>,
     /// `VK_EXT_external_memory_host` and its alignment, where the device has it.
     pub(crate) external_host: Option<(ash::ext::external_memory_host::Device, u64)>,
@@ -191,7 +192,8 @@ pub struct Gpu {
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
     /// `None` only while dropping (the allocator must go before the device).
     pub(crate) allocator: Mutex<Option<Allocator>>,
-    /// The block zero-length dispatch bindings reach (`record.rs`), while a submission holds it.
+    /// The block zero-length dispatch bindings reach (`commands/record.rs`), while a submission
+    /// holds it.
     pub(crate) empty_binding: Mutex<Weak<Block>>,
 }
 

@@ -9,9 +9,9 @@
 //! - **Executables**: SPIR-V with IREE's Vulkan ABI (`executable.rs`): binding `i` is the storage
 //!   buffer at set 0, binding `i` (pushed with `VK_KHR_push_descriptor`), the constants one
 //!   push-constant block of 32-bit words, the entry point the export's name.
-//! - **Command buffers**: a reusable one is recorded once per stream and replayed (`replay.rs`).
-//!   One recorded against binding slots is too where the device has
-//!   `descriptorBindingStorageBufferUpdateAfterBind` (`bound.rs`): its dispatches bind
+//! - **Command buffers** (`commands/`): a reusable one is recorded once per stream and replayed
+//!   (`commands/replay.rs`). One recorded against binding slots is too where the device has
+//!   `descriptorBindingStorageBufferUpdateAfterBind` (`commands/bound.rs`): its dispatches bind
 //!   update-after-bind descriptor sets that each execute writes its table's buffers into; elsewhere,
 //!   or with [`UPDATE_AFTER_BIND_ENV`]` = 0`, each execute records it (the device property
 //!   [`BINDING_TABLE_EXECUTES`] says which).
@@ -23,6 +23,12 @@
 //! - **Imported host memory** through `VK_EXT_external_memory_host`; **profiling** with timestamp
 //!   queries ([`timing`]).
 //! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library).
+//!
+//! The files are the rooms every driver has, `device.rs`, `stream.rs`, `commands/`,
+//! `executable.rs`, `memory.rs` and `timing.rs`, and Vulkan's own beside them: `instance.rs` (the
+//! loader and instance), `gpu.rs` (one logical device, its queues, allocator and limits),
+//! `spirv.rs` (SPIR-V validated and rewritten by naga), `wgsl.rs` (WGSL compiled to SPIR-V) and
+//! `error.rs` (Vulkan result codes as HAL errors).
 //!
 //! Set `HAL_VULKAN_VALIDATION=1` to run under the Khronos validation layer; a validation error then
 //! aborts the process with the message.
@@ -47,15 +53,13 @@
 //! # Ok::<(), hal::Error>(())
 //! ```
 
-mod bound;
+mod commands;
 mod device;
 pub mod error;
 mod executable;
 mod gpu;
 mod instance;
 mod memory;
-mod record;
-mod replay;
 mod spirv;
 mod stream;
 pub mod timing;
@@ -65,6 +69,9 @@ use std::sync::Arc;
 
 use hal::driver::{DeviceExt, Driver};
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
+
+// `bound` at the crate root: `recordings_of` below and the device name it so.
+use commands::bound;
 
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
 pub use executable::entry_point_sizes as spirv_entry_points;
@@ -131,7 +138,7 @@ pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
     let Some(prepared) = command_buffer.prepared() else {
         return bound::kept_replays(command_buffer.binding_state()).map(|replays| replays.recorded());
     };
-    let prepared = prepared.as_any().downcast_ref::<device::VulkanPreparedCommands>()?;
+    let prepared = prepared.as_any().downcast_ref::<commands::VulkanPreparedCommands>()?;
     prepared.replays.as_ref().map(|replays| replays.recorded())
 }
 

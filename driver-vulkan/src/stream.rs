@@ -20,15 +20,15 @@ use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
-use crate::bound::BoundSets;
-use crate::device::VulkanPreparedCommands;
+use crate::commands::bound::BoundSets;
+use crate::commands::record::{CommandPool, CountChecks, Keep, Recorder};
+use crate::commands::replay::{Lease, Recording};
+use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
 use crate::memory::Block;
 use crate::memory::{VulkanMemory, resolve};
-use crate::record::{CHECK_SLOT_BYTES, CountChecks, Keep, Recorder};
-use crate::replay::{Lease, Recording};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
 /// A timeline and how far its stream has got.
@@ -135,58 +135,6 @@ struct StreamShared {
     checker: Arc<VulkanExecutable>,
 }
 
-/// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
-/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission (or a
-/// dropped replay recording) hands its command buffer back through `idle`, and the submit thread
-/// records into it again.
-pub(crate) struct CommandPool {
-    gpu: Arc<Gpu>,
-    pool: vk::CommandPool,
-    idle: Mutex<Vec<vk::CommandBuffer>>,
-}
-
-impl CommandPool {
-    /// A command buffer to record into (submit thread only).
-    fn acquire(&self) -> Result<vk::CommandBuffer> {
-        if let Some(cmd) = lock(&self.idle).pop() {
-            return Ok(cmd);
-        }
-        let info = vk::CommandBufferAllocateInfo::default()
-            .command_pool(self.pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: only the submit thread uses the pool.
-        let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
-            .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
-        Ok(buffers[0])
-    }
-
-    /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
-    pub(crate) fn release(&self, cmd: vk::CommandBuffer) {
-        lock(&self.idle).push(cmd);
-    }
-
-    /// Hands back `cmd`, whose recording failed part-way (submit thread only). It is reset first:
-    /// a command buffer left in the recording state cannot be begun again.
-    fn release_failed(&self, cmd: vk::CommandBuffer) {
-        // SAFETY: `cmd` is a buffer of this pool (which allows resetting one buffer), not pending,
-        // and only the submit thread uses the pool.
-        match unsafe { self.gpu.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()) } {
-            Ok(()) => self.release(cmd),
-            // Not handed back: it is freed with the pool.
-            Err(e) => tracing::error!(%e, "vulkan: resetting a command buffer whose recording failed"),
-        }
-    }
-}
-
-impl Drop for CommandPool {
-    fn drop(&mut self) {
-        // SAFETY: no command buffer of the pool is pending (each in-flight entry holds the pool),
-        // and destroying the pool frees them all.
-        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
-    }
-}
-
 /// What a submission holds until it completes: its command buffer (or the recording it replays),
 /// its buffers and executables, its timestamps when profiled.
 struct InFlight {
@@ -279,7 +227,7 @@ impl VulkanEvent {
 /// Streams on one Vulkan device.
 pub struct VulkanStreams {
     gpu: Arc<Gpu>,
-    /// The indirect count checker ([`crate::record::CHECK_COUNT_WGSL`]).
+    /// The indirect count checker ([`crate::commands::CHECK_COUNT_WGSL`]).
     checker: Arc<VulkanExecutable>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// The clock anchor of the profiling session (measured at its start).
@@ -374,7 +322,7 @@ impl StreamModel for VulkanStreams {
             timeline,
             items: Mutex::new((VecDeque::new(), false)),
             items_changed: Condvar::new(),
-            pool: Arc::new(CommandPool { gpu: self.gpu.clone(), pool, idle: Mutex::new(Vec::new()) }),
+            pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
         });
@@ -578,7 +526,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
             if let (Some(prepared), None) = (prepared, &timing)
                 && let Some(replays) = &prepared.replays
             {
-                let lease = match replays.lease(&stream.pool, &stream.timeline, item.value)? {
+                let lease = match replays.lease(&stream.pool, stream.timeline.value()?, item.value)? {
                     Some(lease) => lease,
                     None => replays.add(record_for_replay(stream, commands, prepared.bound)?, item.value),
                 };
@@ -685,7 +633,7 @@ fn count_checks_for(
 }
 
 /// Records `commands` into a command buffer of the stream's pool to submit many times; `bound`:
-/// its dispatches bind update-after-bind sets, written at each execute (see `bound.rs`).
+/// its dispatches bind update-after-bind sets, written at each execute (see `commands/bound.rs`).
 fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], bound: bool) -> Result<Recording> {
     let mut keep = Keep::default();
     let checks = count_checks_for(stream, commands, None)?;

@@ -5,8 +5,8 @@
 //! buffer is reached through `BufferBackend::host_view` (cpu-sim memory of every type is host
 //! memory), and the view is held until the command finished, so a dealloca running meanwhile on
 //! another stream cannot free the memory under it. A transient buffer whose alloca has not run, or
-//! whose dealloca ran, has none, which is a `FailedPrecondition`. Ranges are checked again here,
-//! because the pointer arithmetic below relies on them.
+//! whose dealloca ran, has none, which is a `FailedPrecondition`. Ranges are checked again
+//! ([`host_range`]), because the pointer arithmetic below relies on them.
 //!
 //! A submission whose cancel was requested ([`Work::request_cancel`]) stops between commands and
 //! between a dispatch's workgroups, with `Cancelled`: a grid of billions of workgroups does not keep
@@ -19,17 +19,15 @@ use std::time::Instant;
 
 use smallvec::SmallVec;
 
-use hal::driver::HostView;
+use hal::driver::ExecutableExt;
 use hal::driver::PreparedCommands;
 use hal::driver::stream_model::Work;
-use hal::driver::{BufferExt, ExecutableExt};
 use hal::driver::{CollectiveCall, Command};
-use hal::{
-    Buffer, BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, ProfileOptions, Result,
-};
+use hal::{BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeInvocation, ProfileOptions, Result};
 
 use crate::collective::CpuChannel;
 use crate::executable::NativeExecutable;
+use crate::memory::{HostRange, host_range, read_buffer, write_buffer};
 use crate::workgroup_pool::{JobFailure, WorkgroupPool};
 
 /// Bindings kept inline (no allocation) per dispatch.
@@ -203,51 +201,6 @@ fn run_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -
             Err(Error::internal("cpu-sim: a collective command outside an execute's command list"))
         }
     }
-}
-
-/// Copies `data` into `target` at `offset` (what `queue_write` and an update run). Unlike
-/// `Buffer::write`, works on every memory type.
-pub fn write_buffer(target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
-    let dst = host_range(target, offset, data.len() as u64)?;
-    // SAFETY: `dst` addresses `data.len()` bytes of `target` (checked) and keeps them allocated;
-    // racing accesses (kernels, mappings) are atomic, as this copy is.
-    unsafe { hal::driver::shared_memory::store(dst.ptr, data) };
-    Ok(())
-}
-
-/// Copies `length` bytes of `source` at `offset` out (what `queue_read` runs). Unlike `Buffer::read`,
-/// works on every memory type.
-pub fn read_buffer(source: &Buffer, offset: u64, length: u64) -> Result<Vec<u8>> {
-    let src = host_range(source, offset, length)?;
-    let mut out = vec![0u8; length as usize];
-    // SAFETY: `src` addresses `length` bytes of `source` (checked) and keeps them allocated; racing
-    // accesses are atomic, as this copy is.
-    unsafe { hal::driver::shared_memory::load(src.ptr, &mut out) };
-    Ok(out)
-}
-
-/// `[offset, offset + length)` of a buffer's host memory, which stays allocated while this lives.
-struct HostRange<'a> {
-    ptr: *mut u8,
-    _view: HostView<'a>,
-}
-
-/// The host range `[offset, offset + length)` of `buffer`, after checking the range.
-fn host_range(buffer: &Buffer, offset: u64, length: u64) -> Result<HostRange<'_>> {
-    buffer.check_range(offset, length)?;
-    let view = buffer.backend().host_view().ok_or_else(|| {
-        Error::failed_precondition(format!(
-            "{}: has no memory (a transient buffer whose queue_alloca has not run, or whose \
-             queue_dealloca already ran)",
-            buffer
-        ))
-    })?;
-    // SAFETY: `offset + length <= size` (checked above), the buffer lies inside its backend's memory
-    // (`memory_offset + size <= backend.size()`, a `Buffer` invariant), and the view addresses that
-    // many bytes (the backend's `unsafe impl` promises it), so the offset stays inside the
-    // allocation (and fits a usize).
-    let ptr = unsafe { view.ptr().as_ptr().add((buffer.memory_offset() + offset) as usize) };
-    Ok(HostRange { ptr, _view: view })
 }
 
 /// Fills `length` bytes at `dst` with the low `pattern_len` bytes of `pattern`, little-endian,
@@ -454,8 +407,10 @@ mod tests {
     use super::*;
     use crate::executable::tests::example_library_path;
     use crate::memory::{HostMemory, MemoryBudget};
-    use hal::driver::{BufferBackend, ExecutableBackend};
-    use hal::{BufferParams, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode};
+    use hal::driver::{BufferBackend, BufferExt, ExecutableBackend};
+    use hal::{
+        Buffer, BufferParams, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode,
+    };
     use std::sync::atomic::{AtomicU64, Ordering};
 
     struct Fixture {
@@ -752,7 +707,7 @@ mod tests {
         let message = err.message();
         let expected = "dispatch of 'panicky' workgroup [40,0,0]: kernel panicked: index 40 past the end (at ";
         assert!(message.starts_with(expected), "{message}");
-        assert!(message.contains("command_exec.rs:"), "says where the kernel panicked: {message}");
+        assert!(message.contains("commands.rs:"), "says where the kernel panicked: {message}");
         let out = f.buffer(4 * 8);
         let ids = f.native("ids", 1, 1, id_writer());
         f.run(dispatch(&ids, [8, 1, 1], &[], &[BufferBinding::whole(&out)])).unwrap();

@@ -15,10 +15,10 @@ use hal::driver::CollectiveCall;
 use hal::driver::{lock, wait_timeout};
 use hal::{ChannelId, Error, Result};
 
-use crate::collective::{CANCEL_POLL, Key};
-use crate::collective_host::{socket_address, socket_name};
-use crate::collective_wire::{Message, read_message, write_message};
-use crate::command_exec::{read_buffer, write_buffer};
+use super::host::{socket_address, socket_name};
+use super::wire::{Message, read_message, write_message};
+use super::{CANCEL_POLL, Key};
+use crate::memory::{read_buffer, write_buffer};
 
 /// How long joining keeps trying to reach a busy host process and waits for its answer.
 const JOIN_DEADLINE: Duration = Duration::from_secs(30);

@@ -1,15 +1,18 @@
 //! Recording HAL commands into a `VkCommandBuffer`. Every buffer and executable a recording uses is
 //! kept in its [`Keep`] until the submission completes. A full memory barrier separates each
 //! command from the next (HAL commands run in order on every driver), and one at the end makes the
-//! device's writes visible to the host's later reads.
+//! device's writes visible to the host's later reads. A stream's [`CommandPool`] hands out the
+//! command buffers recorded into.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ash::vk;
 use hal::driver::{Command, ExecutableExt, lock};
 use hal::{Buffer, Error, Executable, Result};
 
-use crate::bound::BoundSets;
+use super::bound::BoundSets;
+use super::{CHECK_SLOT_BYTES, check_binding_range};
+use crate::error::from_vk;
 use crate::executable::{Pipeline, VulkanExecutable};
 use crate::gpu::Gpu;
 use crate::memory::{Block, resolve};
@@ -60,7 +63,7 @@ impl<'a> Recorder<'a> {
         self
     }
 
-    /// Checks indirect dispatches' counts with `checks` (see [`CHECK_COUNT_WGSL`]).
+    /// Checks indirect dispatches' counts with `checks` (see [`CHECK_COUNT_WGSL`](super::CHECK_COUNT_WGSL)).
     pub fn with_count_checks(mut self, checks: CountChecks<'a>) -> Self {
         self.checks = Some(checks);
         self
@@ -503,32 +506,6 @@ impl Side {
 /// Bytes of an indirect workgroup count.
 const INDIRECT_COUNT_BYTES: u64 = hal::driver::INDIRECT_COUNT_BYTES;
 
-/// Bytes of scratch per indirect dispatch: the checked count, a flag, the count as read.
-pub const CHECK_SLOT_BYTES: u64 = 32;
-
-/// The count checker's WGSL: `checked` gets the count (x, y, z), 0 and the count again, or zeros,
-/// 1 and the count when an axis is past the device's limit (the dispatch then runs no workgroup).
-pub const CHECK_COUNT_WGSL: &str = r#"
-@group(0) @binding(0) var<storage, read_write> count: array<u32>;
-@group(0) @binding(1) var<storage, read_write> checked: array<u32>;
-struct Constants { first: u32, max_x: u32, max_y: u32, max_z: u32 }
-var<immediate> c: Constants;
-@compute @workgroup_size(1)
-fn check_count() {
-    let x = count[c.first];
-    let y = count[c.first + 1u];
-    let z = count[c.first + 2u];
-    let over = x > c.max_x || y > c.max_y || z > c.max_z;
-    checked[0] = select(x, 0u, over);
-    checked[1] = select(y, 0u, over);
-    checked[2] = select(z, 0u, over);
-    checked[3] = select(0u, 1u, over);
-    checked[4] = x;
-    checked[5] = y;
-    checked[6] = z;
-}
-"#;
-
 /// The count checks of one submission: the checker, the scratch it writes and the next slot.
 pub struct CountChecks<'a> {
     pub(crate) pipeline: &'a Pipeline,
@@ -587,14 +564,59 @@ fn empty_binding(near: &Arc<Block>) -> Result<Arc<Block>> {
 /// The size of the block empty bindings reach: one 16-byte vector.
 const EMPTY_BINDING_BYTES: u64 = 16;
 
-/// A binding longer than the device's `maxStorageBufferRange` cannot reach a kernel as a storage
-/// buffer: `OutOfRange` naming the binding and the limit.
-pub fn check_binding_range(index: usize, buffer: &Buffer, length: u64, limit: u32) -> Result<()> {
-    if length > u64::from(limit) {
-        return Err(Error::out_of_range(format!(
-            "vulkan: binding {index} ({buffer}) is {length} bytes, past the device's maxStorageBufferRange of {limit} \
-             bytes"
-        )));
+/// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
+/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission (or a
+/// dropped replay recording) hands its command buffer back through `idle`, and the submit thread
+/// records into it again.
+pub(crate) struct CommandPool {
+    gpu: Arc<Gpu>,
+    pool: vk::CommandPool,
+    idle: Mutex<Vec<vk::CommandBuffer>>,
+}
+
+impl CommandPool {
+    /// `pool`, a command pool of `gpu`'s device, destroyed with this.
+    pub(crate) fn new(gpu: Arc<Gpu>, pool: vk::CommandPool) -> Self {
+        CommandPool { gpu, pool, idle: Mutex::new(Vec::new()) }
     }
-    Ok(())
+
+    /// A command buffer to record into (submit thread only).
+    pub(crate) fn acquire(&self) -> Result<vk::CommandBuffer> {
+        if let Some(cmd) = lock(&self.idle).pop() {
+            return Ok(cmd);
+        }
+        let info = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: only the submit thread uses the pool.
+        let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
+            .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
+        Ok(buffers[0])
+    }
+
+    /// Hands back `cmd`, not pending (never submitted, or completed); any thread.
+    pub(crate) fn release(&self, cmd: vk::CommandBuffer) {
+        lock(&self.idle).push(cmd);
+    }
+
+    /// Hands back `cmd`, whose recording failed part-way (submit thread only). It is reset first:
+    /// a command buffer left in the recording state cannot be begun again.
+    pub(crate) fn release_failed(&self, cmd: vk::CommandBuffer) {
+        // SAFETY: `cmd` is a buffer of this pool (which allows resetting one buffer), not pending,
+        // and only the submit thread uses the pool.
+        match unsafe { self.gpu.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()) } {
+            Ok(()) => self.release(cmd),
+            // Not handed back: it is freed with the pool.
+            Err(e) => tracing::error!(%e, "vulkan: resetting a command buffer whose recording failed"),
+        }
+    }
+}
+
+impl Drop for CommandPool {
+    fn drop(&mut self) {
+        // SAFETY: no command buffer of the pool is pending (each in-flight entry holds the pool),
+        // and destroying the pool frees them all.
+        unsafe { self.gpu.device.destroy_command_pool(self.pool, None) };
+    }
 }

@@ -16,12 +16,12 @@ use ash::vk;
 use hal::driver::{BindingState, Command};
 use hal::{Error, Result};
 
+use super::record::{Keep, descriptor_info};
+use super::replay::Replays;
 use crate::error::from_vk;
 use crate::executable::Pipeline;
 use crate::gpu::Gpu;
 use crate::memory::{Block, VulkanMemory, resolve};
-use crate::record::{Keep, descriptor_info};
-use crate::replay::Replays;
 
 /// What a binding-table command buffer keeps across its executes (in its [`BindingState`], so for
 /// as long as it lives): the fixed buffers its recordings bake in, as its first replayed execute

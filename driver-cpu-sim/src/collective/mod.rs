@@ -12,8 +12,17 @@
 //! The meetings of a channel are held by the process that made its id, as NCCL's bootstrap root
 //! is. Its ranks on devices of that process join directly; a rank in another process on the same
 //! host (Linux) joins through the host process's Unix socket, named in the id
-//! (`collective_remote`), and the host takes part in each meeting on its behalf with the bytes it
-//! sent (`collective_host`).
+//! (`remote.rs`), and the host takes part in each meeting on its behalf with the bytes it sent
+//! (`host.rs`), checking who connects (`peer.rs`); `wire.rs` is the messages between them.
+
+#[cfg(target_os = "linux")]
+mod host;
+#[cfg(target_os = "linux")]
+mod peer;
+#[cfg(target_os = "linux")]
+mod remote;
+#[cfg(target_os = "linux")]
+mod wire;
 
 use std::any::Any;
 use std::borrow::Cow;
@@ -25,7 +34,7 @@ use hal::driver::{AbandonFn, ChannelBackend, CollectiveCall};
 use hal::driver::{lock, wait_timeout};
 use hal::{ChannelId, CollectiveArgs, CollectiveOp, ElementType, Error, ReduceOp, Result};
 
-use crate::command_exec::{read_buffer, write_buffer};
+use crate::memory::{read_buffer, write_buffer};
 
 /// How often a rank waiting at a meeting checks whether its work was asked to stop.
 pub(crate) const CANCEL_POLL: Duration = Duration::from_millis(2);
@@ -67,7 +76,7 @@ fn random_word(seed: u64) -> u64 {
 pub fn new_channel_id() -> ChannelId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     #[cfg(target_os = "linux")]
-    crate::collective_host::listen();
+    host::listen();
     let serial = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut bytes = [0u8; ChannelId::LEN];
     bytes[..8].copy_from_slice(MAGIC);
@@ -127,7 +136,7 @@ fn host_elsewhere(id: &ChannelId) -> Option<(u32, u64)> {
 /// make. Only a process of the same user that shows the whole id may join through it.
 #[cfg(target_os = "linux")]
 pub fn host_socket_name(id: &ChannelId) -> Option<String> {
-    maker(id).map(|(pid, nonce)| crate::collective_host::socket_name(pid, nonce))
+    maker(id).map(|(pid, nonce)| host::socket_name(pid, nonce))
 }
 
 /// One channel's meetings, in the process that holds them.
@@ -286,7 +295,7 @@ enum End {
     Local(LocalRank),
     /// They are held by the process that made the id.
     #[cfg(target_os = "linux")]
-    Remote(crate::collective_remote::RemoteRank),
+    Remote(remote::RemoteRank),
 }
 
 impl ChannelBackend for CpuChannel {
@@ -313,7 +322,7 @@ pub fn join(id: &ChannelId, rank: usize, count: usize) -> Result<(Arc<dyn Channe
 
 #[cfg(target_os = "linux")]
 fn join_elsewhere(id: &ChannelId, pid: u32, nonce: u64, rank: usize, count: usize) -> Result<End> {
-    crate::collective_remote::RemoteRank::join(id, pid, nonce, rank, count).map(End::Remote)
+    remote::RemoteRank::join(id, pid, nonce, rank, count).map(End::Remote)
 }
 
 #[cfg(not(target_os = "linux"))]

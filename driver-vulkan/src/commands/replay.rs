@@ -13,10 +13,9 @@ use ash::vk;
 use hal::Result;
 use hal::driver::{Command, lock};
 
-use crate::bound::BoundSets;
+use super::bound::BoundSets;
+use super::record::{CommandPool, Keep};
 use crate::memory::{Block, VulkanMemory};
-use crate::record::Keep;
-use crate::stream::{CommandPool, Timeline};
 
 /// Recordings with per-execute state kept per command buffer and stream: how many of its executes
 /// one stream replays in flight together without recording (a deep chain of executes is as deep).
@@ -136,12 +135,11 @@ impl Replays {
         Some(Replays::default())
     }
 
-    /// A recording made on `pool` (whose stream's timeline is `timeline`) that may be submitted
-    /// now, leased for the submission of `value`: one for simultaneous use, or an idle one.
+    /// A recording made on `pool` that may be submitted now, its stream's timeline having reached
+    /// `reached`, leased for the submission of `value`: one for simultaneous use, or an idle one.
     /// `None`: record one (past the bound, [`Self::add`] does not keep it). The submit thread never
     /// waits for the device here: the stream's other work would wait behind it.
-    pub fn lease(&self, pool: &Arc<CommandPool>, timeline: &Timeline, value: u64) -> Result<Option<Lease>> {
-        let reached = timeline.value()?;
+    pub fn lease(&self, pool: &Arc<CommandPool>, reached: u64, value: u64) -> Result<Option<Lease>> {
         let kept = lock(&self.kept);
         Ok(kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool)).find_map(|r| r.try_lease(reached, value)))
     }

@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 
 use hal::{ChannelId, CollectiveOp, ElementType, Error, ReduceOp, StatusCode};
 
-use crate::collective::Key;
+use super::Key;
 
 /// One message.
 #[derive(Debug)]

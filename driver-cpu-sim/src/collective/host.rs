@@ -8,7 +8,7 @@
 //!
 //! Anyone on the host can see the socket (abstract sockets are listed in `/proc/net/unix` and have
 //! no file permissions), so a connection must earn what it costs: one of another user is refused
-//! at once (`collective_peer`); the others get a thread each, but at most
+//! at once (`peer.rs`); the others get a thread each, but at most
 //! [`MAX_UNPROVEN`] at once until they show an id this process made, which they must send within
 //! [`JOIN_WITHIN`] in one frame no longer than a join. Only then does the rank join.
 
@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use hal::{ChannelId, Error};
 
-use crate::collective::{LocalRank, Part, RemotePart, made_here, process_nonce};
-use crate::collective_wire::{JOIN_LENGTH, Message, read_message, read_message_within, write_message};
+use super::wire::{JOIN_LENGTH, Message, read_message, read_message_within, write_message};
+use super::{LocalRank, Part, RemotePart, made_here, process_nonce};
 use hal::driver::lock;
 
 /// Connections that have not yet shown an id this process made, at most, at once: another is
@@ -69,9 +69,9 @@ fn accept(listener: UnixListener) {
                 continue;
             }
         };
-        let admitted = crate::collective_peer::of_peer(&stream)
+        let admitted = super::peer::of_peer(&stream)
             .map_err(|e| Error::unavailable(format!("cpu-sim: the peer's credentials are unknown: {e}")))
-            .and_then(crate::collective_peer::admit);
+            .and_then(super::peer::admit);
         if let Err(refused) = admitted {
             tracing::warn!("cpu-sim: refused a connection to the channel socket: {refused}");
             // Told why (a reply this small never blocks), then closed.
