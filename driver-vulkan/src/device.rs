@@ -176,7 +176,7 @@ impl ScheduledDevice for VulkanDevice {
 
     fn prepare_bound(&self, commands: &Arc<[Command]>, state: &BindingState) -> Result<Arc<dyn PreparedCommands>> {
         check_commands(&self.gpu, commands)?;
-        let replays = crate::bound::replays_for(&self.gpu, commands, state);
+        let replays = crate::commands::bound::replays_for(&self.gpu, commands, state);
         Ok(Arc::new(VulkanPreparedCommands { replays, bound: true }))
     }
 

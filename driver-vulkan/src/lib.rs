@@ -70,9 +70,6 @@ use std::sync::Arc;
 use hal::driver::{DeviceExt, Driver};
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
-// `bound` at the crate root: `recordings_of` below and the device name it so.
-use commands::bound;
-
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
 pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::UPDATE_AFTER_BIND_ENV;
@@ -136,7 +133,7 @@ impl Driver for VulkanDriver {
 pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
     use hal::driver::CommandBufferExt;
     let Some(prepared) = command_buffer.prepared() else {
-        return bound::kept_replays(command_buffer.binding_state()).map(|replays| replays.recorded());
+        return commands::bound::kept_replays(command_buffer.binding_state()).map(|replays| replays.recorded());
     };
     let prepared = prepared.as_any().downcast_ref::<commands::VulkanPreparedCommands>()?;
     prepared.replays.as_ref().map(|replays| replays.recorded())
