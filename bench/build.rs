@@ -14,8 +14,21 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     let commit = git(&["rev-parse", "HEAD"]);
-    // Dirty: a tracked file differs from the commit (untracked files do not count).
-    let dirty = commit.as_ref().and(git(&["status", "--porcelain", "--untracked-files=no"])).map(|s| !s.is_empty());
+    // Dirty: a tracked file differs from the commit (untracked files do not count), other than
+    // what the binary is not built from: the result files, the docs and scripts (a new result
+    // file, not yet committed, must not mark the next run's binary dirty).
+    let status = [
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)",
+        ":(top,exclude)bench/results",
+        ":(top,exclude)docs",
+        ":(top,exclude)scripts",
+        ":(top,exclude,glob)**/*.md",
+    ];
+    let dirty = commit.as_ref().and(git(&status)).map(|s| !s.is_empty());
     println!("cargo:rustc-env=BENCH_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
     println!("cargo:rustc-env=BENCH_COMMIT_DIRTY={}", dirty.map_or("unknown".to_string(), |d| d.to_string()));
     // Run again when HEAD moves (checkout, commit) or the index changes (add, status refresh);
