@@ -26,7 +26,7 @@ The Vulkan table (`--hal-vulkan`; `--no-cuda` leaves the CUDA table out):
 - IREE Vulkan: `step.mlir` on 1024 floats (one 4 KiB page: IREE's vulkan driver imports host
   arrays, see `page_aligned_zeros`) compiled with `--iree-hal-target-device=vulkan
   --iree-vulkan-target=ampere` (SPIR-V), run by IREE's `vulkan` driver (`--vmfb-vulkan`), row
-  `iree_vulkan_calls`. On NVIDIA its calls take milliseconds each (docs/benchmarks.md), so the full
+  `iree_vulkan_calls`. On NVIDIA its calls take milliseconds each (docs/benchmarks.md#other-workloads), so the full
   plan takes minutes: `--iree-vulkan-quick` (run.sh passes it) gives that row 3 trials of a tenth of the calls.
   On lavapipe `to_host` fails (IREE imports its own, unaligned, host array for the result), so the
   row reads "not run" there.

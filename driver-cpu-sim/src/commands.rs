@@ -36,7 +36,7 @@ const INLINE_BINDINGS: usize = 8;
 /// Grids of at most this many workgroups run on the stream thread instead of the pool: waking the
 /// pool and moving the dispatch's data to its threads costs more than it saves for them, and queues
 /// that dispatch side by side already fill the cores (`hal run`'s 128-workgroup dispatches run
-/// faster on their stream threads than on the pool; `docs/benchmarks.md` has the measurement).
+/// faster on their stream threads than on the pool; `docs/decisions.md#cpu-sim-stream-threads`).
 const INLINE_WORKGROUPS: u64 = 256;
 
 /// How running commands learn that their submission was cancelled: the submission's [`Work`], or

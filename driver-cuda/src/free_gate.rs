@@ -5,8 +5,8 @@
 //! idle, and while they wait they hold a driver lock that every launch in the process
 //! takes. An indirect dispatch read on the host (`crate::indirect_launcher`) holds its queue's stream until
 //! the launcher thread launches its kernel: a free that starts while one is pending waits for a
-//! stream that waits for a launch that waits for the free (`docs/benchmarks.md` has the backtrace
-//! that showed it).
+//! stream that waits for a launch that waits for the free (`docs/decisions.md#free-gate` has the
+//! backtraces that showed it).
 //!
 //! So the process counts the host-launched dispatches not yet released, and such a free first
 //! waits, holding the gate, until none is pending; meanwhile new ones wait for the gate before

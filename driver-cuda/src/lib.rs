@@ -72,7 +72,7 @@
 //! # Device faults
 //! A kernel that traps or touches an illegal address raises a *sticky* error in the CUDA context.
 //! What the driver does with one, held by `tests/cuda_fault.rs` (a kernel that executes `trap`;
-//! the times it printed on a GPU are in `docs/benchmarks.md`, "CUDA: a device fault"):
+//! the times it printed on a GPU are in `docs/decisions.md#cuda-device-fault`):
 //! - the submission that faulted fails its signal semaphores with `DataLoss` naming the CUDA error
 //!   (`cuEventSynchronize: CUDA_ERROR_LAUNCH_FAILED (unspecified launch failure)`), once the CUDA
 //!   driver's fault handling reported it; a watchdog timeout maps to `Aborted`;
@@ -111,7 +111,7 @@
 //! per burst and is the slowest on the cross-queue hop; every `cuEventQuery` takes a libcuda lock
 //! the submitting thread's launches need, so the completion thread sleeps between queries while host
 //! waiters query their own event. The measurements behind this (`examples/completion_modes.rs`,
-//! `examples/chain_costs.rs`, the bench) are in `docs/benchmarks.md`, "CUDA completion modes".
+//! `examples/chain_costs.rs`, the bench) are in `docs/decisions.md#completion-thread-default`.
 //! While an indirect dispatch waits for the launcher to launch its kernel, a completion thread
 //! polls instead: CUDA may hold the launcher's side-stream launches behind a pending host
 //! function, which would wait for them forever.

@@ -22,7 +22,7 @@ pub struct CudaOptions {
     pub graph_min_commands: usize,
     /// The same for reusable command buffers, which pay the instantiation once for every execute. A
     /// one-kernel graph launch costs less than the kernel launch itself (figures in
-    /// `docs/benchmarks.md`), so by default even one command replays as a graph.
+    /// `docs/decisions.md#one-command-buffers-replay-as-graphs`), so by default even one command replays as a graph.
     pub reusable_graph_min_commands: usize,
     /// Executable instances of one command buffer's graph kept for executes with binding tables:
     /// an execute whose table matches one launches it without node updates; otherwise the least
@@ -195,7 +195,7 @@ impl Default for CompletionWait {
     /// `PollThenSleep(0)`: from the first query on, sleeps growing from 10 us to 100 us between
     /// queries, on plain events. Fewer queries leave the driver lock to the submitting threads, and
     /// host waiters query their own event, so the completion thread's later wake-up costs them
-    /// nothing (the comparison of the modes is in `docs/benchmarks.md`, "CUDA completion modes").
+    /// nothing (the comparison of the modes is in `docs/decisions.md#completion-thread-default`).
     fn default() -> Self {
         CompletionWait::PollThenSleep(Duration::ZERO)
     }

@@ -3,7 +3,7 @@
 //! Every `cuEventQuery` takes a driver lock that launches on other threads need, and a completion
 //! thread polls its queue's oldest event while work is in flight: with several submitting threads,
 //! or a library whose own calls take the same locks (NCCL), the polls slow the submissions down
-//! (measured in `docs/benchmarks.md`). With [`CudaOptions::completion_word`](crate::CudaOptions),
+//! (measured in `docs/decisions.md#completion-word-optional`). With [`CudaOptions::completion_word`](crate::CudaOptions),
 //! each recorded mark is followed on the stream by a `cuStreamWriteValue64` of the next number of
 //! the stream's sequence into a word of pinned, device-mapped memory. The stream runs in order, so
 //! the word reaching a mark's number means everything before the mark ran: the event is complete,

@@ -5,7 +5,7 @@
 //!
 //! The HAL's costs beside raw-CUDA baselines measured in the same process (launch + record, stream
 //! waits, stream synchronize, graph launch, stream-ordered allocation) are in the `bench` crate:
-//! `cargo run --release -p bench -- --driver cuda` (see `docs/benchmarks.md`).
+//! `cargo run --release -p bench -- --driver cuda` (see `docs/benchmarks.md#running-it`).
 
 mod common;
 

@@ -15,9 +15,13 @@
 //!   against the doc's folder; a bare file name (or a path not starting with a top-level entry)
 //!   matches any tracked file it is a suffix of. Paths under `target/`, `devbin/` (built by
 //!   `scripts/device/kit.sh`) and `$OUT/`, URLs, and globs or placeholders (`<name>`, `*`,
-//!   `{a,b}`, `...`, `$VAR`) pass, and so does [`PRODUCED`].
+//!   `{a,b}`, `...`, `$VAR`) pass, and so does [`PRODUCED`];
+//! - a link into a doc of [`ANCHORED`] (`decisions.md#anchor`, `benchmarks.md#anchor`, or `#anchor`
+//!   inside that doc) whose anchor is no heading of the doc (GitHub's slugs: lowercase, spaces to
+//!   `-`, other punctuation dropped). Checked in the files above and in Rust files under
+//!   `*/src/`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -25,7 +29,12 @@ use std::process::Command;
 /// reason each; keep this short.
 const PRODUCED: &[(&str, &str)] = &[
     // (path, the command that makes it)
+    ("bench/results/h200-cuda.json", "bench --driver cuda --json ... on an H200, named by docs/benchmarks.md"),
+    ("bench/results/h200-vulkan.json", "bench --driver vulkan --json ... on an H200, named by docs/benchmarks.md"),
 ];
+
+/// Docs whose anchors links are checked against their headings.
+const ANCHORED: &[&str] = &["docs/decisions.md", "docs/benchmarks.md"];
 
 /// Extensions a bare token must end in to be taken for a file name.
 const EXTENSIONS: &[&str] = &[
@@ -199,11 +208,14 @@ fn history_words(line: &str) -> Vec<String> {
             ("this" | "previous" | "earlier" | "prior", Some("round" | "rounds")) if sep_is_space(i) => {
                 found.push(format!("speaks of a round of work (\"{w} round\")"));
             }
-            // "call 5 ms into" is a time, not a numbered call.
+            // "call 5 ms into" is a time, and a report's "host calls 0 in use" a count, not a
+            // numbered call.
             ("call" | "calls", Some(n))
                 if is_num(n)
                     && sep_is_space(i)
-                    && !matches!(words.get(i + 2).map(|x| x.1), Some("ms" | "us" | "ns" | "s" | "µs" | "times")) =>
+                    && !matches!(words.get(i + 2).map(|x| x.1), Some("ms" | "us" | "ns" | "s" | "µs" | "times"))
+                    && !(words.get(i + 2).map(|x| x.1) == Some("in")
+                        && words.get(i + 3).map(|x| x.1) == Some("use")) =>
             {
                 found.push(format!("names a numbered call (\"{w} {n}\")"));
             }
@@ -417,6 +429,103 @@ fn checked_files(repo: &Repo) -> Vec<String> {
         .collect()
 }
 
+/// GitHub's anchor for a heading's text: lowercase, spaces to `-`, punctuation other than `-` and
+/// `_` dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a markdown doc's headings (outside fenced blocks); a repeated slug gets `-1`,
+/// `-2`, ... as on GitHub.
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut in_fence = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        let hashes = line.bytes().take_while(|&b| b == b'#').count();
+        if in_fence || hashes == 0 || hashes > 6 || !line[hashes..].starts_with(' ') {
+            continue;
+        }
+        let s = slug(&line[hashes..]);
+        let n = seen.entry(s.clone()).or_insert(0);
+        out.insert(if *n == 0 { s.clone() } else { format!("{s}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// The anchored docs' anchors, keyed by the docs' file names (`decisions.md`).
+type Anchors = BTreeMap<String, BTreeSet<String>>;
+
+/// The links of one file into an anchored doc whose anchor that doc has no heading for.
+fn bad_anchors(docs: &Anchors, rel: &str, text: &str) -> Vec<String> {
+    let own = docs.iter().find(|(name, _)| rel == format!("docs/{name}")).map(|(_, a)| a);
+    let anchor_at =
+        |s: &str| -> String { s.chars().take_while(|c| c.is_alphanumeric() || *c == '-' || *c == '_').collect() };
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let mut check = |doc: &str, set: &BTreeSet<String>, anchor: String| {
+            if !set.contains(&anchor) {
+                out.push(format!(
+                    "{rel}:{}: links to `{doc}#{anchor}`, which is no heading of {doc}\n    {}",
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        };
+        for (name, set) in docs {
+            let pat = format!("{name}#");
+            for (i, _) in line.match_indices(&pat) {
+                check(name, set, anchor_at(&line[i + pat.len()..]));
+            }
+        }
+        if let Some(set) = own {
+            for (i, _) in line.match_indices("](#") {
+                check(rel.rsplit('/').next().unwrap_or(rel), set, anchor_at(&line[i + 3..]));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn anchors_exist() {
+    let repo = Repo::load();
+    let mut docs = Anchors::new();
+    for d in ANCHORED {
+        let text = std::fs::read_to_string(repo.root.join(d)).unwrap_or_else(|e| panic!("{d}: {e}"));
+        docs.insert(d.rsplit('/').next().unwrap().to_string(), anchors(&text));
+    }
+    let mut problems = Vec::new();
+    let rust_src = repo.files.iter().filter(|f| f.ends_with(".rs") && f.split('/').nth(1) == Some("src")).cloned();
+    for rel in checked_files(&repo).into_iter().chain(rust_src) {
+        let Ok(text) = std::fs::read_to_string(repo.root.join(&rel)) else {
+            continue; // binary
+        };
+        problems.extend(bad_anchors(&docs, &rel, &text));
+    }
+    assert!(
+        problems.is_empty(),
+        "{} link(s) to a heading that is not there; link to an existing `## heading` (its GitHub \
+         anchor) or add the entry:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
 #[test]
 fn docs_state_what_is() {
     let repo = Repo::load();
@@ -486,6 +595,7 @@ mod detector {
             "## Conformance",
             "the 2nd argument",
             "its report says \"execute (all-reduce #4)\"",
+            "host calls 0 in use / 0 created",
         ] {
             assert_eq!(flags("docs/x.md", line), Vec::<String>::new(), "flagged: {line}");
         }
@@ -521,5 +631,48 @@ mod detector {
         }
         assert_eq!(flags("hal/README.md", "`src/lib.rs`"), Vec::<String>::new());
         assert_eq!(flags("scripts/device/run.sh", "cp \"$OUT/x\" devbin/hal target/x"), Vec::<String>::new());
+    }
+
+    fn anchored() -> Anchors {
+        let decisions = "# Decisions\n\n## free-gate\n\ntext\n\n```\n## not-a-heading\n```\n";
+        let benchmarks = "# Benchmarks\n## Vulkan on an H200 (NVIDIA's driver)\n## Results\n### Results\n";
+        [("decisions.md", decisions), ("benchmarks.md", benchmarks)]
+            .iter()
+            .map(|(n, t)| (n.to_string(), anchors(t)))
+            .collect()
+    }
+
+    #[test]
+    fn slugs_follow_github() {
+        assert_eq!(slug(" Vulkan on an H200 (NVIDIA's driver)"), "vulkan-on-an-h200-nvidias-driver");
+        assert_eq!(slug(" cpu-sim"), "cpu-sim");
+        assert_eq!(slug(" Result files and the generated tables"), "result-files-and-the-generated-tables");
+    }
+
+    #[test]
+    fn existing_anchors_pass() {
+        let docs = anchored();
+        for (rel, line) in [
+            ("hal/src/lib.rs", "//! (`docs/decisions.md#free-gate` has the measurement)"),
+            ("docs/x.md", "[decisions.md](decisions.md#free-gate), [b](benchmarks.md#results-1)"),
+            ("docs/x.md", "see `docs/benchmarks.md#vulkan-on-an-h200-nvidias-driver`"),
+            ("docs/decisions.md", "as in [free-gate](#free-gate)"),
+            ("docs/x.md", "[elsewhere](#not-checked-outside-the-anchored-docs)"),
+        ] {
+            assert_eq!(bad_anchors(&docs, rel, line), Vec::<String>::new(), "flagged: {line}");
+        }
+    }
+
+    #[test]
+    fn missing_anchors_fail() {
+        let docs = anchored();
+        for (rel, line) in [
+            ("hal/src/lib.rs", "//! (`docs/decisions.md#completion-thread-default` has it)"),
+            ("docs/x.md", "[decisions.md](decisions.md#not-a-heading)"),
+            ("docs/x.md", "[b](benchmarks.md#results-2)"),
+            ("docs/decisions.md", "as in [gone](#gone)"),
+        ] {
+            assert_eq!(bad_anchors(&docs, rel, line).len(), 1, "not flagged: {line}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! - **graph**: a reusable buffer of at least `CudaOptions::reusable_graph_min_commands` commands
 //!   (default 1), or a one-shot buffer of at least `CudaOptions::graph_min_commands` (default 2),
 //!   becomes an instantiated CUDA graph (`src/commands/graph.rs`), relaunched by each execute: a one-kernel
-//!   graph launch costs less than the kernel launch itself (see `docs/benchmarks.md`). Indirect
+//!   graph launch costs less than the kernel launch itself (see `docs/decisions.md#one-command-buffers-replay-as-graphs`). Indirect
 //!   dispatches in a graph have their grids set on the device (`src/commands/indirect_node.rs`); a graph
 //!   with them also allocates its fault rings (device and pinned memory). CUDA serialises graph
 //!   launches across threads, though: a one-node graph whose launch would overlap another thread's

@@ -154,7 +154,7 @@ impl<'a> Recorder<'a> {
 
     /// Orders `after` behind `before` and makes `before`'s writes visible to `after`'s accesses,
     /// naming only their stages (see [`Side`]): a catch-all barrier (`ALL_COMMANDS`, `MEMORY_*`)
-    /// between two dispatches costs NVIDIA far more device time (docs/benchmarks.md). Consecutive
+    /// between two dispatches costs NVIDIA far more device time (`docs/decisions.md#vulkan-barriers-and-binds`). Consecutive
     /// barriers chain, so a transfer between two dispatches still orders them (their stage masks
     /// meet at the transfer).
     pub fn barrier_between(&mut self, before: Side, after: Side) {

@@ -60,7 +60,7 @@ pub trait StreamModel: Send + Sync + 'static {
     /// (`None`): a host waiter is polling this very event and retires the work once it completes,
     /// or the work has already retired. A backend that polls asks `taken_over` before each query
     /// and queries nothing while it holds: each query can take a lock the submitting and the
-    /// waiting thread need (on CUDA, a driver lock; `docs/benchmarks.md` has the measurement).
+    /// waiting thread need (on CUDA, a driver lock; `docs/decisions.md#host-waiter-takes-the-event-over`).
     /// Backends may wake the thread their own way here (CUDA: a host callback on a second stream)
     /// and may ignore `taken_over`. Defaults to `synchronize_event`.
     fn await_completion(

@@ -46,7 +46,7 @@ pub fn is_border(row: u32, col: u32, total_rows: u32, width: u32) -> bool {
 /// Grid rows one native workgroup computes: it reads each of its `NATIVE_ROWS + 2` rows once for
 /// `NATIVE_ROWS` output rows (the PTX's workgroup computes one row and leaves neighbour reuse to the
 /// GPU's caches). 256 x 4 threads stay within a workgroup's 1024; taller tiles (128 x 8, 64 x 16)
-/// measured no faster on cpu-sim (docs/benchmarks.md).
+/// measured no faster on cpu-sim (`docs/decisions.md#cpu-sim-native-stencil`).
 pub const NATIVE_ROWS: u32 = 4;
 
 /// The workgroup count of a dispatch over a half of `rows` rows of `width` cells, for an entry point

@@ -275,7 +275,8 @@ fn pop_front<M: StreamModel>(slot: &QueueSlot<M>) -> Option<InFlight<M>> {
 
 /// The event queries of one retirement pass, planned so that a pass costs few driver calls (each
 /// takes a driver lock the submitting threads' launches need too, so a completion thread that
-/// queries every entry slows the submitters down; docs/benchmarks.md has the measurement).
+/// queries every entry slows the submitters down; `docs/decisions.md#completion-thread-default` and
+/// `docs/decisions.md#producers-retire-without-a-query` have the measurements).
 ///
 /// Events on one stream complete in order. A submitting thread that keeps the GPU busy is usually
 /// one submission ahead of it, so a pass asks the newest event first (all done?), then the one

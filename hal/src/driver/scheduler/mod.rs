@@ -95,7 +95,7 @@ pub(crate) struct Shared<M: StreamModel> {
 /// Issuing threads and the completion thread both touch a slot for every submission. Fields one
 /// side writes sit on cache lines of their own (`CachePadded`), so neither side's writes take the
 /// other's lines away: such transfers can dominate the scheduler's cost per submission
-/// (docs/benchmarks.md has the measurement).
+/// (`docs/decisions.md#scheduler-cache-lines` has the measurement).
 struct QueueSlot<M: StreamModel> {
     stream: M::Stream,
     /// Serialises the stream calls of one issue (wait, enqueue, record) against other issuers, and

@@ -4,7 +4,7 @@
 //! itself once it completes (`SemaphoreEvents::assist_wait`). Meanwhile the queue's completion
 //! thread would poll the same event: two threads querying one event gain nothing, and on CUDA each
 //! query takes a driver lock that the waiting thread's queries and the submitting thread's next
-//! launch need too (`docs/benchmarks.md` has the measurement). So the waiter publishes the
+//! launch need too (`docs/decisions.md#host-waiter-takes-the-event-over`). So the waiter publishes the
 //! event it polls on its queue's [`Watch`], and the completion thread, while that is the event it
 //! awaits, queries nothing and waits until the work retires or the waiter lets go.
 //!
