@@ -15,7 +15,7 @@ Builds the device kit into devbin/ (release, stripped):
   vulkan_<test>                 driver-vulkan's test binaries (vulkan_cts, vulkan_vulkan_device, ...)
   cpu_sim_cts                   the CTS on cpu-sim (ctest's cpu_sim test)
   examples                      completion_modes, chain_costs, submit_profile, allreduce_sweep,
-                                peers, triton_kernels (submit_profile_sym: unstripped, for perf)
+                                peers, triton_kernels
   capi/                         libthal.so, thal_tests (finds libthal.so beside itself), the cpu-sim
                                 kernel library, kernels.cu, c_overhead, TESTS (the C tests' names)
   run.sh ab.sh profile.sh hang-backtrace.sh summarize.py lib.sh vulkan-env.sh
@@ -26,8 +26,11 @@ options:
   --iree            also hal-iree (release): devbin/iree/ with thal-iree-run, cuda_programs and
                     iree_cts (needs what hal-iree/ci.sh installs: CMake 3.26+, libclang, gtest)
   --perf            also perf and the libraries it links into devperf/ (carry it for profile.sh),
-                    and unstripped bench_sym and allreduce_sweep_sym in the kit
-  --no-capi         leave the C library and tests out
+                    and submit_profile_sym, bench_sym, allreduce_sweep_sym (symbols, no debug info)
+  --parts LIST      what to build, a comma list of: cuda (driver-cuda's tests), vulkan (driver-vulkan's
+                    tests), cpu-sim (cpu_sim_cts), bench (bench, hal, the examples), capi. Default
+                    cuda,cpu-sim,bench,capi (about 57 MiB); the vulkan suite wants vulkan,bench
+  --no-capi         leave the C library and tests out (the same as --parts without capi)
   --vulkan-loader   fetch the Vulkan loader .debs into .gl/ (apt-get download) where it is missing
   --dry-run         print the steps without running them
   -h, --help        this text
@@ -36,13 +39,14 @@ The kit and devperf/ together must stay under the 64 MiB a device run may carry 
 USAGE
 }
 
-OUTDIR=devbin IREE=0 PERF=0 CAPI=1 GL=0 DRY=0
+OUTDIR=devbin IREE=0 PERF=0 PARTS=cuda,cpu-sim,bench,capi GL=0 DRY=0
 while [ $# -gt 0 ]; do
   case $1 in
     --out) OUTDIR=$2; shift ;;
     --iree) IREE=1 ;;
     --perf) PERF=1 ;;
-    --no-capi) CAPI=0 ;;
+    --parts) PARTS=$2; shift ;;
+    --no-capi) PARTS=${PARTS//capi/} ;;
     --vulkan-loader) GL=1 ;;
     --dry-run) DRY=1 ;;
     -h|--help) usage; exit 0 ;;
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+part() { [[ ",$PARTS," == *",$1,"* ]]; }
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 case $OUTDIR in /*) ;; *) OUTDIR=$ROOT/$OUTDIR ;; esac
@@ -70,7 +75,7 @@ target_dir() {
 # into folder $2 as $3<name>, skipping the names in $4 (space-separated).
 copy_tests() {
   local pkg=$1 dest=$2 prefix=$3 skip=${4:-}
-  cargo test --release -p "$pkg" --no-run --message-format=json 2> /dev/null | python3 -c '
+  cargo test --release -p "$pkg" --no-run --message-format=json 2> /tmp/kit-cargo.err | python3 -c '
 import json, shutil, sys
 dest, prefix, skip = sys.argv[1], sys.argv[2], sys.argv[3].split()
 for line in sys.stdin:
@@ -80,33 +85,40 @@ for line in sys.stdin:
         if name not in skip:
             shutil.copy(m["executable"], f"{dest}/{prefix}{name}")
             print(f"{dest}/{prefix}{name}")
-' "$dest" "$prefix" "$skip"
+' "$dest" "$prefix" "$skip" || { echo "kit.sh: building $pkg's tests failed:"; grep -E "^error" -A5 /tmp/kit-cargo.err | head -30; return 1; }
 }
 
 build_main() {
   local release
   release=$(target_dir)/release
   mkdir -p "$OUTDIR"
-  cargo build --release -p bench -p tools --bins --examples 2>&1 | tail -1
-  cargo build --release -p timeline-hal-cuda --examples 2>&1 | tail -1
   # not_run checks the no-GPU behaviour here (cargo test); cuda_timing is covered by cuda_device.
-  copy_tests timeline-hal-cuda "$OUTDIR" "" "not_run cuda_timing"
+  if part cuda; then copy_tests timeline-hal-cuda "$OUTDIR" "" "not_run cuda_timing"; fi
   # The Vulkan test binaries as vulkan_<name> (their names would clash with CUDA's cts).
-  copy_tests timeline-hal-vulkan "$OUTDIR" vulkan_
+  if part vulkan; then copy_tests timeline-hal-vulkan "$OUTDIR" vulkan_; fi
   # The CTS on cpu-sim (ctest's cpu_sim), as cpu_sim_cts: a run that needs no GPU.
-  copy_tests timeline-hal-ctest "$OUTDIR" "" "isolation"
-  mv "$OUTDIR/cpu_sim" "$OUTDIR/cpu_sim_cts"
-  local ex
-  for ex in completion_modes chain_costs triton_kernels submit_profile allreduce_sweep peers; do
-    cp "$release/examples/$ex" "$OUTDIR/"
-  done
-  cp "$release/bench" "$release/hal" "$OUTDIR/"
-  find "$OUTDIR" -maxdepth 1 -type f -perm -u+x ! -name '*.sh' ! -name '*.py' -exec strip {} +
-  # Unstripped (symbols, line tables) for perf there; reports can be read here too (same path).
-  cp "$release/examples/submit_profile" "$OUTDIR/submit_profile_sym"
+  if part cpu-sim; then
+    copy_tests timeline-hal-ctest "$OUTDIR" "" "isolation"
+    mv "$OUTDIR/cpu_sim" "$OUTDIR/cpu_sim_cts"
+  fi
+  if part bench || [ "$PERF" = 1 ]; then
+    cargo build --release -p bench -p tools --bins --examples 2>&1 | tail -1
+    cargo build --release -p timeline-hal-cuda --examples 2>&1 | tail -1
+  fi
+  if part bench; then
+    local ex
+    for ex in completion_modes chain_costs triton_kernels submit_profile allreduce_sweep peers; do
+      cp "$release/examples/$ex" "$OUTDIR/"
+    done
+    cp "$release/bench" "$release/hal" "$OUTDIR/"
+  fi
+  find "$OUTDIR" -maxdepth 1 -type f -perm -u+x ! -name '*.sh' ! -name '*.py' ! -name '*_sym' -exec strip {} +
+  # For perf there: symbols kept, debug info dropped (the release profile's DWARF would take the
+  # binaries past what a run may carry); reports can be read here too (same path).
   if [ "$PERF" = 1 ]; then
-    cp "$release/bench" "$OUTDIR/bench_sym"
-    cp "$release/examples/allreduce_sweep" "$OUTDIR/allreduce_sweep_sym"
+    strip --strip-debug -o "$OUTDIR/submit_profile_sym" "$release/examples/submit_profile"
+    strip --strip-debug -o "$OUTDIR/bench_sym" "$release/bench"
+    strip --strip-debug -o "$OUTDIR/allreduce_sweep_sym" "$release/examples/allreduce_sweep"
   fi
 }
 
@@ -171,13 +183,16 @@ copy_tools() {
 }
 
 step build_main
-[ "$CAPI" = 1 ] && step build_capi
+if part capi; then step build_capi; fi
 [ "$IREE" = 1 ] && step build_iree
 [ "$PERF" = 1 ] && step copy_perf
 [ "$GL" = 1 ] && step fetch_vulkan_loader
 step copy_tools
 if [ "$DRY" = 0 ]; then
   du -sh "$OUTDIR"
-  [ -d devperf ] && du -shc "$OUTDIR" devperf | tail -1
+  [ "$PERF" = 1 ] && du -shc "$OUTDIR" devperf | tail -1
+  carried=("$OUTDIR"); [ "$PERF" = 1 ] && carried+=(devperf)
+  size=$(du -smc "${carried[@]}" | tail -1 | cut -f1)
+  [ "$size" -le 64 ] || echo "kit.sh: WARNING: ${size} MiB, over the 64 MiB a run may carry: build fewer --parts"
 fi
 exit 0

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Where the host's time goes, on the GPU machine: perf (devperf/, from kit.sh --perf) over the kit's
-# unstripped binaries. The call-graph data stays on the machine (it is large); the text reports come
+# *_sym binaries (symbols kept). The call-graph data stays on the machine (it is large); the text reports come
 # back under $OUT, with a flat .data file that can be annotated here, where the same unstripped binary
 # sits at the same path.
 set -euo pipefail
@@ -24,8 +24,7 @@ options:
   --completion MODE   HAL_CUDA_COMPLETION for the profiled process (see run.sh --help)
   -h, --help          this text
 
-Needs devperf/ carried beside devbin/ (kit.sh --perf; bench and allreduce need the kit's *_sym
-binaries, which --perf adds). Afterwards, here:
+Needs devperf/ carried beside devbin/ and the kit's *_sym binaries (both from kit.sh --perf). Afterwards, here:
   perf annotate -i FILES_AT/flat-submit-chain-dispatch.data --stdio -s 'SYMBOL'
 USAGE
 }

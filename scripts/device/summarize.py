@@ -84,7 +84,7 @@ def cmd_tests(paths):
             files += sorted(glob.glob(f"{p}/**/*.log", recursive=True))
         else:
             files.append(p)
-    clean = 0
+    clean = tested = 0
     for f in files:
         text = open(f, errors="replace").read()
         results = re.findall(r"^test result: .*$", text, re.M)
@@ -96,6 +96,7 @@ def cmd_tests(paths):
             if re.search(r"^test |panicked|exit [1-9]", text, re.M):
                 print(f"{name}: no result line (ended early?)")
             continue
+        tested += 1
         if bad or failed or not_run:
             print(f"{name}: {' | '.join(bad or results[-1:])}" + (f"; {not_run} not run" if not_run else ""))
             for t in failed[:10]:
@@ -104,7 +105,7 @@ def cmd_tests(paths):
                 print(f"  {p.strip()[:200]}")
         else:
             clean += 1
-    print(f"{clean} of {len(files)} logs clean (every test passed, none ignored)")
+    print(f"{clean} of {tested} test-binary logs clean (every test passed, none ignored)")
 
 
 def cmd_areas(log):
