@@ -6,7 +6,7 @@
 # - IREE: step.mlir compiled by iree-compile (iree-base-compiler, installed into a throwaway venv)
 #   for CUDA and for Vulkan (SPIR-V), and the iree-base-runtime wheel for the GPU machine's Python
 #   (PY, default 3.12), which peers.py unpacks there (the GPU machine has no network);
-# - scripts/gpu/vulkan-env.sh, which run.sh sources to find the Vulkan loader in .gl/.
+# - scripts/device/vulkan-env.sh, which run.sh sources to find the Vulkan loader in .gl/.
 set -e
 cd "$(dirname "$0")/../.."
 IREE=${IREE:-3.13.0}; PY=${PY:-3.12}
@@ -15,7 +15,7 @@ release=$(cargo metadata --format-version 1 --no-deps | grep -o '"target_directo
 mkdir -p devpeers
 cargo build --release -p bench --example peers 2>&1 | tail -1
 cp "$release"/examples/peers devpeers/peers && strip devpeers/peers
-cp bench/peers/peers.py bench/peers/run.sh scripts/gpu/vulkan-env.sh devpeers/
+cp bench/peers/peers.py bench/peers/run.sh scripts/device/vulkan-env.sh devpeers/
 VENV=${VENV:-/tmp/iree-venv}
 if [ ! -x "$VENV/bin/iree-compile" ]; then
   python3 -m venv "$VENV"

@@ -3,7 +3,7 @@
 //! scratch pointers passed null) and the dynamic shared memory Triton's metadata asks for, and
 //! checks the results against PyTorch's and against Triton's own launch of the same kernels.
 //!
-//! On the device machine: `python3 scripts/gpu/triton_kernels.py DIR` (Triton and PyTorch there)
+//! On the device machine: `python3 bench/probes/triton_kernels.py DIR` (Triton and PyTorch there)
 //! writes the PTX, launch facts, inputs and references into DIR; then
 //! `cargo run --release -p timeline-hal-cuda --example triton_kernels -- DIR` (built here, run there).
 //! Exit status 0 only when every output matches.

@@ -8,7 +8,7 @@
 //! Where the CUDA driver library was missing at build time every test is ignored, with the reason
 //! (see `build.rs`). Run anyway (`--include-ignored`) without a usable GPU, each test prints
 //! `not run: cuda::<area>::<case>: CUDA not available: <reason>` on stderr and passes, or fails under
-//! `HAL_REQUIRE_CUDA=1`. On the GPU machine (NVRTC found as `libnvrtc.so`, see `scripts/gpu/cts-run.sh`):
+//! `HAL_REQUIRE_CUDA=1`. On the GPU machine (NVRTC found as `libnvrtc.so`, see `scripts/device/run.sh cts`):
 //!
 //! ```sh
 //! HAL_REQUIRE_CUDA=1 cargo test -p timeline-hal-cuda --release --test cts -- --test-threads=4

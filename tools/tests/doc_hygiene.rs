@@ -1,9 +1,10 @@
 //! Documentation hygiene: the docs state what is, not how or when they were written, and every
 //! path they name exists.
 //!
-//! Checked files: `docs/**/*.md`, every `README.md` in the repository, and every file under
-//! `scripts/`. `CHANGELOG.md` keeps the project's history and is exempt. A failure names the
-//! file, the line and what the line says that it should not:
+//! Checked files: `docs/**/*.md`, every `README.md` in the repository, every file under
+//! `scripts/`, and every shell or Python script elsewhere (`bench/peers/`, `bench/probes/`, CI).
+//! `CHANGELOG.md` keeps the project's history and is exempt. A failure names the file, the line
+//! and what the line says that it should not:
 //!
 //! - work history: ordinal sessions ("tenth session"), "round of work", "this round", numbered
 //!   calls ("call 12", "calls 3-5"), issues ("issue 18", "issues 6 and 7", "#18"), dates as
@@ -33,6 +34,9 @@ const PRODUCED: &[(&str, &str)] = &[
     ("bench/results/h200-vulkan.json", "bench --driver vulkan --json ... on an H200, named by docs/benchmarks.md"),
 ];
 
+/// The variables scripts hold the repository's root in.
+const ROOT_VARS: &[&str] = &["ROOT", "REPO", "CHECKOUT"];
+
 /// Docs whose anchors links are checked against their headings.
 const ANCHORED: &[&str] = &["docs/decisions.md", "docs/benchmarks.md"];
 
@@ -42,8 +46,11 @@ const EXTENSIONS: &[&str] = &[
     "mlir", "cmake", "yml", "yaml", "lock",
 ];
 
-/// Folders that commands produce, so that a path under them is not checked.
-const PRODUCED_DIRS: &[&str] = &["target", "devbin"];
+/// Folders that commands produce, so that a path under them is not checked: cargo's target
+/// directory; the device kit (`scripts/device/kit.sh`), with perf beside it (`kit.sh --perf`) and
+/// the Vulkan loader's packages (`kit.sh --vulkan-loader`); the peers' kit
+/// (`bench/peers/prepare.sh`).
+const PRODUCED_DIRS: &[&str] = &["target", "devbin", "devperf", ".gl", "devpeers"];
 
 const ORDINALS: &[&str] = &[
     "first",
@@ -313,12 +320,13 @@ fn bad_path(repo: &Repo, doc_dir: &str, raw: &str, kind: Kind) -> Option<String>
     if t.starts_with("$OUT/") || t.starts_with("${OUT}/") {
         return None;
     }
-    // A script's `$ROOT/x` or `${DIR}/x`: check `x` from the root.
+    // A script's `$ROOT/x` or `${ROOT}/x`: check `x` from the root. Other variables name other
+    // folders (`$release/examples/x` is under the target directory), which the check cannot follow.
     let mut from_var = false;
     if kind == Kind::Script && t.starts_with('$') {
         let i = t.find('/')?;
-        let var = &t[..i];
-        if var.contains(['(', ')']) {
+        let var = t[..i].trim_matches(['$', '{', '}']);
+        if !ROOT_VARS.contains(&var) {
             return None;
         }
         t = &t[i + 1..];
@@ -423,7 +431,10 @@ fn checked_files(repo: &Repo) -> Vec<String> {
         .filter(|f| {
             let name = f.rsplit('/').next().unwrap_or(f);
             name != "CHANGELOG.md"
-                && ((f.starts_with("docs/") && f.ends_with(".md")) || name == "README.md" || f.starts_with("scripts/"))
+                && ((f.starts_with("docs/") && f.ends_with(".md"))
+                    || name == "README.md"
+                    || f.starts_with("scripts/")
+                    || [".sh", ".py"].iter().any(|e| f.ends_with(e)))
         })
         .cloned()
         .collect()
@@ -605,8 +616,8 @@ mod detector {
     fn missing_paths_fail() {
         for line in [
             "See `docs/nope.md`.",
-            "Run `bash devpeers/run.sh`.",
-            "Notes in `.gl/notes.md`.",
+            "Run `bash devkit/run.sh`.",
+            "Notes in `docs/old/notes.md`.",
             "[the contract](nope.md)",
             "Read `module.rs`.",
         ] {

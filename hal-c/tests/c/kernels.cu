@@ -1,5 +1,5 @@
 // The kernels of kernels.c for CUDA, with the same ABI (one pointer per binding, then each 32-bit
-// constant): `nvcc -ptx -arch=sm_80 kernels.cu -o kernels.ptx` (scripts/gpu/capi-run.sh does it).
+// constant): `nvcc -ptx -arch=sm_80 kernels.cu -o kernels.ptx` (scripts/device/run.sh capi does it).
 #include <stdint.h>
 
 extern "C" __global__ void fill_index(uint32_t *out, uint32_t base, uint32_t n) {
