@@ -31,6 +31,14 @@ BENCH_ROW = re.compile(
     r"\s+(?:(?P<base>[\d.]+) \[\d+\]|-)\s+(?:(?P<ratio>[\d.]+)x|-)")
 PEERS_ROW = re.compile(r"^row (\S+) (\d+) ([\d.]+) ([\d.]+) ([\d.]+)")
 WALL = re.compile(r"wall time: +([\d.]+)")
+# The parts of a row's name that are measurements of that run (the submit cost, the waiter's CPU):
+# left out so that one row of several runs is one row.
+MEASURED_IN_NAME = re.compile(r"\s*\(submit [\d.]+\)|,? ?waiter CPU \d+%|\s*\(\s*\)")
+
+
+def row_key(name):
+    """A row's name without the figures of the run it came from."""
+    return re.sub(r"\s+", " ", MEASURED_IN_NAME.sub("", name)).strip()
 
 
 def bench_rows(path):
@@ -39,7 +47,7 @@ def bench_rows(path):
     rows = {}
     if text.lstrip().startswith("{"):
         for w in json.loads(text).get("workloads", []):
-            rows[w["name"]] = (w["median"], w.get("ratio"))
+            rows[row_key(w["name"])] = (w["median"], w.get("ratio"))
         return rows
     last = None
     for line in text.splitlines():
@@ -54,7 +62,7 @@ def bench_rows(path):
             last = full
         else:
             last = None
-    return rows
+    return {row_key(name): value for name, value in rows.items()}
 
 
 def other_rows(path):

@@ -30,8 +30,6 @@ use std::process::Command;
 /// reason each; keep this short.
 const PRODUCED: &[(&str, &str)] = &[
     // (path, the command that makes it)
-    ("bench/results/h200-cuda.json", "bench --driver cuda --json ... on an H200, named by docs/benchmarks.md"),
-    ("bench/results/h200-vulkan.json", "bench --driver vulkan --json ... on an H200, named by docs/benchmarks.md"),
 ];
 
 /// The variables scripts hold the repository's root in.
