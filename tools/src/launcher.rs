@@ -11,8 +11,9 @@
 //! The launchers are tried in that order: torchrun's variables are the ones its workers see when
 //! torchrun itself runs under srun or mpirun (they inherit the outer launcher's too). Explicit
 //! values (a command line's `--rank`, `--ranks`) win over the environment, each on its own. The
-//! rendezvous address is `MASTER_ADDR:MASTER_PORT` (torchrun sets both; under mpirun or srun the
-//! user exports them, e.g. `MASTER_ADDR` the first node of the allocation).
+//! rendezvous address is `MASTER_ADDR:MASTER_PORT` (torchrun sets both, and its agent's own store
+//! holds that port, so under torchrun it is `MASTER_PORT+1`; under mpirun or srun the user exports
+//! them, e.g. `MASTER_ADDR` the first node of the allocation).
 //!
 //! ```
 //! use tools::launcher::{Launcher, Placement};
@@ -215,14 +216,26 @@ fn missing(what: &str, flag: &str) -> String {
 
 /// `MASTER_ADDR:MASTER_PORT` from `var`, checked: `Ok(None)` when neither is set, an error when
 /// only one is or the port is not a port. An IPv6 address is bracketed (`[::1]:29500`).
+///
+/// Under torchrun with `TORCHELASTIC_USE_AGENT_STORE=True` (its default rendezvous), torchrun's
+/// own agent on the first node already listens at `MASTER_PORT` (its key-value store), so the
+/// address is the next port, `MASTER_ADDR:MASTER_PORT+1`.
 pub fn rendezvous_address(var: impl Fn(&str) -> Option<String>) -> Result<Option<String>, PlacementError> {
     let var = |name: &str| var(name).map(|v| v.trim().to_string()).filter(|value| !value.is_empty());
     match (var("MASTER_ADDR"), var("MASTER_PORT")) {
         (None, None) => Ok(None),
         (Some(host), Some(port)) => {
-            match port.parse::<u16>() {
-                Ok(p) if p > 0 => {}
+            let mut port = match port.parse::<u16>() {
+                Ok(p) if p > 0 => p,
                 _ => return Err(PlacementError::Invalid(format!("MASTER_PORT={port:?} is not a port (1 to 65535)"))),
+            };
+            if var("TORCHELASTIC_USE_AGENT_STORE").as_deref() == Some("True") {
+                port = port.checked_add(1).ok_or_else(|| {
+                    PlacementError::Invalid(
+                        "MASTER_PORT=65535 is torchrun's store, and there is no next port for the rendezvous"
+                            .to_string(),
+                    )
+                })?;
             }
             let host = if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host };
             Ok(Some(format!("{host}:{port}")))
@@ -367,6 +380,13 @@ mod tests {
         assert_eq!(address, Ok(Some("node1:29500".to_string())));
         let v6 = rendezvous_address(env(&[("MASTER_ADDR", "::1"), ("MASTER_PORT", "1")]));
         assert_eq!(v6, Ok(Some("[::1]:1".to_string())));
+        // torchrun's agent holds MASTER_PORT itself: the next port.
+        let agent = [("MASTER_ADDR", "node1"), ("MASTER_PORT", "29500"), ("TORCHELASTIC_USE_AGENT_STORE", "True")];
+        assert_eq!(rendezvous_address(env(&agent)), Ok(Some("node1:29501".to_string())));
+        let last = [("MASTER_ADDR", "node1"), ("MASTER_PORT", "65535"), ("TORCHELASTIC_USE_AGENT_STORE", "True")];
+        assert!(rendezvous_address(env(&last)).unwrap_err().to_string().contains("no next port"));
+        let off = [("MASTER_ADDR", "node1"), ("MASTER_PORT", "29500"), ("TORCHELASTIC_USE_AGENT_STORE", "False")];
+        assert_eq!(rendezvous_address(env(&off)), Ok(Some("node1:29500".to_string())));
         let only = rendezvous_address(env(&[("MASTER_ADDR", "node1")])).unwrap_err();
         assert_eq!(only.to_string(), "MASTER_ADDR is set but MASTER_PORT is not");
         for port in ["0", "65536", "http"] {

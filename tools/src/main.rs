@@ -59,8 +59,9 @@ enum Command {
     /// WORLD_SIZE, LOCAL_RANK), mpirun of Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
     /// OMPI_COMM_WORLD_LOCAL_RANK) or srun of Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID).
     /// Rank 0 makes the channel id and hands it to the others through a TCP rendezvous: it listens
-    /// at --rendezvous HOST:PORT, else at MASTER_ADDR:MASTER_PORT (torchrun sets them; under mpirun
-    /// or srun export them: an address of rank 0's node and a free port), and the others connect,
+    /// at --rendezvous HOST:PORT, else at MASTER_ADDR:MASTER_PORT (torchrun sets them, and its agent
+    /// holds MASTER_PORT, so there the port is MASTER_PORT+1; under mpirun or srun export them: an
+    /// address of rank 0's node and a free port), and the others connect,
     /// retrying until --timeout; a rank of another job or world size is refused. Or, with --id-file,
     /// rank 0 writes the id to a file (atomically, readable by its owner only: the id lets a process
     /// join the channel) that the other ranks, run by the same user, wait for: a path every rank
