@@ -153,8 +153,8 @@ struct CollectiveJobArgs {
     /// Iterations, 1 to 1000000
     #[arg(long, value_name = "K", default_value_t = 3, value_parser = iterations, allow_negative_numbers = true)]
     iterations: u32,
-    /// The longest wait, in seconds, for the id file and for each iteration's collectives, 1 to
-    /// 86400
+    /// The longest wait, in seconds, for the channel id (at the rendezvous, or in the id file) and
+    /// for each iteration's collectives, 1 to 86400
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = seconds, allow_negative_numbers = true)]
     timeout: u32,
 }
