@@ -1,7 +1,9 @@
 //! `hal collective`: one rank of a collective job per process, as a launcher starts them on one
-//! node or several. Rank 0 makes the channel id and publishes it in a file (written aside, then
-//! renamed, so a reader never sees half of it; readable by its owner only, since whoever holds the
-//! id may join the channel); the other ranks wait for the file. Each rank then
+//! node or several. Rank 0 makes the channel id and hands it to the other ranks, by one of two
+//! ways ([`Meet`]): a TCP rendezvous ([`crate::rendezvous`]: rank 0 listens at an address every
+//! rank knows, `MASTER_ADDR:MASTER_PORT` under torchrun), or a file every rank sees (written
+//! aside, then renamed, so a reader never sees half of it; readable by its owner only, since
+//! whoever holds the id may join the channel). Each rank then
 //! runs an all-reduce (sum, `f32`), an all-gather (`i32`) and a barrier per iteration, chained on
 //! one queue by a timeline semaphore, and checks what it received against values computed from
 //! the rank numbers. Every wait is bounded by the job's timeout, so a rank whose peers never come
@@ -23,14 +25,29 @@ pub struct Job {
     pub rank: usize,
     /// How many ranks (processes) the job has.
     pub ranks: usize,
-    /// Where rank 0 publishes the channel id and the others read it.
-    pub id_file: PathBuf,
+    /// How the ranks get rank 0's channel id.
+    pub meet: Meet,
     /// Elements per rank of each collective.
     pub elements: u64,
     /// How many times the collectives run.
     pub iterations: u32,
     /// The longest this rank waits for the id or for a collective.
     pub timeout: Duration,
+}
+
+/// How the ranks of a job get rank 0's channel id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Meet {
+    /// Rank 0 writes it to this file; the others wait for the file.
+    IdFile(PathBuf),
+    /// Rank 0 listens at `address` (`HOST:PORT`) and hands it to each rank that connects with the
+    /// same world size and `job` name (see [`crate::rendezvous`]).
+    Rendezvous {
+        /// Where rank 0 listens.
+        address: String,
+        /// The launcher's name for the job (empty without one).
+        job: String,
+    },
 }
 
 /// What one rank did.
@@ -134,22 +151,33 @@ pub fn run(device: &Device, device_name: &str, job: &Job) -> Result<Report, Stri
     let who = format!("rank {} of {}", job.rank, job.ranks);
     let started = Instant::now();
     let deadline = started + job.timeout;
-    let channel = if job.rank == 0 {
-        let id = device.create_channel_id().map_err(|e| format!("{who}: cannot make a channel id: {e}"))?;
-        publish_id(&job.id_file, &id)?;
-        device.create_channel(&id, 0, job.ranks).map_err(|e| format!("{who}: cannot make the channel: {e}"))?
-    } else {
-        loop {
-            let id = await_id(&job.id_file, deadline, job.timeout).map_err(|e| format!("{who}: {e}"))?;
+    let channel = match &job.meet {
+        Meet::Rendezvous { address, job: name } => {
+            let place = crate::launcher::Placement {
+                rank: job.rank,
+                world_size: job.ranks,
+                local_rank: None,
+                launcher: crate::launcher::Launcher::Explicit,
+                job: name.clone(),
+            };
+            crate::rendezvous::join_channel(device, &place, address, job.timeout)?
+        }
+        Meet::IdFile(id_file) if job.rank == 0 => {
+            let id = device.create_channel_id().map_err(|e| format!("{who}: cannot make a channel id: {e}"))?;
+            publish_id(id_file, &id)?;
+            device.create_channel(&id, 0, job.ranks).map_err(|e| format!("{who}: cannot make the channel: {e}"))?
+        }
+        Meet::IdFile(id_file) => loop {
+            let id = await_id(id_file, deadline, job.timeout).map_err(|e| format!("{who}: {e}"))?;
             match device.create_channel(&id, job.rank, job.ranks) {
                 Ok(channel) => break channel,
                 // A file left by an earlier job names a process that is gone: rank 0 replaces it.
                 Err(e) if e.code() == StatusCode::Unavailable && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
-                Err(e) => return Err(format!("{who}: cannot join the channel in {}: {e}", job.id_file.display())),
+                Err(e) => return Err(format!("{who}: cannot join the channel in {}: {e}", id_file.display())),
             }
-        }
+        },
     };
     let join = started.elapsed();
 
@@ -237,7 +265,7 @@ mod tests {
         Job {
             rank,
             ranks,
-            id_file: id_file.to_path_buf(),
+            meet: Meet::IdFile(id_file.to_path_buf()),
             elements: 33,
             iterations: 2,
             timeout: Duration::from_secs(20),
@@ -268,6 +296,22 @@ mod tests {
             assert!(line.starts_with(&format!("rank {rank} of 3 on cpu-sim: checked")), "{line}");
             assert_eq!(report.iterations.len(), 2);
         }
+    }
+
+    #[test]
+    fn ranks_of_one_process_meet_through_the_rendezvous() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let meet = Meet::Rendezvous { address: format!("127.0.0.1:{port}"), job: "test".into() };
+        let reports: Vec<Report> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..3)
+                .map(|rank| {
+                    let job = Job { meet: meet.clone(), ..job(rank, 3, Path::new("unused")) };
+                    s.spawn(move || run(&driver_cpu_sim::create_device().unwrap(), "cpu-sim", &job))
+                })
+                .collect();
+            ranks.into_iter().map(|r| r.join().unwrap().unwrap()).collect()
+        });
+        assert_eq!(reports.len(), 3);
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
 //! - [`progress`] is the one-line progress display of long runs; [`counts`] words its counts.
 //! - [`collective_job`] is `hal collective`: one rank of a collective job per process, meeting
-//!   through a channel id in a file.
+//!   through a channel id that rank 0 hands out at a TCP [`rendezvous`] (or writes to a file);
+//!   [`launcher`] reads a process's rank, world size and local rank from torchrun's, mpirun's or
+//!   srun's environment. An embedder that runs one rank per process uses these two to join a
+//!   channel.
 //!
 //! The repository's README (with its doc-tested embedding example) is [`readme`]; the embedding
 //! guide is `hal::guide`, doc-tested with the `hal` library.
@@ -21,8 +24,10 @@ pub mod counts;
 pub mod cts;
 pub mod device_spec;
 pub mod devices;
+pub mod launcher;
 pub mod probe;
 pub mod progress;
+pub mod rendezvous;
 pub mod stencil;
 pub mod trace;
 pub mod trace_file;

@@ -54,14 +54,22 @@ enum Command {
     Bench(BenchArgs),
     /// One rank of a collective job per process: all-reduce, all-gather and barrier, checked
     ///
-    /// Start one process per rank, as a launcher would (one per GPU). Rank 0 makes the channel id
-    /// and writes it to --id-file (atomically, readable by its owner only: the id lets a process
-    /// join the channel); the other ranks, run by the same user, wait for that file, so it must
-    /// reach them: a path every rank sees (a shared filesystem across nodes) or a copy. Use a fresh
-    /// path per job. On CUDA give each process its own GPU (--device cuda:R): NCCL's own transports
-    /// (NVLink, PCIe, InfiniBand/RoCE, sockets) carry the same job across nodes, and NCCL's
-    /// environment variables (NCCL_SOCKET_IFNAME, ...) apply. On cpu-sim the ranks meet through a
-    /// Unix socket of rank 0's process: one host only. Each rank prints one line with its timings.
+    /// Start one process per rank, as a launcher would (one per GPU). The rank and the world size
+    /// come from --rank and --ranks, else from the launcher's environment: torchrun (RANK,
+    /// WORLD_SIZE, LOCAL_RANK), mpirun of Open MPI (OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+    /// OMPI_COMM_WORLD_LOCAL_RANK) or srun of Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID).
+    /// Rank 0 makes the channel id and hands it to the others through a TCP rendezvous: it listens
+    /// at --rendezvous HOST:PORT, else at MASTER_ADDR:MASTER_PORT (torchrun sets them, and its agent
+    /// holds MASTER_PORT, so there the port is MASTER_PORT+1; under mpirun or srun export them: an
+    /// address of rank 0's node and a free port), and the others connect,
+    /// retrying until --timeout; a rank of another job or world size is refused. Or, with --id-file,
+    /// rank 0 writes the id to a file (atomically, readable by its owner only: the id lets a process
+    /// join the channel) that the other ranks, run by the same user, wait for: a path every rank
+    /// sees. A device given as a driver alone (--device cuda) is taken at the local rank's ordinal
+    /// (cuda:LOCAL_RANK), one GPU per rank of a node. On CUDA, NCCL's own transports (NVLink, PCIe,
+    /// InfiniBand/RoCE, sockets) carry the collectives across nodes, and NCCL's environment
+    /// variables (NCCL_SOCKET_IFNAME, ...) apply. On cpu-sim the ranks meet through a Unix socket
+    /// of rank 0's process: one host only. Each rank prints one line with its timings.
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Collective(CollectiveJobArgs),
 }
@@ -125,23 +133,28 @@ struct CtsArgs {
 struct CollectiveJobArgs {
     #[command(flatten)]
     device: DeviceArg,
-    /// This process's rank, 0 to N-1
+    /// This process's rank, 0 to N-1 (default: from the launcher's environment)
     #[arg(long, value_name = "R", value_parser = rank, allow_negative_numbers = true)]
-    rank: u32,
-    /// How many ranks (processes) the job has, 1 to 4096
+    rank: Option<u32>,
+    /// How many ranks (processes) the job has, 1 to 4096 (default: from the launcher's environment)
     #[arg(long, value_name = "N", value_parser = ranks, allow_negative_numbers = true)]
-    ranks: u32,
-    /// Rank 0 writes the channel id here (hex); the other ranks wait for it
+    ranks: Option<u32>,
+    /// Where rank 0 listens and the other ranks connect for the channel id (default:
+    /// MASTER_ADDR:MASTER_PORT)
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "id_file")]
+    rendezvous: Option<String>,
+    /// Rank 0 writes the channel id here (hex); the other ranks wait for it (instead of the
+    /// rendezvous)
     #[arg(long, value_name = "PATH")]
-    id_file: PathBuf,
+    id_file: Option<PathBuf>,
     /// Elements per rank of each collective, 1 to 16777216
     #[arg(long, value_name = "E", default_value_t = 1024, value_parser = elements, allow_negative_numbers = true)]
     elements: u32,
     /// Iterations, 1 to 1000000
     #[arg(long, value_name = "K", default_value_t = 3, value_parser = iterations, allow_negative_numbers = true)]
     iterations: u32,
-    /// The longest wait, in seconds, for the id file and for each iteration's collectives, 1 to
-    /// 86400
+    /// The longest wait, in seconds, for the channel id (at the rendezvous, or in the id file) and
+    /// for each iteration's collectives, 1 to 86400
     #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = seconds, allow_negative_numbers = true)]
     timeout: u32,
 }
@@ -411,21 +424,44 @@ fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
 }
 
 fn collective(args: CollectiveJobArgs) -> Result<ExitCode, Failure> {
-    let spec = args.device.device;
-    if args.rank >= args.ranks {
-        let range = 0..=args.ranks - 1;
+    use tools::collective_job::Meet;
+    use tools::launcher::{self, Placement};
+    if let (Some(rank), Some(ranks)) = (args.rank, args.ranks)
+        && rank >= ranks
+    {
+        let range = 0..=ranks - 1;
         return Err(Failure::Usage(format!(
-            "invalid value '{rank}' for '--rank <R>': {} (a rank of --ranks {})",
-            out_of_range(&args.rank.to_string(), &range),
-            args.ranks,
-            rank = args.rank
+            "invalid value '{rank}' for '--rank <R>': {} (a rank of --ranks {ranks})",
+            out_of_range(&rank.to_string(), &range),
         )));
     }
-    let device = tools::open(&tools::registry(), &spec)?;
+    let place = Placement::from_env(args.rank.map(|r| r as usize), args.ranks.map(|n| n as usize))
+        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let meet = match (args.id_file, args.rendezvous) {
+        (Some(path), _) => Meet::IdFile(path),
+        (None, Some(address)) => Meet::Rendezvous { address, job: place.job.clone() },
+        (None, None) => match launcher::rendezvous_address(|name| std::env::var(name).ok()) {
+            Ok(Some(address)) => Meet::Rendezvous { address, job: place.job.clone() },
+            Ok(None) => {
+                return Err(Failure::Usage(
+                    "no rendezvous: give --rendezvous HOST:PORT, set MASTER_ADDR and MASTER_PORT (torchrun sets \
+                     them), or give --id-file PATH"
+                        .to_string(),
+                ));
+            }
+            Err(e) => return Err(Failure::Usage(e.to_string())),
+        },
+    };
+    let registry = tools::registry();
+    let spec = args.device.device;
+    let spec: DeviceSpec = launcher::device_for_local_rank(spec.path(), place.local_rank, &registry.names())
+        .parse()
+        .map_err(Failure::Usage)?;
+    let device = tools::open(&registry, &spec)?;
     let job = tools::collective_job::Job {
-        rank: args.rank as usize,
-        ranks: args.ranks as usize,
-        id_file: args.id_file,
+        rank: place.rank,
+        ranks: place.world_size,
+        meet,
         elements: u64::from(args.elements),
         iterations: args.iterations,
         timeout: Duration::from_secs(u64::from(args.timeout)),
@@ -500,8 +536,12 @@ mod tests {
         else {
             panic!("not collective")
         };
-        assert_eq!((job.rank, job.ranks, job.elements, job.iterations, job.timeout), (1, 2, 1024, 3, 60));
-        assert_eq!((job.id_file, job.device.device), (PathBuf::from("id"), "cuda:1".parse().unwrap()));
+        assert_eq!((job.rank, job.ranks, job.elements, job.iterations, job.timeout), (Some(1), Some(2), 1024, 3, 60));
+        assert_eq!((job.id_file, job.device.device), (Some(PathBuf::from("id")), "cuda:1".parse().unwrap()));
+        let Command::Collective(job) = parse("collective --rendezvous node1:29500 --device cuda").unwrap() else {
+            panic!("not collective")
+        };
+        assert_eq!((job.rank, job.ranks, job.rendezvous.as_deref()), (None, None, Some("node1:29500")));
         let Command::Cts(cts) = parse("cts --filter sem --in-process").unwrap() else { panic!("not cts") };
         assert_eq!((cts.filter.as_deref(), cts.in_process, cts.list), (Some("sem"), true, false));
         assert_eq!(cts.device.device, DeviceSpec::default());
@@ -520,7 +560,7 @@ mod tests {
         assert!(error("run --devices 0").contains("'0' for '--devices <N>': 0 is out of range: it must be between 1"));
         assert!(error("run --window 0").contains("0 is out of range: it must be at least 1"));
         assert!(error("collective --rank 0 --ranks 0 --id-file x").contains("it must be between 1 and 4096"));
-        assert_eq!(parse("collective --rank 0 --ranks 2").unwrap_err().kind(), Kind::MissingRequiredArgument);
+        assert_eq!(parse("collective --rendezvous h:1 --id-file x").unwrap_err().kind(), Kind::ArgumentConflict);
         assert!(error("run --device :1").contains("':1' names no driver or device"));
         for repeated in ["run --driver a --driver=b", "run --device a --driver b", "bench --quick --quick"] {
             assert_eq!(parse(repeated).unwrap_err().kind(), Kind::ArgumentConflict, "{repeated}");

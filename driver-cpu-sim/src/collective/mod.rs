@@ -59,14 +59,15 @@ fn groups() -> &'static Mutex<HashMap<[u8; ChannelId::LEN], Weak<Group>>> {
 /// ids this process made are held (a pid alone repeats across PID namespaces).
 pub(crate) fn process_nonce() -> u64 {
     static NONCE: OnceLock<u64> = OnceLock::new();
-    *NONCE.get_or_init(|| random_word(u64::from(std::process::id())))
+    *NONCE.get_or_init(|| u64::from_le_bytes(os_random()))
 }
 
-fn random_word(seed: u64) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(seed);
-    hasher.finish()
+/// `N` bytes from the operating system's random source (`getrandom`). Without one there is no key
+/// that others cannot guess, so no id may be made: that is a panic, as std's own hash keys are.
+fn os_random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).expect("the operating system's random source (getrandom) failed");
+    bytes
 }
 
 /// A new channel id, unique across processes: the magic, a serial, then the pid and nonce of this
@@ -88,19 +89,22 @@ pub fn new_channel_id() -> ChannelId {
     ChannelId::from_bytes(&bytes).expect("LEN bytes")
 }
 
-/// This process's signature of an id's head: keyed hashes of it under a key drawn at random once
-/// per process, so only this process can make an id that names it (the head is public: the pid
-/// and nonce are in its socket's name).
+/// This process's signature of an id's head: HMAC-SHA-256 of it under a 256-bit key drawn from the
+/// operating system's random source once per process, so only this process can make an id that
+/// names it (the head is public: the pid and nonce are in its socket's name). The MAC of the head
+/// with a block number appended fills each 32 bytes of the signature in turn, the last block
+/// truncated to the bytes left: every byte of the id past its head is keyed.
 fn signature(head: &[u8]) -> [u8; ChannelId::LEN - HEAD] {
-    use std::hash::{BuildHasher, Hasher};
-    static KEY: OnceLock<std::collections::hash_map::RandomState> = OnceLock::new();
-    let key = KEY.get_or_init(std::collections::hash_map::RandomState::new);
+    use hmac::{Hmac, Mac};
+    type HmacSha256 = Hmac<sha2::Sha256>;
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    let key = KEY.get_or_init(os_random);
     let mut signature = [0u8; ChannelId::LEN - HEAD];
-    for (i, chunk) in signature.chunks_mut(8).enumerate() {
-        let mut hasher = key.build_hasher();
-        hasher.write(head);
-        hasher.write_usize(i);
-        chunk.copy_from_slice(&hasher.finish().to_le_bytes()[..chunk.len()]);
+    for (block, chunk) in signature.chunks_mut(32).enumerate() {
+        let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes a key of any length");
+        mac.update(head);
+        mac.update(&[block as u8]);
+        chunk.copy_from_slice(&mac.finalize().into_bytes()[..chunk.len()]);
     }
     signature
 }
@@ -885,6 +889,33 @@ mod tests {
         elsewhere[20] ^= 1;
         assert!(!made_here(&ChannelId::from_bytes(&elsewhere).unwrap()), "another process's nonce");
         assert!(!made_here(&ChannelId::from_bytes(&[0; ChannelId::LEN]).unwrap()), "not cpu-sim's");
+    }
+
+    #[test]
+    fn a_tampered_or_forged_id_is_refused() {
+        let id = new_channel_id();
+        // Any one bit flipped, of the head (magic, serial, pid, nonce) or of the signature.
+        for byte in 0..ChannelId::LEN {
+            let mut tampered = *id.as_bytes();
+            tampered[byte] ^= 0x80;
+            assert!(!made_here(&ChannelId::from_bytes(&tampered).unwrap()), "byte {byte} flipped");
+        }
+        // Another serial with the signature of the first: the signature covers the serial.
+        let mut replayed = *new_channel_id().as_bytes();
+        replayed[HEAD..].copy_from_slice(&id.as_bytes()[HEAD..]);
+        assert!(!made_here(&ChannelId::from_bytes(&replayed).unwrap()), "a signature moved to another head");
+        // This process's head with a signature made without the key (zeros, or the head's SHA-256).
+        use sha2::Digest;
+        let mut unkeyed = *id.as_bytes();
+        unkeyed[HEAD..].fill(0);
+        assert!(!made_here(&ChannelId::from_bytes(&unkeyed).unwrap()), "an empty signature");
+        let digest = sha2::Sha256::digest(&id.as_bytes()[..HEAD]);
+        unkeyed[HEAD..HEAD + 32].copy_from_slice(&digest);
+        assert!(!made_here(&ChannelId::from_bytes(&unkeyed).unwrap()), "an unkeyed hash");
+        // The signature fills the id: no byte past the head is left constant.
+        let other = new_channel_id();
+        let same = (HEAD..ChannelId::LEN).filter(|&i| id.as_bytes()[i] == other.as_bytes()[i]).count();
+        assert!(same < 16, "{same} of the signature's bytes agree between two ids");
     }
 
     #[test]
