@@ -4,6 +4,10 @@
  *
  *   cargo build --release -p timeline-hal-c && cc -Ihal-c/include examples-c/hello.c \
  *     -Ltarget/release -lthal -Wl,-rpath,$PWD/target/release -o hello && ./hello
+ *
+ * or against the installed library (hal-c/install.sh), through pkg-config or CMake (CMakeLists.txt):
+ *
+ *   cc examples-c/hello.c $(pkg-config --cflags --libs thal) -o hello && ./hello
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,17 +8,20 @@
 //! depends on too (a C library declares the same layout):
 //!
 //! ```text
-//! KernelTable { abi_version: u32 (= 1), count: u32, entries: *const KernelEntry }
+//! KernelTable { abi_version: u32 (1 or 2), count: u32, entries: *const KernelEntry }
 //! KernelEntry { name: *const c_char (NUL-terminated UTF-8), workgroup_size: [u32; 3],
 //!               binding_count: u32, constant_count: u32,
 //!               function: Option<unsafe extern "C" fn(*const KernelArgs) -> i32> }
 //! KernelArgs  { workgroup_id: [u32; 3], workgroup_count: [u32; 3], workgroup_size: [u32; 3],
 //!               constants: *const u32, constant_count: u32,
 //!               bindings: *const *mut u8, binding_lengths: *const u64, binding_count: u32 }
+//! KernelCall  { args: KernelArgs, set_error: fn(*const KernelArgs, *const c_char), error_context }
 //! ```
 //!
 //! `function` runs one workgroup, possibly concurrently with others of the same dispatch; it returns 0
-//! for success, anything else fails the dispatch. It must not unwind. The table is read once, at
+//! for success, anything else fails the dispatch. It must not unwind. Its argument always points to a
+//! `KernelCall` (a version-1 function reads only the `KernelArgs` at its start): a version-2 function
+//! may call `set_error` before it returns nonzero, and the dispatch's error carries that message. The table is read once, at
 //! load: names and sizes are copied out, and the library stays loaded as long as the executable
 //! (and every kernel closure taken from it) lives.
 //!
@@ -27,12 +30,16 @@
 //! [`MAX_WORKGROUP_THREADS`] threads in all.
 
 use std::any::Any;
+use std::cell::RefCell;
 use std::collections::HashSet;
-use std::ffi::CStr;
+use std::ffi::{CStr, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cpu_sim_kernel_abi::{ABI_VERSION, KERNEL_TABLE_SYMBOL, KernelArgs, KernelFn, KernelTable, KernelTableFn};
+use cpu_sim_kernel_abi::{
+    ABI_VERSION, KERNEL_TABLE_SYMBOL, KernelArgs, KernelCall, KernelFn, KernelTable, KernelTableFn, MAX_ERROR_MESSAGE,
+    MIN_ABI_VERSION,
+};
 use hal::driver::ExecutableBackend;
 use hal::{
     EntryPointInfo, Error, ExecutableFormat, ExecutableSource, NativeEntryPoint, NativeInvocation, NativeKernel,
@@ -249,9 +256,9 @@ unsafe fn read_table(table: *const KernelTable, origin: &str) -> hal::Result<Vec
     let Some(table) = (unsafe { table.as_ref() }) else {
         return Err(Error::invalid_argument(format!("{origin}: `{KERNEL_TABLE_SYMBOL}` returned null")));
     };
-    if table.abi_version != ABI_VERSION {
+    if !(MIN_ABI_VERSION..=ABI_VERSION).contains(&table.abi_version) {
         return Err(Error::invalid_argument(format!(
-            "{origin}: kernel table has ABI version {}, cpu-sim needs {ABI_VERSION}",
+            "{origin}: kernel table has ABI version {}, cpu-sim loads {MIN_ABI_VERSION} to {ABI_VERSION}",
             table.abi_version
         )));
     }
@@ -293,13 +300,37 @@ fn library_kernel(library: Arc<LoadedLibrary>, name: String, function: KernelFn)
     Arc::new(move |invocation: &NativeInvocation<'_>| {
         // Keeps the library loaded as long as any closure can call into it.
         let _library = &library;
-        let status = call_library_kernel(function, invocation)?;
-        if status == 0 { Ok(()) } else { Err(format!("kernel '{name}' returned status {status}")) }
+        match call_library_kernel(function, invocation)? {
+            (0, _) => Ok(()),
+            (status, None) => Err(format!("kernel '{name}' returned status {status}")),
+            (status, Some(message)) => Err(format!("kernel '{name}' failed (status {status}): {message}")),
+        }
     })
 }
 
-/// Builds `KernelArgs` for `invocation` and calls `function`.
-fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) -> Result<i32, String> {
+/// The `set_error` of every `KernelCall`: keeps `message` in the call's `error_context`, a
+/// `RefCell<Option<String>>` of `call_library_kernel`.
+///
+/// # Safety
+/// `args` is the start of a `KernelCall` built by `call_library_kernel` whose call is running;
+/// `message` is null or a NUL-terminated string.
+unsafe extern "C" fn set_error(args: *const KernelArgs, message: *const c_char) {
+    if args.is_null() || message.is_null() {
+        return;
+    }
+    // SAFETY: per the caller, `args` starts a live `KernelCall` whose context is the call's cell.
+    let slot = unsafe { &*(*args.cast::<KernelCall>()).error_context.cast::<RefCell<Option<String>>>() };
+    // SAFETY: non-null, NUL-terminated per the caller.
+    let bytes = unsafe { CStr::from_ptr(message) }.to_bytes();
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_ERROR_MESSAGE)]).into_owned();
+    // A kernel that calls back from inside a `set_error` (it cannot) would find the cell borrowed.
+    if let Ok(mut slot) = slot.try_borrow_mut() {
+        *slot = Some(text);
+    }
+}
+
+/// Builds the `KernelCall` for `invocation` and calls `function`: its status, and the message it set.
+fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) -> Result<(i32, Option<String>), String> {
     let count = invocation.bindings.len();
     let too_many = |what: &str| format!("{count} {what} do not fit the kernel ABI's u32 count");
     let binding_count = u32::try_from(count).map_err(|_| too_many("bindings"))?;
@@ -318,6 +349,7 @@ fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) ->
         *ptr = binding.ptr();
         *len = binding.len() as u64;
     }
+    let message = RefCell::new(None::<String>);
     let args = KernelArgs {
         workgroup_id: invocation.workgroup_id,
         workgroup_count: invocation.workgroup_count,
@@ -328,10 +360,13 @@ fn call_library_kernel(function: KernelFn, invocation: &NativeInvocation<'_>) ->
         binding_lengths: lens.as_ptr(),
         binding_count,
     };
-    // SAFETY: `args` and the arrays it points to live until the call returns and hold the counts they
+    let call = KernelCall { args, set_error, error_context: std::ptr::from_ref(&message).cast_mut().cast::<c_void>() };
+    // SAFETY: `call` and the arrays it points to live until the call returns and hold the counts they
     // state; the bindings address live buffer memory the dispatch keeps alive; the function comes
-    // from a library that the calling closure keeps loaded.
-    Ok(unsafe { function(&args) })
+    // from a library that the calling closure keeps loaded; `set_error` writes only through the
+    // `RefCell` behind `error_context`.
+    let status = unsafe { function(std::ptr::from_ref(&call).cast::<KernelArgs>()) };
+    Ok((status, message.into_inner()))
 }
 
 #[cfg(test)]
@@ -462,9 +497,13 @@ pub(crate) mod tests {
         let table = |abi_version, count, entries: *const KernelEntry| KernelTable { abi_version, count, entries };
         assert_eq!(read(&table(ABI_VERSION, 1, good.as_ptr())).unwrap()[0].0.name, "k");
 
-        let err = read(&table(ABI_VERSION + 1, 1, good.as_ptr())).unwrap_err();
-        assert_eq!(err.code(), StatusCode::InvalidArgument);
-        assert!(err.message().contains("ABI version 2"), "{err}");
+        // Version-1 tables (functions that know no `set_error`) still load; 0 and newer ones do not.
+        assert_eq!(read(&table(MIN_ABI_VERSION, 1, good.as_ptr())).unwrap()[0].0.name, "k");
+        for version in [0, ABI_VERSION + 1] {
+            let err = read(&table(version, 1, good.as_ptr())).unwrap_err();
+            assert_eq!(err.code(), StatusCode::InvalidArgument);
+            assert!(err.message().contains(&format!("ABI version {version},")), "{err}");
+        }
 
         let null_name = [KernelEntry { name: std::ptr::null(), ..entry(c"k", Some(returns_three)) }];
         let null_function = [entry(c"k", None)];
@@ -490,7 +529,47 @@ pub(crate) mod tests {
     fn abi_adapter_returns_the_kernel_status() {
         let kernel = |inv: &NativeInvocation<'_>| call_library_kernel(returns_three, inv);
         let invocation = NativeInvocation::new([0; 3], [1; 3], [4, 1, 1], &[], &[]);
-        assert_eq!(kernel(&invocation), Ok(3));
+        assert_eq!(kernel(&invocation), Ok((3, None)));
+    }
+
+    /// Sets a message (twice: the last counts) and fails.
+    unsafe extern "C" fn fails_with_a_message(args: *const KernelArgs) -> i32 {
+        // SAFETY: the driver's pointer, during the call.
+        unsafe {
+            cpu_sim_kernel_abi::set_error(args, c"first");
+            cpu_sim_kernel_abi::set_error(args, c"binding 0 is too short: 12 < 16 bytes");
+        }
+        5
+    }
+
+    /// Sets a message longer than the driver keeps, with invalid UTF-8, and succeeds.
+    unsafe extern "C" fn succeeds_with_a_long_message(args: *const KernelArgs) -> i32 {
+        let mut long = vec![b'x'; MAX_ERROR_MESSAGE + 100];
+        long[0] = 0xff;
+        long.push(0);
+        let message = CStr::from_bytes_with_nul(&long).unwrap();
+        // SAFETY: the driver's pointer, during the call.
+        unsafe { cpu_sim_kernel_abi::set_error(args, message) };
+        0
+    }
+
+    #[test]
+    fn abi_adapter_returns_the_message_a_kernel_set() {
+        let invocation = NativeInvocation::new([0; 3], [1; 3], [4, 1, 1], &[], &[]);
+        let (status, message) = call_library_kernel(fails_with_a_message, &invocation).unwrap();
+        assert_eq!((status, message.as_deref()), (5, Some("binding 0 is too short: 12 < 16 bytes")));
+        let (status, message) = call_library_kernel(succeeds_with_a_long_message, &invocation).unwrap();
+        let message = message.unwrap();
+        assert_eq!(status, 0);
+        assert!(message.starts_with('\u{fffd}') && message.len() == MAX_ERROR_MESSAGE - 1 + 3, "{}", message.len());
+        // The closure turns a failure with a message into an error naming the kernel and the message.
+        let exe = NativeExecutable::load(&ExecutableSource::SharedLibrary(example_library_path())).unwrap();
+        let library = exe.library.clone().expect("loaded from a library");
+        let kernel = library_kernel(library, "checked".into(), fails_with_a_message);
+        assert_eq!(
+            kernel(&invocation).unwrap_err(),
+            "kernel 'checked' failed (status 5): binding 0 is too short: 12 < 16 bytes"
+        );
     }
 
     #[test]

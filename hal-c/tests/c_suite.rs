@@ -54,7 +54,8 @@ fn built() -> &'static Built {
         let program = out.join("thal_tests");
         let lib_dir = library_dir();
         let path = |p: &Path| p.to_str().expect("UTF-8 paths").to_owned();
-        compile(&["-shared", "-fPIC", "-O1", "-o", &path(&kernels), &path(&sources.join("kernels.c"))]);
+        let include = format!("-I{}", path(&crate_dir.join("include")));
+        compile(&["-shared", "-fPIC", "-O1", &include, "-o", &path(&kernels), &path(&sources.join("kernels.c"))]);
         let spirv = out.join("kernels.spv");
         let wgsl = std::fs::read_to_string(sources.join("kernels.wgsl")).expect("kernels.wgsl is readable");
         let words = driver_vulkan::wgsl::compile(&wgsl, "kernels.wgsl").expect("kernels.wgsl compiles to SPIR-V");
@@ -140,6 +141,60 @@ fn spirv_executables_on_vulkan() {
         assert!(!required, "C test spirv_executables did not run on vulkan under HAL_REQUIRE_VULKAN=1: {reason}");
         eprintln!("C test spirv_executables not run on vulkan: {reason}");
     }
+}
+
+/// include/thal_kernel.h, written by hand, declares the kernel ABI of `cpu_sim_kernel_abi`: the C
+/// compiler checks every size, alignment and offset, and the constants, against the Rust types.
+#[test]
+fn kernel_header_matches_the_rust_abi() {
+    use cpu_sim_kernel_abi::{self as abi, KernelArgs, KernelCall, KernelEntry, KernelTable};
+    use std::mem::{align_of, offset_of, size_of};
+    assert_eq!(offset_of!(KernelCall, args), 0, "a kernel's args pointer is the start of its KernelCall");
+    let checks: Vec<(&str, usize)> = vec![
+        ("sizeof(thal_kernel_args_t)", size_of::<KernelCall>()),
+        ("_Alignof(thal_kernel_args_t)", align_of::<KernelCall>()),
+        ("offsetof(thal_kernel_args_t, workgroup_id)", offset_of!(KernelArgs, workgroup_id)),
+        ("offsetof(thal_kernel_args_t, workgroup_count)", offset_of!(KernelArgs, workgroup_count)),
+        ("offsetof(thal_kernel_args_t, workgroup_size)", offset_of!(KernelArgs, workgroup_size)),
+        ("offsetof(thal_kernel_args_t, constants)", offset_of!(KernelArgs, constants)),
+        ("offsetof(thal_kernel_args_t, constant_count)", offset_of!(KernelArgs, constant_count)),
+        ("offsetof(thal_kernel_args_t, bindings)", offset_of!(KernelArgs, bindings)),
+        ("offsetof(thal_kernel_args_t, binding_lengths)", offset_of!(KernelArgs, binding_lengths)),
+        ("offsetof(thal_kernel_args_t, binding_count)", offset_of!(KernelArgs, binding_count)),
+        ("offsetof(thal_kernel_args_t, set_error)", offset_of!(KernelCall, set_error)),
+        ("offsetof(thal_kernel_args_t, error_context)", offset_of!(KernelCall, error_context)),
+        ("sizeof(thal_kernel_entry_t)", size_of::<KernelEntry>()),
+        ("_Alignof(thal_kernel_entry_t)", align_of::<KernelEntry>()),
+        ("offsetof(thal_kernel_entry_t, name)", offset_of!(KernelEntry, name)),
+        ("offsetof(thal_kernel_entry_t, workgroup_size)", offset_of!(KernelEntry, workgroup_size)),
+        ("offsetof(thal_kernel_entry_t, binding_count)", offset_of!(KernelEntry, binding_count)),
+        ("offsetof(thal_kernel_entry_t, constant_count)", offset_of!(KernelEntry, constant_count)),
+        ("offsetof(thal_kernel_entry_t, function)", offset_of!(KernelEntry, function)),
+        ("sizeof(thal_kernel_table_t)", size_of::<KernelTable>()),
+        ("_Alignof(thal_kernel_table_t)", align_of::<KernelTable>()),
+        ("offsetof(thal_kernel_table_t, abi_version)", offset_of!(KernelTable, abi_version)),
+        ("offsetof(thal_kernel_table_t, count)", offset_of!(KernelTable, count)),
+        ("offsetof(thal_kernel_table_t, entries)", offset_of!(KernelTable, entries)),
+        ("THAL_KERNEL_ABI_VERSION", abi::ABI_VERSION as usize),
+        ("THAL_KERNEL_MAX_ERROR_MESSAGE", abi::MAX_ERROR_MESSAGE),
+        ("sizeof(THAL_KERNEL_TABLE_SYMBOL)", abi::KERNEL_TABLE_SYMBOL.len() + 1),
+    ];
+    let mut source = String::from("#include <stddef.h>\n#include <thal_kernel.h>\n");
+    for (expr, value) in &checks {
+        source += &format!("_Static_assert({expr} == {value}, \"{expr} is {value} in Rust\");\n");
+    }
+    // The symbol's name itself, and the function type's signature (a wrong one does not compile).
+    let symbol = format!("#define THAL_KERNEL_TABLE_SYMBOL \"{}\"", abi::KERNEL_TABLE_SYMBOL);
+    source += "static int32_t k(const thal_kernel_args_t *a) { a->set_error(a, \"m\"); return 1; }\n";
+    source += "static const thal_kernel_entry_t e = {\"k\", {1, 1, 1}, 0, 0, k};\n";
+    source += "const thal_kernel_entry_t *entry(void) { return &e; }\n";
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let header = std::fs::read_to_string(crate_dir.join("include/thal_kernel.h")).expect("thal_kernel.h is readable");
+    assert!(header.contains(&symbol), "thal_kernel.h lacks `{symbol}`");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-abi-layout.c");
+    std::fs::write(&out, source).expect("the target tmp directory is writable");
+    let include = format!("-I{}", crate_dir.join("include").display());
+    compile(&["-std=c11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", &include, out.to_str().expect("UTF-8 path")]);
 }
 
 /// The example a C programmer copies (examples-c/hello.c) builds with its documented line and prints

@@ -1,27 +1,32 @@
 //! The C ABI between the cpu-sim driver and a shared library of native kernels.
 //!
 //! A kernel library (any language; `cpu-sim-example-kernels` is one in Rust) exports one symbol,
-//! [`KERNEL_TABLE_SYMBOL`] (`hal_cpu_sim_kernel_table`), a [`KernelTableFn`]:
+//! [`KERNEL_TABLE_SYMBOL`] (`hal_cpu_sim_kernel_table`), a [`KernelTableFn`]. A C library includes
+//! `thal_kernel.h` (in `hal-c/include`, installed with the C library), which declares these types as
+//! `thal_kernel_args_t`, `thal_kernel_entry_t` and `thal_kernel_table_t`:
 //!
 //! ```c
-//! typedef struct {
+//! typedef struct thal_kernel_args_t {
 //!   uint32_t workgroup_id[3], workgroup_count[3], workgroup_size[3];
 //!   const uint32_t *constants; uint32_t constant_count;
 //!   uint8_t *const *bindings; const uint64_t *binding_lengths; uint32_t binding_count;
-//! } KernelArgs;
+//!   /* ABI version 2: the tail of KernelCall */
+//!   void (*set_error)(const struct thal_kernel_args_t *args, const char *message);
+//!   void *error_context;
+//! } thal_kernel_args_t;
 //! typedef struct {
 //!   const char *name;            /* NUL-terminated UTF-8, unique in the table */
 //!   uint32_t workgroup_size[3];  /* each nonzero */
 //!   uint32_t binding_count, constant_count;
-//!   int32_t (*function)(const KernelArgs *); /* 0 = success, anything else = failure */
-//! } KernelEntry;
-//! typedef struct { uint32_t abi_version; uint32_t count; const KernelEntry *entries; } KernelTable;
-//! const KernelTable *hal_cpu_sim_kernel_table(void);
+//!   int32_t (*function)(const thal_kernel_args_t *); /* 0 = success, anything else = failure */
+//! } thal_kernel_entry_t;
+//! typedef struct { uint32_t abi_version; uint32_t count; const thal_kernel_entry_t *entries; } thal_kernel_table_t;
+//! const thal_kernel_table_t *hal_cpu_sim_kernel_table(void);
 //! ```
 //!
 //! Rules both sides keep:
 //! - the table, its entries and their names stay valid and unchanged while the library is loaded;
-//!   `abi_version` is [`ABI_VERSION`];
+//!   `abi_version` is 1 or 2 (a driver refuses any other; [`ABI_VERSION`] is the newest);
 //! - `function` runs one workgroup and may run concurrently with other workgroups of the same dispatch
 //!   on other threads; the `KernelArgs` and the arrays it points to are valid only during the call;
 //! - a binding is `binding_lengths[i]` bytes at `bindings[i]` (the buffer address plus the binding
@@ -34,14 +39,30 @@
 //! - `function` must not unwind (a Rust panic across `extern "C"` aborts the process); it reports
 //!   failure by returning nonzero, which fails the dispatch.
 //!
+//! Version 2 adds a failure message. The `*const KernelArgs` a function receives is the start of a
+//! [`KernelCall`], whose tail holds `set_error`: a function of a version-2 table may call
+//! `args->set_error(args, message)` (in Rust, [`set_error`]) during its call, on the thread running
+//! it, and then return nonzero; the dispatch's error is then `kernel '<name>' failed (status <s>):
+//! <message>` instead of `kernel '<name>' returned status <s>`. The last message set counts; the
+//! driver copies it (at most [`MAX_ERROR_MESSAGE`] bytes, invalid UTF-8 replaced), so it may live on
+//! the kernel's stack. A message set by a function that returns 0 is ignored. A version-1 table's
+//! functions never look past `binding_count` and keep working unchanged.
+//!
 //! Grid convention used by the example kernels (a convention, not part of the ABI): a workgroup of
 //! `x*y*z` threads handles that many consecutive elements starting at
 //! [`KernelArgs::linear_workgroup_id`] times [`KernelArgs::workgroup_threads`].
 
-use std::ffi::c_char;
+use std::ffi::{CStr, c_char, c_void};
 
-/// The ABI version this crate describes; a table with another version is refused.
-pub const ABI_VERSION: u32 = 1;
+/// The newest ABI version, the one this crate describes: version 2 adds [`KernelCall`]'s
+/// `set_error`. A table states the version its functions were written for.
+pub const ABI_VERSION: u32 = 2;
+
+/// The oldest ABI version a driver still loads: version 1, whose functions know no `set_error`.
+pub const MIN_ABI_VERSION: u32 = 1;
+
+/// The longest failure message (in bytes) the driver keeps from [`set_error`]; the rest is cut.
+pub const MAX_ERROR_MESSAGE: usize = 4096;
 
 /// The name of the symbol a kernel library exports (without a trailing NUL).
 pub const KERNEL_TABLE_SYMBOL: &str = "hal_cpu_sim_kernel_table";
@@ -109,6 +130,39 @@ pub struct KernelArgs {
     pub binding_lengths: *const u64,
     /// Number of bindings.
     pub binding_count: u32,
+}
+
+/// Records `message` as the failure message of the call that received `args`: the driver's
+/// callback behind [`KernelCall::set_error`]. `message` is a NUL-terminated string (null is ignored).
+pub type SetErrorFn = unsafe extern "C" fn(args: *const KernelArgs, message: *const c_char);
+
+/// What the `*const KernelArgs` a kernel function receives points to (ABI version 2): the arguments,
+/// then the failure-message callback and its state. A version-1 function reads only `args`.
+#[repr(C)]
+#[derive(Debug)]
+pub struct KernelCall {
+    /// The workgroup's arguments; a function's `args` pointer points here.
+    pub args: KernelArgs,
+    /// Sets the call's failure message: `set_error(args, message)`, during the call, on the thread
+    /// running it.
+    pub set_error: SetErrorFn,
+    /// The driver's state for `set_error`; kernels leave it alone.
+    pub error_context: *mut c_void,
+}
+
+/// Sets the failure message of the call that received `args` (ABI version 2): the dispatch's error
+/// names the kernel and this message when the function then returns nonzero.
+///
+/// # Safety
+/// `args` is the pointer the driver passed to a function of a version-2 table, and the call has not
+/// returned yet; call it on the thread running the function.
+pub unsafe fn set_error(args: *const KernelArgs, message: &CStr) {
+    // SAFETY: for a version-2 table the driver passes the start of a `KernelCall` (the caller's
+    // promise), so its `set_error` is there and valid during the call.
+    unsafe {
+        let call = args.cast::<KernelCall>();
+        ((*call).set_error)(args, message.as_ptr());
+    }
 }
 
 impl KernelArgs {

@@ -1,32 +1,11 @@
-/* Native kernels for cpu-sim in C: the kernel library ABI of driver-cpu-sim/kernel-abi, as a C
- * runtime's code generator would emit it. Binding memory is touched with relaxed atomics, as the
- * ABI asks. */
-#include <stdint.h>
-
-typedef struct {
-  uint32_t workgroup_id[3], workgroup_count[3], workgroup_size[3];
-  const uint32_t *constants;
-  uint32_t constant_count;
-  uint8_t *const *bindings;
-  const uint64_t *binding_lengths;
-  uint32_t binding_count;
-} KernelArgs;
-typedef struct {
-  const char *name;
-  uint32_t workgroup_size[3];
-  uint32_t binding_count, constant_count;
-  int32_t (*function)(const KernelArgs *);
-} KernelEntry;
-typedef struct {
-  uint32_t abi_version;
-  uint32_t count;
-  const KernelEntry *entries;
-} KernelTable;
+/* Native kernels for cpu-sim in C: the kernel library ABI of thal_kernel.h, as a C runtime's code
+ * generator would emit it. Binding memory is touched with relaxed atomics, as the ABI asks. */
+#include <thal_kernel.h>
 
 #define THREADS 64
 
 /* fill_index(out; base, n): out[i] = base + i for the workgroup's 64 elements below n. */
-static int32_t fill_index(const KernelArgs *args) {
+static int32_t fill_index(const thal_kernel_args_t *args) {
   uint32_t *out = (uint32_t *)args->bindings[0];
   uint64_t n = args->constants[1];
   if (args->binding_lengths[0] / 4 < n) return 1;
@@ -38,7 +17,7 @@ static int32_t fill_index(const KernelArgs *args) {
 }
 
 /* add(a, b; c, n): b[i] = a[i] + c for the workgroup's 64 elements below n. */
-static int32_t add(const KernelArgs *args) {
+static int32_t add(const thal_kernel_args_t *args) {
   const uint32_t *a = (const uint32_t *)args->bindings[0];
   uint32_t *b = (uint32_t *)args->bindings[1];
   uint64_t n = args->constants[1];
@@ -53,17 +32,17 @@ static int32_t add(const KernelArgs *args) {
   return 0;
 }
 
-/* Always fails: its dispatch fails, and so do the execute's signals. */
-static int32_t trap(const KernelArgs *args) {
-  (void)args;
+/* Always fails, with a message: its dispatch fails, and so do the execute's signals. */
+static int32_t trap(const thal_kernel_args_t *args) {
+  args->set_error(args, "the trap was hit");
   return 7;
 }
 
-static const KernelEntry ENTRIES[] = {
+static const thal_kernel_entry_t ENTRIES[] = {
     {"fill_index", {THREADS, 1, 1}, 1, 2, fill_index},
     {"add", {THREADS, 1, 1}, 2, 2, add},
     {"trap", {1, 1, 1}, 0, 0, trap},
 };
-static const KernelTable TABLE = {1, 3, ENTRIES};
+static const thal_kernel_table_t TABLE = {THAL_KERNEL_ABI_VERSION, 3, ENTRIES};
 
-const KernelTable *hal_cpu_sim_kernel_table(void) { return &TABLE; }
+THAL_KERNEL_EXPORT const thal_kernel_table_t *hal_cpu_sim_kernel_table(void) { return &TABLE; }

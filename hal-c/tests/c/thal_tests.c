@@ -278,7 +278,8 @@ static void test_failure_propagation(void) {
   EXPECT(thal_semaphore_wait(exists, 1, THAL_TIME_INFINITE_PAST), THAL_STATUS_FAILED_PRECONDITION,
          "ALREADY_EXISTS: a twin");
 
-  /* A kernel that returns nonzero fails the execute with ABORTED naming the entry point. */
+  /* A kernel that returns nonzero fails the execute with ABORTED naming the entry point and the
+   * message it set. */
   if (is_cpu_sim()) { /* on a GPU a trap ends the context; cpu-sim keeps going */
     thal_executable_t *kernels = load_kernels(device);
     uint32_t trap = 0;
@@ -290,7 +291,8 @@ static void test_failure_propagation(void) {
     OK(thal_command_buffer_end(cb));
     thal_semaphore_t *faulted = semaphore(device);
     OK(thal_queue_execute(q0, NULL, cb, one(&s, faulted, 1)));
-    EXPECT(thal_semaphore_wait(faulted, 1, THAL_TIME_INFINITE_FUTURE), THAL_STATUS_ABORTED, "trap");
+    EXPECT(thal_semaphore_wait(faulted, 1, THAL_TIME_INFINITE_FUTURE), THAL_STATUS_ABORTED,
+           "kernel 'trap' failed (status 7): the trap was hit");
     thal_semaphore_release(faulted);
     thal_command_buffer_release(cb);
     thal_executable_release(kernels);
