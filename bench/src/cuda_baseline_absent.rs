@@ -87,4 +87,14 @@ impl RawCuda {
     pub fn threaded_chains(&self, _threads: usize, _shared: bool, _ops: u64) -> Result<Duration> {
         match *self {}
     }
+
+    /// See the CUDA build's `add_thread_graphs`.
+    pub fn add_thread_graphs(&mut self, _threads: usize) -> Result<()> {
+        match *self {}
+    }
+
+    /// See the CUDA build's `threaded_graph_chains`.
+    pub fn threaded_graph_chains(&self, _threads: usize, _shared: bool, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
 }

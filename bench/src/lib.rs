@@ -5,8 +5,9 @@
 //! `vkQueueSubmit` with timeline semaphores, `vkWaitSemaphores`); on cpu-sim they are host
 //! hand-offs through `Mutex` + `Condvar` ([`baseline`]).
 //!
-//! The `cuda` feature (on by default) builds in the CUDA driver and the raw-CUDA baselines; without
-//! it the bench runs on cpu-sim only. [`session`] is one run with the options both front-ends
+//! The `cuda` feature builds in the CUDA driver and the raw-CUDA baselines, the `vulkan` feature the
+//! Vulkan driver and the raw-Vulkan baselines (both on by default); without them the bench runs on
+//! cpu-sim only. [`session`] is one run with the options both front-ends
 //! share (the `bench` binary and `hal bench`); [`alloc_count`] counts heap allocations; [`output_file`]
 //! is a result file opened before the run.
 //!
@@ -28,6 +29,7 @@ pub mod scaling;
 pub mod session;
 pub mod stats;
 pub mod tables;
+#[cfg_attr(not(feature = "vulkan"), path = "vulkan_baseline_absent.rs")]
 pub mod vulkan_baseline;
 pub mod workloads;
 
@@ -50,10 +52,12 @@ pub fn device_with_queues(info: &hal::DeviceInfo, queues: usize) -> Option<hal::
     None
 }
 
-/// A registry of the drivers the bench can run on: cpu-sim, Vulkan, and CUDA with the `cuda` feature.
+/// A registry of the drivers the bench can run on: cpu-sim, Vulkan with the `vulkan` feature, and
+/// CUDA with the `cuda` feature.
 pub fn registry() -> hal::Registry {
     let mut registry = hal::Registry::new();
     driver_cpu_sim::register(&mut registry);
+    #[cfg(feature = "vulkan")]
     driver_vulkan::register(&mut registry);
     #[cfg(feature = "cuda")]
     driver_cuda::register(&mut registry);

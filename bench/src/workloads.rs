@@ -134,12 +134,20 @@ fn touch() { out[0] = c.value; }
 ";
 
 /// [`TOUCH_WGSL`] compiled to SPIR-V (naga, in-process).
+#[cfg(feature = "vulkan")]
 pub fn touch_spirv() -> Result<Vec<u8>> {
     driver_vulkan::wgsl::compile(TOUCH_WGSL, "touch")
 }
 
-/// The name of the Vulkan driver: it picks the raw-Vulkan baselines.
-pub const VULKAN_DRIVER: &str = driver_vulkan::DRIVER_NAME;
+/// `Unavailable`: this build (without the `vulkan` feature) has no WGSL compiler.
+#[cfg(not(feature = "vulkan"))]
+pub fn touch_spirv() -> Result<Vec<u8>> {
+    Err(hal::Error::unavailable("the bench was built without its `vulkan` feature: no WGSL compiler"))
+}
+
+/// The name of the Vulkan driver (`driver_vulkan::DRIVER_NAME`, also in builds without it): it
+/// picks the raw-Vulkan baselines.
+pub const VULKAN_DRIVER: &str = "vulkan";
 
 /// The `touch` kernel in the first of [`TOUCH_KINDS`] the device `info` describes loads;
 /// `Unimplemented`, naming the kinds it loads, when it loads none.
@@ -893,13 +901,25 @@ mod tests {
         let err = kind(&with(&[ExecutableKind::Fatbin])).unwrap_err();
         assert_eq!(err.code(), hal::StatusCode::Unimplemented);
         assert!(err.message().contains("[fatbin]") && err.message().contains("[native, ptx, spirv]"), "{err}");
-        // A Vulkan device gets SPIR-V compiled from the WGSL source.
-        assert_eq!(kind(&with(&[ExecutableKind::Spirv])), Ok(ExecutableKind::Spirv));
+        // A Vulkan device gets SPIR-V compiled from the WGSL source (a build without the Vulkan
+        // driver has no WGSL compiler, and no Vulkan device to ask).
+        let spirv = kind(&with(&[ExecutableKind::Spirv]));
+        if cfg!(feature = "vulkan") {
+            assert_eq!(spirv, Ok(ExecutableKind::Spirv));
+        } else {
+            assert_eq!(spirv.unwrap_err().code(), hal::StatusCode::Unavailable);
+        }
     }
 
     #[cfg(feature = "cuda")]
     #[test]
     fn cuda_driver_name_is_the_drivers() {
         assert_eq!(super::CUDA_DRIVER, driver_cuda::DRIVER_NAME);
+    }
+
+    #[cfg(feature = "vulkan")]
+    #[test]
+    fn vulkan_driver_name_is_the_drivers() {
+        assert_eq!(super::VULKAN_DRIVER, driver_vulkan::DRIVER_NAME);
     }
 }

@@ -7,20 +7,18 @@ use hal::{Device, Error, ExecutableKind, ExecutableSource, Registry, Result};
 
 use crate::kernels::{Kernel, KernelCatalogue};
 
-/// The memory limit (and largest allocation) of the devices of [`Fixture::cpu_sim`]: 64 MiB.
-pub const CPU_SIM_MEMORY_LIMIT: u64 = 64 << 20;
-
 /// Creates a device of the driver under test.
 type DeviceFactory = Arc<dyn Fn() -> Result<Device> + Send + Sync>;
 
 /// A driver under test: where its devices come from and the kernels it supplies. Cheap to clone.
 ///
+/// ctest depends on no driver: each driver crate builds its own fixture (cpu-sim's is
+/// `driver_cpu_sim::cts::fixture()`, behind its `cts` feature).
+///
 /// ```
-/// # #[cfg(feature = "cpu-sim")] {
-/// let fixture = ctest::Fixture::cpu_sim();
+/// let fixture = driver_cpu_sim::cts::fixture();
 /// let device = fixture.create_device().unwrap();
 /// assert_eq!(device.info().driver, "cpu-sim");
-/// # }
 /// ```
 #[derive(Clone)]
 pub struct Fixture {
@@ -143,21 +141,6 @@ impl Fixture {
     /// `Some(notice)` when the driver cannot run here (see [`Fixture::not_available`]).
     pub fn unavailable(&self) -> Option<&str> {
         self.unavailable.as_deref()
-    }
-
-    /// The cpu-sim driver, through a registry holding it, with the native catalogue. Its devices
-    /// have a memory limit and a largest allocation of [`CPU_SIM_MEMORY_LIMIT`] (instead of
-    /// cpu-sim's default 8 GiB and 4 GiB), small enough for
-    /// `queue_ops::alloca_waits_for_dealloca_under_pressure` to fill quickly (cpu-sim zeroes every
-    /// allocation).
-    #[cfg(feature = "cpu-sim")]
-    pub fn cpu_sim() -> Self {
-        let mut registry = Registry::new();
-        let options = driver_cpu_sim::CpuSimOptions::default()
-            .with_memory_limit(CPU_SIM_MEMORY_LIMIT)
-            .with_max_allocation_size(CPU_SIM_MEMORY_LIMIT);
-        registry.register(Arc::new(driver_cpu_sim::CpuSimDriver::with_options(options)));
-        Fixture::from_registry(registry, driver_cpu_sim::DRIVER_NAME, crate::kernels::native::NativeCatalogue)
     }
 
     /// Devices come from `create` from now on (the registry, if any, stays for the registry cases):

@@ -202,7 +202,7 @@ pub(crate) fn kind_not_provided(catalogue_name: &str, kernel: Kernel, kind: Exec
     hal::Error::unimplemented(format!("{catalogue_name}: no {kernel:?} kernel as {kind}"))
 }
 
-#[cfg(all(test, feature = "cpu-sim"))]
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::native::NativeCatalogue;

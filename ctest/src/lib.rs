@@ -11,11 +11,14 @@
 //!   [`instantiate_cts!`] generates, one `#[test]` per case, named `<driver>::<area>::<case>`.
 //! - After every case the runner checks each device the case used is back to idle (see
 //!   [`runner::run_case`]); a case that leaks fails.
-//! - [`runner::run_suite`] prints a table of case, result and time (the `ctest` binary's output).
+//! - [`runner::run_suite`] prints a table of case, result and time (what `hal cts` prints).
+//!
+//! ctest depends on no driver (so it publishes before them): each driver crate supplies its fixture,
+//! e.g. cpu-sim's `driver_cpu_sim::cts::fixture()` behind its `cts` feature.
 //!
 //! ```no_run
 //! // tests/cts.rs of a driver crate:
-//! ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim());
+//! ctest::instantiate_cts!(cpu_sim, driver_cpu_sim::cts::fixture);
 //! ```
 
 pub mod check;
@@ -496,7 +499,7 @@ __cts_case_list!(table);
 /// the driver's crate (with ctest as a dev-dependency):
 ///
 /// ```no_run
-/// ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim());
+/// ctest::instantiate_cts!(cpu_sim, driver_cpu_sim::cts::fixture);
 /// ```
 ///
 /// Run one area with `cargo test --test <file> <module>::semaphore::`. Each test runs its case in a
@@ -508,7 +511,7 @@ __cts_case_list!(table);
 /// at build time):
 ///
 /// ```no_run
-/// ctest::instantiate_cts!(cpu_sim, || ctest::Fixture::cpu_sim(), #[cfg_attr(miri, ignore = "too slow under Miri")]);
+/// ctest::instantiate_cts!(cpu_sim, driver_cpu_sim::cts::fixture, #[cfg_attr(miri, ignore = "too slow under Miri")]);
 /// ```
 #[macro_export]
 macro_rules! instantiate_cts {

@@ -8,7 +8,7 @@ const IGNORED_TEST: &str = "ignored_case_run_only_by_isolated_child_runs_an_igno
 #[test]
 #[ignore = "run (with --include-ignored) by isolated_child_runs_an_ignored_test"]
 fn ignored_case_run_only_by_isolated_child_runs_an_ignored_test() {
-    ctest::run_test(ctest::Fixture::cpu_sim, IGNORED_TEST, "device", "default_device");
+    ctest::run_test(driver_cpu_sim::cts::fixture, IGNORED_TEST, "device", "default_device");
 }
 
 #[test]

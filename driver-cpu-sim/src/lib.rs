@@ -51,6 +51,8 @@
 
 mod collective;
 mod commands;
+#[cfg(feature = "cts")]
+pub mod cts;
 mod device;
 mod event;
 mod executable;

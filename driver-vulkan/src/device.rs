@@ -14,7 +14,7 @@ use hal::{
 };
 
 use crate::commands::replay::Replays;
-use crate::commands::{CHECK_COUNT_WGSL, VulkanPreparedCommands, check_binding_range};
+use crate::commands::{CHECK_COUNT_SPIRV, VulkanPreparedCommands, check_binding_range};
 use crate::executable::VulkanExecutable;
 use crate::gpu::{Gpu, PhysicalInfo};
 use crate::memory::{MemoryCounter, VulkanMemory};
@@ -117,7 +117,7 @@ impl VulkanDevice {
         }
         let checker = ExecutableSource::Bytes {
             format: hal::ExecutableFormat::Spirv,
-            data: std::sync::Arc::from(crate::wgsl::compile(CHECK_COUNT_WGSL, "check_count")?),
+            data: CHECK_COUNT_SPIRV.iter().flat_map(|word| word.to_le_bytes()).collect::<Vec<u8>>().into(),
             entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
         };
         let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);

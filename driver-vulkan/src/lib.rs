@@ -63,6 +63,7 @@ mod memory;
 mod spirv;
 mod stream;
 pub mod timing;
+#[cfg(feature = "wgsl")]
 pub mod wgsl;
 
 use std::sync::Arc;

@@ -108,7 +108,13 @@ mod tests {
         if cfg!(feature = "cuda") {
             assert!(text.contains("\ncuda: unavailable: ") || text.contains("\ncuda: "), "{text}");
         } else {
-            assert!(text.ends_with("\ncuda: not built in (this hal was built without the `cuda` feature)\n"), "{text}");
+            assert!(text.contains("\ncuda: not built in (this hal was built without the `cuda` feature)\n"), "{text}");
+        }
+        if !cfg!(feature = "vulkan") {
+            assert!(
+                text.contains("\nvulkan: not built in (this hal was built without the `vulkan` feature)\n"),
+                "{text}"
+            );
         }
     }
 

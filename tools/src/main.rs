@@ -121,6 +121,9 @@ struct CtsArgs {
     /// All cases in this process
     #[arg(long)]
     in_process: bool,
+    /// Every case on one device, in this process (implies --in-process)
+    #[arg(long)]
+    shared_device: bool,
     /// Print the case ids and exit
     #[arg(long)]
     list: bool,
@@ -398,9 +401,10 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
         command.args(["cts", "--device", driver, "--child", id]);
         command
     };
-    let child: Option<&dyn Fn(&str) -> std::process::Command> = if args.in_process { None } else { Some(&child) };
+    let child: Option<&dyn Fn(&str) -> std::process::Command> =
+        if args.in_process || args.shared_device { None } else { Some(&child) };
     let mut out = WatchedStdout { closed: false };
-    let summary = match tools::cts::run(driver, args.filter.as_deref(), child, &mut out) {
+    let summary = match tools::cts::run(driver, args.filter.as_deref(), child, args.shared_device, &mut out) {
         Err(_) if out.closed => return Err(Failure::StdoutClosed),
         summary => summary?,
     };

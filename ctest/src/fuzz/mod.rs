@@ -19,14 +19,12 @@
 //! `HAL_FUZZ_SLACK_MS`, `HAL_FUZZ_THREAD_CHECK`, `HAL_FUZZ_VERBOSE`.
 //!
 //! ```no_run
-//! # #[cfg(feature = "cpu-sim")] {
 //! use ctest::fuzz::{FuzzOptions, run_fuzz};
 //!
-//! let fixture = ctest::Fixture::cpu_sim();
+//! let fixture = driver_cpu_sim::cts::fixture();
 //! let options = FuzzOptions::new(&fixture, "cargo test --test contract_fuzz").from_env().unwrap();
 //! let report = run_fuzz(&fixture, &options).unwrap_or_else(|failure| panic!("{failure}"));
 //! println!("{report}");
-//! # }
 //! ```
 
 mod latch;
