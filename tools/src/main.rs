@@ -383,6 +383,12 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
         emit(&tools::cts::case_ids().iter().map(|id| format!("{id}\n")).collect::<String>())?;
         return Ok(ExitCode::SUCCESS);
     }
+    // A filter that names no case is a mistake in the command, whatever the device: status 2.
+    if let Some(filter) = &args.filter
+        && !tools::cts::case_ids().iter().any(|id| id.contains(filter.as_str()))
+    {
+        return Err(Failure::Usage(format!("no case matches the filter '{filter}'; `hal cts --list` lists the cases")));
+    }
     let (driver, ordinal) = tools::registry().locate(spec.path()).map_err(|e| format!("device '{spec}': {e}"))?;
     if ordinal != 0 {
         return Err(Failure::Error(format!(

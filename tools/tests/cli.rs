@@ -131,12 +131,13 @@ fn cts_lists_cases_and_runs_one_in_a_child_process() {
     let (area, case) = first.split_once("::").unwrap();
     assert!(stdout.lines().any(|l| l.starts_with(area) && l.contains(case)), "{stdout}");
 
-    // The error alone: no empty table before it.
+    // A usage error (status 2, as every bad argument), alone: no empty table before it.
     let out = hal(&["cts", "--filter", "no such case anywhere"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         text(&out.stderr),
-        "hal: error: no case matches the filter 'no such case anywhere' (see `hal cts --list`)\n"
+        "hal: error: no case matches the filter 'no such case anywhere'; `hal cts --list` lists the cases \
+         (see `hal cts --help`)\n"
     );
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
