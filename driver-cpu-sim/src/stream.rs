@@ -279,6 +279,10 @@ fn run_op(work: &Arc<Work>, pool: &WorkgroupPool, times: Option<&mut DispatchTim
             Ok(())
         }
         QueueOp::Barrier => Ok(()),
+        // cpu-sim prepares none (it has no external timepoints): another driver's operation.
+        QueueOp::Native(_) => {
+            Err(Error::invalid_argument(format!("cpu-sim: {} was prepared by another driver", work.op.describe())))
+        }
     }
 }
 

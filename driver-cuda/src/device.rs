@@ -8,16 +8,18 @@ use hal::driver::lock;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{BindingState, Command};
 use hal::driver::{
-    BufferBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler, ScheduledDevice,
+    BufferBackend, ExecutableBackend, ImportedHostMemory, NativeOp, PreparedCommands, QueueScheduler, ReleaseOnce,
+    ScheduledDevice,
 };
 use hal::{
-    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, MemoryType,
-    PoolUsage, ResourceUsage, Result,
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, Error, ExecutableKind, ExecutableSource, ExternalMemory,
+    ExternalTimepoint, ExternalUse, MemoryType, PoolUsage, ResourceUsage, Result,
 };
 
 use crate::commands::CudaPreparedCommands;
 use crate::commands::indirect_node::NodeUpdater;
 use crate::executable::CudaExecutable;
+use crate::interop::word_slots::WordSlots;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::options::CudaOptions;
 use crate::stream::CudaStreams;
@@ -111,12 +113,17 @@ pub struct CudaDevice {
     /// The updater of indirect dispatch nodes, linked at the first command buffer with an
     /// indirect dispatch (`None`: off, or it could not be linked; the reason is logged once).
     updater: std::sync::OnceLock<Option<Arc<NodeUpdater>>>,
+    /// The words its queues and foreign CUDA streams order their work through (`crate::interop`).
+    words: Arc<WordSlots>,
 }
 
 impl Drop for CudaDevice {
-    /// Its ranks leave their channels before its queues are torn down (see [`crate::collective`]).
+    /// Its ranks leave their channels, and its queues stop waiting on foreign streams, before its
+    /// queues are torn down (see [`crate::collective`], [`crate::interop`]): teardown drains the
+    /// streams, which must not wait on work that may never come.
     fn drop(&mut self) {
         crate::collective::device_dropped(self.id);
+        self.words.release_all();
     }
 }
 
@@ -208,9 +215,10 @@ impl CudaDevice {
             info,
             options: options.clone(),
             memory,
-            context,
+            context: context.clone(),
             peers: std::sync::Mutex::new(Vec::new()),
             updater: std::sync::OnceLock::new(),
+            words: WordSlots::new(&context),
         })
     }
 
@@ -268,6 +276,31 @@ impl ScheduledDevice for CudaDevice {
 
     fn import_host_memory(&self, _params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
         Ok(Arc::new(CudaMemory::import(&self.context, &self.memory, memory)?))
+    }
+
+    fn import_external_memory(
+        &self,
+        params: BufferParams,
+        memory: ExternalMemory,
+        release: ReleaseOnce,
+    ) -> Result<Arc<dyn BufferBackend>> {
+        let ExternalMemory::CudaDevicePointer { address, length } = memory else {
+            return Err(Error::unimplemented(format!(
+                "cuda: cannot import a {} ({memory}); the CUDA driver imports CUDA device pointers",
+                memory.kind()
+            )));
+        };
+        if params.memory_type.contains(MemoryType::HOST_VISIBLE) {
+            return Err(Error::invalid_argument(format!(
+                "cuda: import of {memory}: memory type {} is host-visible, and device memory is not",
+                params.memory_type
+            )));
+        }
+        Ok(Arc::new(CudaMemory::import_device(&self.context, &self.memory, address, length, release)?))
+    }
+
+    fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
+        crate::interop::external::prepare(&self.context, &self.words, queue, timepoint, use_)
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {

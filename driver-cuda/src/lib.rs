@@ -179,6 +179,7 @@ mod free_gate;
 mod host_callback;
 mod host_copy;
 mod indirect_launcher;
+pub mod interop;
 mod memory;
 mod options;
 mod pinned_cache;

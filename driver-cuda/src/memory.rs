@@ -50,6 +50,9 @@ pub enum MemoryKind {
     /// of a host-visible buffer of this HAL, or registered by the embedder): used through its
     /// mapping, never registered or unregistered here.
     ImportedPinned,
+    /// Device memory another library allocated (`Device::import_external_memory`): used at its
+    /// address, never freed here; handed back through `release` on drop.
+    ImportedDevice,
 }
 
 /// Where a transient buffer is in its life.
@@ -164,6 +167,51 @@ impl CudaMemory {
         Ok(imported)
     }
 
+    /// `length` bytes of device memory at `address` that another library allocated, after checking
+    /// that the whole range lies in one device allocation on this context's GPU. Not counted: the
+    /// other library allocated it. `release` runs when the buffer drops (or now, on an error).
+    pub fn import_device(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        address: CUdeviceptr,
+        length: u64,
+        release: ReleaseOnce,
+    ) -> Result<Self> {
+        let what = || format!("import of CUDA device pointer {address:#x} (+{length} bytes)");
+        let bound = context.bind()?;
+        let range = result::pointer_range(&bound, address)
+            .map_err(|e| e.context(format!("{}: not an address CUDA allocated", what())))?;
+        let device_memory = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32;
+        if range.memory_type != device_memory {
+            return Err(Error::invalid_argument(format!(
+                "{}: CUDA memory type {} is not device memory (CU_MEMORYTYPE_DEVICE = {device_memory})",
+                what(),
+                range.memory_type
+            )));
+        }
+        if usize::try_from(range.ordinal).ok() != Some(context.ordinal()) {
+            return Err(Error::invalid_argument(format!(
+                "{}: memory of GPU {}, and this device is GPU {}",
+                what(),
+                range.ordinal,
+                context.ordinal()
+            )));
+        }
+        let end = address.checked_add(length);
+        if end.is_none_or(|end| end > range.start + range.size as u64) {
+            return Err(Error::out_of_range(format!(
+                "{}: past the end of its allocation [{:#x}, +{} bytes)",
+                what(),
+                range.start,
+                range.size
+            )));
+        }
+        let mut imported =
+            CudaMemory::with(context, counter, length, MemoryKind::ImportedDevice, address, std::ptr::null_mut(), 0);
+        imported.release = Some(release);
+        Ok(imported)
+    }
+
     /// A transient buffer of `size` bytes; `host_visible` selects pinned host memory. Counted in
     /// `counter` while it has memory.
     pub fn transient(
@@ -260,7 +308,14 @@ impl CudaMemory {
     pub(crate) fn commit_async(&self, bound: &Bound<'_>, stream: &CudaStream, pool: CUmemoryPool) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported | MemoryKind::ImportedPinned) => {
+            (
+                _,
+                MemoryKind::Device
+                | MemoryKind::Host
+                | MemoryKind::Imported
+                | MemoryKind::ImportedPinned
+                | MemoryKind::ImportedDevice,
+            ) => {
                 return Err(self.refuse("alloca", "of a buffer that is not transient"));
             }
             (State::Committed, _) => return Err(self.refuse("alloca", "a second time (the alloca already ran)")),
@@ -285,7 +340,14 @@ impl CudaMemory {
     pub fn release_async(&self, bound: &Bound<'_>, stream: &CudaStream) -> Result<()> {
         let mut state = self.state();
         match (*state, self.kind) {
-            (_, MemoryKind::Device | MemoryKind::Host | MemoryKind::Imported | MemoryKind::ImportedPinned) => {
+            (
+                _,
+                MemoryKind::Device
+                | MemoryKind::Host
+                | MemoryKind::Imported
+                | MemoryKind::ImportedPinned
+                | MemoryKind::ImportedDevice,
+            ) => {
                 return Err(self.refuse("dealloca", "of a buffer that is not transient"));
             }
             (State::Uncommitted, _) => return Err(self.refuse("dealloca", "before its alloca")),
@@ -360,6 +422,8 @@ impl Drop for CudaMemory {
             MemoryKind::Imported => unsafe { result::mem_host_unregister(&bound, self.pinned.cast()) },
             // Pinned by its owner, who unpins it (after the release below hands it back).
             MemoryKind::ImportedPinned => Ok(()),
+            // Another library's: the release below hands it back, and it frees it.
+            MemoryKind::ImportedDevice => Ok(()),
         };
         if let Err(e) = freed {
             tracing::debug!(%e, size = self.size, "freeing buffer memory failed");

@@ -249,6 +249,7 @@ impl CudaStreams {
             }
             QueueOp::Barrier => Ok(()),
             QueueOp::Collective(call) => crate::collective::NcclChannel::of(call)?.enqueue(bound, stream, call),
+            QueueOp::Native(op) => crate::interop::external::enqueue(bound, stream, op),
         }
     }
 
@@ -282,6 +283,7 @@ impl CudaStreams {
             | QueueOp::Alloca(_)
             | QueueOp::Dealloca(_)
             | QueueOp::Barrier => Ok(()),
+            QueueOp::Native(op) => crate::interop::external::complete(op),
         }
     }
 }

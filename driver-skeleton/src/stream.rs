@@ -115,5 +115,12 @@ fn run(op: &QueueOp) -> Result<()> {
         QueueOp::Dealloca(buffer) => crate::memory::HostMemory::of(buffer)?.release(buffer),
         QueueOp::Barrier => Ok(()),
         QueueOp::Collective(_) => Err(Error::unimplemented(format!("{}: no collectives", crate::DRIVER_NAME))),
+        // The skeleton prepares no external timepoints (the default refuses them): another
+        // driver's operation.
+        QueueOp::Native(_) => Err(Error::invalid_argument(format!(
+            "{}: {} was prepared by another driver",
+            crate::DRIVER_NAME,
+            op.kind()
+        ))),
     }
 }

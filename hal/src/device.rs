@@ -13,6 +13,7 @@ use crate::driver::{DeviceBackend, ImportedHostMemory, ReleaseOnce};
 use crate::error::{Error, Result};
 use crate::executable::{EntryPointInfo, Executable, ExecutableSource};
 use crate::executable_kind::ExecutableKind;
+use crate::external::ExternalMemory;
 use crate::profile::{Profile, ProfileOptions};
 use crate::queue::Queue;
 use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
@@ -361,6 +362,36 @@ impl Device {
                 self.id(),
                 backend.size()
             )));
+        }
+        Ok(Buffer::wrap(self.id(), params, backend))
+    }
+
+    /// A buffer over device memory another library allocated (`memory`: a CUDA device pointer, a
+    /// range of a `VkBuffer`), used by this device's queues and kernels like its own. `release`
+    /// runs exactly once, when the buffer and every queued use of it are done (or at once when the
+    /// import is refused): the HAL never frees the memory. A driver takes the kinds of its own API
+    /// and checks what it can (that a CUDA pointer's range is device memory of this device's GPU);
+    /// other kinds are `Unimplemented`, naming the kind. See `docs/interop.md`.
+    ///
+    /// # Safety
+    /// The memory stays allocated, and is not used by anyone else in a way that races with the
+    /// HAL's uses of it (other than through semaphores or external timepoints that order them),
+    /// until `release` runs.
+    pub unsafe fn import_external_memory(
+        &self,
+        memory: ExternalMemory,
+        params: BufferParams,
+        release: impl FnOnce() + Send + 'static,
+    ) -> Result<Buffer> {
+        let release = ReleaseOnce::new(release);
+        let length = memory.length();
+        if length == 0 {
+            return Err(Error::invalid_argument(format!("{}: import of {memory}: an empty range", self.id())));
+        }
+        self.check_allocation(params, length)?;
+        let backend = self.shared.backend.import_external_memory(params, memory, release)?;
+        if backend.size() != length {
+            return Err(Error::internal(format!("{}: an import of {memory} gave {} bytes", self.id(), backend.size())));
         }
         Ok(Buffer::wrap(self.id(), params, backend))
     }

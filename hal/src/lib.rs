@@ -51,6 +51,7 @@ pub mod driver;
 mod error;
 mod executable;
 mod executable_kind;
+mod external;
 mod fill_pattern;
 mod flag_names;
 mod host_data;
@@ -80,6 +81,7 @@ pub use executable::{
     NativeInvocation, NativeKernel, OutOfRangeAccess,
 };
 pub use executable_kind::ExecutableKind;
+pub use external::{ExternalMemory, ExternalTimepoint, ExternalUse};
 pub use fill_pattern::FillPattern;
 pub use label::MAX_LABEL_BYTES;
 pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, QueueOperationTiming};

@@ -13,6 +13,7 @@ use crate::command_buffer::{BufferBinding, Claim, Command, CommandBuffer};
 use crate::device::Device;
 use crate::driver::{QueueOp, Submission};
 use crate::error::{Error, Result};
+use crate::external::{ExternalTimepoint, ExternalUse};
 use crate::fill_pattern::FillPattern;
 use crate::host_data::{as_bytes, element_offset};
 use crate::readback::Readback;
@@ -443,6 +444,67 @@ impl Queue {
         signals: &[SemaphoreValue],
     ) -> Result<()> {
         self.submit(Submission::HostCall(crate::driver::HostCall::new(call, flags)), waits, signals)
+    }
+
+    /// Signals `signals` once `waits` are reached and then `external`, a point on another API's
+    /// queue, is reached, waiting for it on the device: a CUDA stream's work enqueued before this
+    /// call, or a Vulkan timeline semaphore's value. Later work on this queue runs after it too
+    /// (queue order); another library's result thus feeds HAL work with no host wait between.
+    ///
+    /// A driver takes the kinds of its own API (`Unimplemented`, naming the kind, otherwise). What
+    /// the queue waits for never comes when the other API's work never finishes: host waits on
+    /// `signals` then end at their timeouts, and dropping the device cancels the wait (the signals
+    /// fail with `Cancelled`) instead of hanging. See `docs/interop.md`.
+    ///
+    /// # Safety
+    /// `external` names a live object of the device's own API (a `CUstream` of the device's CUDA
+    /// context, a timeline `VkSemaphore` of its `VkDevice`) that the caller keeps alive until
+    /// `signals` are reached or failed. The HAL neither destroys nor keeps it.
+    pub unsafe fn wait_external(
+        &self,
+        waits: &[SemaphoreValue],
+        external: ExternalTimepoint,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.submit_external(waits, external, ExternalUse::Wait, signals)
+    }
+
+    /// Makes `external`, a point on another API's queue, reached once `waits` are reached and the
+    /// work submitted before this on this queue is done, on the device: work enqueued on a CUDA
+    /// stream after this call waits for it, or a Vulkan timeline semaphore is signalled to a value.
+    /// Then `signals` are signalled. Another library's work thus follows HAL work with no host wait
+    /// between.
+    ///
+    /// A driver takes the kinds of its own API (`Unimplemented`, naming the kind, otherwise). When
+    /// `waits` fail, or the device is dropped before they are reached, `signals` fail and the
+    /// other API is released anyway where it cannot be told of a failure (a CUDA stream runs on, so
+    /// check `signals` before trusting what it computed), so that it never hangs on the HAL. See
+    /// `docs/interop.md`.
+    ///
+    /// # Safety
+    /// As for [`wait_external`](Self::wait_external): `external` is a live object of the device's
+    /// API, kept alive by the caller until `signals` are reached or failed.
+    pub unsafe fn signal_external(
+        &self,
+        waits: &[SemaphoreValue],
+        external: ExternalTimepoint,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.submit_external(waits, external, ExternalUse::Signal, signals)
+    }
+
+    /// Checks `signals`, has the driver prepare its part of `external` (enqueuing the other API's
+    /// part now), and submits it.
+    fn submit_external(
+        &self,
+        waits: &[SemaphoreValue],
+        external: ExternalTimepoint,
+        use_: ExternalUse,
+        signals: &[SemaphoreValue],
+    ) -> Result<()> {
+        self.check_signals(waits, signals)?;
+        let op = self.device.backend().prepare_external(self.index, external, use_)?;
+        self.submit_checked(QueueOp::Native(op), waits, signals)
     }
 
     /// Hands batched submissions to the device now.

@@ -326,6 +326,60 @@ pub(crate) unsafe fn mem_free(bound: &Bound<'_>, address: CUdeviceptr) -> Result
     }
 }
 
+/// Where a device pointer lies, from `cuPointerGetAttribute`: the allocation it falls in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PointerRange {
+    /// The start of the allocation (`CU_POINTER_ATTRIBUTE_RANGE_START_ADDR`).
+    pub(crate) start: CUdeviceptr,
+    /// Its bytes (`CU_POINTER_ATTRIBUTE_RANGE_SIZE`).
+    pub(crate) size: usize,
+    /// The ordinal of the GPU it is on (`CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL`).
+    pub(crate) ordinal: i32,
+    /// Device, host or unified memory (`CU_POINTER_ATTRIBUTE_MEMORY_TYPE`, a `CUmemorytype`
+    /// value, read as its 32-bit number: an enum must not receive a value it lacks).
+    pub(crate) memory_type: u32,
+}
+
+/// The allocation `address` falls in (see [`PointerRange`]); an address CUDA does not know is
+/// `CUDA_ERROR_INVALID_VALUE`.
+pub(crate) fn pointer_range(_bound: &Bound<'_>, address: CUdeviceptr) -> Result<PointerRange> {
+    use sys::CUpointer_attribute as A;
+    let mut range = PointerRange { start: 0, size: 0, ordinal: -1, memory_type: 0 };
+    // SAFETY: each out-pointer is a live local of the size the attribute writes (CUdeviceptr,
+    // size_t, int, and the 32-bit CUmemorytype).
+    unsafe {
+        check(
+            sys::cuPointerGetAttribute(
+                (&raw mut range.start).cast(),
+                A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                address,
+            ),
+            "cuPointerGetAttribute(RANGE_START_ADDR)",
+        )?;
+        check(
+            sys::cuPointerGetAttribute((&raw mut range.size).cast(), A::CU_POINTER_ATTRIBUTE_RANGE_SIZE, address),
+            "cuPointerGetAttribute(RANGE_SIZE)",
+        )?;
+        check(
+            sys::cuPointerGetAttribute(
+                (&raw mut range.ordinal).cast(),
+                A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                address,
+            ),
+            "cuPointerGetAttribute(DEVICE_ORDINAL)",
+        )?;
+        check(
+            sys::cuPointerGetAttribute(
+                (&raw mut range.memory_type).cast(),
+                A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                address,
+            ),
+            "cuPointerGetAttribute(MEMORY_TYPE)",
+        )?;
+    }
+    Ok(range)
+}
+
 /// `cuMemsetD8` on the legacy stream: `count` bytes at `dst` set to `value`.
 pub(crate) fn memset_d8(_bound: &Bound<'_>, dst: CUdeviceptr, value: u8, count: usize) -> Result<()> {
     // SAFETY: a device address (see the module docs); no host memory is touched.

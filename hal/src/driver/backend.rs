@@ -13,9 +13,10 @@ use crate::buffer::{Buffer, BufferParams, HostView};
 use crate::collective::{AbandonFn, ChannelBackend, ChannelId, CollectiveCall};
 use crate::command_buffer::{Command, CommandBuffer, CommandBufferMode};
 use crate::device::{Device, DeviceInfo, ResourceUsage};
-use crate::driver::{BindingState, ImportedHostMemory};
+use crate::driver::{BindingState, ImportedHostMemory, ReleaseOnce};
 use crate::error::Result;
 use crate::executable::{EntryPointInfo, ExecutableSource};
+use crate::external::{ExternalMemory, ExternalTimepoint, ExternalUse};
 use crate::profile::{Profile, ProfileOptions};
 use crate::queue::HostCallFlags;
 use crate::semaphore::{Semaphore, SemaphoreValue};
@@ -56,6 +57,33 @@ pub trait DeviceBackend: Send + Sync {
         drop(memory);
         Err(crate::error::Error::unimplemented(format!("{}: cannot import host memory", self.info().driver)))
     }
+
+    /// A buffer over device memory another library allocated (`params` were validated,
+    /// `memory.length()` is not 0). As for host memory, the backend keeps `release` until the
+    /// memory is no longer used and drops it on every error path. The default: `Unimplemented`,
+    /// releasing at once.
+    fn import_external_memory(
+        &self,
+        params: BufferParams,
+        memory: ExternalMemory,
+        release: ReleaseOnce,
+    ) -> Result<Arc<dyn BufferBackend>> {
+        let _ = params;
+        drop(release);
+        Err(crate::external::unsupported_memory(&self.info().driver, &memory))
+    }
+
+    /// What queue `queue` enqueues to wait on or signal `timepoint` (`use_`), prepared now, at the
+    /// call: a CUDA stream's point is taken when the embedder asks, not when the queue issues the
+    /// work. The scheduler then submits it as [`QueueOp::Native`]. The default: `Unimplemented`.
+    fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
+        let _ = (queue, use_);
+        Err(crate::external::unsupported_timepoint(&self.info().driver, &timepoint))
+    }
+
+    /// The backend itself, for a driver's interop functions to downcast to their device type
+    /// (see [`crate::driver::backend_of`]).
+    fn as_any(&self) -> &dyn Any;
 
     /// A semaphore this device can signal and wait on from its queues.
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore>;
@@ -285,6 +313,31 @@ pub enum QueueOp {
     },
     /// Nothing to run: waits, then signals.
     Barrier,
+    /// Work only the device's driver knows how to enqueue: a wait on or signal of another API's
+    /// queue ([`crate::Queue::wait_external`], [`crate::Queue::signal_external`]), made by the
+    /// driver's [`DeviceBackend::prepare_external`].
+    Native(NativeOp),
+}
+
+/// Work that only one driver understands, prepared by it and carried through the scheduler to its
+/// stream model, which downcasts the payload. Dropped, run or not, it must leave nothing waiting:
+/// a driver whose payload holds another API's queue back releases it in the payload's `Drop`.
+pub struct NativeOp {
+    kind: &'static str,
+    description: String,
+    payload: Box<dyn Any + Send + Sync>,
+}
+
+impl NativeOp {
+    /// `payload`, named `kind` in traces and described for messages and reports.
+    pub fn new(kind: &'static str, description: impl Into<String>, payload: impl Any + Send + Sync) -> Self {
+        NativeOp { kind, description: description.into(), payload: Box::new(payload) }
+    }
+
+    /// The payload, if it is a `T`.
+    pub fn payload<T: Any>(&self) -> Option<&T> {
+        self.payload.downcast_ref::<T>()
+    }
 }
 
 /// What one queue submission asks for, as handed to [`DeviceBackend::submit`]: work a device
@@ -389,6 +442,7 @@ impl QueueOp {
             QueueOp::Write { .. } => "write",
             QueueOp::Read { .. } => "read",
             QueueOp::Barrier => "barrier",
+            QueueOp::Native(op) => op.kind,
         }
     }
 
@@ -418,6 +472,7 @@ impl QueueOp {
             QueueOp::Write { target, .. } => format!("{} of {target}", self.kind()),
             QueueOp::Read { source, .. } => format!("read of {source}"),
             QueueOp::Barrier => self.kind().to_owned(),
+            QueueOp::Native(op) => op.description.clone(),
         }
     }
 }

@@ -38,11 +38,21 @@ pub trait DeviceExt: sealed::Sealed {
     unsafe fn from_backend(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self
     where
         Self: Sized;
+
+    /// The device's backend as a `T`, if it is one: how a driver's interop functions reach their
+    /// own device type (the CUDA context, the `VkDevice`) from an embedder's handle.
+    fn backend_as<T: Any>(&self) -> Option<&T>
+    where
+        Self: Sized;
 }
 
 impl DeviceExt for Device {
     unsafe fn from_backend(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self {
         Device::wrap(id, backend)
+    }
+
+    fn backend_as<T: Any>(&self) -> Option<&T> {
+        self.backend().as_any().downcast_ref::<T>()
     }
 }
 

@@ -66,8 +66,8 @@ pub use crate::collective::{AbandonFn, ChannelBackend, CollectiveCall};
 pub use crate::command_buffer::{Command, INDIRECT_COUNT_BYTES, indirect_workgroups};
 pub use crate::semaphore::SemaphoreDriverData;
 pub use backend::{
-    BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, PreparedCommands, QueueOp, ReadTarget,
-    Submission,
+    BufferBackend, DeviceBackend, Driver, ExecutableBackend, HostCall, HostFn, NativeOp, PreparedCommands, QueueOp,
+    ReadTarget, Submission,
 };
 pub use binding_state::BindingState;
 pub use handles::{BufferExt, CommandBufferExt, DeviceExt, ExecutableExt, SemaphoreExt};

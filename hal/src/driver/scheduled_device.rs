@@ -16,10 +16,12 @@ use crate::device::{DeviceInfo, ResourceUsage};
 use crate::driver::scheduler::Scheduler;
 use crate::driver::stream_model::StreamModel;
 use crate::driver::{
-    BindingState, BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, PreparedCommands, Submission,
+    BindingState, BufferBackend, DeviceBackend, ExecutableBackend, ImportedHostMemory, NativeOp, PreparedCommands,
+    ReleaseOnce, Submission,
 };
 use crate::error::{Error, Result};
 use crate::executable::ExecutableSource;
+use crate::external::{ExternalMemory, ExternalTimepoint, ExternalUse};
 use crate::profile::{Profile, ProfileOptions};
 use crate::semaphore::{Semaphore, SemaphoreValue};
 
@@ -49,6 +51,25 @@ pub trait ScheduledDevice: Send + Sync {
         let _ = params;
         drop(memory);
         Err(Error::unimplemented(format!("{}: cannot import host memory", self.info().driver)))
+    }
+
+    /// See [`DeviceBackend::import_external_memory`]. The default: `Unimplemented`, releasing at
+    /// once.
+    fn import_external_memory(
+        &self,
+        params: BufferParams,
+        memory: ExternalMemory,
+        release: ReleaseOnce,
+    ) -> Result<Arc<dyn BufferBackend>> {
+        let _ = params;
+        drop(release);
+        Err(crate::external::unsupported_memory(&self.info().driver, &memory))
+    }
+
+    /// See [`DeviceBackend::prepare_external`]. The default: `Unimplemented`.
+    fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
+        let _ = (queue, use_);
+        Err(crate::external::unsupported_timepoint(&self.info().driver, &timepoint))
     }
 
     /// See [`DeviceBackend::copies_with`]. The default: no.
@@ -108,9 +129,26 @@ pub trait ScheduledDevice: Send + Sync {
     fn extend_usage(&self, usage: &mut ResourceUsage);
 }
 
-impl<D: ScheduledDevice> DeviceBackend for D {
+impl<D: ScheduledDevice + 'static> DeviceBackend for D {
     fn info(&self) -> &DeviceInfo {
         ScheduledDevice::info(self)
+    }
+
+    fn import_external_memory(
+        &self,
+        params: BufferParams,
+        memory: ExternalMemory,
+        release: ReleaseOnce,
+    ) -> Result<Arc<dyn BufferBackend>> {
+        ScheduledDevice::import_external_memory(self, params, memory, release)
+    }
+
+    fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
+        ScheduledDevice::prepare_external(self, queue, timepoint, use_)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn allocate(&self, params: BufferParams, size: u64) -> Result<Arc<dyn BufferBackend>> {
