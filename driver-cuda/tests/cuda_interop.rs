@@ -275,18 +275,12 @@ fn imports_that_are_not_device_memory_of_this_gpu_are_refused_and_released() {
 fn a_foreign_stream_that_never_finishes_is_a_timeout_then_a_bounded_cancelled_teardown() {
     let Some((device, foreign)) = setup() else { return };
     let queue = device.queue(1).unwrap();
-    // The foreign stream blocks on a word of the test's that is written only at the end.
-    let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-    // SAFETY: 8 bytes of pinned memory, freed at the end after the stream drained.
-    let host = unsafe { cudarc::driver::result::malloc_host(8, flags) }.expect("cuMemHostAlloc").cast::<u64>();
-    // SAFETY: just allocated.
-    unsafe { host.write_volatile(0) };
-    let mut word: CUdeviceptr = 0;
-    // SAFETY: `host` is mapped pinned memory.
-    assert_eq!(unsafe { sys::cuMemHostGetDevicePointer_v2(&mut word, host.cast(), 0) }, sys::CUresult::CUDA_SUCCESS);
+    // The foreign stream blocks on a word of the test's that is written only at the end (or when
+    // the test fails: the guard's drop), so the process's other tests never find it blocked.
+    let mut blocker = Blocker::new();
     let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
     // SAFETY: a live stream and a live mapped word.
-    let waited = unsafe { sys::cuStreamWaitValue64_v2(foreign.stream.cu_stream(), word, 1, geq) };
+    let waited = unsafe { sys::cuStreamWaitValue64_v2(foreign.stream.cu_stream(), blocker.device, 1, geq) };
     assert_eq!(waited, sys::CUresult::CUDA_SUCCESS);
 
     let s = device.create_semaphore(0).unwrap();
@@ -300,6 +294,7 @@ fn a_foreign_stream_that_never_finishes_is_a_timeout_then_a_bounded_cancelled_te
     other.wait(1, T).unwrap();
 
     let start = Instant::now();
+    drop(queue);
     drop(device);
     let teardown = start.elapsed();
     println!("MEASURED: teardown with a queue waiting on a foreign stream that never finishes: {teardown:?}");
@@ -308,11 +303,57 @@ fn a_foreign_stream_that_never_finishes_is_a_timeout_then_a_bounded_cancelled_te
     assert_eq!(status.code(), StatusCode::Cancelled, "{status}");
 
     // The test's own blocker ends; the foreign stream drains and everything is freed.
-    // SAFETY: the mapped word, written whole.
-    unsafe { host.write_volatile(1) };
+    blocker.release();
     assert!(foreign.drained_within(Duration::from_secs(5)), "the foreign stream drains once released");
-    // SAFETY: the stream drained: nothing uses the word any more.
-    unsafe { cudarc::driver::result::free_host(host.cast()) }.expect("cuMemFreeHost");
+    blocker.free();
+}
+
+/// A word of pinned memory a foreign stream can be made to wait on; written (releasing it) when
+/// dropped, so a failing test leaves no stream blocked. Freed only after the release, once nothing
+/// waits on it: the stream that waited is drained first by the test, or, on a failure, the memory
+/// is left to the process's end.
+struct Blocker {
+    host: *mut u64,
+    device: CUdeviceptr,
+    released: bool,
+}
+
+impl Blocker {
+    fn new() -> Blocker {
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: 8 bytes of pinned memory, written before any stream waits on it.
+        let host = unsafe { cudarc::driver::result::malloc_host(8, flags) }.expect("cuMemHostAlloc").cast::<u64>();
+        // SAFETY: just allocated.
+        unsafe { host.write_volatile(0) };
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `host` is mapped pinned memory.
+        let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
+        assert_eq!(mapped, sys::CUresult::CUDA_SUCCESS);
+        Blocker { host, device, released: false }
+    }
+
+    /// Releases the waiter.
+    fn release(&mut self) {
+        // SAFETY: the mapped word, written whole.
+        unsafe { self.host.write_volatile(1) };
+        self.released = true;
+    }
+
+    /// Frees the word, once the stream that waited on it drained.
+    fn free(mut self) {
+        self.release();
+        // SAFETY: nothing waits on the word any more (the caller drained the stream).
+        unsafe { cudarc::driver::result::free_host(self.host.cast()) }.expect("cuMemFreeHost");
+    }
+}
+
+impl Drop for Blocker {
+    fn drop(&mut self) {
+        if !self.released {
+            // SAFETY: as in `release`; the memory stays allocated (a stream may still read it).
+            unsafe { self.host.write_volatile(1) };
+        }
+    }
 }
 
 #[test]
@@ -334,17 +375,20 @@ fn a_hal_failure_or_teardown_releases_a_foreign_stream_waiting_on_the_hal() {
     s.fail(Error::aborted("the producer gave up"));
     assert!(foreign.drained_within(Duration::from_secs(5)), "a failed wait releases the foreign stream");
 
-    // A wait on a value that never comes, and the device dropped: released too, bounded.
+    // A wait on a value that never comes, and the device dropped: released too, bounded, and the
+    // operation's own signal fails.
     let never = device.create_semaphore(0).unwrap();
+    let after = device.create_semaphore(0).unwrap();
     // SAFETY: as above.
-    unsafe { queue.signal_external(&[SV::new(&never, 5)], foreign.raw_stream(), &[]) }.unwrap();
+    unsafe { queue.signal_external(&[SV::new(&never, 5)], foreign.raw_stream(), &[SV::new(&after, 1)]) }.unwrap();
     foreign.tick(word);
     let start = Instant::now();
     drop(queue);
     drop(device);
     assert!(foreign.drained_within(Duration::from_secs(5)), "teardown releases the foreign stream");
     println!("MEASURED: teardown with a foreign stream waiting on a HAL value that never comes: {:?}", start.elapsed());
-    assert_eq!(never.wait(5, T).expect_err("cancelled").code(), StatusCode::Cancelled);
+    assert_eq!(after.wait(1, T).expect_err("cancelled").code(), StatusCode::Cancelled);
+    assert_eq!(never.query().unwrap(), 0, "the semaphore it waited on is the embedder's, untouched");
     foreign_free(word);
 }
 
