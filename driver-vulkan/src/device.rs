@@ -3,21 +3,23 @@
 
 use std::sync::Arc;
 
+use ash::vk;
+use ash::vk::Handle;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::{
-    BindingState, BufferBackend, Command, ExecutableBackend, ImportedHostMemory, PreparedCommands, QueueScheduler,
-    ScheduledDevice,
+    BindingState, BufferBackend, Command, ExecutableBackend, ImportedHostMemory, NativeOp, PreparedCommands,
+    QueueScheduler, ReleaseOnce, ScheduledDevice,
 };
 use hal::{
-    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, MemoryType, PoolUsage,
-    ResourceUsage, Result,
+    BufferParams, CommandBufferMode, DeviceId, DeviceInfo, ExecutableKind, ExecutableSource, ExternalMemory,
+    ExternalTimepoint, ExternalUse, MemoryType, PoolUsage, ResourceUsage, Result,
 };
 
 use crate::commands::replay::Replays;
 use crate::commands::{CHECK_COUNT_SPIRV, VulkanPreparedCommands, check_binding_range};
 use crate::executable::VulkanExecutable;
 use crate::gpu::{Gpu, PhysicalInfo};
-use crate::memory::{MemoryCounter, VulkanMemory};
+use crate::memory::{Block, MemoryCounter, VulkanMemory};
 use crate::stream::VulkanStreams;
 
 /// The property saying how executes with a binding table run: `replayed` (recordings kept and
@@ -131,6 +133,15 @@ impl VulkanDevice {
     }
 }
 
+impl Drop for VulkanDevice {
+    /// Its queues stop waiting on embedders' timeline values before they are torn down (see
+    /// [`crate::interop`]): teardown drains the streams, which must not wait on values that may
+    /// never come.
+    fn drop(&mut self) {
+        self.scheduler.model().externals().release_all();
+    }
+}
+
 impl ScheduledDevice for VulkanDevice {
     fn scheduler(&self) -> &dyn QueueScheduler {
         &self.scheduler
@@ -150,6 +161,33 @@ impl ScheduledDevice for VulkanDevice {
 
     fn import_host_memory(&self, params: BufferParams, memory: ImportedHostMemory) -> Result<Arc<dyn BufferBackend>> {
         Ok(Arc::new(VulkanMemory::import(&self.gpu, &self.memory, params.memory_type, memory)?))
+    }
+
+    fn import_external_memory(
+        &self,
+        params: BufferParams,
+        memory: ExternalMemory,
+        release: ReleaseOnce,
+    ) -> Result<Arc<dyn BufferBackend>> {
+        let ExternalMemory::VulkanBuffer { buffer, offset, length } = memory else {
+            return Err(hal::Error::unimplemented(format!(
+                "vulkan: cannot import a {} ({memory}); the Vulkan driver imports Vulkan buffers",
+                memory.kind()
+            )));
+        };
+        if params.memory_type.contains(MemoryType::HOST_VISIBLE) {
+            return Err(hal::Error::invalid_argument(format!(
+                "vulkan: import of {memory}: memory type {} is host-visible, and an imported buffer has no host view \
+                 (its memory is the embedder's, not mapped here)",
+                params.memory_type
+            )));
+        }
+        let block = Block::external(&self.gpu, vk::Buffer::from_raw(buffer), offset, length, release)?;
+        Ok(Arc::new(VulkanMemory::external(&self.gpu, &self.memory, block)))
+    }
+
+    fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
+        crate::interop::external::prepare(&self.gpu, queue, timepoint, use_)
     }
 
     fn copies_with(&self, buffer: &hal::Buffer) -> bool {

@@ -1,6 +1,7 @@
 //! One Vulkan logical device: its queues, its memory allocator and the limits the driver checks.
 //! Every object the driver makes holds an `Arc<Gpu>`, so the device is destroyed last.
 
+use std::ffi::CStr;
 use std::sync::{Arc, Mutex, Weak};
 
 use ash::vk;
@@ -177,9 +178,16 @@ fn update_after_bind_mode() -> Result<UpdateAfterBind> {
 /// A logical device and what hangs off it.
 pub struct Gpu {
     /// Keeps the instance alive while the device lives.
-    _instance: Arc<Instance>,
+    pub(crate) instance: Arc<Instance>,
     pub(crate) physical: PhysicalInfo,
     pub(crate) device: ash::Device,
+    /// The device extensions enabled.
+    pub(crate) extensions: Vec<&'static CStr>,
+    /// The core features enabled.
+    pub(crate) features: vk::PhysicalDeviceFeatures,
+    /// Whether `descriptorBindingStorageBufferUpdateAfterBind` is enabled (Vulkan 1.2's
+    /// `timelineSemaphore` always is).
+    pub(crate) update_after_bind_enabled: bool,
     pub(crate) push: Option<ash::khr::push_descriptor::Device>,
     /// The most storage buffers of an update-after-bind descriptor set, where binding-table
     /// executes replay their recordings with such sets (see `commands/bound.rs`); `None`: they
@@ -221,19 +229,19 @@ impl Gpu {
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(physical.queue_family)
             .queue_priorities(&priorities)];
-        let mut extensions = Vec::new();
+        let mut extensions: Vec<&'static CStr> = Vec::new();
         if physical.push_descriptors {
-            extensions.push(ash::khr::push_descriptor::NAME.as_ptr());
+            extensions.push(ash::khr::push_descriptor::NAME);
         }
         if physical.host_import_alignment.is_some() {
-            extensions.push(ash::ext::external_memory_host::NAME.as_ptr());
+            extensions.push(ash::ext::external_memory_host::NAME);
         }
+        let extension_names: Vec<_> = extensions.iter().map(|name| name.as_ptr()).collect();
         let update_after_bind = physical.update_after_bind;
+        let update_after_bind_enabled = update_after_bind.is_some() && physical.update_after_bind_feature;
         let mut features12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
-            .descriptor_binding_storage_buffer_update_after_bind(
-                update_after_bind.is_some() && physical.update_after_bind_feature,
-            );
+            .descriptor_binding_storage_buffer_update_after_bind(update_after_bind_enabled);
         let core = vk::PhysicalDeviceFeatures::default()
             .robust_buffer_access(physical.robust_buffer_access)
             .shader_int64(physical.shader_features.int64)
@@ -241,7 +249,7 @@ impl Gpu {
         let create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
             .enabled_features(&core)
-            .enabled_extension_names(&extensions)
+            .enabled_extension_names(&extension_names)
             .push_next(&mut features12);
         // SAFETY: the create info and everything it points to outlive the call; the extensions and
         // features were checked to exist in `describe`.
@@ -273,9 +281,12 @@ impl Gpu {
             }
         };
         Ok(Arc::new(Gpu {
-            _instance: instance,
+            instance,
             physical,
             device,
+            extensions,
+            features: core,
+            update_after_bind_enabled,
             push,
             update_after_bind,
             external_host,
@@ -287,7 +298,12 @@ impl Gpu {
 
     /// The Vulkan queue HAL queue `queue` submits to.
     pub fn queue(&self, queue: usize) -> &Mutex<vk::Queue> {
-        &self.queues[queue % self.queues.len()]
+        &self.queues[self.queue_index(queue) as usize]
+    }
+
+    /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
+    pub fn queue_index(&self, queue: usize) -> u32 {
+        (queue % self.queues.len()) as u32
     }
 
     /// The allocator (`FailedPrecondition` while the device is being dropped).

@@ -15,11 +15,19 @@ pub const VALIDATION_ENV: &str = "HAL_VULKAN_VALIDATION";
 
 const VALIDATION_LAYER: &CStr = c"VK_LAYER_KHRONOS_validation";
 
+/// The Vulkan version the instance is created for (`VkApplicationInfo::apiVersion`): what the
+/// driver and, through [`crate::interop`], an embedder may use of the device.
+pub const API_VERSION: u32 = vk::API_VERSION_1_2;
+
 /// The loaded library and an instance, shared by every device of the process.
 pub struct Instance {
-    /// Keeps the loader open while the instance lives.
-    _entry: ash::Entry,
+    /// The loader's entry points (kept open while the instance lives).
+    pub(crate) entry: ash::Entry,
     pub(crate) instance: ash::Instance,
+    /// The instance extensions enabled (debug utils under the validation layer).
+    pub(crate) extensions: Vec<&'static CStr>,
+    /// The layers enabled (the validation layer, where asked for).
+    pub(crate) layers: Vec<&'static CStr>,
     debug: Option<(ash::ext::debug_utils::Instance, vk::DebugUtilsMessengerEXT)>,
 }
 
@@ -81,17 +89,19 @@ impl Instance {
                     VALIDATION_LAYER.to_string_lossy()
                 )));
             }
-            layers.push(VALIDATION_LAYER.as_ptr());
-            extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+            layers.push(VALIDATION_LAYER);
+            extensions.push(ash::ext::debug_utils::NAME);
         }
+        let layer_names: Vec<_> = layers.iter().map(|name| name.as_ptr()).collect();
+        let extension_names: Vec<_> = extensions.iter().map(|name| name.as_ptr()).collect();
         let app = vk::ApplicationInfo::default()
             .application_name(c"timeline-hal")
             .engine_name(c"timeline-hal")
-            .api_version(vk::API_VERSION_1_2);
+            .api_version(API_VERSION);
         let create = vk::InstanceCreateInfo::default()
             .application_info(&app)
-            .enabled_layer_names(&layers)
-            .enabled_extension_names(&extensions);
+            .enabled_layer_names(&layer_names)
+            .enabled_extension_names(&extension_names);
         // SAFETY: the create info and the strings it points to outlive the call.
         let instance = unsafe { entry.create_instance(&create, None) }.map_err(|e| match e {
             vk::Result::ERROR_INCOMPATIBLE_DRIVER => Error::unavailable(
@@ -124,7 +134,7 @@ impl Instance {
         } else {
             None
         };
-        Ok(Instance { _entry: entry, instance, debug })
+        Ok(Instance { entry, instance, extensions, layers, debug })
     }
 }
 

@@ -22,6 +22,9 @@
 //!   device of another `VkDevice` go through the host (lavapipe has no exportable semaphores).
 //! - **Imported host memory** through `VK_EXT_external_memory_host`; **profiling** with timestamp
 //!   queries ([`timing`]).
+//! - **Interop** ([`interop`]): the native handles, an embedder's submissions on a HAL queue's
+//!   `VkQueue` ([`interop::with_queue`]), an embedder's `VkBuffer` imported as a HAL buffer, and
+//!   HAL queues ordered with an embedder's timeline semaphore both ways on the device.
 //! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library).
 //!
 //! The files are the rooms every driver has, `device.rs`, `stream.rs`, `commands/`,
@@ -59,6 +62,7 @@ pub mod error;
 mod executable;
 mod gpu;
 mod instance;
+pub mod interop;
 mod memory;
 mod spirv;
 mod stream;
@@ -71,6 +75,9 @@ use std::sync::Arc;
 use hal::driver::{DeviceExt, Driver};
 use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 
+/// The `ash` the driver is built with: the Vulkan types and function tables of
+/// [`interop`] are this crate's, so an embedder names them through this re-export.
+pub use ash;
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
 pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::UPDATE_AFTER_BIND_ENV;

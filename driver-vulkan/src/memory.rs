@@ -2,6 +2,9 @@
 //! driver offers is backed by mapped memory (lavapipe's only type is device-local and host-visible;
 //! NVIDIA's device-local memory is host-visible too), so queue reads and writes are host copies in
 //! queue order; `DEVICE_LOCAL`-only buffers are still not mappable through the HAL, as on any GPU.
+//! The exception is a range of an embedder's `VkBuffer` ([`Block::external`]): its memory is the
+//! embedder's and has no mapping here, so queue reads and writes of it are device copies through a
+//! staging buffer (`stream.rs`).
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -9,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
+use ash::vk::Handle;
 use gpu_allocator::MemoryLocation;
 use gpu_allocator::vulkan::{Allocation, AllocationCreateDesc, AllocationScheme};
 use hal::driver::lock;
@@ -32,15 +36,16 @@ impl MemoryCounter {
     }
 }
 
-/// A `VkBuffer` with its memory, mapped; freed when the last holder drops it (a buffer handle, a
-/// mapping's view, or a submission in flight).
+/// A `VkBuffer` with its memory, mapped (but for an embedder's buffer); freed when the last holder
+/// drops it (a buffer handle, a mapping's view, or a submission in flight).
 pub struct Block {
     gpu: Arc<Gpu>,
     pub(crate) buffer: vk::Buffer,
     backing: Backing,
-    /// The host address of the `VkBuffer`'s byte 0.
-    ptr: NonNull<u8>,
-    /// Where the HAL buffer's byte 0 lies in the `VkBuffer` (an import's page alignment).
+    /// The host address of the `VkBuffer`'s byte 0 (`None`: an embedder's buffer, not mapped here).
+    ptr: Option<NonNull<u8>>,
+    /// Where the HAL buffer's byte 0 lies in the `VkBuffer` (an import's page alignment, an
+    /// embedder's buffer's offset).
     pub(crate) base: u64,
     size: u64,
     counter: Option<Arc<MemoryCounter>>,
@@ -53,10 +58,14 @@ enum Backing {
     /// Host memory the embedder lent, imported with `VK_EXT_external_memory_host`; the release
     /// runs once the memory object is freed.
     Imported(vk::DeviceMemory, Option<ReleaseOnce>),
+    /// The embedder's `VkBuffer` with its memory: neither destroyed nor freed here; the release
+    /// hands it back once the block is gone.
+    External(Option<ReleaseOnce>),
 }
 
 // SAFETY: `ptr` points into the mapped allocation the block owns; the block hands it out only as a
-// raw address, and the memory stays mapped until the block drops.
+// raw address, and the memory stays mapped until the block drops. An embedder's buffer is a handle
+// the embedder keeps valid until the release runs (the import's contract), used from any thread.
 unsafe impl Send for Block {}
 // SAFETY: as above; the block is not changed after it is made (only dropped).
 unsafe impl Sync for Block {}
@@ -122,7 +131,7 @@ impl Block {
             gpu: gpu.clone(),
             buffer,
             backing: Backing::Allocated(Some(allocation)),
-            ptr,
+            ptr: Some(ptr),
             base: 0,
             size: vk_size,
             counter: counter.cloned(),
@@ -204,7 +213,7 @@ impl Block {
             return Err(from_vk("vkBindBufferMemory", e));
         }
         counter.0.fetch_add(size, Ordering::Relaxed);
-        let ptr = NonNull::new(start as *mut u8).unwrap_or(NonNull::dangling());
+        let ptr = NonNull::new(start as *mut u8);
         Ok(Block {
             gpu: gpu.clone(),
             buffer,
@@ -216,9 +225,61 @@ impl Block {
         })
     }
 
-    /// The mapped address of the `VkBuffer`'s byte 0.
-    pub fn ptr(&self) -> NonNull<u8> {
-        self.ptr
+    /// `length` bytes from `offset` of `buffer`, a `VkBuffer` of `gpu`'s device that the embedder
+    /// created and bound memory to (`Device::import_external_memory`). Checked: a non-null handle,
+    /// and a range inside the buffer's memory requirements (`vkGetBufferMemoryRequirements`, whose
+    /// size is at least the buffer's: an upper bound, the only size Vulkan tells). Not mapped, not
+    /// counted (the embedder allocated it); `release` runs when the block drops, or now on an error.
+    pub fn external(
+        gpu: &Arc<Gpu>,
+        buffer: vk::Buffer,
+        offset: u64,
+        length: u64,
+        release: ReleaseOnce,
+    ) -> Result<Block> {
+        let what = || format!("vulkan: import of Vulkan buffer {:#x} [{offset}, +{length})", buffer.as_raw());
+        if buffer == vk::Buffer::null() {
+            return Err(Error::invalid_argument(format!("{}: a null VkBuffer", what())));
+        }
+        let Some(end) = offset.checked_add(length) else {
+            return Err(Error::out_of_range(format!("{}: the range ends past 2^64", what())));
+        };
+        // SAFETY: the embedder vouches (the import's contract) that `buffer` is a live buffer of this
+        // device; the query reads nothing else.
+        let requirements = unsafe { gpu.device.get_buffer_memory_requirements(buffer) };
+        if end > requirements.size {
+            return Err(Error::out_of_range(format!(
+                "{}: past the end of the buffer ({} bytes at most, its memory requirements' size)",
+                what(),
+                requirements.size
+            )));
+        }
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::External(Some(release)),
+            ptr: None,
+            base: offset,
+            size: length,
+            counter: None,
+        })
+    }
+
+    /// The mapped address of the `VkBuffer`'s byte 0: `InvalidArgument` for an embedder's buffer,
+    /// which is not mapped here.
+    pub fn ptr(&self) -> Result<NonNull<u8>> {
+        self.ptr.ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "vulkan: Vulkan buffer {:#x} is the embedder's and has no host mapping here",
+                self.buffer.as_raw()
+            ))
+        })
+    }
+
+    /// Whether the block is an embedder's buffer (not mapped: the host reaches it only through
+    /// device copies).
+    pub fn is_external(&self) -> bool {
+        matches!(self.backing, Backing::External(_))
     }
 
     /// The device the block is on.
@@ -226,10 +287,10 @@ impl Block {
         &self.gpu
     }
 
-    /// The mapped address of the HAL buffer's byte 0.
-    pub fn first_byte(&self) -> NonNull<u8> {
+    /// The mapped address of the HAL buffer's byte 0 (`None` for an embedder's buffer).
+    pub fn first_byte(&self) -> Option<NonNull<u8>> {
         // SAFETY: `base` lies inside the mapping (an import's offset into its first page).
-        unsafe { self.ptr.add(self.base as usize) }
+        self.ptr.map(|ptr| unsafe { ptr.add(self.base as usize) })
     }
 }
 
@@ -237,6 +298,12 @@ impl Drop for Block {
     fn drop(&mut self) {
         if let Some(counter) = &self.counter {
             counter.0.fetch_sub(self.size, Ordering::Relaxed);
+        }
+        if let Backing::External(release) = &mut self.backing {
+            // The embedder's buffer: the last holder is gone (submissions hold a block until they
+            // completed), so it is theirs again.
+            drop(release.take());
+            return;
         }
         // SAFETY: the last holder is gone, and submissions hold a block until they completed.
         unsafe { self.gpu.device.destroy_buffer(self.buffer, None) };
@@ -252,6 +319,7 @@ impl Drop for Block {
                 // The embedder gets its memory back only now.
                 drop(release.take());
             }
+            Backing::External(_) => {}
         }
     }
 }
@@ -284,6 +352,13 @@ impl VulkanMemory {
         let size = memory.length();
         let block = Block::import(gpu, memory, counter)?;
         Ok(Self::holding(gpu, counter, memory_type, size, block))
+    }
+
+    /// A buffer over `block`, a range of the embedder's `VkBuffer` (see [`Block::external`]).
+    /// Never mappable: the embedder's memory has no mapping here.
+    pub fn external(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, block: Block) -> Self {
+        let size = block.size;
+        Self::holding(gpu, counter, MemoryType::DEVICE_LOCAL, size, block)
     }
 
     /// Memory of `size` bytes that holds `block` for its whole life.
@@ -381,13 +456,15 @@ unsafe impl BufferBackend for VulkanMemory {
             return None;
         }
         let block = lock(&self.block).clone()?;
-        let ptr = block.first_byte();
+        let ptr = block.first_byte()?;
         Some(HostView::kept_alive(ptr, block))
     }
 
     fn device_address(&self) -> u64 {
-        // Vulkan kernels reach buffers through descriptors; the mapped address identifies it.
-        lock(&self.block).as_ref().map_or(0, |b| b.first_byte().as_ptr() as u64)
+        // Vulkan kernels reach buffers through descriptors; the mapped address identifies it (and
+        // is as aligned as the offset in the `VkBuffer`, which the HAL's binding check reads). An
+        // embedder's buffer is not mapped: its offset in the `VkBuffer` stands in.
+        lock(&self.block).as_ref().map_or(0, |b| b.first_byte().map_or(b.base, |ptr| ptr.as_ptr() as u64))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -8,7 +8,14 @@
 //! value only once that stream's thread issued the signal (queued it on a `VkQueue` or signalled
 //! it from the host). Two HAL queues sharing one `VkQueue` (lavapipe has one) therefore cannot
 //! deadlock on each other. Host-side work (queue reads and writes, alloca, dealloca) runs on the
-//! submit thread once its waits are reached, then signals the value from the host.
+//! submit thread once its waits are reached, then signals the value from the host; reads and writes
+//! of an embedder's `VkBuffer`, which has no mapping here, are device copies through a staging
+//! buffer instead.
+//!
+//! An external timepoint (`crate::interop`) is an empty submission that also waits on, or also
+//! signals, a value of an embedder's timeline semaphore. Its wait is the one exception to the rule
+//! above: the embedder, not the HAL, issues that value's signal, so the submission may reach the
+//! `VkQueue` before it (see the `interop` module docs for what that asks of the embedder).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
@@ -27,6 +34,7 @@ use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
+use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::Block;
 use crate::memory::{VulkanMemory, resolve};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
@@ -133,6 +141,7 @@ struct StreamShared {
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
+    externals: Arc<ExternalWaits>,
 }
 
 /// What a submission holds until it completes: its command buffer (or the recording it replays),
@@ -147,6 +156,9 @@ struct InFlight {
     /// When host-side work ran, for a profiled submission (recorded when it retires, so that
     /// records keep the stream's order).
     host_time: Option<(Instant, Instant)>,
+    /// The staging buffer a read of an embedder's buffer copied into, handed to the read when it
+    /// retires.
+    read_back: Option<Arc<Block>>,
 }
 
 impl Drop for InFlight {
@@ -232,24 +244,38 @@ pub struct VulkanStreams {
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     /// The clock anchor of the profiling session (measured at its start).
     anchor: Mutex<Option<ClockAnchor>>,
+    /// The waits on embedders' timeline values its queues submitted (released at teardown).
+    externals: Arc<ExternalWaits>,
 }
 
 impl VulkanStreams {
     /// The model of `gpu`; `checker` checks indirect dispatches' counts.
     pub fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>) -> Self {
-        VulkanStreams { gpu: gpu.clone(), checker, in_flight: Arc::default(), anchor: Mutex::new(None) }
+        VulkanStreams {
+            gpu: gpu.clone(),
+            checker,
+            in_flight: Arc::default(),
+            anchor: Mutex::new(None),
+            externals: ExternalWaits::new(gpu),
+        }
+    }
+
+    /// The waits on embedders' timeline values (for the device's teardown).
+    pub(crate) fn externals(&self) -> &ExternalWaits {
+        &self.externals
     }
 
     /// `OutOfRange` for the first indirect dispatch whose count was past the device's limits.
     fn check_counts(&self, scratch: &Block, dispatches: &[usize]) -> Result<()> {
         let limits = self.gpu.physical.limits.max_compute_work_group_count;
+        let ptr = scratch.ptr()?;
         for (k, index) in dispatches.iter().enumerate() {
             let mut words = [0u32; 8];
             // SAFETY: the scratch holds 32 bytes per indirect dispatch, written by the completed
             // submission (made visible to the host by its last barrier).
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    scratch.ptr().as_ptr().add(k * CHECK_SLOT_BYTES as usize),
+                    ptr.as_ptr().add(k * CHECK_SLOT_BYTES as usize),
                     words.as_mut_ptr().cast::<u8>(),
                     CHECK_SLOT_BYTES as usize,
                 )
@@ -325,6 +351,7 @@ impl StreamModel for VulkanStreams {
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
+            externals: self.externals.clone(),
         });
         let runner = shared.clone();
         let thread = std::thread::Builder::new()
@@ -386,10 +413,19 @@ impl StreamModel for VulkanStreams {
     }
 
     fn complete(&self, work: &Work) -> Result<()> {
+        external::complete(&work.op)?;
         match self.finish(work) {
             Some(done) => {
                 if let Some((scratch, dispatches)) = &done.checks {
                     self.check_counts(scratch, dispatches)?;
+                }
+                if let (Some(staging), QueueOp::Read { length, target, .. }) = (&done.read_back, &work.op) {
+                    let mut bytes = vec![0u8; *length as usize];
+                    let ptr = staging.ptr()?;
+                    // SAFETY: the staging block holds at least `length` bytes, written by the
+                    // completed submission (made visible to the host by its last barrier).
+                    unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr(), bytes.as_mut_ptr(), bytes.len()) };
+                    target.stage(bytes);
                 }
                 if let (Some((start, end)), Some(sink)) = (done.host_time, work.profile()) {
                     sink.record_queue_operation(work, start, end);
@@ -404,6 +440,7 @@ impl StreamModel for VulkanStreams {
     }
 
     fn discard(&self, work: &Work) {
+        external::discard(&work.op);
         drop(self.finish(work));
     }
 
@@ -451,8 +488,14 @@ fn submit_thread(stream: &StreamShared) {
             if let Some(work) = &item.work {
                 work.fail(e.clone());
             }
-            // The value must still be reached, after everything before it, or waiters hang.
-            let reached = wait_all(stream, &item).and_then(|()| stream.timeline.signal(item.value));
+            // The value must still be reached, after everything before it, or waiters hang; so
+            // must an embedder's value the work was to signal.
+            let reached = wait_all(stream, &item).and_then(|()| {
+                if let Some(Ok(Some(op))) = item.work.as_ref().map(|work| ExternalOp::of(&work.op)) {
+                    op.settle_on_host();
+                }
+                stream.timeline.signal(item.value)
+            });
             if let Err(e) = reached {
                 tracing::error!(queue = stream.queue, %e, "vulkan: a failed submission could not signal its value");
             }
@@ -474,23 +517,59 @@ fn wait_all(stream: &StreamShared, item: &Item) -> Result<()> {
 enum Plan<'a> {
     /// Nothing on the device: a submission with only waits and the signal.
     Empty,
-    /// Commands recorded into a command buffer.
-    Device(&'a [hal::driver::Command], Option<&'a hal::driver::Command>),
+    /// Recorded into a command buffer.
+    Device(Body<'a>),
+    /// A submission with no commands that also waits on, or also signals, an embedder's value.
+    External(&'a Arc<Point>),
     /// Host work after the waits, then a host signal.
     Host(&'a QueueOp),
 }
 
+/// What a command buffer records.
+enum Body<'a> {
+    /// An execute's commands.
+    Commands(&'a [hal::driver::Command]),
+    /// One transfer.
+    One(&'a hal::driver::Command),
+    /// A read of `length` bytes at `offset` of an embedder's buffer, copied into `staging`.
+    ReadBack { source: &'a hal::Buffer, offset: u64, length: u64, staging: Arc<Block> },
+}
+
+impl Body<'_> {
+    /// The HAL commands it records (none for a read-back).
+    fn listed(&self) -> &[hal::driver::Command] {
+        match self {
+            Body::Commands(commands) => commands,
+            Body::One(command) => std::slice::from_ref(*command),
+            Body::ReadBack { .. } => &[],
+        }
+    }
+}
+
+/// Whether `buffer` is a range of an embedder's `VkBuffer` (reached only through device copies).
+fn is_external(buffer: &hal::Buffer) -> bool {
+    resolve(buffer).is_ok_and(|(block, _)| block.is_external())
+}
+
 fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
     let Some(work) = &item.work else { return submit(stream, item, None, Submitted::default()) };
+    let external_op = ExternalOp::of(&work.op)?;
+    if let Some(op) = external_op {
+        op.check_signal()?;
+    }
+    let external = external_op.map(ExternalOp::point);
+    // Work that will not run still signals an embedder's value (on the device, in order).
+    let failed = Submitted { external: external.filter(|point| !point.is_wait()).cloned(), ..Submitted::default() };
     if let Some(fault) = work.take_upstream_fault() {
         work.fault.set(fault);
-        return submit(stream, item, None, Submitted::default());
+        return submit(stream, item, None, failed);
     }
     if work.cancel_requested() {
         work.fail(Error::cancelled("vulkan: cancelled before it started"));
-        return submit(stream, item, None, Submitted::default());
+        return submit(stream, item, None, failed);
     }
     let commands;
+    let update;
     let mut prepared = None;
     let plan = match &work.op {
         QueueOp::Execute { command_buffer, collectives } => {
@@ -503,15 +582,30 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
             }
             commands = command_buffer.commands();
             prepared = command_buffer.prepared();
-            Plan::Device(&commands, None)
+            Plan::Device(Body::Commands(&commands))
         }
-        QueueOp::Transfer(command) => Plan::Device(&[], Some(command)),
+        QueueOp::Transfer(command) => Plan::Device(Body::One(command)),
         QueueOp::Barrier => Plan::Empty,
         QueueOp::Collective(call) => {
             let e = Error::unimplemented("vulkan: collectives are not implemented");
             call.abandon(e.clone());
             return Err(e);
         }
+        // An embedder's buffer has no mapping here: the write is an update through staging.
+        QueueOp::Write { data, target, offset } if is_external(target) => {
+            target.check_range(*offset, data.len() as u64)?;
+            update = hal::driver::Command::Update { target: target.clone(), offset: *offset, data: data.clone() };
+            Plan::Device(Body::One(&update))
+        }
+        QueueOp::Read { source, offset, length, .. } if is_external(source) => {
+            source.check_range(*offset, *length)?;
+            let staging = Arc::new(Block::new(&stream.gpu, *length, None, "hal read-back")?);
+            Plan::Device(Body::ReadBack { source, offset: *offset, length: *length, staging })
+        }
+        QueueOp::Native(_) => match external {
+            Some(point) => Plan::External(point),
+            None => return Err(Error::internal("vulkan: a native operation without its payload")),
+        },
         op => Plan::Host(op),
     };
     match plan {
@@ -519,11 +613,23 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
             keep_host_time(stream, work, Instant::now());
             submit(stream, item, None, Submitted::default())
         }
-        Plan::Device(commands, single) => {
-            let timing = timing_for(stream, work, commands, single)?;
+        Plan::External(point) => {
+            if point.is_wait() && !stream.externals.register(point) {
+                // The device is being dropped: the wait is not submitted.
+                work.fail(Error::cancelled(format!(
+                    "vulkan: device destroyed before its queue submitted the {}",
+                    work.op.describe()
+                )));
+                return submit(stream, item, None, Submitted::default());
+            }
+            keep_host_time(stream, work, Instant::now());
+            submit(stream, item, None, Submitted { external: Some(point.clone()), ..Submitted::default() })
+        }
+        Plan::Device(body) => {
+            let timing = timing_for(stream, work, body.listed())?;
             let prepared = prepared.as_ref().and_then(|p| p.as_any().downcast_ref::<VulkanPreparedCommands>());
             // A profiled execute times its own recording.
-            if let (Some(prepared), None) = (prepared, &timing)
+            if let (Some(prepared), None, Body::Commands(commands)) = (prepared, &timing, &body)
                 && let Some(replays) = &prepared.replays
             {
                 let lease = match replays.lease(&stream.pool, stream.timeline.value()?, item.value)? {
@@ -536,21 +642,25 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
                     sets.write(commands, &mut keep)?;
                 }
                 let (cmd, checks) = (lease.recording().cmd, lease.recording().checks.clone());
-                let submitted = Submitted { keep, timing: None, checks, lease: Some(lease) };
+                let submitted = Submitted { keep, checks, lease: Some(lease), ..Submitted::default() };
                 return submit(stream, item, Some(cmd), submitted);
             }
             let mut keep = Keep::default();
-            let checks = count_checks_for(stream, commands, single)?;
+            let checks = count_checks_for(stream, body.listed())?;
+            let read_back = match &body {
+                Body::ReadBack { staging, .. } => Some(staging.clone()),
+                _ => None,
+            };
             let cmd = stream.pool.acquire()?;
             let recorded = begin(stream, cmd, vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT).and_then(|()| {
                 let recorder = Recorder::new(&stream.gpu, cmd, &mut keep);
-                record(stream, cmd, recorder, commands, single, timing.as_ref(), checks.as_ref())
+                record(stream, cmd, recorder, body, timing.as_ref(), checks.as_ref())
             });
             if let Err(e) = recorded {
                 stream.pool.release_failed(cmd);
                 return Err(e);
             }
-            submit(stream, item, Some(cmd), Submitted { keep, timing, checks, lease: None })
+            submit(stream, item, Some(cmd), Submitted { keep, timing, checks, read_back, ..Submitted::default() })
         }
         Plan::Host(op) => {
             wait_all(stream, item)?;
@@ -575,26 +685,18 @@ fn keep_host_time(stream: &StreamShared, work: &Work, start: Instant) {
             timing: None,
             checks: None,
             host_time: Some((start, Instant::now())),
+            read_back: None,
         };
         lock(&stream.in_flight).insert(work.id, entry);
     }
 }
 
 /// The timestamps a profiled submission needs: none unless it records something.
-fn timing_for(
-    stream: &StreamShared,
-    work: &Work,
-    commands: &[hal::driver::Command],
-    single: Option<&hal::driver::Command>,
-) -> Result<Option<SubmissionTiming>> {
+fn timing_for(stream: &StreamShared, work: &Work, listed: &[hal::driver::Command]) -> Result<Option<SubmissionTiming>> {
     let Some(options) = work.profile().map(|sink| sink.options()) else { return Ok(None) };
     if !options.records_anything() {
         return Ok(None);
     }
-    let listed = match single {
-        Some(command) => std::slice::from_ref(command),
-        None => commands,
-    };
     let dispatches = listed
         .iter()
         .enumerate()
@@ -612,13 +714,8 @@ fn timing_for(
 /// command indices; none without indirect dispatches.
 fn count_checks_for(
     stream: &StreamShared,
-    commands: &[hal::driver::Command],
-    single: Option<&hal::driver::Command>,
+    listed: &[hal::driver::Command],
 ) -> Result<Option<(Arc<Block>, Vec<usize>)>> {
-    let listed = match single {
-        Some(command) => std::slice::from_ref(command),
-        None => commands,
-    };
     let indirect: Vec<usize> = listed
         .iter()
         .enumerate()
@@ -636,7 +733,7 @@ fn count_checks_for(
 /// its dispatches bind update-after-bind sets, written at each execute (see `commands/bound.rs`).
 fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], bound: bool) -> Result<Recording> {
     let mut keep = Keep::default();
-    let checks = count_checks_for(stream, commands, None)?;
+    let checks = count_checks_for(stream, commands)?;
     let mut sets = bound.then(|| BoundSets::new(&stream.gpu, commands)).transpose()?;
     let cmd = stream.pool.acquire()?;
     let usage = if Recording::simultaneous_use(checks.as_ref(), sets.as_ref()) {
@@ -649,7 +746,7 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], b
         if let Some(sets) = sets.as_mut() {
             recorder = recorder.with_bound_sets(sets);
         }
-        record(stream, cmd, recorder, commands, None, None, checks.as_ref())
+        record(stream, cmd, recorder, Body::Commands(commands), None, checks.as_ref())
     });
     if let Err(e) = recorded {
         stream.pool.release_failed(cmd);
@@ -666,13 +763,12 @@ fn begin(stream: &StreamShared, cmd: vk::CommandBuffer, flags: vk::CommandBuffer
     unsafe { stream.gpu.device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))
 }
 
-/// Records `commands` (or `single`) with `recorder`, whose command buffer `cmd` was begun.
+/// Records `body` with `recorder`, whose command buffer `cmd` was begun.
 fn record<'a>(
     stream: &'a StreamShared,
     cmd: vk::CommandBuffer,
     mut recorder: Recorder<'a>,
-    commands: &[hal::driver::Command],
-    single: Option<&hal::driver::Command>,
+    body: Body<'_>,
     timing: Option<&'a SubmissionTiming>,
     checks: Option<&(Arc<Block>, Vec<usize>)>,
 ) -> Result<()> {
@@ -687,9 +783,10 @@ fn record<'a>(
         recorder = recorder.with_timing(timing.pool.pool, &timing.dispatches);
         recorder.timestamp(timing.pool.pool, 0);
     }
-    match single {
-        Some(command) => recorder.command(command)?,
-        None => recorder.commands(commands)?,
+    match body {
+        Body::Commands(commands) => recorder.commands(commands)?,
+        Body::One(command) => recorder.command(command)?,
+        Body::ReadBack { source, offset, length, staging } => recorder.read_back(source, offset, length, staging)?,
     }
     if let Some(timing) = timing {
         recorder.timestamp(timing.pool.pool, 1);
@@ -699,7 +796,8 @@ fn record<'a>(
     unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))
 }
 
-/// What a recorded submission keeps until it completes.
+/// What a recorded submission keeps until it completes, and the embedder's value it waits on or
+/// signals.
 #[derive(Default)]
 struct Submitted {
     keep: Keep,
@@ -707,12 +805,28 @@ struct Submitted {
     checks: Option<(Arc<Block>, Vec<usize>)>,
     /// The replayed recording (its command buffer is the recording's, not handed back).
     lease: Option<Lease>,
+    /// The staging buffer of a read of an embedder's buffer.
+    read_back: Option<Arc<Block>>,
+    /// An embedder's timeline value the submission also waits on or signals.
+    external: Option<Arc<Point>>,
 }
 
 /// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
 fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
     let mut semaphores = vec![stream.timeline.semaphore];
     let mut values = vec![item.value - 1];
+    let mut signals = vec![stream.timeline.semaphore];
+    let mut signal_values = vec![item.value];
+    if let Some(point) = &submitted.external {
+        let (semaphore, value) = point.timeline();
+        if point.is_wait() {
+            semaphores.push(semaphore);
+            values.push(value);
+        } else {
+            signals.push(semaphore);
+            signal_values.push(value);
+        }
+    }
     for (timeline, value) in &item.waits {
         if Arc::ptr_eq(&timeline.gpu, &stream.gpu) {
             semaphores.push(timeline.semaphore);
@@ -723,8 +837,6 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
         }
     }
     let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
-    let signals = [stream.timeline.semaphore];
-    let signal_values = [item.value];
     let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
         .wait_semaphore_values(&values)
         .signal_semaphore_values(&signal_values);
@@ -745,15 +857,22 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
                 timing: submitted.timing,
                 checks: submitted.checks,
                 host_time: None,
+                read_back: submitted.read_back,
             },
         );
     }
     let queue = lock(stream.gpu.queue(stream.queue));
-    // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs);
-    // the command buffer is recorded and its resources are held in `in_flight` until completion.
-    let submitted = unsafe { stream.gpu.device.queue_submit(*queue, &[submit], vk::Fence::null()) };
+    // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs), but
+    // an embedder's, which the embedder issues (`crate::interop`); the command buffer is recorded
+    // and its resources are held in `in_flight` until completion.
+    let result = unsafe { stream.gpu.device.queue_submit(*queue, &[submit], vk::Fence::null()) };
     drop(queue);
-    submitted.map_err(|e| {
+    if let (Ok(()), Some(point)) = (&result, &submitted.external)
+        && !point.is_wait()
+    {
+        point.set_settled();
+    }
+    result.map_err(|e| {
         if let Some(work) = &item.work {
             // Never submitted: the entry (and its command buffer) can go now.
             lock(&stream.in_flight).remove(&work.id);
@@ -770,26 +889,24 @@ fn run_on_host(op: &QueueOp) -> Result<()> {
         QueueOp::Write { data, target, offset } => {
             target.check_range(*offset, data.len() as u64)?;
             let (block, base) = resolve(target)?;
+            let ptr = block.ptr()?;
             // SAFETY: the range lies inside the buffer (checked) so inside the block's mapping,
             // which `block` keeps alive; racing device access is a program error with some mix of
             // bytes as its outcome, as on every driver.
             unsafe {
-                std::ptr::copy_nonoverlapping(
-                    data.as_ptr(),
-                    block.ptr().as_ptr().add((base + offset) as usize),
-                    data.len(),
-                )
+                std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr().add((base + offset) as usize), data.len())
             };
             Ok(())
         }
         QueueOp::Read { source, offset, length, target } => {
             source.check_range(*offset, *length)?;
             let (block, base) = resolve(source)?;
+            let ptr = block.ptr()?;
             let mut bytes = vec![0u8; *length as usize];
             // SAFETY: as for writes.
             unsafe {
                 std::ptr::copy_nonoverlapping(
-                    block.ptr().as_ptr().add((base + offset) as usize),
+                    ptr.as_ptr().add((base + offset) as usize),
                     bytes.as_mut_ptr(),
                     bytes.len(),
                 )

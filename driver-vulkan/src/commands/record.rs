@@ -203,8 +203,9 @@ impl<'a> Recorder<'a> {
     /// A staging buffer holding `bytes`, kept with the submission.
     fn staging(&mut self, bytes: &[u8]) -> Result<Arc<Block>> {
         let block = Arc::new(Block::new(self.gpu, bytes.len() as u64, None, "hal staging")?);
+        let ptr = block.ptr()?;
         // SAFETY: the new block's mapping holds at least `bytes.len()` bytes and nothing else uses it.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), block.ptr().as_ptr(), bytes.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), bytes.len()) };
         self.keep.blocks.push(block.clone());
         Ok(block)
     }
@@ -226,6 +227,18 @@ impl<'a> Recorder<'a> {
         let staging = self.staging(data)?;
         let region = vk::BufferCopy { src_offset: 0, dst_offset: base + offset, size: data.len() as u64 };
         self.copy_regions(staging.buffer, block.buffer, &[region]);
+        Ok(())
+    }
+
+    /// Copies `length` bytes at `offset` of `source` into `staging` (from its byte 0), for the host
+    /// to read once the submission completed; the last barrier makes them visible there.
+    pub fn read_back(&mut self, source: &Buffer, offset: u64, length: u64, staging: Arc<Block>) -> Result<()> {
+        let (block, base) = self.block(source)?;
+        if length > 0 {
+            let region = vk::BufferCopy { src_offset: base + offset, dst_offset: 0, size: length };
+            self.copy_regions(block.buffer, staging.buffer, &[region]);
+        }
+        self.keep.blocks.push(staging);
         Ok(())
     }
 
