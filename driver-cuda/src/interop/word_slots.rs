@@ -15,6 +15,7 @@
 //! (behind work that never finishes) waits for it a bounded time and then leaves the page
 //! allocated rather than free memory a stream will touch (logged).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -102,7 +103,7 @@ struct Retiring {
 struct State {
     pages: Vec<Arc<Page>>,
     free: Vec<Slot>,
-    retiring: Vec<Retiring>,
+    retiring: VecDeque<Retiring>,
     spare_events: Vec<CUevent>,
     /// Every lease not yet ended, for teardown.
     live: Vec<Weak<LeaseCore>>,
@@ -161,17 +162,19 @@ impl WordSlots {
         Ok(Lease { slots: self.clone(), event, core })
     }
 
-    /// Frees the slots whose foreign use completed.
+    /// Frees the slots whose foreign use completed, oldest first, stopping at the first that has
+    /// not: foreign streams run their parts in about the order the leases ended, and one query per
+    /// lease keeps a busy pool from querying every retiring word at every lease (each query takes
+    /// a driver lock the submitting threads need).
     fn recycle(&self, bound: &Bound<'_>, state: &mut State) {
-        let mut index = 0;
-        while index < state.retiring.len() {
+        while let Some(oldest) = state.retiring.front() {
             // A fault or an error reads as "not yet": the slot stays out of use, never reused early.
-            if result::event_query(bound, state.retiring[index].event).unwrap_or(false) {
-                let Retiring { slot, event } = state.retiring.swap_remove(index);
+            if !result::event_query(bound, oldest.event).unwrap_or(false) {
+                break;
+            }
+            if let Some(Retiring { slot, event }) = state.retiring.pop_front() {
                 state.free.push(slot);
                 state.spare_events.push(event);
-            } else {
-                index += 1;
             }
         }
     }
@@ -199,14 +202,19 @@ impl Drop for WordSlots {
         };
         let deadline = Instant::now() + TEARDOWN_WAIT;
         let mut pending = state.retiring;
+        let mut events = state.spare_events;
         loop {
-            pending.retain(|retiring| !result::event_query(&bound, retiring.event).unwrap_or(true));
+            // An error (a faulted context) reads as complete: nothing will run on it any more.
+            let (done, waiting): (VecDeque<Retiring>, VecDeque<Retiring>) =
+                pending.into_iter().partition(|retiring| result::event_query(&bound, retiring.event).unwrap_or(true));
+            events.extend(done.into_iter().map(|retiring| retiring.event));
+            pending = waiting;
             if pending.is_empty() || Instant::now() >= deadline {
                 break;
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        let events = state.spare_events.into_iter().chain(pending.iter().map(|retiring| retiring.event));
+        events.extend(pending.iter().map(|retiring| retiring.event));
         for event in events {
             // SAFETY: each event is owned by this pool and destroyed once; a pending one may still be
             // recorded on a foreign stream, which CUDA allows (it releases it once complete).
@@ -287,6 +295,6 @@ impl Drop for Lease {
         self.core.write_ticket();
         self.core.ended.store(true, Ordering::Release);
         let slot = Slot { page: self.core.page.clone(), index: self.core.index, ticket: self.core.ticket };
-        lock(&self.slots.state).retiring.push(Retiring { slot, event: self.event });
+        lock(&self.slots.state).retiring.push_back(Retiring { slot, event: self.event });
     }
 }
