@@ -46,7 +46,14 @@ enum Command {
     /// timeline semaphores, checked against a CPU reference
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Run(RunArgs),
-    /// The conformance suite (ctest), each case in its own process
+    /// The conformance suite (ctest) on a driver's device, each case in its own process
+    ///
+    /// Runs on cpu-sim (device 0), vulkan[:N] and cuda[:N], with the driver's own fixture: the
+    /// devices each case needs are made on the --device given (on CUDA with --spread, on every GPU
+    /// in turn). Prints a row per case (area, case, time, PASS / FAIL / SKIP with the reason), the
+    /// failures, then the counts per area. Where the driver cannot run here (no Vulkan device; no
+    /// CUDA driver library, GPU or NVRTC for CUDA's kernels) it says why, once, runs no case and
+    /// exits 1; so does a device the driver does not have.
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Cts(CtsArgs),
     /// The benchmarks, each beside a baseline measured in the same run
@@ -124,6 +131,11 @@ struct CtsArgs {
     /// Every case on one device, in this process (implies --in-process)
     #[arg(long)]
     shared_device: bool,
+    /// CUDA only: each case's devices go round every GPU (from --device's ordinal, wrapping
+    /// around), so the multi-device and collective cases cross GPUs (a collective channel gets one
+    /// rank per GPU)
+    #[arg(long)]
+    spread: bool,
     /// Print the case ids and exit
     #[arg(long)]
     list: bool,
@@ -378,6 +390,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
 }
 
 fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
+    use tools::cts::Target;
     let spec = args.device.device;
     if args.list {
         emit(&tools::cts::case_ids().iter().map(|id| format!("{id}\n")).collect::<String>())?;
@@ -389,28 +402,27 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
     {
         return Err(Failure::Usage(format!("no case matches the filter '{filter}'; `hal cts --list` lists the cases")));
     }
-    let (driver, ordinal) = tools::registry().locate(spec.path()).map_err(|e| format!("device '{spec}': {e}"))?;
-    if ordinal != 0 {
-        return Err(Failure::Error(format!(
-            "the conformance suite runs on device 0 of a driver (its fixture opens the devices it needs), \
-             not on '{spec}'"
+    let target = Target::locate(&spec, args.spread)?;
+    if target.spread && target.driver != tools::CUDA_DRIVER {
+        return Err(Failure::Usage(format!(
+            "--spread is for the {} driver only (it puts a case's devices on every GPU), not for '{spec}'",
+            tools::CUDA_DRIVER
         )));
     }
-    let driver = driver.as_str();
     if let Some(id) = &args.child {
-        tools::cts::run_child(driver, id)?;
+        tools::cts::run_child(&target, id)?;
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the hal binary to run cases in: {e}"))?;
     let child = |id: &str| {
         let mut command = std::process::Command::new(&exe);
-        command.args(["cts", "--device", driver, "--child", id]);
+        command.arg("cts").args(target.args()).args(["--child", id]);
         command
     };
     let child: Option<&dyn Fn(&str) -> std::process::Command> =
         if args.in_process || args.shared_device { None } else { Some(&child) };
     let mut out = WatchedStdout { closed: false };
-    let summary = match tools::cts::run(driver, args.filter.as_deref(), child, args.shared_device, &mut out) {
+    let summary = match tools::cts::run(&target, args.filter.as_deref(), child, args.shared_device, &mut out) {
         Err(_) if out.closed => return Err(Failure::StdoutClosed),
         summary => summary?,
     };
@@ -555,6 +567,8 @@ mod tests {
         let Command::Cts(cts) = parse("cts --filter sem --in-process").unwrap() else { panic!("not cts") };
         assert_eq!((cts.filter.as_deref(), cts.in_process, cts.list), (Some("sem"), true, false));
         assert_eq!(cts.device.device, DeviceSpec::default());
+        let Command::Cts(cts) = parse("cts --device cuda:1 --spread").unwrap() else { panic!("not cts") };
+        assert_eq!((cts.device.device, cts.spread), ("cuda:1".parse().unwrap(), true));
     }
 
     #[test]
