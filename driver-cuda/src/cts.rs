@@ -123,10 +123,9 @@ fn keep_primary_context(ordinal: usize) {
     CONTEXT.get_or_init(|| Context::retain(ordinal).ok());
 }
 
-/// Whether NVRTC's library opens here.
+/// Whether NVRTC's library opens here (cudarc panics on first use of NVRTC when it is missing).
 fn nvrtc_present() -> bool {
-    // SAFETY: only tries to open the NVRTC library (cudarc panics on first use when it is missing).
-    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    crate::sys::result::is_nvrtc_library_present()
 }
 
 /// Compiles `source` (CUDA C) named `program` to PTX with NVRTC; `Unavailable` naming libnvrtc
