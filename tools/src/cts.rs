@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::Command;
 
 use ctest::runner::{cases, run_case};
-use ctest::{Fixture, Summary, isolate, run_suite_with};
+use ctest::{CaseReport, Fixture, Summary, isolate, run_suite_with};
 
 use crate::counts::count;
 use crate::device_spec::DeviceSpec;
@@ -135,14 +135,16 @@ fn check_device(driver: &str, ordinal: usize) -> Result<(), String> {
 /// Runs the cases whose id contains `filter` (all when `None`) on `target`, writing the suite's table
 /// to `out`; each case runs in a child process started with `child` (given the case's id) unless
 /// `child` is `None`, when they all run in this process (on one device shared by every case when
-/// `shared_device`). An error, before anything is written: a filter that matches no case, a driver
-/// that cannot run here (why, once; no case runs), a device the driver does not have.
+/// `shared_device`). `on_case` is given each case's report as the case ends, before its row is
+/// written. An error, before anything is written: a filter that matches no case, a driver that
+/// cannot run here (why, once; no case runs), a device the driver does not have.
 pub fn run(
     target: &Target,
     filter: Option<&str>,
     child: Option<&dyn Fn(&str) -> Command>,
     shared_device: bool,
     out: &mut dyn Write,
+    on_case: &mut dyn FnMut(&CaseReport),
 ) -> Result<Summary, String> {
     // Checked first: a filter that matches nothing is an error, without an empty table before it.
     if !cases().iter().any(|case| filter.is_none_or(|f| case.id().contains(f))) {
@@ -157,9 +159,13 @@ pub fn run(
     if shared_device {
         fixture = fixture.with_shared_device();
     }
-    let mut run_one = |case: &'static ctest::Case| match child {
-        Some(child) => isolate::run_in_child(child(&case.id()), case),
-        None => run_case(&fixture, case),
+    let mut run_one = |case: &'static ctest::Case| {
+        let report = match child {
+            Some(child) => isolate::run_in_child(child(&case.id()), case),
+            None => run_case(&fixture, case),
+        };
+        on_case(&report);
+        report
     };
     run_suite_with(&target.driver, filter, &mut run_one, out).map_err(|e| format!("writing the report: {e}"))
 }

@@ -360,8 +360,8 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         }
         None => None,
     };
-    let mut progress = Progress::new("hal run", u64::from(config.steps), "steps");
-    let report = stencil::run(&devices, &config, recorder.as_ref(), &mut |done| progress.update(done));
+    let progress = Progress::new("hal run", u64::from(config.steps), "steps");
+    let report = stencil::run(&devices, &config, recorder.as_ref(), &mut |done| progress.set_position(done));
     progress.finish();
     // The trace is closed whatever the outcome: a failed run's timeline up to the failure is kept.
     let traced = recorder.as_ref().map(|recorder| (recorder.finish(), recorder.span_counts("issue")));
@@ -421,12 +421,38 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
     };
     let child: Option<&dyn Fn(&str) -> std::process::Command> =
         if args.in_process || args.shared_device { None } else { Some(&child) };
-    let mut out = WatchedStdout { closed: false };
-    let summary = match tools::cts::run(&target, args.filter.as_deref(), child, args.shared_device, &mut out) {
-        Err(_) if out.closed => return Err(Failure::StdoutClosed),
-        summary => summary?,
-    };
+    let summary = run_suite(&target, args.filter.as_deref(), child, args.shared_device)?;
     Ok(if summary.failed() == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// [`tools::cts::run`] with its table on stdout and a progress bar of the cases done and their
+/// outcomes so far (cleared when the suite ends).
+fn run_suite(
+    target: &tools::cts::Target,
+    filter: Option<&str>,
+    child: Option<&dyn Fn(&str) -> std::process::Command>,
+    shared_device: bool,
+) -> Result<ctest::Summary, Failure> {
+    let selected = tools::cts::case_ids().iter().filter(|id| filter.is_none_or(|f| id.contains(f))).count();
+    let progress = Progress::new("hal cts", selected as u64, "cases");
+    // A case may take up to its time limit: the elapsed time shows it is still going.
+    progress.redraw_steadily();
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let mut on_case = |report: &ctest::CaseReport| {
+        match report.outcome {
+            ctest::Outcome::Pass => passed += 1,
+            ctest::Outcome::Fail(_) => failed += 1,
+            ctest::Outcome::Skip(_) => skipped += 1,
+        }
+        progress.set_message(format!("{passed} passed, {failed} failed, {skipped} skipped"));
+        progress.inc();
+    };
+    // The rows go to stdout with the bar out of their way.
+    let mut out = progress.lines(WatchedStdout { closed: false });
+    match tools::cts::run(target, filter, child, shared_device, &mut out, &mut on_case) {
+        Err(_) if out.get_ref().closed => Err(Failure::StdoutClosed),
+        summary => Ok(summary?),
+    }
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
@@ -434,11 +460,25 @@ fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
     let device = tools::open(&registry, &args.device.device)?;
     // A second device at the same path (on CUDA, of the same GPU) for the cross-device rows.
     let peer = tools::open(&registry, &args.device.device).ok();
+    let steps = bench::session::progress_steps(&device, peer.is_some(), &args.options);
+    let progress = Progress::new("hal bench", steps as u64, "workloads");
     let started = Instant::now();
-    let mut progress =
-        |name: &str| eprintln!("hal bench: running {name} ({:.1} s so far)", started.elapsed().as_secs_f64());
-    let mut out = std::io::stdout();
-    match bench::session::run(device, peer, &args.options, &mut out, &mut progress) {
+    let mut begun = 0;
+    let mut step = |name: &str| {
+        progress.set_position(begun);
+        progress.set_message(name.to_string());
+        begun += 1;
+        // Without the bar (a log, CI) each step is a line on stderr.
+        if progress.is_hidden() {
+            eprintln!("hal bench: running {name} ({:.1} s so far)", started.elapsed().as_secs_f64());
+        }
+    };
+    // The report goes to stdout as the run goes (the header first, each table as it ends).
+    let mut out = progress.lines(std::io::stdout());
+    let run = bench::session::run(device, peer, &args.options, &mut out, &mut step);
+    drop(out);
+    progress.finish();
+    match run {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(bench::session::Failure::Output(e)) => Err(Failure::from(e)),
         Err(e) => Err(Failure::Error(e.to_string())),

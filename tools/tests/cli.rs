@@ -142,6 +142,20 @@ fn cts_lists_cases_and_runs_one_in_a_child_process() {
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
 
+#[test]
+fn piped_runs_draw_no_progress_bar() {
+    // Stdout and stderr are pipes here: the bar is hidden, and no carriage return or escape code
+    // reaches either stream.
+    for args in [&["run", "--size", "16", "--steps", "50"][..], &["cts", "--filter", "device::default_device"]] {
+        let out = hal(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}{}", text(&out.stdout), text(&out.stderr));
+        for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(!bytes.iter().any(|b| matches!(b, b'\r' | 0x1b)), "{args:?} {stream}: {:?}", text(bytes));
+        }
+        assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out.stderr));
+    }
+}
+
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("hal-cli-{}-{name}", std::process::id()));
