@@ -12,7 +12,7 @@ use crate::alloc_count;
 use crate::output_file::OutputFile;
 use crate::provenance;
 use crate::report;
-use crate::scaling::{self, ScalingSizes, ScalingTable};
+use crate::scaling::{self, Placement, ScalingSizes, ScalingTable};
 use crate::workloads::{self, Env, Sizes};
 
 /// The bench's options, the same in every front-end (`#[command(flatten)]`).
@@ -148,12 +148,7 @@ pub fn run(
         extra.push(("long_run".to_string(), long));
     }
     let mut tables = Vec::new();
-    if options.scaling || !options.quick {
-        let sizes = if options.quick {
-            ScalingSizes::quick(options.max_threads)
-        } else {
-            ScalingSizes::full(options.max_threads)
-        };
+    if let Some(sizes) = scaling_sizes(options) {
         tables = scaling_tables(&env, sizes, out, progress)?;
     }
     writeln!(out, "total bench time {:.1} s", started.elapsed().as_secs_f64())?;
@@ -166,6 +161,29 @@ pub fn run(
         file.write_all(report::svg(&title, &rows).as_bytes()).map_err(Failure::Bench)?;
     }
     Ok(())
+}
+
+/// How many names [`run`] tells its `progress` on `device`, with a `peer` or without, with
+/// `options`: the steps of a progress display.
+pub fn progress_steps(device: &Device, peer: bool, options: &Options) -> usize {
+    let mut steps = 0;
+    if !options.scaling {
+        // The workloads, the allocation count where there is a counting allocator, the long run.
+        steps += workloads::progress_steps(device.info(), peer) + usize::from(alloc_count::installed()) + 1;
+    }
+    if let Some(sizes) = scaling_sizes(options) {
+        steps += Placement::ALL.len() * sizes.thread_counts().len();
+    }
+    steps
+}
+
+/// The sizes of the scaling tables `options` ask for, if they ask for them.
+fn scaling_sizes(options: &Options) -> Option<ScalingSizes> {
+    match (options.scaling, options.quick) {
+        (false, true) => None,
+        (_, true) => Some(ScalingSizes::quick(options.max_threads)),
+        (_, false) => Some(ScalingSizes::full(options.max_threads)),
+    }
 }
 
 /// The scaling tables ([`scaling`]) with `sizes`, printed to `out` as they finish. Where `env`'s

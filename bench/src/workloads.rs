@@ -559,6 +559,19 @@ impl Trials {
     }
 }
 
+/// Consumer queues of the fan-out/fan-in row on a device of `info`: none on a one-queue device.
+fn fan_out_consumers(info: &hal::DeviceInfo) -> usize {
+    info.queue_count.saturating_sub(1).min(7)
+}
+
+/// How many names [`run_all`] tells its `progress` on a device of `info`, with a peer device (the
+/// cross-device rows) or without.
+pub fn progress_steps(info: &hal::DeviceInfo, peer: bool) -> usize {
+    // Dependent chain, independent stream, cross-queue ping-pong, host round trip, deferred
+    // release, command buffers, alloca/dealloca, semaphores; then the rows that need a peer or queues.
+    8 + usize::from(peer) + usize::from(fan_out_consumers(info) > 0)
+}
+
 /// Runs every workload on `env` and returns the rows. On the CUDA driver each HAL row is paired
 /// with its raw-CUDA baseline ([`crate::cuda_baseline`]) and carries its target (see [`targets`]);
 /// on other drivers, and for the semaphore-only rows, with a host hand-off ([`baseline`]).
@@ -668,7 +681,7 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         ));
     }
 
-    let consumers = info.queue_count.saturating_sub(1).min(7);
+    let consumers = fan_out_consumers(info);
     if consumers > 0 {
         progress("fan-out/fan-in");
         let rounds = (n / 4).max(50);

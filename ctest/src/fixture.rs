@@ -12,8 +12,9 @@ type DeviceFactory = Arc<dyn Fn() -> Result<Device> + Send + Sync>;
 
 /// A driver under test: where its devices come from and the kernels it supplies. Cheap to clone.
 ///
-/// ctest depends on no driver: each driver crate builds its own fixture (cpu-sim's is
-/// `driver_cpu_sim::cts::fixture()`, behind its `cts` feature).
+/// ctest depends on no driver: each driver crate builds its own fixture, behind its `cts` feature
+/// (`driver_cpu_sim::cts::fixture()`, `driver_vulkan::cts::fixture(ordinal)`,
+/// `driver_cuda::cts::fixture(options)`).
 ///
 /// ```
 /// let fixture = driver_cpu_sim::cts::fixture();

@@ -167,10 +167,13 @@
 compile_error!("driver-cuda passes kernel constants as little-endian 8-byte slots; big-endian hosts are not supported");
 
 // Public: what embedders, the tools and the benchmarks use (`error`, `executable`, `collective`,
-// and `loader` re-exported from `sys` below). The rest is the driver's own.
+// `cts` with the `cts` feature, and `loader` re-exported from `sys` below). The rest is the
+// driver's own.
 pub mod collective;
 mod commands;
 mod counted_fifo;
+#[cfg(feature = "cts")]
+pub mod cts;
 mod device;
 pub mod error;
 mod event;

@@ -30,8 +30,9 @@
 //! The files are the rooms every driver has, `device.rs`, `stream.rs`, `commands/`,
 //! `executable.rs`, `memory.rs` and `timing.rs`, and Vulkan's own beside them: `instance.rs` (the
 //! loader and instance), `gpu.rs` (one logical device, its queues, allocator and limits),
-//! `spirv.rs` (SPIR-V validated and rewritten by naga), `wgsl.rs` (WGSL compiled to SPIR-V) and
-//! `error.rs` (Vulkan result codes as HAL errors).
+//! `spirv.rs` (SPIR-V validated and rewritten by naga), `wgsl.rs` (WGSL compiled to SPIR-V),
+//! `error.rs` (Vulkan result codes as HAL errors) and `cts.rs` (the conformance suite's fixture,
+//! feature `cts`).
 //!
 //! Set `HAL_VULKAN_VALIDATION=1` to run under the Khronos validation layer; a validation error then
 //! aborts the process with the message.
@@ -57,6 +58,8 @@
 //! ```
 
 mod commands;
+#[cfg(feature = "cts")]
+pub mod cts;
 mod device;
 pub mod error;
 mod executable;

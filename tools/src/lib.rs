@@ -9,7 +9,8 @@
 //!   [`trace_file`] opened before the run.
 //! - [`probe`] timestamps the values a semaphore reaches (the completion of each submission as the
 //!   host sees it), for per-queue utilisation and the semaphore counters of a trace.
-//! - [`progress`] is the one-line progress display of long runs; [`counts`] words its counts.
+//! - [`progress`] is the progress bar of long runs (drawn only when stdout and stderr are
+//!   terminals); [`counts`] words the reports' counts.
 //! - [`collective_job`] is `hal collective`: one rank of a collective job per process, meeting
 //!   through a channel id that rank 0 hands out at a TCP [`rendezvous`] (or writes to a file);
 //!   [`launcher`] reads a process's rank, world size and local rank from torchrun's, mpirun's or

@@ -46,7 +46,14 @@ enum Command {
     /// timeline semaphores, checked against a CPU reference
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Run(RunArgs),
-    /// The conformance suite (ctest), each case in its own process
+    /// The conformance suite (ctest) on a driver's device, each case in its own process
+    ///
+    /// Runs on cpu-sim (device 0), vulkan[:N] and cuda[:N], with the driver's own fixture: the
+    /// devices each case needs are made on the --device given (on CUDA with --spread, on every GPU
+    /// in turn). Prints a row per case (area, case, time, PASS / FAIL / SKIP with the reason), the
+    /// failures, then the counts per area. Where the driver cannot run here (no Vulkan device; no
+    /// CUDA driver library, GPU or NVRTC for CUDA's kernels) it says why, once, runs no case and
+    /// exits 1; so does a device the driver does not have.
     #[command(help_template = HELP, after_help = EXIT_STATUS)]
     Cts(CtsArgs),
     /// The benchmarks, each beside a baseline measured in the same run
@@ -124,6 +131,11 @@ struct CtsArgs {
     /// Every case on one device, in this process (implies --in-process)
     #[arg(long)]
     shared_device: bool,
+    /// CUDA only: each case's devices go round every GPU (from --device's ordinal, wrapping
+    /// around), so the multi-device and collective cases cross GPUs (a collective channel gets one
+    /// rank per GPU)
+    #[arg(long)]
+    spread: bool,
     /// Print the case ids and exit
     #[arg(long)]
     list: bool,
@@ -348,8 +360,8 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         }
         None => None,
     };
-    let mut progress = Progress::new("hal run", u64::from(config.steps), "steps");
-    let report = stencil::run(&devices, &config, recorder.as_ref(), &mut |done| progress.update(done));
+    let progress = Progress::new("hal run", u64::from(config.steps), "steps");
+    let report = stencil::run(&devices, &config, recorder.as_ref(), &mut |done| progress.set_position(done));
     progress.finish();
     // The trace is closed whatever the outcome: a failed run's timeline up to the failure is kept.
     let traced = recorder.as_ref().map(|recorder| (recorder.finish(), recorder.span_counts("issue")));
@@ -378,6 +390,7 @@ fn run(args: RunArgs) -> Result<ExitCode, Failure> {
 }
 
 fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
+    use tools::cts::Target;
     let spec = args.device.device;
     if args.list {
         emit(&tools::cts::case_ids().iter().map(|id| format!("{id}\n")).collect::<String>())?;
@@ -389,32 +402,57 @@ fn cts(args: CtsArgs) -> Result<ExitCode, Failure> {
     {
         return Err(Failure::Usage(format!("no case matches the filter '{filter}'; `hal cts --list` lists the cases")));
     }
-    let (driver, ordinal) = tools::registry().locate(spec.path()).map_err(|e| format!("device '{spec}': {e}"))?;
-    if ordinal != 0 {
-        return Err(Failure::Error(format!(
-            "the conformance suite runs on device 0 of a driver (its fixture opens the devices it needs), \
-             not on '{spec}'"
+    let target = Target::locate(&spec, args.spread)?;
+    if target.spread && target.driver != tools::CUDA_DRIVER {
+        return Err(Failure::Usage(format!(
+            "--spread is for the {} driver only (it puts a case's devices on every GPU), not for '{spec}'",
+            tools::CUDA_DRIVER
         )));
     }
-    let driver = driver.as_str();
     if let Some(id) = &args.child {
-        tools::cts::run_child(driver, id)?;
+        tools::cts::run_child(&target, id)?;
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the hal binary to run cases in: {e}"))?;
     let child = |id: &str| {
         let mut command = std::process::Command::new(&exe);
-        command.args(["cts", "--device", driver, "--child", id]);
+        command.arg("cts").args(target.args()).args(["--child", id]);
         command
     };
     let child: Option<&dyn Fn(&str) -> std::process::Command> =
         if args.in_process || args.shared_device { None } else { Some(&child) };
-    let mut out = WatchedStdout { closed: false };
-    let summary = match tools::cts::run(driver, args.filter.as_deref(), child, args.shared_device, &mut out) {
-        Err(_) if out.closed => return Err(Failure::StdoutClosed),
-        summary => summary?,
-    };
+    let summary = run_suite(&target, args.filter.as_deref(), child, args.shared_device)?;
     Ok(if summary.failed() == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// [`tools::cts::run`] with its table on stdout and a progress bar of the cases done and their
+/// outcomes so far (cleared when the suite ends).
+fn run_suite(
+    target: &tools::cts::Target,
+    filter: Option<&str>,
+    child: Option<&dyn Fn(&str) -> std::process::Command>,
+    shared_device: bool,
+) -> Result<ctest::Summary, Failure> {
+    let selected = tools::cts::case_ids().iter().filter(|id| filter.is_none_or(|f| id.contains(f))).count();
+    let progress = Progress::new("hal cts", selected as u64, "cases");
+    // A case may take up to its time limit: the elapsed time shows it is still going.
+    progress.redraw_steadily();
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    let mut on_case = |report: &ctest::CaseReport| {
+        match report.outcome {
+            ctest::Outcome::Pass => passed += 1,
+            ctest::Outcome::Fail(_) => failed += 1,
+            ctest::Outcome::Skip(_) => skipped += 1,
+        }
+        progress.set_message(format!("{passed} passed, {failed} failed, {skipped} skipped"));
+        progress.inc();
+    };
+    // The rows go to stdout with the bar out of their way.
+    let mut out = progress.lines(WatchedStdout { closed: false });
+    match tools::cts::run(target, filter, child, shared_device, &mut out, &mut on_case) {
+        Err(_) if out.get_ref().closed => Err(Failure::StdoutClosed),
+        summary => Ok(summary?),
+    }
 }
 
 fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
@@ -422,11 +460,25 @@ fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
     let device = tools::open(&registry, &args.device.device)?;
     // A second device at the same path (on CUDA, of the same GPU) for the cross-device rows.
     let peer = tools::open(&registry, &args.device.device).ok();
+    let steps = bench::session::progress_steps(&device, peer.is_some(), &args.options);
+    let progress = Progress::new("hal bench", steps as u64, "workloads");
     let started = Instant::now();
-    let mut progress =
-        |name: &str| eprintln!("hal bench: running {name} ({:.1} s so far)", started.elapsed().as_secs_f64());
-    let mut out = std::io::stdout();
-    match bench::session::run(device, peer, &args.options, &mut out, &mut progress) {
+    let mut begun = 0;
+    let mut step = |name: &str| {
+        progress.set_position(begun);
+        progress.set_message(name.to_string());
+        begun += 1;
+        // Without the bar (a log, CI) each step is a line on stderr.
+        if progress.is_hidden() {
+            eprintln!("hal bench: running {name} ({:.1} s so far)", started.elapsed().as_secs_f64());
+        }
+    };
+    // The report goes to stdout as the run goes (the header first, each table as it ends).
+    let mut out = progress.lines(std::io::stdout());
+    let run = bench::session::run(device, peer, &args.options, &mut out, &mut step);
+    drop(out);
+    progress.finish();
+    match run {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(bench::session::Failure::Output(e)) => Err(Failure::from(e)),
         Err(e) => Err(Failure::Error(e.to_string())),
@@ -555,6 +607,8 @@ mod tests {
         let Command::Cts(cts) = parse("cts --filter sem --in-process").unwrap() else { panic!("not cts") };
         assert_eq!((cts.filter.as_deref(), cts.in_process, cts.list), (Some("sem"), true, false));
         assert_eq!(cts.device.device, DeviceSpec::default());
+        let Command::Cts(cts) = parse("cts --device cuda:1 --spread").unwrap() else { panic!("not cts") };
+        assert_eq!((cts.device.device, cts.spread), ("cuda:1".parse().unwrap(), true));
     }
 
     #[test]

@@ -28,13 +28,15 @@
 //! assert!(json.starts_with("{\"traceEvents\":["));
 //! ```
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use serde::{Serialize, Serializer};
+use serde_json::Value;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record as SpanValues};
 use tracing::subscriber::Interest;
@@ -108,7 +110,7 @@ struct Stream {
     /// The `(pid, tid)` tracks named so far (each gets its `thread_name` event before its first).
     named: Vec<(u32, u64)>,
     /// The first write that failed: later records are dropped, [`TraceRecorder::finish`] reports it.
-    error: Option<std::io::Error>,
+    error: Option<io::Error>,
 }
 
 /// One recorded thing.
@@ -128,13 +130,6 @@ impl Record {
     }
 }
 
-/// A field value as it goes into `args`.
-#[derive(Clone, Debug)]
-enum Value {
-    Number(u64),
-    Text(String),
-}
-
 impl TraceRecorder {
     /// An empty recorder that keeps its events in memory; its epoch (time zero of the trace) is now.
     pub fn new() -> Self {
@@ -145,7 +140,7 @@ impl TraceRecorder {
     /// is emptied first. Call [`finish`](Self::finish) to close the JSON. An error names the file.
     pub fn streaming(file: TraceFile) -> Result<Self, String> {
         let path = file.path().to_path_buf();
-        let error = |e: std::io::Error| format!("cannot write the trace to {}: {e}", path.display());
+        let error = |e: io::Error| format!("cannot write the trace to {}: {e}", path.display());
         let mut out = BufWriter::with_capacity(STREAM_BUFFER, file.start()?);
         // Flushed now, so a file that takes no bytes (a full disk, `/dev/full`) fails before the run.
         write_header(&mut out).and_then(|()| out.flush()).map_err(error)?;
@@ -222,7 +217,7 @@ impl TraceRecorder {
                 name: op.operation.to_string(),
                 start: since(op.start),
                 end: since(op.end).max(since(op.start)),
-                args: vec![("action", Value::Number(op.submission))],
+                args: vec![("action", op.submission.into())],
             });
         }
         for dispatch in &profile.dispatches {
@@ -234,9 +229,9 @@ impl TraceRecorder {
                 start: since(dispatch.start),
                 end: since(dispatch.end).max(since(dispatch.start)),
                 args: vec![
-                    ("action", Value::Number(dispatch.submission)),
-                    ("command", Value::Number(dispatch.command_index as u64)),
-                    ("workgroups", Value::Text(workgroups)),
+                    ("action", dispatch.submission.into()),
+                    ("command", dispatch.command_index.into()),
+                    ("workgroups", workgroups.into()),
                 ],
             });
         }
@@ -318,82 +313,137 @@ impl fmt::Debug for TraceRecorder {
     }
 }
 
-/// The start of the JSON: the array of events, opened with the processes' names and order.
-fn write_header(out: &mut impl Write) -> std::io::Result<()> {
-    out.write_all(b"{\"traceEvents\":[")?;
-    for (i, (pid, name)) in [
-        (PID_QUEUES, "device queues (per submission: ready -> signal reached)"),
-        (PID_SUBMIT, "hal submit (calling thread)"),
-        (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
-        (PID_COMPLETE, "hal complete (completion thread applies signals)"),
-        (PID_OTHER, "hal events"),
-        (PID_DEVICE, "device timestamps (profiled queue operations and dispatches)"),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let sep = if i == 0 { "\n" } else { ",\n" };
-        write!(
-            out,
-            "{sep}{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":{}}}}}",
-            Json(name)
-        )?;
-        write!(
-            out,
-            ",\n{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"sort_index\":{pid}}}}}"
-        )?;
+/// The processes of the trace, each with its name (in this order in viewers).
+const PROCESSES: [(u32, &str); 6] = [
+    (PID_QUEUES, "device queues (per submission: ready -> signal reached)"),
+    (PID_SUBMIT, "hal submit (calling thread)"),
+    (PID_ISSUE, "hal issue (waits satisfied -> on the stream)"),
+    (PID_COMPLETE, "hal complete (completion thread applies signals)"),
+    (PID_OTHER, "hal events"),
+    (PID_DEVICE, "device timestamps (profiled queue operations and dispatches)"),
+];
+
+/// One event as the viewers read it, its fields in this order; `None` fields are left out.
+#[derive(Serialize)]
+struct ChromeEvent<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cat: Option<&'static str>,
+    ph: &'static str,
+    /// An instant event's scope: `"t"`, its track.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    s: Option<&'static str>,
+    pid: u32,
+    tid: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ts: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dur: Option<f64>,
+    #[serde(serialize_with = "object")]
+    args: &'a [(&'static str, Value)],
+}
+
+impl<'a> ChromeEvent<'a> {
+    /// A metadata (`"M"`) event: the name or order of a process or track.
+    fn metadata(name: &'a str, pid: u32, tid: u64, args: &'a [(&'static str, Value)]) -> Self {
+        ChromeEvent { name, cat: None, ph: "M", s: None, pid, tid, ts: None, dur: None, args }
+    }
+
+    /// Writes the event on a line of its own after the one before it.
+    fn write_next(&self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(b",\n")?;
+        Ok(serde_json::to_writer(out, self)?)
+    }
+}
+
+/// `args` as a JSON object.
+fn object<S: Serializer>(args: &&[(&'static str, Value)], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(args.iter().map(|(name, value)| (name, value)))
+}
+
+/// The start of the JSON: the array of events, opened with the processes' names and order. Each
+/// event is on its own line.
+fn write_header(out: &mut impl Write) -> io::Result<()> {
+    out.write_all(b"{\"traceEvents\":[\n")?;
+    for (i, (pid, name)) in PROCESSES.into_iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",\n")?;
+        }
+        serde_json::to_writer(&mut *out, &ChromeEvent::metadata("process_name", pid, 0, &[("name", name.into())]))?;
+        ChromeEvent::metadata("process_sort_index", pid, 0, &[("sort_index", pid.into())]).write_next(out)?;
     }
     Ok(())
 }
 
 /// One event after the header, preceded by its track's name the first time the track appears.
-fn write_event(out: &mut impl Write, record: &Record, named: &mut Vec<(u32, u64)>) -> std::io::Result<()> {
+fn write_event(out: &mut impl Write, record: &Record, named: &mut Vec<(u32, u64)>) -> io::Result<()> {
     if let Record::Slice { pid, tid, .. } | Record::Instant { pid, tid, .. } = record
         && !named.contains(&(*pid, *tid))
     {
         named.push((*pid, *tid));
-        let name = match (*pid, *tid) {
-            (PID_DEVICE, tid) if tid % 2 == 0 => format!("queue {} operations", tid / 2),
-            (PID_DEVICE, tid) => format!("queue {} dispatches", tid / 2),
-            (_, TID_NO_QUEUE) => "no queue".to_string(),
-            (_, tid) if tid >> DEVICE_SHIFT > 0 => {
-                format!("device {} queue {}", tid >> DEVICE_SHIFT, tid & ((1 << DEVICE_SHIFT) - 1))
-            }
-            (_, tid) => format!("queue {tid}"),
-        };
-        write!(
-            out,
-            ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\"args\":{{\"name\":{}}}}}",
-            Json(&name)
-        )?;
+        ChromeEvent::metadata("thread_name", *pid, *tid, &[("name", track_name(*pid, *tid).into())]).write_next(out)?;
     }
     match record {
-        Record::Slice { pid, tid, name, start, end, args } => write!(
-            out,
-            ",\n{{\"name\":{},\"cat\":\"hal\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"dur\":{},\"args\":{}}}",
-            Json(name),
-            Micros(*start),
-            Micros(end.saturating_sub(*start)),
-            Args(args)
-        ),
-        Record::Counter { name, at, value } => write!(
-            out,
-            ",\n{{\"name\":{},\"cat\":\"semaphore\",\"ph\":\"C\",\"pid\":{PID_QUEUES},\"tid\":0,\"ts\":{},\"args\":{{\"value\":{value}}}}}",
-            Json(name),
-            Micros(*at)
-        ),
-        Record::Instant { pid, tid, name, at, args } => write!(
-            out,
-            ",\n{{\"name\":{},\"cat\":\"hal\",\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{},\"args\":{}}}",
-            Json(name),
-            Micros(*at),
-            Args(args)
-        ),
+        Record::Slice { pid, tid, name, start, end, args } => ChromeEvent {
+            name,
+            cat: Some("hal"),
+            ph: "X",
+            s: None,
+            pid: *pid,
+            tid: *tid,
+            ts: Some(micros(*start)),
+            dur: Some(micros(end.saturating_sub(*start))),
+            args,
+        }
+        .write_next(out),
+        Record::Counter { name, at, value } => ChromeEvent {
+            name,
+            cat: Some("semaphore"),
+            ph: "C",
+            s: None,
+            pid: PID_QUEUES,
+            tid: 0,
+            ts: Some(micros(*at)),
+            dur: None,
+            args: &[("value", (*value).into())],
+        }
+        .write_next(out),
+        Record::Instant { pid, tid, name, at, args } => ChromeEvent {
+            name,
+            cat: Some("hal"),
+            ph: "i",
+            s: Some("t"),
+            pid: *pid,
+            tid: *tid,
+            ts: Some(micros(*at)),
+            dur: None,
+            args,
+        }
+        .write_next(out),
     }
 }
 
+/// The name of track `tid` of process `pid`.
+fn track_name(pid: u32, tid: u64) -> String {
+    match (pid, tid) {
+        (PID_DEVICE, tid) if tid % 2 == 0 => format!("queue {} operations", tid / 2),
+        (PID_DEVICE, tid) => format!("queue {} dispatches", tid / 2),
+        (_, TID_NO_QUEUE) => "no queue".to_string(),
+        (_, tid) if tid >> DEVICE_SHIFT > 0 => {
+            format!("device {} queue {}", tid >> DEVICE_SHIFT, tid & ((1 << DEVICE_SHIFT) - 1))
+        }
+        (_, tid) => format!("queue {tid}"),
+    }
+}
+
+/// A duration in microseconds (the unit of `ts` and `dur`) to the nanosecond: below 2^43 µs (101
+/// days) the double is written back as the three decimals it was made from.
+fn micros(duration: Duration) -> f64 {
+    duration.as_nanos() as f64 / 1e3
+}
+
 /// The end of the JSON.
-fn write_footer(out: &mut impl Write) -> std::io::Result<()> {
+fn write_footer(out: &mut impl Write) -> io::Result<()> {
     out.write_all(b"\n],\"displayTimeUnit\":\"ms\"}\n")
 }
 
@@ -440,10 +490,10 @@ impl Fields {
     fn args(&self) -> Vec<(&'static str, Value)> {
         let mut args = Vec::new();
         if let Some(action) = self.action {
-            args.push(("action", Value::Number(action)));
+            args.push(("action", action.into()));
         }
         if let Some(op) = &self.op {
-            args.push(("op", Value::Text(op.clone())));
+            args.push(("op", op.as_str().into()));
         }
         args.extend(self.other.iter().cloned());
         args
@@ -457,14 +507,14 @@ impl Visit for Fields {
             "action" => self.action = Some(value),
             "semaphore" => self.semaphore = Some(value),
             "value" => self.value = Some(value),
-            name => self.other.push((name, Value::Number(value))),
+            name => self.other.push((name, value.into())),
         }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         match u64::try_from(value) {
             Ok(value) => self.record_u64(field, value),
-            Err(_) => self.other.push((field.name(), Value::Text(value.to_string()))),
+            Err(_) => self.other.push((field.name(), value.to_string().into())),
         }
     }
 
@@ -473,7 +523,7 @@ impl Visit for Fields {
             "op" => self.op = Some(value.to_string()),
             "label" => self.label = Some(value.to_string()),
             "message" => self.message = Some(value.to_string()),
-            name => self.other.push((name, Value::Text(value.to_string()))),
+            name => self.other.push((name, value.into())),
         }
     }
 
@@ -551,12 +601,12 @@ where
             }
             _ => {
                 let mut args = fields.args();
-                args.push(("level", Value::Text(event.metadata().level().to_string())));
+                args.push(("level", event.metadata().level().as_str().into()));
                 if let Some(semaphore) = fields.semaphore {
-                    args.push(("semaphore", Value::Number(semaphore)));
+                    args.push(("semaphore", semaphore.into()));
                 }
                 if let Some(label) = &fields.label {
-                    args.push(("label", Value::Text(label.clone())));
+                    args.push(("label", label.as_str().into()));
                 }
                 let name = fields.message.clone().unwrap_or_else(|| event.metadata().name().to_string());
                 Record::Instant { pid: PID_OTHER, tid: fields.queue.unwrap_or(TID_NO_QUEUE), name, at, args }
@@ -566,64 +616,73 @@ where
     }
 }
 
-/// A string as a JSON string literal.
-struct Json<'a>(&'a str);
-
-impl fmt::Display for Json<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_char('"')?;
-        for c in self.0.chars() {
-            match c {
-                '"' => f.write_str("\\\"")?,
-                '\\' => f.write_str("\\\\")?,
-                '\n' => f.write_str("\\n")?,
-                '\r' => f.write_str("\\r")?,
-                '\t' => f.write_str("\\t")?,
-                c if (c as u32) < 0x20 => write!(f, "\\u{:04x}", c as u32)?,
-                c => f.write_char(c)?,
-            }
-        }
-        f.write_char('"')
-    }
-}
-
-/// A duration as microseconds with nanosecond precision (the unit of `ts` and `dur`).
-struct Micros(Duration);
-
-impl fmt::Display for Micros {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let nanos = self.0.as_nanos();
-        write!(f, "{}.{:03}", nanos / 1000, nanos % 1000)
-    }
-}
-
-/// An `args` object.
-struct Args<'a>(&'a [(&'static str, Value)]);
-
-impl fmt::Display for Args<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_char('{')?;
-        for (i, (name, value)) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_char(',')?;
-            }
-            match value {
-                Value::Number(n) => write!(f, "{}:{n}", Json(name))?,
-                Value::Text(s) => write!(f, "{}:{}", Json(name), Json(s))?,
-            }
-        }
-        f.write_char('}')
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
+    /// The events of a whole trace, checked for what every viewer needs: the envelope, a `ph`,
+    /// `name` and `pid` on every event, a `ts` on every one but metadata, a `dur` on every slice.
+    fn events(text: &str) -> Vec<Value> {
+        let trace: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+        assert_eq!(trace["displayTimeUnit"], "ms", "{text}");
+        let events = trace["traceEvents"].as_array().expect("a traceEvents array").clone();
+        for event in &events {
+            let ph = event["ph"].as_str().expect("ph");
+            assert!(event["name"].is_string() && event["pid"].is_u64() && event["tid"].is_u64(), "{event}");
+            assert_eq!(ph != "M", event["ts"].is_f64(), "{event}");
+            assert_eq!(ph == "X", event["dur"].is_f64(), "{event}");
+        }
+        events
+    }
+
+    /// The events of `events` whose `ph` is `ph`, and their names.
+    fn names<'a>(events: &'a [Value], ph: &str) -> Vec<&'a str> {
+        events.iter().filter(|e| e["ph"] == ph).map(|e| e["name"].as_str().unwrap()).collect()
+    }
+
+    /// The one event named `name`.
+    fn event<'a>(events: &'a [Value], name: &str) -> &'a Value {
+        let mut found = events.iter().filter(|e| e["name"] == name);
+        let event = found.next().unwrap_or_else(|| panic!("no event '{name}'"));
+        assert!(found.next().is_none(), "more than one event '{name}'");
+        event
+    }
+
     #[test]
-    fn json_strings_are_escaped() {
-        assert_eq!(Json("a\"b\\c\nd\u{1}").to_string(), "\"a\\\"b\\\\c\\nd\\u0001\"");
-        assert_eq!(Micros(Duration::from_nanos(1_234_567)).to_string(), "1234.567");
+    fn an_empty_trace_names_and_orders_every_process() {
+        let events = events(&TraceRecorder::new().chrome_json());
+        assert_eq!(events.len(), 2 * PROCESSES.len());
+        let sorted: Vec<(u64, u64)> = events
+            .iter()
+            .filter(|e| e["name"] == "process_sort_index")
+            .map(|e| (e["pid"].as_u64().unwrap(), e["args"]["sort_index"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(sorted, PROCESSES.map(|(pid, _)| (u64::from(pid), u64::from(pid))));
+        let named: Vec<&str> = events
+            .iter()
+            .filter(|e| e["name"] == "process_name")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(named, PROCESSES.map(|(_, name)| name));
+    }
+
+    #[test]
+    fn times_are_microseconds_to_the_nanosecond() {
+        let text = |nanos: u64| serde_json::to_string(&micros(Duration::from_nanos(nanos))).unwrap();
+        assert_eq!(text(1_234_567), "1234.567");
+        assert_eq!(text(1), "0.001");
+        assert_eq!(text(100 * 86_400 * 1_000_000_000 + 999), "8640000000000.999");
+    }
+
+    #[test]
+    fn names_with_quotes_and_control_characters_stay_json() {
+        let recorder = TraceRecorder::new();
+        let name = "a\"b\\c\nd\u{1}é";
+        recorder.add_slice(0, name, Duration::ZERO, Duration::from_nanos(1_500));
+        let events = events(&recorder.chrome_json());
+        assert_eq!(event(&events, name)["dur"], 1.5);
     }
 
     #[test]
@@ -639,13 +698,29 @@ mod tests {
             tracing::info!(target: "elsewhere", "ignored");
         });
         assert_eq!(recorder.span_counts("submit"), vec![(1, 1)]);
-        let json = recorder.chrome_json();
-        assert!(json.contains("\"name\":\"submit\",\"cat\":\"hal\",\"ph\":\"X\",\"pid\":2,\"tid\":1"), "{json}");
-        assert!(json.contains("\"op\":\"copy\""), "{json}");
-        assert!(json.contains("\"name\":\"q0 (semaphore 7)\",\"cat\":\"semaphore\",\"ph\":\"C\""), "{json}");
-        assert!(json.contains("\"args\":{\"value\":3}"), "{json}");
-        assert!(json.contains("\"name\":\"issue failed\""), "{json}");
-        assert!(!json.contains("ignored"), "{json}");
+        let events = events(&recorder.chrome_json());
+        assert_eq!(names(&events, "X"), ["submit"]);
+        assert_eq!(names(&events, "C"), ["q0 (semaphore 7)"]);
+        assert_eq!(names(&events, "i"), ["issue failed"]);
+        assert_eq!(events.len(), 2 * PROCESSES.len() + 2 + 3, "two tracks named, three events");
+
+        let submit = event(&events, "submit");
+        assert_eq!((&submit["cat"], &submit["pid"], &submit["tid"]), (&json!("hal"), &json!(PID_SUBMIT), &json!(1)));
+        assert_eq!(submit["args"], json!({ "op": "copy" }));
+        let counter = event(&events, "q0 (semaphore 7)");
+        assert_eq!((&counter["cat"], &counter["args"]), (&json!("semaphore"), &json!({ "value": 3 })));
+        let warning = event(&events, "issue failed");
+        assert_eq!((&warning["pid"], &warning["tid"], &warning["s"]), (&json!(PID_OTHER), &json!(0), &json!("t")));
+        assert_eq!(warning["args"]["level"], "WARN");
+        let tracks: Vec<(&Value, &Value, &Value)> = events
+            .iter()
+            .filter(|e| e["name"] == "thread_name")
+            .map(|e| (&e["pid"], &e["tid"], &e["args"]["name"]))
+            .collect();
+        assert_eq!(
+            tracks,
+            [(&json!(PID_SUBMIT), &json!(1), &json!("queue 1")), (&json!(PID_OTHER), &json!(0), &json!("queue 0"))]
+        );
     }
 
     #[test]
@@ -654,7 +729,8 @@ mod tests {
         let recorder = TraceRecorder::streaming(TraceFile::create(&path).unwrap()).unwrap();
         let header = std::fs::metadata(&path).unwrap().len();
         // More than the write buffer: some of it reaches the file before the run ends.
-        for step in 0..2 * STREAM_BUFFER as u64 / 100 {
+        let steps = 2 * STREAM_BUFFER as u64 / 100;
+        for step in 0..steps {
             recorder.add_slice(
                 step % 2,
                 &format!("stencil {step}"),
@@ -679,13 +755,16 @@ mod tests {
         assert!(recorder.finish().is_ok(), "finishing twice is harmless");
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
-        assert!(
-            text.starts_with("{\"traceEvents\":[\n{") && text.ends_with("}\n],\"displayTimeUnit\":\"ms\"}\n"),
-            "{text}"
-        );
-        assert!(text.contains("\"name\":\"stencil 1000\"") && text.contains("\"name\":\"issue\""), "{text}");
-        assert!(!text.contains("after the end"), "{text}");
-        assert_eq!(text.matches("\"thread_name\"").count(), 3, "each track named once: {text}");
+
+        let events = events(&text);
+        let slices = names(&events, "X");
+        assert_eq!(slices.len() as u64, steps + 1, "every slice and the span, nothing after the end");
+        assert!(slices.iter().take(steps as usize).enumerate().all(|(i, name)| *name == format!("stencil {i}")));
+        assert_eq!(slices.last(), Some(&"issue"));
+        assert_eq!(event(&events, "stencil 1000")["ts"], 1000.0);
+        assert_eq!(names(&events, "M").iter().filter(|n| **n == "thread_name").count(), 3, "each track named once");
+        // The envelope on its first and last lines, one event on each line between.
+        assert_eq!(text.lines().count(), events.len() + 2, "{text}");
     }
 
     #[test]
@@ -704,8 +783,7 @@ mod tests {
             .entered();
             span.record("device_ns", 12_345u64);
         });
-        let json = recorder.chrome_json();
-        assert!(json.contains("\"name\":\"complete\""), "{json}");
-        assert!(json.contains("\"device_ns\":12345"), "{json}");
+        let events = events(&recorder.chrome_json());
+        assert_eq!(event(&events, "complete")["args"], json!({ "action": 9, "device_ns": 12_345 }));
     }
 }

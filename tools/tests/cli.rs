@@ -142,6 +142,20 @@ fn cts_lists_cases_and_runs_one_in_a_child_process() {
     assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
 }
 
+#[test]
+fn piped_runs_draw_no_progress_bar() {
+    // Stdout and stderr are pipes here: the bar is hidden, and no carriage return or escape code
+    // reaches either stream.
+    for args in [&["run", "--size", "16", "--steps", "50"][..], &["cts", "--filter", "device::default_device"]] {
+        let out = hal(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}{}", text(&out.stdout), text(&out.stderr));
+        for (stream, bytes) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
+            assert!(!bytes.iter().any(|b| matches!(b, b'\r' | 0x1b)), "{args:?} {stream}: {:?}", text(bytes));
+        }
+        assert!(out.stderr.is_empty(), "{args:?}: {}", text(&out.stderr));
+    }
+}
+
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("hal-cli-{}-{name}", std::process::id()));
@@ -285,5 +299,113 @@ fn run_on_vulkan_is_bit_exact_or_explains_why_it_cannot() {
         assert!(!std::env::var("HAL_REQUIRE_VULKAN").is_ok_and(|v| v == "1"), "no Vulkan device listed:\n{devices}");
         assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
         assert!(stderr.contains("vulkan"), "the error names the driver: {stderr}");
+    }
+}
+
+/// Whether `hal devices` lists a device of `driver` here (a line `DRIVER: N device(s)`, N > 0).
+fn lists_devices(devices: &str, driver: &str) -> bool {
+    devices
+        .lines()
+        .filter_map(|l| l.strip_prefix(&format!("{driver}: ")))
+        .any(|rest| rest.split_whitespace().next().and_then(|n| n.parse::<usize>().ok()).is_some_and(|n| n > 0))
+}
+
+/// `None` where `hal devices` lists a Vulkan device here; otherwise `Some(the listing)`.
+fn vulkan_missing() -> Option<String> {
+    let devices = text(&hal(&["devices"]).stdout);
+    if lists_devices(&devices, "vulkan") { None } else { Some(devices) }
+}
+
+#[test]
+fn cts_runs_on_vulkan_with_a_row_per_case() {
+    if !cfg!(feature = "vulkan") {
+        eprintln!("not run: cts_runs_on_vulkan_with_a_row_per_case: hal built without the `vulkan` feature");
+        return;
+    }
+    if let Some(devices) = vulkan_missing() {
+        // Where a Vulkan device must be there (CI installs lavapipe), its absence is a failure.
+        assert!(!std::env::var("HAL_REQUIRE_VULKAN").is_ok_and(|v| v == "1"), "no Vulkan device listed:\n{devices}");
+        eprintln!("not run: cts_runs_on_vulkan_with_a_row_per_case: no Vulkan device listed by `hal devices`");
+        return;
+    }
+    let area = "binding_offsets::";
+    let list = text(&hal(&["cts", "--list"]).stdout);
+    let ids: Vec<&str> = list.lines().filter(|id| id.starts_with(area)).collect();
+    assert!(!ids.is_empty(), "{list}");
+    let out = hal(&["cts", "--device", "vulkan", "--filter", area]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with(&format!("ctest: {} case(s) on driver 'vulkan'\n", ids.len())), "{stdout}");
+    for id in &ids {
+        let (area, case) = id.split_once("::").unwrap();
+        let row = stdout.lines().find(|l| l.starts_with(area) && l.split_whitespace().nth(1) == Some(case));
+        assert!(row.is_some_and(|row| row.contains(" PASS")), "no passing row for {id}:\n{stdout}");
+    }
+    let total = stdout.lines().find(|l| l.starts_with("total")).expect("the total row");
+    assert_eq!(total.split_whitespace().collect::<Vec<_>>(), ["total", &ids.len().to_string(), "0", "0"], "{stdout}");
+}
+
+#[test]
+fn cts_on_a_device_the_driver_lacks_names_it_and_runs_nothing() {
+    let out = hal(&["cts", "--device", "vulkan:7", "--filter", "device::properties"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stdout.is_empty(), "no table: {stdout}");
+    if vulkan_missing().is_none() {
+        assert!(stderr.contains("device 7 of driver 'vulkan' does not exist (it has "), "{stderr}");
+        assert!(stderr.contains("vulkan:0"), "the devices there are: {stderr}");
+    } else if cfg!(feature = "vulkan") {
+        assert!(stderr.contains("'vulkan:7'"), "{stderr}");
+    } else {
+        assert!(stderr.contains("driver 'vulkan' is not built into this hal"), "{stderr}");
+    }
+    // cpu-sim has one device: another ordinal is refused, naming it.
+    let out = hal(&["cts", "--device", "cpu-sim:1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("driver 'cpu-sim' has only device 0, not device 1"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn cts_spread_is_for_cuda_only() {
+    let devices: &[&str] = if cfg!(feature = "vulkan") { &["cpu-sim", "vulkan"] } else { &["cpu-sim"] };
+    for device in devices {
+        let out = hal(&["cts", "--device", device, "--spread"]);
+        assert_eq!(out.status.code(), Some(2), "{device}: {}", text(&out.stderr));
+        assert_eq!(
+            text(&out.stderr),
+            format!(
+                "hal: error: --spread is for the cuda driver only (it puts a case's devices on every GPU), not for \
+                 '{device}' (see `hal cts --help`)\n"
+            )
+        );
+        assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    }
+    let help = text(&hal(&["cts", "--help"]).stdout);
+    for needle in ["--spread", "vulkan[:N] and cuda[:N]", "says why, once"] {
+        assert!(help.contains(needle), "missing '{needle}' in:\n{help}");
+    }
+}
+
+#[test]
+fn cts_on_cuda_without_it_says_why_once_and_runs_nothing() {
+    if lists_devices(&text(&hal(&["devices"]).stdout), "cuda") {
+        eprintln!("not run: cts_on_cuda_without_it_says_why_once_and_runs_nothing: a CUDA device is listed here");
+        return;
+    }
+    let out = hal(&["cts", "--device", "cuda", "--filter", "semaphore::"]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.is_empty(), "no case rows: {stdout}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    if cfg!(feature = "cuda") {
+        assert!(stderr.starts_with("hal: error: the conformance suite cannot run on 'cuda:0': CUDA not available: "));
+        let reason = if stderr.contains("NVRTC") { "NVRTC" } else { "the CUDA driver library was not found" };
+        assert_eq!(stderr.matches(reason).count(), 1, "the reason said once: {stderr}");
+    } else {
+        assert_eq!(
+            stderr, "hal: error: driver 'cuda' is not built into this hal: rebuild with the `cuda` feature\n",
+            "{stderr}"
+        );
     }
 }

@@ -4,14 +4,15 @@
 //! depend on any CUDA crate.
 //!
 //! ```ignore
-//! // In driver-cuda's tests/cts.rs (compile_ptx: NVRTC through cudarc, CUDA C -> PTX text):
+//! // In driver-cuda's src/cts.rs, its `cts` feature (compile_ptx: NVRTC through cudarc, CUDA C ->
+//! // PTX text; the real fixture, `driver_cuda::cts::fixture`, also places the devices):
 //! fn cuda_fixture() -> ctest::Fixture {
 //!     let catalogue = ctest::kernels::cuda::CudaCatalogue::new(compile_ptx);
 //!     let mut registry = hal::Registry::new();
 //!     driver_cuda::register(&mut registry);
 //!     ctest::Fixture::from_registry(registry, "cuda", catalogue).with_sticky_faults()
 //! }
-//! ctest::instantiate_cts!(cuda, cuda_fixture);
+//! ctest::instantiate_cts!(cuda, cuda_fixture); // in its tests/cts.rs
 //! ```
 
 use std::collections::HashMap;

@@ -1,7 +1,8 @@
 //! The FFI layer: what stands between the driver and `cudarc`'s raw bindings, and imports nothing
 //! from the rest of the crate.
 //!
-//! - `result.rs`: every CUDA driver and NCCL call, wrapped once (crate-private);
+//! - `result.rs`: every CUDA driver and NCCL call, wrapped once (crate-private), and whether NVRTC
+//!   opens (feature `cts`);
 //! - `context.rs`: the device's primary [`Context`](context::Context), the `Bound` token the calls
 //!   take as proof that it is current, and the pinned blocks it keeps;
 //! - [`loader`]: the probe for `libcuda` before any cudarc call;

@@ -1056,6 +1056,15 @@ pub(crate) fn is_nccl_library_present() -> bool {
     unsafe { nccl::is_culib_present() }
 }
 
+/// Whether cudarc can open the NVRTC library (`is_culib_present`), which compiles the conformance
+/// suite's CUDA C (feature `cts`); loads nothing else.
+#[cfg(feature = "cts")]
+pub(crate) fn is_nvrtc_library_present() -> bool {
+    // SAFETY: it only tries to open the library by the names cudarc knows; no symbol is called
+    // (cudarc panics on first use of NVRTC when it is missing, so callers check this first).
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
 /// `ncclGetVersion` (e.g. 22805 for 2.28.5).
 pub(crate) fn nccl_get_version() -> Result<i32> {
     let mut version = 0;

@@ -1,5 +1,6 @@
 //! Shared by the CUDA test binaries: what a test does without a GPU, the kernels (CUDA C compiled to
-//! PTX at run time with NVRTC) and small helpers.
+//! PTX at run time with NVRTC; ctest's catalogue is the driver's, `driver_cuda::cts`) and small
+//! helpers.
 //!
 //! Every CUDA test (and `cts.rs`'s instantiation) carries, word for word:
 //!
@@ -21,13 +22,8 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ctest::kernels::cuda::CudaCatalogue;
-use ctest::{Kernel, KernelCatalogue};
 use hal::driver::Driver;
-use hal::{
-    Buffer, BufferParams, Device, EntryPointInfo, Error, Executable, ExecutableFormat, ExecutableKind,
-    ExecutableSource, Result, Timeout,
-};
+use hal::{Buffer, BufferParams, Device, EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, Timeout};
 
 /// A generous timeout for waits that must succeed.
 pub const T: Timeout = Timeout::After(Duration::from_secs(20));
@@ -68,39 +64,9 @@ pub fn require_cuda() -> bool {
     }
 }
 
-/// Compiles `source` (CUDA C) named `program` to PTX with NVRTC.
-fn compile_ptx(source: &str, program: &str) -> Result<Vec<u8>> {
-    // SAFETY: only tries to open the NVRTC library (cudarc panics on first use when it is missing).
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Err(Error::unavailable(format!(
-            "NVRTC (libnvrtc.so) not found: cannot compile ctest's CUDA kernel '{program}'"
-        )));
-    }
-    let options = cudarc::nvrtc::CompileOptions { name: Some(format!("{program}.cu")), ..Default::default() };
-    match cudarc::nvrtc::compile_ptx_with_opts(source, options) {
-        Ok(ptx) => Ok(ptx.to_src().into_bytes()),
-        Err(e) => Err(Error::invalid_argument(format!("NVRTC could not compile ctest's kernel '{program}': {e}"))),
-    }
-}
-
-/// ctest's kernel catalogue as PTX, shared by every user in this process, so each kernel is
-/// compiled once.
-pub struct SharedCatalogue(&'static CudaCatalogue);
-
-impl KernelCatalogue for SharedCatalogue {
-    fn kinds(&self) -> Vec<ExecutableKind> {
-        self.0.kinds()
-    }
-
-    fn source(&self, kernel: Kernel, kind: ExecutableKind) -> Result<ExecutableSource> {
-        self.0.source(kernel, kind)
-    }
-}
-
-/// ctest's CUDA catalogue (`ctest::kernels::cuda`), compiled with NVRTC on first use.
-pub fn ctest_catalogue() -> SharedCatalogue {
-    static CATALOGUE: OnceLock<CudaCatalogue> = OnceLock::new();
-    SharedCatalogue(CATALOGUE.get_or_init(|| CudaCatalogue::new(compile_ptx)))
+/// ctest's CUDA catalogue, compiled with NVRTC once per process (`driver_cuda::cts::catalogue`).
+pub fn ctest_catalogue() -> driver_cuda::cts::SharedCatalogue {
+    driver_cuda::cts::catalogue()
 }
 
 /// The test kernels. Dispatch ABI: bindings (pointers) first, then 32-bit constants.
