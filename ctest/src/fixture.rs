@@ -42,6 +42,12 @@ pub struct Fixture {
     /// Why a rank's abandoned collective leaves the other ranks waiting, where the embedder's
     /// configuration makes it so.
     abandon_blocks_peers: Option<String>,
+    /// The kinds of `hal::ExternalMemory` the driver imports (see
+    /// [`Fixture::with_external_memory_kinds`]).
+    external_memory_kinds: Vec<&'static str>,
+    /// The kinds of `hal::ExternalTimepoint` the driver orders with (see
+    /// [`Fixture::with_external_timepoint_kinds`]).
+    external_timepoint_kinds: Vec<&'static str>,
 }
 
 impl Fixture {
@@ -65,6 +71,8 @@ impl Fixture {
             max_ranks: usize::MAX,
             channel_dies_on_abandon: false,
             abandon_blocks_peers: None,
+            external_memory_kinds: Vec::new(),
+            external_timepoint_kinds: Vec::new(),
         }
     }
 
@@ -86,6 +94,8 @@ impl Fixture {
             max_ranks: usize::MAX,
             channel_dies_on_abandon: false,
             abandon_blocks_peers: None,
+            external_memory_kinds: Vec::new(),
+            external_timepoint_kinds: Vec::new(),
         }
     }
 
@@ -189,6 +199,51 @@ impl Fixture {
         self.max_ranks
     }
 
+    /// Declares the kinds of external memory the driver imports, as `hal::ExternalMemory::kind`
+    /// names them (`"CUDA device pointer"`, `"Vulkan buffer"`). Default: none. The `interop` cases
+    /// give every other kind a made-up handle and expect `Unimplemented`; they never give a kind
+    /// declared here one, since the driver would use it (undefined behaviour in its API): the
+    /// driver's own tests check those kinds with real objects. So a driver declares every kind it
+    /// imports.
+    ///
+    /// ```
+    /// let fixture = driver_cpu_sim::cts::fixture().with_external_memory_kinds(&["Vulkan buffer"]);
+    /// assert_eq!(fixture.external_memory_kinds(), ["Vulkan buffer"]);
+    /// ```
+    ///
+    /// # Panics
+    /// On a name that is no kind of `hal::ExternalMemory`: a misspelt kind would leave the driver's
+    /// own kind undeclared, and the cases would give it a made-up handle.
+    pub fn with_external_memory_kinds(mut self, kinds: &[&'static str]) -> Self {
+        self.external_memory_kinds = checked_kinds(kinds, &crate::interop::memory_kinds(), "ExternalMemory");
+        self
+    }
+
+    /// The kinds of external memory the driver imports (see
+    /// [`with_external_memory_kinds`](Self::with_external_memory_kinds)).
+    pub fn external_memory_kinds(&self) -> &[&'static str] {
+        &self.external_memory_kinds
+    }
+
+    /// Declares the kinds of external timepoints the driver's queues wait on and signal, as
+    /// `hal::ExternalTimepoint::kind` names them (`"CUDA stream"`, `"Vulkan timeline semaphore"`).
+    /// Default: none. As with [`with_external_memory_kinds`](Self::with_external_memory_kinds), the
+    /// `interop` cases give only the other kinds made-up handles, so a driver declares every kind it
+    /// takes.
+    ///
+    /// # Panics
+    /// On a name that is no kind of `hal::ExternalTimepoint`.
+    pub fn with_external_timepoint_kinds(mut self, kinds: &[&'static str]) -> Self {
+        self.external_timepoint_kinds = checked_kinds(kinds, &crate::interop::timepoint_kinds(), "ExternalTimepoint");
+        self
+    }
+
+    /// The kinds of external timepoints the driver takes (see
+    /// [`with_external_timepoint_kinds`](Self::with_external_timepoint_kinds)).
+    pub fn external_timepoint_kinds(&self) -> &[&'static str] {
+        &self.external_timepoint_kinds
+    }
+
     /// Every case of one run shares a single device instead of a fresh one per case (for drivers
     /// whose devices are slow to create). Leak checks still run after every case.
     pub fn with_shared_device(mut self) -> Self {
@@ -248,8 +303,18 @@ impl fmt::Debug for Fixture {
             .field("sticky_faults", &self.sticky_faults)
             .field("fault_marker", &self.fault_marker)
             .field("unavailable", &self.unavailable)
+            .field("external_memory_kinds", &self.external_memory_kinds)
+            .field("external_timepoint_kinds", &self.external_timepoint_kinds)
             .finish()
     }
+}
+
+/// `kinds`, each checked to be one of `known` (the kinds of `hal::<enum_name>`).
+fn checked_kinds(kinds: &[&'static str], known: &[&'static str], enum_name: &str) -> Vec<&'static str> {
+    for kind in kinds {
+        assert!(known.contains(kind), "'{kind}' is no kind of hal::{enum_name}; its kinds are {known:?}");
+    }
+    kinds.to_vec()
 }
 
 /// The catalogue of a driver that is not available: every kernel is `Unavailable`.

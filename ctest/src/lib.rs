@@ -42,6 +42,7 @@ mod failure;
 mod host_io;
 mod imported_memory;
 mod indirect_dispatch;
+mod interop;
 mod kernel_abi;
 mod misuse;
 mod multi_device;
@@ -443,6 +444,13 @@ macro_rules! __cts_case_list {
                 non_blocking_host_call_lets_later_work_run,
                 failing_a_semaphore_fails_issued_work_that_waits_on_it,
                 a_single_wait_wakes_when_the_host_reaches_the_value,
+            }
+            interop {
+                unaccepted_external_memory_is_unimplemented_and_released_at_once,
+                unaccepted_external_timepoints_are_unimplemented_and_signal_nothing,
+                empty_external_memory_of_every_kind_is_refused_before_the_driver,
+                a_foreign_threads_signal_releases_queue_work,
+                a_foreign_signal_that_never_comes_times_out_then_the_drop_cancels,
             }
         }
     };

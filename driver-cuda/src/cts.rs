@@ -10,7 +10,9 @@
 //! The fixture declares CUDA's faults sticky (a trapping kernel poisons the GPU's context for the
 //! rest of the process, so the fault cases check the sticky contract, see ctest's
 //! `Fixture::with_sticky_faults`) and that every fault status names the CUDA error
-//! ([`FAULT_MARKER`]). Run each case in its own process (the generated tests and `hal cts` do).
+//! ([`FAULT_MARKER`]), and the external kinds the driver takes (CUDA device pointers, CUDA
+//! streams), which ctest's `interop` cases leave to `tests/cuda_interop.rs`. Run each case in its
+//! own process (the generated tests and `hal cts` do).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -63,6 +65,7 @@ pub struct CtsOptions {
 /// } else {
 ///     assert!(fixture.faults_are_sticky());
 ///     assert_eq!(fixture.fault_marker(), Some("CUDA_ERROR_"));
+///     assert_eq!(fixture.external_timepoint_kinds(), ["CUDA stream"]);
 /// }
 /// // No machine has 1000 GPUs: an error, with or without CUDA.
 /// assert!(driver_cuda::cts::fixture(CtsOptions { ordinal: 1000, spread: false }).create_device().is_err());
@@ -81,7 +84,9 @@ pub fn fixture(options: CtsOptions) -> Fixture {
     crate::register(&mut registry);
     let fixture = Fixture::from_registry(registry.clone(), DRIVER_NAME, catalogue())
         .with_sticky_faults()
-        .with_fault_marker(FAULT_MARKER);
+        .with_fault_marker(FAULT_MARKER)
+        .with_external_memory_kinds(&["CUDA device pointer"])
+        .with_external_timepoint_kinds(&["CUDA stream"]);
     let CtsOptions { ordinal, spread } = options;
     let gpus = crate::loader::probe().map_or(1, |p| p.device_count);
     if spread && gpus > 1 {

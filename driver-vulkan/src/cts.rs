@@ -15,7 +15,9 @@ use crate::{DRIVER_NAME, VulkanDriver};
 /// ctest's fixture on Vulkan device `ordinal` (as `hal devices` numbers them): its devices are
 /// made on that physical device, its kernels are ctest's SPIR-V catalogue within that device's
 /// workgroup memory (`max_compute_shared_memory_size`), and a collective channel has one rank
-/// (Vulkan has no collectives). The registry cases run against a registry holding the driver.
+/// (Vulkan has no collectives). It declares the external kinds the driver takes (Vulkan buffers,
+/// Vulkan timeline semaphores), which ctest's `interop` cases leave to `tests/vulkan_interop.rs`.
+/// The registry cases run against a registry holding the driver.
 ///
 /// Where Vulkan is not usable here (no loader, no Vulkan 1.2 device with timeline semaphores) the
 /// fixture is [not available](Fixture::not_available), its notice `Vulkan not available: <reason>`.
@@ -27,7 +29,10 @@ use crate::{DRIVER_NAME, VulkanDriver};
 /// assert_eq!(fixture.driver(), "vulkan");
 /// match fixture.unavailable() {
 ///     Some(notice) => assert!(notice.starts_with("Vulkan not available: ")),
-///     None => assert_eq!(fixture.create_device()?.info().driver, "vulkan"),
+///     None => {
+///         assert_eq!(fixture.create_device()?.info().driver, "vulkan");
+///         assert_eq!(fixture.external_memory_kinds(), ["Vulkan buffer"]);
+///     }
 /// }
 /// // No machine has 1000 Vulkan devices: an error, with or without Vulkan.
 /// let missing = driver_vulkan::cts::fixture(1000).create_device().err().expect("no device 1000");
@@ -54,4 +59,6 @@ pub fn fixture(ordinal: usize) -> Fixture {
     Fixture::from_registry(registry, DRIVER_NAME, catalogue)
         .with_factory(move || devices.create_device(DRIVER_NAME, ordinal))
         .with_max_ranks(1)
+        .with_external_memory_kinds(&["Vulkan buffer"])
+        .with_external_timepoint_kinds(&["Vulkan timeline semaphore"])
 }
