@@ -25,6 +25,11 @@
 //!   with [`hal::ExternalTimepoint::VulkanTimeline`] order a HAL queue with a value of a timeline
 //!   `VkSemaphore` of this `VkDevice`, both ways, on the device: the queue's submission for it also
 //!   waits on the value, or also signals it (`external.rs`).
+//! - **Another API on the same GPU** (CUDA): memory and timeline semaphores shared through opaque
+//!   POSIX file descriptors ([`allocate_exportable_buffer`], [`export_memory`],
+//!   [`hal::ExternalMemory::OpaqueFd`] imports, [`create_exportable_timeline`],
+//!   [`import_timeline_fd`], [`TimelineSemaphore`]), and the device's UUID to pair it with the
+//!   other API's device of the same GPU ([`device_uuid`]); see `shared.rs` and `docs/interop.md`.
 //!
 //! HAL semaphores have **no `VkSemaphore`**: they are host-side values the HAL's scheduler keeps,
 //! and each HAL queue signals a timeline semaphore of its own whose values count its submissions,
