@@ -19,6 +19,7 @@ use hal::{
 use crate::commands::CudaPreparedCommands;
 use crate::commands::indirect_node::NodeUpdater;
 use crate::executable::CudaExecutable;
+use crate::interop::semaphore::SemaphoreWaits;
 use crate::interop::word_slots::WordSlots;
 use crate::memory::{CudaMemory, MemoryCounter};
 use crate::options::CudaOptions;
@@ -115,6 +116,8 @@ pub struct CudaDevice {
     updater: std::sync::OnceLock<Option<Arc<NodeUpdater>>>,
     /// The words its queues and foreign CUDA streams order their work through (`crate::interop`).
     words: Arc<WordSlots>,
+    /// Its queues' waits on imported semaphores, for teardown to release (`crate::interop`).
+    semaphore_waits: Arc<SemaphoreWaits>,
 }
 
 impl Drop for CudaDevice {
@@ -123,6 +126,8 @@ impl Drop for CudaDevice {
     /// streams, which must not wait on work that may never come.
     fn drop(&mut self) {
         crate::collective::device_dropped(self.id);
+        // Semaphores first: a released wait's stream then writes its word itself.
+        self.semaphore_waits.release_all();
         self.words.release_all();
     }
 }
@@ -219,6 +224,7 @@ impl CudaDevice {
             peers: std::sync::Mutex::new(Vec::new()),
             updater: std::sync::OnceLock::new(),
             words: WordSlots::new(&context),
+            semaphore_waits: SemaphoreWaits::new(&context),
         })
     }
 
@@ -284,23 +290,33 @@ impl ScheduledDevice for CudaDevice {
         memory: ExternalMemory,
         release: ReleaseOnce,
     ) -> Result<Arc<dyn BufferBackend>> {
-        let ExternalMemory::CudaDevicePointer { address, length } = memory else {
+        if !matches!(memory, ExternalMemory::CudaDevicePointer { .. } | ExternalMemory::OpaqueFd { .. }) {
             return Err(Error::unimplemented(format!(
-                "cuda: cannot import a {} ({memory}); the CUDA driver imports CUDA device pointers",
+                "cuda: cannot import a {} ({memory}); the CUDA driver imports CUDA device pointers and opaque file \
+                 descriptors",
                 memory.kind()
             )));
-        };
+        }
         if params.memory_type.contains(MemoryType::HOST_VISIBLE) {
             return Err(Error::invalid_argument(format!(
                 "cuda: import of {memory}: memory type {} is host-visible, and device memory is not",
                 params.memory_type
             )));
         }
-        Ok(Arc::new(CudaMemory::import_device(&self.context, &self.memory, address, length, release)?))
+        let (context, counter) = (&self.context, &self.memory);
+        Ok(Arc::new(match memory {
+            ExternalMemory::OpaqueFd { fd, length, dedicated } => {
+                CudaMemory::import_opaque_fd(context, counter, fd, length, dedicated, release)?
+            }
+            ExternalMemory::CudaDevicePointer { address, length } => {
+                CudaMemory::import_device(context, counter, address, length, release)?
+            }
+            _ => return Err(Error::internal(format!("cuda: import of {memory}: checked above"))),
+        }))
     }
 
     fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {
-        crate::interop::external::prepare(&self.context, &self.words, queue, timepoint, use_)
+        crate::interop::external::prepare(&self.context, &self.words, &self.semaphore_waits, queue, timepoint, use_)
     }
 
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {

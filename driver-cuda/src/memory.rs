@@ -15,13 +15,17 @@
 //!   allocated when the buffer is created (a slow call, but not one that waits on the device) and
 //!   only published (address, mapping) between the alloca and the dealloca in queue order; it is
 //!   freed when the last handle drops.
+//! - Imported from an opaque file descriptor (`ExternalMemory::OpaqueFd`, memory Vulkan exported):
+//!   `cuImportExternalMemory` of a duplicate of the descriptor, mapped whole with
+//!   `cuExternalMemoryGetMappedBuffer`; on drop the mapping is freed (`cuMemFree`), the imported
+//!   object destroyed (`cuDestroyExternalMemory`), and then the release runs.
 
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::sys::{self, CUdeviceptr, CUmemoryPool};
+use cudarc::driver::sys::{self, CUdeviceptr, CUexternalMemory, CUmemoryPool};
 use hal::driver::BufferBackend;
 use hal::driver::BufferExt;
 use hal::driver::{HostView, ImportedHostMemory, ReleaseOnce};
@@ -53,6 +57,9 @@ pub enum MemoryKind {
     /// Device memory another library allocated (`Device::import_external_memory`): used at its
     /// address, never freed here; handed back through `release` on drop.
     ImportedDevice,
+    /// A memory object another API exported as an opaque file descriptor, imported and mapped
+    /// here: the mapping is freed and the import destroyed on drop, then `release` runs.
+    ImportedFd,
 }
 
 /// Where a transient buffer is in its life.
@@ -95,11 +102,13 @@ pub struct CudaMemory {
     pinned_address: CUdeviceptr,
     /// Its length (page-rounded: it may be a reused block), for the pinned cache.
     pinned_bytes: usize,
+    /// The imported object behind an `ImportedFd` buffer (null for other kinds), destroyed in `Drop`.
+    external: CUexternalMemory,
     state: Mutex<State>,
 }
 
-// SAFETY: the raw pointers name memory this value owns and frees once in `Drop`; transitions are
-// serialised by `state`, and the published addresses are atomics.
+// SAFETY: the raw pointers and the imported object name memory this value owns and frees once in
+// `Drop`; transitions are serialised by `state`, and the published addresses are atomics.
 unsafe impl Send for CudaMemory {}
 // SAFETY: see `Send`.
 unsafe impl Sync for CudaMemory {}
@@ -212,6 +221,48 @@ impl CudaMemory {
         Ok(imported)
     }
 
+    /// The whole memory object of `length` bytes (its allocation size) that another API exported
+    /// as the opaque file descriptor `fd`, imported (`cuImportExternalMemory`, `dedicated` telling
+    /// CUDA it is a dedicated allocation) and mapped (`cuExternalMemoryGetMappedBuffer`). `fd` is
+    /// only borrowed: CUDA is handed a duplicate, which it owns once the import succeeded and which
+    /// is closed here when it fails. Not counted: the other API allocated it. `release` runs when
+    /// the buffer drops, after the import is destroyed (or now, on an error).
+    pub fn import_opaque_fd(
+        context: &Arc<Context>,
+        counter: &Arc<MemoryCounter>,
+        fd: i32,
+        length: u64,
+        dedicated: bool,
+        release: ReleaseOnce,
+    ) -> Result<Self> {
+        use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
+        let what = || format!("import of opaque fd {fd} ({length} bytes)");
+        let bound = context.bind()?;
+        // SAFETY: the caller of `Device::import_external_memory` handed over an open descriptor,
+        // which the HAL keeps open for the length of this call.
+        let duplicate = unsafe { BorrowedFd::borrow_raw(fd) }
+            .try_clone_to_owned()
+            .map_err(|e| Error::invalid_argument(format!("cuda: {}: duplicating the descriptor: {e}", what())))?;
+        // SAFETY: `duplicate` is open and ours; CUDA takes it only on success (then it is given up
+        // below), and on failure it drops, closed, here.
+        let external = unsafe { result::import_external_memory_fd(&bound, duplicate.as_raw_fd(), length, dedicated) }
+            .map_err(|e| e.context(what()))?;
+        let _ = duplicate.into_raw_fd();
+        let address = match result::external_memory_get_mapped_buffer(&bound, external, length) {
+            Ok(address) => address,
+            Err(e) => {
+                // SAFETY: imported just above, nothing mapped onto it, used by nothing.
+                let _ = unsafe { result::destroy_external_memory(&bound, external) };
+                return Err(e.context(what()));
+            }
+        };
+        let mut imported =
+            CudaMemory::with(context, counter, length, MemoryKind::ImportedFd, address, std::ptr::null_mut(), 0);
+        imported.external = external;
+        imported.release = Some(release);
+        Ok(imported)
+    }
+
     /// A transient buffer of `size` bytes; `host_visible` selects pinned host memory. Counted in
     /// `counter` while it has memory.
     pub fn transient(
@@ -266,6 +317,7 @@ impl CudaMemory {
             pinned,
             pinned_address,
             pinned_bytes: 0,
+            external: std::ptr::null_mut(),
             release: None,
             state: Mutex::new(State::Committed),
         }
@@ -314,7 +366,8 @@ impl CudaMemory {
                 | MemoryKind::Host
                 | MemoryKind::Imported
                 | MemoryKind::ImportedPinned
-                | MemoryKind::ImportedDevice,
+                | MemoryKind::ImportedDevice
+                | MemoryKind::ImportedFd,
             ) => {
                 return Err(self.refuse("alloca", "of a buffer that is not transient"));
             }
@@ -346,7 +399,8 @@ impl CudaMemory {
                 | MemoryKind::Host
                 | MemoryKind::Imported
                 | MemoryKind::ImportedPinned
-                | MemoryKind::ImportedDevice,
+                | MemoryKind::ImportedDevice
+                | MemoryKind::ImportedFd,
             ) => {
                 return Err(self.refuse("dealloca", "of a buffer that is not transient"));
             }
@@ -424,6 +478,15 @@ impl Drop for CudaMemory {
             MemoryKind::ImportedPinned => Ok(()),
             // Another library's: the release below hands it back, and it frees it.
             MemoryKind::ImportedDevice => Ok(()),
+            MemoryKind::ImportedFd => {
+                // SAFETY: mapped by `import_opaque_fd`, freed once here; no queue work holds the
+                // buffer any more.
+                let unmapped = unsafe { result::mem_free_mapped(&bound, address) };
+                // SAFETY: imported by `import_opaque_fd`, destroyed once here, after its one mapping
+                // was freed (a failed free leaves nothing else to do with it).
+                let destroyed = unsafe { result::destroy_external_memory(&bound, self.external) };
+                unmapped.and(destroyed)
+            }
         };
         if let Err(e) = freed {
             tracing::debug!(%e, size = self.size, "freeing buffer memory failed");

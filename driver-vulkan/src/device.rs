@@ -64,6 +64,12 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
             if physical.update_after_bind.is_some() { "replayed" } else { "recorded" }.to_string(),
         ),
         ("host_memory_import".to_string(), physical.host_import_alignment.is_some().to_string()),
+        ("external_memory_fd".to_string(), physical.fd_sharing.memory_fd_extension.to_string()),
+        ("external_semaphore_fd".to_string(), physical.fd_sharing.semaphore_fd_extension.to_string()),
+        ("memory_fd_export".to_string(), physical.fd_sharing.memory_export.to_string()),
+        ("memory_fd_import".to_string(), physical.fd_sharing.memory_import.to_string()),
+        ("timeline_fd_export".to_string(), physical.fd_sharing.timeline_export.to_string()),
+        ("timeline_fd_import".to_string(), physical.fd_sharing.timeline_import.to_string()),
         ("robust_buffer_access".to_string(), physical.robust_buffer_access.to_string()),
         ("shader_int64".to_string(), physical.shader_features.int64.to_string()),
         ("shader_float64".to_string(), physical.shader_features.float64.to_string()),
@@ -131,6 +137,11 @@ impl VulkanDevice {
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
     }
+
+    /// The count of its buffers' memory.
+    pub(crate) fn memory_counter(&self) -> &Arc<MemoryCounter> {
+        &self.memory
+    }
 }
 
 impl Drop for VulkanDevice {
@@ -169,21 +180,33 @@ impl ScheduledDevice for VulkanDevice {
         memory: ExternalMemory,
         release: ReleaseOnce,
     ) -> Result<Arc<dyn BufferBackend>> {
-        let ExternalMemory::VulkanBuffer { buffer, offset, length } = memory else {
+        let supported = matches!(memory, ExternalMemory::VulkanBuffer { .. } | ExternalMemory::OpaqueFd { .. });
+        if !supported {
             return Err(hal::Error::unimplemented(format!(
-                "vulkan: cannot import a {} ({memory}); the Vulkan driver imports Vulkan buffers",
+                "vulkan: cannot import a {} ({memory}); the Vulkan driver imports Vulkan buffers and opaque file \
+                 descriptors",
                 memory.kind()
             )));
-        };
+        }
         if params.memory_type.contains(MemoryType::HOST_VISIBLE) {
             return Err(hal::Error::invalid_argument(format!(
                 "vulkan: import of {memory}: memory type {} is host-visible, and an imported buffer has no host view \
-                 (its memory is the embedder's, not mapped here)",
+                 (its memory is not mapped here)",
                 params.memory_type
             )));
         }
-        let block = Block::external(&self.gpu, vk::Buffer::from_raw(buffer), offset, length, release)?;
-        Ok(Arc::new(VulkanMemory::external(&self.gpu, &self.memory, block)))
+        match memory {
+            ExternalMemory::VulkanBuffer { buffer, offset, length } => {
+                let block = Block::external(&self.gpu, vk::Buffer::from_raw(buffer), offset, length, release)?;
+                Ok(Arc::new(VulkanMemory::external(&self.gpu, &self.memory, block)))
+            }
+            #[cfg(unix)]
+            ExternalMemory::OpaqueFd { fd, length, dedicated } => {
+                let block = Block::import_fd(&self.gpu, fd, length, dedicated, release)?;
+                Ok(Arc::new(VulkanMemory::shared(&self.gpu, &self.memory, length, block)))
+            }
+            _ => Err(hal::Error::unimplemented(format!("vulkan: cannot import a {} here ({memory})", memory.kind()))),
+        }
     }
 
     fn prepare_external(&self, queue: usize, timepoint: ExternalTimepoint, use_: ExternalUse) -> Result<NativeOp> {

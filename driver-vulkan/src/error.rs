@@ -4,7 +4,8 @@ use ash::vk;
 use hal::Error;
 
 /// The error for `call` returning `result`: out-of-memory codes are `ResourceExhausted`, a lost
-/// device `Aborted` (its work will not finish), everything else `Internal`.
+/// device `Aborted` (its work will not finish), a handle an import refused (a file descriptor
+/// that names no such object) `InvalidArgument`, everything else `Internal`.
 pub fn from_vk(call: &str, result: vk::Result) -> Error {
     let message = format!("vulkan: {call} failed: {result:?}");
     match result {
@@ -12,6 +13,7 @@ pub fn from_vk(call: &str, result: vk::Result) -> Error {
             Error::resource_exhausted(message)
         }
         vk::Result::ERROR_DEVICE_LOST => Error::aborted(message),
+        vk::Result::ERROR_INVALID_EXTERNAL_HANDLE => Error::invalid_argument(message),
         _ => Error::internal(message),
     }
 }

@@ -46,6 +46,70 @@ pub struct PhysicalInfo {
     pub(crate) robust_buffer_access: bool,
     /// The largest single allocation (`maxMemoryAllocationSize`, at most the largest heap).
     pub(crate) max_allocation: u64,
+    /// What the device shares through opaque file descriptors (its extensions enabled when
+    /// present).
+    pub(crate) fd_sharing: FdSharing,
+    /// The driver closes the descriptor of an import it refuses (Mesa's lavapipe does, though
+    /// Vulkan says a failed import leaves it with the application): the driver must not close it
+    /// again.
+    pub(crate) closes_refused_fds: bool,
+}
+
+/// What a device can share with other APIs (CUDA, another `VkDevice`) through opaque POSIX file
+/// descriptors, as it reports: its extensions (enabled at device creation where present), and for
+/// the buffers and timeline semaphores the driver makes, whether their payloads export and import
+/// (`vkGetPhysicalDeviceExternalBufferProperties`, `vkGetPhysicalDeviceExternalSemaphoreProperties`
+/// with `VK_EXTERNAL_*_HANDLE_TYPE_OPAQUE_FD_BIT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FdSharing {
+    /// `VK_KHR_external_memory_fd` is enabled.
+    pub memory_fd_extension: bool,
+    /// `VK_KHR_external_semaphore_fd` is enabled.
+    pub semaphore_fd_extension: bool,
+    /// A storage buffer's memory exports as an opaque fd.
+    pub memory_export: bool,
+    /// A storage buffer's memory imports from an opaque fd.
+    pub memory_import: bool,
+    /// Such memory must be a dedicated allocation (`VK_EXTERNAL_MEMORY_FEATURE_DEDICATED_ONLY_BIT`).
+    pub memory_dedicated_only: bool,
+    /// A timeline semaphore exports as an opaque fd.
+    pub timeline_export: bool,
+    /// A timeline semaphore imports from an opaque fd.
+    pub timeline_import: bool,
+}
+
+impl FdSharing {
+    /// What `physical` reports; nothing without the extensions.
+    fn query(vk: &ash::Instance, physical: vk::PhysicalDevice, memory_fd: bool, semaphore_fd: bool) -> FdSharing {
+        let mut sharing =
+            FdSharing { memory_fd_extension: memory_fd, semaphore_fd_extension: semaphore_fd, ..FdSharing::default() };
+        if memory_fd {
+            let info = vk::PhysicalDeviceExternalBufferInfo::default()
+                .usage(crate::memory::BUFFER_USAGE)
+                .handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
+            let mut out = vk::ExternalBufferProperties::default();
+            // SAFETY: a plain query of a physical device of this instance (Vulkan 1.1 core).
+            unsafe { vk.get_physical_device_external_buffer_properties(physical, &info, &mut out) };
+            let features = out.external_memory_properties.external_memory_features;
+            sharing.memory_export = features.contains(vk::ExternalMemoryFeatureFlags::EXPORTABLE);
+            sharing.memory_import = features.contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE);
+            sharing.memory_dedicated_only = features.contains(vk::ExternalMemoryFeatureFlags::DEDICATED_ONLY);
+        }
+        if semaphore_fd {
+            let mut kind = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE);
+            let info = vk::PhysicalDeviceExternalSemaphoreInfo::default()
+                .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
+                .push_next(&mut kind);
+            let mut out = vk::ExternalSemaphoreProperties::default();
+            // SAFETY: as above; the chain lives on this stack frame.
+            unsafe { vk.get_physical_device_external_semaphore_properties(physical, &info, &mut out) };
+            let features = out.external_semaphore_features;
+            sharing.timeline_export = features.contains(vk::ExternalSemaphoreFeatureFlags::EXPORTABLE);
+            sharing.timeline_import = features.contains(vk::ExternalSemaphoreFeatureFlags::IMPORTABLE);
+        }
+        sharing
+    }
 }
 
 /// The physical devices that can run the driver (Vulkan 1.2 with timeline semaphores and a compute
@@ -90,8 +154,14 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     // SAFETY: as above.
     let extensions = unsafe { vk.enumerate_device_extension_properties(physical) }
         .map_err(|e| from_vk("vkEnumerateDeviceExtensionProperties", e))?;
-    let push_descriptors =
-        extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::khr::push_descriptor::NAME));
+    let has = |name: &CStr| extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(name));
+    let push_descriptors = has(ash::khr::push_descriptor::NAME);
+    let fd_sharing = FdSharing::query(
+        vk,
+        physical,
+        has(ash::khr::external_memory_fd::NAME),
+        has(ash::khr::external_semaphore_fd::NAME),
+    );
     // SAFETY: as above.
     let memory = unsafe { vk.get_physical_device_memory_properties(physical) };
     let heap_bytes = memory.memory_heaps_as_slice().iter().map(|h| h.size).max().unwrap_or(0);
@@ -99,8 +169,7 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     let mut id = vk::PhysicalDeviceIDProperties::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
     let mut host_memory = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
-    let host_import =
-        extensions.iter().any(|e| e.extension_name_as_c_str() == Ok(ash::ext::external_memory_host::NAME));
+    let host_import = has(ash::ext::external_memory_host::NAME);
     let feature = features12.descriptor_binding_storage_buffer_update_after_bind == vk::TRUE;
     let mut properties12 = vk::PhysicalDeviceVulkan12Properties::default();
     let mut push_properties = vk::PhysicalDevicePushDescriptorPropertiesKHR::default();
@@ -146,6 +215,8 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         },
         robust_buffer_access: core_features.robust_buffer_access == vk::TRUE,
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
+        fd_sharing,
+        closes_refused_fds: properties12.driver_id == vk::DriverId::MESA_LLVMPIPE,
     }))
 }
 
@@ -195,6 +266,14 @@ pub struct Gpu {
     pub(crate) update_after_bind: Option<u32>,
     /// `VK_EXT_external_memory_host` and its alignment, where the device has it.
     pub(crate) external_host: Option<(ash::ext::external_memory_host::Device, u64)>,
+    /// `VK_KHR_external_memory_fd`, where the device has it.
+    pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
+    /// `VK_KHR_external_semaphore_fd`, where the device has it.
+    pub(crate) semaphore_fd: Option<ash::khr::external_semaphore_fd::Device>,
+    /// The timeline semaphores [`crate::interop::TimelineSemaphore`] made on this device, so that an
+    /// external timepoint naming one holds it alive until its work retired.
+    #[cfg(unix)]
+    pub(crate) timelines: Mutex<Vec<Weak<crate::interop::shared::OwnedTimeline>>>,
     /// The Vulkan queues; HAL queue `i` submits to `queues[i % len]` (a queue is externally
     /// synchronized, hence the locks).
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
@@ -236,6 +315,14 @@ impl Gpu {
         if physical.host_import_alignment.is_some() {
             extensions.push(ash::ext::external_memory_host::NAME);
         }
+        // Their dependencies (`VK_KHR_external_memory`, `VK_KHR_external_semaphore`) are core in
+        // Vulkan 1.1.
+        if physical.fd_sharing.memory_fd_extension {
+            extensions.push(ash::khr::external_memory_fd::NAME);
+        }
+        if physical.fd_sharing.semaphore_fd_extension {
+            extensions.push(ash::khr::external_semaphore_fd::NAME);
+        }
         let extension_names: Vec<_> = extensions.iter().map(|name| name.as_ptr()).collect();
         let update_after_bind = physical.update_after_bind;
         let update_after_bind_enabled = update_after_bind.is_some() && physical.update_after_bind_feature;
@@ -264,6 +351,14 @@ impl Gpu {
         let external_host = physical
             .host_import_alignment
             .map(|alignment| (ash::ext::external_memory_host::Device::new(&instance.instance, &device), alignment));
+        let memory_fd = physical
+            .fd_sharing
+            .memory_fd_extension
+            .then(|| ash::khr::external_memory_fd::Device::new(&instance.instance, &device));
+        let semaphore_fd = physical
+            .fd_sharing
+            .semaphore_fd_extension
+            .then(|| ash::khr::external_semaphore_fd::Device::new(&instance.instance, &device));
         let allocator = Allocator::new(&AllocatorCreateDesc {
             instance: instance.instance.clone(),
             device: device.clone(),
@@ -290,6 +385,10 @@ impl Gpu {
             push,
             update_after_bind,
             external_host,
+            memory_fd,
+            semaphore_fd,
+            #[cfg(unix)]
+            timelines: Mutex::new(Vec::new()),
             queues,
             allocator: Mutex::new(Some(allocator)),
             empty_binding: Mutex::new(Weak::new()),

@@ -24,7 +24,8 @@
 //!   queries ([`timing`]).
 //! - **Interop** ([`interop`]): the native handles, an embedder's submissions on a HAL queue's
 //!   `VkQueue` ([`interop::with_queue`]), an embedder's `VkBuffer` imported as a HAL buffer, and
-//!   HAL queues ordered with an embedder's timeline semaphore both ways on the device.
+//!   HAL queues ordered with an embedder's timeline semaphore both ways on the device; memory and
+//!   timeline semaphores shared with CUDA on the same GPU through opaque file descriptors.
 //! - **Not here**: collectives (`Unimplemented`: Vulkan has no collective library).
 //!
 //! The files are the rooms every driver has, `device.rs`, `stream.rs`, `commands/`,

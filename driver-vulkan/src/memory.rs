@@ -4,7 +4,9 @@
 //! queue order; `DEVICE_LOCAL`-only buffers are still not mappable through the HAL, as on any GPU.
 //! The exception is a range of an embedder's `VkBuffer` ([`Block::external`]): its memory is the
 //! embedder's and has no mapping here, so queue reads and writes of it are device copies through a
-//! staging buffer (`stream.rs`).
+//! staging buffer (`stream.rs`). So is memory shared with another API through an opaque file
+//! descriptor ([`Block::exportable`], [`Block::import_fd`]): a `VkDeviceMemory` of the driver's own,
+//! device-local, not mapped.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -24,6 +26,18 @@ use crate::gpu::Gpu;
 
 /// Allocations at least this large get memory of their own.
 const DEDICATED_BYTES: u64 = 64 << 20;
+
+/// The usage of every `VkBuffer` the driver makes: storage (dispatch bindings), both transfer
+/// directions (fills, updates, copies) and indirect (dispatch counts).
+pub(crate) const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from_raw(
+    vk::BufferUsageFlags::STORAGE_BUFFER.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_SRC.as_raw()
+        | vk::BufferUsageFlags::TRANSFER_DST.as_raw()
+        | vk::BufferUsageFlags::INDIRECT_BUFFER.as_raw(),
+);
+
+/// The handle type of memory shared through file descriptors.
+const OPAQUE_FD: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
 
 /// Bytes of buffer memory in use on a device.
 #[derive(Debug, Default)]
@@ -61,6 +75,19 @@ enum Backing {
     /// The embedder's `VkBuffer` with its memory: neither destroyed nor freed here; the release
     /// hands it back once the block is gone.
     External(Option<ReleaseOnce>),
+    /// Memory shared with another API through an opaque file descriptor: allocated here to be
+    /// exported ([`Block::exportable`]), or imported from one ([`Block::import_fd`], whose release
+    /// runs once the memory object is freed). Device-local, not mapped.
+    Shared {
+        memory: vk::DeviceMemory,
+        /// `VkMemoryAllocateInfo::allocationSize`: what an import of an export must name.
+        allocation_size: u64,
+        /// Whether it is a dedicated allocation (`VkMemoryDedicatedAllocateInfo`).
+        dedicated: bool,
+        /// Allocated with `VkExportMemoryAllocateInfo` (so `vkGetMemoryFdKHR` may be called).
+        exportable: bool,
+        release: Option<ReleaseOnce>,
+    },
 }
 
 // SAFETY: `ptr` points into the mapped allocation the block owns; the block hands it out only as a
@@ -75,11 +102,8 @@ impl Block {
     /// counted in `counter` when given. The memory is zeroed.
     pub fn new(gpu: &Arc<Gpu>, size: u64, counter: Option<&Arc<MemoryCounter>>, name: &str) -> Result<Block> {
         let vk_size = size.max(4).next_multiple_of(4);
-        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
-            | vk::BufferUsageFlags::TRANSFER_SRC
-            | vk::BufferUsageFlags::TRANSFER_DST
-            | vk::BufferUsageFlags::INDIRECT_BUFFER;
-        let info = vk::BufferCreateInfo::default().size(vk_size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        let info =
+            vk::BufferCreateInfo::default().size(vk_size).usage(BUFFER_USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE);
         // SAFETY: a valid create info; the buffer is destroyed on every path below or by `Drop`.
         let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
         // SAFETY: `buffer` is a live buffer of this device.
@@ -169,11 +193,7 @@ impl Block {
             return Err(from_vk("vkGetMemoryHostPointerPropertiesEXT", looked_up));
         }
         let mut external_info = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
-        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
-            | vk::BufferUsageFlags::TRANSFER_SRC
-            | vk::BufferUsageFlags::TRANSFER_DST
-            | vk::BufferUsageFlags::INDIRECT_BUFFER;
-        let info = vk::BufferCreateInfo::default().size(size).usage(usage).push_next(&mut external_info);
+        let info = vk::BufferCreateInfo::default().size(size).usage(BUFFER_USAGE).push_next(&mut external_info);
         // SAFETY: a valid create info; destroyed on every path below or by `Drop`.
         let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
         // SAFETY: a live buffer of this device.
@@ -265,21 +285,177 @@ impl Block {
         })
     }
 
-    /// The mapped address of the `VkBuffer`'s byte 0: `InvalidArgument` for an embedder's buffer,
-    /// which is not mapped here.
+    /// `size` bytes (at least 4, a multiple of 4) of device-local memory of its own that can be
+    /// exported as an opaque file descriptor ([`Block::export_fd`]): a `VkBuffer` created with
+    /// `VkExternalMemoryBufferCreateInfo`, bound at offset 0 to a `VkDeviceMemory` allocated for it
+    /// alone with `VkExportMemoryAllocateInfo` (and `VkMemoryDedicatedAllocateInfo` where the device
+    /// requires a dedicated allocation). Not mapped; its contents start undefined. Counted in
+    /// `counter` (its allocation size).
+    #[cfg(unix)]
+    pub fn exportable(gpu: &Arc<Gpu>, size: u64, counter: &Arc<MemoryCounter>) -> Result<Block> {
+        let sharing = gpu.physical.fd_sharing;
+        if gpu.memory_fd.is_none() {
+            return Err(Error::unimplemented(
+                "vulkan: the device has no VK_KHR_external_memory_fd, which exporting memory as a file descriptor needs",
+            ));
+        }
+        if !sharing.memory_export {
+            return Err(Error::unimplemented(
+                "vulkan: the device does not export storage-buffer memory as opaque file descriptors \
+                 (vkGetPhysicalDeviceExternalBufferProperties, VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT)",
+            ));
+        }
+        let vk_size = size.max(4).next_multiple_of(4);
+        let what = || format!("exportable memory of {size} bytes");
+        let (buffer, requirements, required_dedicated) = shareable_buffer(gpu, vk_size)?;
+        let dedicated = sharing.memory_dedicated_only || required_dedicated;
+        let made = allocate_shared(gpu, buffer, &requirements, requirements.size, dedicated, None)
+            .and_then(|memory| bind_or_free(gpu, buffer, memory));
+        let memory = match made {
+            Ok(memory) => memory,
+            Err(e) => {
+                // SAFETY: not bound or used.
+                unsafe { gpu.device.destroy_buffer(buffer, None) };
+                return Err(e.context(what()));
+            }
+        };
+        counter.0.fetch_add(requirements.size, Ordering::Relaxed);
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::Shared {
+                memory,
+                allocation_size: requirements.size,
+                dedicated,
+                exportable: true,
+                release: None,
+            },
+            ptr: None,
+            base: 0,
+            size: requirements.size,
+            counter: Some(counter.clone()),
+        })
+    }
+
+    /// A memory object another API exported as the opaque file descriptor `fd`, of `length` bytes
+    /// (its allocation size), imported (`VkImportMemoryFdInfoKHR`) and bound to a `VkBuffer` of
+    /// `length` bytes. `fd` is only borrowed: Vulkan is handed a duplicate, which it owns once the
+    /// import succeeded and which is closed here when it fails. The memory type is the one
+    /// [`Block::exportable`] picks (Vulkan requires an import of an opaque fd to name the exporter's
+    /// type; the same driver picks the same). Not counted: another API allocated it. `release` runs
+    /// once the memory object is freed (or now, on an error).
+    #[cfg(unix)]
+    pub fn import_fd(gpu: &Arc<Gpu>, fd: i32, length: u64, dedicated: bool, release: ReleaseOnce) -> Result<Block> {
+        use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
+        let what = || format!("import of opaque fd {fd} ({length} bytes)");
+        if gpu.memory_fd.is_none() {
+            return Err(Error::unimplemented(format!(
+                "vulkan: {}: the device has no VK_KHR_external_memory_fd, which importing memory from a file \
+                 descriptor needs",
+                what()
+            )));
+        }
+        if !gpu.physical.fd_sharing.memory_import {
+            return Err(Error::unimplemented(format!(
+                "vulkan: {}: the device does not import storage-buffer memory from opaque file descriptors \
+                 (vkGetPhysicalDeviceExternalBufferProperties)",
+                what()
+            )));
+        }
+        let (buffer, requirements, _) = shareable_buffer(gpu, length).map_err(|e| e.context(what()))?;
+        let destroy = |e: Error| {
+            // SAFETY: not bound or used.
+            unsafe { gpu.device.destroy_buffer(buffer, None) };
+            Err(e.context(what()))
+        };
+        if requirements.size > length {
+            return destroy(Error::invalid_argument(format!(
+                "a buffer over it needs {} bytes of memory (vkGetBufferMemoryRequirements), more than the object has",
+                requirements.size
+            )));
+        }
+        // SAFETY: the caller of `Device::import_external_memory` handed over an open descriptor,
+        // which the HAL keeps open for the length of this call.
+        let duplicate = match unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned() {
+            Ok(duplicate) => duplicate,
+            Err(e) => return destroy(Error::invalid_argument(format!("duplicating the descriptor: {e}"))),
+        };
+        let memory = match allocate_shared(gpu, buffer, &requirements, length, dedicated, Some(duplicate.as_raw_fd())) {
+            // A successful import took the duplicate: Vulkan closes it when the memory is freed.
+            Ok(memory) => memory,
+            Err(e) => {
+                if gpu.physical.closes_refused_fds {
+                    // Closed by the driver already (lavapipe): closing it again could close a
+                    // descriptor another thread just opened under the same number.
+                    let _ = duplicate.into_raw_fd();
+                }
+                // Otherwise `duplicate` drops here, closed: Vulkan leaves a refused one to us.
+                return destroy(e);
+            }
+        };
+        let _ = duplicate.into_raw_fd();
+        let memory = match bind_or_free(gpu, buffer, memory) {
+            Ok(memory) => memory,
+            Err(e) => return destroy(e),
+        };
+        Ok(Block {
+            gpu: gpu.clone(),
+            buffer,
+            backing: Backing::Shared {
+                memory,
+                allocation_size: length,
+                dedicated,
+                exportable: false,
+                release: Some(release),
+            },
+            ptr: None,
+            base: 0,
+            size: length,
+            counter: None,
+        })
+    }
+
+    /// A new opaque file descriptor of the memory of an [exportable](Block::exportable) block
+    /// (`vkGetMemoryFdKHR`), with the memory's allocation size and whether it is dedicated:
+    /// everything an import needs. `InvalidArgument` for other blocks.
+    #[cfg(unix)]
+    pub fn export_fd(&self) -> Result<(std::os::fd::OwnedFd, u64, bool)> {
+        use std::os::fd::FromRawFd;
+        let Backing::Shared { memory, allocation_size, dedicated, exportable: true, .. } = &self.backing else {
+            return Err(Error::invalid_argument(format!(
+                "vulkan: the memory of Vulkan buffer {:#x} was not allocated for export \
+                 (driver_vulkan::interop::allocate_exportable_buffer makes such buffers)",
+                self.buffer.as_raw()
+            )));
+        };
+        let Some(memory_fd) = &self.gpu.memory_fd else {
+            return Err(Error::internal("vulkan: exportable memory on a device without VK_KHR_external_memory_fd"));
+        };
+        let info = vk::MemoryGetFdInfoKHR::default().memory(*memory).handle_type(OPAQUE_FD);
+        // SAFETY: a live memory object of this device, allocated with VkExportMemoryAllocateInfo
+        // for this handle type.
+        let fd = unsafe { memory_fd.get_memory_fd(&info) }.map_err(|e| from_vk("vkGetMemoryFdKHR", e))?;
+        // SAFETY: vkGetMemoryFdKHR made a new descriptor, which the caller owns.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        Ok((fd, *allocation_size, *dedicated))
+    }
+
+    /// The mapped address of the `VkBuffer`'s byte 0: `InvalidArgument` for a block that is not
+    /// mapped here (an embedder's buffer, memory shared through a file descriptor).
     pub fn ptr(&self) -> Result<NonNull<u8>> {
         self.ptr.ok_or_else(|| {
             Error::invalid_argument(format!(
-                "vulkan: Vulkan buffer {:#x} is the embedder's and has no host mapping here",
+                "vulkan: Vulkan buffer {:#x} has no host mapping here (an embedder's buffer, or memory shared with \
+                 another API)",
                 self.buffer.as_raw()
             ))
         })
     }
 
-    /// Whether the block is an embedder's buffer (not mapped: the host reaches it only through
-    /// device copies).
-    pub fn is_external(&self) -> bool {
-        matches!(self.backing, Backing::External(_))
+    /// Whether the block is not mapped here (an embedder's buffer, memory shared through a file
+    /// descriptor): the host reaches it only through device copies.
+    pub fn is_unmapped(&self) -> bool {
+        self.ptr.is_none()
     }
 
     /// The device the block is on.
@@ -313,7 +489,7 @@ impl Drop for Block {
                     let _ = self.gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
                 }
             }
-            Backing::Imported(device_memory, release) => {
+            Backing::Imported(device_memory, release) | Backing::Shared { memory: device_memory, release, .. } => {
                 // SAFETY: the buffer bound to it is gone.
                 unsafe { self.gpu.device.free_memory(*device_memory, None) };
                 // The embedder gets its memory back only now.
@@ -358,6 +534,13 @@ impl VulkanMemory {
     /// Never mappable: the embedder's memory has no mapping here.
     pub fn external(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, block: Block) -> Self {
         let size = block.size;
+        Self::holding(gpu, counter, MemoryType::DEVICE_LOCAL, size, block)
+    }
+
+    /// A buffer of `size` bytes over `block`, memory shared through a file descriptor (see
+    /// [`Block::exportable`], [`Block::import_fd`]). Never mappable: device-local memory not mapped
+    /// here.
+    pub fn shared(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, size: u64, block: Block) -> Self {
         Self::holding(gpu, counter, MemoryType::DEVICE_LOCAL, size, block)
     }
 
@@ -435,6 +618,93 @@ impl VulkanMemory {
         *block = None;
         Ok(())
     }
+}
+
+/// A `VkBuffer` of `size` bytes whose memory may be shared through an opaque file descriptor
+/// (`VkExternalMemoryBufferCreateInfo`), with its memory requirements and whether it requires a
+/// dedicated allocation (`VkMemoryDedicatedRequirements`).
+#[cfg(unix)]
+fn shareable_buffer(gpu: &Gpu, size: u64) -> Result<(vk::Buffer, vk::MemoryRequirements, bool)> {
+    let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(OPAQUE_FD);
+    let info = vk::BufferCreateInfo::default()
+        .size(size)
+        .usage(BUFFER_USAGE)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .push_next(&mut external);
+    // SAFETY: a valid create info; the callers destroy the buffer on every error path.
+    let buffer = unsafe { gpu.device.create_buffer(&info, None) }.map_err(|e| from_vk("vkCreateBuffer", e))?;
+    let mut dedicated = vk::MemoryDedicatedRequirements::default();
+    let mut requirements = vk::MemoryRequirements2::default().push_next(&mut dedicated);
+    let query = vk::BufferMemoryRequirementsInfo2::default().buffer(buffer);
+    // SAFETY: a live buffer of this device; the chain lives on this stack frame (Vulkan 1.1 core).
+    unsafe { gpu.device.get_buffer_memory_requirements2(&query, &mut requirements) };
+    let memory_requirements = requirements.memory_requirements;
+    let required = dedicated.requires_dedicated_allocation == vk::TRUE;
+    Ok((buffer, memory_requirements, required))
+}
+
+/// The memory type shared memory lives in, among `bits`: device-local and not host-visible where
+/// there is one (NVIDIA's plain video memory), else device-local (lavapipe's only type), else the
+/// first allowed. Exporter and importer pick the same, as an import of an opaque fd requires.
+#[cfg(unix)]
+fn shared_memory_type(gpu: &Gpu, bits: u32) -> Option<u32> {
+    // SAFETY: a plain query of the device's physical device.
+    let properties = unsafe { gpu.instance.instance.get_physical_device_memory_properties(gpu.physical.physical) };
+    let types = properties.memory_types_as_slice();
+    let allowed = |i: &usize| bits & (1 << i) != 0;
+    let flags = |i: &usize| types[*i].property_flags;
+    let local = vk::MemoryPropertyFlags::DEVICE_LOCAL;
+    let visible = vk::MemoryPropertyFlags::HOST_VISIBLE;
+    (0..types.len())
+        .filter(allowed)
+        .find(|i| flags(i).contains(local) && !flags(i).contains(visible))
+        .or_else(|| (0..types.len()).filter(allowed).find(|i| flags(i).contains(local)))
+        .or_else(|| (0..types.len()).find(allowed))
+        .map(|i| i as u32)
+}
+
+/// Allocates memory of `allocation_size` bytes for `buffer` (not bound): exportable as an opaque
+/// fd, or (`import`) imported from the descriptor given, which Vulkan owns if this succeeds.
+#[cfg(unix)]
+fn allocate_shared(
+    gpu: &Gpu,
+    buffer: vk::Buffer,
+    requirements: &vk::MemoryRequirements,
+    allocation_size: u64,
+    dedicated: bool,
+    import: Option<i32>,
+) -> Result<vk::DeviceMemory> {
+    let Some(type_index) = shared_memory_type(gpu, requirements.memory_type_bits) else {
+        return Err(Error::invalid_argument("vulkan: no memory type can back a shareable storage buffer"));
+    };
+    let mut export = vk::ExportMemoryAllocateInfo::default().handle_types(OPAQUE_FD);
+    let mut imported = vk::ImportMemoryFdInfoKHR::default().handle_type(OPAQUE_FD).fd(import.unwrap_or(-1));
+    let mut dedicated_info = vk::MemoryDedicatedAllocateInfo::default().buffer(buffer);
+    let mut allocate = vk::MemoryAllocateInfo::default().allocation_size(allocation_size).memory_type_index(type_index);
+    allocate = match import {
+        Some(_) => allocate.push_next(&mut imported),
+        None => allocate.push_next(&mut export),
+    };
+    if dedicated {
+        allocate = allocate.push_next(&mut dedicated_info);
+    }
+    let call =
+        if import.is_some() { "vkAllocateMemory (import of an opaque fd)" } else { "vkAllocateMemory (exportable)" };
+    // SAFETY: a valid allocate info whose chain lives on this stack frame; an imported descriptor
+    // is an open one the caller owns (Vulkan takes it only on success).
+    unsafe { gpu.device.allocate_memory(&allocate, None) }.map_err(|e| from_vk(call, e))
+}
+
+/// Binds `memory` (from [`allocate_shared`] for `buffer`) to `buffer` at offset 0, or frees it.
+#[cfg(unix)]
+fn bind_or_free(gpu: &Gpu, buffer: vk::Buffer, memory: vk::DeviceMemory) -> Result<vk::DeviceMemory> {
+    // SAFETY: fresh memory of at least the buffer's requirements, of a type its requirements allow.
+    if let Err(e) = unsafe { gpu.device.bind_buffer_memory(buffer, memory, 0) } {
+        // SAFETY: unused; freeing an imported object releases the descriptor Vulkan took with it.
+        unsafe { gpu.device.free_memory(memory, None) };
+        return Err(from_vk("vkBindBufferMemory", e));
+    }
+    Ok(memory)
 }
 
 /// The block and byte offset behind `buffer` (a subspan's offset included).

@@ -546,9 +546,10 @@ impl Body<'_> {
     }
 }
 
-/// Whether `buffer` is a range of an embedder's `VkBuffer` (reached only through device copies).
+/// Whether `buffer` is memory not mapped here (a range of an embedder's `VkBuffer`, memory shared
+/// through a file descriptor), reached only through device copies.
 fn is_external(buffer: &hal::Buffer) -> bool {
-    resolve(buffer).is_ok_and(|(block, _)| block.is_external())
+    resolve(buffer).is_ok_and(|(block, _)| block.is_unmapped())
 }
 
 fn issue(stream: &StreamShared, item: &Item) -> Result<()> {

@@ -6,12 +6,22 @@
 //! the import refuses, and a value that never comes (a timeout, then a bounded teardown whose
 //! wait fails with `Cancelled`).
 //!
+//! Sharing through opaque file descriptors (`driver_vulkan::interop::allocate_exportable_buffer`,
+//! `export_memory`, `create_exportable_timeline`, `import_timeline_fd`, and
+//! `ExternalMemory::OpaqueFd` imports) round trips on the one device: exported memory imported as
+//! another HAL buffer, an exported timeline imported as another semaphore; and every import closes
+//! its descriptor whatever happens.
+//!
 //! Where no Vulkan device was found at build time the tests are ignored; run anyway without one,
-//! each prints a `not run:` line and passes, or fails under `HAL_REQUIRE_VULKAN=1`. Under
-//! `HAL_VULKAN_VALIDATION=1` a validation error aborts the test binary.
+//! each prints a `not run:` line and passes, or fails under `HAL_REQUIRE_VULKAN=1`. A device that
+//! cannot export or import what a sharing test needs (as its
+//! `vkGetPhysicalDeviceExternal*Properties` report) makes that test print `not run:` too, or fail
+//! under `HAL_REQUIRE_VULKAN_EXPORT=1`. Under `HAL_VULKAN_VALIDATION=1` a validation error aborts
+//! the test binary.
 
 mod common;
 
+use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -582,4 +592,249 @@ fn a_value_that_never_comes_is_a_timeout_then_a_bounded_teardown_that_cancels_th
     assert!(embedder.reaches(theirs, 1, Duration::from_secs(5)), "the embedder's value behind it came");
     embedder.destroy_semaphore(never);
     embedder.destroy_semaphore(theirs);
+}
+
+/// Set to `1` where the device must share memory and timeline semaphores through file descriptors:
+/// the sharing tests then fail instead of not running.
+const REQUIRE_EXPORT_ENV: &str = "HAL_REQUIRE_VULKAN_EXPORT";
+
+/// Whether `device` offers what a sharing test needs (`what`, as its report says): otherwise a
+/// `not run:` line, or a panic under `HAL_REQUIRE_VULKAN_EXPORT=1`.
+fn shares(test: &str, offered: bool, what: &str, sharing: &interop::FdSharing) -> bool {
+    if offered {
+        return true;
+    }
+    let reason = format!("the device does not {what} through opaque file descriptors ({sharing:?})");
+    if std::env::var(REQUIRE_EXPORT_ENV).is_ok_and(|v| v == "1") {
+        panic!("{REQUIRE_EXPORT_ENV}=1 but vulkan_interop::{test} cannot run: {reason}");
+    }
+    eprintln!("not run: vulkan_interop::{test}: {reason}");
+    false
+}
+
+/// A file of the test's own, opened: its descriptor (the caller's to hand over) and its path.
+fn unique_file(tag: &str) -> (OwnedFd, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!("hal-vulkan-interop-{}-{tag}", std::process::id()));
+    std::fs::write(&path, vec![0u8; 4096]).expect("write a scratch file");
+    let file = std::fs::File::open(&path).expect("open the scratch file");
+    (OwnedFd::from(file), path)
+}
+
+/// Whether descriptor `fd` still names `path` (it was not closed; a closed number reused by another
+/// thread names something else).
+fn still_open(fd: i32, path: &std::path::Path) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|target| target == path)
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn the_device_reports_what_it_shares_through_file_descriptors_and_its_uuid() {
+    let Some((device, embedder)) = setup("the_device_reports_what_it_shares_through_file_descriptors_and_its_uuid")
+    else {
+        return;
+    };
+    let sharing = interop::fd_sharing(&device).unwrap();
+    println!("MEASURED: fd sharing of '{}': {sharing:?}", device.info().name);
+    let enabled = embedder.native.device_extensions();
+    let has = |name: &std::ffi::CStr| enabled.contains(&name);
+    assert_eq!(has(ash::khr::external_memory_fd::NAME), sharing.memory_fd_extension, "{enabled:?}");
+    assert_eq!(has(ash::khr::external_semaphore_fd::NAME), sharing.semaphore_fd_extension, "{enabled:?}");
+    assert!(sharing.memory_fd_extension || !(sharing.memory_export || sharing.memory_import));
+    assert!(sharing.semaphore_fd_extension || !(sharing.timeline_export || sharing.timeline_import));
+    let property = |name: &str| device.info().properties.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    assert_eq!(property("memory_fd_export"), Some(sharing.memory_export.to_string()));
+    assert_eq!(property("timeline_fd_import"), Some(sharing.timeline_import.to_string()));
+
+    let uuid = interop::device_uuid(&device).unwrap();
+    assert_eq!(uuid, embedder.native.device_uuid());
+    let hex: String = uuid.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(device.info().stable_id, hex, "the stable id spells the deviceUUID");
+
+    // What the device cannot do is Unimplemented, naming what is missing.
+    if !sharing.memory_export {
+        let e = interop::allocate_exportable_buffer(&device, 4096).unwrap_err();
+        assert_eq!(e.code(), StatusCode::Unimplemented, "{e}");
+        assert!(e.message().contains("VK_KHR_external_memory_fd") || e.message().contains("OPAQUE_FD"), "{e}");
+    }
+    if !sharing.timeline_export {
+        let e = interop::create_exportable_timeline(&device, 0).unwrap_err();
+        assert_eq!(e.code(), StatusCode::Unimplemented, "{e}");
+        assert!(e.message().contains("VK_KHR_external_semaphore_fd") || e.message().contains("OPAQUE_FD"), "{e}");
+    }
+    // A CUDA semaphore is another API's kind.
+    let queue = device.queue(0).unwrap();
+    let cuda = ExternalTimepoint::CudaExternalSemaphore { semaphore: 1, value: 1 };
+    // SAFETY: refused before anything is enqueued.
+    let refused = unsafe { queue.wait_external(&[], cuda, &[]) }.unwrap_err();
+    assert_eq!(refused.code(), StatusCode::Unimplemented, "{refused}");
+    assert!(refused.message().contains("CUDA external semaphore"), "{refused}");
+    // An ordinary buffer's memory was not allocated for export.
+    let plain = device.allocate_buffer(BufferParams::device_local(), 64).unwrap();
+    let e = interop::export_memory(&plain).unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn exported_memory_imports_as_another_buffer_sharing_its_bytes() {
+    const TEST: &str = "exported_memory_imports_as_another_buffer_sharing_its_bytes";
+    let Some((device, _embedder)) = setup(TEST) else { return };
+    let sharing = interop::fd_sharing(&device).unwrap();
+    if !shares(TEST, sharing.memory_export && sharing.memory_import, "export and import memory", &sharing) {
+        return;
+    }
+    let queue = device.queue(0).unwrap();
+    let n: u64 = 1024;
+    let exported = interop::allocate_exportable_buffer(&device, 4 * n).unwrap();
+    assert_eq!(exported.size(), 4 * n);
+    assert!(exported.map(0, 4).is_err(), "shared memory has no host view");
+    let s = device.create_semaphore(0).unwrap();
+    // A dispatch writes the exported buffer: out = a * 3 + b.
+    let a: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+    let b: Vec<u32> = (0..n as u32).map(|i| i ^ 0x00C0_FFEE).collect();
+    let hal_a = device.allocate_buffer_init(BufferParams::device_local(), &a).unwrap();
+    let hal_b = device.allocate_buffer_init(BufferParams::device_local(), &b).unwrap();
+    let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    let kernel = axpy(&device);
+    cb.dispatch(
+        &kernel,
+        0,
+        [(n / 64) as u32, 1, 1],
+        &[],
+        &[BufferBinding::whole(&hal_a), BufferBinding::whole(&hal_b), BufferBinding::whole(&exported)],
+    )
+    .unwrap();
+    cb.end().unwrap();
+    queue.execute(&[], &cb, &[SV::new(&s, 1)]).unwrap();
+    let expected: Vec<u32> = a.iter().zip(&b).map(|(a, b)| a.wrapping_mul(3).wrapping_add(*b)).collect();
+
+    // Two exports are two descriptors of the same memory.
+    let first = interop::export_memory(&exported).unwrap();
+    let second = interop::export_memory(&exported).unwrap();
+    assert_ne!(first.fd.as_raw_fd(), second.fd.as_raw_fd());
+    assert!(first.length >= 4 * n, "the memory object holds the buffer: {first:?}");
+    assert_eq!((first.length, first.dedicated), (second.length, second.dedicated));
+    drop(second);
+    let released = Arc::new(AtomicUsize::new(0));
+    // SAFETY: the memory lives while either buffer does (both APIs reference it).
+    let imported = unsafe {
+        device.import_external_memory(first.into_external(), BufferParams::device_local(), counted_release(&released))
+    }
+    .unwrap();
+    let length = imported.size();
+    assert!(length >= 4 * n);
+    let got = queue.read(&[SV::new(&s, 1)], &imported, 0, 4 * n, &[]).unwrap().wait_as::<u32>(T).unwrap();
+    assert_eq!(got, expected, "the import reads what the dispatch wrote into the export");
+
+    // Writes through the import land in the export.
+    let back: Vec<u32> = (0..n as u32).map(|i| !i).collect();
+    queue.write_values(&[], &imported, 0, &back, &[]).unwrap();
+    queue.fill(&[], &imported, 8, 8, 0xFFFF_FFFFu32, &[SV::new(&s, 2)]).unwrap();
+    let got = queue.read(&[SV::new(&s, 2)], &exported, 0, 4 * n, &[]).unwrap().wait_as::<u32>(T).unwrap();
+    let mut want = back.clone();
+    want[2] = u32::MAX;
+    want[3] = u32::MAX;
+    assert_eq!(got, want, "the export reads what was written through the import");
+
+    drop(imported);
+    assert!(settles_at(&released, 1), "the import's release runs once, when it is dropped");
+    drop((exported, cb));
+    device.wait_semaphores(hal::WaitMode::All, &[SV::new(&s, 2)], T).unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn every_opaque_fd_import_closes_its_descriptor_whatever_happens() {
+    const TEST: &str = "every_opaque_fd_import_closes_its_descriptor_whatever_happens";
+    let Some((device, _embedder)) = setup(TEST) else { return };
+    let refused = Arc::new(AtomicUsize::new(0));
+    let import = |tag: &str, length: u64, params: BufferParams| -> hal::Result<hal::Buffer> {
+        let (fd, path) = unique_file(tag);
+        let raw = fd.into_raw_fd();
+        assert!(still_open(raw, &path));
+        let memory = ExternalMemory::OpaqueFd { fd: raw, length, dedicated: false };
+        // SAFETY: the descriptor is ours and handed over; every import here is refused before a
+        // Vulkan call (a file is no memory object: handing it to Vulkan would break the contract).
+        let result = unsafe { device.import_external_memory(memory, params, counted_release(&refused)) };
+        assert!(!still_open(raw, &path), "{tag}: the descriptor was closed by the call ({result:?})");
+        let _ = std::fs::remove_file(&path);
+        result
+    };
+    let visible = import("visible", 4096, BufferParams::host_visible()).unwrap_err();
+    assert_eq!(visible.code(), StatusCode::InvalidArgument, "{visible}");
+    let empty = import("empty", 0, BufferParams::device_local()).unwrap_err();
+    assert_eq!(empty.code(), StatusCode::InvalidArgument, "{empty}");
+    let huge = import("huge", u64::MAX, BufferParams::device_local()).unwrap_err();
+    assert_eq!(huge.code(), StatusCode::ResourceExhausted, "{huge}");
+    // A negative descriptor names nothing to close.
+    // SAFETY: refused.
+    let negative = unsafe {
+        device.import_external_memory(
+            ExternalMemory::OpaqueFd { fd: -1, length: 4096, dedicated: false },
+            BufferParams::device_local(),
+            counted_release(&refused),
+        )
+    }
+    .unwrap_err();
+    assert_eq!(negative.code(), StatusCode::InvalidArgument, "{negative}");
+    assert!(settles_at(&refused, 4), "every refused import released at once");
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn an_exported_timeline_imports_as_another_semaphore_that_orders_queues() {
+    const TEST: &str = "an_exported_timeline_imports_as_another_semaphore_that_orders_queues";
+    let Some((device, _embedder)) = setup(TEST) else { return };
+    let sharing = interop::fd_sharing(&device).unwrap();
+    if !shares(TEST, sharing.timeline_export && sharing.timeline_import, "export and import timelines", &sharing) {
+        return;
+    }
+    let original = interop::create_exportable_timeline(&device, 3).unwrap();
+    assert_eq!(original.value().unwrap(), 3);
+    let imported = interop::import_timeline_fd(&device, original.export_fd().unwrap()).unwrap();
+    assert_eq!(imported.value().unwrap(), 3, "the import shares the payload");
+    assert_ne!(imported.handle(), original.handle());
+    let e = imported.export_fd().unwrap_err();
+    assert_eq!(e.code(), StatusCode::InvalidArgument, "an import was not created exportable: {e}");
+
+    // SAFETY: nothing signals the semaphore but this test, in order.
+    unsafe { original.signal(4) }.unwrap();
+    assert!(imported.wait(4, Duration::from_secs(5)).unwrap(), "a host signal of one is seen through the other");
+    // SAFETY: as above.
+    let stale = unsafe { imported.signal(4) }.unwrap_err();
+    assert_eq!(stale.code(), StatusCode::InvalidArgument, "{stale}");
+
+    // Queue 0 signals 6 on the original; queue 1 waits for 6 on the import; a write behind it.
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let s = device.create_semaphore(0).unwrap();
+    let gate = device.create_semaphore(0).unwrap();
+    let out = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    // SAFETY: the semaphores are the driver's, held by the operations until they retired.
+    unsafe { q1.wait_external(&[], imported.at(6), &[SV::new(&s, 1)]) }.unwrap();
+    q1.fill(&[SV::new(&s, 1)], &out, 0, 4, 6u32, &[SV::new(&s, 2)]).unwrap();
+    // SAFETY: as above.
+    unsafe { q0.signal_external(&[SV::new(&gate, 1)], original.at(6), &[]) }.unwrap();
+    // The handles go; the operations hold the semaphores.
+    let imported_handle = imported.handle();
+    drop(imported);
+    assert!(s.wait(1, Timeout::After(Duration::from_millis(100))).is_err(), "6 has not come");
+    gate.signal(1).unwrap();
+    s.wait(2, T).unwrap();
+    assert_eq!(out.read_as::<u32>().unwrap(), vec![6]);
+    assert!(original.wait(6, Duration::from_secs(5)).unwrap());
+    println!("MEASURED: queue 1 waited on imported timeline {imported_handle:?} for queue 0's signal of 6");
+    drop(original);
+    drop(device);
 }

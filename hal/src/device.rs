@@ -373,10 +373,15 @@ impl Device {
     /// and checks what it can (that a CUDA pointer's range is device memory of this device's GPU);
     /// other kinds are `Unimplemented`, naming the kind. See `docs/interop.md`.
     ///
+    /// An [`ExternalMemory::OpaqueFd`]'s descriptor is the HAL's from the call on: it is closed
+    /// before the call returns, on success and on every refusal alike (the driver imports a
+    /// duplicate); see [file descriptors](ExternalMemory#file-descriptors).
+    ///
     /// # Safety
     /// The memory stays allocated, and is not used by anyone else in a way that races with the
     /// HAL's uses of it (other than through semaphores or external timepoints that order them),
-    /// until `release` runs.
+    /// until `release` runs. An `OpaqueFd`'s descriptor is open and handed over: the caller owns
+    /// it, and neither uses nor closes it after the call.
     pub unsafe fn import_external_memory(
         &self,
         memory: ExternalMemory,
@@ -384,6 +389,8 @@ impl Device {
         release: impl FnOnce() + Send + 'static,
     ) -> Result<Buffer> {
         let release = ReleaseOnce::new(release);
+        // Taken over first, so that every way out below closes it (the guard drops at the end).
+        let _descriptor = memory.take_descriptor().map_err(|e| e.context(self.id().to_string()))?;
         let length = memory.length();
         if length == 0 {
             return Err(Error::invalid_argument(format!("{}: import of {memory}: an empty range", self.id())));

@@ -448,7 +448,8 @@ impl Queue {
 
     /// Signals `signals` once `waits` are reached and then `external`, a point on another API's
     /// queue, is reached, waiting for it on the device: a CUDA stream's work enqueued before this
-    /// call, or a Vulkan timeline semaphore's value. Later work on this queue runs after it too
+    /// call, or a timeline semaphore's value (a Vulkan `VkSemaphore`, or one imported into CUDA).
+    /// Later work on this queue runs after it too
     /// (queue order); another library's result thus feeds HAL work with no host wait between.
     ///
     /// A driver takes the kinds of its own API (`Unimplemented`, naming the kind, otherwise). What
@@ -458,8 +459,10 @@ impl Queue {
     ///
     /// # Safety
     /// `external` names a live object of the device's own API (a `CUstream` of the device's CUDA
-    /// context, a timeline `VkSemaphore` of its `VkDevice`) that the caller keeps alive until
-    /// `signals` are reached or failed. The HAL neither destroys nor keeps it.
+    /// context, a `CUexternalSemaphore` imported on its GPU, a timeline `VkSemaphore` of its
+    /// `VkDevice`) that the caller keeps alive until `signals` are reached or failed. The HAL
+    /// neither destroys it nor, but for the semaphores a driver made itself (which the operation
+    /// holds), keeps it.
     pub unsafe fn wait_external(
         &self,
         waits: &[SemaphoreValue],
@@ -471,7 +474,8 @@ impl Queue {
 
     /// Makes `external`, a point on another API's queue, reached once `waits` are reached and the
     /// work submitted before this on this queue is done, on the device: work enqueued on a CUDA
-    /// stream after this call waits for it, or a Vulkan timeline semaphore is signalled to a value.
+    /// stream after this call waits for it, or a timeline semaphore (Vulkan's, or one imported
+    /// into CUDA) is signalled to a value.
     /// Then `signals` are signalled. Another library's work thus follows HAL work with no host wait
     /// between.
     ///

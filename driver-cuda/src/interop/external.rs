@@ -11,11 +11,16 @@
 //! "what the stream holds now" or "what the stream gets from now on". A signal whose waits fail, or
 //! that the device drops first, writes its ticket from the host (the lease's drop): a CUDA stream
 //! cannot be told of a failure, so it runs on, and the embedder checks the HAL signals.
+//!
+//! [`ExternalTimepoint::CudaExternalSemaphore`] (an imported timeline semaphore) is `semaphore.rs`.
+
+use std::sync::Arc;
 
 use cudarc::driver::sys::CUstream;
 use hal::driver::NativeOp;
 use hal::{Error, ExternalTimepoint, ExternalUse, Result};
 
+use super::semaphore::{self, SemaphoreSignal, SemaphoreWait, SemaphoreWaits};
 use super::word_slots::{Lease, WordSlots};
 use crate::queue_stream::CudaStream;
 use crate::sys::context::{Bound, Context};
@@ -27,20 +32,43 @@ pub(crate) enum ExternalOp {
     WaitStream(Lease),
     /// The queue's stream writes the ticket the foreign stream waits for.
     SignalStream(Lease),
+    /// The queue's stream waits for a value of an imported semaphore.
+    WaitSemaphore(SemaphoreWait),
+    /// The queue's stream signals a value of an imported semaphore.
+    SignalSemaphore(SemaphoreSignal),
 }
 
 /// Prepares queue `queue`'s part of `timepoint` used as `use_`, enqueuing the foreign stream's part
-/// now.
+/// now (a CUDA stream's; an imported semaphore has no part but the queue's).
 pub(crate) fn prepare(
-    context: &Context,
-    slots: &std::sync::Arc<WordSlots>,
+    context: &Arc<Context>,
+    slots: &Arc<WordSlots>,
+    waits: &Arc<SemaphoreWaits>,
     queue: usize,
     timepoint: ExternalTimepoint,
     use_: ExternalUse,
 ) -> Result<NativeOp> {
+    let verb = if use_ == ExternalUse::Wait { "wait for" } else { "signal of" };
+    if let ExternalTimepoint::CudaExternalSemaphore { semaphore, value } = timepoint {
+        let what = || format!("cuda: queue {queue}: {use_:?} of {timepoint}");
+        let (kind, op) = match use_ {
+            ExternalUse::Wait => {
+                let lease = || slots.lease(&context.bind()?);
+                let wait =
+                    semaphore::prepare_wait(context, waits, lease, semaphore, value).map_err(|e| e.context(what()))?;
+                ("wait-external", ExternalOp::WaitSemaphore(wait))
+            }
+            ExternalUse::Signal => {
+                let signal = semaphore::prepare_signal(context, semaphore, value).map_err(|e| e.context(what()))?;
+                ("signal-external", ExternalOp::SignalSemaphore(signal))
+            }
+        };
+        return Ok(NativeOp::new(kind, format!("{verb} {timepoint}"), op));
+    }
     let ExternalTimepoint::CudaStream(raw) = timepoint else {
         return Err(Error::unimplemented(format!(
-            "cuda: no external timepoints of kind {} ({timepoint}); the CUDA driver orders with CUDA streams",
+            "cuda: no external timepoints of kind {} ({timepoint}); the CUDA driver orders with CUDA streams and \
+             CUDA external semaphores",
             timepoint.kind()
         )));
     };
@@ -61,7 +89,6 @@ pub(crate) fn prepare(
         ExternalUse::Wait => ("wait-external", ExternalOp::WaitStream(lease)),
         ExternalUse::Signal => ("signal-external", ExternalOp::SignalStream(lease)),
     };
-    let verb = if use_ == ExternalUse::Wait { "wait for" } else { "signal of" };
     Ok(NativeOp::new(kind, format!("{verb} {timepoint}"), op))
 }
 
@@ -74,18 +101,22 @@ pub(crate) fn enqueue(bound: &Bound<'_>, stream: &CudaStream, op: &NativeOp) -> 
         Some(ExternalOp::SignalStream(lease)) => {
             result::stream_write_value64(bound, stream.raw(), lease.address(), lease.ticket())
         }
+        Some(ExternalOp::WaitSemaphore(wait)) => wait.enqueue(bound, stream),
+        Some(ExternalOp::SignalSemaphore(signal)) => signal.enqueue(bound, stream),
         None => Err(Error::invalid_argument("cuda: a native operation another driver prepared")),
     }
 }
 
 /// After `op`'s work completed: a wait that teardown released before the foreign stream wrote its
-/// ticket did not wait for the foreign work, so its signals fail.
+/// ticket (or before the semaphore reached its value) did not wait for the foreign work, so its
+/// signals fail.
 pub(crate) fn complete(op: &NativeOp) -> Result<()> {
     match op.payload::<ExternalOp>() {
         Some(ExternalOp::WaitStream(lease)) if lease.released_early() => Err(Error::cancelled(
             "device destroyed while its queue waited for a CUDA stream: the wait was released without the \
              stream's work",
         )),
+        Some(ExternalOp::WaitSemaphore(wait)) => wait.complete(),
         _ => Ok(()),
     }
 }

@@ -283,6 +283,11 @@ impl Lease {
         result::event_record(bound, self.event, foreign)
     }
 
+    /// Whether the word reached the ticket (a side wrote it, or the host did).
+    pub(crate) fn reached(&self) -> bool {
+        self.core.reached()
+    }
+
     /// Whether teardown released the word before either side wrote it.
     pub(crate) fn released_early(&self) -> bool {
         self.core.released_early.load(Ordering::Acquire)

@@ -95,6 +95,14 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuGraphDestroy",
     "cuLaunchHostFunc",
     "cuEventElapsedTime",
+    "cuPointerGetAttribute",
+    "cuImportExternalMemory",
+    "cuExternalMemoryGetMappedBuffer",
+    "cuDestroyExternalMemory",
+    "cuImportExternalSemaphore",
+    "cuDestroyExternalSemaphore",
+    "cuWaitExternalSemaphoresAsync",
+    "cuSignalExternalSemaphoresAsync",
 ];
 
 /// What the probe found: the library's name and the driver version, or why CUDA cannot be used.

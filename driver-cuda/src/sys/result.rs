@@ -27,8 +27,9 @@ use std::ffi::{CStr, c_void};
 
 use cudarc::driver::sys::{
     self, CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEMCPY3D, CUDA_MEMSET_NODE_PARAMS, CUcontext, CUdevice, CUdevice_attribute,
-    CUdeviceptr, CUevent, CUfunction, CUfunction_attribute, CUgraph, CUgraphExec, CUgraphNode, CUjit_option,
-    CUmemPool_attribute, CUmemoryPool, CUmemorytype, CUmodule, CUresult, CUstream,
+    CUdeviceptr, CUevent, CUexternalMemory, CUexternalSemaphore, CUfunction, CUfunction_attribute, CUgraph,
+    CUgraphExec, CUgraphNode, CUjit_option, CUmemPool_attribute, CUmemoryPool, CUmemorytype, CUmodule, CUresult,
+    CUstream,
 };
 use hal::Result;
 
@@ -544,6 +545,148 @@ pub(crate) fn mem_alloc_async(_bound: &Bound<'_>, bytes: usize, stream: CUstream
 pub(crate) unsafe fn mem_free_async(_bound: &Bound<'_>, address: CUdeviceptr, stream: CUstream) -> Result<()> {
     // SAFETY: the caller frees it once, after its last use in stream order.
     check(unsafe { sys::cuMemFreeAsync(address, stream) }, "cuMemFreeAsync")
+}
+
+// ---- External memory and semaphores (shared with Vulkan through opaque file descriptors) ----
+
+/// `cuImportExternalMemory` of the memory object `fd` refers to (`CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD`),
+/// `size` bytes (its allocation size), `dedicated` for a dedicated allocation
+/// (`CUDA_EXTERNAL_MEMORY_DEDICATED`).
+///
+/// # Safety
+/// `fd` is an open descriptor the caller owns. On success CUDA owns it (and closes it when the
+/// imported object is destroyed): the caller must neither use nor close it after. On failure it
+/// is still the caller's.
+pub(crate) unsafe fn import_external_memory_fd(
+    _bound: &Bound<'_>,
+    fd: i32,
+    size: u64,
+    dedicated: bool,
+) -> Result<CUexternalMemory> {
+    // SAFETY: a union of integers and pointers, for which all-zero bytes are valid (the C API's `= {}`).
+    let mut handle: sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st__bindgen_ty_1 = unsafe { std::mem::zeroed() };
+    handle.fd = fd;
+    let desc = sys::CUDA_EXTERNAL_MEMORY_HANDLE_DESC {
+        type_: sys::CUexternalMemoryHandleType::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD,
+        handle,
+        size,
+        flags: if dedicated { sys::CUDA_EXTERNAL_MEMORY_DEDICATED } else { 0 },
+        reserved: [0; 16],
+    };
+    let mut memory: CUexternalMemory = std::ptr::null_mut();
+    // SAFETY: the context is current; the descriptor and out-pointer are live locals; the caller
+    // hands `fd` over (see the contract).
+    check(unsafe { sys::cuImportExternalMemory(&mut memory, &desc) }, "cuImportExternalMemory")?;
+    Ok(memory)
+}
+
+/// `cuExternalMemoryGetMappedBuffer`: the device address of `size` bytes from the start of
+/// `memory` (freed with [`mem_free_mapped`] before the object is destroyed).
+pub(crate) fn external_memory_get_mapped_buffer(
+    _bound: &Bound<'_>,
+    memory: CUexternalMemory,
+    size: u64,
+) -> Result<CUdeviceptr> {
+    let desc = sys::CUDA_EXTERNAL_MEMORY_BUFFER_DESC { offset: 0, size, flags: 0, reserved: [0; 16] };
+    let mut address: CUdeviceptr = 0;
+    // SAFETY: `memory` is a live imported object (its owner's field); the descriptor and the
+    // out-pointer are live locals.
+    check(
+        unsafe { sys::cuExternalMemoryGetMappedBuffer(&mut address, memory, &desc) },
+        "cuExternalMemoryGetMappedBuffer",
+    )?;
+    Ok(address)
+}
+
+/// `cuMemFree` of a buffer mapped onto imported memory (which CUDA requires be freed so, and not
+/// stream-ordered), waiting as `cuMemFree` may for the device.
+///
+/// # Safety
+/// `address` came from [`external_memory_get_mapped_buffer`], is freed once, and no enqueued work
+/// uses it any more.
+pub(crate) unsafe fn mem_free_mapped(_bound: &Bound<'_>, address: CUdeviceptr) -> Result<()> {
+    // SAFETY: per the contract.
+    crate::free_gate::synchronizing(|| check(unsafe { sys::cuMemFree_v2(address) }, "cuMemFree (mapped buffer)"))
+}
+
+/// `cuDestroyExternalMemory`.
+///
+/// # Safety
+/// `memory` is destroyed once, after every buffer mapped onto it was freed ([`mem_free_mapped`]).
+pub(crate) unsafe fn destroy_external_memory(_bound: &Bound<'_>, memory: CUexternalMemory) -> Result<()> {
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuDestroyExternalMemory(memory) }, "cuDestroyExternalMemory")
+}
+
+/// `cuImportExternalSemaphore` of the timeline semaphore `fd` refers to
+/// (`CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD`: a Vulkan timeline exported as an
+/// opaque fd).
+///
+/// # Safety
+/// As for [`import_external_memory_fd`]: `fd` is open and the caller's; CUDA owns it on success.
+pub(crate) unsafe fn import_external_semaphore_timeline_fd(_bound: &Bound<'_>, fd: i32) -> Result<CUexternalSemaphore> {
+    // SAFETY: a union of integers and pointers, for which all-zero bytes are valid (the C API's `= {}`).
+    let mut handle: sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st__bindgen_ty_1 = unsafe { std::mem::zeroed() };
+    handle.fd = fd;
+    let desc = sys::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC {
+        type_: sys::CUexternalSemaphoreHandleType::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,
+        handle,
+        flags: 0,
+        reserved: [0; 16],
+    };
+    let mut semaphore: CUexternalSemaphore = std::ptr::null_mut();
+    // SAFETY: the context is current; the descriptor and out-pointer are live locals; the caller
+    // hands `fd` over.
+    check(unsafe { sys::cuImportExternalSemaphore(&mut semaphore, &desc) }, "cuImportExternalSemaphore")?;
+    Ok(semaphore)
+}
+
+/// `cuDestroyExternalSemaphore`.
+///
+/// # Safety
+/// `semaphore` is destroyed once, after every wait and signal enqueued on it completed, and is
+/// not used after.
+pub(crate) unsafe fn destroy_external_semaphore(_bound: &Bound<'_>, semaphore: CUexternalSemaphore) -> Result<()> {
+    // SAFETY: per the contract.
+    check(unsafe { sys::cuDestroyExternalSemaphore(semaphore) }, "cuDestroyExternalSemaphore")
+}
+
+/// `cuWaitExternalSemaphoresAsync` of one timeline semaphore: later work on `stream` waits until
+/// it reaches `value`.
+pub(crate) fn wait_external_semaphore(
+    _bound: &Bound<'_>,
+    semaphore: CUexternalSemaphore,
+    value: u64,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: integers, pointers and unions of them (no enum), for which all-zero bytes are valid
+    // (the C API's `= {}`).
+    let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS = unsafe { std::mem::zeroed() };
+    params.params.fence.value = value;
+    // SAFETY: `semaphore` is a live imported semaphore its owner keeps until the wait completed,
+    // `stream` a live stream of the current context; the arrays of one are live locals.
+    check(
+        unsafe { sys::cuWaitExternalSemaphoresAsync(&semaphore, &params, 1, stream) },
+        "cuWaitExternalSemaphoresAsync",
+    )
+}
+
+/// `cuSignalExternalSemaphoresAsync` of one timeline semaphore: once earlier work on `stream` ran,
+/// it is set to `value`.
+pub(crate) fn signal_external_semaphore(
+    _bound: &Bound<'_>,
+    semaphore: CUexternalSemaphore,
+    value: u64,
+    stream: CUstream,
+) -> Result<()> {
+    // SAFETY: as for `wait_external_semaphore`'s parameters.
+    let mut params: sys::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS = unsafe { std::mem::zeroed() };
+    params.params.fence.value = value;
+    // SAFETY: as for `wait_external_semaphore`.
+    check(
+        unsafe { sys::cuSignalExternalSemaphoresAsync(&semaphore, &params, 1, stream) },
+        "cuSignalExternalSemaphoresAsync",
+    )
 }
 
 // ---- Modules and launches ----

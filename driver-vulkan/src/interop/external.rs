@@ -42,6 +42,10 @@ pub(crate) struct Point {
     /// Its work retired: the embedder may destroy the semaphore once the signals are applied, so
     /// teardown no longer touches it.
     retired: AtomicBool,
+    /// The semaphore, where it is a [`crate::interop::TimelineSemaphore`]: held alive until the
+    /// work retired (and any host signal teardown or a failure makes is done).
+    #[cfg(unix)]
+    _owner: Option<Arc<crate::interop::shared::OwnedTimeline>>,
 }
 
 impl Point {
@@ -120,6 +124,8 @@ pub(crate) fn prepare(
         settled: AtomicBool::new(false),
         released_early: AtomicBool::new(false),
         retired: AtomicBool::new(false),
+        #[cfg(unix)]
+        _owner: crate::interop::shared::owned_timeline(gpu, semaphore),
     });
     let (kind, verb) = match use_ {
         ExternalUse::Wait => ("wait-external", "wait for"),

@@ -25,6 +25,11 @@
 //!   with [`hal::ExternalTimepoint::VulkanTimeline`] order a HAL queue with a value of a timeline
 //!   `VkSemaphore` of this `VkDevice`, both ways, on the device: the queue's submission for it also
 //!   waits on the value, or also signals it (`external.rs`).
+//! - **Another API on the same GPU** (CUDA): memory and timeline semaphores shared through opaque
+//!   POSIX file descriptors ([`allocate_exportable_buffer`], [`export_memory`],
+//!   [`hal::ExternalMemory::OpaqueFd`] imports, [`create_exportable_timeline`],
+//!   [`import_timeline_fd`], [`TimelineSemaphore`]), and the device's UUID to pair it with the
+//!   other API's device of the same GPU ([`device_uuid`]); see `shared.rs` and `docs/interop.md`.
 //!
 //! HAL semaphores have **no `VkSemaphore`**: they are host-side values the HAL's scheduler keeps,
 //! and each HAL queue signals a timeline semaphore of its own whose values count its submissions,
@@ -112,6 +117,8 @@
 //! ```
 
 pub(crate) mod external;
+#[cfg(unix)]
+pub(crate) mod shared;
 
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -123,6 +130,11 @@ use hal::{Buffer, Device, Error, Queue, Result, Semaphore};
 use crate::device::VulkanDevice;
 use crate::gpu::Gpu;
 use crate::memory::resolve;
+#[cfg(unix)]
+pub use shared::{
+    ExportedMemory, FdSharing, TimelineSemaphore, allocate_exportable_buffer, create_exportable_timeline, device_uuid,
+    export_memory, fd_sharing, import_timeline_fd,
+};
 
 /// The Vulkan device behind `device`, or `InvalidArgument` naming the driver that made it.
 pub fn vulkan_device(device: &Device) -> Result<&VulkanDevice> {
@@ -229,10 +241,16 @@ impl VulkanHandles {
         &self.gpu.instance.layers
     }
 
-    /// The device extensions enabled (`VK_KHR_push_descriptor`, and `VK_EXT_external_memory_host`
-    /// where the device has it).
+    /// The device extensions enabled (`VK_KHR_push_descriptor`, and `VK_EXT_external_memory_host`,
+    /// `VK_KHR_external_memory_fd` and `VK_KHR_external_semaphore_fd` where the device has them).
     pub fn device_extensions(&self) -> &[&'static CStr] {
         &self.gpu.extensions
+    }
+
+    /// The physical device's `deviceUUID` (`VkPhysicalDeviceIDProperties`): on NVIDIA's driver,
+    /// CUDA's UUID of the same GPU.
+    pub fn device_uuid(&self) -> [u8; 16] {
+        self.gpu.physical.uuid
     }
 
     /// The core features enabled (`robustBufferAccess`, `shaderInt64` and `shaderFloat64` where the

@@ -60,8 +60,10 @@ pub trait DeviceBackend: Send + Sync {
 
     /// A buffer over device memory another library allocated (`params` were validated,
     /// `memory.length()` is not 0). As for host memory, the backend keeps `release` until the
-    /// memory is no longer used and drops it on every error path. The default: `Unimplemented`,
-    /// releasing at once.
+    /// memory is no longer used and drops it on every error path. An
+    /// [`ExternalMemory::OpaqueFd`]'s descriptor is only lent for the call (the HAL closes it when
+    /// the call returns): a backend that keeps the memory imports a duplicate of it, and closes the
+    /// duplicate itself where its API refuses it. The default: `Unimplemented`, releasing at once.
     fn import_external_memory(
         &self,
         params: BufferParams,
