@@ -5,8 +5,8 @@
 //! `ExternalTimepoint::CudaExternalSemaphore` on the other). Every queue operation of a round is
 //! submitted before the host waits for anything: the two queues order each other on the device.
 //!
-//! - a Vulkan dispatch writes a pattern that a CUDA copy reads, then a CUDA copy writes another
-//!   that a Vulkan read sees, bit-exact;
+//! - a Vulkan dispatch writes a pattern that a CUDA kernel reads (adding one in place, then copied
+//!   out), then a CUDA copy writes another that a Vulkan read sees, bit-exact;
 //! - a CUDA signal whose waits fail is made from the host, and a CUDA queue waiting on a value
 //!   nobody signals makes a bounded teardown whose wait fails with `Cancelled`;
 //! - the time of one Vulkan -> CUDA -> Vulkan round trip (`MEASURED:`).
@@ -150,6 +150,11 @@ fn vulkan_writes_cuda_reads_then_cuda_writes_vulkan_reads_submitted_up_front() {
     let cb = vulkan.create_command_buffer(CommandBufferMode::OneShot).unwrap();
     cb.dispatch(&kernel, 0, [n / 64, 1, 1], &[a_seed], &[BufferBinding::whole(&exported)]).unwrap();
     cb.end().unwrap();
+    let Some(cuda_kernels) = kernels(&cuda) else { return };
+    let add_one = cuda.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    let entry = cuda_kernels.entry_point("add_one_u32").unwrap();
+    add_one.dispatch(&cuda_kernels, entry, [n / 256, 1, 1], &[n], &[BufferBinding::whole(&shared)]).unwrap();
+    add_one.end().unwrap();
     let cuda_copy = cuda.allocate_buffer(BufferParams::device_local(), bytes).unwrap();
     let cuda_source = cuda.allocate_buffer(BufferParams::device_local(), bytes).unwrap();
     let (vs, cs) = (vulkan.create_semaphore(0).unwrap(), cuda.create_semaphore(0).unwrap());
@@ -159,28 +164,35 @@ fn vulkan_writes_cuda_reads_then_cuda_writes_vulkan_reads_submitted_up_front() {
     vq.execute(&[], &cb, &[SV::new(&vs, 1)]).unwrap();
     // SAFETY: the timeline is the driver's and held by the operation until it retired.
     unsafe { vq.signal_external(&[SV::new(&vs, 1)], timeline.at(1), &[]) }.unwrap();
-    // CUDA: waits for 1 on the device, copies the shared memory out, reads the copy back.
+    // CUDA: waits for 1 on the device, then a kernel adds one to every word of the shared memory in
+    // place, and the result is copied out and read back.
     // SAFETY: the imported semaphore is held by the operation until it retired.
     unsafe { cq.wait_external(&[], semaphore.at(1), &[SV::new(&cs, 1)]) }.unwrap();
-    cq.copy(&[SV::new(&cs, 1)], &shared, 0, &cuda_copy, 0, bytes, &[SV::new(&cs, 2)]).unwrap();
-    let a_read = cq.read(&[SV::new(&cs, 2)], &cuda_copy, 0, bytes, &[]).unwrap();
+    cq.execute(&[SV::new(&cs, 1)], &add_one, &[SV::new(&cs, 2)]).unwrap();
+    cq.copy(&[SV::new(&cs, 2)], &shared, 0, &cuda_copy, 0, bytes, &[SV::new(&cs, 3)]).unwrap();
+    let a_read = cq.read(&[SV::new(&cs, 3)], &cuda_copy, 0, bytes, &[]).unwrap();
     // (b) CUDA: after the copy out, writes pattern B into the shared memory, then signals 2.
     cq.write_values(&[], &cuda_source, 0, &b, &[]).unwrap();
-    cq.copy(&[SV::new(&cs, 2)], &cuda_source, 0, &shared, 0, bytes, &[SV::new(&cs, 3)]).unwrap();
+    cq.copy(&[SV::new(&cs, 3)], &cuda_source, 0, &shared, 0, bytes, &[SV::new(&cs, 4)]).unwrap();
     // SAFETY: as above.
-    unsafe { cq.signal_external(&[SV::new(&cs, 3)], semaphore.at(2), &[SV::new(&cs, 4)]) }.unwrap();
+    unsafe { cq.signal_external(&[SV::new(&cs, 4)], semaphore.at(2), &[SV::new(&cs, 5)]) }.unwrap();
     // Vulkan: waits for 2 on the device, then reads the exported buffer.
     // SAFETY: as above.
     unsafe { vq.wait_external(&[], timeline.at(2), &[SV::new(&vs, 2)]) }.unwrap();
     let b_read = vq.read(&[SV::new(&vs, 2)], &exported, 0, bytes, &[]).unwrap();
 
     let got_a = a_read.wait_as::<u32>(T).expect("CUDA's read of what Vulkan wrote");
-    let (wrong, first) = differences(&got_a, &pattern(n, a_seed));
-    assert_eq!(wrong, 0, "(a) CUDA read {wrong} of {n} words different from what Vulkan wrote ({first})");
+    let expected_a: Vec<u32> = pattern(n, a_seed).iter().map(|w| w.wrapping_add(1)).collect();
+    let (wrong, first) = differences(&got_a, &expected_a);
+    assert_eq!(
+        wrong, 0,
+        "(a) the CUDA kernel's result differs in {wrong} of {n} words from Vulkan's pattern + 1 ({first})"
+    );
     let got_b = b_read.wait_as::<u32>(T).expect("Vulkan's read of what CUDA wrote");
     let (wrong, first) = differences(&got_b, &b);
     assert_eq!(wrong, 0, "(b) Vulkan read {wrong} of {n} words different from what CUDA wrote ({first})");
-    cs.wait(4, T).unwrap();
+    cs.wait(5, T).unwrap();
+    drop((add_one, cuda_kernels));
     assert_eq!(timeline.value().unwrap(), 2, "both sides' values reached the one timeline");
     println!(
         "MEASURED: Vulkan -> CUDA and CUDA -> Vulkan through shared memory and a timeline, {n} words each way, bit-exact"
