@@ -302,9 +302,13 @@ fn a_foreign_stream_that_never_finishes_is_a_timeout_then_a_bounded_cancelled_te
     let status = s.wait(1, T).expect_err("the wait was cancelled");
     assert_eq!(status.code(), StatusCode::Cancelled, "{status}");
 
+    // The foreign stream still has its write of the device's word queued (behind the blocker): the
+    // word's memory outlives the device until that write has run.
+    assert!(driver_cuda::interop::outstanding_foreign_uses() >= 1, "the foreign write is still queued");
     // The test's own blocker ends; the foreign stream drains and everything is freed.
     blocker.release();
     assert!(foreign.drained_within(Duration::from_secs(5)), "the foreign stream drains once released");
+    assert_eq!(driver_cuda::interop::outstanding_foreign_uses(), 0, "freed once the foreign stream passed");
     blocker.free();
 }
 

@@ -109,6 +109,7 @@ use cudarc::driver::sys::{CUcontext, CUdeviceptr, CUstream};
 use hal::driver::DeviceExt;
 use hal::{Buffer, Device, Error, Queue, Result};
 pub use semaphore::{ImportedSemaphore, import_semaphore_fd};
+pub use word_slots::outstanding_foreign_uses;
 
 use crate::device::CudaDevice;
 use crate::memory::resolve_address;

@@ -11,14 +11,13 @@
 //! Whatever happens to the HAL side (its waits failed, the device is dropped), the lease writes its
 //! ticket from the host when it ends: nothing on either stream waits forever on the HAL. The
 //! memory outlives every use the foreign stream has queued: pages are freed only once the events
-//! of all their words completed; a device dropped while a foreign stream still has a use queued
-//! (behind work that never finishes) waits for it a bounded time and then leaves the page
-//! allocated rather than free memory a stream will touch (logged).
+//! of all their words completed. A device dropped while a foreign stream still has a use queued
+//! (behind work that has not finished) does not wait for it: its pages are freed later, once that
+//! use has run ([`outstanding_foreign_uses`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUdeviceptr, CUevent, CUevent_flags, CUstream};
 use hal::Result;
@@ -29,9 +28,6 @@ use crate::sys::result;
 
 /// Words per page (one 4 KiB page of pinned memory).
 const WORDS_PER_PAGE: usize = 512;
-
-/// How long dropping a device waits for foreign streams to pass their queued uses of its words.
-const TEARDOWN_WAIT: Duration = Duration::from_secs(2);
 
 /// One page of words.
 struct Page {
@@ -129,6 +125,9 @@ impl WordSlots {
 
     /// A word with a fresh ticket, and an event to record on the foreign stream after its part.
     pub(crate) fn lease(self: &Arc<Self>, bound: &Bound<'_>) -> Result<Lease> {
+        if !lock(&ORPHANS).is_empty() {
+            reap_orphans();
+        }
         let mut state = lock(&self.state);
         self.recycle(bound, &mut state);
         let slot = match state.free.pop() {
@@ -196,39 +195,68 @@ impl WordSlots {
 impl Drop for WordSlots {
     fn drop(&mut self) {
         let state = std::mem::take(get_mut(&mut self.state));
+        let orphan = Orphan { context: self.context.clone(), _pages: state.pages, pending: state.retiring };
         let Ok(bound) = self.context.bind() else {
-            std::mem::forget(state.pages);
+            // No context to free anything in: the memory goes with the process.
+            std::mem::forget(orphan);
             return;
         };
-        let deadline = Instant::now() + TEARDOWN_WAIT;
-        let mut pending = state.retiring;
-        let mut events = state.spare_events;
-        loop {
-            // An error (a faulted context) reads as complete: nothing will run on it any more.
-            let (done, waiting): (VecDeque<Retiring>, VecDeque<Retiring>) =
-                pending.into_iter().partition(|retiring| result::event_query(&bound, retiring.event).unwrap_or(true));
-            events.extend(done.into_iter().map(|retiring| retiring.event));
-            pending = waiting;
-            if pending.is_empty() || Instant::now() >= deadline {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        events.extend(pending.iter().map(|retiring| retiring.event));
-        for event in events {
-            // SAFETY: each event is owned by this pool and destroyed once; a pending one may still be
-            // recorded on a foreign stream, which CUDA allows (it releases it once complete).
+        for event in state.spare_events {
+            // SAFETY: a spare event is owned by this pool, recorded on nothing, destroyed once.
             let _ = unsafe { result::event_destroy(&bound, event) };
         }
-        if !pending.is_empty() {
-            tracing::error!(
-                queued = pending.len(),
-                "a device was dropped while foreign CUDA streams still had uses of its interop words queued \
-                 (behind work that did not finish in {TEARDOWN_WAIT:?}): their pages stay allocated"
-            );
-            std::mem::forget(state.pages);
-        }
+        lock(&ORPHANS).push(orphan);
+        reap_orphans();
     }
+}
+
+/// The pages of dropped devices whose words a foreign stream still has a use of queued (behind
+/// work that had not finished when the device was dropped), with the events that say when those
+/// uses have run. Each is freed once its events completed: checked whenever a device's words are
+/// leased or dropped, and by [`outstanding_foreign_uses`]. So dropping a device never waits for a
+/// foreign stream, and never frees memory one will still write.
+static ORPHANS: Mutex<Vec<Orphan>> = Mutex::new(Vec::new());
+
+/// What a dropped device's words left behind.
+struct Orphan {
+    context: Arc<Context>,
+    /// Held, never read: the pages live until the orphan is dropped.
+    _pages: Vec<Arc<Page>>,
+    pending: VecDeque<Retiring>,
+}
+
+// SAFETY: the CUevents are driver handles owned by the orphan, used only under `ORPHANS`' lock;
+// the driver's event functions are thread-safe.
+unsafe impl Send for Orphan {}
+
+/// Frees what dropped devices left behind once the foreign uses queued on it have run; the number
+/// of uses still queued.
+fn reap_orphans() -> usize {
+    let mut orphans = lock(&ORPHANS);
+    orphans.retain_mut(|orphan| {
+        let Ok(bound) = orphan.context.bind() else { return true };
+        while let Some(oldest) = orphan.pending.front() {
+            // An error (a faulted context) reads as run: nothing will run on it any more.
+            if !result::event_query(&bound, oldest.event).unwrap_or(true) {
+                break;
+            }
+            if let Some(retiring) = orphan.pending.pop_front() {
+                // SAFETY: owned by the orphan, its recorded use complete, destroyed once.
+                let _ = unsafe { result::event_destroy(&bound, retiring.event) };
+            }
+        }
+        // Emptied: dropping it frees its pages (the last references to them).
+        !orphan.pending.is_empty()
+    });
+    orphans.iter().map(|orphan| orphan.pending.len()).sum()
+}
+
+/// How many uses of dropped devices' interop words foreign CUDA streams still have queued: their
+/// memory stays allocated until those uses have run, and is freed by the first call (of this, or
+/// any device's interop) after that. 0 once every foreign stream that was given a timepoint has
+/// passed it.
+pub fn outstanding_foreign_uses() -> usize {
+    reap_orphans()
 }
 
 /// What a lease and the pool's teardown share: the word, its ticket, and how the lease ended.
