@@ -310,9 +310,10 @@ impl Buffer {
     }
 
     /// DLPack: a capsule of a one-dimensional `uint8` tensor over the whole buffer, without a copy:
-    /// the CPU for host-visible memory of cpu-sim (and any host-visible buffer), CUDA for CUDA
-    /// device memory. `numpy.from_dlpack(buffer)`. The consumer must order its use with the
-    /// buffer's device work (wait on the semaphores first); `stream` is accepted and not used.
+    /// the CPU for host-visible memory, CUDA for CUDA device memory; DLPack 1.x (writable) when
+    /// `max_version` is 1.0 or later. `numpy.from_dlpack(buffer)`. The consumer must order its use
+    /// with the buffer's device work (wait on the semaphores first); `stream` is accepted and not
+    /// used.
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,
@@ -322,7 +323,7 @@ impl Buffer {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = (stream, max_version);
+        let _ = stream;
         if copy == Some(true) {
             return Err(PyBufferError::new_err(
                 "Buffer.__dlpack__: copy=True is not supported (the export is never a copy)",
@@ -337,7 +338,11 @@ impl Buffer {
                 (device_type, device_id)
             )));
         }
-        crate::dlpack::export(py, self)
+        let versioned = match max_version {
+            Some(version) => version.get_item(0)?.extract::<u32>()? >= 1,
+            None => false,
+        };
+        crate::dlpack::export(py, self, versioned)
     }
 
     /// DLPack: `(device_type, device_id)`: `(1, 0)` (kDLCPU) for host-visible memory, `(2, n)`

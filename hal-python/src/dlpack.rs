@@ -1,21 +1,26 @@
 //! DLPack both ways, with the C structs of `dlpack.h` (see [`crate::ffi`]) and the capsule rules:
-//! a producer's capsule is named `dltensor`; the consumer renames it `used_dltensor` and then owns
-//! the tensor, calling its deleter exactly once when done.
+//! a producer's capsule is named `dltensor` (DLPack 0.x, `DLManagedTensor`) or
+//! `dltensor_versioned` (DLPack 1.x, `DLManagedTensorVersioned`, which can say "read-only"); the
+//! consumer renames it `used_dltensor` / `used_dltensor_versioned` and then owns the tensor,
+//! calling its deleter exactly once when done.
 //!
 //! - Export (`Buffer.__dlpack__`): a one-dimensional `uint8` tensor over the whole buffer: its
 //!   mapping for host-visible memory (`kDLCPU`), its device pointer for CUDA device memory
-//!   (`kDLCUDA`). The tensor keeps the mapping, or the buffer, alive until its deleter runs.
-//! - Import (`timeline_hal.from_dlpack(x, device)`): a compact (row-major) tensor's bytes lent to
-//!   the device as a buffer, CPU memory through `Device::import_host_memory` and CUDA memory
-//!   through `Device::import_external_memory`; the HAL's release of the memory calls the tensor's
-//!   deleter, which lets the producer's array go.
+//!   (`kDLCUDA`); a versioned, writable capsule when the consumer passes `max_version` of 1.0 or
+//!   later, else a `dltensor` capsule. The tensor keeps the mapping, or the buffer, alive until
+//!   its deleter runs.
+//! - Import (`timeline_hal.from_dlpack(x, device)`): a compact (row-major), writable tensor's bytes
+//!   lent to the device as a buffer, CPU memory through `Device::import_host_memory` and CUDA
+//!   memory through `Device::import_external_memory`; the HAL's release of the memory calls the
+//!   tensor's deleter, which lets the producer's array go.
 
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi::{self, PyObject};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use hal::BufferParams;
 
@@ -23,8 +28,8 @@ use crate::buffer::{Buffer, MappedView};
 use crate::device::Device;
 use crate::errors::OrRaise;
 use crate::ffi::{
-    DLDataType, DLDevice, DLManagedTensor, DLTENSOR, DLTensor, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_UINT,
-    USED_DLTENSOR,
+    DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_READ_ONLY, DLPackVersion, DLTENSOR,
+    DLTENSOR_VERSIONED, DLTensor, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_UINT, USED_DLTENSOR, USED_DLTENSOR_VERSIONED,
 };
 use crate::gil::drop_detached;
 
@@ -52,46 +57,110 @@ enum Keep {
     Device(#[allow(dead_code)] hal::Buffer),
 }
 
-/// An exported tensor: the managed tensor first (the deleter gets this whole struct back from its
-/// pointer), then the shape it points to and what it keeps alive.
+/// An exported tensor: the managed tensor (`M`: either DLPack struct) first, so the deleter gets
+/// this whole struct back from its pointer; then the shape it points to and what it keeps alive.
 #[repr(C)]
-struct Export {
-    managed: DLManagedTensor,
+struct Export<M> {
+    managed: M,
     shape: [i64; 1],
     keep: Keep,
 }
 
 // SAFETY: the raw pointers in `managed` point into this same allocation or into memory `keep`
 // keeps alive, which any thread may use; `keep` is `Send`.
-unsafe impl Send for Export {}
+unsafe impl<M> Send for Export<M> {}
 
-/// The deleter of an exported tensor: drops the export (the GIL released where it is held).
-unsafe extern "C" fn export_deleter(managed: *mut DLManagedTensor) {
+/// The deleter of an exported tensor of either kind: drops the export (the GIL released where it
+/// is held).
+///
+/// # Safety
+/// `managed` is NULL or the `managed` field of an `Export<M>` made by `Box::into_raw` in
+/// [`export`], given once.
+unsafe extern "C" fn export_deleter<M>(managed: *mut M) {
     if !managed.is_null() {
-        // SAFETY: `managed` is the first field of an `Export` made by `Box::into_raw` in `export`;
-        // the consumer calls the deleter once.
-        drop_detached(unsafe { Box::from_raw(managed.cast::<Export>()) });
+        // SAFETY: the caller's contract; `managed` is the first field of a `repr(C)` `Export<M>`.
+        drop_detached(unsafe { Box::from_raw(managed.cast::<Export<M>>()) });
     }
 }
 
-/// The destructor of an exported capsule: a capsule nobody consumed (still `dltensor`) deletes
-/// its tensor; a consumed one (`used_dltensor`) belongs to its consumer.
-unsafe extern "C" fn capsule_destructor(capsule: *mut PyObject) {
-    // SAFETY: CPython calls this with the capsule, the GIL held; `PyCapsule_IsValid` sets no error.
+/// The destructor of an exported capsule: a capsule nobody consumed (still named `name`) deletes
+/// its tensor; a consumed one belongs to its consumer.
+///
+/// # Safety
+/// `capsule` is a capsule made by [`export`], the GIL held.
+unsafe fn delete_unconsumed(capsule: *mut PyObject, name: &CStr, delete: unsafe fn(*mut c_void)) {
+    // SAFETY: the caller's contract; `PyCapsule_IsValid` sets no error.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, DLTENSOR.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, DLTENSOR.as_ptr()).cast::<DLManagedTensor>();
-            if !managed.is_null()
-                && let Some(deleter) = (*managed).deleter
-            {
-                deleter(managed);
+        if ffi::PyCapsule_IsValid(capsule, name.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(capsule, name.as_ptr());
+            if !managed.is_null() {
+                delete(managed);
             }
         }
     }
 }
 
-/// `buffer.__dlpack__()`: a `dltensor` capsule of the buffer's bytes (see the module's docs).
-pub fn export<'py>(py: Python<'py>, buffer: &Buffer) -> PyResult<Bound<'py, PyAny>> {
+/// Calls the deleter of a `DLManagedTensor`.
+///
+/// # Safety
+/// `managed` is a live `DLManagedTensor` the caller owns.
+unsafe fn delete_legacy(managed: *mut c_void) {
+    let managed = managed.cast::<DLManagedTensor>();
+    // SAFETY: the caller's contract.
+    unsafe {
+        if let Some(deleter) = (*managed).deleter {
+            deleter(managed);
+        }
+    }
+}
+
+/// Calls the deleter of a `DLManagedTensorVersioned`.
+///
+/// # Safety
+/// `managed` is a live `DLManagedTensorVersioned` the caller owns.
+unsafe fn delete_versioned(managed: *mut c_void) {
+    let managed = managed.cast::<DLManagedTensorVersioned>();
+    // SAFETY: the caller's contract.
+    unsafe {
+        if let Some(deleter) = (*managed).deleter {
+            deleter(managed);
+        }
+    }
+}
+
+unsafe extern "C" fn legacy_capsule_destructor(capsule: *mut PyObject) {
+    // SAFETY: CPython calls this with our capsule, the GIL held.
+    unsafe { delete_unconsumed(capsule, DLTENSOR, delete_legacy) }
+}
+
+unsafe extern "C" fn versioned_capsule_destructor(capsule: *mut PyObject) {
+    // SAFETY: CPython calls this with our capsule, the GIL held.
+    unsafe { delete_unconsumed(capsule, DLTENSOR_VERSIONED, delete_versioned) }
+}
+
+/// Wraps a boxed export in a capsule named `name`; deletes it when no capsule can be made.
+///
+/// # Safety
+/// `export` comes from `Box::into_raw` and is given up; `destructor` deletes unconsumed capsules
+/// of `name`, `deleter` deletes `export`.
+unsafe fn capsule<'py>(
+    py: Python<'py>,
+    export: *mut c_void,
+    name: &'static CStr,
+    destructor: unsafe extern "C" fn(*mut PyObject),
+    delete: unsafe fn(*mut c_void),
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the caller's contract: the capsule owns the export until a consumer takes it.
+    let made = unsafe { ffi::PyCapsule_New(export, name.as_ptr(), Some(destructor)) };
+    // SAFETY: an owned reference or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, made) }.inspect_err(|_| {
+        // SAFETY: no capsule owns the export: delete it here, once.
+        unsafe { delete(export) };
+    })
+}
+
+/// `buffer.__dlpack__()`: a capsule of the buffer's bytes, versioned when `versioned`.
+pub fn export<'py>(py: Python<'py>, buffer: &Buffer, versioned: bool) -> PyResult<Bound<'py, PyAny>> {
     let (device_type, device_id) = device_of(buffer)?;
     let (data, length, keep) = if device_type == KDL_CPU {
         let mapped = MappedView::new(buffer.hal(), 0, buffer.hal().size()).or_raise()?;
@@ -99,38 +168,43 @@ pub fn export<'py>(py: Python<'py>, buffer: &Buffer) -> PyResult<Bound<'py, PyAn
     } else {
         cuda_export(buffer)?
     };
-    let export = Box::into_raw(Box::new(Export {
-        managed: DLManagedTensor {
-            dl_tensor: DLTensor {
-                data,
-                device: DLDevice { device_type, device_id },
-                ndim: 1,
-                dtype: DLDataType { code: KDL_UINT, bits: 8, lanes: 1 },
-                shape: std::ptr::null_mut(),
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
+    let dl_tensor = DLTensor {
+        data,
+        device: DLDevice { device_type, device_id },
+        ndim: 1,
+        dtype: DLDataType { code: KDL_UINT, bits: 8, lanes: 1 },
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let shape = [length as i64];
+    if versioned {
+        let managed = DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 0 },
             manager_ctx: std::ptr::null_mut(),
-            deleter: Some(export_deleter),
-        },
-        shape: [length as i64],
-        keep,
-    }));
-    // SAFETY: `export` is a live allocation of ours; its shape field does not move while it lives.
-    unsafe {
-        (*export).managed.dl_tensor.shape = (*export).shape.as_mut_ptr();
-        (*export).managed.manager_ctx = export.cast::<c_void>();
-    }
-    // SAFETY: the capsule holds the tensor's pointer under the DLPack name, with a destructor that
-    // deletes it unless a consumer took it.
-    let capsule = unsafe { ffi::PyCapsule_New(export.cast::<c_void>(), DLTENSOR.as_ptr(), Some(capsule_destructor)) };
-    // SAFETY: an owned reference or NULL with an exception set.
-    match unsafe { Bound::from_owned_ptr_or_err(py, capsule) } {
-        Ok(capsule) => Ok(capsule),
-        Err(error) => {
-            // SAFETY: no capsule owns the export: delete it here.
-            unsafe { export_deleter(export.cast::<DLManagedTensor>()) };
-            Err(error)
+            deleter: Some(export_deleter::<DLManagedTensorVersioned>),
+            flags: 0,
+            dl_tensor,
+        };
+        let export = Box::into_raw(Box::new(Export { managed, shape, keep }));
+        // SAFETY: a live allocation of ours; its shape field does not move while it lives.
+        unsafe {
+            (*export).managed.dl_tensor.shape = (*export).shape.as_mut_ptr();
+            (*export).managed.manager_ctx = export.cast::<c_void>();
+            capsule(py, export.cast(), DLTENSOR_VERSIONED, versioned_capsule_destructor, delete_versioned)
+        }
+    } else {
+        let managed = DLManagedTensor {
+            dl_tensor,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(export_deleter::<DLManagedTensor>),
+        };
+        let export = Box::into_raw(Box::new(Export { managed, shape, keep }));
+        // SAFETY: as above.
+        unsafe {
+            (*export).managed.dl_tensor.shape = (*export).shape.as_mut_ptr();
+            (*export).managed.manager_ctx = export.cast::<c_void>();
+            capsule(py, export.cast(), DLTENSOR, legacy_capsule_destructor, delete_legacy)
         }
     }
 }
@@ -149,7 +223,10 @@ fn cuda_export(buffer: &Buffer) -> PyResult<(*mut c_void, u64, Keep)> {
 }
 
 /// A consumed tensor, owned until the HAL releases the memory lent from it.
-struct Consumed(NonNull<DLManagedTensor>);
+enum Consumed {
+    Legacy(NonNull<DLManagedTensor>),
+    Versioned(NonNull<DLManagedTensorVersioned>),
+}
 
 // SAFETY: DLPack lets a consumer call the deleter from any thread; it is called with the GIL taken.
 unsafe impl Send for Consumed {}
@@ -159,10 +236,11 @@ impl Consumed {
     /// producer's object is then left to the interpreter's teardown).
     fn release(self) {
         let _ = crate::gil::with_python(|_py| {
-            // SAFETY: the tensor is ours (its capsule was renamed `used_dltensor`) and deleted once.
+            // SAFETY: the tensor is ours (its capsule was renamed) and deleted once, here.
             unsafe {
-                if let Some(deleter) = (*self.0.as_ptr()).deleter {
-                    deleter(self.0.as_ptr());
+                match self {
+                    Consumed::Legacy(managed) => delete_legacy(managed.as_ptr().cast()),
+                    Consumed::Versioned(managed) => delete_versioned(managed.as_ptr().cast()),
                 }
             }
         });
@@ -207,12 +285,65 @@ fn tensor_bytes(tensor: &DLTensor) -> PyResult<u64> {
     Ok(elements.saturating_mul(element_bits / 8))
 }
 
+/// The producer's capsule: versioned where the producer speaks DLPack 1.x (asked with
+/// `max_version=(1, 0)`), else the `dltensor` one.
+fn producer_capsule<'py>(tensor: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let kwargs = PyDict::new(tensor.py());
+    kwargs.set_item("max_version", (1, 0))?;
+    match tensor.call_method("__dlpack__", (), Some(&kwargs)) {
+        Err(e) if e.is_instance_of::<PyTypeError>(tensor.py()) => tensor.call_method0("__dlpack__"),
+        other => other,
+    }
+}
+
+/// Takes the tensor out of `capsule` (renaming it, so its destructor leaves the tensor alone):
+/// the tensor's description and the owner to release. Checks before taking: a tensor refused
+/// here stays the capsule's.
+fn consume(py: Python<'_>, capsule: &Bound<'_, PyAny>) -> PyResult<(DLTensor, Consumed)> {
+    let raw = capsule.as_ptr();
+    // SAFETY: `raw` is a live object; `PyCapsule_IsValid` checks it is a capsule of that name and
+    // sets no error; a valid capsule's pointer is its tensor, alive while it is unconsumed.
+    unsafe {
+        let (tensor, consumed, used) = if ffi::PyCapsule_IsValid(raw, DLTENSOR_VERSIONED.as_ptr()) == 1 {
+            let managed =
+                ffi::PyCapsule_GetPointer(raw, DLTENSOR_VERSIONED.as_ptr()).cast::<DLManagedTensorVersioned>();
+            let Some(managed) = NonNull::new(managed) else { return Err(PyErr::fetch(py)) };
+            let m = managed.as_ref();
+            if m.version.major != 1 {
+                return Err(PyBufferError::new_err(format!(
+                    "from_dlpack: DLPack {}.{} is not 1.x",
+                    m.version.major, m.version.minor
+                )));
+            }
+            if m.flags & DLPACK_FLAG_READ_ONLY != 0 {
+                return Err(PyBufferError::new_err(
+                    "from_dlpack: the tensor is read-only, and device work may write a buffer",
+                ));
+            }
+            (std::ptr::read(&m.dl_tensor), Consumed::Versioned(managed), USED_DLTENSOR_VERSIONED)
+        } else if ffi::PyCapsule_IsValid(raw, DLTENSOR.as_ptr()) == 1 {
+            let managed = ffi::PyCapsule_GetPointer(raw, DLTENSOR.as_ptr()).cast::<DLManagedTensor>();
+            let Some(managed) = NonNull::new(managed) else { return Err(PyErr::fetch(py)) };
+            (std::ptr::read(&managed.as_ref().dl_tensor), Consumed::Legacy(managed), USED_DLTENSOR)
+        } else {
+            return Err(PyBufferError::new_err("from_dlpack: __dlpack__ did not return an unused DLPack capsule"));
+        };
+        // Checked before the capsule is renamed: a refusal leaves the tensor to the capsule.
+        tensor_bytes(&tensor)?;
+        if ffi::PyCapsule_SetName(raw, used.as_ptr()) != 0 {
+            return Err(PyErr::fetch(py));
+        }
+        Ok((tensor, consumed))
+    }
+}
+
 /// Lends the memory of `tensor` (any object with `__dlpack__` and `__dlpack_device__`: a NumPy
 /// array, a PyTorch tensor) to `device` as a Buffer, without a copy: CPU memory (host-visible,
 /// mappable) on any device that imports host memory, CUDA device memory on the CUDA device that
-/// holds it. The tensor must be compact row-major. The producer's object stays alive until the
-/// buffer and every queued use of it are done. Order the producer's own use of the memory with
-/// HAL work yourself (for a CUDA tensor: synchronize its stream before the HAL uses it).
+/// holds it. The tensor must be compact row-major and writable. The producer's object stays alive
+/// until the buffer and every queued use of it are done. Order the producer's own use of the
+/// memory with HAL work yourself (for a CUDA tensor: synchronize its stream before the HAL uses
+/// it).
 #[pyfunction]
 pub fn from_dlpack(py: Python<'_>, tensor: &Bound<'_, PyAny>, device: &Device) -> PyResult<Buffer> {
     let (device_type, _device_id): (i32, i32) = tensor.call_method0("__dlpack_device__")?.extract()?;
@@ -221,46 +352,25 @@ pub fn from_dlpack(py: Python<'_>, tensor: &Bound<'_, PyAny>, device: &Device) -
             "from_dlpack: memory of DLPack device type {device_type} cannot be lent (CPU, CUDA host and CUDA memory can)"
         )));
     }
-    let capsule = tensor.call_method0("__dlpack__")?;
-    let raw = capsule.as_ptr();
-    // SAFETY: `raw` is a live object; `PyCapsule_IsValid` checks it is a capsule of that name.
-    let managed = unsafe {
-        if ffi::PyCapsule_IsValid(raw, DLTENSOR.as_ptr()) != 1 {
-            return Err(PyBufferError::new_err("from_dlpack: __dlpack__ did not return an unused 'dltensor' capsule"));
-        }
-        ffi::PyCapsule_GetPointer(raw, DLTENSOR.as_ptr()).cast::<DLManagedTensor>()
-    };
-    let Some(managed) = NonNull::new(managed) else {
-        return Err(PyErr::fetch(py));
-    };
-    // SAFETY: a valid capsule's tensor, alive while the capsule is unconsumed.
-    let tensor_ref = unsafe { &managed.as_ref().dl_tensor };
-    if tensor_ref.device.device_type != device_type {
-        return Err(PyBufferError::new_err("from_dlpack: the tensor's device differs from __dlpack_device__()"));
-    }
-    let length = tensor_bytes(tensor_ref)?;
-    let address = (tensor_ref.data as usize as u64).wrapping_add(tensor_ref.byte_offset);
+    let capsule = producer_capsule(tensor)?;
+    let (described, consumed) = consume(py, &capsule)?;
     // From here the tensor is ours: the HAL's release (which runs exactly once, at once when the
     // import is refused) calls its deleter.
-    // SAFETY: renaming a live capsule; the name is static.
-    if unsafe { ffi::PyCapsule_SetName(raw, USED_DLTENSOR.as_ptr()) } != 0 {
-        return Err(PyErr::fetch(py));
-    }
-    let consumed = Consumed(managed);
     let release = move || consumed.release();
+    if described.device.device_type != device_type {
+        release();
+        return Err(PyBufferError::new_err("from_dlpack: the tensor's device differs from __dlpack_device__()"));
+    }
+    let length = tensor_bytes(&described)?;
+    let address = (described.data as usize as u64).wrapping_add(described.byte_offset);
     let hal_device = device.hal();
     let imported = if device_type == KDL_CUDA {
         import_cuda(py, hal_device, address, length, release)
     } else {
-        if address == 0 {
-            release();
-            return Err(PyBufferError::new_err("from_dlpack: the tensor's data pointer is NULL"));
-        }
         py.detach(|| {
-            let ptr = NonNull::new(address as usize as *mut u8);
-            let Some(ptr) = ptr else {
+            let Some(ptr) = NonNull::new(address as usize as *mut u8) else {
                 release();
-                return Err(hal::Error::internal("from_dlpack: NULL pointer"));
+                return Err(hal::Error::invalid_argument("from_dlpack: the tensor's data pointer is NULL"));
             };
             // SAFETY: the producer keeps the memory allocated until its deleter runs, which only
             // the release does; the caller orders the producer's accesses with HAL work.

@@ -128,6 +128,35 @@ pub struct DLManagedTensor {
     pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
 }
 
+/// DLPack's `DLPackVersion`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLPackVersion {
+    /// Major version (1 for DLPack 1.x).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+/// DLPack 1.x's `DLManagedTensorVersioned`: the tensor with its version and flags (read-only,
+/// copied).
+#[repr(C)]
+pub struct DLManagedTensorVersioned {
+    /// The DLPack version the producer wrote.
+    pub version: DLPackVersion,
+    /// The producer's context.
+    pub manager_ctx: *mut c_void,
+    /// Called once by the consumer when it is done with the memory.
+    pub deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    /// `DLPACK_FLAG_BITMASK_*` bits.
+    pub flags: u64,
+    /// The tensor.
+    pub dl_tensor: DLTensor,
+}
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`: the consumer must not write the memory.
+pub const DLPACK_FLAG_READ_ONLY: u64 = 1 << 0;
+
 /// `kDLCPU`.
 pub const KDL_CPU: i32 = 1;
 /// `kDLCUDA`.
@@ -140,3 +169,7 @@ pub const KDL_UINT: u8 = 1;
 pub const DLTENSOR: &std::ffi::CStr = c"dltensor";
 /// The name a consumer gives the capsule once it owns the tensor.
 pub const USED_DLTENSOR: &std::ffi::CStr = c"used_dltensor";
+/// The name of a capsule holding an unconsumed `DLManagedTensorVersioned`.
+pub const DLTENSOR_VERSIONED: &std::ffi::CStr = c"dltensor_versioned";
+/// The name a consumer gives a versioned capsule once it owns the tensor.
+pub const USED_DLTENSOR_VERSIONED: &std::ffi::CStr = c"used_dltensor_versioned";
