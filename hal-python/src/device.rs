@@ -53,7 +53,7 @@ fn executable_format(format: Option<&str>, data: &[u8]) -> PyResult<ExecutableFo
         Some("fatbin") => Ok(ExecutableFormat::Fatbin),
         Some("spirv") | Some("spir-v") => Ok(ExecutableFormat::Spirv),
         Some(other) => Err(PyValueError::new_err(format!(
-            "format={other:?}: expected \"ptx\", \"cubin\", \"fatbin\" or \"spirv\""
+            "format={other:?}: expected \"ptx\", \"cubin\", \"fatbin\", \"spirv\" or \"wgsl\""
         ))),
         None => match data {
             [0x03, 0x02, 0x23, 0x07, ..] => Ok(ExecutableFormat::Spirv),
@@ -67,6 +67,19 @@ fn executable_format(format: Option<&str>, data: &[u8]) -> PyResult<ExecutableFo
             )),
         },
     }
+}
+
+/// SPIR-V from WGSL source (the Vulkan driver's compiler).
+#[cfg(feature = "vulkan")]
+fn compile_wgsl(source: &str) -> hal::Result<Vec<u8>> {
+    driver_vulkan::wgsl::compile(source, "load_executable")
+}
+
+#[cfg(not(feature = "vulkan"))]
+fn compile_wgsl(_source: &str) -> hal::Result<Vec<u8>> {
+    Err(hal::Error::unimplemented(
+        "format=\"wgsl\": this build of timeline_hal has no Vulkan driver (its WGSL compiler)",
+    ))
 }
 
 /// One kernel parameter of an entry point's `params` list: `("binding", n)`, `("constant32", n)`,
@@ -178,7 +191,8 @@ impl Device {
     /// library exporting `hal_cpu_sim_kernel_table`, which declares its entry points), or bytes
     /// (PTX, cubin, fatbin: CUDA; SPIR-V: Vulkan) with `entry_points`, a list of dicts
     /// `{"name", "bindings", "constants", "workgroup_size", "params", "dynamic_workgroup_memory"}`.
-    /// `format` is recognised from the bytes when not given.
+    /// `format` is recognised from the bytes when not given. `format="wgsl"` takes WGSL source
+    /// text (a str), compiled to SPIR-V in-process (Vulkan).
     #[pyo3(signature = (source, entry_points = None, format = None))]
     fn load_executable(
         &self,
@@ -187,7 +201,16 @@ impl Device {
         entry_points: Option<&Bound<'_, PyAny>>,
         format: Option<&str>,
     ) -> PyResult<Executable> {
-        let source = if let Ok(bytes) = source.cast::<PyBytes>() {
+        let source = if format == Some("wgsl") {
+            let text: String =
+                source.extract().map_err(|_| PyTypeError::new_err("format=\"wgsl\" takes the WGSL source as a str"))?;
+            let entry_points = match entry_points {
+                Some(list) => list.try_iter()?.map(|e| entry_point(&e?)).collect::<PyResult<Vec<_>>>()?,
+                None => return Err(PyValueError::new_err("WGSL needs entry_points=[{\"name\": ..., ...}]")),
+            };
+            let spirv = py.detach(|| compile_wgsl(&text)).or_raise()?;
+            ExecutableSource::Bytes { format: ExecutableFormat::Spirv, data: Arc::from(spirv), entry_points }
+        } else if let Ok(bytes) = source.cast::<PyBytes>() {
             let data = bytes.as_bytes();
             let format = executable_format(format, data)?;
             let entry_points = match entry_points {

@@ -1,6 +1,7 @@
 """The same API on the Vulkan driver (lavapipe in CI); skipped where no Vulkan device is found."""
 
 import numpy as np
+import pytest
 
 import timeline_hal as hal
 from conftest import ROOT
@@ -31,3 +32,33 @@ def test_vulkan_spirv_dispatch(vulkan):
     vulkan.queue(0).execute(cb, signals=[(done, 1)])
     done.wait(1, timeout=30)
     assert np.array_equal(hal.to_numpy(target, np.float32), np.arange(n, dtype=np.float32) * 3.0 + 1.0)
+
+
+SAXPY = """
+@group(0) @binding(0) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+struct Constants { n: u32, a: f32 }
+var<immediate> c: Constants;
+@compute @workgroup_size(64)
+fn saxpy(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < c.n) { y[id.x] = c.a * x[id.x] + y[id.x]; }
+}
+"""
+
+
+def test_vulkan_wgsl_dispatch(vulkan):
+    exe = vulkan.load_executable(
+        SAXPY, [{"name": "saxpy", "bindings": 2, "constants": 2, "workgroup_size": 64}], format="wgsl"
+    )
+    n = 100
+    x = hal.from_numpy(np.arange(n, dtype=np.float32), vulkan)
+    y = hal.from_numpy(np.ones(n, dtype=np.float32), vulkan)
+    cb = vulkan.command_buffer()
+    cb.dispatch(exe, "saxpy", 2, constants=[n, 2.0], bindings=[x, y])
+    cb.end()
+    done = vulkan.semaphore()
+    vulkan.queue(0).execute(cb, signals=[(done, 1)])
+    done.wait(1, timeout=30)
+    assert np.array_equal(hal.to_numpy(y, np.float32), 2.0 * np.arange(n, dtype=np.float32) + 1.0)
+    with pytest.raises(hal.InvalidArgumentError):
+        vulkan.load_executable("fn broken(", [{"name": "broken"}], format="wgsl")
