@@ -4,10 +4,10 @@
 //!
 //! Rules every binding here keeps:
 //! - the GIL is released around every wait, submission and device creation, and around dropping
-//!   any HAL object ([`gil::drop_detached`]), so a host call or a completion on a HAL thread can
+//!   any HAL object (`gil::drop_detached`), so a host call or a completion on a HAL thread can
 //!   always take it;
 //! - a HAL error becomes an instance of `timeline_hal.HalError`'s subclass for its code
-//!   ([`errors`]); a Rust panic never reaches Python (nothing here unwraps a HAL result);
+//!   (`errors`); a Rust panic never reaches Python (nothing here unwraps a HAL result);
 //! - callbacks from HAL threads (host calls, asyncio completions) take the GIL only while the
 //!   interpreter is running, and give up quietly when it is shutting down.
 
