@@ -82,7 +82,7 @@ pub trait DeviceBackend: Send + Sync {
     }
 
     /// The backend itself, for a driver's interop functions to downcast to their device type
-    /// (see [`crate::driver::backend_of`]).
+    /// (see [`crate::driver::DeviceExt::backend_as`]).
     fn as_any(&self) -> &dyn Any;
 
     /// A semaphore this device can signal and wait on from its queues.
