@@ -133,6 +133,14 @@ fn entry_point(item: &Bound<'_, PyAny>) -> PyResult<EntryPointInfo> {
     Ok(info)
 }
 
+/// The `entry_points` argument of `what` (bytes, WGSL), which needs one.
+fn entry_point_list(entry_points: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<EntryPointInfo>> {
+    let Some(list) = entry_points else {
+        return Err(PyValueError::new_err(format!("{what} need entry_points=[{{\"name\": ..., ...}}]")));
+    };
+    list.try_iter()?.map(|e| entry_point(&e?)).collect()
+}
+
 #[pymethods]
 impl Device {
     /// The driver's name (`"cpu-sim"`, `"cuda"`, `"vulkan"`).
@@ -204,19 +212,13 @@ impl Device {
         let source = if format == Some("wgsl") {
             let text: String =
                 source.extract().map_err(|_| PyTypeError::new_err("format=\"wgsl\" takes the WGSL source as a str"))?;
-            let entry_points = match entry_points {
-                Some(list) => list.try_iter()?.map(|e| entry_point(&e?)).collect::<PyResult<Vec<_>>>()?,
-                None => return Err(PyValueError::new_err("WGSL needs entry_points=[{\"name\": ..., ...}]")),
-            };
+            let entry_points = entry_point_list(entry_points, "WGSL")?;
             let spirv = py.detach(|| compile_wgsl(&text)).or_raise()?;
             ExecutableSource::Bytes { format: ExecutableFormat::Spirv, data: Arc::from(spirv), entry_points }
         } else if let Ok(bytes) = source.cast::<PyBytes>() {
             let data = bytes.as_bytes();
             let format = executable_format(format, data)?;
-            let entry_points = match entry_points {
-                Some(list) => list.try_iter()?.map(|e| entry_point(&e?)).collect::<PyResult<Vec<_>>>()?,
-                None => return Err(PyValueError::new_err("executable bytes need entry_points=[{\"name\": ..., ...}]")),
-            };
+            let entry_points = entry_point_list(entry_points, "executable bytes")?;
             ExecutableSource::Bytes { format, data: Arc::from(data), entry_points }
         } else {
             let path: PathBuf = source.extract().map_err(|_| {
