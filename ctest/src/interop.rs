@@ -33,22 +33,58 @@ const CANCEL_LIMIT: Duration = Duration::from_secs(3);
 /// One value of every kind of [`ExternalMemory`] `hal` has: `handle` as its handle, `length` bytes.
 /// The one list of kinds the cases and the fixture's checks use; a unit test fails when `hal` has
 /// a kind it lacks.
-fn memory_of_every_kind(handle: u64, length: u64) -> [ExternalMemory; 2] {
+/// An [`ExternalMemory::OpaqueFd`] takes `fd` (a descriptor the import takes over and closes: see
+/// [`open_descriptor`]; -1 where the values are only listed).
+fn memory_of_every_kind(handle: u64, length: u64, fd: i32) -> [ExternalMemory; 3] {
     [
         ExternalMemory::CudaDevicePointer { address: handle, length },
         ExternalMemory::VulkanBuffer { buffer: handle, offset: 0, length },
+        ExternalMemory::OpaqueFd { fd, length, dedicated: false },
     ]
+}
+
+/// A descriptor of this process's own (of `/dev/null`) to hand to an import of an
+/// [`ExternalMemory::OpaqueFd`], which takes it over and closes it: never a made-up number, which
+/// would close a descriptor someone else in the process holds. -1 where there is none.
+fn open_descriptor() -> i32 {
+    #[cfg(unix)]
+    {
+        use std::os::fd::IntoRawFd;
+        std::fs::File::open("/dev/null").map_or(-1, IntoRawFd::into_raw_fd)
+    }
+    #[cfg(not(unix))]
+    {
+        -1
+    }
+}
+
+/// Closes the descriptor of an [`ExternalMemory::OpaqueFd`] that is not handed to an import.
+fn discard(memory: ExternalMemory) {
+    #[cfg(unix)]
+    if let ExternalMemory::OpaqueFd { fd, .. } = memory
+        && fd >= 0
+    {
+        use std::os::fd::FromRawFd;
+        // SAFETY: `fd` came from `open_descriptor` and was handed to nothing: this is its only owner.
+        drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+    }
+    #[cfg(not(unix))]
+    let _ = memory;
 }
 
 /// One value of every kind of [`ExternalTimepoint`] `hal` has, `handle` as its handle (as
 /// [`memory_of_every_kind`] for memory).
-fn timepoints_of_every_kind(handle: u64) -> [ExternalTimepoint; 2] {
-    [ExternalTimepoint::CudaStream(handle), ExternalTimepoint::VulkanTimeline { semaphore: handle, value: 1 }]
+fn timepoints_of_every_kind(handle: u64) -> [ExternalTimepoint; 3] {
+    [
+        ExternalTimepoint::CudaStream(handle),
+        ExternalTimepoint::VulkanTimeline { semaphore: handle, value: 1 },
+        ExternalTimepoint::CudaExternalSemaphore { semaphore: handle, value: 1 },
+    ]
 }
 
 /// The kinds of [`ExternalMemory`], as its `kind()` names them.
 pub(crate) fn memory_kinds() -> Vec<&'static str> {
-    memory_of_every_kind(0, 0).iter().map(ExternalMemory::kind).collect()
+    memory_of_every_kind(0, 0, -1).iter().map(ExternalMemory::kind).collect()
 }
 
 /// The kinds of [`ExternalTimepoint`], as its `kind()` names them.
@@ -108,9 +144,10 @@ pub(crate) fn unaccepted_external_memory_is_unimplemented_and_released_at_once(c
     let taken = cx.fixture().external_memory_kinds();
     let params = import_params(cx);
     let mut checked = Vec::new();
-    for memory in memory_of_every_kind(MADE_UP_HANDLE, 4096) {
+    for memory in memory_of_every_kind(MADE_UP_HANDLE, 4096, open_descriptor()) {
         let kind = memory.kind();
         if taken.contains(&kind) {
+            discard(memory);
             continue;
         }
         let what = format!("import of a {kind}");
@@ -179,7 +216,7 @@ pub(crate) fn unaccepted_external_timepoints_are_unimplemented_and_signal_nothin
 pub(crate) fn empty_external_memory_of_every_kind_is_refused_before_the_driver(cx: &Cx) -> CaseResult {
     let params = import_params(cx);
     let mut all_runs = Vec::new();
-    for memory in memory_of_every_kind(0, 0) {
+    for memory in memory_of_every_kind(0, 0, open_descriptor()) {
         let kind = memory.kind();
         let what = format!("import of 0 bytes of a {kind}");
         let (release, runs) = counted_release();
@@ -321,7 +358,7 @@ mod tests {
 
     #[test]
     fn every_kind_of_external_memory_is_listed() {
-        one_of_each(&memory_of_every_kind(1, 1), "ExternalMemory", &memory_kinds());
+        one_of_each(&memory_of_every_kind(1, 1, -1), "ExternalMemory", &memory_kinds());
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub struct CtsOptions {
 /// } else {
 ///     assert!(fixture.faults_are_sticky());
 ///     assert_eq!(fixture.fault_marker(), Some("CUDA_ERROR_"));
-///     assert_eq!(fixture.external_timepoint_kinds(), ["CUDA stream"]);
+///     assert_eq!(fixture.external_timepoint_kinds(), ["CUDA stream", "CUDA external semaphore"]);
 /// }
 /// // No machine has 1000 GPUs: an error, with or without CUDA.
 /// assert!(driver_cuda::cts::fixture(CtsOptions { ordinal: 1000, spread: false }).create_device().is_err());
@@ -85,8 +85,8 @@ pub fn fixture(options: CtsOptions) -> Fixture {
     let fixture = Fixture::from_registry(registry.clone(), DRIVER_NAME, catalogue())
         .with_sticky_faults()
         .with_fault_marker(FAULT_MARKER)
-        .with_external_memory_kinds(&["CUDA device pointer"])
-        .with_external_timepoint_kinds(&["CUDA stream"]);
+        .with_external_memory_kinds(&["CUDA device pointer", "opaque file descriptor"])
+        .with_external_timepoint_kinds(&["CUDA stream", "CUDA external semaphore"]);
     let CtsOptions { ordinal, spread } = options;
     let gpus = crate::loader::probe().map_or(1, |p| p.device_count);
     if spread && gpus > 1 {

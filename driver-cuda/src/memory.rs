@@ -236,7 +236,7 @@ impl CudaMemory {
         release: ReleaseOnce,
     ) -> Result<Self> {
         use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
-        let what = || format!("import of opaque fd {fd} ({length} bytes)");
+        let what = || format!("import of opaque file descriptor {fd} ({length} bytes)");
         let bound = context.bind()?;
         // SAFETY: the caller of `Device::import_external_memory` handed over an open descriptor,
         // which the HAL keeps open for the length of this call.

@@ -31,7 +31,7 @@ use crate::{DRIVER_NAME, VulkanDriver};
 ///     Some(notice) => assert!(notice.starts_with("Vulkan not available: ")),
 ///     None => {
 ///         assert_eq!(fixture.create_device()?.info().driver, "vulkan");
-///         assert_eq!(fixture.external_memory_kinds(), ["Vulkan buffer"]);
+///         assert_eq!(fixture.external_memory_kinds(), ["Vulkan buffer", "opaque file descriptor"]);
 ///     }
 /// }
 /// // No machine has 1000 Vulkan devices: an error, with or without Vulkan.
@@ -59,6 +59,6 @@ pub fn fixture(ordinal: usize) -> Fixture {
     Fixture::from_registry(registry, DRIVER_NAME, catalogue)
         .with_factory(move || devices.create_device(DRIVER_NAME, ordinal))
         .with_max_ranks(1)
-        .with_external_memory_kinds(&["Vulkan buffer"])
+        .with_external_memory_kinds(&["Vulkan buffer", "opaque file descriptor"])
         .with_external_timepoint_kinds(&["Vulkan timeline semaphore"])
 }

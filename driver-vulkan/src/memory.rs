@@ -347,7 +347,7 @@ impl Block {
     #[cfg(unix)]
     pub fn import_fd(gpu: &Arc<Gpu>, fd: i32, length: u64, dedicated: bool, release: ReleaseOnce) -> Result<Block> {
         use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd};
-        let what = || format!("import of opaque fd {fd} ({length} bytes)");
+        let what = || format!("import of opaque file descriptor {fd} ({length} bytes)");
         if gpu.memory_fd.is_none() {
             return Err(Error::unimplemented(format!(
                 "vulkan: {}: the device has no VK_KHR_external_memory_fd, which importing memory from a file \

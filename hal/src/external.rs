@@ -137,7 +137,7 @@ impl fmt::Display for ExternalMemory {
             }
             ExternalMemory::OpaqueFd { fd, length, dedicated } => {
                 let dedicated = if dedicated { ", dedicated" } else { "" };
-                write!(f, "opaque fd {fd} ({length} bytes{dedicated})")
+                write!(f, "opaque file descriptor {fd} ({length} bytes{dedicated})")
             }
         }
     }
