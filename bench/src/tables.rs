@@ -118,37 +118,27 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-/// `YYYY-MM-DD` of a Unix time (UTC).
-pub fn date(unix_time: u64) -> String {
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let z = (unix_time / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+/// The command a result file records, as a reader would type it: each word that is a path shown by
+/// its file name (where the binary and its output lay on the machine that measured is not the
+/// reader's business, and the file name says which result it is).
+fn shown_command(command: &str) -> String {
+    command.split_whitespace().map(|word| word.rsplit('/').next().unwrap_or(word)).collect::<Vec<_>>().join(" ")
 }
 
-/// The Markdown of one result file: what measured it (command, mode, date, commit, machine,
+/// The Markdown of one result file: what measured it (command, mode, commit, machine,
 /// device), the workload table, the hygiene figures and the scaling tables.
 pub fn render(file: &Value) -> Result<String, String> {
     validate(file)?;
     let machine = &file["machine"];
     let mut out = String::new();
-    let unix_time = text(file, "unix_time").parse::<u64>().ok();
     let mode = text(file, "mode");
     let trials = file.get("trials").and_then(Value::as_u64).unwrap_or(0);
     let _ = writeln!(
         out,
-        "Measured by `{}` ({} run, {} timed trials a row){}.",
-        text(file, "command"),
+        "Measured by `{}` ({} run, {} timed trials a row).",
+        shown_command(text(file, "command")),
         if mode.is_empty() { "unknown" } else { mode },
-        trials,
-        unix_time.map_or(String::new(), |t| format!(" on {}", date(t)))
+        trials
     );
     out.push('\n');
     out.push_str("| | |\n| --- | --- |\n");
@@ -375,7 +365,7 @@ mod tests {
     #[test]
     fn renders_provenance_workloads_and_scaling() {
         let text = render(&file()).unwrap();
-        assert!(text.contains("on 2025-11-29."), "{text}");
+        assert!(text.starts_with("Measured by `bench --json x.json` (full run, 15 timed trials a row).\n"), "{text}");
         assert!(text.contains("| commit | `0123456789ab` |"), "{text}");
         assert!(text.contains("| machine | CPU, 2 cores, OS, Linux 6 |"), "{text}");
         assert!(text.contains("driver version not reported"), "{text}");
@@ -422,9 +412,11 @@ mod tests {
     }
 
     #[test]
-    fn dates() {
-        assert_eq!(date(0), "1970-01-01");
-        assert_eq!(date(951_782_400), "2000-02-29");
-        assert_eq!(date(1_764_374_400), "2025-11-29");
+    fn commands_show_file_names_not_paths() {
+        assert_eq!(
+            shown_command("./kit/bench --driver cuda --json /root/out/h200-cuda.json"),
+            "bench --driver cuda --json h200-cuda.json"
+        );
+        assert_eq!(shown_command("bench --quick"), "bench --quick");
     }
 }
