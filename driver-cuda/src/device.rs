@@ -214,6 +214,7 @@ impl CudaDevice {
         let scheduler = Scheduler::new(id, model, options.queue_count)?;
         tracing::debug!(%id, ordinal, name = %info.name, "cuda device created");
         let memory = Arc::new(MemoryCounter::default());
+        let words = WordSlots::new(&context)?;
         Ok(CudaDevice {
             scheduler,
             id,
@@ -223,7 +224,7 @@ impl CudaDevice {
             context: context.clone(),
             peers: std::sync::Mutex::new(Vec::new()),
             updater: std::sync::OnceLock::new(),
-            words: WordSlots::new(&context),
+            words,
             semaphore_waits: SemaphoreWaits::new(&context),
         })
     }

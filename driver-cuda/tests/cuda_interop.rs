@@ -272,6 +272,111 @@ fn imports_that_are_not_device_memory_of_this_gpu_are_refused_and_released() {
     not(any(hal_cuda_found, hal_cuda_required)),
     ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
 )]
+fn streams_of_another_context_are_refused_and_the_default_streams_order() {
+    let Some((device, foreign)) = setup() else { return };
+    let queue = device.queue(0).expect("queue 0");
+    // A context of the embedder's own (not the primary one the HAL and PyTorch share), and a stream of it.
+    let mut other: sys::CUcontext = std::ptr::null_mut();
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    // SAFETY: out-pointers are live locals; creating makes `other` current, popped again at once
+    // after its stream exists.
+    unsafe {
+        assert_eq!(sys::cuCtxCreate_v4(&mut other, std::ptr::null_mut(), 0, 0), sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(sys::cuStreamCreate(&mut stream, 0), sys::CUresult::CUDA_SUCCESS);
+        let mut popped: sys::CUcontext = std::ptr::null_mut();
+        assert_eq!(sys::cuCtxPopCurrent_v2(&mut popped), sys::CUresult::CUDA_SUCCESS);
+    }
+    let done = device.create_semaphore(0).expect("semaphore");
+    for (name, result) in [
+        // SAFETY: the stream is live; the call is refused before anything is enqueued (asserted).
+        ("wait", unsafe {
+            queue.wait_external(&[], ExternalTimepoint::CudaStream(stream as u64), &[SV::new(&done, 1)])
+        }),
+        // SAFETY: as above.
+        ("signal", unsafe {
+            queue.signal_external(&[], ExternalTimepoint::CudaStream(stream as u64), &[SV::new(&done, 1)])
+        }),
+    ] {
+        let error = result.expect_err(name);
+        assert_eq!(error.code(), StatusCode::InvalidArgument, "{name}: {error}");
+        assert!(error.message().contains("another") || error.message().contains("belongs to"), "{name}: {error}");
+    }
+    assert_eq!(done.query().expect("query"), 0, "a refused timepoint signals nothing");
+    // SAFETY: nothing was enqueued on the stream; the context is made current to destroy its stream.
+    unsafe {
+        assert_eq!(sys::cuCtxPushCurrent_v2(other), sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(sys::cuStreamDestroy_v2(stream), sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(sys::cuCtxDestroy_v2(other), sys::CUresult::CUDA_SUCCESS);
+    }
+    // The legacy (0x1) and per-thread (0x2) default streams are the primary context's (PyTorch's
+    // default stream is the legacy one): a slow foreign kernel on each, then a HAL read after a
+    // wait for that stream sees the kernel's output.
+    let n: u32 = 1 << 16;
+    let bytes = u64::from(n) * 4;
+    let hal_input = device.allocate_buffer(BufferParams::device_local(), bytes).expect("input");
+    // SAFETY: used only while `hal_input` lives, ordered by the waits below.
+    let (input, _) = unsafe { driver_cuda::interop::buffer_pointer(&hal_input) }.expect("pointer");
+    let output = foreign_alloc(bytes as usize);
+    // SAFETY: freed after the device is dropped (which drains its uses).
+    let imported = unsafe {
+        device.import_external_memory(
+            ExternalMemory::CudaDevicePointer { address: output, length: bytes },
+            BufferParams::device_local(),
+            || {},
+        )
+    }
+    .expect("import");
+    for (round, (handle, label)) in [(1u64, "legacy"), (2u64, "per-thread")].into_iter().enumerate() {
+        let values: Vec<u32> = (0..n).map(|i| i ^ (round as u32 + 1)).collect();
+        queue.fill(&[], &imported, 0, bytes, 0xDEAD_BEEFu32, &[]).expect("fill");
+        let written = device.create_semaphore(0).expect("semaphore");
+        queue.write_values(&[], &hal_input, 0, &values, &[SV::new(&written, 1)]).expect("write");
+        written.wait(1, T).expect("written");
+        let (delay_us, threads) = (20_000u32, 256u32);
+        let mut args: [*mut std::ffi::c_void; 4] = [
+            (&input as *const CUdeviceptr).cast_mut().cast(),
+            (&output as *const CUdeviceptr).cast_mut().cast(),
+            (&n as *const u32).cast_mut().cast(),
+            (&delay_us as *const u32).cast_mut().cast(),
+        ];
+        // SAFETY: the arguments match `scale_add`'s parameters and outlive the call; both ranges
+        // hold n words until the device is dropped; the handle is a default stream of the
+        // primary context, current on this thread through cudarc's context.
+        let launched = unsafe {
+            foreign._context.bind_to_thread().expect("bind");
+            sys::cuLaunchKernel(
+                foreign.scale_add.cu_function(),
+                n.div_ceil(threads),
+                1,
+                1,
+                threads,
+                1,
+                1,
+                0,
+                handle as usize as sys::CUstream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(launched, sys::CUresult::CUDA_SUCCESS, "{label}: launch");
+        let seen = device.create_semaphore(0).expect("semaphore");
+        // SAFETY: the default streams live as long as the context.
+        unsafe { queue.wait_external(&[], ExternalTimepoint::CudaStream(handle), &[SV::new(&seen, 1)]) }.expect(label);
+        let got = queue.read(&[SV::new(&seen, 1)], &imported, 0, bytes, &[]).expect("read").wait_as::<u32>(T);
+        let got = got.expect(label);
+        let wrong = (0..n as usize).filter(|&i| got[i] != values[i].wrapping_mul(3).wrapping_add(7)).count();
+        assert_eq!(wrong, 0, "{label} default stream: {wrong} of {n} words stale (first {:#x})", got[0]);
+    }
+    drop((imported, hal_input, queue));
+    drop(device);
+    foreign_free(output);
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
 fn a_foreign_stream_that_never_finishes_is_a_timeout_then_a_bounded_cancelled_teardown() {
     let Some((device, foreign)) = setup() else { return };
     let queue = device.queue(1).unwrap();

@@ -215,7 +215,49 @@ struct Shared {
     backend: Arc<dyn DeviceBackend>,
 }
 
+/// A reference to a [`Device`] that does not keep it alive: [`upgrade`](Self::upgrade) gives the
+/// device while some `Device` (or queue) still holds it. For an embedder's objects that must reach
+/// their device without delaying its teardown (a language binding's buffers, for one).
+///
+/// ```
+/// let device = driver_cpu_sim::create_device()?;
+/// let weak = device.downgrade();
+/// let buffer = device.allocate_buffer(hal::BufferParams::host_visible(), 64)?;
+/// let queue = device.queue(0)?;
+/// drop(device);
+/// assert!(weak.upgrade().is_some(), "a queue holds its device");
+/// drop(queue);
+/// assert!(weak.upgrade().is_none(), "buffers do not: the device is torn down");
+/// drop(buffer);
+/// # Ok::<(), hal::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct WeakDevice {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl WeakDevice {
+    /// The device, unless every `Device` and queue of it has been dropped.
+    pub fn upgrade(&self) -> Option<Device> {
+        self.shared.upgrade().map(|shared| Device { shared })
+    }
+}
+
+impl fmt::Debug for WeakDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.shared.upgrade() {
+            Some(shared) => write!(f, "WeakDevice({})", shared.id),
+            None => f.write_str("WeakDevice(dropped)"),
+        }
+    }
+}
+
 impl Device {
+    /// A reference that does not keep the device alive.
+    pub fn downgrade(&self) -> WeakDevice {
+        WeakDevice { shared: Arc::downgrade(&self.shared) }
+    }
+
     /// Wraps a driver's device. `id` must be the one its objects carry.
     pub(crate) fn wrap(id: DeviceId, backend: Arc<dyn DeviceBackend>) -> Self {
         Device { shared: Arc::new(Shared { id, backend }) }

@@ -74,7 +74,7 @@ pub use bytemuck::Pod;
 pub use collective::{Channel, ChannelId, CollectiveArgs, CollectiveOp, ElementType, ReduceOp};
 pub use command_buffer::{BufferBinding, CommandBuffer, CommandBufferMode};
 pub use constants::Constant;
-pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage};
+pub use device::{Device, DeviceId, DeviceInfo, PoolUsage, ResourceUsage, WeakDevice};
 pub use error::{Error, Result, StatusCode};
 pub use executable::{
     EntryPointInfo, Executable, ExecutableFormat, ExecutableSource, KernelParam, NativeBinding, NativeEntryPoint,

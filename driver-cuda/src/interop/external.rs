@@ -74,6 +74,16 @@ pub(crate) fn prepare(
     };
     let foreign = raw as CUstream;
     let bound = context.bind()?;
+    // A stream of another context (another GPU's, or a context the embedder made) cannot wait on
+    // or write this device's words: refused here, as a value, instead of failing on the device.
+    let owner =
+        result::stream_get_ctx(&bound, foreign).map_err(|e| e.context(format!("queue {queue}: {timepoint}")))?;
+    if owner != context.raw() {
+        return Err(Error::invalid_argument(format!(
+            "cuda: queue {queue}: {timepoint} belongs to CUDA context {owner:p}, not this device's primary context {:p}",
+            context.raw()
+        )));
+    }
     let lease = slots.lease(&bound)?;
     let on_foreign = |bound: &Bound<'_>, lease: &Lease| -> Result<()> {
         match use_ {

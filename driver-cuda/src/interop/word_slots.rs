@@ -118,16 +118,21 @@ unsafe impl Send for WordSlots {}
 unsafe impl Sync for WordSlots {}
 
 impl WordSlots {
-    /// No words yet: the first lease allocates a page.
-    pub(crate) fn new(context: &Arc<Context>) -> Arc<WordSlots> {
-        Arc::new(WordSlots { context: context.clone(), state: Mutex::new(State::default()) })
+    /// A page of words allocated now. Pinned host allocations synchronize the device (work on
+    /// the legacy default stream included), so the first page is taken at device creation: a
+    /// lease while another library's stream is busy (PyTorch's default stream running) then takes
+    /// no page and does not block the host until that stream drains. Only more than a page of
+    /// uses in flight at once allocates again.
+    pub(crate) fn new(context: &Arc<Context>) -> Result<Arc<WordSlots>> {
+        reap_orphans();
+        let page = Arc::new(Page::allocate(context, &context.bind()?)?);
+        let free = (0..WORDS_PER_PAGE).rev().map(|index| Slot { page: page.clone(), index, ticket: 0 }).collect();
+        let state = State { pages: vec![page], free, ..State::default() };
+        Ok(Arc::new(WordSlots { context: context.clone(), state: Mutex::new(state) }))
     }
 
     /// A word with a fresh ticket, and an event to record on the foreign stream after its part.
     pub(crate) fn lease(self: &Arc<Self>, bound: &Bound<'_>) -> Result<Lease> {
-        if !lock(&ORPHANS).is_empty() {
-            reap_orphans();
-        }
         let mut state = lock(&self.state);
         self.recycle(bound, &mut state);
         let slot = match state.free.pop() {
@@ -205,16 +210,19 @@ impl Drop for WordSlots {
             // SAFETY: a spare event is owned by this pool, recorded on nothing, destroyed once.
             let _ = unsafe { result::event_destroy(&bound, event) };
         }
+        // Not freed here even when no use is pending: freeing pinned memory synchronizes the whole
+        // GPU, so a device dropped while another library's stream is busy would wait for it.
         lock(&ORPHANS).push(orphan);
-        reap_orphans();
     }
 }
 
 /// The pages of dropped devices whose words a foreign stream still has a use of queued (behind
 /// work that had not finished when the device was dropped), with the events that say when those
-/// uses have run. Each is freed once its events completed: checked whenever a device's words are
-/// leased or dropped, and by [`outstanding_foreign_uses`]. So dropping a device never waits for a
-/// foreign stream, and never frees memory one will still write.
+/// uses have run, and the pages of every other dropped device. Each is freed once its events
+/// completed: checked whenever a CUDA device is created, and by [`outstanding_foreign_uses`];
+/// never on a lease or at a device's drop, since freeing pinned memory synchronizes the whole GPU
+/// and would block a submission or a teardown on whatever another library has queued. So dropping
+/// a device never waits for a foreign stream, and never frees memory one will still write.
 static ORPHANS: Mutex<Vec<Orphan>> = Mutex::new(Vec::new());
 
 /// What a dropped device's words left behind.
@@ -252,8 +260,8 @@ fn reap_orphans() -> usize {
 }
 
 /// How many uses of dropped devices' interop words foreign CUDA streams still have queued: their
-/// memory stays allocated until those uses have run, and is freed by the first call (of this, or
-/// any device's interop) after that. 0 once every foreign stream that was given a timepoint has
+/// memory stays allocated until those uses have run, and is freed by the first call of this, or
+/// the first CUDA device created, after that (a dropped device's pages wait for that too). 0 once every foreign stream that was given a timepoint has
 /// passed it.
 pub fn outstanding_foreign_uses() -> usize {
     reap_orphans()

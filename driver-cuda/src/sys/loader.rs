@@ -42,6 +42,7 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuStreamSynchronize",
     "cuStreamWaitEvent",
     "cuStreamQuery",
+    "cuStreamGetCtx",
     "cuStreamWaitValue64_v2",
     "cuStreamWriteValue64_v2",
     "cuEventCreate",

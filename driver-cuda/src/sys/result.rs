@@ -166,6 +166,16 @@ pub(crate) fn stream_create(_bound: &Bound<'_>, flags: u32) -> Result<CUstream> 
     Ok(stream)
 }
 
+/// `cuStreamGetCtx`: the context `stream` belongs to (the current one for the legacy and
+/// per-thread default streams).
+pub(crate) fn stream_get_ctx(_bound: &Bound<'_>, stream: CUstream) -> Result<CUcontext> {
+    let mut context: CUcontext = std::ptr::null_mut();
+    // SAFETY: the context is current (`_bound`); the out-pointer is a live local; the caller's
+    // contract (a live stream handle) is the driver's to check beyond that.
+    check(unsafe { sys::cuStreamGetCtx(stream, &mut context) }, "cuStreamGetCtx")?;
+    Ok(context)
+}
+
 /// `cuStreamDestroy`.
 ///
 /// # Safety
