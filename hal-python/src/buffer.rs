@@ -29,13 +29,26 @@ pub struct Buffer {
     driver: String,
     /// The device's ordinal among its driver's.
     ordinal: usize,
+    /// Its device, not kept alive by the buffer: a DLPack export with a consumer's stream orders
+    /// that stream after the device's queues.
+    device: hal::WeakDevice,
 }
 
 impl Buffer {
     /// Wraps a HAL buffer of `device`.
     pub fn wrap(buffer: hal::Buffer, device: &hal::Device) -> Self {
         let info = device.info();
-        Buffer { buffer: Detached::new(buffer), driver: info.driver.clone(), ordinal: info.ordinal }
+        Buffer {
+            buffer: Detached::new(buffer),
+            driver: info.driver.clone(),
+            ordinal: info.ordinal,
+            device: device.downgrade(),
+        }
+    }
+
+    /// Its device, while some `Device` or queue still holds it.
+    pub fn device(&self) -> Option<hal::Device> {
+        self.device.upgrade()
     }
 
     /// The HAL buffer.
@@ -51,6 +64,28 @@ impl Buffer {
     /// Its device's ordinal.
     pub fn ordinal(&self) -> usize {
         self.ordinal
+    }
+
+    /// Orders the DLPack consumer's CUDA stream `stream` (a DLPack stream value) after the work
+    /// submitted to the device's queues so far.
+    fn order_consumer_stream(&self, py: Python<'_>, stream: i64) -> PyResult<()> {
+        let handle = match stream {
+            0 => {
+                return Err(PyBufferError::new_err(
+                    "Buffer.__dlpack__: stream=0 is ambiguous in DLPack (pass 1 for the legacy default stream, 2 for the \
+                     per-thread one)",
+                ));
+            }
+            s if s < 0 => {
+                return Err(PyBufferError::new_err(format!("Buffer.__dlpack__: stream={s} is not a CUDA stream")));
+            }
+            s => s as u64,
+        };
+        let Some(device) = self.device() else {
+            // No queue of a dropped device has work left to order after.
+            return Ok(());
+        };
+        crate::streams::after_every_queue(py, &device, handle)
     }
 
     /// Whether the host can map it.
@@ -306,14 +341,24 @@ impl Buffer {
     /// A buffer over `length` bytes of this one from `offset` (it keeps this one alive).
     fn subspan(&self, offset: u64, length: u64) -> PyResult<Buffer> {
         let span = self.buffer.subspan(offset, length).or_raise()?;
-        Ok(Buffer { buffer: Detached::new(span), driver: self.driver.clone(), ordinal: self.ordinal })
+        Ok(Buffer {
+            buffer: Detached::new(span),
+            driver: self.driver.clone(),
+            ordinal: self.ordinal,
+            device: self.device.clone(),
+        })
     }
 
     /// DLPack: a capsule of a one-dimensional `uint8` tensor over the whole buffer, without a copy:
     /// the CPU for host-visible memory, CUDA for CUDA device memory; DLPack 1.x (writable) when
-    /// `max_version` is 1.0 or later. `numpy.from_dlpack(buffer)`. The consumer must order its use
-    /// with the buffer's device work (wait on the semaphores first); `stream` is accepted and not
-    /// used.
+    /// `max_version` is 1.0 or later. `numpy.from_dlpack(buffer)`, `torch.from_dlpack(buffer)`.
+    ///
+    /// For CUDA memory, `stream` is the consumer's CUDA stream (an int; 1 is the legacy default
+    /// stream, 2 the per-thread one, as the DLPack protocol says; None or -1 asks for no order):
+    /// work the consumer enqueues on it after this call runs after everything submitted to the
+    /// device's queues so far, ordered on the device (PyTorch passes its current stream). For host
+    /// memory, and without a stream, the consumer orders its use itself (waits on the semaphores
+    /// first).
     #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
     fn __dlpack__<'py>(
         &self,
@@ -323,7 +368,6 @@ impl Buffer {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = stream;
         if copy == Some(true) {
             return Err(PyBufferError::new_err(
                 "Buffer.__dlpack__: copy=True is not supported (the export is never a copy)",
@@ -337,6 +381,17 @@ impl Buffer {
                 "Buffer.__dlpack__: dl_device={wanted:?}, but the buffer's memory is on {:?}",
                 (device_type, device_id)
             )));
+        }
+        if device_type == crate::ffi::KDL_CUDA
+            && let Some(stream) = stream
+            && !stream.is_none()
+        {
+            let stream: i64 = stream.extract().map_err(|_| {
+                PyTypeError::new_err("Buffer.__dlpack__: stream is an int (a CUDA stream handle), -1 or None")
+            })?;
+            if stream != -1 {
+                self.order_consumer_stream(py, stream)?;
+            }
         }
         let versioned = match max_version {
             Some(version) => version.get_item(0)?.extract::<u32>()? >= 1,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use hal::{BufferParams, CommandBufferMode, EntryPointInfo, ExecutableFormat, ExecutableSource, KernelParam};
 
@@ -200,7 +200,9 @@ impl Device {
     /// (PTX, cubin, fatbin: CUDA; SPIR-V: Vulkan) with `entry_points`, a list of dicts
     /// `{"name", "bindings", "constants", "workgroup_size", "params", "dynamic_workgroup_memory"}`.
     /// `format` is recognised from the bytes when not given. `format="wgsl"` takes WGSL source
-    /// text (a str), compiled to SPIR-V in-process (Vulkan).
+    /// text (a str), compiled to SPIR-V in-process (Vulkan). On cpu-sim, a Python callable (or one
+    /// an entry point, in a list) with `entry_points` is a kernel run once a workgroup with an
+    /// `Invocation` (its bindings are memoryviews of the bound bytes).
     #[pyo3(signature = (source, entry_points = None, format = None))]
     fn load_executable(
         &self,
@@ -220,6 +222,12 @@ impl Device {
             let format = executable_format(format, data)?;
             let entry_points = entry_point_list(entry_points, "executable bytes")?;
             ExecutableSource::Bytes { format, data: Arc::from(data), entry_points }
+        } else if source.is_callable() || (!source.is_instance_of::<PyString>() && source.hasattr("__iter__")?) {
+            let infos = entry_point_list(entry_points, "Python kernels")?;
+            if format.is_some() {
+                return Err(PyValueError::new_err("a Python kernel takes no format="));
+            }
+            ExecutableSource::Native(crate::python_kernel::entry_points(source, infos)?)
         } else {
             let path: PathBuf = source.extract().map_err(|_| {
                 PyTypeError::new_err(

@@ -57,6 +57,8 @@ impl PyBufferView {
 
 /// `PyBUF_SIMPLE`: a contiguous run of bytes, any format.
 pub const PYBUF_SIMPLE: c_int = 0;
+/// `PyBUF_WRITE`: a memoryview made from memory may be written.
+pub const PYBUF_WRITE: c_int = 0x200;
 
 unsafe extern "C" {
     /// Fills `view` for `obj` (`0`), or sets an exception (`-1`).

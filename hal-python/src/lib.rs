@@ -19,8 +19,10 @@ mod errors;
 mod ffi;
 mod gil;
 mod notify;
+mod python_kernel;
 mod queue;
 mod semaphore;
+mod streams;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -218,6 +220,8 @@ mod native {
     use super::gil::shutdown;
     #[pymodule_export]
     use super::notify::LoopChannel;
+    #[pymodule_export]
+    use super::python_kernel::Invocation;
     #[pymodule_export]
     use super::queue::{Queue, Readback};
     #[pymodule_export]

@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyFloat, PyInt};
 
-use hal::{Error, FillPattern, HostCallFlags};
+use hal::{Error, ExternalUse, FillPattern, HostCallFlags};
 
 use crate::buffer::{Buffer, with_bytes};
 use crate::command::CommandBuffer;
@@ -26,6 +26,29 @@ impl Queue {
     /// Wraps a HAL queue.
     pub fn wrap(queue: hal::Queue) -> Self {
         Queue { queue: Detached::new(queue) }
+    }
+}
+
+impl Queue {
+    /// `wait_stream` or `signal_stream`: the queue's external timepoint on CUDA stream `stream`.
+    fn order_with_stream(
+        &self,
+        py: Python<'_>,
+        stream: &Bound<'_, PyAny>,
+        use_: ExternalUse,
+        waits: Option<&Bound<'_, PyAny>>,
+        signals: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let timepoint = crate::streams::timepoint(crate::streams::handle(stream)?);
+        let (waits, signals) = (semaphore_list(waits)?, semaphore_list(signals)?);
+        py.detach(|| match use_ {
+            // SAFETY: the caller's contract (`wait_stream`'s docs): a live stream of the device's
+            // context (the driver checks the context), alive until `signals` are reached or failed.
+            ExternalUse::Wait => unsafe { self.queue.wait_external(&waits, timepoint, &signals) },
+            // SAFETY: as above.
+            ExternalUse::Signal => unsafe { self.queue.signal_external(&waits, timepoint, &signals) },
+        })
+        .or_raise()
     }
 }
 
@@ -206,6 +229,39 @@ impl Queue {
             ran.unwrap_or_else(|| Err(Error::cancelled("host call: the Python interpreter is shutting down")))
         };
         py.detach(|| self.queue.host_call_with(&waits, call, flags, &signals)).or_raise()
+    }
+
+    /// Work submitted to this queue from now on runs after the work enqueued on the CUDA `stream`
+    /// so far (`torch.cuda.current_stream()`, a CuPy stream, an int handle), ordered on the
+    /// device; then `signals` are set. Another library's results thus feed HAL work with no host
+    /// wait. The stream must belong to this device's context (PyTorch's and CuPy's do) and stay
+    /// alive until `signals` are reached; a CUDA device only. If the stream's work never ends, host
+    /// waits on `signals` time out, and dropping the device fails them with `CANCELLED`.
+    #[pyo3(signature = (stream, *, waits = None, signals = None))]
+    fn wait_stream(
+        &self,
+        py: Python<'_>,
+        stream: &Bound<'_, PyAny>,
+        waits: Option<&Bound<'_, PyAny>>,
+        signals: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.order_with_stream(py, stream, ExternalUse::Wait, waits, signals)
+    }
+
+    /// Work enqueued on the CUDA `stream` from now on runs after `waits` are reached and the work
+    /// submitted to this queue so far is done, ordered on the device; then `signals` are set. HAL
+    /// results thus feed another library's work with no host wait. If `waits` fail, or the device
+    /// is dropped first, the stream is released anyway (a CUDA stream cannot be told of a
+    /// failure) and `signals` fail: check them before trusting what the stream computed.
+    #[pyo3(signature = (stream, *, waits = None, signals = None))]
+    fn signal_stream(
+        &self,
+        py: Python<'_>,
+        stream: &Bound<'_, PyAny>,
+        waits: Option<&Bound<'_, PyAny>>,
+        signals: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.order_with_stream(py, stream, ExternalUse::Signal, waits, signals)
     }
 
     /// Hands batched submissions to the device now.

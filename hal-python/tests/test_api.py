@@ -244,3 +244,22 @@ def test_signal_list_is_checked(device):
     sem = device.semaphore(4)
     with pytest.raises(hal.InvalidArgumentError):
         device.queue(0).barrier(signals=[(sem, 2)])
+
+
+def test_cuda_streams_need_a_cuda_device(device):
+    queue = device.queue(0)
+    with pytest.raises(hal.UnimplementedError) as raised:
+        queue.wait_stream(1)
+    assert "CUDA stream" in raised.value.message
+    with pytest.raises(hal.UnimplementedError):
+        queue.signal_stream(2)
+
+    class Stream:
+        cuda_stream = 1
+
+    with pytest.raises(hal.UnimplementedError):
+        queue.wait_stream(Stream())
+    with pytest.raises(TypeError):
+        queue.wait_stream(object())
+    with pytest.raises(ValueError):
+        queue.signal_stream(-1)

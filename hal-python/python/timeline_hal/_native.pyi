@@ -2,7 +2,7 @@
 
 import asyncio
 from os import PathLike
-from typing import Any, Dict, Generator, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Sequence, Tuple, Union
 
 #: A ``waits=`` or ``signals=`` list: (semaphore, value) pairs.
 SemaphoreList = Iterable[Tuple["Semaphore", int]]
@@ -13,6 +13,9 @@ BytesLike = Any
 Extent = Union[int, Sequence[int]]
 #: A dispatch binding: a whole buffer, or (buffer, offset, length).
 Binding = Union["Buffer", Tuple["Buffer", int, int]]
+#: A CUDA stream: an int handle, or an object with ``__cuda_stream__()``, ``.cuda_stream``
+#: (``torch.cuda.Stream``) or ``.ptr`` (``cupy.cuda.Stream``).
+CudaStream = Any
 
 def drivers() -> List[Dict[str, Any]]: ...
 def devices() -> List[Dict[str, Any]]: ...
@@ -37,7 +40,7 @@ class Device:
     def command_buffer(self, reusable: bool = False) -> CommandBuffer: ...
     def load_executable(
         self,
-        source: Union[bytes, str, "PathLike[str]"],
+        source: Union[bytes, str, "PathLike[str]", Callable[["Invocation"], None], Sequence[Callable[["Invocation"], None]]],
         entry_points: Optional[Sequence[Dict[str, Any]]] = None,
         format: Optional[str] = None,
     ) -> Executable: ...
@@ -140,7 +143,37 @@ class Queue:
         signals: Optional[SemaphoreList] = None,
         non_blocking: bool = False,
     ) -> None: ...
+    def wait_stream(
+        self,
+        stream: CudaStream,
+        *,
+        waits: Optional[SemaphoreList] = None,
+        signals: Optional[SemaphoreList] = None,
+    ) -> None: ...
+    def signal_stream(
+        self,
+        stream: CudaStream,
+        *,
+        waits: Optional[SemaphoreList] = None,
+        signals: Optional[SemaphoreList] = None,
+    ) -> None: ...
     def flush(self) -> None: ...
+
+class Invocation:
+    """One workgroup of a dispatch of a Python kernel (cpu-sim)."""
+
+    @property
+    def entry(self) -> str: ...
+    @property
+    def workgroup_id(self) -> Tuple[int, int, int]: ...
+    @property
+    def workgroup_count(self) -> Tuple[int, int, int]: ...
+    @property
+    def workgroup_size(self) -> Tuple[int, int, int]: ...
+    @property
+    def constants(self) -> Tuple[int, ...]: ...
+    @property
+    def bindings(self) -> List[memoryview]: ...
 
 class Readback:
     @property
