@@ -26,6 +26,7 @@ use hal::driver::stream_model::{StreamModel, Work};
 use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, wait};
 use hal::{Error, Result};
+use smallvec::{SmallVec, smallvec};
 
 use crate::commands::bound::BoundSets;
 use crate::commands::record::{CommandPool, CountChecks, Keep, Recorder};
@@ -124,11 +125,18 @@ impl Drop for Timeline {
 /// A point of a stream: its timeline reaching `value`.
 type Mark = (Arc<Timeline>, u64);
 
+/// A submission's waits on other streams, inline: a steady-state submission allocates nothing.
+type Marks = SmallVec<[Mark; 4]>;
+
+/// Semaphores and values of one `vkQueueSubmit`, inline (its own timeline, an embedder's point and
+/// the waits on other streams fit).
+type SubmitList<T> = SmallVec<[T; 8]>;
+
 /// One submission for the submit thread.
 struct Item {
     work: Option<Arc<Work>>,
     value: u64,
-    waits: Vec<Mark>,
+    waits: Marks,
 }
 
 /// A stream's state shared with its submit thread.
@@ -180,7 +188,7 @@ pub struct VulkanStream {
 #[derive(Default)]
 struct StreamState {
     enqueued: u64,
-    waits: Vec<Mark>,
+    waits: Marks,
 }
 
 impl VulkanStream {
@@ -814,10 +822,10 @@ struct Submitted {
 
 /// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
 fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
-    let mut semaphores = vec![stream.timeline.semaphore];
-    let mut values = vec![item.value - 1];
-    let mut signals = vec![stream.timeline.semaphore];
-    let mut signal_values = vec![item.value];
+    let mut semaphores: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
+    let mut values: SubmitList<u64> = smallvec![item.value - 1];
+    let mut signals: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
+    let mut signal_values: SubmitList<u64> = smallvec![item.value];
     if let Some(point) = &submitted.external {
         let (semaphore, value) = point.timeline();
         if point.is_wait() {
@@ -837,15 +845,18 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
             timeline.wait_forever(*value)?;
         }
     }
-    let stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
+    let stages: SubmitList<vk::PipelineStageFlags> = smallvec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
     let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
         .wait_semaphore_values(&values)
         .signal_semaphore_values(&signal_values);
-    let cmds: Vec<vk::CommandBuffer> = cmd.into_iter().collect();
+    let cmds: &[vk::CommandBuffer] = match &cmd {
+        Some(cmd) => std::slice::from_ref(cmd),
+        None => &[],
+    };
     let submit = vk::SubmitInfo::default()
         .wait_semaphores(&semaphores)
         .wait_dst_stage_mask(&stages)
-        .command_buffers(&cmds)
+        .command_buffers(cmds)
         .signal_semaphores(&signals)
         .push_next(&mut timeline_info);
     if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
