@@ -91,17 +91,28 @@ impl<'a> Recorder<'a> {
     }
 
     /// Records `commands` in order, a barrier between each two.
+    ///
+    /// Every command is ordered behind the one before it by one barrier naming their two sides, so
+    /// an explicit [`Command::Barrier`] adds nothing and records nothing: the command after it is
+    /// ordered behind the last command before it, by that one barrier. (Recording the explicit
+    /// barrier as well, with the barriers on each side of it, made three barriers where one does,
+    /// and NVIDIA pays device time for each.)
     pub fn commands(&mut self, commands: &[Command]) -> Result<()> {
+        let mut previous: Option<Side> = None;
         for (index, command) in commands.iter().enumerate() {
-            if index > 0 {
-                self.barrier_between(Side::of(&commands[index - 1]), Side::of(command));
+            let explicit_barrier = matches!(command, Command::Barrier);
+            if !explicit_barrier && let Some(before) = previous {
+                self.barrier_between(before, Side::of(command));
             }
             self.at = index;
             let timed = self.timed_query(index);
             if let Some((pool, query)) = timed {
                 self.timestamp(pool, query);
             }
-            self.command(command).map_err(|e| e.context(format!("command {index}")))?;
+            if !explicit_barrier {
+                self.command(command).map_err(|e| e.context(format!("command {index}")))?;
+                previous = Some(Side::of(command));
+            }
             if let Some((pool, query)) = timed {
                 self.timestamp(pool, query + 1);
             }
