@@ -231,6 +231,40 @@ impl Queue {
         py.detach(|| self.queue.host_call_with(&waits, call, flags, &signals)).or_raise()
     }
 
+    /// A buffer of `size` bytes whose memory is committed in queue order once `waits` are
+    /// reached, usable by work that waits on `signals` (queue-ordered allocation: the host never
+    /// waits). `memory` is `"device"` or `"host"`.
+    #[pyo3(signature = (size, memory = "device", *, waits = None, signals = None))]
+    fn alloca(
+        &self,
+        py: Python<'_>,
+        size: u64,
+        memory: &str,
+        waits: Option<&Bound<'_, PyAny>>,
+        signals: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Buffer> {
+        let params = crate::device::memory_params(memory)?;
+        let (waits, signals) = (semaphore_list(waits)?, semaphore_list(signals)?);
+        let buffer = py.detach(|| self.queue.alloca(&waits, params, size, &signals)).or_raise()?;
+        Ok(Buffer::wrap(buffer, self.queue.device()))
+    }
+
+    /// Releases an `alloca` buffer's memory in queue order once `waits` are reached (work using it
+    /// must be among them). A buffer not from `alloca` is `InvalidArgumentError`, a second dealloca
+    /// `FailedPreconditionError`.
+    #[pyo3(signature = (buffer, *, waits = None, signals = None))]
+    fn dealloca(
+        &self,
+        py: Python<'_>,
+        buffer: &Buffer,
+        waits: Option<&Bound<'_, PyAny>>,
+        signals: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let (waits, signals) = (semaphore_list(waits)?, semaphore_list(signals)?);
+        let buffer = buffer.hal();
+        py.detach(|| self.queue.dealloca(&waits, buffer, &signals)).or_raise()
+    }
+
     /// Work submitted to this queue from now on runs after the work enqueued on the CUDA `stream`
     /// so far (`torch.cuda.current_stream()`, a CuPy stream, an int handle), ordered on the
     /// device; then `signals` are set. Another library's results thus feed HAL work with no host

@@ -263,3 +263,21 @@ def test_cuda_streams_need_a_cuda_device(device):
         queue.wait_stream(object())
     with pytest.raises(ValueError):
         queue.signal_stream(-1)
+
+
+def test_queue_ordered_allocation(device):
+    queue, sem = device.queue(0), device.semaphore()
+    gate = device.semaphore()
+    buffer = queue.alloca(4096, memory="host", waits=[(gate, 1)], signals=[(sem, 1)])
+    assert buffer.size == 4096 and buffer.memory == "host"
+    queue.fill(buffer, 0x07070707, waits=[(sem, 1)], signals=[(sem, 2)])
+    assert sem.value == 0, "nothing runs before the gate"
+    gate.signal(1)
+    sem.wait(2, timeout=10)
+    assert buffer.read()[:8] == bytes([7]) * 8
+    queue.dealloca(buffer, waits=[(sem, 2)], signals=[(sem, 3)])
+    sem.wait(3, timeout=10)
+    with pytest.raises(hal.FailedPreconditionError):
+        queue.dealloca(buffer)
+    with pytest.raises(hal.InvalidArgumentError):
+        queue.dealloca(device.allocate(64))

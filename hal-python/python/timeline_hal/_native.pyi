@@ -143,6 +143,21 @@ class Queue:
         signals: Optional[SemaphoreList] = None,
         non_blocking: bool = False,
     ) -> None: ...
+    def alloca(
+        self,
+        size: int,
+        memory: str = "device",
+        *,
+        waits: Optional[SemaphoreList] = None,
+        signals: Optional[SemaphoreList] = None,
+    ) -> Buffer: ...
+    def dealloca(
+        self,
+        buffer: Buffer,
+        *,
+        waits: Optional[SemaphoreList] = None,
+        signals: Optional[SemaphoreList] = None,
+    ) -> None: ...
     def wait_stream(
         self,
         stream: CudaStream,
