@@ -11,13 +11,17 @@ use std::time::{Duration, Instant};
 use ash::vk;
 use hal::{Error, Result};
 
+/// The most queues the baseline takes (the fan-out row's producer and consumers).
+const MAX_QUEUES: usize = 8;
+
 /// The device, one buffer, the `touch` pipeline and a recorded command buffer per dispatch count.
 pub struct RawVulkan {
     _entry: ash::Entry,
     instance: ash::Instance,
     device: ash::Device,
-    /// Two queues of the compute family where it has two, else its one queue twice.
-    queues: [vk::Queue; 2],
+    /// Up to [`MAX_QUEUES`] queues of the compute family, and at least two entries (its one queue
+    /// twice where it has one).
+    queues: Vec<vk::Queue>,
     pool: vk::CommandPool,
     memory: vk::DeviceMemory,
     buffer: vk::Buffer,
@@ -107,12 +111,13 @@ impl RawVulkan {
     }
 
     /// The physical device `ordinal`, a logical device with timeline semaphores on the compute
-    /// family the HAL's driver takes, two queues of it (or one twice), its memory types and name.
+    /// family the HAL's driver takes, up to [`MAX_QUEUES`] queues of it (at least two entries: its
+    /// one queue twice where it has one), its memory types and name.
     #[allow(clippy::type_complexity)]
     fn choose(
         instance: &ash::Instance,
         ordinal: usize,
-    ) -> Result<(ash::Device, u32, [vk::Queue; 2], vk::PhysicalDeviceMemoryProperties, String)> {
+    ) -> Result<(ash::Device, u32, Vec<vk::Queue>, vk::PhysicalDeviceMemoryProperties, String)> {
         // SAFETY: plain queries on a live instance.
         let physicals =
             unsafe { instance.enumerate_physical_devices() }.map_err(vk_err("vkEnumeratePhysicalDevices"))?;
@@ -138,8 +143,8 @@ impl RawVulkan {
             .position(|f| compute(&f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS))
             .or_else(|| families.iter().position(|f| compute(&f)))
             .ok_or_else(|| Error::unavailable(format!("raw vulkan: {name} has no compute queue")))?;
-        let queue_count = families[family].queue_count.min(2);
-        let priorities = [1.0f32; 2];
+        let queue_count = families[family].queue_count.clamp(1, MAX_QUEUES as u32);
+        let priorities = [1.0f32; MAX_QUEUES];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family as u32)
             .queue_priorities(&priorities[..queue_count as usize])];
@@ -149,9 +154,11 @@ impl RawVulkan {
         let device =
             unsafe { instance.create_device(physical, &device_info, None) }.map_err(vk_err("vkCreateDevice"))?;
         // SAFETY: the queues were requested at creation.
-        let queues = unsafe {
-            [device.get_device_queue(family as u32, 0), device.get_device_queue(family as u32, queue_count - 1)]
-        };
+        let mut queues: Vec<vk::Queue> =
+            (0..queue_count).map(|i| unsafe { device.get_device_queue(family as u32, i) }).collect();
+        if queues.len() == 1 {
+            queues.push(queues[0]);
+        }
         Ok((device, family as u32, queues, memory_types, name))
     }
 
@@ -272,23 +279,30 @@ impl RawVulkan {
         wait: Option<u64>,
         signal: u64,
     ) -> Result<()> {
-        self.submit_between(queue, cb, wait.map(|value| (timeline, value)), (timeline, signal))
+        let wait = wait.map(|value| [(timeline, value)]);
+        self.submit_between(queue, cb, wait.as_ref().map_or(&[][..], |w| &w[..]), (timeline, signal))
     }
 
-    /// One submission to `queue`: `cb` (if any), waiting for `wait` (a timeline and its value, if
-    /// any) and signalling `signal` (a timeline and its value).
+    /// One submission to `queue`: `cb` (if any), waiting for `waits` (timelines and their values,
+    /// at most [`MAX_QUEUES`]) and signalling `signal` (a timeline and its value).
     fn submit_between(
         &self,
         queue: vk::Queue,
         cb: Option<vk::CommandBuffer>,
-        wait: Option<(vk::Semaphore, u64)>,
+        waits: &[(vk::Semaphore, u64)],
         signal: (vk::Semaphore, u64),
     ) -> Result<()> {
-        let waits = usize::from(wait.is_some());
-        let (wait_semaphore, wait_value) = wait.unwrap_or((signal.0, 0));
-        let (wait_semaphores, wait_values) = ([wait_semaphore], [wait_value]);
+        if waits.len() > MAX_QUEUES {
+            return Err(Error::invalid_argument(format!("raw vulkan: {} waits, at most {MAX_QUEUES}", waits.len())));
+        }
+        let mut wait_semaphores = [vk::Semaphore::null(); MAX_QUEUES];
+        let mut wait_values = [0u64; MAX_QUEUES];
+        for (i, &(semaphore, value)) in waits.iter().enumerate() {
+            (wait_semaphores[i], wait_values[i]) = (semaphore, value);
+        }
+        let waits = waits.len();
         let (signal_semaphores, signal_values) = ([signal.0], [signal.1]);
-        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER];
+        let stages = [vk::PipelineStageFlags::COMPUTE_SHADER; MAX_QUEUES];
         let mut values = vk::TimelineSemaphoreSubmitInfo::default()
             .wait_semaphore_values(&wait_values[..waits])
             .signal_semaphore_values(&signal_values);
@@ -379,13 +393,44 @@ impl RawVulkan {
         for i in 0..ops {
             let (this, other) = ((i % 2) as usize, ((i + 1) % 2) as usize);
             // Hop i is this queue's (i / 2 + 1)-th; it waits for the other queue's hop i - 1.
-            let wait = (i > 0).then(|| (timelines[other].semaphore, (i - 1) / 2 + 1));
+            let wait = (i > 0).then(|| [(timelines[other].semaphore, (i - 1) / 2 + 1)]);
+            let wait = wait.as_ref().map_or(&[][..], |w| &w[..]);
             self.submit_between(self.queues[this], cb, wait, (timelines[this].semaphore, i / 2 + 1))?;
         }
         if ops > 0 {
             let last = ops - 1;
             self.wait(timelines[(last % 2) as usize].semaphore, last / 2 + 1)?;
         }
+        Ok(start.elapsed())
+    }
+
+    /// `rounds` rounds of fan-out/fan-in, as the HAL's row runs them: a producer on queue 0, a
+    /// consumer on each of queues 1..=`consumers` (modulo the queues there are) waiting on it, and
+    /// a joiner on queue 0 waiting on all of them, the next producer waiting on the joiner; one
+    /// timeline each for the producer, the joiner and every consumer, each signalled by its own
+    /// queue; one host wait at the end.
+    pub fn fan_out_in(&self, consumers: usize, rounds: u64) -> Result<Duration> {
+        if consumers == 0 || consumers >= MAX_QUEUES {
+            return Err(Error::invalid_argument(format!(
+                "raw vulkan fan-out: {consumers} consumers (1 to {} here)",
+                MAX_QUEUES - 1
+            )));
+        }
+        let cb = self.cb(1)?;
+        let (produced, joined) = (self.timeline(0)?, self.timeline(0)?);
+        let consumed = (0..consumers).map(|_| self.timeline(0)).collect::<Result<Vec<_>>>()?;
+        let queue = |k: usize| self.queues[k % self.queues.len()];
+        let mut joins = [(vk::Semaphore::null(), 0); MAX_QUEUES];
+        let start = Instant::now();
+        for r in 1..=rounds {
+            self.submit_between(queue(0), cb, &[(joined.semaphore, r - 1)], (produced.semaphore, r))?;
+            for (k, c) in consumed.iter().enumerate() {
+                self.submit_between(queue(k + 1), cb, &[(produced.semaphore, r)], (c.semaphore, r))?;
+                joins[k] = (c.semaphore, r);
+            }
+            self.submit_between(queue(0), cb, &joins[..consumers], (joined.semaphore, r))?;
+        }
+        self.wait(joined.semaphore, rounds)?;
         Ok(start.elapsed())
     }
 

@@ -689,7 +689,12 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             Baselines::Cuda(raw) => {
                 tr.cuda("record; streams wait, launch, record; join", rounds, |r| raw.fan_out_in(consumers, r))?
             }
-            Baselines::Host | Baselines::Vulkan(_) => {
+            Baselines::Vulkan(raw) => {
+                tr.cuda("vkQueueSubmit: producer, consumers on their queues, joiner; timelines", rounds, |r| {
+                    raw.fan_out_in(consumers, r)
+                })?
+            }
+            Baselines::Host => {
                 tr.host("mutex+condvar threads, lockstep", rounds, |r| baseline::fan_out_in(consumers, r))
             }
         };
