@@ -298,6 +298,7 @@ macro_rules! __cts_case_list {
                 work_a_host_call_submits_with_a_later_wait_is_not_held_behind_it,
                 dealloca_of_a_non_transient_buffer_refused,
                 dealloca_twice_refused,
+                a_dealloca_whose_wait_failed_releases_nothing,
             }
             transfers {
                 fill_size_classes,

@@ -751,6 +751,39 @@ pub(crate) fn dealloca_of_a_non_transient_buffer_refused(cx: &Cx) -> CaseResult 
     Ok(())
 }
 
+/// A dealloca whose wait fails does not run and releases nothing: its signal fails with the wait's
+/// status, the buffer stays usable, and a later dealloca of it is accepted and runs. Both a wait
+/// already failed at the call and one that fails while the dealloca is held.
+pub(crate) fn a_dealloca_whose_wait_failed_releases_nothing(cx: &Cx) -> CaseResult {
+    let q = cx.queue(0);
+    for fails_later in [false, true] {
+        let (s, gate, failed) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+        let held = q.alloca(&[], BufferParams::device_local(), 64, &[sv(&s, 1)]).ctx("alloca")?;
+        q.fill(&[sv(&s, 1)], &held, 0, 64, 0x5Au8, &[sv(&s, 2)]).ctx("fill")?;
+        if !fails_later {
+            gate.fail(hal::Error::aborted("the dealloca's wait failed"));
+        }
+        q.dealloca(&[sv(&gate, 1), sv(&s, 2)], &held, &[sv(&failed, 1)]).ctx("dealloca behind the gate")?;
+        if fails_later {
+            gate.fail(hal::Error::aborted("the dealloca's wait failed"));
+        }
+        let e = cx.wait_failed(&failed, 1, StatusCode::Aborted)?;
+        ensure!(e.message().contains("the dealloca's wait failed"), "the failure does not carry the wait's: {e}");
+        let out = cx.host_buffer_u32(&[0; 16])?;
+        q.fill(&[], &held, 0, 64, 0xA5u8, &[sv(&s, 3)]).ctx("fill after the failed dealloca")?;
+        q.copy(&[sv(&s, 3)], &held, 0, &out, 0, 64, &[sv(&s, 4)]).ctx("copy after the failed dealloca")?;
+        cx.wait(&s, 4)?;
+        ensure_eq!(
+            cx.bytes(&out)?,
+            vec![0xA5; 64],
+            "the buffer after a failed dealloca (wait failed later: {fails_later})"
+        );
+        q.dealloca(&[], &held, &[sv(&s, 5)]).ctx("dealloca after the failed one")?;
+        cx.wait(&s, 5)?;
+    }
+    Ok(())
+}
+
 /// A second dealloca of the same transient buffer is refused at the call (`FailedPrecondition`
 /// naming the buffer), whether the first has run or is still held; a dealloca refused for another
 /// reason (a bad signal) claims nothing, so a correct one follows it.

@@ -402,8 +402,12 @@ impl QueueOp {
         for call in self.collectives() {
             call.will_not_run(status);
         }
-        if let QueueOp::Read { target, .. } = self {
-            target.fail(status);
+        match self {
+            QueueOp::Read { target, .. } => target.fail(status),
+            // A dealloca that never runs releases nothing: the buffer stays usable and may be
+            // deallocated again.
+            QueueOp::Dealloca(buffer) => buffer.unclaim_dealloca(),
+            _ => {}
         }
     }
 
