@@ -69,6 +69,7 @@ mod instance;
 pub mod interop;
 mod memory;
 mod spirv;
+mod spirv_conversions;
 mod stream;
 pub mod timing;
 #[cfg(feature = "wgsl")]

@@ -123,7 +123,9 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         strict_capabilities: true,
         block_ctx_dump_prefix: None,
     };
-    let module = naga::front::spv::parse_u8_slice(data, &options)
+    // Conversions naga would misread are rewritten first (see `spirv_conversions`).
+    let normalized = spirv_conversions_of(data);
+    let mut module = naga::front::spv::parse_u8_slice(normalized.as_deref().unwrap_or(data), &options)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {e}")))?;
     if module.entry_points.len() != declared_entry_points {
         // The front end leaves out an entry point whose function the module does not define.
@@ -154,9 +156,11 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         )));
     }
     let mut validator = Validator::new(ValidationFlags::all(), features.capabilities());
+    let hidden = hide_non_finite_literals(&mut module);
     let info = validator
         .validate(&module)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {}", e.emit_to_string(""))))?;
+    restore_literals(&mut module, hidden);
     check_struct_layouts(&module)?;
     let entry_points = module
         .entry_points
@@ -181,10 +185,140 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         },
         ..Default::default()
     };
-    let words = naga::back::spv::write_vec(&module, &info, &writer, None).map_err(|e| {
+    let mut words = naga::back::spv::write_vec(&module, &info, &writer, None).map_err(|e| {
         Error::invalid_argument(format!("vulkan: the SPIR-V module cannot be written for the driver: {e}"))
     })?;
+    if uses_nan_aware_min_max(data) {
+        make_min_max_nan_aware(&mut words);
+    }
     Ok(ValidatedModule { entry_points, words })
+}
+
+/// `data` with its mismatched float-to-integer conversions rewritten, if it has any.
+fn spirv_conversions_of(data: &[u8]) -> Option<Vec<u8>> {
+    let words: Vec<u32> = (0..data.len() / 4).map(|i| word_at(data, i)).collect();
+    crate::spirv_conversions::normalize(&words).map(|w| w.iter().flat_map(|w| w.to_le_bytes()).collect())
+}
+
+/// Where a float literal of the module lives: the module's constant expressions (`None`) or those
+/// of function `Some(i)` (the functions, then the entry points' functions).
+type LiteralPlace = (Option<usize>, naga::Handle<naga::Expression>, naga::Literal);
+
+/// SPIR-V and Vulkan take NaN and infinite float constants (IREE's reductions start a maximum at
+/// -inf), but naga's validator refuses them (WGSL has none): they are swapped for 0.0 while it
+/// looks and put back before the module is written. Nothing the validator checks depends on a
+/// float's value.
+fn hide_non_finite_literals(module: &mut naga::Module) -> Vec<LiteralPlace> {
+    fn non_finite(literal: &naga::Literal) -> Option<naga::Literal> {
+        match *literal {
+            naga::Literal::F32(v) if !v.is_finite() => Some(naga::Literal::F32(0.0)),
+            naga::Literal::F64(v) if !v.is_finite() => Some(naga::Literal::F64(0.0)),
+            naga::Literal::AbstractFloat(v) if !v.is_finite() => Some(naga::Literal::AbstractFloat(0.0)),
+            _ => None,
+        }
+    }
+    fn hide(place: Option<usize>, arena: &mut naga::Arena<naga::Expression>, hidden: &mut Vec<LiteralPlace>) {
+        let found: Vec<_> = arena
+            .iter()
+            .filter_map(|(h, e)| match e {
+                naga::Expression::Literal(l) => non_finite(l).map(|zero| (h, *l, zero)),
+                _ => None,
+            })
+            .collect();
+        for (handle, original, zero) in found {
+            *arena.get_mut(handle) = naga::Expression::Literal(zero);
+            hidden.push((place, handle, original));
+        }
+    }
+    let mut hidden = Vec::new();
+    hide(None, &mut module.global_expressions, &mut hidden);
+    let functions = module.functions.iter_mut().map(|(_, f)| f);
+    for (i, function) in functions.chain(module.entry_points.iter_mut().map(|e| &mut e.function)).enumerate() {
+        hide(Some(i), &mut function.expressions, &mut hidden);
+    }
+    hidden
+}
+
+/// Puts back what [`hide_non_finite_literals`] swapped out.
+fn restore_literals(module: &mut naga::Module, hidden: Vec<LiteralPlace>) {
+    for (place, handle, literal) in hidden {
+        let arena = match place {
+            None => &mut module.global_expressions,
+            Some(i) => {
+                let count = module.functions.len();
+                let function = match i.checked_sub(count) {
+                    None => module.functions.iter_mut().nth(i).map(|(_, f)| f),
+                    Some(e) => module.entry_points.get_mut(e).map(|e| &mut e.function),
+                };
+                match function {
+                    Some(f) => &mut f.expressions,
+                    None => continue,
+                }
+            }
+        };
+        *arena.get_mut(handle) = naga::Expression::Literal(literal);
+    }
+}
+
+/// GLSL.std.450's float minimum, maximum and clamp, and their NaN-aware forms (`N*`: a NaN operand
+/// gives the other one).
+const GLSL_F_MIN_MAX_CLAMP: [u32; 3] = [37, 40, 43];
+const GLSL_N_MIN_MAX_CLAMP: [u32; 3] = [79, 80, 81];
+const OP_EXT_INST_IMPORT: u32 = 11;
+const OP_EXT_INST: u32 = 12;
+
+/// Each instruction of a module's words after the header: (where it starts, its opcode, its word
+/// count); stops at the first malformed one.
+fn instructions(words: &[u32]) -> impl Iterator<Item = (usize, u32, usize)> + '_ {
+    let mut at = 5;
+    std::iter::from_fn(move || {
+        let first = *words.get(at)?;
+        let count = (first >> 16) as usize;
+        if count == 0 || at + count > words.len() {
+            return None;
+        }
+        let here = at;
+        at += count;
+        Some((here, first & 0xffff, count))
+    })
+}
+
+/// The id GLSL.std.450 is imported as, if it is.
+fn glsl_std_450(words: &[u32]) -> Option<u32> {
+    instructions(words).find_map(|(at, op, count)| {
+        if op != OP_EXT_INST_IMPORT || count < 3 {
+            return None;
+        }
+        let name: Vec<u8> = words[at + 2..at + count].iter().flat_map(|w| w.to_le_bytes()).collect();
+        name.starts_with(b"GLSL.std.450\0").then(|| words[at + 1])
+    })
+}
+
+/// Whether a module (its bytes, as given) uses GLSL.std.450's NMin, NMax or NClamp.
+fn uses_nan_aware_min_max(data: &[u8]) -> bool {
+    let words: Vec<u32> = (0..data.len() / 4).map(|i| word_at(data, i)).collect();
+    let Some(set) = glsl_std_450(&words) else { return false };
+    instructions(&words).any(|(at, op, count)| {
+        op == OP_EXT_INST && count >= 5 && words[at + 3] == set && GLSL_N_MIN_MAX_CLAMP.contains(&words[at + 4])
+    })
+}
+
+/// naga reads NMin, NMax and NClamp as its plain minimum, maximum and clamp, and writes those as
+/// FMin, FMax and FClamp, whose result is undefined for a NaN operand. A module that relies on the
+/// NaN-aware forms (IREE's reductions start a maximum at NaN) then computes garbage, so the written
+/// module's float min, max and clamp become the NaN-aware ones again. That is always sound: the
+/// NaN-aware result is one of those FMin/FMax/FClamp allow.
+fn make_min_max_nan_aware(words: &mut [u32]) {
+    let Some(set) = glsl_std_450(words) else { return };
+    let sites: Vec<usize> = instructions(words)
+        .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && words[at + 3] == set)
+        .map(|(at, _, _)| at + 4)
+        .collect();
+    for site in sites {
+        if let Some(i) = GLSL_F_MIN_MAX_CLAMP.iter().position(|&f| f == words[site]) {
+            words[site] = GLSL_N_MIN_MAX_CLAMP[i];
+        }
+    }
 }
 
 /// Word `i` of `data` (little-endian); `data` holds at least `4 * (i + 1)` bytes.
@@ -396,5 +530,57 @@ mod tests {
             assert_eq!(e.code(), hal::StatusCode::InvalidArgument, "{e}");
             assert!(e.message().contains(says), "{e}");
         }
+    }
+
+    #[test]
+    fn non_finite_float_constants_pass_and_are_written_unchanged() {
+        // WGSL has no NaN or infinity: compile a marker value, then patch its SPIR-V word.
+        let source = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(1) fn main() { out[0] = max(out[0], -1234.5); }";
+        let marker = (-1234.5f32).to_bits();
+        let spirv = crate::wgsl::compile(source, "marker").expect("compiles");
+        for value in [f32::NEG_INFINITY, f32::INFINITY, f32::NAN] {
+            let mut words: Vec<u32> =
+                spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let at = words.iter().position(|&w| w == marker).expect("the marker constant is in the module");
+            words[at] = value.to_bits();
+            let module = validate(&bytes(&words), ShaderFeatures::default())
+                .unwrap_or_else(|e| panic!("a module holding {value} is refused: {e}"));
+            assert!(module.words.contains(&value.to_bits()), "{value} is not in the written module");
+        }
+    }
+
+    #[test]
+    fn nan_aware_min_and_max_survive_the_rewrite() {
+        let source = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+            @compute @workgroup_size(1) fn main() { out[0] = max(out[0], -1234.5); out[1] = min(out[1], 2.0); }";
+        let spirv = crate::wgsl::compile(source, "minmax").expect("compiles");
+        let words: Vec<u32> = spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let set = glsl_std_450(&words).expect("imports GLSL.std.450");
+        let ext = |words: &[u32]| -> Vec<u32> {
+            instructions(words)
+                .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && words[at + 3] == set)
+                .map(|(at, _, _)| words[at + 4])
+                .collect()
+        };
+        assert!(ext(&words).contains(&40) && ext(&words).contains(&37), "FMax and FMin: {:?}", ext(&words));
+        // As written by a compiler that wants the NaN-aware forms.
+        let mut nan_aware = words.clone();
+        make_min_max_nan_aware(&mut nan_aware);
+        assert!(uses_nan_aware_min_max(&bytes(&nan_aware)));
+        let module = validate(&bytes(&nan_aware), ShaderFeatures::default()).expect("valid");
+        let set_out = glsl_std_450(&module.words).expect("imports GLSL.std.450");
+        let written: Vec<u32> = instructions(&module.words)
+            .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && module.words[at + 3] == set_out)
+            .map(|(at, _, _)| module.words[at + 4])
+            .collect();
+        assert!(written.contains(&80) && written.contains(&79), "NMax and NMin written: {written:?}");
+        assert!(!written.contains(&40) && !written.contains(&37), "FMax or FMin left: {written:?}");
+        // A module using the plain forms keeps them.
+        assert!(!uses_nan_aware_min_max(&spirv));
+        let plain = validate(&spirv, ShaderFeatures::default()).expect("valid");
+        assert!(
+            !instructions(&plain.words).any(|(at, op, c)| op == OP_EXT_INST && c >= 5 && plain.words[at + 4] == 80)
+        );
     }
 }
