@@ -1,9 +1,10 @@
-//! IREE buffers as HAL buffers.
+//! IREE buffers as HAL buffers, for queue operations.
 //!
-//! Buffers come from IREE's heap allocator (host memory; on CUDA devices, blocks of the device's
-//! pinned pool). A queue operation reaches one by importing the host memory of its allocation into
-//! the HAL device for the life of the operation; the import keeps a reference to the IREE buffer and
-//! its mapping, released when the HAL is done with it.
+//! A buffer of this driver's allocator (`buffer`) is a HAL buffer already: the operation uses it as
+//! it is. Any other IREE buffer the host can map (a heap buffer wrapped by the application, say) is
+//! imported: the host memory of its allocation becomes a HAL buffer of the device for the life of
+//! the operation; the import keeps a reference to the IREE buffer and its mapping, released when the
+//! HAL is done with it.
 
 use std::ptr::NonNull;
 
@@ -72,6 +73,11 @@ pub(crate) unsafe fn import(
         return Ok(None);
     }
     // SAFETY: `allocated` lives as long as `buffer`.
+    if let Some(ours) = unsafe { crate::buffer::cast(allocated) } {
+        let hal = ours.for_queue(device.hal())?;
+        return Ok(Some(Imported { buffer: hal, offset: base_offset + offset, length }));
+    }
+    // SAFETY: `allocated` lives as long as `buffer`.
     let allocation_size = unsafe { sys::iree_hal_buffer_allocation_size(allocated) };
     let mut mapping = sys::iree_hal_buffer_mapping_t::default();
     // SAFETY: `mapping` is writable; heap buffers map persistently.
@@ -93,14 +99,6 @@ pub(crate) unsafe fn import(
         return Err(hal::Error::internal("an IREE buffer mapped to a NULL address"));
     };
     let mapped = held.mapping.contents.data_length as u64;
-    // A CUDA device's buffers are blocks of its pinned pool: imported in place (see `pinned_pool`).
-    let held = match device.pinned() {
-        Some(pool) => match pool.import(device.hal(), ptr, mapped, held) {
-            Ok(imported) => return Ok(Some(Imported { buffer: imported?, offset: base_offset + offset, length })),
-            Err(held) => held,
-        },
-        None => held,
-    };
     // SAFETY: `ptr..ptr + mapped` is the allocation's host memory, valid until `held` (moved into
     // the release, run when the HAL lets go of the import) unmaps and releases it. Device work on
     // it is ordered by IREE's semaphores, as for any buffer IREE hands to a device.

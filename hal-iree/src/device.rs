@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use hal::SemaphoreValue;
 
+use crate::allocator::DeviceMemory;
 use crate::executable::{self, Loaded};
 use crate::ffi::{self, code, iree_status_t, sys};
 use crate::pinned_pool::PinnedPool;
-use crate::{buffer_import, recorder, semaphore};
+use crate::{allocator, buffer, buffer_import, recorder, semaphore};
 
 /// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
 pub(crate) const CUDA_KIND: &str = "cuda";
@@ -39,9 +40,8 @@ pub(crate) struct Device {
     block_pool: *mut c_void,
     topology: sys::iree_hal_device_topology_info_t,
     loaded: Loaded,
-    /// A GPU device's pool of host-visible HAL buffers, which IREE's heap allocator takes its
-    /// memory from (`None` on cpu-sim, whose heap buffers are plain host memory).
-    pinned: Option<Arc<PinnedPool>>,
+    /// Where its IREE buffers' memory comes from (shared with its allocator).
+    memory: Arc<DeviceMemory>,
     hal: hal::Device,
 }
 
@@ -52,11 +52,6 @@ impl Device {
 
     pub(crate) fn loaded(&self) -> &Loaded {
         &self.loaded
-    }
-
-    /// The host-visible pool of a GPU device.
-    pub(crate) fn pinned(&self) -> Option<&PinnedPool> {
-        self.pinned.as_deref()
     }
 
     pub(crate) fn device_allocator(&self) -> *mut sys::iree_hal_allocator_t {
@@ -80,6 +75,10 @@ pub(crate) unsafe fn create(
     if pool.is_null() {
         return Err(hal::Error::invalid_argument("device creation without a proactor pool"));
     }
+    // A GPU device's host-visible memory comes from a pool of blocks (see `pinned_pool`).
+    let host_pool =
+        gpu_format(iree_kind).map(|format| PinnedPool::new(hal.clone(), format == executable::GpuFormat::Cuda));
+    let memory = DeviceMemory::new(hal.clone(), host_pool);
     let mut device = Box::new(Device {
         resource: sys::iree_hal_resource_t::default(),
         identifier: identifier.to_owned(),
@@ -91,17 +90,10 @@ pub(crate) unsafe fn create(
         block_pool: std::ptr::null_mut(),
         topology: sys::iree_hal_device_topology_info_t::default(),
         loaded: Loaded::default(),
-        pinned: None,
+        memory: memory.clone(),
         hal,
     });
-    // A GPU device's buffers are host-visible memory its kernels reach (see `pinned_pool`).
-    let data_allocator = if let Some(format) = gpu_format(iree_kind) {
-        let (pool, allocator) = PinnedPool::create(device.hal.clone(), format == executable::GpuFormat::Cuda);
-        device.pinned = Some(pool);
-        allocator
-    } else {
-        host_allocator
-    };
+    device.device_allocator = allocator::create(memory.clone(), host_allocator);
     // SAFETY: fresh, writable fields; the pool is retained and given back in `destroy`.
     unsafe {
         ffi::thal_iree_resource_initialize((&raw const VTABLE).cast(), &mut device.resource);
@@ -109,17 +101,9 @@ pub(crate) unsafe fn create(
         device.block_pool = ffi::thal_iree_block_pool_create(host_allocator);
     }
     let device = Box::into_raw(device);
-    // SAFETY: `device` is live; the outputs are its fields.
-    let setup = unsafe {
-        ffi::into_result(sys::iree_async_proactor_pool_get(pool, 0, &mut (*device).proactor)).and_then(|()| {
-            ffi::into_result(sys::iree_hal_allocator_create_heap(
-                ffi::view("thal"),
-                data_allocator,
-                host_allocator,
-                &mut (*device).device_allocator,
-            ))
-        })
-    };
+    memory.set_iree_device(device.cast());
+    // SAFETY: `device` is live; the output is its field.
+    let setup = unsafe { ffi::into_result(sys::iree_async_proactor_pool_get(pool, 0, &mut (*device).proactor)) };
     // SAFETY: `device` is live.
     let setup = setup.and_then(|()| match unsafe { (*device).block_pool.is_null() } {
         true => Err(hal::Error::resource_exhausted("the device's command-recording block pool")),
@@ -145,15 +129,13 @@ unsafe fn cast<'a>(device: *mut sys::iree_hal_device_t) -> &'a Device {
 unsafe extern "C" fn destroy(device: *mut sys::iree_hal_device_t) {
     // SAFETY: IREE calls this once, with the last reference to a device `create` boxed.
     let device = *unsafe { Box::from_raw(device.cast::<Device>()) };
-    let Device { hal, loaded, pinned, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
+    let Device { hal, loaded, memory, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
     // The HAL side goes first: dropping the device's handle (and the executables made for IREE's)
     // drains its streams, so work in flight is done before the IREE objects it may touch go. The
-    // pinned pool lets go of its handle first (IREE's buffers may outlive the device; their blocks
-    // are freed when IREE frees them).
+    // allocator's memory lets go of its handle first (IREE's buffers and allocator may outlive the
+    // device; their memory is freed when IREE frees them).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        if let Some(pool) = pinned {
-            pool.close();
-        }
+        memory.close();
         drop(loaded);
         drop(hal);
     }));
@@ -353,14 +335,61 @@ unsafe extern "C" fn create_executable_cache(
 }
 
 unsafe extern "C" fn import_file(
-    _device: *mut sys::iree_hal_device_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _access: sys::iree_hal_memory_access_t,
-    _handle: *mut sys::iree_io_file_handle_t,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    access: sys::iree_hal_memory_access_t,
+    handle: *mut sys::iree_io_file_handle_t,
     _flags: sys::iree_hal_external_file_flags_t,
-    _out: *mut *mut sys::iree_hal_file_t,
+    out: *mut *mut sys::iree_hal_file_t,
 ) -> iree_status_t {
-    ffi::unimplemented("file import is not bridged yet")
+    // IREE's own file objects: a host allocation is a memory file whose storage buffer this
+    // driver's allocator imports (queue reads and writes of it are queue copies).
+    // SAFETY: IREE passes a live device of ours, a live handle and a writable output.
+    unsafe {
+        let device = cast(device);
+        ffi::thal_iree_file_from_handle(
+            device.device_allocator,
+            affinity,
+            access,
+            handle,
+            device.proactor,
+            device.host_allocator,
+            out,
+        )
+    }
+}
+
+/// IREE's memory access bits for file reads and writes.
+mod code_access {
+    use crate::ffi::sys;
+    pub const READ: u16 = sys::iree_hal_memory_access_bits_t_IREE_HAL_MEMORY_ACCESS_READ as u16;
+    pub const WRITE: u16 = sys::iree_hal_memory_access_bits_t_IREE_HAL_MEMORY_ACCESS_WRITE as u16;
+}
+
+/// Runs `copy` with the host storage buffer of memory file `file`, checked for `access`; a file
+/// without one (a descriptor) is `UNIMPLEMENTED`.
+///
+/// # Safety
+/// `file` is a live IREE file.
+unsafe fn file_copy(
+    file: *mut sys::iree_hal_file_t,
+    access: sys::iree_hal_memory_access_t,
+    copy: impl FnOnce(*mut sys::iree_hal_buffer_t) -> iree_status_t,
+) -> iree_status_t {
+    // SAFETY: the caller's contract.
+    let status = unsafe { sys::iree_hal_file_validate_access(file, access) };
+    if !status.is_null() {
+        return status;
+    }
+    // SAFETY: as above.
+    let storage = unsafe { sys::iree_hal_file_storage_buffer(file) };
+    if storage.is_null() {
+        return ffi::unimplemented(
+            "queue reads and writes of a file without host storage (a file descriptor) are not bridged; \
+             files over host allocations are",
+        );
+    }
+    copy(storage)
 }
 
 unsafe extern "C" fn create_semaphore(
@@ -467,23 +496,29 @@ unsafe extern "C" fn queue_alloca(
     _flags: sys::iree_hal_alloca_flags_t,
     out: *mut *mut sys::iree_hal_buffer_t,
 ) -> iree_status_t {
-    // The buffer is allocated now (host memory: no device reservation to order) and handed out at
-    // once; the queue orders its signals behind the waits, which is when IREE may use it.
-    // SAFETY: IREE passes a live device of ours and a writable output.
-    let status = unsafe { sys::iree_hal_allocator_allocate_buffer(cast(device).device_allocator, params, size, out) };
-    if !status.is_null() {
-        return status;
-    }
+    // Memory the host need not map is the HAL's queue-ordered allocation. Memory it maps is
+    // allocated now and handed out at once; a barrier orders the signals behind the waits.
+    let mut made = std::ptr::null_mut();
     // SAFETY: IREE's lists.
-    let status =
-        unsafe { submit("queue_alloca", device, affinity, &waits, &signals, |_, queue, w, s| queue.barrier(w, s)) };
-    if !status.is_null() {
-        // SAFETY: the buffer allocated above is not handed out.
-        unsafe {
-            sys::iree_hal_buffer_release(*out);
-            *out = std::ptr::null_mut();
-        }
-    }
+    let status = unsafe {
+        submit("queue_alloca", device, affinity, &waits, &signals, |device, queue, w, s| {
+            made = match device.memory.alloca(queue, w, &params, size as u64, s)? {
+                Some(buffer) => buffer,
+                None => {
+                    let buffer = device.memory.allocate(&params, size as u64)?;
+                    if let Err(error) = queue.barrier(w, s) {
+                        // SAFETY: the buffer allocated above is not handed out.
+                        sys::iree_hal_buffer_release(buffer);
+                        return Err(error);
+                    }
+                    buffer
+                }
+            };
+            Ok(())
+        })
+    };
+    // SAFETY: writable, per IREE's contract; the buffer is IREE's on success.
+    unsafe { *out = if status.is_null() { made } else { std::ptr::null_mut() } };
     status
 }
 
@@ -492,12 +527,21 @@ unsafe extern "C" fn queue_dealloca(
     affinity: sys::iree_hal_queue_affinity_t,
     waits: sys::iree_hal_semaphore_list_t,
     signals: sys::iree_hal_semaphore_list_t,
-    _buffer: *mut sys::iree_hal_buffer_t,
+    buffer: *mut sys::iree_hal_buffer_t,
     _flags: sys::iree_hal_dealloca_flags_t,
 ) -> iree_status_t {
-    // Host memory goes when IREE drops its last reference; the queue only keeps the order.
-    // SAFETY: IREE's lists.
-    unsafe { submit("queue_dealloca", device, affinity, &waits, &signals, |_, queue, w, s| queue.barrier(w, s)) }
+    // A queue-ordered buffer's memory goes in queue order; other memory goes with IREE's last
+    // reference, and the queue only keeps the order.
+    // SAFETY: IREE's lists and a live buffer (or NULL).
+    unsafe {
+        let ours = if buffer.is_null() { None } else { buffer::cast(sys::iree_hal_buffer_allocated_buffer(buffer)) };
+        submit("queue_dealloca", device, affinity, &waits, &signals, |_, queue, w, s| {
+            match ours.and_then(|b| b.transient()) {
+                Some(transient) => queue.dealloca(w, transient, s),
+                None => queue.barrier(w, s),
+            }
+        })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -581,34 +625,68 @@ unsafe extern "C" fn queue_copy(
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn queue_read(
-    _device: *mut sys::iree_hal_device_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _waits: sys::iree_hal_semaphore_list_t,
-    _signals: sys::iree_hal_semaphore_list_t,
-    _file: *mut sys::iree_hal_file_t,
-    _file_offset: u64,
-    _target: *mut sys::iree_hal_buffer_t,
-    _target_offset: sys::iree_device_size_t,
-    _length: sys::iree_device_size_t,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    file: *mut sys::iree_hal_file_t,
+    file_offset: u64,
+    target: *mut sys::iree_hal_buffer_t,
+    target_offset: sys::iree_device_size_t,
+    length: sys::iree_device_size_t,
     _flags: sys::iree_hal_read_flags_t,
 ) -> iree_status_t {
-    ffi::unimplemented("queue_read (files) is not bridged yet")
+    // A memory file's read is a queue copy from its storage buffer.
+    // SAFETY: IREE passes a live file and buffer, and valid lists.
+    unsafe {
+        file_copy(file, code_access::READ, |storage| {
+            queue_copy(
+                device,
+                affinity,
+                waits,
+                signals,
+                storage,
+                file_offset as usize,
+                target,
+                target_offset,
+                length,
+                0,
+            )
+        })
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn queue_write(
-    _device: *mut sys::iree_hal_device_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _waits: sys::iree_hal_semaphore_list_t,
-    _signals: sys::iree_hal_semaphore_list_t,
-    _source: *mut sys::iree_hal_buffer_t,
-    _source_offset: sys::iree_device_size_t,
-    _file: *mut sys::iree_hal_file_t,
-    _file_offset: u64,
-    _length: sys::iree_device_size_t,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    source: *mut sys::iree_hal_buffer_t,
+    source_offset: sys::iree_device_size_t,
+    file: *mut sys::iree_hal_file_t,
+    file_offset: u64,
+    length: sys::iree_device_size_t,
     _flags: sys::iree_hal_write_flags_t,
 ) -> iree_status_t {
-    ffi::unimplemented("queue_write (files) is not bridged yet")
+    // A memory file's write is a queue copy into its storage buffer.
+    // SAFETY: IREE passes a live file and buffer, and valid lists.
+    unsafe {
+        file_copy(file, code_access::WRITE, |storage| {
+            queue_copy(
+                device,
+                affinity,
+                waits,
+                signals,
+                source,
+                source_offset,
+                storage,
+                file_offset as usize,
+                length,
+                0,
+            )
+        })
+    }
 }
 
 unsafe extern "C" fn queue_host_call(

@@ -60,6 +60,15 @@ unsafe extern "C" {
     pub(crate) fn thal_iree_status_consume(status: iree_status_t, buffer: *mut c_char, capacity: usize);
     pub(crate) fn thal_iree_status_clone(status: iree_status_t) -> iree_status_t;
     pub(crate) fn thal_iree_system_allocator() -> sys::iree_allocator_t;
+    pub(crate) fn thal_iree_file_from_handle(
+        device_allocator: *mut sys::iree_hal_allocator_t,
+        affinity: sys::iree_hal_queue_affinity_t,
+        access: sys::iree_hal_memory_access_t,
+        handle: *mut sys::iree_io_file_handle_t,
+        proactor: *mut sys::iree_async_proactor_t,
+        host_allocator: sys::iree_allocator_t,
+        out_file: *mut *mut sys::iree_hal_file_t,
+    ) -> iree_status_t;
     pub(crate) fn thal_iree_block_pool_create(host_allocator: sys::iree_allocator_t) -> *mut c_void;
     pub(crate) fn thal_iree_block_pool_destroy(pool: *mut c_void, host_allocator: sys::iree_allocator_t);
 

@@ -23,6 +23,8 @@
 //! # Ok::<(), hal::Error>(())
 //! ```
 
+mod allocator;
+mod buffer;
 mod buffer_import;
 mod cuda_executable;
 mod device;

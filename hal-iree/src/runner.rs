@@ -126,3 +126,88 @@ pub fn run_module(
     ffi::into_result(status).map_err(|e| e.context(format!("{function} of {} on {driver}", path.display())))?;
     Ok(RunReport { outputs, call_ns: call_ns.into_iter().map(|ns| ns.max(0) as u64).collect() })
 }
+
+/// A tensor of `shape` whose values are uniform in `[-scale, scale)`, the same for the same
+/// `(shape, scale, seed)` on every machine (a xorshift generator): inputs of real size that no file
+/// needs to hold.
+pub fn random_tensor(shape: &[usize], scale: f32, seed: u64) -> Tensor {
+    let count: usize = shape.iter().product();
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xD1B5_4A32_D192_ED03;
+    let data = (0..count)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // The top 24 bits as a fraction in [0, 1), exact in f32.
+            let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
+            (unit * 2.0 - 1.0) * scale
+        })
+        .collect();
+    Tensor { shape: shape.to_vec(), data }
+}
+
+/// Parses `random:SHAPE:SCALE` (e.g. `random:64x4096:0.015625`) into a [`random_tensor`] with
+/// `seed`; `None` when `spec` is not of that form.
+pub fn parse_random(spec: &str, seed: u64) -> Option<Result<Tensor, hal::Error>> {
+    let rest = spec.strip_prefix("random:")?;
+    let parse = || -> Option<Tensor> {
+        let (shape, scale) = rest.split_once(':')?;
+        let shape = shape.split('x').map(|d| d.parse::<usize>().ok()).collect::<Option<Vec<_>>>()?;
+        let scale = scale.parse::<f32>().ok().filter(|s| s.is_finite())?;
+        (!shape.is_empty() && shape.len() <= 8).then(|| random_tensor(&shape, scale, seed))
+    };
+    Some(parse().ok_or_else(|| {
+        hal::Error::invalid_argument(format!(
+            "input '{spec}': expected random:SHAPE:SCALE, e.g. random:64x4096:0.015625 (rank 1 to 8)"
+        ))
+    }))
+}
+
+/// How far `output` is from `reference`: the largest `|a - b| / (1 + |b|)` over the elements, or
+/// an error naming the first difference in shape or a NaN on one side only. 0 means bit-equal
+/// values (up to the sign of zero).
+pub fn relative_difference(reference: &Tensor, output: &Tensor) -> Result<f64, String> {
+    if reference.shape != output.shape {
+        return Err(format!("shape {:?}, expected {:?}", output.shape, reference.shape));
+    }
+    let mut worst = 0.0f64;
+    for (i, (&b, &a)) in reference.data.iter().zip(&output.data).enumerate() {
+        if a.is_nan() != b.is_nan() {
+            return Err(format!("element {i} is {a}, expected {b}"));
+        }
+        if a.is_nan() {
+            continue;
+        }
+        let d = (f64::from(a) - f64::from(b)).abs() / (1.0 + f64::from(b).abs());
+        worst = worst.max(d);
+    }
+    Ok(worst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_inputs_are_reproducible_and_in_range() {
+        let a = random_tensor(&[3, 5], 0.5, 7);
+        assert_eq!(a, random_tensor(&[3, 5], 0.5, 7));
+        assert_ne!(a.data, random_tensor(&[3, 5], 0.5, 8).data);
+        assert!(a.data.iter().all(|v| (-0.5..0.5).contains(v)));
+        assert_eq!(parse_random("random:3x5:0.5", 7).unwrap().unwrap(), a);
+        assert!(parse_random("@file.npy", 0).is_none());
+        for bad in ["random:3x:1", "random:3x5", "random:3x5:inf", "random::1"] {
+            assert!(parse_random(bad, 0).unwrap().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn relative_difference_measures_and_refuses_mismatches() {
+        let t = |data: Vec<f32>| Tensor { shape: vec![data.len()], data };
+        assert_eq!(relative_difference(&t(vec![1.0, -2.0]), &t(vec![1.0, -2.0])), Ok(0.0));
+        let d = relative_difference(&t(vec![1.0, 3.0]), &t(vec![1.0, 3.4])).unwrap();
+        assert!((d - 0.1).abs() < 1e-6, "{d}");
+        assert!(relative_difference(&t(vec![1.0]), &t(vec![f32::NAN])).is_err());
+        assert!(relative_difference(&t(vec![1.0]), &t(vec![1.0, 2.0])).is_err());
+    }
+}

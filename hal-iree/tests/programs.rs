@@ -61,3 +61,24 @@ fn a_missing_function_is_not_found_and_names_it() {
     assert_eq!(error.code(), hal::StatusCode::NotFound, "{error}");
     assert!(error.message().contains("module.nope"), "{error}");
 }
+
+/// The programs of real size, at their CI size: cpu-sim runs IREE's CPU executables, so its
+/// output is IREE's `local-task` output bit for bit (generated inputs, compared in the same run).
+#[test]
+fn real_programs_at_small_size_match_iree_cpu_bit_for_bit_on_cpu_sim() {
+    for (stem, function, specs) in common::real_programs(true) {
+        let module = programs().join(format!("{stem}.vmfb"));
+        let inputs = common::random_inputs(&specs);
+        let run = |driver: &str| {
+            let report =
+                run_module(driver, &module, function, &inputs, 2).unwrap_or_else(|e| panic!("{stem} on {driver}: {e}"));
+            assert_eq!(report.outputs.len(), 1, "{stem} returns one tensor");
+            report.outputs.into_iter().next().expect("one output")
+        };
+        let (ours, iree) = (run(hal_iree::CPU_SIM_DRIVER), run("local-task"));
+        assert_eq!(ours.shape, iree.shape, "{stem}'s shape");
+        assert!(iree.data.iter().any(|v| *v != 0.0), "{stem}: IREE's output is all zeros (a degenerate check)");
+        let differ = ours.data.iter().zip(&iree.data).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{stem}: {differ} of {} values differ from local-task's", iree.data.len());
+    }
+}

@@ -48,3 +48,26 @@ fn matmul_runs_bit_exact_on_vulkan() {
 fn mlp_runs_bit_exact_on_vulkan() {
     check("mlp", "mlp", "module.mlp");
 }
+
+/// The programs of real size at their CI size (f32 ones: the baseline profile has no f16) on
+/// `thal-vulkan`, against IREE's `local-task` output in the same run: the GPU's math differs from
+/// the CPU's (other reduction orders), so within a relative tolerance of 1e-4.
+#[test]
+#[ignore = "needs a Vulkan device: run with --include-ignored (hal-iree/ci.sh does where one is installed)"]
+fn real_programs_at_small_size_match_iree_cpu_on_vulkan() {
+    for (stem, function, specs) in common::real_programs(true) {
+        if stem.contains("f16") {
+            continue;
+        }
+        let inputs = common::random_inputs(&specs);
+        let run = |driver: &str, module: String| {
+            let report = run_module(driver, &programs().join(module), function, &inputs, 2)
+                .unwrap_or_else(|e| panic!("{stem} on {driver}: {e}"));
+            report.outputs.into_iter().next().expect("one output")
+        };
+        let iree = run("local-task", format!("{stem}.vmfb"));
+        let ours = run(hal_iree::VULKAN_DRIVER, format!("{stem}.vulkan.vmfb"));
+        let d = hal_iree::runner::relative_difference(&iree, &ours).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert!(d <= 1e-4, "{stem}: largest relative difference from local-task {d:.3e}");
+    }
+}

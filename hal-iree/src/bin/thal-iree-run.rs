@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hal_iree::npy;
-use hal_iree::runner::{Tensor, run_module};
+use hal_iree::runner::{Tensor, parse_random, relative_difference, run_module};
 
 #[derive(Parser)]
 #[command(about = "Run a function of an IREE module (.vmfb) on timeline-hal or IREE devices")]
@@ -24,7 +24,8 @@ struct Args {
     /// The function, as `module.name`.
     #[arg(long)]
     function: String,
-    /// An input, `@path.npy` (f32); repeat in argument order.
+    /// An input, `@path.npy` (f32) or `random:SHAPE:SCALE` (values uniform in [-SCALE, SCALE), the
+    /// same on every machine for the same argument position); repeat in argument order.
     #[arg(long = "input")]
     inputs: Vec<String>,
     /// An IREE driver to run on; repeat to compare (default: thal-cpu-sim).
@@ -36,9 +37,14 @@ struct Args {
     /// Writes the first device's first output here (`@path.npy`).
     #[arg(long)]
     output: Option<String>,
-    /// Fails unless every device's first output equals this (`@path.npy`) bit for bit.
+    /// Fails unless every device's first output equals this (`@path.npy`), bit for bit unless
+    /// `--tolerance` says otherwise (without it, the first device's output is the reference).
     #[arg(long)]
     expected: Option<String>,
+    /// How far an output may be from the reference: the largest `|a - b| / (1 + |b|)` over its
+    /// elements (0: bit for bit), for devices whose math differs (GPU against CPU).
+    #[arg(long, default_value_t = 0.0)]
+    tolerance: f64,
 }
 
 fn npy_path(argument: &str) -> PathBuf {
@@ -59,7 +65,12 @@ fn median(ns: &[u64]) -> f64 {
 }
 
 fn run(args: Args) -> Result<bool, hal::Error> {
-    let inputs = args.inputs.iter().map(|a| npy::read(&npy_path(a))).collect::<Result<Vec<_>, _>>()?;
+    let inputs = args
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| parse_random(a, i as u64).unwrap_or_else(|| npy::read(&npy_path(a))))
+        .collect::<Result<Vec<_>, _>>()?;
     let expected = args.expected.as_deref().map(|a| npy::read(&npy_path(a))).transpose()?;
     let devices = if args.devices.is_empty() { vec![hal_iree::CPU_SIM_DRIVER.to_owned()] } else { args.devices };
     let mut first: Option<Tensor> = None;
@@ -78,14 +89,32 @@ fn run(args: Args) -> Result<bool, hal::Error> {
         );
         let reference = expected.as_ref().or(first.as_ref());
         if let Some(reference) = reference {
-            let same = reference.shape == output.shape
-                && reference.data.iter().zip(&output.data).all(|(a, b)| a.to_bits() == b.to_bits());
-            if !same {
-                eprintln!(
-                    "{device}: the output differs from {}",
-                    if expected.is_some() { "--expected" } else { "the first device's" }
-                );
-                agree = false;
+            let against = if expected.is_some() { "--expected" } else { "the first device's" };
+            match relative_difference(reference, &output) {
+                Ok(d) if args.tolerance == 0.0 => {
+                    let same = reference.data.iter().zip(&output.data).all(|(a, b)| a.to_bits() == b.to_bits());
+                    if !same {
+                        eprintln!("{device}: the output differs from {against} (largest relative difference {d:.3e})");
+                        agree = false;
+                    }
+                }
+                Ok(d) if d <= args.tolerance => {
+                    println!(
+                        "{device}: within {:.1e} of {against} output (largest relative difference {d:.3e})",
+                        args.tolerance
+                    )
+                }
+                Ok(d) => {
+                    eprintln!(
+                        "{device}: largest relative difference from {against} output {d:.3e} > {:.1e}",
+                        args.tolerance
+                    );
+                    agree = false;
+                }
+                Err(why) => {
+                    eprintln!("{device}: the output differs from {against}: {why}");
+                    agree = false;
+                }
             }
         }
         if first.is_none() {

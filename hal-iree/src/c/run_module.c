@@ -43,8 +43,8 @@ static iree_status_t push_inputs(iree_runtime_session_t* session, iree_runtime_c
   return iree_ok_status();
 }
 
-static iree_status_t pop_outputs(iree_runtime_call_t* call, thal_iree_tensor_t* outputs, size_t output_capacity,
-                                 size_t* output_count) {
+static iree_status_t pop_outputs(iree_hal_device_t* device, iree_runtime_call_t* call, thal_iree_tensor_t* outputs,
+                                 size_t output_capacity, size_t* output_count) {
   *output_count = 0;
   while (iree_vm_list_size(iree_runtime_call_outputs(call)) > 0) {
     iree_hal_buffer_view_t* view = NULL;
@@ -66,7 +66,10 @@ static iree_status_t pop_outputs(iree_runtime_call_t* call, thal_iree_tensor_t* 
       float* data = (float*)malloc(out->element_count * sizeof(float) + 1);
       if (!data) status = iree_make_status(IREE_STATUS_RESOURCE_EXHAUSTED, "output of %zu floats", out->element_count);
       if (iree_status_is_ok(status)) {
-        status = iree_hal_buffer_map_read(iree_hal_buffer_view_buffer(view), 0, data, out->element_count * sizeof(float));
+        // A transfer, not a mapping: device-local memory is not host-visible, and IREE stages it.
+        status = iree_hal_device_transfer_d2h(device, iree_hal_buffer_view_buffer(view), 0, data,
+                                              out->element_count * sizeof(float),
+                                              IREE_HAL_TRANSFER_BUFFER_FLAG_DEFAULT, iree_infinite_timeout());
         if (iree_status_is_ok(status)) {
           out->data = data;
           ++*output_count;
@@ -122,7 +125,7 @@ iree_status_t thal_iree_run_module(const char* driver, const void* module, size_
     if (iree_status_is_ok(status)) status = iree_runtime_call_invoke(&call, 0);
     call_ns[r] = iree_time_now() - start;
   }
-  if (iree_status_is_ok(status)) status = pop_outputs(&call, outputs, output_capacity, output_count);
+  if (iree_status_is_ok(status)) status = pop_outputs(device, &call, outputs, output_capacity, output_count);
   if (call_made) iree_runtime_call_deinitialize(&call);
   iree_runtime_session_release(session);
   iree_hal_device_release(device);

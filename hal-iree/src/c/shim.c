@@ -140,3 +140,14 @@ void thal_iree_block_pool_destroy(iree_arena_block_pool_t* pool, iree_allocator_
 iree_status_t thal_iree_semaphore_failure(iree_async_semaphore_t* semaphore) {
   return (iree_status_t)iree_atomic_load(&semaphore->failure_status, iree_memory_order_acquire);
 }
+
+#include "iree/hal/utils/file_registry.h"
+
+// A HAL file over an IREE file handle (a host allocation becomes a memory file whose storage is a
+// buffer the device allocator imports; a descriptor, a file of the proactor's).
+iree_status_t thal_iree_file_from_handle(iree_hal_allocator_t* device_allocator, iree_hal_queue_affinity_t affinity,
+                                         iree_hal_memory_access_t access, iree_io_file_handle_t* handle,
+                                         iree_async_proactor_t* proactor, iree_allocator_t host_allocator,
+                                         iree_hal_file_t** out_file) {
+  return iree_hal_file_from_handle(device_allocator, affinity, access, handle, proactor, host_allocator, out_file);
+}
