@@ -39,6 +39,13 @@ const INLINE_BINDINGS: usize = 8;
 /// faster on their stream threads than on the pool; `docs/decisions.md#cpu-sim-stream-threads`).
 const INLINE_WORKGROUPS: u64 = 256;
 
+/// A small grid whose first workgroup shows the rest would take longer than this on the stream
+/// thread goes to the pool for the rest: a few heavy workgroups (IREE's CPU executables tile a
+/// matmul into tens of workgroups of milliseconds each) would otherwise run one at a time. Grids
+/// under it stay where `INLINE_WORKGROUPS` says they run best (the stencil of `hal run`, whose
+/// 64-workgroup halves take a few hundred microseconds, is one).
+const POOL_WORTH: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// How running commands learn that their submission was cancelled: the submission's [`Work`], or
 /// nothing for commands run outside one.
 #[derive(Clone, Default)]
@@ -350,8 +357,29 @@ fn dispatch(
         outcome.and_then(|()| no_out_of_range_access(bindings)).map_err(WorkgroupStop::Kernel)
     };
     let result = if total <= INLINE_WORKGROUPS {
-        // Small grids run on the stream's own thread: no hand-off, no allocation.
-        WorkgroupPool::run_inline(total, |index| run_one(index, constants, &native_bindings, kernel, cancel))
+        // Small grids run on the stream's own thread (no hand-off, no allocation), unless the
+        // first workgroup, timed, shows the rest is worth the pool (`POOL_WORTH`).
+        let started = Instant::now();
+        let first = WorkgroupPool::run_inline(total.min(1), |index| {
+            run_one(index, constants, &native_bindings, kernel, cancel)
+        });
+        let rest = total.saturating_sub(1);
+        let heavy = started.elapsed().saturating_mul(u32::try_from(rest).unwrap_or(u32::MAX)) > POOL_WORTH;
+        match first {
+            Err(failure) => Err(failure),
+            Ok(()) if rest == 0 => Ok(()),
+            Ok(()) if !heavy => {
+                WorkgroupPool::run_inline(rest, |index| run_one(index + 1, constants, &native_bindings, kernel, cancel))
+                    .map_err(|f| f.offset(1))
+            }
+            Ok(()) => {
+                let kernel = kernel.clone();
+                let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
+                let cancel = cancel.clone();
+                pool.run_shared(rest, move |index| run_one(index + 1, &constants, &native_bindings, &kernel, &cancel))
+                    .map_err(|f| f.offset(1))
+            }
+        }
     } else {
         let kernel = kernel.clone();
         let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();

@@ -53,6 +53,14 @@ impl<E> JobFailure<E> {
             JobFailure::Failed { index, .. } | JobFailure::Panicked { index, .. } => *index,
         }
     }
+
+    /// The same failure with its index moved up by `by` (a job that ran `by..` as `0..`).
+    pub fn offset(self, by: u64) -> Self {
+        match self {
+            JobFailure::Failed { index, error } => JobFailure::Failed { index: index + by, error },
+            JobFailure::Panicked { index, message } => JobFailure::Panicked { index: index + by, message },
+        }
+    }
 }
 
 /// A persistent set of worker threads that run jobs of indexed tasks.

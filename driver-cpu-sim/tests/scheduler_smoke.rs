@@ -343,3 +343,40 @@ fn work_with_nothing_to_run_on_an_idle_queue_retires_at_issue() {
     assert_eq!(buf.read_to_vec().unwrap(), vec![0x04; 64]);
     eventually("no event in use once idle", || events(&device).0 == 0);
 }
+
+/// A small grid of heavy workgroups (IREE's CPU executables tile a matmul into a few workgroups of
+/// milliseconds each) runs on the workgroup pool once its first workgroup shows the rest is worth
+/// it; a small grid of light workgroups stays on the stream thread.
+#[test]
+fn a_few_heavy_workgroups_spread_over_the_pool_and_light_ones_stay_inline() {
+    let device = device();
+    let threads = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let seen = threads.clone();
+    let exe = device
+        .load_executable(&ExecutableSource::Native(vec![NativeEntryPoint::new(
+            EntryPointInfo::new("work", 1, 0, 1),
+            Arc::new(move |inv: &NativeInvocation<'_>| {
+                seen.lock().map_err(|_| "poisoned")?.insert(std::thread::current().id());
+                std::thread::sleep(Duration::from_micros(u64::from(inv.constants[0])));
+                Ok(())
+            }),
+        )]))
+        .unwrap();
+    let q = device.queue(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let run = |micros: u32, workgroups: u32, value: u64| {
+        let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+        cb.dispatch(&exe, 0, [workgroups, 1, 1], &[micros], &[]).unwrap();
+        cb.end().unwrap();
+        threads.lock().unwrap().clear();
+        let started = std::time::Instant::now();
+        q.execute(&[], &cb, &[SV::new(&s, value)]).unwrap();
+        s.wait(value, T).unwrap();
+        (threads.lock().unwrap().len(), started.elapsed())
+    };
+    let (light, _) = run(0, 16, 1);
+    assert_eq!(light, 1, "16 empty workgroups ran on {light} threads, not the stream thread alone");
+    let (heavy, took) = run(20_000, 8, 2);
+    assert!(heavy > 1, "8 workgroups of 20 ms ran on one thread ({took:?})");
+    assert!(took < Duration::from_millis(150), "8 workgroups of 20 ms took {took:?}: not spread");
+}
