@@ -16,6 +16,8 @@
 use hal::{Error, Result};
 use naga::valid::{Capabilities, GlobalUse, ValidationFlags, Validator};
 
+use crate::spirv_conversions::{Instruction, instructions, normalize, words_of};
+
 /// The SPIR-V magic number, the first word of every module.
 const MAGIC: u32 = 0x0723_0203;
 
@@ -124,7 +126,8 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         block_ctx_dump_prefix: None,
     };
     // Conversions naga would misread are rewritten first (see `spirv_conversions`).
-    let normalized = spirv_conversions_of(data);
+    let given = words_of(data);
+    let normalized = normalize(&given).map(|w| w.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     let mut module = naga::front::spv::parse_u8_slice(normalized.as_deref().unwrap_or(data), &options)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {e}")))?;
     if module.entry_points.len() != declared_entry_points {
@@ -188,16 +191,10 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
     let mut words = naga::back::spv::write_vec(&module, &info, &writer, None).map_err(|e| {
         Error::invalid_argument(format!("vulkan: the SPIR-V module cannot be written for the driver: {e}"))
     })?;
-    if uses_nan_aware_min_max(data) {
+    if uses_nan_aware_min_max(&given) {
         make_min_max_nan_aware(&mut words);
     }
     Ok(ValidatedModule { entry_points, words })
-}
-
-/// `data` with its mismatched float-to-integer conversions rewritten, if it has any.
-fn spirv_conversions_of(data: &[u8]) -> Option<Vec<u8>> {
-    let words: Vec<u32> = (0..data.len() / 4).map(|i| word_at(data, i)).collect();
-    crate::spirv_conversions::normalize(&words).map(|w| w.iter().flat_map(|w| w.to_le_bytes()).collect())
 }
 
 /// Where a float literal of the module lives: the module's constant expressions (`None`) or those
@@ -267,25 +264,9 @@ const GLSL_N_MIN_MAX_CLAMP: [u32; 3] = [79, 80, 81];
 const OP_EXT_INST_IMPORT: u32 = 11;
 const OP_EXT_INST: u32 = 12;
 
-/// Each instruction of a module's words after the header: (where it starts, its opcode, its word
-/// count); stops at the first malformed one.
-fn instructions(words: &[u32]) -> impl Iterator<Item = (usize, u32, usize)> + '_ {
-    let mut at = 5;
-    std::iter::from_fn(move || {
-        let first = *words.get(at)?;
-        let count = (first >> 16) as usize;
-        if count == 0 || at + count > words.len() {
-            return None;
-        }
-        let here = at;
-        at += count;
-        Some((here, first & 0xffff, count))
-    })
-}
-
 /// The id GLSL.std.450 is imported as, if it is.
 fn glsl_std_450(words: &[u32]) -> Option<u32> {
-    instructions(words).find_map(|(at, op, count)| {
+    instructions(words).find_map(|Instruction { at, op, count }| {
         if op != OP_EXT_INST_IMPORT || count < 3 {
             return None;
         }
@@ -294,13 +275,18 @@ fn glsl_std_450(words: &[u32]) -> Option<u32> {
     })
 }
 
-/// Whether a module (its bytes, as given) uses GLSL.std.450's NMin, NMax or NClamp.
-fn uses_nan_aware_min_max(data: &[u8]) -> bool {
-    let words: Vec<u32> = (0..data.len() / 4).map(|i| word_at(data, i)).collect();
-    let Some(set) = glsl_std_450(&words) else { return false };
-    instructions(&words).any(|(at, op, count)| {
-        op == OP_EXT_INST && count >= 5 && words[at + 3] == set && GLSL_N_MIN_MAX_CLAMP.contains(&words[at + 4])
-    })
+/// Where `words` calls GLSL.std.450: the word of each call's instruction number.
+fn glsl_std_450_calls(words: &[u32]) -> Vec<usize> {
+    let Some(set) = glsl_std_450(words) else { return Vec::new() };
+    instructions(words)
+        .filter(|i| i.op == OP_EXT_INST && i.count >= 5 && words[i.at + 3] == set)
+        .map(|i| i.at + 4)
+        .collect()
+}
+
+/// Whether a module (its words, as given) uses GLSL.std.450's NMin, NMax or NClamp.
+fn uses_nan_aware_min_max(words: &[u32]) -> bool {
+    glsl_std_450_calls(words).into_iter().any(|site| GLSL_N_MIN_MAX_CLAMP.contains(&words[site]))
 }
 
 /// naga reads NMin, NMax and NClamp as its plain minimum, maximum and clamp, and writes those as
@@ -309,12 +295,7 @@ fn uses_nan_aware_min_max(data: &[u8]) -> bool {
 /// module's float min, max and clamp become the NaN-aware ones again. That is always sound: the
 /// NaN-aware result is one of those FMin/FMax/FClamp allow.
 fn make_min_max_nan_aware(words: &mut [u32]) {
-    let Some(set) = glsl_std_450(words) else { return };
-    let sites: Vec<usize> = instructions(words)
-        .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && words[at + 3] == set)
-        .map(|(at, _, _)| at + 4)
-        .collect();
-    for site in sites {
+    for site in glsl_std_450_calls(words) {
         if let Some(i) = GLSL_F_MIN_MAX_CLAMP.iter().position(|&f| f == words[site]) {
             words[site] = GLSL_N_MIN_MAX_CLAMP[i];
         }
@@ -540,8 +521,7 @@ mod tests {
         let marker = (-1234.5f32).to_bits();
         let spirv = crate::wgsl::compile(source, "marker").expect("compiles");
         for value in [f32::NEG_INFINITY, f32::INFINITY, f32::NAN] {
-            let mut words: Vec<u32> =
-                spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let mut words = words_of(&spirv);
             let at = words.iter().position(|&w| w == marker).expect("the marker constant is in the module");
             words[at] = value.to_bits();
             let module = validate(&bytes(&words), ShaderFeatures::default())
@@ -555,32 +535,21 @@ mod tests {
         let source = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;
             @compute @workgroup_size(1) fn main() { out[0] = max(out[0], -1234.5); out[1] = min(out[1], 2.0); }";
         let spirv = crate::wgsl::compile(source, "minmax").expect("compiles");
-        let words: Vec<u32> = spirv.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let set = glsl_std_450(&words).expect("imports GLSL.std.450");
-        let ext = |words: &[u32]| -> Vec<u32> {
-            instructions(words)
-                .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && words[at + 3] == set)
-                .map(|(at, _, _)| words[at + 4])
-                .collect()
-        };
+        let words = words_of(&spirv);
+        // The GLSL.std.450 instruction each call makes.
+        let ext = |words: &[u32]| -> Vec<u32> { glsl_std_450_calls(words).into_iter().map(|s| words[s]).collect() };
         assert!(ext(&words).contains(&40) && ext(&words).contains(&37), "FMax and FMin: {:?}", ext(&words));
         // As written by a compiler that wants the NaN-aware forms.
         let mut nan_aware = words.clone();
         make_min_max_nan_aware(&mut nan_aware);
-        assert!(uses_nan_aware_min_max(&bytes(&nan_aware)));
+        assert!(uses_nan_aware_min_max(&nan_aware));
         let module = validate(&bytes(&nan_aware), ShaderFeatures::default()).expect("valid");
-        let set_out = glsl_std_450(&module.words).expect("imports GLSL.std.450");
-        let written: Vec<u32> = instructions(&module.words)
-            .filter(|&(at, op, count)| op == OP_EXT_INST && count >= 5 && module.words[at + 3] == set_out)
-            .map(|(at, _, _)| module.words[at + 4])
-            .collect();
+        let written = ext(&module.words);
         assert!(written.contains(&80) && written.contains(&79), "NMax and NMin written: {written:?}");
         assert!(!written.contains(&40) && !written.contains(&37), "FMax or FMin left: {written:?}");
         // A module using the plain forms keeps them.
-        assert!(!uses_nan_aware_min_max(&spirv));
+        assert!(!uses_nan_aware_min_max(&words));
         let plain = validate(&spirv, ShaderFeatures::default()).expect("valid");
-        assert!(
-            !instructions(&plain.words).any(|(at, op, c)| op == OP_EXT_INST && c >= 5 && plain.words[at + 4] == 80)
-        );
+        assert!(!ext(&plain.words).contains(&80), "NMax written for a module that used FMax");
     }
 }

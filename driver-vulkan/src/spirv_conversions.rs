@@ -16,24 +16,29 @@ const OP_BITCAST: u32 = 124;
 
 /// An instruction: where it starts in the words, its opcode and its word count.
 #[derive(Clone, Copy)]
-struct Instruction {
-    at: usize,
-    op: u32,
-    count: usize,
+pub(crate) struct Instruction {
+    pub at: usize,
+    pub op: u32,
+    pub count: usize,
 }
 
-fn instructions(words: &[u32]) -> Option<Vec<Instruction>> {
-    let mut out = Vec::new();
+/// A module's instructions after the header, in order; stops at the first malformed one.
+pub(crate) fn instructions(words: &[u32]) -> impl Iterator<Item = Instruction> + '_ {
     let mut at = 5;
-    while at < words.len() {
-        let count = (words[at] >> 16) as usize;
+    std::iter::from_fn(move || {
+        let count = (*words.get(at)? >> 16) as usize;
         if count == 0 || at + count > words.len() {
             return None;
         }
-        out.push(Instruction { at, op: words[at] & 0xffff, count });
+        let instruction = Instruction { at, op: words[at] & 0xffff, count };
         at += count;
-    }
-    Some(out)
+        Some(instruction)
+    })
+}
+
+/// A module's bytes as its little-endian words (a trailing partial word is left out).
+pub(crate) fn words_of(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 fn header(op: u32, count: usize) -> u32 {
@@ -47,7 +52,10 @@ pub fn normalize(words: &[u32]) -> Option<Vec<u32>> {
     if words.len() < 5 {
         return None;
     }
-    let list = instructions(words)?;
+    let list: Vec<Instruction> = instructions(words).collect();
+    if list.last().map_or(5, |i| i.at + i.count) != words.len() {
+        return None;
+    }
     // Integer types: id -> (width, signed); vectors of them: id -> (component, count).
     let mut ints = std::collections::HashMap::new();
     let mut vectors = std::collections::HashMap::new();
@@ -154,10 +162,6 @@ pub fn normalize(words: &[u32]) -> Option<Vec<u32>> {
 mod tests {
     use super::*;
 
-    fn words_of(bytes: &[u8]) -> Vec<u32> {
-        bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-    }
-
     /// A module with `u32(f)` (`OpConvertFToU` to `uint`), its conversion made `OpConvertFToS` to
     /// `uint`: what IREE writes.
     fn signed_conversion_to_uint() -> Vec<u32> {
@@ -165,8 +169,7 @@ mod tests {
             @group(0) @binding(1) var<storage, read_write> inp: array<f32>;
             @compute @workgroup_size(1) fn main() { out[0] = u32(inp[0]); }";
         let mut words = words_of(&crate::wgsl::compile(source, "convert").expect("compiles"));
-        let list = instructions(&words).expect("instructions");
-        let at = list.iter().find(|i| i.op == OP_CONVERT_F_TO_U).expect("a conversion").at;
+        let at = instructions(&words).find(|i| i.op == OP_CONVERT_F_TO_U).expect("a conversion").at;
         words[at] = header(OP_CONVERT_F_TO_S, 4);
         words
     }
@@ -175,7 +178,7 @@ mod tests {
     fn a_signed_conversion_to_uint_becomes_a_conversion_to_int_and_a_bitcast() {
         let words = signed_conversion_to_uint();
         let fixed = normalize(&words).expect("rewritten");
-        let list = instructions(&fixed).expect("valid instructions");
+        let list: Vec<Instruction> = instructions(&fixed).collect();
         let convert = list.iter().find(|i| i.op == OP_CONVERT_F_TO_S).expect("still a signed conversion");
         let int = fixed[convert.at + 1];
         let decl = list.iter().find(|i| i.op == OP_TYPE_INT && fixed[i.at + 1] == int).expect("its type is declared");
@@ -184,8 +187,7 @@ mod tests {
             .iter()
             .find(|i| i.op == OP_BITCAST && fixed[i.at + 3] == fixed[convert.at + 2])
             .expect("a bitcast of it");
-        let original = instructions(&words).expect("instructions");
-        let was = original.iter().find(|i| i.op == OP_CONVERT_F_TO_S).expect("the conversion");
+        let was = instructions(&words).find(|i| i.op == OP_CONVERT_F_TO_S).expect("the conversion");
         assert_eq!(
             (fixed[cast.at + 1], fixed[cast.at + 2]),
             (words[was.at + 1], words[was.at + 2]),
@@ -198,8 +200,7 @@ mod tests {
             crate::spirv::ShaderFeatures::default(),
         )
         .expect("valid");
-        let written = instructions(&module.words).expect("instructions");
-        assert!(written.iter().any(|i| i.op == OP_CONVERT_F_TO_S), "naga wrote no signed conversion");
+        assert!(instructions(&module.words).any(|i| i.op == OP_CONVERT_F_TO_S), "naga wrote no signed conversion");
     }
 
     #[test]
