@@ -35,6 +35,26 @@ pub fn memory_types() -> Vec<MemoryType> {
     vec![MemoryType::DEVICE_LOCAL, MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED]
 }
 
+/// The device's memory types, one per entry: their flags and the size of their heap, e.g.
+/// `DEVICE_LOCAL (80 GiB); HOST_VISIBLE|HOST_COHERENT (1007 GiB)`.
+fn memory_types_text(types: &[(ash::vk::MemoryPropertyFlags, u64)]) -> String {
+    use ash::vk::MemoryPropertyFlags as F;
+    let names = [
+        (F::DEVICE_LOCAL, "DEVICE_LOCAL"),
+        (F::HOST_VISIBLE, "HOST_VISIBLE"),
+        (F::HOST_COHERENT, "HOST_COHERENT"),
+        (F::HOST_CACHED, "HOST_CACHED"),
+        (F::LAZILY_ALLOCATED, "LAZILY_ALLOCATED"),
+        (F::PROTECTED, "PROTECTED"),
+    ];
+    let one = |(flags, heap): &(F, u64)| {
+        let set: Vec<&str> = names.iter().filter(|(f, _)| flags.contains(*f)).map(|(_, n)| *n).collect();
+        let set = if set.is_empty() { "NONE".to_string() } else { set.join("|") };
+        format!("{set} ({} MiB)", heap >> 20)
+    };
+    types.iter().map(one).collect::<Vec<_>>().join("; ")
+}
+
 /// What device `ordinal` (described by `physical`) offers.
 pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
     let limits = &physical.limits;
@@ -73,11 +93,14 @@ pub fn device_info(ordinal: usize, physical: &PhysicalInfo) -> DeviceInfo {
         ("robust_buffer_access".to_string(), physical.robust_buffer_access.to_string()),
         ("shader_int64".to_string(), physical.shader_features.int64.to_string()),
         ("shader_float64".to_string(), physical.shader_features.float64.to_string()),
+        ("shader_float16".to_string(), physical.shader_features.float16.to_string()),
         ("max_storage_buffer_range".to_string(), limits.max_storage_buffer_range.to_string()),
         ("min_storage_buffer_offset_alignment".to_string(), limits.min_storage_buffer_offset_alignment.to_string()),
         ("max_push_constants_size".to_string(), limits.max_push_constants_size.to_string()),
         ("max_compute_shared_memory_size".to_string(), limits.max_compute_shared_memory_size.to_string()),
         ("largest_memory_heap".to_string(), physical.heap_bytes.to_string()),
+        ("device_memory".to_string(), if physical.device_memory_mapped() { "mapped" } else { "unmapped" }.to_string()),
+        ("memory_types".to_string(), memory_types_text(&physical.memory_types)),
     ];
     info
 }

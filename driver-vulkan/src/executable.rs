@@ -333,7 +333,7 @@ fn check_limits(
 /// once the module passes validation: what a loader of another format reads to declare them.
 pub fn entry_point_sizes(words: &[u32]) -> Result<Vec<(String, Option<[u32; 3]>)>> {
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let module = spirv::validate(&bytes, ShaderFeatures { int64: true, float64: true })?;
+    let module = spirv::validate(&bytes, ShaderFeatures { int64: true, float64: true, float16: true })?;
     Ok(module
         .entry_points
         .into_iter()

@@ -53,6 +53,11 @@ pub struct PhysicalInfo {
     /// Vulkan says a failed import leaves it with the application): the driver must not close it
     /// again.
     pub(crate) closes_refused_fds: bool,
+    /// Whether device-local memory is mapped where it is host-visible (see [`DEVICE_MEMORY_ENV`]).
+    pub(crate) map_device_memory: bool,
+    /// The device's memory types, each as its property flags and its heap's size: what
+    /// `device_info` shows, so a user sees where buffers go.
+    pub(crate) memory_types: Vec<(vk::MemoryPropertyFlags, u64)>,
 }
 
 /// What a device can share with other APIs (CUDA, another `VkDevice`) through opaque POSIX file
@@ -134,8 +139,9 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     if properties.api_version < vk::API_VERSION_1_2 {
         return Ok(None);
     }
+    let mut features11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut features12 = vk::PhysicalDeviceVulkan12Features::default();
-    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut features12);
+    let mut features = vk::PhysicalDeviceFeatures2::default().push_next(&mut features11).push_next(&mut features12);
     // SAFETY: as above; the chain lives on this stack frame.
     unsafe { vk.get_physical_device_features2(physical, &mut features) };
     let core_features = features.features;
@@ -164,7 +170,13 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
     );
     // SAFETY: as above.
     let memory = unsafe { vk.get_physical_device_memory_properties(physical) };
-    let heap_bytes = memory.memory_heaps_as_slice().iter().map(|h| h.size).max().unwrap_or(0);
+    let heaps = memory.memory_heaps_as_slice();
+    let heap_bytes = heaps.iter().map(|h| h.size).max().unwrap_or(0);
+    let memory_types = memory
+        .memory_types_as_slice()
+        .iter()
+        .map(|t| (t.property_flags, heaps.get(t.heap_index as usize).map_or(0, |h| h.size)))
+        .collect();
     let name = properties.device_name_as_c_str().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut id = vk::PhysicalDeviceIDProperties::default();
     let mut maintenance3 = vk::PhysicalDeviceMaintenance3Properties::default();
@@ -212,11 +224,17 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         shader_features: ShaderFeatures {
             int64: core_features.shader_int64 == vk::TRUE,
             float64: core_features.shader_float64 == vk::TRUE,
+            // naga writes every f16 module with both 16-bit storage capabilities.
+            float16: features12.shader_float16 == vk::TRUE
+                && features11.storage_buffer16_bit_access == vk::TRUE
+                && features11.uniform_and_storage_buffer16_bit_access == vk::TRUE,
         },
         robust_buffer_access: core_features.robust_buffer_access == vk::TRUE,
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
         fd_sharing,
         closes_refused_fds: properties12.driver_id == vk::DriverId::MESA_LLVMPIPE,
+        map_device_memory: map_device_memory()?,
+        memory_types,
     }))
 }
 
@@ -227,6 +245,31 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
 /// (tests only): replayed even without the feature, which Vulkan does not allow; lavapipe, which
 /// lacks it but reads descriptors when a submission runs, gets the replay path exercised this way.
 pub const UPDATE_AFTER_BIND_ENV: &str = "HAL_VULKAN_UPDATE_AFTER_BIND";
+
+/// Whether device-local buffers are mapped where their memory is host-visible, read when devices
+/// are listed or created. Unset or `1`: mapped there (lavapipe's only memory type, a resizable
+/// BAR), so queue reads and writes of them are host copies; `0` (tests): never mapped, so they are
+/// device copies through staging, as on a device whose video memory the host cannot see.
+pub const DEVICE_MEMORY_ENV: &str = "HAL_VULKAN_MAP_DEVICE_MEMORY";
+
+fn map_device_memory() -> Result<bool> {
+    match std::env::var(DEVICE_MEMORY_ENV).as_deref() {
+        Ok("1" | "") | Err(_) => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(other) => Err(Error::invalid_argument(format!("vulkan: {DEVICE_MEMORY_ENV}='{other}' is not 0 or 1"))),
+    }
+}
+
+impl PhysicalInfo {
+    /// Whether device-local buffers are mapped: allowed, and the first device-local memory type
+    /// (the one gpu-allocator gives them) is host-visible.
+    pub(crate) fn device_memory_mapped(&self) -> bool {
+        let first_local =
+            self.memory_types.iter().find(|(flags, _)| flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL));
+        self.map_device_memory
+            && first_local.is_some_and(|(flags, _)| flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE))
+    }
+}
 
 /// The choice [`UPDATE_AFTER_BIND_ENV`] makes.
 enum UpdateAfterBind {
@@ -326,8 +369,13 @@ impl Gpu {
         let extension_names: Vec<_> = extensions.iter().map(|name| name.as_ptr()).collect();
         let update_after_bind = physical.update_after_bind;
         let update_after_bind_enabled = update_after_bind.is_some() && physical.update_after_bind_feature;
+        let float16 = physical.shader_features.float16;
+        let mut features11 = vk::PhysicalDeviceVulkan11Features::default()
+            .storage_buffer16_bit_access(float16)
+            .uniform_and_storage_buffer16_bit_access(float16);
         let mut features12 = vk::PhysicalDeviceVulkan12Features::default()
             .timeline_semaphore(true)
+            .shader_float16(float16)
             .descriptor_binding_storage_buffer_update_after_bind(update_after_bind_enabled);
         let core = vk::PhysicalDeviceFeatures::default()
             .robust_buffer_access(physical.robust_buffer_access)
@@ -337,6 +385,7 @@ impl Gpu {
             .queue_create_infos(&queue_info)
             .enabled_features(&core)
             .enabled_extension_names(&extension_names)
+            .push_next(&mut features11)
             .push_next(&mut features12);
         // SAFETY: the create info and everything it points to outlive the call; the extensions and
         // features were checked to exist in `describe`.

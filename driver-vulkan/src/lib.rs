@@ -68,6 +68,7 @@ mod gpu;
 mod instance;
 pub mod interop;
 mod memory;
+mod one_shot;
 mod spirv;
 mod spirv_conversions;
 mod stream;
@@ -85,7 +86,7 @@ use hal::{Device, DeviceId, DeviceInfo, Error, Registry, Result};
 pub use ash;
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
 pub use executable::entry_point_sizes as spirv_entry_points;
-pub use gpu::UPDATE_AFTER_BIND_ENV;
+pub use gpu::{DEVICE_MEMORY_ENV, UPDATE_AFTER_BIND_ENV};
 pub use instance::VALIDATION_ENV;
 
 /// The name the driver is registered under.

@@ -1,12 +1,11 @@
-//! Buffers: a `VkBuffer` bound to host-visible memory from gpu-allocator. Every memory type the
-//! driver offers is backed by mapped memory (lavapipe's only type is device-local and host-visible;
-//! NVIDIA's device-local memory is host-visible too), so queue reads and writes are host copies in
-//! queue order; `DEVICE_LOCAL`-only buffers are still not mappable through the HAL, as on any GPU.
-//! The exception is a range of an embedder's `VkBuffer` ([`Block::external`]): its memory is the
-//! embedder's and has no mapping here, so queue reads and writes of it are device copies through a
-//! staging buffer (`stream.rs`). So is memory shared with another API through an opaque file
-//! descriptor ([`Block::exportable`], [`Block::import_fd`]): a `VkDeviceMemory` of the driver's own,
-//! device-local, not mapped.
+//! Buffers: a `VkBuffer` bound to memory from gpu-allocator, placed by what uses it most
+//! ([`Placement`]). Memory kernels use (HAL `DEVICE_LOCAL` buffers) is the device's own; where that
+//! memory is host-visible (lavapipe's only type, a resizable BAR) it is mapped and queue reads and
+//! writes are host copies in queue order, and where it is not (NVIDIA's video memory) they are
+//! device copies through a staging buffer (`stream.rs`). Host-visible HAL buffers and staging are
+//! mapped host memory. `DEVICE_LOCAL`-only buffers are not mappable through the HAL, as on any GPU.
+//! An embedder's `VkBuffer` ([`Block::external`]) and memory shared with another API through an
+//! opaque file descriptor ([`Block::exportable`], [`Block::import_fd`]) are not mapped here either.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -23,6 +22,7 @@ use hal::{Buffer, Error, MemoryType, Result};
 
 use crate::error::from_vk;
 use crate::gpu::Gpu;
+use crate::one_shot;
 
 /// Allocations at least this large get memory of their own.
 const DEDICATED_BYTES: u64 = 64 << 20;
@@ -38,6 +38,43 @@ pub(crate) const BUFFER_USAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::from
 
 /// The handle type of memory shared through file descriptors.
 const OPAQUE_FD: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
+
+/// Where a block's memory lives, by who reads and writes it most.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Kernels: the device's own memory (gpu-allocator's `GpuOnly`). Mapped only where that
+    /// memory is host-visible; kernels that read weights over the host link run several times
+    /// slower, which is why big buffers must never fall back to host memory.
+    Device,
+    /// Written by the host, read by the device: host-visible memory, device-local where the device
+    /// has such (`CpuToGpu`).
+    Upload,
+    /// Written by the device, read by the host: host-cached memory (`GpuToCpu`), which the host
+    /// reads at memory speed (device-local host-visible memory is uncached for the host).
+    Readback,
+}
+
+impl Placement {
+    /// Where a HAL buffer of `memory_type` goes: host-visible types to host memory (cached where
+    /// asked or host-local), the rest to the device.
+    pub fn of(memory_type: MemoryType) -> Placement {
+        if !memory_type.intersects(MemoryType::HOST_VISIBLE | MemoryType::HOST_LOCAL) {
+            Placement::Device
+        } else if memory_type.intersects(MemoryType::HOST_CACHED | MemoryType::HOST_LOCAL) {
+            Placement::Readback
+        } else {
+            Placement::Upload
+        }
+    }
+
+    fn location(self) -> MemoryLocation {
+        match self {
+            Placement::Device => MemoryLocation::GpuOnly,
+            Placement::Upload => MemoryLocation::CpuToGpu,
+            Placement::Readback => MemoryLocation::GpuToCpu,
+        }
+    }
+}
 
 /// Bytes of buffer memory in use on a device.
 #[derive(Debug, Default)]
@@ -56,7 +93,8 @@ pub struct Block {
     gpu: Arc<Gpu>,
     pub(crate) buffer: vk::Buffer,
     backing: Backing,
-    /// The host address of the `VkBuffer`'s byte 0 (`None`: an embedder's buffer, not mapped here).
+    /// The host address of the `VkBuffer`'s byte 0 (`None`: memory not mapped here: device memory the
+    /// host cannot see, an embedder's buffer, memory shared with another API).
     ptr: Option<NonNull<u8>>,
     /// Where the HAL buffer's byte 0 lies in the `VkBuffer` (an import's page alignment, an
     /// embedder's buffer's offset).
@@ -98,9 +136,18 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
-    /// A buffer of `size` bytes (at least 4: Vulkan has no empty buffers) in mapped memory,
-    /// counted in `counter` when given. The memory is zeroed.
-    pub fn new(gpu: &Arc<Gpu>, size: u64, counter: Option<&Arc<MemoryCounter>>, name: &str) -> Result<Block> {
+    /// A buffer of `size` bytes (at least 4: Vulkan has no empty buffers) in memory placed by
+    /// `placement`, counted in `counter` when given. Every placement but `Device` is mapped. The
+    /// memory is zeroed, but for unmapped memory when `zero_unmapped` is false (queue allocations,
+    /// whose contents are undefined, as on every GPU: zeroing would wait for the device).
+    pub fn new(
+        gpu: &Arc<Gpu>,
+        size: u64,
+        counter: Option<&Arc<MemoryCounter>>,
+        name: &str,
+        placement: Placement,
+        zero_unmapped: bool,
+    ) -> Result<Block> {
         let vk_size = size.max(4).next_multiple_of(4);
         let info =
             vk::BufferCreateInfo::default().size(vk_size).usage(BUFFER_USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE);
@@ -118,7 +165,7 @@ impl Block {
                 .allocate(&AllocationCreateDesc {
                     name,
                     requirements,
-                    location: MemoryLocation::CpuToGpu,
+                    location: placement.location(),
                     linear: true,
                     allocation_scheme: scheme,
                 })
@@ -132,22 +179,35 @@ impl Block {
                 return Err(e);
             }
         };
-        let ptr = allocation.mapped_ptr().map(|p| p.cast::<u8>());
+        let unmapped = placement == Placement::Device && !gpu.physical.map_device_memory;
+        let ptr = allocation.mapped_ptr().map(|p| p.cast::<u8>()).filter(|_| !unmapped);
         // SAFETY: the allocation's memory and offset fit the buffer's requirements (the allocator
         // was given them).
         let bound = unsafe { gpu.device.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) };
-        let (Some(ptr), Ok(())) = (ptr, bound) else {
-            let _ = gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
-            // SAFETY: not used by any command.
-            unsafe { gpu.device.destroy_buffer(buffer, None) };
-            return Err(match bound {
-                Err(e) => from_vk("vkBindBufferMemory", e),
-                Ok(()) => Error::internal("vulkan: host-visible memory came back unmapped"),
-            });
+        let failed = match (ptr, bound) {
+            (_, Err(e)) => Some(from_vk("vkBindBufferMemory", e)),
+            (None, Ok(())) if placement != Placement::Device => {
+                Some(Error::internal("vulkan: host-visible memory came back unmapped"))
+            }
+            _ => None,
         };
-        // SAFETY: the mapping covers `vk_size >= size` bytes, and nothing else uses it yet. Memory
-        // recycled by the allocator may hold old bytes; new buffers start zeroed.
-        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, vk_size as usize) };
+        let zeroed = match (failed, ptr) {
+            (Some(e), _) => Err(e),
+            (None, Some(ptr)) => {
+                // SAFETY: the mapping covers `vk_size >= size` bytes, and nothing else uses it yet.
+                // Memory recycled by the allocator may hold old bytes; new buffers start zeroed.
+                unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, vk_size as usize) };
+                Ok(())
+            }
+            (None, None) if zero_unmapped => one_shot::zero(gpu, buffer, vk_size),
+            (None, None) => Ok(()),
+        };
+        if let Err(e) = zeroed {
+            let _ = gpu.with_allocator(|a| a.free(allocation).map_err(|e| Error::internal(e.to_string())));
+            // SAFETY: not used by any command (a zeroing submission completed or never ran).
+            unsafe { gpu.device.destroy_buffer(buffer, None) };
+            return Err(e);
+        }
         if let Some(counter) = counter {
             counter.0.fetch_add(vk_size, Ordering::Relaxed);
         }
@@ -155,7 +215,7 @@ impl Block {
             gpu: gpu.clone(),
             buffer,
             backing: Backing::Allocated(Some(allocation)),
-            ptr: Some(ptr),
+            ptr,
             base: 0,
             size: vk_size,
             counter: counter.cloned(),
@@ -441,19 +501,21 @@ impl Block {
     }
 
     /// The mapped address of the `VkBuffer`'s byte 0: `InvalidArgument` for a block that is not
-    /// mapped here (an embedder's buffer, memory shared through a file descriptor).
+    /// mapped here (device memory the host cannot see, an embedder's buffer, memory shared through
+    /// a file descriptor).
     pub fn ptr(&self) -> Result<NonNull<u8>> {
         self.ptr.ok_or_else(|| {
             Error::invalid_argument(format!(
-                "vulkan: Vulkan buffer {:#x} has no host mapping here (an embedder's buffer, or memory shared with \
-                 another API)",
+                "vulkan: Vulkan buffer {:#x} has no host mapping here (device memory the host cannot see, an \
+                 embedder's buffer, or memory shared with another API)",
                 self.buffer.as_raw()
             ))
         })
     }
 
-    /// Whether the block is not mapped here (an embedder's buffer, memory shared through a file
-    /// descriptor): the host reaches it only through device copies.
+    /// Whether the block is not mapped here (device memory the host cannot see, an embedder's
+    /// buffer, memory shared through a file descriptor): the host reaches it only through device
+    /// copies.
     pub fn is_unmapped(&self) -> bool {
         self.ptr.is_none()
     }
@@ -463,7 +525,7 @@ impl Block {
         &self.gpu
     }
 
-    /// The mapped address of the HAL buffer's byte 0 (`None` for an embedder's buffer).
+    /// The mapped address of the HAL buffer's byte 0 (`None` for a block not mapped here).
     pub fn first_byte(&self) -> Option<NonNull<u8>> {
         // SAFETY: `base` lies inside the mapping (an import's offset into its first page).
         self.ptr.map(|ptr| unsafe { ptr.add(self.base as usize) })
@@ -505,6 +567,7 @@ impl Drop for Block {
 pub struct VulkanMemory {
     gpu: Arc<Gpu>,
     size: u64,
+    memory_type: MemoryType,
     mappable: bool,
     transient: bool,
     counter: Arc<MemoryCounter>,
@@ -514,7 +577,7 @@ pub struct VulkanMemory {
 impl VulkanMemory {
     /// Memory of `size` bytes now.
     pub fn allocate(gpu: &Arc<Gpu>, counter: &Arc<MemoryCounter>, memory_type: MemoryType, size: u64) -> Result<Self> {
-        let block = Block::new(gpu, size, Some(counter), "hal buffer")?;
+        let block = Block::new(gpu, size, Some(counter), "hal buffer", Placement::of(memory_type), true)?;
         Ok(Self::holding(gpu, counter, memory_type, size, block))
     }
 
@@ -549,6 +612,7 @@ impl VulkanMemory {
         VulkanMemory {
             gpu: gpu.clone(),
             size,
+            memory_type,
             mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
             transient: false,
             counter: counter.clone(),
@@ -561,6 +625,7 @@ impl VulkanMemory {
         VulkanMemory {
             gpu: gpu.clone(),
             size,
+            memory_type,
             mappable: memory_type.contains(MemoryType::HOST_VISIBLE),
             transient: true,
             counter: counter.clone(),
@@ -604,7 +669,9 @@ impl VulkanMemory {
         if !self.transient || block.is_some() {
             return Err(Error::failed_precondition(format!("{buffer}: alloca of a buffer that has memory")));
         }
-        *block = Some(Arc::new(Block::new(&self.gpu, self.size, Some(&self.counter), "hal transient buffer")?));
+        let placement = Placement::of(self.memory_type);
+        let made = Block::new(&self.gpu, self.size, Some(&self.counter), "hal transient buffer", placement, false)?;
+        *block = Some(Arc::new(made));
         Ok(())
     }
 

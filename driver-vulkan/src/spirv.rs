@@ -87,6 +87,9 @@ pub struct ShaderFeatures {
     pub int64: bool,
     /// 64-bit floats (`shaderFloat64`).
     pub float64: bool,
+    /// 16-bit floats, in registers and in storage buffers (`shaderFloat16` with
+    /// `storageBuffer16BitAccess` and `uniformAndStorageBuffer16BitAccess`).
+    pub float16: bool,
 }
 
 impl ShaderFeatures {
@@ -94,6 +97,7 @@ impl ShaderFeatures {
         let mut caps = Capabilities::IMMEDIATES;
         caps.set(Capabilities::SHADER_INT64, self.int64);
         caps.set(Capabilities::FLOAT64, self.float64);
+        caps.set(Capabilities::SHADER_FLOAT16, self.float16);
         caps
     }
 }
@@ -179,6 +183,8 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         flags: naga::back::spv::WriterFlags::empty(),
         zero_initialize_workgroup_memory: naga::back::spv::ZeroInitializeWorkgroupMemoryMode::None,
         force_loop_bounding: false,
+        // Compute shaders have no stage inputs or outputs of 16 bits.
+        use_storage_input_output_16: false,
         // An index past an array in workgroup, private or function memory is clamped: nothing
         // bounds those accesses otherwise, and on a CPU device (lavapipe) one lands in the
         // process's own memory. Buffer accesses are bounded by robustBufferAccess.
@@ -528,6 +534,26 @@ mod tests {
                 .unwrap_or_else(|e| panic!("a module holding {value} is refused: {e}"));
             assert!(module.words.contains(&value.to_bits()), "{value} is not in the written module");
         }
+    }
+
+    #[test]
+    fn f16_modules_need_the_float16_feature() {
+        let source = "enable f16;
+            @group(0) @binding(0) var<storage, read_write> out: array<f16>;
+            @compute @workgroup_size(1) fn main() { out[0] = out[0] * 1.5h; }";
+        let spirv = crate::wgsl::compile(source, "half").expect("compiles");
+        let e = validate(&spirv, ShaderFeatures::default()).unwrap_err();
+        assert_eq!(e.code(), hal::StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("FLOAT16"), "{e}");
+        let module = validate(&spirv, ShaderFeatures { float16: true, ..ShaderFeatures::default() }).expect("valid");
+        // OpCapability (17) Float16 (9) is declared; StorageInputOutput16 (4436), which compute
+        // does not need, is not.
+        let capabilities: Vec<u32> = crate::spirv_conversions::instructions(&module.words)
+            .filter(|i| i.op == 17)
+            .map(|i| module.words[i.at + 1])
+            .collect();
+        assert!(capabilities.contains(&9), "{capabilities:?}");
+        assert!(!capabilities.contains(&4436), "{capabilities:?}");
     }
 
     #[test]

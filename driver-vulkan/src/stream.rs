@@ -36,7 +36,7 @@ use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
 use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
-use crate::memory::Block;
+use crate::memory::{Block, Placement};
 use crate::memory::{VulkanMemory, resolve};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
@@ -554,8 +554,9 @@ impl Body<'_> {
     }
 }
 
-/// Whether `buffer` is memory not mapped here (a range of an embedder's `VkBuffer`, memory shared
-/// through a file descriptor), reached only through device copies.
+/// Whether `buffer` is memory not mapped here (device memory the host cannot see, a range of an
+/// embedder's `VkBuffer`, memory shared through a file descriptor), reached only through device
+/// copies.
 fn is_external(buffer: &hal::Buffer) -> bool {
     resolve(buffer).is_ok_and(|(block, _)| block.is_unmapped())
 }
@@ -608,7 +609,8 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
         }
         QueueOp::Read { source, offset, length, .. } if is_external(source) => {
             source.check_range(*offset, *length)?;
-            let staging = Arc::new(Block::new(&stream.gpu, *length, None, "hal read-back")?);
+            let staging =
+                Arc::new(Block::new(&stream.gpu, *length, None, "hal read-back", Placement::Readback, false)?);
             Plan::Device(Body::ReadBack { source, offset: *offset, length: *length, staging })
         }
         QueueOp::Native(_) => match external {
@@ -734,7 +736,8 @@ fn count_checks_for(
     if indirect.is_empty() {
         return Ok(None);
     }
-    let scratch = Block::new(&stream.gpu, CHECK_SLOT_BYTES * indirect.len() as u64, None, "hal indirect counts")?;
+    let bytes = CHECK_SLOT_BYTES * indirect.len() as u64;
+    let scratch = Block::new(&stream.gpu, bytes, None, "hal indirect counts", Placement::Readback, false)?;
     Ok(Some((Arc::new(scratch), indirect)))
 }
 

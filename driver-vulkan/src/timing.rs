@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 use hal::Result;
-use hal::driver::lock;
 
 use crate::error::from_vk;
 use crate::gpu::Gpu;
+use crate::one_shot;
 
 /// A device time (ns) and the host instant it corresponds to.
 #[derive(Clone, Copy, Debug)]
@@ -27,52 +27,18 @@ pub struct ClockAnchor {
 impl ClockAnchor {
     /// Measures an anchor on `gpu`'s first queue.
     pub fn measure(gpu: &Arc<Gpu>) -> Result<ClockAnchor> {
-        let device = &gpu.device;
         let pool = QueryPool::new(gpu, 1)?;
-        let info = vk::CommandPoolCreateInfo::default().queue_family_index(gpu.physical.queue_family);
-        // SAFETY: a valid create info; destroyed below.
-        let command_pool =
-            unsafe { device.create_command_pool(&info, None) }.map_err(|e| from_vk("vkCreateCommandPool", e))?;
-        let measured = (|| {
-            let allocate = vk::CommandBufferAllocateInfo::default()
-                .command_pool(command_pool)
-                .level(vk::CommandBufferLevel::PRIMARY)
-                .command_buffer_count(1);
-            // SAFETY: the pool is ours alone.
-            let cmd = unsafe { device.allocate_command_buffers(&allocate) }
-                .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?[0];
-            let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-            // SAFETY: recording a fresh command buffer of our own pool.
+        let (before, after) = one_shot::run(gpu, "clock anchor", |cmd| {
+            // SAFETY: the command buffer is recording; the pool is ours and holds one query.
             unsafe {
-                device.begin_command_buffer(cmd, &begin).map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
-                device.cmd_reset_query_pool(cmd, pool.pool, 0, 1);
-                device.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.pool, 0);
-                device.end_command_buffer(cmd).map_err(|e| from_vk("vkEndCommandBuffer", e))?;
+                gpu.device.cmd_reset_query_pool(cmd, pool.pool, 0, 1);
+                gpu.device.cmd_write_timestamp(cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.pool, 0);
             }
-            // SAFETY: a valid create info; destroyed below.
-            let fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }
-                .map_err(|e| from_vk("vkCreateFence", e))?;
-            let cmds = [cmd];
-            let submit = vk::SubmitInfo::default().command_buffers(&cmds);
-            let before = Instant::now();
-            let queue = lock(gpu.queue(0));
-            // SAFETY: the queue is locked; the command buffer is recorded and waits on nothing.
-            let submitted = unsafe { device.queue_submit(*queue, &[submit], fence) };
-            drop(queue);
-            // SAFETY: the fence is live; waited on only when the submission was made.
-            let waited = submitted.and_then(|()| unsafe { device.wait_for_fences(&[fence], true, u64::MAX) });
-            let after = Instant::now();
-            // SAFETY: the submission completed (or was never made), so the fence is unused.
-            unsafe { device.destroy_fence(fence, None) };
-            waited.map_err(|e| from_vk("vkQueueSubmit/vkWaitForFences (clock anchor)", e))?;
-            let ticks = pool.results(1)?[0];
-            let period_ns = f64::from(gpu.physical.limits.timestamp_period);
-            let half = (after - before) / 2;
-            Ok(ClockAnchor { device_ns: ticks as f64 * period_ns, host: before + half, uncertainty: half, period_ns })
-        })();
-        // SAFETY: the submission completed (or was never made), so nothing of the pool is in use.
-        unsafe { device.destroy_command_pool(command_pool, None) };
-        measured
+        })?;
+        let ticks = pool.results(1)?[0];
+        let period_ns = f64::from(gpu.physical.limits.timestamp_period);
+        let half = (after - before) / 2;
+        Ok(ClockAnchor { device_ns: ticks as f64 * period_ns, host: before + half, uncertainty: half, period_ns })
     }
 
     /// The host instant of device timestamp `ticks`.

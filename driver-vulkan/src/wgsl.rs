@@ -8,14 +8,17 @@ use hal::{Error, Result};
 pub fn compile(source: &str, name: &str) -> Result<Vec<u8>> {
     let module = naga::front::wgsl::parse_str(source)
         .map_err(|e| Error::invalid_argument(format!("wgsl '{name}': {}", e.emit_to_string(source))))?;
-    let mut validator =
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::IMMEDIATES);
+    // f16 (`enable f16;`) compiles here; a device without 16-bit floats refuses the module when
+    // it is loaded.
+    let capabilities = naga::valid::Capabilities::IMMEDIATES | naga::valid::Capabilities::SHADER_FLOAT16;
+    let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), capabilities);
     let info = validator
         .validate(&module)
         .map_err(|e| Error::invalid_argument(format!("wgsl '{name}': {}", e.emit_to_string(source))))?;
     let options = naga::back::spv::Options {
         lang_version: (1, 3),
         flags: naga::back::spv::WriterFlags::empty(),
+        use_storage_input_output_16: false,
         ..Default::default()
     };
     let words = naga::back::spv::write_vec(&module, &info, &options, None)

@@ -223,3 +223,100 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
     }
     assert_eq!(data.read_as::<u32>().unwrap()[0], 10);
 }
+
+/// Multiplies each f16 of `data` by 1.5 in f16.
+const HALF_WGSL: &str = r#"
+enable f16;
+@group(0) @binding(0) var<storage, read_write> data: array<f16>;
+@compute @workgroup_size(4)
+fn scale(@builtin(global_invocation_id) id: vec3<u32>) {
+    data[id.x] = data[id.x] * 1.5h;
+}
+"#;
+
+/// The device's value of property `name`.
+fn property(device: &hal::Device, name: &str) -> String {
+    let found = device.info().properties.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    found.unwrap_or_else(|| panic!("no device property {name}"))
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn f16_kernels_run_where_the_device_has_16_bit_floats_and_are_refused_elsewhere() {
+    let device = device();
+    let source = hal::ExecutableSource::Bytes {
+        format: hal::ExecutableFormat::Spirv,
+        data: std::sync::Arc::from(driver_vulkan::wgsl::compile(HALF_WGSL, "scale").unwrap()),
+        entry_points: vec![hal::EntryPointInfo::new("scale", 4, 1, 0)],
+    };
+    if property(&device, "shader_float16") != "true" {
+        let e = device.load_executable(&source).unwrap_err();
+        assert_eq!(e.code(), StatusCode::InvalidArgument, "{e}");
+        assert!(e.message().contains("FLOAT16"), "{e}");
+        return;
+    }
+    let scale = device.load_executable(&source).unwrap();
+    // 1.0, -2.0, 0.5, 1024.0 as f16 bits, two to a word.
+    let data = host_buffer(&device, &[0xc000_3c00, 0x6400_3800]);
+    let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+    cb.dispatch(&scale, 0, [1, 1, 1], &[], &[BufferBinding::whole(&data)]).unwrap();
+    cb.end().unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    device.queue(0).unwrap().execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
+    done.wait(1, hal::Timeout::Infinite).unwrap();
+    // 1.5, -3.0, 0.75, 1536.0.
+    assert_eq!(data.read_as::<u16>().unwrap(), vec![0x3e00, 0xc200, 0x3a00, 0x6600]);
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn device_local_buffers_the_host_cannot_map_move_through_staging() {
+    // Run in a child with device memory unmapped, as on a GPU whose video memory the host cannot
+    // see (lavapipe's memory is all host-visible).
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let output = Command::new(exe)
+        .args(["unmapped_device_memory_in_child", "--exact", "--include-ignored", "--nocapture"])
+        .env(driver_vulkan::DEVICE_MEMORY_ENV, "0")
+        .output()
+        .expect("run this test binary");
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the child did not run: {text}");
+}
+
+#[test]
+#[ignore = "run by device_local_buffers_the_host_cannot_map_move_through_staging, in a child"]
+fn unmapped_device_memory_in_child() {
+    let device = device();
+    assert_eq!(property(&device, "device_memory"), "unmapped");
+    let queue = device.queue(0).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    let step = |value: u64| [hal::SemaphoreValue::new(&done, value)];
+    // Allocated zeroed, though the host never touched it; not mappable.
+    let buffer = device.allocate_buffer(BufferParams::device_local(), 4096).unwrap();
+    assert!(buffer.map(0, 4).is_err(), "device-local memory mapped");
+    let zeros = queue.read(&[], &buffer, 0, 4096, &step(1)).unwrap();
+    assert!(zeros.wait_as::<u8>(hal::Timeout::Infinite).unwrap().iter().all(|&b| b == 0), "not zeroed");
+    // Host writes and reads go through staging, in queue order with device commands.
+    let words: Vec<u32> = (0..1024).collect();
+    queue.write_values(&step(1), &buffer, 0, &words, &step(2)).unwrap();
+    queue.fill(&step(2), &buffer, 16, 8, 7u32, &step(3)).unwrap();
+    let read = queue.read(&step(3), &buffer, 8, 24, &step(4)).unwrap();
+    assert_eq!(read.wait_as::<u32>(hal::Timeout::Infinite).unwrap(), vec![2, 3, 7, 7, 6, 7]);
+    // A kernel reads and writes it; a queue allocation gets such memory too.
+    let gate = host_buffer(&device, &[0, 1]);
+    let cb = bump_command_buffer(&device, &buffer, &gate, 5);
+    queue.execute(&step(4), &cb, &step(5)).unwrap();
+    let transient = queue.alloca(&step(5), BufferParams::device_local(), 64, &step(6)).unwrap();
+    queue.copy(&step(6), &buffer, 0, &transient, 0, 64, &step(7)).unwrap();
+    let read = queue.read(&step(7), &transient, 0, 8, &step(8)).unwrap();
+    assert_eq!(read.wait_as::<u32>(hal::Timeout::Infinite).unwrap(), vec![5, 1]);
+    queue.dealloca(&step(8), &transient, &step(9)).unwrap();
+    done.wait(9, hal::Timeout::Infinite).unwrap();
+}

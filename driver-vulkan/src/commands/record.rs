@@ -15,7 +15,7 @@ use super::{CHECK_SLOT_BYTES, check_binding_range};
 use crate::error::from_vk;
 use crate::executable::{Pipeline, VulkanExecutable};
 use crate::gpu::Gpu;
-use crate::memory::{Block, resolve};
+use crate::memory::{Block, Placement, resolve};
 
 /// What a recorded submission holds until it completes.
 #[derive(Default)]
@@ -213,7 +213,7 @@ impl<'a> Recorder<'a> {
 
     /// A staging buffer holding `bytes`, kept with the submission.
     fn staging(&mut self, bytes: &[u8]) -> Result<Arc<Block>> {
-        let block = Arc::new(Block::new(self.gpu, bytes.len() as u64, None, "hal staging")?);
+        let block = Arc::new(Block::new(self.gpu, bytes.len() as u64, None, "hal staging", Placement::Upload, false)?);
         let ptr = block.ptr()?;
         // SAFETY: the new block's mapping holds at least `bytes.len()` bytes and nothing else uses it.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.as_ptr(), bytes.len()) };
@@ -580,7 +580,7 @@ fn empty_binding(near: &Arc<Block>) -> Result<Arc<Block>> {
     if let Some(block) = cached.upgrade() {
         return Ok(block);
     }
-    let block = Arc::new(Block::new(gpu, EMPTY_BINDING_BYTES, None, "empty binding")?);
+    let block = Arc::new(Block::new(gpu, EMPTY_BINDING_BYTES, None, "empty binding", Placement::Upload, false)?);
     *cached = Arc::downgrade(&block);
     Ok(block)
 }
