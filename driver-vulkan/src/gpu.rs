@@ -12,6 +12,7 @@ use hal::{Error, Result};
 use crate::error::from_vk;
 use crate::instance::Instance;
 use crate::memory::Block;
+use crate::one_shot::OneShotContext;
 use crate::spirv::ShaderFeatures;
 
 /// What the driver needs to know of a physical device.
@@ -325,6 +326,8 @@ pub struct Gpu {
     /// The block zero-length dispatch bindings reach (`commands/record.rs`), while a submission
     /// holds it.
     pub(crate) empty_binding: Mutex<Weak<Block>>,
+    /// What the driver's own submit-and-wait submissions reuse (see `one_shot`).
+    pub(crate) one_shot: Mutex<Option<OneShotContext>>,
 }
 
 /// The logical device of `physical`, shared by every HAL device made on it while one lives (so
@@ -441,6 +444,7 @@ impl Gpu {
             queues,
             allocator: Mutex::new(Some(allocator)),
             empty_binding: Mutex::new(Weak::new()),
+            one_shot: Mutex::new(None),
         }))
     }
 
@@ -470,6 +474,9 @@ impl Drop for Gpu {
         // waiting for idle first lets nothing run on a destroyed device.
         unsafe {
             let _ = self.device.device_wait_idle();
+            if let Some(context) = lock(&self.one_shot).take() {
+                context.destroy(&self.device);
+            }
             drop(lock(&self.allocator).take());
             self.device.destroy_device(None);
         }
