@@ -22,6 +22,9 @@ pub struct RunReport {
     pub outputs: Vec<Tensor>,
     /// Each call's wall time in nanoseconds (the VM invocation, inputs already on the device).
     pub call_ns: Vec<u64>,
+    /// The CPU time every thread of the process spent during each call, in nanoseconds: what a
+    /// call costs the host (the VM, the driver, its threads), kernels on a GPU excluded.
+    pub cpu_ns: Vec<u64>,
 }
 
 #[repr(C)]
@@ -40,8 +43,10 @@ unsafe extern "C" {
         function: *const std::ffi::c_char,
         inputs: *const RawTensor,
         input_count: usize,
+        inputs_per_call: std::ffi::c_int,
         repeat: usize,
         call_ns: *mut i64,
+        cpu_ns: *mut i64,
         outputs: *mut RawTensor,
         output_capacity: usize,
         output_count: *mut usize,
@@ -60,13 +65,34 @@ pub fn register_default() -> Result<(), hal::Error> {
 
 /// Calls `function` (`module.name`) of the module at `path` on the default device of IREE driver
 /// `driver` (`thal-cpu-sim`, or IREE's own `local-sync`, `local-task`) `repeat` times (at least
-/// once) with `inputs`.
+/// once) with `inputs`, uploaded once.
 pub fn run_module(
     driver: &str,
     path: &Path,
     function: &str,
     inputs: &[Tensor],
     repeat: usize,
+) -> Result<RunReport, hal::Error> {
+    run_module_with(driver, path, function, inputs, repeat, InputUploads::Once)
+}
+
+/// When a run uploads its inputs to the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputUploads {
+    /// Once, before the first call; every call takes the same buffers (as iree-benchmark-module).
+    Once,
+    /// Before each call, outside its time (as a program with fresh inputs each call).
+    PerCall,
+}
+
+/// [`run_module`], with the inputs uploaded as `uploads` says.
+pub fn run_module_with(
+    driver: &str,
+    path: &Path,
+    function: &str,
+    inputs: &[Tensor],
+    repeat: usize,
+    uploads: InputUploads,
 ) -> Result<RunReport, hal::Error> {
     register_default()?;
     let module = std::fs::read(path).map_err(|e| hal::Error::not_found(format!("module {}: {e}", path.display())))?;
@@ -93,6 +119,7 @@ pub fn run_module(
     }
     let repeat = repeat.max(1);
     let mut call_ns = vec![0i64; repeat];
+    let mut cpu_ns = vec![0i64; repeat];
     const MAX_OUTPUTS: usize = 16;
     let mut raw_outputs: Vec<RawTensor> = (0..MAX_OUTPUTS)
         .map(|_| RawTensor { rank: 0, shape: [0; 8], data: std::ptr::null(), element_count: 0 })
@@ -108,8 +135,10 @@ pub fn run_module(
             function_c.as_ptr(),
             raw_inputs.as_ptr(),
             raw_inputs.len(),
+            std::ffi::c_int::from(uploads == InputUploads::PerCall),
             repeat,
             call_ns.as_mut_ptr(),
+            cpu_ns.as_mut_ptr(),
             raw_outputs.as_mut_ptr(),
             MAX_OUTPUTS,
             &mut output_count,
@@ -124,7 +153,8 @@ pub fn run_module(
         unsafe { thal_iree_tensor_free(raw) };
     }
     ffi::into_result(status).map_err(|e| e.context(format!("{function} of {} on {driver}", path.display())))?;
-    Ok(RunReport { outputs, call_ns: call_ns.into_iter().map(|ns| ns.max(0) as u64).collect() })
+    let non_negative = |ns: Vec<i64>| ns.into_iter().map(|ns| ns.max(0) as u64).collect();
+    Ok(RunReport { outputs, call_ns: non_negative(call_ns), cpu_ns: non_negative(cpu_ns) })
 }
 
 /// A tensor of `shape` whose values are uniform in `[-scale, scale)`, the same for the same

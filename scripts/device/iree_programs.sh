@@ -8,6 +8,10 @@
 # Columns: exact = bit for bit against IREE's driver; vs-cpu = within tolerance of IREE's CPU
 # output (largest |a - b| / (1 + |b|)); us per call, medians (ours: 300 calls of
 # iree_runtime_call_invoke; IREE's: iree-benchmark-module, median of 5 repetitions).
+# Host CPU per call (host.txt), us, all threads of the process: cpu = ours measured around each
+# call (median); cpu-diff = (CPU of 201 calls - CPU of 1 call) / 200 from getrusage, inputs
+# uploaded before every call (--inputs-per-call), so a build without the CPU column (BEFORE) is
+# measured the same way; iree = iree-benchmark-module's CPU column (median).
 set -u
 DEV=${1:?usage: iree_programs.sh cuda|vulkan|cpu-sim}; OUT=${OUT:?set OUT to a directory}
 [ "$DEV" = cpu-sim ] && exec bash "$(dirname "$0")/iree_programs_cpu.sh"
@@ -38,6 +42,21 @@ PY
 PROGS=("chain chain $P/chain 1 0" "chain_split chain $P/chain 1 0" "matmul matmul $P/matmul 2 0" "mlp mlp $P/mlp 5 0"
        "mlp4 mlp4 /tmp/mlp4 9 1e-3" "transformer transformer /tmp/transformer 7 1e-3" "transformer_f16 transformer_f16 /tmp/transformer_f16 7 5e-2" "conv conv /tmp/conv 5 1e-3")
 med() { grep "^| thal-$DEV" | awk -F'|' '{gsub(/ /,"",$4); print $4}'; }
+cpu() { grep "^| thal-$DEV" | awk -F'|' '{gsub(/ /,"",$6); print $6}'; }
+# cpu_diff BINARY ARGS...: host CPU us per call of BINARY ARGS --repeat N, differenced over N.
+cpu_diff() {
+  python3 - "$@" <<'PY'
+import resource, subprocess, sys
+def cpu(n):
+    t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(sys.argv[1:] + ["--repeat", str(n)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (t1.ru_utime + t1.ru_stime) - (t0.ru_utime + t0.ru_stime)
+one, many = cpu(1), cpu(201)
+print(f"{(many - one) / 200 * 1e6:.1f}")
+PY
+}
+printf "%-16s %10s %10s %10s %10s\n" program cpu cpu-diff before-diff iree-cpu > $O/host.txt
 printf "%-16s %-9s %-22s %10s %10s %10s %10s %7s %7s\n" program exact "vs-cpu(reldiff)" after1 before1 after2 before2 iree ratio | tee $O/table.txt
 for e in "${PROGS[@]}"; do
   read -r name fn stem n tol <<< "$e"
@@ -54,10 +73,15 @@ for e in "${PROGS[@]}"; do
   R=300
   a1=$(timeout 120 $NEW --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>$O/a1-$name.err | med)
   b1=; b2=; [ -n "$OLD" ] && b1=$(timeout 120 $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>$O/b1-$name.err | med)
-  a2=$(timeout 120 $NEW --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>/dev/null | med)
+  a2out=$(timeout 120 $NEW --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>/dev/null)
+  a2=$(echo "$a2out" | med); c2=$(echo "$a2out" | cpu)
+  cd_new=$(cpu_diff $NEW --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --inputs-per-call)
+  cd_old=-; [ -n "$OLD" ] && cd_old=$(cpu_diff $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV)
   [ -n "$OLD" ] && b2=$(timeout 120 $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>/dev/null | med)
   timeout 120 $BENCH --device=$DEV --module=$mod --function=$fn "${ins[@]}" --benchmark_repetitions=5 --benchmark_min_time=0.3 > $O/iree-bench-$name.txt 2>&1
   th=$(grep -E "_median" $O/iree-bench-$name.txt | head -1 | awk '{v=$2; if ($3=="ms") v*=1000; if ($3=="ns") v/=1000; if (v) printf "%.1f", v}')
   ratio=$(python3 -c "print(f'{min($a1,$a2)/$th:.2f}x')" 2>/dev/null || echo -)
+  icpu=$(grep -E "_median" $O/iree-bench-$name.txt | head -1 | awk '{v=$4; if ($5=="ms") v*=1000; if ($5=="ns") v/=1000; if (v) printf "%.1f", v}')
+  printf "%-16s %10s %10s %10s %10s\n" $name "${c2:-?}" "${cd_new:-?}" "${cd_old:-?}" "${icpu:-?}" | tee -a $O/host.txt
   printf "%-16s %-9s %-22s %10s %10s %10s %10s %7s %7s\n" $name $exact "$vs" "${a1:-?}" "${b1:-?}" "${a2:-?}" "${b2:-?}" "${th:-?}" $ratio | tee -a $O/table.txt
 done

@@ -1,7 +1,7 @@
 //! `thal-iree-run`: calls a function of a compiled IREE module on one or more IREE drivers (this
 //! crate's `thal-cpu-sim`, IREE's own `local-sync` and `local-task`), like `iree-run-module`; with
 //! several `--device`s it checks that every device gives the same bits and prints each device's
-//! call time.
+//! call time and the host CPU time a call takes (every thread of the process, during the call).
 //!
 //! ```text
 //! thal-iree-run --module testdata/programs/mlp.vmfb --function module.mlp \
@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hal_iree::npy;
-use hal_iree::runner::{Tensor, parse_random, relative_difference, run_module};
+use hal_iree::runner::{InputUploads, Tensor, parse_random, relative_difference, run_module_with};
 
 #[derive(Parser)]
 #[command(about = "Run a function of an IREE module (.vmfb) on timeline-hal or IREE devices")]
@@ -34,6 +34,9 @@ struct Args {
     /// Calls per device (the outputs are the last call's).
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// Uploads the inputs again before every call (outside its time), instead of once.
+    #[arg(long)]
+    inputs_per_call: bool,
     /// Writes the first device's first output here (`@path.npy`).
     #[arg(long)]
     output: Option<String>,
@@ -75,16 +78,18 @@ fn run(args: Args) -> Result<bool, hal::Error> {
     let devices = if args.devices.is_empty() { vec![hal_iree::CPU_SIM_DRIVER.to_owned()] } else { args.devices };
     let mut first: Option<Tensor> = None;
     let mut agree = true;
-    println!("| device | calls | median us/call | min us/call | first output |");
-    println!("| --- | ---: | ---: | ---: | --- |");
+    println!("| device | calls | median us/call | min us/call | median host CPU us/call | first output |");
+    println!("| --- | ---: | ---: | ---: | ---: | --- |");
     for device in &devices {
-        let report = run_module(device, &args.module, &args.function, &inputs, args.repeat)?;
+        let uploads = if args.inputs_per_call { InputUploads::PerCall } else { InputUploads::Once };
+        let report = run_module_with(device, &args.module, &args.function, &inputs, args.repeat, uploads)?;
         let output = report.outputs.first().cloned().unwrap_or(Tensor { shape: vec![0], data: vec![] });
         let min = report.call_ns.iter().min().copied().unwrap_or(0) as f64 / 1000.0;
         println!(
-            "| {device} | {} | {:.1} | {min:.1} | {} |",
+            "| {device} | {} | {:.1} | {min:.1} | {:.1} | {} |",
             report.call_ns.len(),
             median(&report.call_ns),
+            median(&report.cpu_ns),
             preview(&output)
         );
         let reference = expected.as_ref().or(first.as_ref());

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "iree/hal/api.h"
 #include "iree/runtime/api.h"
@@ -20,8 +21,10 @@ void thal_iree_tensor_free(thal_iree_tensor_t* tensor) {
   tensor->data = NULL;
 }
 
-static iree_status_t push_inputs(iree_runtime_session_t* session, iree_runtime_call_t* call,
-                                 const thal_iree_tensor_t* inputs, size_t input_count) {
+// Makes a device buffer view of each input once: every call then pushes the same views, as
+// iree-benchmark-module does, so a call's time is the call's alone.
+static iree_status_t make_inputs(iree_runtime_session_t* session, const thal_iree_tensor_t* inputs,
+                                 size_t input_count, iree_hal_buffer_view_t** views) {
   iree_hal_device_t* device = iree_runtime_session_device(session);
   iree_hal_allocator_t* allocator = iree_runtime_session_device_allocator(session);
   for (size_t i = 0; i < input_count; ++i) {
@@ -32,15 +35,25 @@ static iree_status_t push_inputs(iree_runtime_session_t* session, iree_runtime_c
     iree_hal_buffer_params_t params = {0};
     params.type = IREE_HAL_MEMORY_TYPE_DEVICE_LOCAL;
     params.usage = IREE_HAL_BUFFER_USAGE_DEFAULT;
-    iree_hal_buffer_view_t* view = NULL;
     IREE_RETURN_IF_ERROR(iree_hal_buffer_view_allocate_buffer_copy(
         device, allocator, input->rank, shape, IREE_HAL_ELEMENT_TYPE_FLOAT_32, IREE_HAL_ENCODING_TYPE_DENSE_ROW_MAJOR,
-        params, iree_make_const_byte_span(input->data, input->element_count * sizeof(float)), &view));
-    iree_status_t status = iree_runtime_call_inputs_push_back_buffer_view(call, view);
-    iree_hal_buffer_view_release(view);
-    IREE_RETURN_IF_ERROR(status);
+        params, iree_make_const_byte_span(input->data, input->element_count * sizeof(float)), &views[i]));
   }
   return iree_ok_status();
+}
+
+static iree_status_t push_inputs(iree_runtime_call_t* call, iree_hal_buffer_view_t** views, size_t input_count) {
+  for (size_t i = 0; i < input_count; ++i) {
+    IREE_RETURN_IF_ERROR(iree_runtime_call_inputs_push_back_buffer_view(call, views[i]));
+  }
+  return iree_ok_status();
+}
+
+// The CPU time of every thread of the process so far, in nanoseconds.
+static int64_t process_cpu_ns(void) {
+  struct timespec now;
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) != 0) return 0;
+  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
 static iree_status_t pop_outputs(iree_hal_device_t* device, iree_runtime_call_t* call, thal_iree_tensor_t* outputs,
@@ -85,11 +98,13 @@ static iree_status_t pop_outputs(iree_hal_device_t* device, iree_runtime_call_t*
 }
 
 // Loads `module` (the bytes of a .vmfb) on the default device of `driver` and calls `function`
-// (e.g. "module.main") `repeat` times with `inputs`, writing each call's nanoseconds to `call_ns`
-// and the last call's outputs to `outputs`.
+// (e.g. "module.main") `repeat` times with `inputs`, writing each call's nanoseconds to `call_ns`,
+// the CPU time every thread of the process spent during it to `cpu_ns`, and the last call's
+// outputs to `outputs`. `inputs_per_call`: the input buffers are made again before each call
+// (outside its time), as a program that uploads fresh inputs every call does.
 iree_status_t thal_iree_run_module(const char* driver, const void* module, size_t module_length, const char* function,
-                                   const thal_iree_tensor_t* inputs, size_t input_count, size_t repeat,
-                                   int64_t* call_ns, thal_iree_tensor_t* outputs, size_t output_capacity,
+                                   const thal_iree_tensor_t* inputs, size_t input_count, int inputs_per_call,
+                                   size_t repeat, int64_t* call_ns, int64_t* cpu_ns, thal_iree_tensor_t* outputs, size_t output_capacity,
                                    size_t* output_count) {
   *output_count = 0;
   iree_allocator_t host_allocator = iree_allocator_system();
@@ -118,13 +133,32 @@ iree_status_t thal_iree_run_module(const char* driver, const void* module, size_
     status = iree_runtime_call_initialize_by_name(session, iree_make_cstring_view(function), &call);
     call_made = iree_status_is_ok(status);
   }
+  iree_hal_buffer_view_t** views = NULL;
+  if (iree_status_is_ok(status) && input_count > 0) {
+    views = (iree_hal_buffer_view_t**)calloc(input_count, sizeof(*views));
+    if (!views) status = iree_make_status(IREE_STATUS_RESOURCE_EXHAUSTED, "%zu input views", input_count);
+  }
+  if (iree_status_is_ok(status)) status = make_inputs(session, inputs, input_count, views);
   for (size_t r = 0; r < repeat && iree_status_is_ok(status); ++r) {
     iree_runtime_call_reset(&call);
-    status = push_inputs(session, &call, inputs, input_count);
+    if (inputs_per_call && r > 0) {
+      for (size_t i = 0; i < input_count; ++i) {
+        iree_hal_buffer_view_release(views[i]);
+        views[i] = NULL;
+      }
+      status = make_inputs(session, inputs, input_count, views);
+    }
+    if (iree_status_is_ok(status)) status = push_inputs(&call, views, input_count);
+    int64_t cpu_start = process_cpu_ns();
     iree_time_t start = iree_time_now();
     if (iree_status_is_ok(status)) status = iree_runtime_call_invoke(&call, 0);
     call_ns[r] = iree_time_now() - start;
+    cpu_ns[r] = process_cpu_ns() - cpu_start;
   }
+  for (size_t i = 0; views && i < input_count; ++i) {
+    if (views[i]) iree_hal_buffer_view_release(views[i]);
+  }
+  free(views);
   if (iree_status_is_ok(status)) status = pop_outputs(device, &call, outputs, output_capacity, output_count);
   if (call_made) iree_runtime_call_deinitialize(&call);
   iree_runtime_session_release(session);
