@@ -9,7 +9,7 @@
 # output (largest |a - b| / (1 + |b|)); us per call, medians (ours: 300 calls of
 # iree_runtime_call_invoke; IREE's: iree-benchmark-module, median of 5 repetitions).
 # Host CPU per call (host.txt), us, all threads of the process: cpu = ours measured around each
-# call (median); cpu-diff = (CPU of 201 calls - CPU of 1 call) / 200 from getrusage, inputs
+# call (median), before-cpu = the same for BEFORE where its runner reports it; cpu-diff = (CPU of 201 calls - CPU of 1 call) / 200 from getrusage, inputs
 # uploaded before every call (--inputs-per-call), so a build without the CPU column (BEFORE) is
 # measured the same way; iree = iree-benchmark-module's CPU column (median).
 set -u
@@ -56,7 +56,7 @@ one, many = cpu(1), cpu(201)
 print(f"{(many - one) / 200 * 1e6:.1f}")
 PY
 }
-printf "%-16s %10s %10s %10s %10s\n" program cpu cpu-diff before-diff iree-cpu > $O/host.txt
+printf "%-16s %10s %10s %10s %10s %10s\n" program cpu before-cpu cpu-diff before-diff iree-cpu > $O/host.txt
 printf "%-16s %-9s %-22s %10s %10s %10s %10s %7s %7s\n" program exact "vs-cpu(reldiff)" after1 before1 after2 before2 iree ratio | tee $O/table.txt
 for e in "${PROGS[@]}"; do
   read -r name fn stem n tol <<< "$e"
@@ -77,11 +77,12 @@ for e in "${PROGS[@]}"; do
   a2=$(echo "$a2out" | med); c2=$(echo "$a2out" | cpu)
   cd_new=$(cpu_diff $NEW --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --inputs-per-call)
   cd_old=-; [ -n "$OLD" ] && cd_old=$(cpu_diff $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV)
-  [ -n "$OLD" ] && b2=$(timeout 120 $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>/dev/null | med)
+  b2out=; [ -n "$OLD" ] && b2out=$(timeout 120 $OLD --module $mod --function module.$fn "${tins[@]}" --device thal-$DEV --repeat $R 2>/dev/null)
+  b2=$(echo "$b2out" | med); cb2=$(echo "$b2out" | cpu); case $cb2 in [0-9]*) ;; *) cb2=- ;; esac
   timeout 120 $BENCH --device=$DEV --module=$mod --function=$fn "${ins[@]}" --benchmark_repetitions=5 --benchmark_min_time=0.3 > $O/iree-bench-$name.txt 2>&1
   th=$(grep -E "_median" $O/iree-bench-$name.txt | head -1 | awk '{v=$2; if ($3=="ms") v*=1000; if ($3=="ns") v/=1000; if (v) printf "%.1f", v}')
   ratio=$(python3 -c "print(f'{min($a1,$a2)/$th:.2f}x')" 2>/dev/null || echo -)
   icpu=$(grep -E "_median" $O/iree-bench-$name.txt | head -1 | awk '{v=$4; if ($5=="ms") v*=1000; if ($5=="ns") v/=1000; if (v) printf "%.1f", v}')
-  printf "%-16s %10s %10s %10s %10s\n" $name "${c2:-?}" "${cd_new:-?}" "${cd_old:-?}" "${icpu:-?}" | tee -a $O/host.txt
+  printf "%-16s %10s %10s %10s %10s %10s\n" $name "${c2:-?}" "${cb2:-?}" "${cd_new:-?}" "${cd_old:-?}" "${icpu:-?}" | tee -a $O/host.txt
   printf "%-16s %-9s %-22s %10s %10s %10s %10s %7s %7s\n" $name $exact "$vs" "${a1:-?}" "${b1:-?}" "${a2:-?}" "${b2:-?}" "${th:-?}" $ratio | tee -a $O/table.txt
 done
