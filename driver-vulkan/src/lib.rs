@@ -70,6 +70,7 @@ pub mod interop;
 mod memory;
 mod one_shot;
 mod spirv;
+mod spirv_bitcasts;
 mod spirv_conversions;
 mod stream;
 pub mod timing;

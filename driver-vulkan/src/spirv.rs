@@ -16,6 +16,7 @@
 use hal::{Error, Result};
 use naga::valid::{Capabilities, GlobalUse, ValidationFlags, Validator};
 
+use crate::spirv_bitcasts::rewrite_half_bitcasts;
 use crate::spirv_conversions::{Instruction, instructions, normalize, words_of};
 
 /// The SPIR-V magic number, the first word of every module.
@@ -94,7 +95,9 @@ pub struct ShaderFeatures {
 
 impl ShaderFeatures {
     fn capabilities(self) -> Capabilities {
-        let mut caps = Capabilities::IMMEDIATES;
+        // Packing f32 pairs into f16 words (GLSL.std.450's PackHalf2x16 and UnpackHalf2x16) is
+        // core SPIR-V for Vulkan; naga asks for a flag.
+        let mut caps = Capabilities::IMMEDIATES | Capabilities::SHADER_FLOAT16_IN_FLOAT32;
         caps.set(Capabilities::SHADER_INT64, self.int64);
         caps.set(Capabilities::FLOAT64, self.float64);
         caps.set(Capabilities::SHADER_FLOAT16, self.float16);
@@ -129,9 +132,12 @@ fn translate(data: &[u8], features: ShaderFeatures) -> Result<ValidatedModule> {
         strict_capabilities: true,
         block_ctx_dump_prefix: None,
     };
-    // Conversions naga would misread are rewritten first (see `spirv_conversions`).
+    // Conversions and bitcasts naga would misread or refuse are rewritten first (see
+    // `spirv_conversions` and `spirv_bitcasts`).
     let given = words_of(data);
-    let normalized = normalize(&given).map(|w| w.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+    let converted = normalize(&given);
+    let rewritten = rewrite_half_bitcasts(converted.as_deref().unwrap_or(&given)).or(converted);
+    let normalized = rewritten.map(|w| w.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
     let mut module = naga::front::spv::parse_u8_slice(normalized.as_deref().unwrap_or(data), &options)
         .map_err(|e| Error::invalid_argument(format!("vulkan: invalid SPIR-V module: {e}")))?;
     if module.entry_points.len() != declared_entry_points {

@@ -320,3 +320,36 @@ fn unmapped_device_memory_in_child() {
     queue.dealloca(&step(8), &transient, &step(9)).unwrap();
     done.wait(9, hal::Timeout::Infinite).unwrap();
 }
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn f16_values_bitcast_to_and_from_32_bit_words_come_through() {
+    let device = device();
+    if property(&device, "shader_float16") != "true" {
+        return;
+    }
+    // vec2<u32> -> vec4<f16>, doubled, -> vec2<u32> (tests/spirv/half_bitcast.spvasm).
+    let source = hal::ExecutableSource::Bytes {
+        format: hal::ExecutableFormat::Spirv,
+        data: std::sync::Arc::from(&include_bytes!("spirv/half_bitcast.spv")[..]),
+        entry_points: vec![hal::EntryPointInfo::new("main", 1, 1, 0)],
+    };
+    let double = device.load_executable(&source).unwrap();
+    // 1.0, -2.0, 0.5, 3.0 as f16 bits; then a subnormal, the largest f16, -0.0 and infinity.
+    for (given, doubled) in [
+        ([0xc000_3c00u32, 0x4200_3800], [0x4000u16, 0xc400, 0x3c00, 0x4600]),
+        ([0x7bff_0001, 0xfc00_8000], [0x0002, 0x7c00, 0x8000, 0xfc00]),
+    ] {
+        let data = host_buffer(&device, &given);
+        let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+        cb.dispatch(&double, 0, [1, 1, 1], &[], &[BufferBinding::whole(&data)]).unwrap();
+        cb.end().unwrap();
+        let done = device.create_semaphore(0).unwrap();
+        device.queue(0).unwrap().execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
+        done.wait(1, hal::Timeout::Infinite).unwrap();
+        assert_eq!(data.read_as::<u16>().unwrap(), doubled, "{given:x?}");
+    }
+}

@@ -49,16 +49,15 @@ fn mlp_runs_bit_exact_on_vulkan() {
     check("mlp", "mlp", "module.mlp");
 }
 
-/// The programs of real size at their CI size (f32 ones: the baseline profile has no f16) on
-/// `thal-vulkan`, against IREE's `local-task` output in the same run: the GPU's math differs from
-/// the CPU's (other reduction orders), so within a relative tolerance of 1e-4.
+/// The programs of real size at their CI size on `thal-vulkan`, against IREE's `local-task` output
+/// in the same run: the GPU's math differs from the CPU's (other reduction orders), so within a
+/// relative tolerance: 1e-4 in f32, 1e-2 for the block computing in f16 (its Vulkan module is the
+/// baseline profile with f16 added; it runs where the device has `shader_float16`, as lavapipe has).
 #[test]
 #[ignore = "needs a Vulkan device: run with --include-ignored (hal-iree/ci.sh does where one is installed)"]
 fn real_programs_at_small_size_match_iree_cpu_on_vulkan() {
     for (stem, function, specs) in common::real_programs(true) {
-        if stem.contains("f16") {
-            continue;
-        }
+        let tolerance = if stem.contains("f16") { 1e-2 } else { 1e-4 };
         let inputs = common::random_inputs(&specs);
         let run = |driver: &str, module: String| {
             let report = run_module(driver, &programs().join(module), function, &inputs, 2)
@@ -68,6 +67,6 @@ fn real_programs_at_small_size_match_iree_cpu_on_vulkan() {
         let iree = run("local-task", format!("{stem}.vmfb"));
         let ours = run(hal_iree::VULKAN_DRIVER, format!("{stem}.vulkan.vmfb"));
         let d = hal_iree::runner::relative_difference(&iree, &ours).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        assert!(d <= 1e-4, "{stem}: largest relative difference from local-task {d:.3e}");
+        assert!(d <= tolerance, "{stem}: largest relative difference from local-task {d:.3e}");
     }
 }
