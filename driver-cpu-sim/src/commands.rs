@@ -28,7 +28,7 @@ use hal::{BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeIn
 use crate::collective::CpuChannel;
 use crate::executable::NativeExecutable;
 use crate::memory::{HostRange, host_range, read_buffer, write_buffer};
-use crate::workgroup_pool::{JobFailure, WorkgroupPool};
+use crate::workgroup_pool::{CallForHelp, JobFailure, WorkgroupPool};
 
 /// Bindings kept inline (no allocation) per dispatch.
 const INLINE_BINDINGS: usize = 8;
@@ -293,7 +293,7 @@ fn dispatch(
     cancel: &CancelSignal,
 ) -> Result<()> {
     let native = native_executable(executable)?;
-    let (info, kernel) = native.entry(entry_point).ok_or_else(|| {
+    let (info, kernel, workgroup_ns) = native.entry(entry_point).ok_or_else(|| {
         Error::out_of_range(format!(
             "{}: entry point {entry_point} does not exist (it has {})",
             executable,
@@ -356,15 +356,22 @@ fn dispatch(
         };
         outcome.and_then(|()| no_out_of_range_access(bindings)).map_err(WorkgroupStop::Kernel)
     };
-    let result = if total <= INLINE_WORKGROUPS {
+    // What one workgroup of this entry point took when one was last timed: a small grid that it
+    // shows heavy goes to the pool at once (timing its first workgroup alone would leave every
+    // other runner idle meanwhile: IREE's executables dispatch the same entry points every call).
+    let known_ns = workgroup_ns.load(Ordering::Relaxed);
+    let heavy_as_known = known_ns > 0 && known_ns.saturating_mul(total) > POOL_WORTH.as_nanos() as u64;
+    let result = if total <= INLINE_WORKGROUPS && !heavy_as_known {
         // Small grids run on the stream's own thread (no hand-off, no allocation), unless the
         // first workgroup, timed, shows the rest is worth the pool (`POOL_WORTH`).
         let started = Instant::now();
         let first = WorkgroupPool::run_inline(total.min(1), |index| {
             run_one(index, constants, &native_bindings, kernel, cancel)
         });
+        let took = started.elapsed();
+        workgroup_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1), Ordering::Relaxed);
         let rest = total.saturating_sub(1);
-        let heavy = started.elapsed().saturating_mul(u32::try_from(rest).unwrap_or(u32::MAX)) > POOL_WORTH;
+        let heavy = took.saturating_mul(u32::try_from(rest).unwrap_or(u32::MAX)) > POOL_WORTH;
         match first {
             Err(failure) => Err(failure),
             Ok(()) if rest == 0 => Ok(()),
@@ -384,7 +391,17 @@ fn dispatch(
         let kernel = kernel.clone();
         let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
         let cancel = cancel.clone();
-        pool.run_shared(total, move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel))
+        let started = Instant::now();
+        let call = if heavy_as_known { CallForHelp::AtOnce } else { CallForHelp::AfterFirstChunk };
+        let task = move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel);
+        let ran = pool.run_shared_with(total, task, call);
+        if heavy_as_known {
+            // Kept current: the grid's time spread over the runners that shared it.
+            let runners = (pool.thread_count() as u64 + 1).min(total);
+            let per_workgroup = started.elapsed().as_nanos().saturating_mul(u128::from(runners)) / u128::from(total);
+            workgroup_ns.store(u64::try_from(per_workgroup).unwrap_or(u64::MAX).max(1), Ordering::Relaxed);
+        }
+        ran
     };
     // Every workgroup has finished: the memory may go now.
     drop(ranges);

@@ -35,6 +35,7 @@ use std::collections::HashSet;
 use std::ffi::{CStr, c_char, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use cpu_sim_kernel_abi::{
     ABI_VERSION, KERNEL_TABLE_SYMBOL, KernelArgs, KernelCall, KernelFn, KernelTable, KernelTableFn, MAX_ERROR_MESSAGE,
@@ -70,6 +71,9 @@ const INLINE_BINDINGS: usize = 8;
 pub struct NativeExecutable {
     entry_points: Vec<EntryPointInfo>,
     kernels: Vec<NativeKernel>,
+    /// Per entry point, what one workgroup took the last time one was timed, in nanoseconds (0:
+    /// never timed): how a small grid of it is placed without timing one first (`commands.rs`).
+    workgroup_ns: Vec<AtomicU64>,
     /// The library the kernels live in, when loaded from one (kept loaded while `self` lives).
     library: Option<Arc<LoadedLibrary>>,
 }
@@ -112,6 +116,7 @@ impl NativeExecutable {
         let entry_points: Vec<EntryPointInfo> = entries.iter().map(|e| e.info.clone()).collect();
         validate_entry_points(&entry_points, "native executable")?;
         Ok(NativeExecutable {
+            workgroup_ns: entry_points.iter().map(|_| AtomicU64::new(0)).collect(),
             entry_points,
             kernels: entries.iter().map(|e| e.kernel.clone()).collect(),
             library: None,
@@ -150,13 +155,15 @@ impl NativeExecutable {
         let entry_points: Vec<EntryPointInfo> = entries.iter().map(|(info, _)| info.clone()).collect();
         let kernels =
             entries.into_iter().map(|(info, function)| library_kernel(library.clone(), info.name, function)).collect();
-        Ok(NativeExecutable { entry_points, kernels, library: Some(library) })
+        let workgroup_ns = entry_points.iter().map(|_| AtomicU64::new(0)).collect();
+        Ok(NativeExecutable { entry_points, kernels, workgroup_ns, library: Some(library) })
     }
 
-    /// The entry point and kernel at `ordinal`, or `None` when out of range.
-    pub fn entry(&self, ordinal: u32) -> Option<(&EntryPointInfo, &NativeKernel)> {
+    /// The entry point and kernel at `ordinal`, with its last timed workgroup's nanoseconds (see
+    /// `workgroup_ns`), or `None` when out of range.
+    pub fn entry(&self, ordinal: u32) -> Option<(&EntryPointInfo, &NativeKernel, &AtomicU64)> {
         let at = ordinal as usize;
-        Some((self.entry_points.get(at)?, self.kernels.get(at)?))
+        Some((self.entry_points.get(at)?, self.kernels.get(at)?, self.workgroup_ns.get(at)?))
     }
 
     /// The kernel at `ordinal`, or `None` when out of range.

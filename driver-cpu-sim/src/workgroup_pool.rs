@@ -1,8 +1,9 @@
 //! A persistent pool of threads that runs the workgroups of a dispatch in parallel.
 //!
 //! [`WorkgroupPool::run`] makes a job of `total` indices; the calling thread claims chunks of
-//! indices from an atomic counter until none are left, and after its first chunk, if chunks are left
-//! and no other dispatch runs, it publishes the job so that pool threads claim chunks too; `run`
+//! indices from an atomic counter until none are left, and after its first chunk (or before it, for
+//! a grid known to be heavy: [`CallForHelp::AtOnce`]), if chunks are left and runner slots are
+//! free, it publishes the job so that pool threads claim chunks too; `run`
 //! returns when every claimed chunk is finished. The first failure (an `Err` or a panic, caught) becomes the result and
 //! the indices not yet started are skipped. Several stream workers may call `run` at once: jobs
 //! queue up and the pool threads serve the oldest first, while each caller works on its own.
@@ -26,6 +27,15 @@ use crate::kernel_panics::catch_kernel_panic;
 
 /// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
 const CHUNKS_PER_RUNNER: u64 = 4;
+
+/// When a dispatch's caller calls the pool threads to help.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallForHelp {
+    /// After its first chunk, if chunks are left and slots are free (see the module docs).
+    AfterFirstChunk,
+    /// Before its first chunk, if slots are free.
+    AtOnce,
+}
 
 /// Why a job stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,8 +150,23 @@ impl WorkgroupPool {
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
     {
+        self.run_shared_with(total, task, CallForHelp::AfterFirstChunk)
+    }
+
+    /// [`run_shared`](Self::run_shared), calling the pool threads as `call` says: for a grid
+    /// already known to be heavy, at once (its first chunk alone would leave the free runners idle
+    /// for a chunk's time).
+    pub fn run_shared_with<F, E>(&self, total: u64, task: F, call: CallForHelp) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
+        E: Send + 'static,
+    {
         let others = self.shared.running.fetch_add(1, Ordering::AcqRel);
-        let result = if others + 1 < self.shared.slots { self.run(total, task) } else { Self::run_inline(total, task) };
+        let result = if others + 1 < self.shared.slots {
+            self.run_with(total, task, call)
+        } else {
+            Self::run_inline(total, task)
+        };
         let left = self.shared.running.fetch_sub(1, Ordering::AcqRel) - 1;
         if others > 0 && left + 1 < self.shared.slots {
             // Pool threads may have stood back while this ran beside other dispatches: let them
@@ -163,7 +188,6 @@ impl WorkgroupPool {
     }
 
     /// Number of pool threads (the caller of `run` helps too).
-    #[cfg(test)]
     pub fn thread_count(&self) -> usize {
         self.threads.len()
     }
@@ -186,7 +210,17 @@ impl WorkgroupPool {
 
     /// Runs `task(0..total)` across the pool's threads and the calling thread; returns once every
     /// index ran, or with the first failure (remaining indices are skipped).
+    #[cfg(test)]
     pub fn run<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
+        E: Send + 'static,
+    {
+        self.run_with(total, task, CallForHelp::AfterFirstChunk)
+    }
+
+    /// [`run`](Self::run), calling for help as `call` says.
+    fn run_with<F, E>(&self, total: u64, task: F, call: CallForHelp) -> Result<(), JobFailure<E>>
     where
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
@@ -213,7 +247,7 @@ impl WorkgroupPool {
         // thread), the one that starts first would otherwise wake pool threads that take the cores
         // the next ones are about to need, only to stand back a chunk later.
         let called = std::cell::Cell::new(false);
-        job.work_while(&|| {
+        let call_for_help = || {
             if !called.get() && helpers > 0 && job.has_work() && self.shared.free_slots() > 0 {
                 called.set(true);
                 let chunks_left = (job.total - job.next.load(Ordering::Relaxed)).div_ceil(job.chunk);
@@ -224,7 +258,11 @@ impl WorkgroupPool {
                 }
             }
             true
-        });
+        };
+        if call == CallForHelp::AtOnce {
+            call_for_help();
+        }
+        job.work_while(&call_for_help);
         job.wait();
         if called.get() {
             // Do not leave the finished job (and what its task holds) queued until the next wake-up.

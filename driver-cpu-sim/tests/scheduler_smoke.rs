@@ -383,3 +383,42 @@ fn a_few_heavy_workgroups_spread_over_the_pool_and_light_ones_stay_inline() {
     assert!(heavy > 1, "8 workgroups of 20 ms ran on one thread ({took:?})");
     assert!(took < Duration::from_millis(150), "8 workgroups of 20 ms took {took:?}: not spread");
 }
+
+/// An entry point whose workgroups were seen to be heavy sends its next small grid to the pool at
+/// once: its first workgroup no longer runs alone while the other runners wait for its timing.
+#[test]
+fn a_heavy_entry_point_dispatched_again_starts_its_workgroups_together() {
+    let device = device();
+    let spans = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = spans.clone();
+    let exe = device
+        .load_executable(&ExecutableSource::Native(vec![NativeEntryPoint::new(
+            EntryPointInfo::new("heavy", 1, 0, 0),
+            Arc::new(move |inv: &NativeInvocation<'_>| {
+                let start = std::time::Instant::now();
+                std::thread::sleep(Duration::from_millis(30));
+                seen.lock().map_err(|_| "poisoned")?.push((inv.workgroup_id[0], start, std::time::Instant::now()));
+                Ok(())
+            }),
+        )]))
+        .unwrap();
+    let q = device.queue(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    // Whether a workgroup other than 0 started before workgroup 0 ended.
+    let overlapped_first = |value: u64| {
+        let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+        cb.dispatch(&exe, 0, [4, 1, 1], &[], &[]).unwrap();
+        cb.end().unwrap();
+        spans.lock().unwrap().clear();
+        q.execute(&[], &cb, &[SV::new(&s, value)]).unwrap();
+        s.wait(value, T).unwrap();
+        let spans = spans.lock().unwrap();
+        let first_end = spans.iter().find(|(id, ..)| *id == 0).map(|(.., end)| *end).unwrap();
+        spans.iter().any(|(id, start, _)| *id != 0 && *start < first_end)
+    };
+    assert!(
+        !overlapped_first(1),
+        "the first grid of an entry point never timed ran its first workgroup alongside others"
+    );
+    assert!(overlapped_first(2), "a heavy entry point's second grid timed its first workgroup alone again");
+}
