@@ -49,21 +49,23 @@ pub enum Placement {
     /// Written by the host, read by the device: host-visible memory, device-local where the device
     /// has such (`CpuToGpu`).
     Upload,
-    /// Written by the device, read by the host: host-cached memory (`GpuToCpu`), which the host
-    /// reads at memory speed (device-local host-visible memory is uncached for the host).
+    /// Written by the device, read by the host once the device is done (the driver's read-back
+    /// staging): host-cached memory (`GpuToCpu`), which the host reads at memory speed
+    /// (device-local host-visible memory is uncached for the host).
     Readback,
 }
 
 impl Placement {
-    /// Where a HAL buffer of `memory_type` goes: host-visible types to host memory (cached where
-    /// asked or host-local), the rest to the device.
+    /// Where a HAL buffer of `memory_type` goes: device-local-only types to the device, the rest
+    /// to `Upload`. Not `Readback`, though the host reads those faster: a kernel polling a word
+    /// the host writes while it runs (a gate, a flag) reads host-cached memory through the GPU's
+    /// L2, which the host's write does not reach, so it could spin forever on NVIDIA; device-local
+    /// host-visible memory (or plain host memory where that runs out) takes the write.
     pub fn of(memory_type: MemoryType) -> Placement {
-        if !memory_type.intersects(MemoryType::HOST_VISIBLE | MemoryType::HOST_LOCAL) {
-            Placement::Device
-        } else if memory_type.intersects(MemoryType::HOST_CACHED | MemoryType::HOST_LOCAL) {
-            Placement::Readback
-        } else {
+        if memory_type.intersects(MemoryType::HOST_VISIBLE | MemoryType::HOST_LOCAL) {
             Placement::Upload
+        } else {
+            Placement::Device
         }
     }
 
