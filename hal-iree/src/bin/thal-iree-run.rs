@@ -78,15 +78,18 @@ fn run(args: Args) -> Result<bool, hal::Error> {
     let devices = if args.devices.is_empty() { vec![hal_iree::CPU_SIM_DRIVER.to_owned()] } else { args.devices };
     let mut first: Option<Tensor> = None;
     let mut agree = true;
-    println!("| device | calls | median us/call | min us/call | median host CPU us/call | first output |");
-    println!("| --- | ---: | ---: | ---: | ---: | --- |");
+    println!(
+        "| device | calls | median us/call | min us/call | median host CPU us/call | max us/call | first output |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | --- |");
     for device in &devices {
         let uploads = if args.inputs_per_call { InputUploads::PerCall } else { InputUploads::Once };
         let report = run_module_with(device, &args.module, &args.function, &inputs, args.repeat, uploads)?;
         let output = report.outputs.first().cloned().unwrap_or(Tensor { shape: vec![0], data: vec![] });
         let min = report.call_ns.iter().min().copied().unwrap_or(0) as f64 / 1000.0;
+        let max = report.call_ns.iter().max().copied().unwrap_or(0) as f64 / 1000.0;
         println!(
-            "| {device} | {} | {:.1} | {min:.1} | {:.1} | {} |",
+            "| {device} | {} | {:.1} | {min:.1} | {:.1} | {max:.1} | {} |",
             report.call_ns.len(),
             median(&report.call_ns),
             median(&report.cpu_ns),

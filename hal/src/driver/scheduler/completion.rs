@@ -25,10 +25,22 @@ use std::time::{Duration, Instant};
 /// continuously never makes its submitting thread pay for a wake-up (a system call per issue).
 const IDLE_WATCH: Duration = Duration::from_micros(50);
 
+/// A yield that returns later than this shows the cores are wanted by other threads: the thread
+/// stops watching for [`CONTENDED_PAUSE`] and sleeps when idle. While it watches, submitters do not
+/// wake it, so on a machine whose cores are all busy (a build beside the program) a watcher queued
+/// behind another process notices the next submission only after that process's time slice,
+/// milliseconds later, where a sleeping one is woken at once.
+const CONTENDED_YIELD: Duration = Duration::from_micros(20);
+
+/// How long a completion thread that saw contention sleeps at once when idle, before it watches
+/// again.
+const CONTENDED_PAUSE: Duration = Duration::from_millis(100);
+
 /// The completion thread of `queue`; returns once the device shuts down and nothing is in flight.
 pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
     super::mark_scheduler_thread();
     let slot = &shared.queues[queue];
+    let mut no_watch_until: Option<Instant> = None;
     loop {
         let front = {
             let mut inflight = lock(&slot.inflight);
@@ -41,7 +53,8 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                     return;
                 }
                 let idle_since = *idle_since.get_or_insert_with(Instant::now);
-                if idle_since.elapsed() < IDLE_WATCH {
+                let paused = no_watch_until.is_some_and(|until| Instant::now() < until);
+                if !paused && idle_since.elapsed() < IDLE_WATCH {
                     let seen = slot.issued.load(Ordering::Acquire);
                     drop(inflight);
                     while slot.issued.load(Ordering::Acquire) == seen
@@ -49,7 +62,12 @@ pub(super) fn run<M: StreamModel>(shared: &Arc<Shared<M>>, queue: usize) {
                         && !shared.shutting_down.load(Ordering::Acquire)
                     {
                         // Politely: on a busy machine the submitting thread may need this core.
+                        let yielded = Instant::now();
                         std::thread::yield_now();
+                        if yielded.elapsed() > CONTENDED_YIELD {
+                            no_watch_until = Some(Instant::now() + CONTENDED_PAUSE);
+                            break;
+                        }
                     }
                     inflight = lock(&slot.inflight);
                     continue;
