@@ -43,8 +43,8 @@ const OPAQUE_FD: vk::ExternalMemoryHandleTypeFlags = vk::ExternalMemoryHandleTyp
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
     /// Kernels: the device's own memory (gpu-allocator's `GpuOnly`). Mapped only where that
-    /// memory is host-visible; kernels that read weights over the host link run several times
-    /// slower, which is why big buffers must never fall back to host memory.
+    /// memory is host-visible. IREE's kernels ran several times slower on NVIDIA's device-local
+    /// host-visible memory type (`Upload`'s) than here.
     Device,
     /// Written by the host, read by the device: host-visible memory, device-local where the device
     /// has such (`CpuToGpu`).
