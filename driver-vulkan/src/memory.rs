@@ -57,10 +57,9 @@ pub enum Placement {
 
 impl Placement {
     /// Where a HAL buffer of `memory_type` goes: device-local-only types to the device, the rest
-    /// to `Upload`. Not `Readback`, though the host reads those faster: a kernel polling a word
-    /// the host writes while it runs (a gate, a flag) reads host-cached memory through the GPU's
-    /// L2, which the host's write does not reach, so it could spin forever on NVIDIA; device-local
-    /// host-visible memory (or plain host memory where that runs out) takes the write.
+    /// to `Upload`. Not `Readback`, though the host reads those faster: with host-visible buffers
+    /// there, tests whose kernel polls a word the host writes while it runs (a gate) hung on an
+    /// H200, and passed again in `Upload`'s memory.
     pub fn of(memory_type: MemoryType) -> Placement {
         if memory_type.intersects(MemoryType::HOST_VISIBLE | MemoryType::HOST_LOCAL) {
             Placement::Upload
