@@ -74,6 +74,8 @@ fn without_a_driver_the_device_is_unavailable_with_the_reason() {
 
 /// Adds its constant to word 0 of its buffer; spins first while word 1 of its gate is 0 (bounded, so
 /// a lost gate write cannot hang the test, but long enough that a loaded machine sees it pending).
+/// The gate is read with an atomic add of 0, which a compiler cannot take out of the loop (llvmpipe
+/// did so with an atomic load, and the spin ended at once).
 const BUMP_WGSL: &str = r#"
 @group(0) @binding(0) var<storage, read_write> data: array<u32>;
 @group(0) @binding(1) var<storage, read_write> gate: array<atomic<u32>>;
@@ -82,7 +84,7 @@ var<immediate> c: Constants;
 @compute @workgroup_size(1)
 fn bump() {
     var spins = 0u;
-    while atomicLoad(&gate[1]) == 0u && spins < 4000000000u {
+    while atomicAdd(&gate[1], 0u) == 0u && spins < 4000000000u {
         spins += 1u;
     }
     data[0] += c.add;
