@@ -36,6 +36,7 @@ mod flatbuffer;
 mod gpu_executable;
 pub mod npy;
 mod pinned_pool;
+mod poll_claim;
 mod recorder;
 pub mod runner;
 mod semaphore;

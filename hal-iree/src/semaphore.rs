@@ -15,12 +15,12 @@
 use std::alloc::Layout;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use crate::ffi::{self, code, iree_status_t, sys};
+use crate::poll_claim::PollClaim;
 
 /// An IREE semaphore of this driver.
 #[repr(C)]
@@ -116,7 +116,7 @@ pub(crate) fn watch(semaphore: &Semaphore, value: u64) {
         base: SendPtr(base),
         value,
         future: Mutex::new(Some(semaphore.hal.wait_async(value))),
-        again: AtomicBool::new(false),
+        claim: PollClaim::default(),
     });
     watch.poll();
 }
@@ -132,8 +132,8 @@ struct Watch {
     base: SendPtr,
     value: u64,
     future: Mutex<Option<hal::WaitFuture>>,
-    /// Set by a wake that found the future being polled; the poller polls again.
-    again: AtomicBool,
+    /// Which thread polls `future` (see `poll_claim`): the lock above is then never contended.
+    claim: PollClaim,
 }
 
 impl Wake for Watch {
@@ -144,28 +144,29 @@ impl Wake for Watch {
 
 impl Watch {
     fn poll(self: &Arc<Self>) {
+        if !self.claim.claim() {
+            return;
+        }
         loop {
-            let Ok(mut slot) = self.future.try_lock() else {
-                self.again.store(true, Ordering::Release);
-                return;
-            };
-            let Some(future) = slot.as_mut() else { return };
-            self.again.store(false, Ordering::Release);
-            let waker = Waker::from(self.clone());
-            let outcome = Pin::new(future).poll(&mut Context::from_waker(&waker));
-            match outcome {
-                Poll::Ready(outcome) => {
-                    *slot = None;
-                    drop(slot);
-                    self.finish(outcome);
-                    return;
-                }
-                Poll::Pending => {
-                    drop(slot);
-                    if !self.again.swap(false, Ordering::AcqRel) {
-                        return;
+            let outcome = {
+                let mut slot = self.future.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(future) = slot.as_mut() else { return };
+                let waker = Waker::from(self.clone());
+                match Pin::new(future).poll(&mut Context::from_waker(&waker)) {
+                    Poll::Ready(outcome) => {
+                        *slot = None;
+                        Some(outcome)
                     }
+                    Poll::Pending => None,
                 }
+            };
+            if let Some(outcome) = outcome {
+                self.claim.finish();
+                self.finish(outcome);
+                return;
+            }
+            if self.claim.release() {
+                return;
             }
         }
     }

@@ -7,7 +7,9 @@
 //!   `embedded-elf-<arch>`);
 //! - `IREE_CTS_TESTDATA`: the directory of compiled executables (`executable_test.bin`, ...); empty
 //!   turns the executable suites off. Default: found under `hal-iree/testdata/cts/` if present;
-//! - `IREE_CTS_VERIFY_XFAILS=1`: run the expected failures too and fail on those that pass.
+//! - `IREE_CTS_VERIFY_XFAILS=1`: run the expected failures too and fail on those that pass;
+//! - `IREE_CTS_TIMEOUT_S`: how long the whole run may take before it is aborted as hung (default
+//!   600; the case that hangs is the last `[ RUN ]` line printed).
 //!
 //! Arguments after `--` go to GoogleTest (`--gtest_filter=*Semaphore*`) and IREE's flag parser.
 
@@ -17,6 +19,7 @@ use std::process::ExitCode;
 use hal_iree_cts::{Options, Outcome, SuiteCounts};
 
 fn main() -> ExitCode {
+    abort_when_hung();
     if let Err(error) = register_our_drivers() {
         eprintln!("iree-cts: registering the thal drivers failed: {error}");
         return ExitCode::FAILURE;
@@ -45,6 +48,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Outcome::NotStarted => ExitCode::FAILURE,
+    }
+}
+
+/// Aborts the process once the run has taken longer than `IREE_CTS_TIMEOUT_S` (default 600 s): a
+/// hung case then fails the run at once, named by the last `[ RUN ]` line, instead of holding it
+/// until an outer timeout kills it without a word.
+fn abort_when_hung() {
+    let limit = std::env::var("IREE_CTS_TIMEOUT_S").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(600);
+    let watchdog = std::thread::Builder::new().name("iree-cts-watchdog".into()).spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(limit));
+        eprintln!("iree-cts: no result after {limit} s (IREE_CTS_TIMEOUT_S): the case last started above hangs");
+        std::process::abort();
+    });
+    if let Err(error) = watchdog {
+        eprintln!("iree-cts: no watchdog thread ({error}): a hung case will not be aborted");
     }
 }
 
