@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use crate::spirv_conversions::{Instruction, instructions};
+use crate::spirv_conversions::{Instruction, header, whole_module};
 
 const OP_UNDEF: u32 = 1;
 const OP_EXT_INST_IMPORT: u32 = 11;
@@ -38,10 +38,6 @@ const OP_FCONVERT: u32 = 115;
 const OP_BITCAST: u32 = 124;
 const GLSL_PACK_HALF_2X16: u32 = 58;
 const GLSL_UNPACK_HALF_2X16: u32 = 62;
-
-fn header(op: u32, count: usize) -> u32 {
-    ((count as u32) << 16) | op
-}
 
 /// A scalar type: float or integer, its width, and for integers whether signed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -117,13 +113,7 @@ fn glsl_import(words: &[u32], list: &[Instruction]) -> Option<u32> {
 /// `words` with every bitcast between f16 vectors and 32-bit values rewritten (see the module
 /// docs), or `None` when there is none or a type it needs cannot be told.
 pub fn rewrite_half_bitcasts(words: &[u32]) -> Option<Vec<u32>> {
-    if words.len() < 5 {
-        return None;
-    }
-    let list: Vec<Instruction> = instructions(words).collect();
-    if list.last().map_or(5, |i| i.at + i.count) != words.len() {
-        return None;
-    }
+    let list = whole_module(words)?;
     let mut types = Types { scalars: HashMap::new(), vectors: HashMap::new(), added: Vec::new() };
     let mut type_ids = std::collections::HashSet::new();
     for i in &list {
@@ -300,7 +290,7 @@ fn kind(to: (Scalar, u32), from: (Scalar, u32)) -> Option<Direction> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spirv_conversions::words_of;
+    use crate::spirv_conversions::{instructions, words_of};
 
     /// A kernel reading two words, bitcasting them to `vec4<f16>`, doubling it and bitcasting it
     /// back (assembled from `tests/spirv/half_bitcast.spvasm`).

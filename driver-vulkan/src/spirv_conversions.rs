@@ -41,21 +41,26 @@ pub(crate) fn words_of(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
-fn header(op: u32, count: usize) -> u32 {
+/// An instruction's first word: its word count and opcode.
+pub(crate) fn header(op: u32, count: usize) -> u32 {
     ((count as u32) << 16) | op
+}
+
+/// Every instruction of a module, or `None` when the words after the header do not parse as
+/// instructions to the end (naga's front end reports that).
+pub(crate) fn whole_module(words: &[u32]) -> Option<Vec<Instruction>> {
+    if words.len() < 5 {
+        return None;
+    }
+    let list: Vec<Instruction> = instructions(words).collect();
+    (list.last().map_or(5, |i| i.at + i.count) == words.len()).then_some(list)
 }
 
 /// `words` with every mismatched float-to-integer conversion rewritten (see the module docs), or
 /// `None` when there is none (or the module does not parse as instructions: naga's front end
 /// reports that).
 pub fn normalize(words: &[u32]) -> Option<Vec<u32>> {
-    if words.len() < 5 {
-        return None;
-    }
-    let list: Vec<Instruction> = instructions(words).collect();
-    if list.last().map_or(5, |i| i.at + i.count) != words.len() {
-        return None;
-    }
+    let list = whole_module(words)?;
     // Integer types: id -> (width, signed); vectors of them: id -> (component, count).
     let mut ints = std::collections::HashMap::new();
     let mut vectors = std::collections::HashMap::new();
