@@ -241,6 +241,33 @@ fn native_executable(executable: &Executable) -> Result<&NativeExecutable> {
         .ok_or_else(|| Error::invalid_argument(format!("{}: was not loaded by the cpu-sim driver", executable)))
 }
 
+/// Bytes a fill, update or copy moves per nanosecond, as far as [`estimated_ns`] assumes (a
+/// conservative host memory bandwidth).
+const TRANSFER_BYTES_PER_NS: u64 = 4;
+
+/// What `commands` would take on one thread, estimated from each entry point's last timed
+/// workgroup and the bytes each transfer moves; `None` where that is not known: an entry point
+/// never timed yet, an indirect dispatch (its count is read when it runs), a collective.
+pub(crate) fn estimated_ns(commands: &[Command]) -> Option<u64> {
+    commands.iter().try_fold(0u64, |sum, command| {
+        let ns = match command {
+            Command::Fill { length, .. } | Command::Copy { length, .. } => length / TRANSFER_BYTES_PER_NS,
+            Command::Update { data, .. } => data.len() as u64 / TRANSFER_BYTES_PER_NS,
+            Command::Dispatch { executable, entry_point, workgroups, .. } => {
+                let (_, _, workgroup_ns) = native_executable(executable).ok()?.entry(*entry_point)?;
+                let known = workgroup_ns.load(Ordering::Relaxed);
+                if known == 0 {
+                    return None;
+                }
+                workgroups.iter().fold(known, |ns, &n| ns.saturating_mul(u64::from(n)))
+            }
+            Command::Barrier => 0,
+            _ => return None,
+        };
+        Some(sum.saturating_add(ns))
+    })
+}
+
 /// Workgroup `index` (x fastest) of a grid of `count` workgroups.
 fn workgroup_id(index: u64, count: [u32; 3]) -> [u32; 3] {
     let [cx, cy, _] = count.map(u64::from);

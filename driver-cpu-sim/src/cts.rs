@@ -23,8 +23,27 @@ pub const MEMORY_LIMIT: u64 = 64 << 20;
 /// assert_eq!(fixture.create_device().unwrap().info().driver, "cpu-sim");
 /// ```
 pub fn fixture() -> Fixture {
+    fixture_with(cts_options())
+}
+
+/// [`fixture`] with light work run on the submitting thread
+/// (`CpuSimOptions::with_light_work_at_issue`), as IREE's devices on cpu-sim run it.
+///
+/// ```
+/// let fixture = driver_cpu_sim::cts::fixture_with_light_work_at_issue();
+/// assert_eq!(fixture.create_device().unwrap().info().driver, "cpu-sim");
+/// ```
+pub fn fixture_with_light_work_at_issue() -> Fixture {
+    fixture_with(cts_options().with_light_work_at_issue(true))
+}
+
+/// The options of the suite's devices: the memory limits of [`fixture`].
+fn cts_options() -> CpuSimOptions {
+    CpuSimOptions::default().with_memory_limit(MEMORY_LIMIT).with_max_allocation_size(MEMORY_LIMIT)
+}
+
+fn fixture_with(options: CpuSimOptions) -> Fixture {
     let mut registry = Registry::new();
-    let options = CpuSimOptions::default().with_memory_limit(MEMORY_LIMIT).with_max_allocation_size(MEMORY_LIMIT);
     registry.register(Arc::new(CpuSimDriver::with_options(options)));
     Fixture::from_registry(registry, DRIVER_NAME, NativeCatalogue)
 }

@@ -84,7 +84,7 @@ impl CpuDevice {
     /// Starts a device: its workgroup pool, one stream and completion thread per queue.
     pub fn new(id: DeviceId, options: &CpuSimOptions) -> Result<Self> {
         let pool = Arc::new(WorkgroupPool::with_threads(resolved_threads(options))?);
-        let streams = CpuStreams::new(pool);
+        let streams = CpuStreams::new(pool).with_light_work_at_issue(options.light_work_at_issue);
         let rules = PanicOnBrokenRules::new(id, streams.rule_log().clone());
         let scheduler = Scheduler::new(id, streams, options.queue_count)?;
         Ok(CpuDevice {

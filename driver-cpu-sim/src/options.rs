@@ -16,12 +16,21 @@ pub struct CpuSimOptions {
     pub max_allocation_size: u64,
     /// Bytes all allocations of the device may hold at once.
     pub memory_limit: u64,
+    /// Whether light work may run on the thread that submits it (see
+    /// [`with_light_work_at_issue`](Self::with_light_work_at_issue)); off by default.
+    pub light_work_at_issue: bool,
 }
 
 impl Default for CpuSimOptions {
     /// 4 queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all.
     fn default() -> Self {
-        CpuSimOptions { queue_count: 4, workgroup_threads: 0, max_allocation_size: 4 << 30, memory_limit: 8 << 30 }
+        CpuSimOptions {
+            queue_count: 4,
+            workgroup_threads: 0,
+            max_allocation_size: 4 << 30,
+            memory_limit: 8 << 30,
+            light_work_at_issue: false,
+        }
     }
 }
 
@@ -49,6 +58,19 @@ impl CpuSimOptions {
     /// The same options with at most `bytes` held by all the device's allocations at once.
     pub fn with_memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = bytes;
+        self
+    }
+
+    /// The same options with light work run on the submitting thread (`on`) or always on its
+    /// queue's stream thread (`off`, the default). With it on, a submission whose queue has nothing
+    /// left to run and which waits on nothing there runs at the call when it is estimated to take
+    /// under 20 us (its entry points' last timed workgroups, the bytes it moves; small allocations,
+    /// writes and reads): it is done, its signals applied, when the call returns, with no stream or
+    /// completion thread woken. Only for programs whose kernels never wait on something the
+    /// submitting thread does after the call (IREE's dispatches, for one): a kernel that spins on
+    /// a flag that thread sets later would wait for it forever.
+    pub fn with_light_work_at_issue(mut self, on: bool) -> Self {
+        self.light_work_at_issue = on;
         self
     }
 }

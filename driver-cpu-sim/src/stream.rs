@@ -15,7 +15,7 @@ use hal::driver::{lock, wait};
 use hal::{Error, Result};
 
 use crate::collective::CpuChannel;
-use crate::commands::{CancelSignal, DispatchTimes, execute_command, execute_timed};
+use crate::commands::{CancelSignal, DispatchTimes, estimated_ns, execute_command, execute_timed};
 use crate::event::{CpuEvent, EventState, NewRecord, WaitTarget};
 use crate::memory::{commit_buffer, read_buffer, release_buffer, write_buffer};
 use crate::stream_rules::{RuleLog, StreamRule};
@@ -24,6 +24,8 @@ use crate::workgroup_pool::WorkgroupPool;
 /// The cpu-sim stream model: streams are worker threads, events are completion points.
 pub struct CpuStreams {
     pool: Arc<WorkgroupPool>,
+    /// Whether light work runs on the issuing thread (`CpuSimOptions::light_work_at_issue`).
+    light_work_at_issue: bool,
     /// Where its calls, and its streams when dropped, record broken stream-model rules.
     rules: Arc<RuleLog>,
 }
@@ -31,7 +33,14 @@ pub struct CpuStreams {
 impl CpuStreams {
     /// Streams whose dispatches run on `pool`.
     pub fn new(pool: Arc<WorkgroupPool>) -> Self {
-        CpuStreams { pool, rules: RuleLog::new() }
+        CpuStreams { pool, light_work_at_issue: false, rules: RuleLog::new() }
+    }
+
+    /// The same streams, running light work on the issuing thread where `on` (see
+    /// `CpuSimOptions::with_light_work_at_issue`).
+    pub fn with_light_work_at_issue(mut self, on: bool) -> Self {
+        self.light_work_at_issue = on;
+        self
     }
 
     /// The stream-model rules its callers broke so far (see `stream_rules`).
@@ -222,6 +231,30 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
     }
 }
 
+/// How long work may be estimated to take and still run on the issuing thread (see
+/// `StreamModel::run_at_issue`): about what the two thread wake-ups it saves cost.
+const RUN_AT_ISSUE_LIMIT: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// The largest queue allocation, write or read run on the issuing thread.
+const RUN_AT_ISSUE_BYTES: u64 = 64 << 10;
+
+/// Whether `op` is light enough to run on the issuing thread: an execute or transfer whose
+/// estimate (`commands::estimated_ns`) is under [`RUN_AT_ISSUE_LIMIT`], or a small allocation,
+/// release, write or read. Never a collective.
+fn runs_at_issue(op: &QueueOp) -> bool {
+    let light = |commands: &[hal::driver::Command]| {
+        estimated_ns(commands).is_some_and(|ns| u128::from(ns) < RUN_AT_ISSUE_LIMIT.as_nanos())
+    };
+    match op {
+        QueueOp::Execute { command_buffer, collectives } => collectives.is_empty() && light(&command_buffer.commands()),
+        QueueOp::Transfer(command) => light(std::slice::from_ref(command)),
+        QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => buffer.size() <= RUN_AT_ISSUE_BYTES,
+        QueueOp::Write { data, .. } => data.len() as u64 <= RUN_AT_ISSUE_BYTES,
+        QueueOp::Read { length, .. } => *length <= RUN_AT_ISSUE_BYTES,
+        QueueOp::Barrier | QueueOp::Collective(_) | QueueOp::Native(_) => false,
+    }
+}
+
 /// Tells the other ranks that `work`'s collectives (a collective's, an execute's) will not run,
 /// with `status`.
 fn abandon_collective(work: &Work, status: &Error) {
@@ -378,6 +411,21 @@ impl StreamModel for CpuStreams {
     /// A barrier or an execute with no device work would only pass through the worker's FIFO.
     fn enqueues_nothing(&self, work: &Work) -> bool {
         work.op.runs_nothing_on_a_stream()
+    }
+
+    /// Where the device allows it (`CpuSimOptions::light_work_at_issue`), work estimated under
+    /// [`RUN_AT_ISSUE_LIMIT`] runs on the issuing thread: handing it to the stream thread and its
+    /// completion to the completion thread costs two thread wake-ups, more than such work takes.
+    fn run_at_issue(&self, work: &Arc<Work>) -> bool {
+        if !self.light_work_at_issue || !runs_at_issue(&work.op) {
+            return false;
+        }
+        if work.cancel_requested() {
+            work.fail(Error::cancelled("cancelled before it started"));
+        } else if let Err(fault) = run_work(work, &self.pool) {
+            work.fail(fault);
+        }
+        true
     }
 
     fn synchronize_stream(&self, stream: &CpuStream) -> Result<()> {

@@ -25,6 +25,7 @@ use crate::sync::{Mutex, get_mut, lock};
 /// | --- | --- | --- |
 /// | `create_stream` | the one creating the device | none |
 /// | `create_event`, `record_event`, `wait_event`, `enqueue` | the issuing thread (a submitter, a thread whose signal released held work, a host-call thread) | the issue lock of the stream's queue: enqueue, wait and record on one stream never interleave |
+/// | `run_at_issue` | the issuing thread, only when every earlier submission of the queue has retired | the queue's issue lock and its retiring lock |
 /// | `query_event`, `complete`, `discard` | the retiring thread (the queue's completion thread, or a host waiter retiring for itself) | the retiring lock of the event's queue |
 /// | `await_completion` | the queue's completion thread | none |
 /// | `host_wait`, `synchronize_event` (through the defaults) | a host thread in a semaphore wait, or the completion thread | none |
@@ -110,6 +111,18 @@ pub trait StreamModel: Send + Sync + 'static {
     /// stored in `work.fault`; work whose upstream producers faulted (`Work::take_upstream_fault`) must
     /// be skipped with their status (backends with sticky faults, like CUDA, get this for free).
     fn enqueue(&self, stream: &Self::Stream, work: &Arc<Work>) -> Result<()>;
+
+    /// Runs `work` now, on the issuing thread, instead of enqueuing it, if the backend finds it
+    /// light enough that a trip through its stream and the completion thread would cost more than
+    /// the work: `true` when it ran (a failure stored in `work.fault`, as a stream stores one), and
+    /// the scheduler then retires it on this thread. Asked only when the stream has nothing left to
+    /// run (every earlier submission of the queue retired), the work waits on no stream event, is
+    /// not profiled and has no upstream producer; the queue's issue lock is held meanwhile, so later
+    /// submissions of the queue stay behind it. The default, `false`, always enqueues.
+    fn run_at_issue(&self, work: &Arc<Work>) -> bool {
+        let _ = work;
+        false
+    }
 
     /// Whether [`enqueue`](Self::enqueue) would put nothing at all on the stream for `work` (no
     /// work, no timing event): then the scheduler skips it, and when the stream's last recorded

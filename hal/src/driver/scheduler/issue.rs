@@ -92,7 +92,7 @@ impl<M: StreamModel> Shared<M> {
     fn route<'q>(
         &self,
         slot: &'q QueueSlot<M>,
-        work: &Work,
+        work: &Arc<Work>,
         host_call: Option<&HostCall>,
         wait_events: &[EventRef<M>],
         has_upstream: bool,
@@ -101,24 +101,25 @@ impl<M: StreamModel> Shared<M> {
         if host_call.is_some() {
             return Route::HostCall;
         }
-        // Puts nothing on the stream and waits for nothing there: it marks the stream point where
-        // the queue's earlier work ends (never profiled; on cpu-sim, no upstream producer whose
-        // fault the stream would have to pass on).
-        let quiet = wait_events.is_empty()
-            && work.profile().is_none()
-            && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream)
-            && self.model.enqueues_nothing(work);
-        if !quiet {
+        // Waits for nothing on the stream, is not profiled and (where the backend checks upstream
+        // faults) follows no producer: it could be retired here, if nothing else needs the stream.
+        let alone = wait_events.is_empty() && work.profile().is_none() && !(M::CHECKS_UPSTREAM_FAULTS && has_upstream);
+        if !alone {
             return Route::Stream;
         }
-        // If every earlier submission of the queue has retired, that point is reached. The retiring
-        // lock (only tried: lock order) keeps retirements of the queue in order until it is done.
+        // Puts nothing on the stream: it marks the stream point where the queue's earlier work ends.
+        let quiet = self.model.enqueues_nothing(work);
+        // If every earlier submission of the queue has retired, that point is reached, and the
+        // stream is idle: quiet work retires now, and light work the backend runs here (no
+        // upstream producer at all: it would have to pass a fault on). The retiring lock (only
+        // tried: lock order) keeps retirements of the queue in order until it is done.
         if let Some(retiring) = try_lock(&slot.retiring)
             && lock(&slot.inflight).is_empty()
+            && (quiet || (!has_upstream && self.model.run_at_issue(work)))
         {
             return Route::RetireNow(retiring);
         }
-        shareable.map_or(Route::Stream, Route::Share)
+        if quiet { shareable.map_or(Route::Stream, Route::Share) } else { Route::Stream }
     }
 
     /// Publishes `mark` on every signal semaphore whose event table this device publishes into
@@ -229,9 +230,10 @@ impl<M: StreamModel> Shared<M> {
 
 /// Where an issued submission goes, decided under its queue's issue lock.
 enum Route<'q, M: StreamModel> {
-    /// It puts nothing on the stream and every earlier submission of its queue has retired: the
-    /// stream point it marks is reached, so it retires on this thread, with no event and no trip
-    /// through the completion thread (the queue's retiring lock held).
+    /// It puts nothing on the stream (or the backend just ran it here: `StreamModel::run_at_issue`)
+    /// and every earlier submission of its queue has retired: the stream point it marks is reached,
+    /// so it retires on this thread, with no event and no trip through the completion thread (the
+    /// queue's retiring lock held).
     RetireNow(MutexGuard<'q, ()>),
     /// A host call: in flight with no mark; the completion thread hands it to a host-call thread
     /// when the work before it has retired.
