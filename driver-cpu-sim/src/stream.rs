@@ -416,16 +416,16 @@ impl StreamModel for CpuStreams {
     /// Where the device allows it (`CpuSimOptions::light_work_at_issue`), work estimated under
     /// [`RUN_AT_ISSUE_LIMIT`] runs on the issuing thread: handing it to the stream thread and its
     /// completion to the completion thread costs two thread wake-ups, more than such work takes.
-    fn run_at_issue(&self, work: &Arc<Work>) -> bool {
-        if !self.light_work_at_issue || !runs_at_issue(&work.op) {
-            return false;
-        }
+    fn light_at_issue(&self, work: &Work) -> bool {
+        self.light_work_at_issue && runs_at_issue(&work.op)
+    }
+
+    fn run_at_issue(&self, work: &Arc<Work>) {
         if work.cancel_requested() {
             work.fail(Error::cancelled("cancelled before it started"));
         } else if let Err(fault) = run_work(work, &self.pool) {
             work.fail(fault);
         }
-        true
     }
 
     fn synchronize_stream(&self, stream: &CpuStream) -> Result<()> {

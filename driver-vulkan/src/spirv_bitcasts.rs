@@ -157,6 +157,10 @@ pub fn rewrite_half_bitcasts(words: &[u32]) -> Option<Vec<u32>> {
     if half_bitcasts.is_empty() {
         return None;
     }
+    // Fresh ids go above the module's id bound (a rewrite takes fewer than 16 per bitcast, and its
+    // types and import fewer than 16): a bound too near the top for them leaves the module as it is.
+    let needed = u32::try_from(half_bitcasts.len()).ok()?.checked_mul(16)?.checked_add(16)?;
+    words[3].checked_add(needed)?;
     let mut bound = words[3];
     let mut fresh = || {
         bound += 1;
@@ -277,7 +281,8 @@ enum Direction {
 /// between f16 vectors and 32-bit values.
 fn kind(to: (Scalar, u32), from: (Scalar, u32)) -> Option<Direction> {
     let is_halves = |(s, n): (Scalar, u32)| s == Scalar::Float(16) && (n == 2 || n == 4);
-    let words_for = |(s, n): (Scalar, u32), halves: u32| s.width() == 32 && n * 2 == halves;
+    // `n` comes from the module as written: compared without arithmetic that could overflow.
+    let words_for = |(s, n): (Scalar, u32), halves: u32| s.width() == 32 && halves.is_multiple_of(2) && n == halves / 2;
     if is_halves(from) && words_for(to, from.1) {
         Some(Direction::HalvesToWords { halves: from.1 })
     } else if is_halves(to) && words_for(from, to.1) {
@@ -290,6 +295,16 @@ fn kind(to: (Scalar, u32), from: (Scalar, u32)) -> Option<Direction> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_vector_of_any_length_is_classified_without_overflow() {
+        let f16 = Scalar::Float(16);
+        let u32_ = Scalar::Int(32, false);
+        assert!(kind((u32_, u32::MAX), (f16, 4)).is_none());
+        assert!(kind((f16, 4), (u32_, u32::MAX)).is_none());
+        assert!(matches!(kind((u32_, 2), (f16, 4)), Some(Direction::HalvesToWords { halves: 4 })));
+        assert!(matches!(kind((f16, 2), (u32_, 1)), Some(Direction::WordsToHalves { halves: 2 })));
+    }
     use crate::spirv_conversions::{instructions, words_of};
 
     /// A kernel reading two words, bitcasting them to `vec4<f16>`, doubling it and bitcasting it
@@ -320,5 +335,14 @@ mod tests {
         crate::spirv::validate(&bytes, features).expect("valid once rewritten");
         // Nothing to do for a module without such bitcasts.
         assert!(rewrite_half_bitcasts(&fixed).is_none());
+    }
+
+    #[test]
+    fn a_module_whose_id_bound_leaves_no_room_is_left_as_it_is() {
+        let mut words = half_bitcast_module();
+        words[3] = u32::MAX - 20;
+        assert!(rewrite_half_bitcasts(&words).is_none(), "no fresh ids above the bound");
+        words[3] = u32::MAX;
+        assert!(rewrite_half_bitcasts(&words).is_none());
     }
 }

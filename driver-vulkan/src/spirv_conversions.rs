@@ -88,6 +88,9 @@ pub fn normalize(words: &[u32]) -> Option<Vec<u32>> {
     if mismatched.is_empty() {
         return None;
     }
+    // Fresh ids go above the module's id bound (at most three a conversion: its two types and a
+    // temporary): a bound too near the top for them leaves the module as it is.
+    words[3].checked_add(u32::try_from(mismatched.len()).ok()?.checked_mul(3)?)?;
     let bound = std::cell::Cell::new(words[3]);
     let fresh = || {
         bound.set(bound.get() + 1);
@@ -177,6 +180,13 @@ mod tests {
         let at = instructions(&words).find(|i| i.op == OP_CONVERT_F_TO_U).expect("a conversion").at;
         words[at] = header(OP_CONVERT_F_TO_S, 4);
         words
+    }
+
+    #[test]
+    fn a_module_whose_id_bound_leaves_no_room_is_left_as_it_is() {
+        let mut words = signed_conversion_to_uint();
+        words[3] = u32::MAX - 1;
+        assert!(normalize(&words).is_none(), "no fresh ids above the bound");
     }
 
     #[test]

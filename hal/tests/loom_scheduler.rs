@@ -17,6 +17,9 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 struct InlineStreams {
     /// Work run so far (shared, so that a host call can look).
     ran: Arc<AtomicUsize>,
+    /// Whether barriers run on the issuing thread where their queue is idle, as cpu-sim runs light
+    /// work (`StreamModel::run_at_issue`).
+    barriers_at_issue: bool,
 }
 
 struct InlineEvent {
@@ -61,10 +64,26 @@ impl StreamModel for InlineStreams {
     fn synchronize_stream(&self, _stream: &()) -> Result<()> {
         Ok(())
     }
+    fn light_at_issue(&self, work: &Work) -> bool {
+        self.barriers_at_issue && matches!(work.op, QueueOp::Barrier)
+    }
+    fn run_at_issue(&self, _work: &Arc<Work>) {
+        self.ran.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 fn scheduler(queues: usize) -> Arc<Scheduler<InlineStreams>> {
-    Arc::new(Scheduler::new(DeviceId::next(), InlineStreams { ran: Arc::new(AtomicUsize::new(0)) }, queues).unwrap())
+    scheduler_with(queues, false)
+}
+
+/// A scheduler whose barriers run on the issuing thread where their queue is idle.
+fn scheduler_at_issue(queues: usize) -> Arc<Scheduler<InlineStreams>> {
+    scheduler_with(queues, true)
+}
+
+fn scheduler_with(queues: usize, barriers_at_issue: bool) -> Arc<Scheduler<InlineStreams>> {
+    let model = InlineStreams { ran: Arc::new(AtomicUsize::new(0)), barriers_at_issue };
+    Arc::new(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }
 
 fn builder() -> loom::model::Builder {
@@ -232,29 +251,38 @@ fn loom_cross_device_producer_retires_first() {
 /// on an unrecorded event (the model asserts that), and every signal arrives.
 #[test]
 fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
-    builder().check(|| {
-        let s = scheduler(2);
-        let first = s.create_semaphore(0);
-        let produced = s.create_semaphore(0);
-        let consumed = s.create_semaphore(0);
-        let next = s.create_semaphore(0);
-        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
-        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
-        let retirer = spawn_retirer(&s, 0);
-        let issuer = spawn_barrier(&s, 0, &next);
-        s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
-        retirer.join().unwrap();
-        issuer.join().unwrap();
-        drain(&s, 2);
-        drain(&s, 2);
-        assert_eq!(produced.query().unwrap(), 1);
-        assert_eq!(consumed.query().unwrap(), 1);
-        assert_eq!(next.query().unwrap(), 1);
-        let usage = s.resource_usage();
-        let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
-        assert_eq!(events.in_use, 0, "{usage}");
-        assert_idle(&s);
-    });
+    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(&scheduler(2)));
+}
+
+/// The same race where barriers run on the issuing thread when their queue is idle: the work that
+/// runs at issue and the work that goes to the stream keep their order, every signal lands once.
+#[test]
+fn loom_work_run_at_issue_races_retirement_wait_and_issue() {
+    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(&scheduler_at_issue(2)));
+}
+
+fn open_mark_sealed_by_racing_retirement_wait_and_issue(s: &Arc<Scheduler<InlineStreams>>) {
+    let s = s.clone();
+    let first = s.create_semaphore(0);
+    let produced = s.create_semaphore(0);
+    let consumed = s.create_semaphore(0);
+    let next = s.create_semaphore(0);
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&first, 1)]).unwrap();
+    s.submit(0, QueueOp::Barrier, &[], &[SV::new(&produced, 1)]).unwrap();
+    let retirer = spawn_retirer(&s, 0);
+    let issuer = spawn_barrier(&s, 0, &next);
+    s.submit(1, QueueOp::Barrier, &[SV::new(&produced, 1)], &[SV::new(&consumed, 1)]).unwrap();
+    retirer.join().unwrap();
+    issuer.join().unwrap();
+    drain(&s, 2);
+    drain(&s, 2);
+    assert_eq!(produced.query().unwrap(), 1);
+    assert_eq!(consumed.query().unwrap(), 1);
+    assert_eq!(next.query().unwrap(), 1);
+    let usage = s.resource_usage();
+    let events = usage.pools.iter().find(|p| p.name == "events").unwrap();
+    assert_eq!(events.in_use, 0, "{usage}");
+    assert_idle(&s);
 }
 
 /// On queue 0 of a one-queue scheduler: a barrier signalling `signal` submitted on one thread

@@ -25,6 +25,7 @@ use crate::sync::{Mutex, get_mut, lock};
 /// | --- | --- | --- |
 /// | `create_stream` | the one creating the device | none |
 /// | `create_event`, `record_event`, `wait_event`, `enqueue` | the issuing thread (a submitter, a thread whose signal released held work, a host-call thread) | the issue lock of the stream's queue: enqueue, wait and record on one stream never interleave |
+/// | `light_at_issue` | the issuing thread | the issue lock of the stream's queue |
 /// | `run_at_issue` | the issuing thread, only when every earlier submission of the queue has retired | the queue's issue lock and its retiring lock |
 /// | `query_event`, `complete`, `discard` | the retiring thread (the queue's completion thread, or a host waiter retiring for itself) | the retiring lock of the event's queue |
 /// | `await_completion` | the queue's completion thread | none |
@@ -112,16 +113,23 @@ pub trait StreamModel: Send + Sync + 'static {
     /// be skipped with their status (backends with sticky faults, like CUDA, get this for free).
     fn enqueue(&self, stream: &Self::Stream, work: &Arc<Work>) -> Result<()>;
 
-    /// Runs `work` now, on the issuing thread, instead of enqueuing it, if the backend finds it
+    /// Whether the backend would rather run `work` itself, on the issuing thread, than enqueue it:
     /// light enough that a trip through its stream and the completion thread would cost more than
-    /// the work: `true` when it ran (a failure stored in `work.fault`, as a stream stores one), and
-    /// the scheduler then retires it on this thread. Asked only when the stream has nothing left to
-    /// run (every earlier submission of the queue retired), the work waits on no stream event, is
-    /// not profiled and has no upstream producer; the queue's issue lock is held meanwhile, so later
-    /// submissions of the queue stay behind it. The default, `false`, always enqueues.
-    fn run_at_issue(&self, work: &Arc<Work>) -> bool {
+    /// the work. Asked (without side effects) only for work that waits on no stream event, is not
+    /// profiled and has no upstream producer; when the stream has nothing left to run (every
+    /// earlier submission of the queue retired), the scheduler then calls
+    /// [`run_at_issue`](Self::run_at_issue) and retires the work on that thread. The default,
+    /// `false`, always enqueues.
+    fn light_at_issue(&self, work: &Work) -> bool {
         let _ = work;
         false
+    }
+
+    /// Runs `work`, which [`light_at_issue`](Self::light_at_issue) chose, now, on the issuing
+    /// thread; a failure goes in `work.fault`, as a stream stores one. Called with the queue's
+    /// issue lock and retiring lock held, so later submissions of the queue stay behind it.
+    fn run_at_issue(&self, work: &Arc<Work>) {
+        let _ = work;
     }
 
     /// Whether [`enqueue`](Self::enqueue) would put nothing at all on the stream for `work` (no

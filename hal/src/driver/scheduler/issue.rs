@@ -109,15 +109,24 @@ impl<M: StreamModel> Shared<M> {
         }
         // Puts nothing on the stream: it marks the stream point where the queue's earlier work ends.
         let quiet = self.model.enqueues_nothing(work);
+        // Or the backend would run it here, were the stream idle (no upstream producer at all: it
+        // would have to pass a fault on).
+        let light = !quiet && !has_upstream && self.model.light_at_issue(work);
+        if !quiet && !light {
+            return Route::Stream;
+        }
         // If every earlier submission of the queue has retired, that point is reached, and the
-        // stream is idle: quiet work retires now, and light work the backend runs here (no
-        // upstream producer at all: it would have to pass a fault on). The retiring lock (only
-        // tried: lock order) keeps retirements of the queue in order until it is done.
-        if let Some(retiring) = try_lock(&slot.retiring)
-            && lock(&slot.inflight).is_empty()
-            && (quiet || (!has_upstream && self.model.run_at_issue(work)))
-        {
-            return Route::RetireNow(retiring);
+        // stream is idle: quiet work retires now, and light work runs here first. The retiring lock
+        // (only tried: lock order) keeps retirements of the queue in order until it is done.
+        if let Some(retiring) = try_lock(&slot.retiring) {
+            // The in-flight lock is released before the work runs.
+            let idle = lock(&slot.inflight).is_empty();
+            if idle {
+                if light {
+                    self.model.run_at_issue(work);
+                }
+                return Route::RetireNow(retiring);
+            }
         }
         if quiet { shareable.map_or(Route::Stream, Route::Share) } else { Route::Stream }
     }
