@@ -251,18 +251,17 @@ fn loom_cross_device_producer_retires_first() {
 /// on an unrecorded event (the model asserts that), and every signal arrives.
 #[test]
 fn loom_open_mark_sealed_by_racing_retirement_wait_and_issue() {
-    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(&scheduler(2)));
+    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(scheduler(2)));
 }
 
 /// The same race where barriers run on the issuing thread when their queue is idle: the work that
 /// runs at issue and the work that goes to the stream keep their order, every signal lands once.
 #[test]
 fn loom_work_run_at_issue_races_retirement_wait_and_issue() {
-    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(&scheduler_at_issue(2)));
+    builder().check(|| open_mark_sealed_by_racing_retirement_wait_and_issue(scheduler_at_issue(2)));
 }
 
-fn open_mark_sealed_by_racing_retirement_wait_and_issue(s: &Arc<Scheduler<InlineStreams>>) {
-    let s = s.clone();
+fn open_mark_sealed_by_racing_retirement_wait_and_issue(s: Arc<Scheduler<InlineStreams>>) {
     let first = s.create_semaphore(0);
     let produced = s.create_semaphore(0);
     let consumed = s.create_semaphore(0);
