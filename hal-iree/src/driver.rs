@@ -57,12 +57,22 @@ fn cpu_sim_driver() -> driver_cpu_sim::CpuSimDriver {
     driver_cpu_sim::CpuSimDriver::with_options(driver_cpu_sim::CpuSimOptions::default().with_light_work_at_issue(true))
 }
 
+/// How long a completion thread of `thal-cuda` queries a submission's event before it sleeps
+/// between queries: IREE's programs run a call's kernels in well under this, so IREE's waits are
+/// answered within a poll interval. (IREE's own CUDA driver spins for the whole wait.)
+const CUDA_POLL_BUDGET: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Time between two queries of a polling `thal-cuda` completion thread.
+const CUDA_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_micros(2);
+
 /// The CUDA driver with options for how IREE drives it, where the environment leaves them open:
-/// - IREE waits on its own async semaphores, which the HAL's completion thread advances when it
-///   sees a submission's event; no host waiter queries the event for IREE. The default completion
-///   (sleeping 10-100 us between queries, right where host waiters query their own events) would
-///   add that sleep to every IREE wait, so completion threads spin for up to 100 us, then block
-///   (`HAL_CUDA_COMPLETION` still picks any mode).
+/// - IREE's synchronous calls block on the semaphore a call's last submission signals, which the
+///   HAL's completion thread advances when it sees that submission's event. The driver's default
+///   completion sleeps 10-100 us between queries, and blocking on an interrupt-armed event wakes
+///   tens of microseconds late on an H200; either adds that to every IREE call. So completion
+///   threads query every [`CUDA_POLL_INTERVAL`] for up to [`CUDA_POLL_BUDGET`] of in-flight work,
+///   then sleep between queries (`HAL_CUDA_COMPLETION`, `HAL_CUDA_POLL_BUDGET_US` and
+///   `HAL_CUDA_POLL_US` still pick any of this).
 /// - Every IREE execute replays into a fresh one-shot command buffer, so a CUDA graph would be
 ///   instantiated for one launch: one-shot buffers launch directly.
 fn cuda_driver() -> driver_cuda::CudaDriver {
@@ -70,8 +80,12 @@ fn cuda_driver() -> driver_cuda::CudaDriver {
         // Carries the environment's error to every device request.
         return driver_cuda::CudaDriver::from_env();
     };
-    if std::env::var_os(driver_cuda::ENV_COMPLETION).is_none() {
-        options.completion_wait = driver_cuda::CompletionWait::SpinThenBlock(std::time::Duration::from_micros(100));
+    let unset = |name: &str| std::env::var_os(name).is_none();
+    if unset(driver_cuda::ENV_COMPLETION) && unset(driver_cuda::ENV_POLL_BUDGET_US) {
+        options.completion_wait = driver_cuda::CompletionWait::PollThenSleep(CUDA_POLL_BUDGET);
+    }
+    if unset(driver_cuda::ENV_POLL_US) {
+        options.poll_interval = CUDA_POLL_INTERVAL;
     }
     options.graph_min_commands = usize::MAX;
     driver_cuda::CudaDriver::with_options(options)
