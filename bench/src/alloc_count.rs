@@ -4,8 +4,11 @@
 //! [`installed`] tells whether the running binary did.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::backtrace::Backtrace;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The system allocator, counting allocations and reallocations (process-wide and per thread).
 #[derive(Debug, Clone, Copy, Default)]
@@ -16,14 +19,90 @@ static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     /// Allocations made by this thread (so the bench can leave out its own bookkeeping).
     static THREAD_ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    /// Set while this thread records an allocation's backtrace (which allocates itself).
+    static RECORDING_HERE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Counts one allocation, process-wide and for the calling thread.
+/// Whether allocations' backtraces are kept ([`record_sites`]).
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// The backtraces kept while [`RECORDING`] is set.
+static SITES: Mutex<Vec<Backtrace>> = Mutex::new(Vec::new());
+
+/// Counts one allocation, process-wide and for the calling thread, and keeps its backtrace while
+/// sites are recorded (the recording's own allocations are neither counted nor kept).
 fn count_allocation() {
+    // The recording's own allocations are not the program's.
+    if RECORDING_HERE.try_with(Cell::get).unwrap_or(false) {
+        return;
+    }
     ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     // A const-initialised `Cell` has no destructor, so this works during thread teardown too; should
     // the slot be unavailable anyway, only the per-thread count misses it.
     let _ = THREAD_ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+    if RECORDING.load(Ordering::Relaxed) {
+        record_site();
+    }
+}
+
+/// Keeps the calling allocation's backtrace (not for the allocations the recording makes).
+#[cold]
+fn record_site() {
+    let entered = RECORDING_HERE.try_with(|here| !here.replace(true)).unwrap_or(false);
+    if !entered {
+        return;
+    }
+    let trace = Backtrace::force_capture();
+    if let Ok(mut sites) = SITES.lock() {
+        sites.push(trace);
+    }
+    let _ = RECORDING_HERE.try_with(|here| here.set(false));
+}
+
+/// Runs `f` while keeping the backtrace of every allocation any thread makes, and returns the
+/// `top` most frequent allocation sites: each the first `depth` frames of this program's crates
+/// below the allocator, with how many allocations it made.
+pub fn record_sites<T>(top: usize, depth: usize, f: impl FnOnce() -> T) -> (T, Vec<(u64, String)>) {
+    if let Ok(mut sites) = SITES.lock() {
+        sites.clear();
+    }
+    RECORDING.store(true, Ordering::SeqCst);
+    let out = f();
+    RECORDING.store(false, Ordering::SeqCst);
+    // Summing up is not counted either: the caller's count brackets this call.
+    let outer = RECORDING_HERE.try_with(|here| here.replace(true)).unwrap_or(true);
+    let traces = SITES.lock().map(|mut sites| std::mem::take(&mut *sites)).unwrap_or_default();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for trace in traces {
+        *counts.entry(site(&trace, depth)).or_default() += 1;
+    }
+    let mut sites: Vec<(u64, String)> = counts.into_iter().map(|(site, n)| (n, site)).collect();
+    sites.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    sites.truncate(top);
+    let _ = RECORDING_HERE.try_with(|here| here.set(outer));
+    (out, sites)
+}
+
+/// The first `depth` frames of `trace` after the allocator's own, as `a <- b <- c`.
+fn site(trace: &Backtrace, depth: usize) -> String {
+    let text = trace.to_string();
+    let frames = text
+        .lines()
+        .map(str::trim)
+        .filter(|line| line.split_once(": ").is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit())))
+        .map(|line| line.split_once(": ").map_or(line, |(_, name)| name))
+        .filter(|name| {
+            !(name.starts_with("std::")
+                || name.starts_with("alloc::")
+                || name.starts_with("core::")
+                || name.starts_with("<alloc::")
+                || name.starts_with("__rust")
+                || name.contains("alloc_count"))
+        })
+        .take(depth)
+        .map(|name| name.rsplit_once("::h").map_or(name, |(head, _)| head).to_string())
+        .collect::<Vec<_>>();
+    frames.join(" <- ")
 }
 
 /// Allocations on every thread since the process started (0 when [`CountingAllocator`] is not the

@@ -226,6 +226,11 @@ pub fn scaling_tables(
 /// command buffer with inline semaphore lists, counted from the first submit until the device is
 /// idle again, after identical rounds have warmed the pools. The bench's own idle polling
 /// (`resource_usage()` returns a `Vec`) is counted on its thread and left out; it is returned second.
+/// The environment variable that, set to a number N, makes the allocation count print the N most
+/// frequent allocation sites of its counted round to stderr (each allocation's backtrace is kept:
+/// the round runs slower, and its count is unchanged).
+pub const ALLOCATION_SITES_ENV: &str = "HAL_BENCH_ALLOCATION_SITES";
+
 fn allocations_per_submission(env: &Env) -> hal::Result<(f64, u64)> {
     let cb = env.dispatches(1)?;
     let q = env.device.queue(0)?;
@@ -250,7 +255,18 @@ fn allocations_per_submission(env: &Env) -> hal::Result<(f64, u64)> {
         run_round()?;
     }
     let before = alloc_count::total();
-    let polling = run_round()?;
+    let sites = std::env::var(ALLOCATION_SITES_ENV).ok().and_then(|n| n.parse::<usize>().ok());
+    let polling = match sites {
+        Some(top) => {
+            let (polling, sites) = alloc_count::record_sites(top, 4, &mut run_round);
+            eprintln!("allocation sites of {round} submissions (count, frames innermost first):");
+            for (count, site) in sites {
+                eprintln!("{count:8} {site}");
+            }
+            polling?
+        }
+        None => run_round()?,
+    };
     let after = alloc_count::total();
     Ok(((after - before).saturating_sub(polling) as f64 / round as f64, polling))
 }
