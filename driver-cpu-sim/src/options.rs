@@ -64,7 +64,7 @@ impl CpuSimOptions {
     /// The same options with light work run on the submitting thread (`on`) or always on its
     /// queue's stream thread (`off`, the default). With it on, a submission whose queue has nothing
     /// left to run and which waits on nothing there runs at the call when it is estimated to take
-    /// under 20 us (its entry points' last timed workgroups, the bytes it moves; small allocations,
+    /// under 100 us (its entry points' last timed workgroups, the bytes it moves; small allocations,
     /// writes and reads): it is done, its signals applied, when the call returns, with no stream or
     /// completion thread woken. Only for programs whose kernels never wait on something the
     /// submitting thread does after the call (IREE's dispatches, for one): a kernel that spins on

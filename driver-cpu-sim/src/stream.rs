@@ -232,8 +232,12 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
 }
 
 /// How long work may be estimated to take and still run on the issuing thread (see
-/// `StreamModel::run_at_issue`): about what the two thread wake-ups it saves cost.
-const RUN_AT_ISSUE_LIMIT: std::time::Duration = std::time::Duration::from_micros(20);
+/// `StreamModel::run_at_issue`). Work this short runs on one thread on the stream too (only grids
+/// estimated over milliseconds spread over the workgroup pool), so running it at the call costs no
+/// parallelism within it; the two thread wake-ups it saves cost tens of microseconds on a loaded
+/// machine; and independent submissions the issuing thread now runs one after another (on
+/// several queues they could have run side by side) lose at most this much each.
+const RUN_AT_ISSUE_LIMIT: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// The largest queue allocation, write or read run on the issuing thread.
 const RUN_AT_ISSUE_BYTES: u64 = 64 << 10;
