@@ -83,26 +83,43 @@ pub fn record_sites<T>(top: usize, depth: usize, f: impl FnOnce() -> T) -> (T, V
     (out, sites)
 }
 
-/// The first `depth` frames of `trace` after the allocator's own, as `a <- b <- c`.
+/// The first `depth` frames of `trace` below the allocator, as `a <- b <- c`: the frames after
+/// this module's own, leaving out the standard library's (by their source file where the program
+/// has line tables, else by their path: `std`, `core`, `alloc`).
 fn site(trace: &Backtrace, depth: usize) -> String {
     let text = trace.to_string();
-    let frames = text
-        .lines()
-        .map(str::trim)
-        .filter(|line| line.split_once(": ").is_some_and(|(n, _)| n.chars().all(|c| c.is_ascii_digit())))
-        .map(|line| line.split_once(": ").map_or(line, |(_, name)| name))
-        .filter(|name| {
-            !(name.starts_with("std::")
-                || name.starts_with("alloc::")
-                || name.starts_with("core::")
-                || name.starts_with("<alloc::")
-                || name.starts_with("__rust")
-                || name.contains("alloc_count"))
-        })
+    // Each frame is a line `N: name`, followed by `at FILE:LINE:COL` where line tables say.
+    let mut frames: Vec<(&str, Option<&str>)> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(file) = line.strip_prefix("at ") {
+            if let Some(last) = frames.last_mut() {
+                last.1.get_or_insert(file);
+            }
+        } else if let Some((n, name)) = line.split_once(": ")
+            && n.chars().all(|c| c.is_ascii_digit())
+        {
+            frames.push((name, None));
+        }
+    }
+    // The allocator's frames are the innermost ones of this module (the program may call into the
+    // module further out: `record_sites` itself).
+    let first = frames.iter().position(|(name, _)| name.contains("alloc_count")).unwrap_or(0);
+    let below = first + frames[first..].iter().take_while(|(name, _)| name.contains("alloc_count")).count();
+    let own = |(name, file): &&(&str, Option<&str>)| {
+        let std = ["std::", "core::", "alloc::", "__rust", "<std::", "<core::", "<alloc::"];
+        !std.iter().any(|prefix| name.starts_with(prefix))
+            && match file {
+                Some(file) => !file.contains("/rustc/") && !file.contains("/library/"),
+                None => name.split('<').next().is_some_and(|path| path.contains("::")),
+            }
+    };
+    frames[below..]
+        .iter()
+        .filter(own)
         .take(depth)
-        .map(|name| name.rsplit_once("::h").map_or(name, |(head, _)| head).to_string())
-        .collect::<Vec<_>>();
-    frames.join(" <- ")
+        .map(|(name, _)| name.rsplit_once("::h").map_or(*name, |(head, _)| head))
+        .collect::<Vec<_>>()
+        .join(" <- ")
 }
 
 /// Allocations on every thread since the process started (0 when [`CountingAllocator`] is not the

@@ -231,7 +231,11 @@ pub fn scaling_tables(
 /// the round runs slower, and its count is unchanged).
 pub const ALLOCATION_SITES_ENV: &str = "HAL_BENCH_ALLOCATION_SITES";
 
-fn allocations_per_submission(env: &Env) -> hal::Result<(f64, u64)> {
+/// Heap allocations per submission over 1 000 chained executes of a reused one-dispatch command
+/// buffer on `env`'s queue 0, after three warm-up rounds, until the device is idle again (with a
+/// counting global allocator; see `alloc_count`), and the allocations the idle polling made on this
+/// thread, which are left out.
+pub fn allocations_per_submission(env: &Env) -> hal::Result<(f64, u64)> {
     let cb = env.dispatches(1)?;
     let q = env.device.queue(0)?;
     let s = env.device.create_semaphore(0)?;

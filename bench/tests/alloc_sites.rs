@@ -30,7 +30,11 @@ fn sites_are_this_programs_frames_and_the_recording_is_not_counted() {
     assert_eq!(recorded, counted, "sites: {sites:?}");
     let (allocations, site) = sites.iter().max_by_key(|(count, _)| *count).unwrap();
     assert_eq!(*allocations, 8, "the Vec and its seven boxes: {sites:?}");
-    assert!(site.starts_with("alloc_sites::allocate_some"), "the allocating function comes first: {site}");
+    // Named with its path or without (an inlined frame where the program has only line tables).
+    assert!(
+        site.split(" <- ").next().is_some_and(|f| f.ends_with("allocate_some")),
+        "the allocating function comes first: {site}"
+    );
     assert!(!site.contains("alloc_count"), "the allocator's own frames are left out: {site}");
 
     // Nothing is recorded outside the closure.

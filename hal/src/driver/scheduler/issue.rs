@@ -230,7 +230,8 @@ impl<M: StreamModel> Shared<M> {
             && !lock(&slot.inflight).is_empty();
         if leave_open {
             issuer.unrecorded += 1;
-            let seal = issuer.open.get_or_insert_with(|| Seal::new(queue));
+            let spares = &issuer.seal_spares;
+            let seal = issuer.open.get_or_insert_with(|| Seal::take(queue, spares));
             return Ok(StreamMark::Open(seal.clone()));
         }
         self.record_now(queue, issuer).map(StreamMark::Recorded)

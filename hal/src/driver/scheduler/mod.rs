@@ -50,7 +50,7 @@ use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Producer, SemaphoreEvents};
 use self::host_calls::HostCallRunner;
 use self::pending_actions::Action;
-use self::seal::{Seal, StreamMark};
+use self::seal::{SealHandle, SealSpares, StreamMark};
 use self::wait_cover::Covers;
 use self::watch::Watch;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
@@ -134,7 +134,9 @@ struct IssuerCache<M: StreamModel> {
     last_mark: Option<StreamMark<M>>,
     /// The seal of the submissions issued since the last record, which recorded nothing (see
     /// `seal`).
-    open: Option<Arc<Seal<M>>>,
+    open: Option<SealHandle<M>>,
+    /// Seals emptied for reuse.
+    seal_spares: Arc<SealSpares<M>>,
     /// How many submissions were left open since the last record.
     unrecorded: u32,
 }
@@ -221,6 +223,7 @@ impl<M: StreamModel> Scheduler<M> {
                     events: EventCache::new(),
                     last_mark: None,
                     open: None,
+                    seal_spares: SealSpares::new(),
                     unrecorded: 0,
                 })),
                 inflight: CachePadded(Mutex::new(VecDeque::new())),

@@ -15,10 +15,15 @@
 //! queue was idle (someone probably waits for this very submission: no trip through another thread
 //! for it), and when the completion thread asked for a record (`QueueSlot::seal_wanted`).
 //!
+//! Seals are reused: the last [`SealHandle`] to go empties its seal and gives it to its queue's
+//! spares, from which the next run of open submissions takes it (see [`SPARE_SEALS`]).
+//!
 //! Invariant: a seal that is still open is the one in its queue's issuer cache (`IssuerCache::open`):
 //! every record on the stream fills that seal and starts a new one only for later submissions. So
 //! open submissions are always the newest in flight, and sealing takes the issue lock.
 
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::sync::{Arc, Weak};
 
 use super::event_pool::EventRef;
@@ -33,18 +38,79 @@ use crate::sync::{Mutex, lock, try_lock};
 /// in bounded batches.
 pub(crate) const RECORD_EVERY: u32 = 16;
 
+/// How many unused seals a queue keeps at most: a new run of open submissions takes one of them
+/// instead of allocating. A queue keeps as many as were ever in use at once (a seal marks up to
+/// [`RECORD_EVERY`] submissions, so about one per that many in flight), up to this, so a steady
+/// stream of submissions allocates no seals however deep its pipeline; the most it keeps is a few
+/// tens of kilobytes.
+const SPARE_SEALS: usize = 1024;
+
 /// Where a submission's work ends on its stream.
 pub(crate) enum StreamMark<M: StreamModel> {
     /// An event recorded right after the work (or a later one that nothing else was put before).
     Recorded(EventRef<M>),
     /// The event the next record on the stream puts after the work (see the module docs).
-    Open(Arc<Seal<M>>),
+    Open(SealHandle<M>),
 }
 
 /// The event shared by consecutive open submissions of one queue, once recorded.
 pub(crate) struct Seal<M: StreamModel> {
     queue: usize,
     state: Mutex<SealState<M>>,
+    /// Where the last handle gives the seal back.
+    spares: Weak<SealSpares<M>>,
+}
+
+/// A queue's unused seals, emptied (see [`SealHandle`]).
+pub(crate) struct SealSpares<M: StreamModel>(Mutex<Vec<Arc<Seal<M>>>>);
+
+impl<M: StreamModel> SealSpares<M> {
+    /// No seals yet.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(SealSpares(Mutex::new(Vec::new())))
+    }
+}
+
+/// A reference to a seal. The last one to go empties the seal (its event goes back to the pool
+/// then, as it did when seals were freed) and gives it to its queue's spares, if they hold fewer
+/// than [`SPARE_SEALS`] and their lock is free: it never waits there, so dropping a mark takes no
+/// lock anyone waits on.
+pub(crate) struct SealHandle<M: StreamModel>(ManuallyDrop<Arc<Seal<M>>>);
+
+impl<M: StreamModel> Deref for SealHandle<M> {
+    type Target = Seal<M>;
+    fn deref(&self) -> &Seal<M> {
+        &self.0
+    }
+}
+
+impl<M: StreamModel> Clone for SealHandle<M> {
+    fn clone(&self) -> Self {
+        SealHandle(ManuallyDrop::new(Arc::clone(&self.0)))
+    }
+}
+
+impl<M: StreamModel> Drop for SealHandle<M> {
+    fn drop(&mut self) {
+        // SAFETY: the `Arc` is taken out once, here, and the handle is gone after this.
+        let mut seal = unsafe { ManuallyDrop::take(&mut self.0) };
+        let Some(only) = Arc::get_mut(&mut seal) else { return };
+        // Nothing else refers to the seal: no one can be reading its state.
+        *lock(&only.state) = SealState::Open;
+        let Some(spares) = only.spares.upgrade() else { return };
+        if let Some(mut kept) = try_lock(&spares.0)
+            && kept.len() < SPARE_SEALS
+        {
+            kept.push(seal);
+        }
+    }
+}
+
+impl<M: StreamModel> SealHandle<M> {
+    /// Whether this is the seal's only handle.
+    fn is_only(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
 }
 
 enum SealState<M: StreamModel> {
@@ -65,9 +131,13 @@ impl<M: StreamModel> Clone for StreamMark<M> {
 }
 
 impl<M: StreamModel> Seal<M> {
-    /// A new open seal of `queue`.
-    pub(crate) fn new(queue: usize) -> Arc<Self> {
-        Arc::new(Seal { queue, state: Mutex::new(SealState::Open) })
+    /// An open seal of `queue`: one of `spares` (the queue's), or a new one where none is left.
+    pub(crate) fn take(queue: usize, spares: &Arc<SealSpares<M>>) -> SealHandle<M> {
+        let spare = lock(&spares.0).pop();
+        let seal = spare.unwrap_or_else(|| {
+            Arc::new(Seal { queue, state: Mutex::new(SealState::Open), spares: Arc::downgrade(spares) })
+        });
+        SealHandle(ManuallyDrop::new(seal))
     }
 
     /// The recorded event, the failure, or `None` while open.
@@ -110,8 +180,7 @@ impl<M: StreamModel> StreamMark<M> {
         match self {
             StreamMark::Recorded(event) => event.is_sole_reference(),
             StreamMark::Open(seal) => {
-                Arc::strong_count(seal) == 1
-                    && matches!(&*lock(&seal.state), SealState::Recorded(event) if event.is_sole_reference())
+                seal.is_only() && matches!(&*lock(&seal.state), SealState::Recorded(event) if event.is_sole_reference())
             }
         }
     }
