@@ -152,7 +152,11 @@ impl VulkanDevice {
             entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
         };
         let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
-        let scheduler = Scheduler::new(id, VulkanStreams::new(&gpu, checker), QUEUE_COUNT)?;
+        let scheduler = Scheduler::new(
+            id,
+            VulkanStreams::new(&gpu, checker, crate::host_waits::WaitTuning::from_env()?),
+            QUEUE_COUNT,
+        )?;
         Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })
     }
 

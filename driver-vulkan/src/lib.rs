@@ -65,6 +65,7 @@ mod device;
 pub mod error;
 mod executable;
 mod gpu;
+mod host_waits;
 mod instance;
 pub mod interop;
 mod memory;
@@ -88,6 +89,7 @@ pub use ash;
 pub use device::{BINDING_TABLE_EXECUTES, VulkanDevice};
 pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::{DEVICE_MEMORY_ENV, UPDATE_AFTER_BIND_ENV};
+pub use host_waits::{DEFAULT_HOST_POLL, DEFAULT_SUBMIT_WATCH, HOST_POLL_ENV, SUBMIT_WATCH_ENV};
 pub use instance::VALIDATION_ENV;
 
 /// The name the driver is registered under.

@@ -18,6 +18,7 @@
 //! `VkQueue` before it (see the `interop` module docs for what that asks of the embedder).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,7 @@ use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
+use crate::host_waits::{self, WaitTuning};
 use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::{Block, Placement};
 use crate::memory::{VulkanMemory, resolve};
@@ -139,13 +141,26 @@ struct Item {
     waits: Marks,
 }
 
+/// The submit thread's queue of items.
+#[derive(Default)]
+struct Items {
+    queue: VecDeque<Item>,
+    /// Set when the stream drops: the thread returns once the queue is empty.
+    closing: bool,
+    /// Set while the submit thread sleeps on `items_changed`: only then does a push notify it.
+    sleeping: bool,
+}
+
 /// A stream's state shared with its submit thread.
 struct StreamShared {
     gpu: Arc<Gpu>,
     queue: usize,
     timeline: Arc<Timeline>,
-    items: Mutex<(VecDeque<Item>, bool)>,
+    items: Mutex<Items>,
     items_changed: Condvar,
+    /// Items pushed so far: the idle submit thread watches it without the lock (see `host_waits`).
+    pushed: AtomicU64,
+    tuning: WaitTuning,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
@@ -198,8 +213,11 @@ impl VulkanStream {
         let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits) };
         let value = item.value;
         let mut items = lock(&self.shared.items);
-        items.0.push_back(item);
-        self.shared.items_changed.notify_one();
+        items.queue.push_back(item);
+        self.shared.pushed.fetch_add(1, Ordering::Release);
+        if items.sleeping {
+            self.shared.items_changed.notify_one();
+        }
         value
     }
 }
@@ -208,7 +226,7 @@ impl Drop for VulkanStream {
     fn drop(&mut self) {
         {
             let mut items = lock(&self.shared.items);
-            items.1 = true;
+            items.closing = true;
             self.shared.items_changed.notify_one();
         }
         if let Some(thread) = self.thread.take() {
@@ -254,12 +272,15 @@ pub struct VulkanStreams {
     anchor: Mutex<Option<ClockAnchor>>,
     /// The waits on embedders' timeline values its queues submitted (released at teardown).
     externals: Arc<ExternalWaits>,
+    /// How long host threads watch before they sleep.
+    tuning: WaitTuning,
 }
 
 impl VulkanStreams {
     /// The model of `gpu`; `checker` checks indirect dispatches' counts.
-    pub fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>) -> Self {
+    pub(crate) fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>, tuning: WaitTuning) -> Self {
         VulkanStreams {
+            tuning,
             gpu: gpu.clone(),
             checker,
             in_flight: Arc::default(),
@@ -354,8 +375,10 @@ impl StreamModel for VulkanStreams {
             gpu: self.gpu.clone(),
             queue,
             timeline,
-            items: Mutex::new((VecDeque::new(), false)),
+            items: Mutex::new(Items::default()),
             items_changed: Condvar::new(),
+            pushed: AtomicU64::new(0),
+            tuning: self.tuning,
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
@@ -407,12 +430,16 @@ impl StreamModel for VulkanStreams {
         }
     }
 
-    /// A host waiter parks on its semaphore, which the completion thread's retirement wakes: the
-    /// completion thread waits without a timeout, and a waiter's wait would have to be timed (to
-    /// call `stop`), which NVIDIA's driver wakes late (see `Timeline::wait_forever`).
+    /// A host waiter polls the timeline's counter for a while (`host_waits`), then parks on its
+    /// semaphore, which the completion thread's retirement wakes. It never blocks in
+    /// `vkWaitSemaphores` itself: that wait would have to be timed (to call `stop`), and NVIDIA's
+    /// driver wakes timed waits late (see `Timeline::wait_forever`).
     fn host_wait(&self, event: &VulkanEvent, deadline: Option<Instant>, stop: &dyn Fn() -> bool) -> Option<Result<()>> {
-        let _ = (event, deadline, stop);
-        None
+        let Some((timeline, value)) = event.mark() else { return Some(Ok(())) };
+        host_waits::poll(self.tuning.host_poll, deadline, stop, || match timeline.value() {
+            Ok(reached) => (reached >= value).then_some(Ok(())),
+            Err(e) => Some(Err(e)),
+        })
     }
 
     fn enqueue(&self, stream: &VulkanStream, work: &Arc<Work>) -> Result<()> {
@@ -476,17 +503,32 @@ impl StreamModel for VulkanStreams {
 
 /// The submit thread: takes items in order and issues each.
 fn submit_thread(stream: &StreamShared) {
+    let mut pause_until = None;
     loop {
         let item = {
             let mut items = lock(&stream.items);
+            let mut watched = false;
             loop {
-                if let Some(item) = items.0.pop_front() {
+                if let Some(item) = items.queue.pop_front() {
                     break item;
                 }
-                if items.1 {
+                if items.closing {
                     return;
                 }
+                if !watched {
+                    // Watch for the next item before sleeping: a submitter then pays no wake-up.
+                    watched = true;
+                    let seen = stream.pushed.load(Ordering::Acquire);
+                    drop(items);
+                    host_waits::watch(stream.tuning.submit_watch, &mut pause_until, || {
+                        stream.pushed.load(Ordering::Acquire) != seen
+                    });
+                    items = lock(&stream.items);
+                    continue;
+                }
+                items.sleeping = true;
                 items = wait(&stream.items_changed, items);
+                items.sleeping = false;
             }
         };
         for (timeline, value) in &item.waits {
