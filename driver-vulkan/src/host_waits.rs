@@ -11,8 +11,8 @@
 //! - an idle submit thread watches for the next item for up to [`SUBMIT_WATCH_ENV`] microseconds
 //!   before it sleeps; a submitter wakes it (a system call) only when it sleeps.
 //!
-//! Both watch politely, yielding between looks: a yield that returns late shows the cores are wanted
-//! elsewhere, and the waiter then parks, the submit thread sleeps at once for a while.
+//! Both yield between looks. A submit thread whose watches keep being cut short by late yields (the
+//! cores are wanted elsewhere) sleeps at once for a while.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,9 @@ pub const DEFAULT_SUBMIT_WATCH: Duration = Duration::from_micros(50);
 
 /// A yield that returns later than this shows the cores are wanted by other threads.
 const CONTENDED_YIELD: Duration = Duration::from_micros(20);
+
+/// How many watches in a row cut short by a late yield show the cores are wanted.
+const LATE_WATCHES: u32 = 3;
 
 /// How long a submit thread that saw contention sleeps at once when idle, before it watches again.
 const CONTENDED_PAUSE: Duration = Duration::from_millis(100);
@@ -67,8 +70,8 @@ fn micros_from_env(name: &str, default: Duration) -> Result<Duration> {
 }
 
 /// Polls `reached()` until it says `Some` (the outcome), `stop()` says the waiter no longer needs
-/// it, `deadline` passes, `budget` is spent or a yield between polls shows the cores are wanted
-/// (lavapipe runs the device's work on them): `None` in the last four cases.
+/// it, `deadline` passes or `budget` is spent: `None` in the last three cases. It yields between
+/// polls, so threads that need the core (lavapipe runs the device's work on them) get it.
 pub(crate) fn poll(
     budget: Duration,
     deadline: Option<Instant>,
@@ -84,35 +87,64 @@ pub(crate) fn poll(
         if stop() || Instant::now() >= end {
             return None;
         }
-        let yielded = Instant::now();
         std::thread::yield_now();
-        if yielded.elapsed() > CONTENDED_YIELD {
-            return None;
-        }
     }
 }
 
-/// Watches `changed()` for up to `watch` before a thread sleeps; whether it changed. Gives up early
-/// (and sets `pause_until`) when a yield shows the cores are wanted; watches not at all before
-/// `pause_until`.
-pub(crate) fn watch(watch: Duration, pause_until: &mut Option<Instant>, changed: impl Fn() -> bool) -> bool {
-    if watch.is_zero() || pause_until.is_some_and(|until| Instant::now() < until) {
+/// How a thread that watches before it sleeps notices that the cores are wanted elsewhere.
+#[derive(Default)]
+pub(crate) struct Contention {
+    /// Watches in a row that a late yield cut short.
+    late_watches: u32,
+    /// Until when the thread sleeps at once instead of watching.
+    pause_until: Option<Instant>,
+}
+
+/// Watches `changed()` for up to `watch` before a thread sleeps; whether it changed. A yield that
+/// comes back late cuts the watch short; [`LATE_WATCHES`] such watches in a row show the cores are
+/// wanted, and the thread then watches not at all for [`CONTENDED_PAUSE`]. (A single late yield
+/// also comes from an interrupt or a migration: pausing on it left the watch off most of the time
+/// on an otherwise idle 16-core host.)
+pub(crate) fn watch(watch: Duration, contention: &mut Contention, changed: impl Fn() -> bool) -> bool {
+    if watch.is_zero() || contention.paused() {
         return changed();
     }
     let started = Instant::now();
     loop {
         if changed() {
+            contention.ran_its_course();
             return true;
         }
         if started.elapsed() >= watch {
+            contention.ran_its_course();
             return false;
         }
         let yielded = Instant::now();
         std::thread::yield_now();
         if yielded.elapsed() > CONTENDED_YIELD {
-            *pause_until = Some(Instant::now() + CONTENDED_PAUSE);
+            contention.cut_short();
             return changed();
         }
+    }
+}
+
+impl Contention {
+    fn paused(&self) -> bool {
+        self.pause_until.is_some_and(|until| Instant::now() < until)
+    }
+
+    /// A late yield cut a watch short: the streak grows, and pauses watching once long enough.
+    fn cut_short(&mut self) {
+        self.late_watches += 1;
+        if self.late_watches >= LATE_WATCHES {
+            self.late_watches = 0;
+            self.pause_until = Some(Instant::now() + CONTENDED_PAUSE);
+        }
+    }
+
+    /// A watch ran to its end or saw its change: the streak is over.
+    fn ran_its_course(&mut self) {
+        self.late_watches = 0;
     }
 }
 
@@ -137,7 +169,7 @@ mod tests {
         assert!(poll(Duration::from_secs(5), None, &|| true, || None).is_none());
         let started = Instant::now();
         assert!(poll(Duration::from_millis(2), None, &|| false, || None).is_none());
-        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(started.elapsed() >= Duration::from_millis(2));
         let passed = Instant::now();
         assert!(poll(Duration::from_secs(5), Some(passed), &|| false, || None).is_none());
     }
@@ -150,16 +182,35 @@ mod tests {
 
     #[test]
     fn watch_sees_a_change_and_gives_up_after_its_time() {
-        let mut pause = None;
-        assert!(watch(Duration::from_secs(5), &mut pause, || true));
-        let started = Instant::now();
-        assert!(!watch(Duration::from_millis(2), &mut pause, || false));
-        assert!(started.elapsed() >= Duration::from_millis(2) || pause.is_some());
-        // A zero watch or a pause only looks once.
-        assert!(!watch(Duration::ZERO, &mut pause, || false));
-        let mut paused = Some(Instant::now() + Duration::from_secs(60));
+        let mut contention = Contention::default();
+        assert!(watch(Duration::from_secs(5), &mut contention, || true));
+        assert!(!watch(Duration::from_millis(2), &mut contention, || false));
+        // A zero watch only looks once.
         let looked = Cell::new(0);
-        assert!(!watch(Duration::from_secs(5), &mut paused, || {
+        assert!(!watch(Duration::ZERO, &mut contention, || {
+            looked.set(looked.get() + 1);
+            false
+        }));
+        assert_eq!(looked.get(), 1);
+    }
+
+    #[test]
+    fn late_yields_pause_watching_only_when_they_repeat() {
+        let mut contention = Contention::default();
+        for _ in 1..LATE_WATCHES {
+            contention.cut_short();
+        }
+        assert!(!contention.paused());
+        contention.ran_its_course();
+        for _ in 1..LATE_WATCHES {
+            contention.cut_short();
+        }
+        assert!(!contention.paused(), "a watch that ran its course ends the streak");
+        contention.cut_short();
+        assert!(contention.paused());
+        // Paused, a watch looks once and returns.
+        let looked = Cell::new(0);
+        assert!(!watch(Duration::from_secs(5), &mut contention, || {
             looked.set(looked.get() + 1);
             false
         }));

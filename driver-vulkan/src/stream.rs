@@ -503,7 +503,7 @@ impl StreamModel for VulkanStreams {
 
 /// The submit thread: takes items in order and issues each.
 fn submit_thread(stream: &StreamShared) {
-    let mut pause_until = None;
+    let mut contention = host_waits::Contention::default();
     loop {
         let item = {
             let mut items = lock(&stream.items);
@@ -520,7 +520,7 @@ fn submit_thread(stream: &StreamShared) {
                     watched = true;
                     let seen = stream.pushed.load(Ordering::Acquire);
                     drop(items);
-                    host_waits::watch(stream.tuning.submit_watch, &mut pause_until, || {
+                    host_waits::watch(stream.tuning.submit_watch, &mut contention, || {
                         stream.pushed.load(Ordering::Acquire) != seen
                     });
                     items = lock(&stream.items);
