@@ -9,7 +9,10 @@
 //!   [`HOST_POLL_ENV`] microseconds and retires the work itself when it sees the value, before it
 //!   parks on the semaphore for the completion thread to wake;
 //! - an idle submit thread watches for the next item for up to [`SUBMIT_WATCH_ENV`] microseconds
-//!   before it sleeps; a submitter wakes it (a system call) only when it sleeps.
+//!   before it sleeps; a submitter wakes it (a system call) only when it sleeps. A submit thread
+//!   whose next item waits on another stream's value watches as long for that value's signal to be
+//!   issued (Vulkan must never see a wait before its signal), and the other stream's submit thread
+//!   wakes it only when it sleeps.
 //!
 //! Both yield between looks. A submit thread whose watches keep being cut short by late yields (the
 //! cores are wanted elsewhere) sleeps at once for a while.
@@ -22,8 +25,9 @@ use hal::{Error, Result};
 /// (default [`DEFAULT_HOST_POLL`]; `0`: it parks at once, woken by the completion thread).
 pub const HOST_POLL_ENV: &str = "HAL_VULKAN_HOST_POLL_US";
 
-/// Microseconds an idle submit thread watches for the next submission before it sleeps (default
-/// [`DEFAULT_SUBMIT_WATCH`]; `0`: it sleeps at once).
+/// Microseconds an idle submit thread watches for the next submission, or for the signal of another
+/// stream's value it waits on to be issued, before it sleeps (default [`DEFAULT_SUBMIT_WATCH`];
+/// `0`: it sleeps at once).
 pub const SUBMIT_WATCH_ENV: &str = "HAL_VULKAN_SUBMIT_WATCH_US";
 
 /// The default of [`HOST_POLL_ENV`]: as long as the CUDA driver's host waiters spin.

@@ -46,20 +46,38 @@ use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 pub struct Timeline {
     gpu: Arc<Gpu>,
     pub(crate) semaphore: vk::Semaphore,
-    /// The highest value whose signal was issued (submitted, or signalled from the host).
-    issued: Mutex<u64>,
+    /// The highest value whose signal was issued (submitted, or signalled from the host), and how
+    /// many threads sleep on `issued_changed` for a higher one.
+    issued: Mutex<Issued>,
+    /// `issued.value`, read without the lock by threads watching for it.
+    issued_value: AtomicU64,
     issued_changed: Condvar,
+    /// How long a thread waiting for a value's signal to be issued watches before it sleeps.
+    watch: Duration,
+}
+
+#[derive(Default)]
+struct Issued {
+    value: u64,
+    sleepers: u32,
 }
 
 impl Timeline {
-    fn new(gpu: &Arc<Gpu>) -> Result<Timeline> {
+    fn new(gpu: &Arc<Gpu>, watch: Duration) -> Result<Timeline> {
         let mut kind =
             vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
         // SAFETY: a valid create info; destroyed in `Drop`.
         let semaphore =
             unsafe { gpu.device.create_semaphore(&info, None) }.map_err(|e| from_vk("vkCreateSemaphore", e))?;
-        Ok(Timeline { gpu: gpu.clone(), semaphore, issued: Mutex::new(0), issued_changed: Condvar::new() })
+        Ok(Timeline {
+            gpu: gpu.clone(),
+            semaphore,
+            issued: Mutex::new(Issued::default()),
+            issued_value: AtomicU64::new(0),
+            issued_changed: Condvar::new(),
+            watch,
+        })
     }
 
     /// The value the device reached.
@@ -96,15 +114,26 @@ impl Timeline {
 
     fn set_issued(&self, value: u64) {
         let mut issued = lock(&self.issued);
-        *issued = (*issued).max(value);
-        self.issued_changed.notify_all();
+        issued.value = issued.value.max(value);
+        self.issued_value.store(issued.value, Ordering::Release);
+        if issued.sleepers > 0 {
+            self.issued_changed.notify_all();
+        }
     }
 
-    /// Blocks until the signal of `value` was issued.
+    /// Blocks until the signal of `value` was issued: watches for it a while first (see
+    /// `host_waits`), since a submit thread waiting on another stream's value would otherwise pay
+    /// a wake-up on every cross-queue hop.
     fn wait_issued(&self, value: u64) {
-        let mut issued = lock(&self.issued);
-        while *issued < value {
-            issued = wait(&self.issued_changed, issued);
+        let issued = || self.issued_value.load(Ordering::Acquire) >= value;
+        if issued() || host_waits::watch(self.watch, &mut host_waits::Contention::default(), issued) {
+            return;
+        }
+        let mut state = lock(&self.issued);
+        while state.value < value {
+            state.sleepers += 1;
+            state = wait(&self.issued_changed, state);
+            state.sleepers -= 1;
         }
     }
 
@@ -364,7 +393,7 @@ impl StreamModel for VulkanStreams {
     const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
 
     fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
-        let timeline = Arc::new(Timeline::new(&self.gpu)?);
+        let timeline = Arc::new(Timeline::new(&self.gpu, self.tuning.submit_watch)?);
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(self.gpu.physical.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
