@@ -154,7 +154,12 @@ impl VulkanDevice {
         let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
         let scheduler = Scheduler::new(
             id,
-            VulkanStreams::new(&gpu, checker, crate::host_waits::WaitTuning::from_env()?),
+            VulkanStreams::new(
+                &gpu,
+                checker,
+                crate::host_waits::WaitTuning::from_env()?,
+                crate::submit_batch::limit_from_env()?,
+            ),
             QUEUE_COUNT,
         )?;
         Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })

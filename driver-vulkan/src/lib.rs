@@ -74,6 +74,7 @@ mod spirv;
 mod spirv_bitcasts;
 mod spirv_conversions;
 mod stream;
+mod submit_batch;
 pub mod timing;
 #[cfg(feature = "wgsl")]
 pub mod wgsl;
@@ -91,6 +92,7 @@ pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::{DEVICE_MEMORY_ENV, UPDATE_AFTER_BIND_ENV};
 pub use host_waits::{DEFAULT_HOST_POLL, DEFAULT_SUBMIT_WATCH, HOST_POLL_ENV, SUBMIT_WATCH_ENV};
 pub use instance::VALIDATION_ENV;
+pub use submit_batch::{DEFAULT_SUBMIT_BATCH, SUBMIT_BATCH_ENV};
 
 /// The name the driver is registered under.
 pub const DRIVER_NAME: &str = "vulkan";

@@ -40,6 +40,7 @@ use crate::host_waits::{self, WaitTuning};
 use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::{Block, Placement};
 use crate::memory::{VulkanMemory, resolve};
+use crate::submit_batch::{Batch, Entry};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
 /// A timeline and how far its stream has got.
@@ -112,7 +113,12 @@ impl Timeline {
         Ok(())
     }
 
-    fn set_issued(&self, value: u64) {
+    /// Whether the signal of `value` was issued.
+    fn is_issued(&self, value: u64) -> bool {
+        self.issued_value.load(Ordering::Acquire) >= value
+    }
+
+    pub(crate) fn set_issued(&self, value: u64) {
         let mut issued = lock(&self.issued);
         issued.value = issued.value.max(value);
         self.issued_value.store(issued.value, Ordering::Release);
@@ -125,7 +131,7 @@ impl Timeline {
     /// `host_waits`), since a submit thread waiting on another stream's value would otherwise pay
     /// a wake-up on every cross-queue hop.
     fn wait_issued(&self, value: u64) {
-        let issued = || self.issued_value.load(Ordering::Acquire) >= value;
+        let issued = || self.is_issued(value);
         if issued() || host_waits::watch(self.watch, &mut host_waits::Contention::default(), issued) {
             return;
         }
@@ -161,13 +167,21 @@ type Marks = SmallVec<[Mark; 4]>;
 
 /// Semaphores and values of one `vkQueueSubmit`, inline (its own timeline, an embedder's point and
 /// the waits on other streams fit).
-type SubmitList<T> = SmallVec<[T; 8]>;
+pub(crate) type SubmitList<T> = SmallVec<[T; 8]>;
 
 /// One submission for the submit thread.
-struct Item {
+pub(crate) struct Item {
     work: Option<Arc<Work>>,
-    value: u64,
+    pub(crate) value: u64,
     waits: Marks,
+}
+
+#[cfg(test)]
+impl Item {
+    /// An item with no work, for tests of the submit path's bookkeeping.
+    pub(crate) fn for_test(value: u64) -> Item {
+        Item { work: None, value, waits: Marks::new() }
+    }
 }
 
 /// The submit thread's queue of items.
@@ -181,24 +195,39 @@ struct Items {
 }
 
 /// A stream's state shared with its submit thread.
-struct StreamShared {
-    gpu: Arc<Gpu>,
+pub(crate) struct StreamShared {
+    pub(crate) gpu: Arc<Gpu>,
     queue: usize,
-    timeline: Arc<Timeline>,
+    pub(crate) timeline: Arc<Timeline>,
     items: Mutex<Items>,
     items_changed: Condvar,
     /// Items pushed so far: the idle submit thread watches it without the lock (see `host_waits`).
     pushed: AtomicU64,
     tuning: WaitTuning,
+    /// Items one `vkQueueSubmit` takes at most.
+    batch_limit: usize,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
     externals: Arc<ExternalWaits>,
 }
 
+impl StreamShared {
+    /// The Vulkan queue the stream submits to, locked (it is externally synchronized).
+    pub(crate) fn lock_queue(&self) -> std::sync::MutexGuard<'_, vk::Queue> {
+        lock(self.gpu.queue(self.queue))
+    }
+
+    /// Takes work `id`'s entry out of the submissions in flight (its command buffer goes back as
+    /// it drops).
+    pub(crate) fn forget_in_flight(&self, id: u64) -> Option<InFlight> {
+        lock(&self.in_flight).remove(&id)
+    }
+}
+
 /// What a submission holds until it completes: its command buffer (or the recording it replays),
 /// its buffers and executables, its timestamps when profiled.
-struct InFlight {
+pub(crate) struct InFlight {
     cmd: Option<(Arc<CommandPool>, vk::CommandBuffer)>,
     _lease: Option<Lease>,
     _keep: Keep,
@@ -303,13 +332,16 @@ pub struct VulkanStreams {
     externals: Arc<ExternalWaits>,
     /// How long host threads watch before they sleep.
     tuning: WaitTuning,
+    /// Items one `vkQueueSubmit` takes at most.
+    batch_limit: usize,
 }
 
 impl VulkanStreams {
     /// The model of `gpu`; `checker` checks indirect dispatches' counts.
-    pub(crate) fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>, tuning: WaitTuning) -> Self {
+    pub(crate) fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>, tuning: WaitTuning, batch_limit: usize) -> Self {
         VulkanStreams {
             tuning,
+            batch_limit,
             gpu: gpu.clone(),
             checker,
             in_flight: Arc::default(),
@@ -408,6 +440,7 @@ impl StreamModel for VulkanStreams {
             items_changed: Condvar::new(),
             pushed: AtomicU64::new(0),
             tuning: self.tuning,
+            batch_limit: self.batch_limit,
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
@@ -530,9 +563,12 @@ impl StreamModel for VulkanStreams {
     }
 }
 
-/// The submit thread: takes items in order and issues each.
+/// The submit thread: takes items in order and issues each, gathering those already queued into
+/// one `vkQueueSubmit` (see `submit_batch`).
 fn submit_thread(stream: &StreamShared) {
     let mut contention = host_waits::Contention::default();
+    let mut batch = Batch::new(stream.batch_limit);
+    let mut taken = 0u64;
     loop {
         let item = {
             let mut items = lock(&stream.items);
@@ -542,7 +578,16 @@ fn submit_thread(stream: &StreamShared) {
                     break item;
                 }
                 if items.closing {
+                    drop(items);
+                    batch.flush(stream);
                     return;
+                }
+                // Nothing more to gather.
+                if !batch.is_empty() {
+                    drop(items);
+                    batch.flush(stream);
+                    items = lock(&stream.items);
+                    continue;
                 }
                 if !watched {
                     // Watch for the next item before sleeping: a submitter then pays no wake-up.
@@ -560,27 +605,48 @@ fn submit_thread(stream: &StreamShared) {
                 items.sleeping = false;
             }
         };
+        taken += 1;
+        if item.waits.iter().any(|(timeline, value)| !timeline.is_issued(*value)) {
+            // The stream that issues it may be waiting for one of the values gathered here.
+            batch.flush(stream);
+        }
         for (timeline, value) in &item.waits {
             timeline.wait_issued(*value);
         }
-        if let Err(e) = issue(stream, &item) {
-            if let Some(work) = &item.work {
-                work.fail(e.clone());
-            }
-            // The value must still be reached, after everything before it, or waiters hang; so
-            // must an embedder's value the work was to signal.
-            let reached = wait_all(stream, &item).and_then(|()| {
-                if let Some(Ok(Some(op))) = item.work.as_ref().map(|work| ExternalOp::of(&work.op)) {
-                    op.settle_on_host();
+        match issue(stream, &item, &mut batch) {
+            Ok(()) => {
+                if let Err(item) = batch.attach(item) {
+                    // Finished on the host: its value was signalled there.
+                    stream.timeline.set_issued(item.value);
                 }
-                stream.timeline.signal(item.value)
-            });
-            if let Err(e) = reached {
-                tracing::error!(queue = stream.queue, %e, "vulkan: a failed submission could not signal its value");
+            }
+            Err(e) => {
+                batch.flush(stream);
+                fail_item(stream, &item, e);
             }
         }
-        stream.timeline.set_issued(item.value);
+        if batch.is_full() || stream.pushed.load(Ordering::Acquire) == taken {
+            batch.flush(stream);
+        }
     }
+}
+
+/// Fails an item that could not be submitted: its value is still reached, after everything before
+/// it, or waiters hang; so is an embedder's value the work was to signal.
+pub(crate) fn fail_item(stream: &StreamShared, item: &Item, e: Error) {
+    if let Some(work) = &item.work {
+        work.fail(e);
+    }
+    let reached = wait_all(stream, item).and_then(|()| {
+        if let Some(Ok(Some(op))) = item.work.as_ref().map(|work| ExternalOp::of(&work.op)) {
+            op.settle_on_host();
+        }
+        stream.timeline.signal(item.value)
+    });
+    if let Err(e) = reached {
+        tracing::error!(queue = stream.queue, %e, "vulkan: a failed submission could not signal its value");
+    }
+    stream.timeline.set_issued(item.value);
 }
 
 /// Blocks until the item's waits and its stream's previous value are reached.
@@ -632,8 +698,8 @@ fn is_external(buffer: &hal::Buffer) -> bool {
     resolve(buffer).is_ok_and(|(block, _)| block.is_unmapped())
 }
 
-fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
-    let Some(work) = &item.work else { return submit(stream, item, None, Submitted::default()) };
+fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
+    let Some(work) = &item.work else { return submit(stream, item, None, Submitted::default(), batch) };
     let external_op = ExternalOp::of(&work.op)?;
     if let Some(op) = external_op {
         op.check_signal()?;
@@ -643,11 +709,11 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
     let failed = Submitted { external: external.filter(|point| !point.is_wait()).cloned(), ..Submitted::default() };
     if let Some(fault) = work.take_upstream_fault() {
         work.fault.set(fault);
-        return submit(stream, item, None, failed);
+        return submit(stream, item, None, failed, batch);
     }
     if work.cancel_requested() {
         work.fail(Error::cancelled("vulkan: cancelled before it started"));
-        return submit(stream, item, None, failed);
+        return submit(stream, item, None, failed, batch);
     }
     let commands;
     let update;
@@ -693,7 +759,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
     match plan {
         Plan::Empty => {
             keep_host_time(stream, work, Instant::now());
-            submit(stream, item, None, Submitted::default())
+            submit(stream, item, None, Submitted::default(), batch)
         }
         Plan::External(point) => {
             if point.is_wait() && !stream.externals.register(point) {
@@ -702,10 +768,10 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
                     "vulkan: device destroyed before its queue submitted the {}",
                     work.op.describe()
                 )));
-                return submit(stream, item, None, Submitted::default());
+                return submit(stream, item, None, Submitted::default(), batch);
             }
             keep_host_time(stream, work, Instant::now());
-            submit(stream, item, None, Submitted { external: Some(point.clone()), ..Submitted::default() })
+            submit(stream, item, None, Submitted { external: Some(point.clone()), ..Submitted::default() }, batch)
         }
         Plan::Device(body) => {
             let timing = timing_for(stream, work, body.listed())?;
@@ -725,7 +791,7 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
                 }
                 let (cmd, checks) = (lease.recording().cmd, lease.recording().checks.clone());
                 let submitted = Submitted { keep, checks, lease: Some(lease), ..Submitted::default() };
-                return submit(stream, item, Some(cmd), submitted);
+                return submit(stream, item, Some(cmd), submitted, batch);
             }
             let mut keep = Keep::default();
             let checks = count_checks_for(stream, body.listed())?;
@@ -742,9 +808,16 @@ fn issue(stream: &StreamShared, item: &Item) -> Result<()> {
                 stream.pool.release_failed(cmd);
                 return Err(e);
             }
-            submit(stream, item, Some(cmd), Submitted { keep, timing, checks, read_back, ..Submitted::default() })
+            submit(
+                stream,
+                item,
+                Some(cmd),
+                Submitted { keep, timing, checks, read_back, ..Submitted::default() },
+                batch,
+            )
         }
         Plan::Host(op) => {
+            batch.flush(stream);
             wait_all(stream, item)?;
             let start = Instant::now();
             match run_on_host(op) {
@@ -894,17 +967,24 @@ struct Submitted {
     external: Option<Arc<Point>>,
 }
 
-/// Submits `cmd` (or nothing) behind the item's waits, signalling its value.
-fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, submitted: Submitted) -> Result<()> {
-    let mut semaphores: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
-    let mut values: SubmitList<u64> = smallvec![item.value - 1];
+/// Builds the submission of `cmd` (or nothing) behind the item's waits, signalling its value, into
+/// `batch` (see `submit_batch`).
+fn submit(
+    stream: &StreamShared,
+    item: &Item,
+    cmd: Option<vk::CommandBuffer>,
+    submitted: Submitted,
+    batch: &mut Batch,
+) -> Result<()> {
+    let mut waits: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
+    let mut wait_values: SubmitList<u64> = smallvec![item.value - 1];
     let mut signals: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
     let mut signal_values: SubmitList<u64> = smallvec![item.value];
     if let Some(point) = &submitted.external {
         let (semaphore, value) = point.timeline();
         if point.is_wait() {
-            semaphores.push(semaphore);
-            values.push(value);
+            waits.push(semaphore);
+            wait_values.push(value);
         } else {
             signals.push(semaphore);
             signal_values.push(value);
@@ -912,27 +992,17 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
     }
     for (timeline, value) in &item.waits {
         if Arc::ptr_eq(&timeline.gpu, &stream.gpu) {
-            semaphores.push(timeline.semaphore);
-            values.push(*value);
+            waits.push(timeline.semaphore);
+            wait_values.push(*value);
         } else {
-            // Another VkDevice's semaphore cannot be waited on here: the host waits instead.
+            // Another VkDevice's semaphore cannot be waited on here: the host waits instead (after
+            // handing over what was gathered, which that wait may be behind).
+            batch.flush(stream);
             timeline.wait_forever(*value)?;
         }
     }
-    let stages: SubmitList<vk::PipelineStageFlags> = smallvec![vk::PipelineStageFlags::ALL_COMMANDS; semaphores.len()];
-    let mut timeline_info = vk::TimelineSemaphoreSubmitInfo::default()
-        .wait_semaphore_values(&values)
-        .signal_semaphore_values(&signal_values);
-    let cmds: &[vk::CommandBuffer] = match &cmd {
-        Some(cmd) => std::slice::from_ref(cmd),
-        None => &[],
-    };
-    let submit = vk::SubmitInfo::default()
-        .wait_semaphores(&semaphores)
-        .wait_dst_stage_mask(&stages)
-        .command_buffers(cmds)
-        .signal_semaphores(&signals)
-        .push_next(&mut timeline_info);
+    let stages: SubmitList<vk::PipelineStageFlags> = smallvec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
+    let mut in_flight = None;
     if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
         lock(&stream.in_flight).insert(
             work.id,
@@ -946,25 +1016,22 @@ fn submit(stream: &StreamShared, item: &Item, cmd: Option<vk::CommandBuffer>, su
                 read_back: submitted.read_back,
             },
         );
+        in_flight = Some(work.id);
     }
-    let queue = lock(stream.gpu.queue(stream.queue));
-    // SAFETY: the queue is locked; every wait's signal was issued before (see the module docs), but
-    // an embedder's, which the embedder issues (`crate::interop`); the command buffer is recorded
-    // and its resources are held in `in_flight` until completion.
-    let result = unsafe { stream.gpu.device.queue_submit(*queue, &[submit], vk::Fence::null()) };
-    drop(queue);
-    if let (Ok(()), Some(point)) = (&result, &submitted.external)
-        && !point.is_wait()
-    {
-        point.set_settled();
-    }
-    result.map_err(|e| {
-        if let Some(work) = &item.work {
-            // Never submitted: the entry (and its command buffer) can go now.
-            lock(&stream.in_flight).remove(&work.id);
-        }
-        from_vk("vkQueueSubmit", e)
-    })
+    let external_signal = submitted.external.filter(|point| !point.is_wait());
+    batch.push(Entry {
+        waits,
+        wait_values,
+        stages,
+        signals,
+        signal_values,
+        cmd,
+        external_signal,
+        in_flight,
+        item: None,
+        value: item.value,
+    });
+    Ok(())
 }
 
 /// Host work in queue order: copies through the mapping, alloca and dealloca.
