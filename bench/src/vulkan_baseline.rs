@@ -33,6 +33,10 @@ pub struct RawVulkan {
     set: vk::DescriptorSet,
     /// Recorded command buffers by dispatch count.
     recorded: HashMap<usize, vk::CommandBuffer>,
+    /// A 1-dispatch command buffer for each queue of the fan-out row, whose consumers run at once:
+    /// one command buffer pending on several queues at the same time faulted NVIDIA's H200 (Xid 13,
+    /// `SKEDCHECK22_INVALIDATE_ACTIVE_QMD`, then `VK_ERROR_DEVICE_LOST`) in the full run.
+    fan_out: Vec<vk::CommandBuffer>,
     /// The name of the physical device.
     pub name: String,
 }
@@ -103,6 +107,7 @@ impl RawVulkan {
             descriptors: vk::DescriptorPool::null(),
             set: vk::DescriptorSet::null(),
             recorded: HashMap::new(),
+            fan_out: Vec::new(),
             name,
         };
         // From here `raw`'s Drop destroys whatever was made (null handles are ignored).
@@ -222,13 +227,19 @@ impl RawVulkan {
 
             let pool = vk::CommandPoolCreateInfo::default().queue_family_index(family);
             self.pool = d.create_command_pool(&pool, None).map_err(vk_err("vkCreateCommandPool"))?;
-            for &count in dispatch_counts {
+            // The dispatch counts asked for, then one 1-dispatch buffer per fan-out queue.
+            let counts = dispatch_counts.iter().map(|&count| (count, false)).chain((0..MAX_QUEUES).map(|_| (1, true)));
+            for (count, fan_out) in counts {
                 let allocate = vk::CommandBufferAllocateInfo::default()
                     .command_pool(self.pool)
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1);
                 let cb = d.allocate_command_buffers(&allocate).map_err(vk_err("vkAllocateCommandBuffers"))?[0];
-                self.recorded.insert(count, cb);
+                if fan_out {
+                    self.fan_out.push(cb);
+                } else {
+                    self.recorded.insert(count, cb);
+                }
                 // Simultaneous use: the patterns below resubmit a command buffer while its previous
                 // submission is still pending (ordered behind it by the timeline, on one queue or
                 // alternating two). Without the flag that is invalid usage.
@@ -416,19 +427,20 @@ impl RawVulkan {
                 MAX_QUEUES - 1
             )));
         }
-        let cb = self.cb(1)?;
         let (produced, joined) = (self.timeline(0)?, self.timeline(0)?);
         let consumed = (0..consumers).map(|_| self.timeline(0)).collect::<Result<Vec<_>>>()?;
         let queue = |k: usize| self.queues[k % self.queues.len()];
+        // Each consumer replays a command buffer of its own: they run at the same time.
+        let cb = |k: usize| self.fan_out.get(k).copied();
         let mut joins = [(vk::Semaphore::null(), 0); MAX_QUEUES];
         let start = Instant::now();
         for r in 1..=rounds {
-            self.submit_between(queue(0), cb, &[(joined.semaphore, r - 1)], (produced.semaphore, r))?;
+            self.submit_between(queue(0), cb(0), &[(joined.semaphore, r - 1)], (produced.semaphore, r))?;
             for (k, c) in consumed.iter().enumerate() {
-                self.submit_between(queue(k + 1), cb, &[(produced.semaphore, r)], (c.semaphore, r))?;
+                self.submit_between(queue(k + 1), cb(k + 1), &[(produced.semaphore, r)], (c.semaphore, r))?;
                 joins[k] = (c.semaphore, r);
             }
-            self.submit_between(queue(0), cb, &joins[..consumers], (joined.semaphore, r))?;
+            self.submit_between(queue(0), cb(0), &joins[..consumers], (joined.semaphore, r))?;
         }
         self.wait(joined.semaphore, rounds)?;
         Ok(start.elapsed())
