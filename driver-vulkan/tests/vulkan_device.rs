@@ -355,3 +355,37 @@ fn f16_values_bitcast_to_and_from_32_bit_words_come_through() {
         assert_eq!(data.read_as::<u16>().unwrap(), doubled, "{given:x?}");
     }
 }
+
+/// A ping-pong between two queues, every hop submitted before the first runs: each queue's submit
+/// thread gathers what is queued into one `vkQueueSubmit`, and must hand its gathered hops over
+/// before it waits for the other queue's hop to be submitted (that queue is waiting for one of
+/// them), or both wait forever.
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn pipelined_cross_queue_hops_complete_with_submissions_gathered() {
+    let device = device();
+    let empty = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    empty.end().unwrap();
+    let queues = [device.queue(0).unwrap(), device.queue(1).unwrap()];
+    let semaphores = [device.create_semaphore(0).unwrap(), device.create_semaphore(0).unwrap()];
+    const HOPS: u64 = 400;
+    for hop in 0..HOPS {
+        let (this, other) = ((hop % 2) as usize, ((hop + 1) % 2) as usize);
+        let waits: Vec<hal::SemaphoreValue> =
+            if hop == 0 { Vec::new() } else { vec![hal::SemaphoreValue::new(&semaphores[other], hop.div_ceil(2))] };
+        // Hop `hop` is this queue's (hop / 2 + 1)-th and waits for the other queue's hop - 1.
+        let value = hop / 2 + 1;
+        queues[this].execute(&waits, &empty, &[hal::SemaphoreValue::new(&semaphores[this], value)]).unwrap();
+    }
+    let last = HOPS - 1;
+    let waited =
+        semaphores[(last % 2) as usize].wait(last / 2 + 1, hal::Timeout::After(std::time::Duration::from_secs(30)));
+    if let Err(e) = waited {
+        // Dropping the device would wait for its deadlocked streams: leave it, and fail.
+        std::mem::forget((device, queues, semaphores, empty));
+        panic!("the hops did not complete within 30 s: {e}");
+    }
+}
