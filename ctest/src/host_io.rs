@@ -115,6 +115,43 @@ pub(crate) fn readback_of_a_failed_read_reports_its_cause(cx: &Cx) -> CaseResult
     Ok(())
 }
 
+/// A read whose wait fails and other work that fails the read's signal semaphore race: the
+/// semaphore keeps one of the two failures, and the readback fails with that one (never the other),
+/// decided by the time the semaphore's waiters wake.
+pub(crate) fn readback_agrees_with_its_signal_when_failures_race(cx: &Cx) -> CaseResult {
+    const ROUNDS: usize = 200;
+    let buffer = cx.host_buffer(64)?;
+    let (read_queue, other_queue) = (cx.queue(0), cx.queue(1));
+    let start = std::sync::Barrier::new(2);
+    for round in 0..ROUNDS {
+        let (read_gate, other_gate, done) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+        let readback = read_queue.read(&[sv(&read_gate, 1)], &buffer, 0, 64, &[sv(&done, 1)]).ctx("held read")?;
+        other_queue.barrier(&[sv(&other_gate, 1)], &[sv(&done, 2)]).ctx("held barrier")?;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                start.wait();
+                other_gate.fail(Error::aborted("the other work's gate failed"));
+            });
+            start.wait();
+            read_gate.fail(Error::data_loss("the read's gate failed"));
+        });
+        let signal = match done.wait(1, Timeout::After(LONG)) {
+            Err(e) => e,
+            Ok(()) => return Err(CaseError::Fail(format!("round {round}: the signal was reached"))),
+        };
+        ensure!(readback.is_ready(), "round {round}: the signal failed ({signal}) before the readback was decided");
+        let err = match readback.wait(Timeout::Immediate) {
+            Err(e) => e,
+            Ok(_) => return Err(CaseError::Fail(format!("round {round}: the failed read handed over bytes"))),
+        };
+        ensure!(
+            err.code() == signal.code(),
+            "round {round}: the readback failed with {err}, but its signal semaphore with {signal}"
+        );
+    }
+    Ok(())
+}
+
 /// A read held behind a wait when its device goes away fails within the wait's timeout with the
 /// status its signal gets (the device's teardown, `Cancelled`), not a generic one: a readback never
 /// waits for bytes that cannot come, and says why.

@@ -346,6 +346,7 @@ macro_rules! __cts_case_list {
                 readback_is_awaitable,
                 readback_is_awaitable_as_values,
                 readback_of_a_failed_read_reports_its_cause,
+                readback_agrees_with_its_signal_when_failures_race,
                 readback_of_a_read_dropped_at_teardown_fails,
                 a_panicking_readback_waker_does_not_stop_its_queue,
                 readback_bytes_are_handed_over_once,

@@ -285,13 +285,24 @@ impl ReadTarget {
         }
     }
 
-    /// Fails the readback with the status its signals get, unless it is decided: `status`, or the
-    /// failure a signal semaphore holds already (a failure is for good, so that is what the
-    /// signal's waiters see).
+    /// Fails the readback with the status its signals get, unless it is decided. The read's first
+    /// signal semaphore is failed with `status` here, and the readback takes the failure that
+    /// semaphore keeps (`status`, or one it got first from other work) in the same step: the
+    /// readback and the signal's waiters see one status, and the readback is decided by the time
+    /// they wake. The scheduler fails the other signals right after, as for any failed submission.
     pub(crate) fn fail(&self, status: &Error) {
-        let signals = &self.shared.causes[self.shared.first_signal..];
-        let status = signals.iter().find_map(|s| s.semaphore.query().err()).unwrap_or_else(|| status.clone());
-        self.shared.decide(State::Failed(status.context(&self.shared.what)));
+        let what = &self.shared.what;
+        let Some(first) = self.shared.causes.get(self.shared.first_signal) else {
+            self.shared.decide(State::Failed(status.context(what)));
+            return;
+        };
+        let mut wakers = None;
+        first.semaphore.fail_deciding(status.clone(), |kept| {
+            wakers = self.shared.set(State::Failed(kept.clone().context(what)));
+        });
+        if let Some(wakers) = wakers {
+            self.shared.wake(wakers);
+        }
     }
 }
 
@@ -315,13 +326,23 @@ impl Shared {
     /// Moves a pending readback to `decided` and wakes every waiter (tasks after the scheduler's
     /// locks are released, a panicking waker contained); a decided one stays as it is.
     fn decide(&self, decided: State) {
-        let wakers = {
-            let mut state = lock(&self.state);
-            let State::Pending(wakers, _) = &mut *state else { return };
-            let wakers = std::mem::take(wakers);
-            *state = decided;
-            wakers
-        };
+        if let Some(wakers) = self.set(decided) {
+            self.wake(wakers);
+        }
+    }
+
+    /// Moves a pending readback to `decided` without waking anyone: the tasks to wake (`None` when
+    /// it was decided already).
+    fn set(&self, decided: State) -> Option<Vec<Waker>> {
+        let mut state = lock(&self.state);
+        let State::Pending(wakers, _) = &mut *state else { return None };
+        let wakers = std::mem::take(wakers);
+        *state = decided;
+        Some(wakers)
+    }
+
+    /// Wakes the blocked waiters and `wakers` of a readback just decided.
+    fn wake(&self, wakers: Vec<Waker>) {
         self.changed.notify_all();
         wake_deferred(wakers);
     }

@@ -196,10 +196,21 @@ impl Semaphore {
     /// Fails the semaphore for good with `status`; every waiter (host threads, async tasks, queued
     /// work) is woken with it. A second failure is ignored; the first is kept.
     pub fn fail(&self, status: Error) {
+        self.fail_deciding(status, |_| ());
+    }
+
+    /// [`fail`](Self::fail), running `decide` with the failure the semaphore keeps (`status`, or an
+    /// earlier failure) before any waiter can see it: state that must agree with the semaphore's
+    /// failure (a read's readback) is decided by the time its waiters wake. `decide` runs under the
+    /// semaphore's lock, so it must not call back into the semaphore nor run user code.
+    pub(crate) fn fail_deciding(&self, status: Error, decide: impl FnOnce(&Error)) {
         let (first, resolved) = {
             let mut state = lock(&self.shared.state);
             let first = state.failure().is_none();
             let resolved = state.fail(status.clone());
+            if let Some(kept) = state.failure() {
+                decide(kept);
+            }
             self.shared.failed.store(true, Ordering::Release);
             (first, resolved)
         };
