@@ -269,6 +269,18 @@ impl DeviceMemory {
         Ok(HalBuffer::create(&shape, memory, host))
     }
 
+    /// A host-visible buffer of `size` bytes for staging a transfer through the host (a file's bytes
+    /// on their way to or from device memory): transfer and mapping usage, every access.
+    pub(crate) fn allocate_staging(&self, size: u64) -> Result<*mut sys::iree_hal_buffer_t, hal::Error> {
+        let params = sys::iree_hal_buffer_params_t {
+            usage: bits::USAGE_TRANSFER | bits::USAGE_MAPPING_SCOPED,
+            access: bits::ACCESS_ALL,
+            type_: bits::HOST_LOCAL | bits::DEVICE_VISIBLE,
+            ..Default::default()
+        };
+        self.allocate(&params, size)
+    }
+
     /// `queue_alloca` through the HAL's queue-ordered allocation: `Ok(None)` where the memory comes
     /// from a GPU's host-visible pool or cannot be had (allocated at once instead, or refused: the
     /// caller's fallback).

@@ -9,6 +9,7 @@ use hal::SemaphoreValue;
 use crate::allocator::DeviceMemory;
 use crate::executable::{self, Loaded};
 use crate::ffi::{self, code, iree_status_t, sys};
+use crate::file_io::{Direction, FileTransfer};
 use crate::pinned_pool::PinnedPool;
 use crate::{allocator, buffer, buffer_import, recorder, semaphore};
 
@@ -48,6 +49,11 @@ pub(crate) struct Device {
 impl Device {
     pub(crate) fn hal(&self) -> &hal::Device {
         &self.hal
+    }
+
+    /// Where its IREE buffers' memory comes from.
+    pub(crate) fn memory(&self) -> &DeviceMemory {
+        &self.memory
     }
 
     pub(crate) fn loaded(&self) -> &Loaded {
@@ -366,30 +372,52 @@ mod code_access {
     pub const WRITE: u16 = sys::iree_hal_memory_access_bits_t_IREE_HAL_MEMORY_ACCESS_WRITE as u16;
 }
 
-/// Runs `copy` with the host storage buffer of memory file `file`, checked for `access`; a file
-/// without one (a descriptor) is `UNIMPLEMENTED`.
+/// A queue read or write of a file, checked for its access: a memory file's is a queue copy of its
+/// storage buffer, a descriptor's is staged through host memory (see `file_io.rs`).
 ///
 /// # Safety
-/// `file` is a live IREE file.
-unsafe fn file_copy(
-    file: *mut sys::iree_hal_file_t,
-    access: sys::iree_hal_memory_access_t,
-    copy: impl FnOnce(*mut sys::iree_hal_buffer_t) -> iree_status_t,
+/// The file and buffer of `transfer` are live and the lists valid, per IREE's contract.
+unsafe fn file_transfer(
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    waits: sys::iree_hal_semaphore_list_t,
+    signals: sys::iree_hal_semaphore_list_t,
+    transfer: FileTransfer,
 ) -> iree_status_t {
+    let (access, what) = match transfer.direction {
+        Direction::Read => (code_access::READ, "queue_read"),
+        Direction::Write => (code_access::WRITE, "queue_write"),
+    };
     // SAFETY: the caller's contract.
-    let status = unsafe { sys::iree_hal_file_validate_access(file, access) };
+    let (status, storage) = unsafe {
+        (sys::iree_hal_file_validate_access(transfer.file, access), sys::iree_hal_file_storage_buffer(transfer.file))
+    };
     if !status.is_null() {
         return status;
     }
-    // SAFETY: as above.
-    let storage = unsafe { sys::iree_hal_file_storage_buffer(file) };
     if storage.is_null() {
-        return ffi::unimplemented(
-            "queue reads and writes of a file without host storage (a file descriptor) are not bridged; \
-             files over host allocations are",
-        );
+        // SAFETY: the caller's contract.
+        return unsafe { submit(what, device, affinity, &waits, &signals, |d, q, w, s| transfer.submit(d, q, w, s)) };
     }
-    copy(storage)
+    let (source, source_offset, target, target_offset) = match transfer.direction {
+        Direction::Read => (storage, transfer.file_offset, transfer.buffer, transfer.offset),
+        Direction::Write => (transfer.buffer, transfer.offset, storage, transfer.file_offset),
+    };
+    // SAFETY: the caller's contract; a memory file's storage buffer lives as long as the file.
+    unsafe {
+        queue_copy(
+            device,
+            affinity,
+            waits,
+            signals,
+            source,
+            source_offset as _,
+            target,
+            target_offset as _,
+            transfer.length as _,
+            0,
+        )
+    }
 }
 
 unsafe extern "C" fn create_semaphore(
@@ -636,24 +664,16 @@ unsafe extern "C" fn queue_read(
     length: sys::iree_device_size_t,
     _flags: sys::iree_hal_read_flags_t,
 ) -> iree_status_t {
-    // A memory file's read is a queue copy from its storage buffer.
+    let transfer = FileTransfer {
+        direction: Direction::Read,
+        file,
+        file_offset,
+        buffer: target,
+        offset: target_offset as u64,
+        length: length as u64,
+    };
     // SAFETY: IREE passes a live file and buffer, and valid lists.
-    unsafe {
-        file_copy(file, code_access::READ, |storage| {
-            queue_copy(
-                device,
-                affinity,
-                waits,
-                signals,
-                storage,
-                file_offset as usize,
-                target,
-                target_offset,
-                length,
-                0,
-            )
-        })
-    }
+    unsafe { file_transfer(device, affinity, waits, signals, transfer) }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -669,24 +689,16 @@ unsafe extern "C" fn queue_write(
     length: sys::iree_device_size_t,
     _flags: sys::iree_hal_write_flags_t,
 ) -> iree_status_t {
-    // A memory file's write is a queue copy into its storage buffer.
+    let transfer = FileTransfer {
+        direction: Direction::Write,
+        file,
+        file_offset,
+        buffer: source,
+        offset: source_offset as u64,
+        length: length as u64,
+    };
     // SAFETY: IREE passes a live file and buffer, and valid lists.
-    unsafe {
-        file_copy(file, code_access::WRITE, |storage| {
-            queue_copy(
-                device,
-                affinity,
-                waits,
-                signals,
-                source,
-                source_offset,
-                storage,
-                file_offset as usize,
-                length,
-                0,
-            )
-        })
-    }
+    unsafe { file_transfer(device, affinity, waits, signals, transfer) }
 }
 
 unsafe extern "C" fn queue_host_call(

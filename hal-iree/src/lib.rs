@@ -32,6 +32,7 @@ mod driver;
 mod event;
 mod executable;
 mod ffi;
+mod file_io;
 mod flatbuffer;
 mod gpu_executable;
 pub mod npy;

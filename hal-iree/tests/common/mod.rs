@@ -1,4 +1,8 @@
-//! What the program tests share: where the compiled programs are and their inputs.
+//! What the tests share: where the compiled programs are and their inputs, and an IREE device
+//! opened through IREE's API (`iree_device`). Each test binary uses part of it.
+#![allow(dead_code)]
+
+pub mod iree_device;
 
 use std::path::PathBuf;
 
@@ -25,7 +29,6 @@ pub fn inputs(name: &str) -> Vec<Tensor> {
 /// A program of real size: its module stem, its function and its inputs' `(shape, scale)`.
 pub type RealProgram = (String, &'static str, Vec<(Vec<usize>, f32)>);
 
-#[allow(dead_code)]
 pub fn real_programs(small: bool) -> Vec<RealProgram> {
     let mlp = |b: usize, d: usize| {
         let mut v = vec![(vec![b, d], 1.0)];
@@ -71,7 +74,6 @@ pub fn real_programs(small: bool) -> Vec<RealProgram> {
 }
 
 /// The generated inputs of a real program.
-#[allow(dead_code)]
 pub fn random_inputs(specs: &[(Vec<usize>, f32)]) -> Vec<Tensor> {
     specs
         .iter()
