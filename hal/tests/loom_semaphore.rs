@@ -308,3 +308,36 @@ fn loom_async_wait_racing_signal_wakes_the_latest_waker_once() {
         assert_eq!(sem.pending_count(), 0);
     });
 }
+
+#[test]
+fn loom_state_decided_with_a_failure_is_there_before_any_waiter_sees_it() {
+    model("loom_state_decided_with_a_failure_is_there_before_any_waiter_sees_it", || {
+        // What a read's readback is: state that must carry the semaphore's failure, decided by
+        // `fail_deciding` while another failure races it for the semaphore (first one kept).
+        const UNDECIDED: usize = usize::MAX;
+        let (sem, decided) = (Semaphore::new(0), Arc::new(AtomicUsize::new(UNDECIDED)));
+        let decider = {
+            let (sem, decided) = (sem.clone(), decided.clone());
+            thread::spawn(move || {
+                sem.fail_deciding(Error::data_loss("the read's wait failed"), &mut |kept| {
+                    decided.store(kept.code() as usize, Ordering::SeqCst);
+                })
+            })
+        };
+        let other = {
+            let sem = sem.clone();
+            thread::spawn(move || sem.fail(Error::aborted("other work failed the same semaphore")))
+        };
+        let seen = sem.wait(1, Timeout::Infinite).unwrap_err();
+        let at_wake = decided.load(Ordering::SeqCst);
+        if seen.code() == StatusCode::DataLoss {
+            assert_eq!(at_wake, StatusCode::DataLoss as usize, "the waiter woke before the state was decided");
+        }
+        // The other failure may have been kept instead: once the decider ran, its state holds that.
+        let kept = sem.query().unwrap_err();
+        assert_eq!(seen.code(), kept.code(), "a waiter saw a failure the semaphore did not keep");
+        decider.join().unwrap();
+        other.join().unwrap();
+        assert_eq!(decided.load(Ordering::SeqCst), kept.code() as usize, "decided with another failure");
+    });
+}

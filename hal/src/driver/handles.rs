@@ -12,6 +12,7 @@ use crate::buffer::{Buffer, BufferParams};
 use crate::command_buffer::{Command, CommandBuffer};
 use crate::device::{Device, DeviceId};
 use crate::driver::{BindingState, BufferBackend, DeviceBackend, ExecutableBackend, PreparedCommands};
+use crate::error::Error;
 use crate::executable::Executable;
 use crate::semaphore::core::{Registration, TimepointId, TimepointKind, TimepointListener};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
@@ -181,6 +182,12 @@ pub trait SemaphoreExt: sealed::Sealed {
 
     /// How many timepoints are registered and unresolved (0 when nothing waits).
     fn pending_count(&self) -> usize;
+
+    /// Fails the semaphore with `status` (a failed semaphore keeps its first failure) and runs
+    /// `decide` with the failure it keeps before any waiter can see it: state that must agree with
+    /// the semaphore (a read's readback) is decided by the time its waiters wake. `decide` runs
+    /// under the semaphore's lock: it must not touch the semaphore nor run user code.
+    fn fail_deciding(&self, status: Error, decide: &mut dyn FnMut(&Error));
 }
 
 impl SemaphoreExt for Semaphore {
@@ -212,5 +219,9 @@ impl SemaphoreExt for Semaphore {
 
     fn pending_count(&self) -> usize {
         Semaphore::pending_count(self)
+    }
+
+    fn fail_deciding(&self, status: Error, decide: &mut dyn FnMut(&Error)) {
+        Semaphore::fail_deciding(self, status, decide)
     }
 }
