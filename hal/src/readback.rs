@@ -288,8 +288,9 @@ impl ReadTarget {
     /// Fails the readback with the status its signals get, unless it is decided. The read's first
     /// signal semaphore is failed with `status` here, and the readback takes the failure that
     /// semaphore keeps (`status`, or one it got first from other work) in the same step: the
-    /// readback and the signal's waiters see one status, and the readback is decided by the time
-    /// they wake. The scheduler fails the other signals right after, as for any failed submission.
+    /// readback and the signal's waiters see one status, and a waiter that this failure wakes finds
+    /// the readback decided. The scheduler fails the other signals right after, as for any failed
+    /// submission.
     pub(crate) fn fail(&self, status: &Error) {
         let what = &self.shared.what;
         let Some(first) = self.shared.causes.get(self.shared.first_signal) else {

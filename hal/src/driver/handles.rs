@@ -184,9 +184,9 @@ pub trait SemaphoreExt: sealed::Sealed {
     fn pending_count(&self) -> usize;
 
     /// Fails the semaphore with `status` (a failed semaphore keeps its first failure) and runs
-    /// `decide` with the failure it keeps before any waiter can see it: state that must agree with
-    /// the semaphore (a read's readback) is decided by the time its waiters wake. `decide` runs
-    /// under the semaphore's lock: it must not touch the semaphore nor run user code.
+    /// `decide` with the failure it keeps before the waiters this call wakes can see it: state that
+    /// must agree with the semaphore (a read's readback) is decided by the time they wake. `decide`
+    /// runs under the semaphore's lock: it must not touch the semaphore nor run user code.
     fn fail_deciding(&self, status: Error, decide: &mut dyn FnMut(&Error));
 }
 

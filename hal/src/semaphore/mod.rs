@@ -200,8 +200,8 @@ impl Semaphore {
     }
 
     /// [`fail`](Self::fail), running `decide` with the failure the semaphore keeps (`status`, or an
-    /// earlier failure) before any waiter can see it: state that must agree with the semaphore's
-    /// failure (a read's readback) is decided by the time its waiters wake. `decide` runs under the
+    /// earlier failure) before the waiters this call wakes can see it: state that must agree with
+    /// the semaphore's failure (a read's readback) is decided by the time they wake. `decide` runs under the
     /// semaphore's lock, so it must not call back into the semaphore nor run user code.
     pub(crate) fn fail_deciding(&self, status: Error, decide: impl FnOnce(&Error)) {
         let (first, resolved) = {
