@@ -169,6 +169,11 @@ fn timed_sleeps(cx: &Cx, indirect: bool) -> CaseResult {
         ensure!(grids[2] == Some([1, 1, 1]) || (indirect && grids[2].is_none()), "workgroups {grids:?}");
         let d = &profile.dispatches;
         ensure!(d.iter().all(|r| r.submission == d[0].submission && r.queue == cx.queue(0).index()), "{profile}");
+        // Each record names what it ran: the command buffer, and the executable and entry point.
+        let named: Vec<(u64, u64, u32)> =
+            d.iter().map(|r| (r.command_buffer, r.executable, r.entry_point_index)).collect();
+        let expected = vec![(cb.id(), fill.id(), 0), (cb.id(), sleep.id(), 0), (cb.id(), sleep.id(), 0)];
+        ensure_eq!(named, expected, "dispatch records' command buffer, executable and entry point");
         let spans: Vec<(String, Instant, Instant)> =
             d.iter().map(|r| (format!("command {}", r.command_index), r.start, r.end)).collect();
         in_order_within(&profile, &spans, before, after)?;
@@ -221,6 +226,8 @@ pub(crate) fn command_filter_and_binding_table_executes(cx: &Cx) -> CaseResult {
     let submissions: Vec<u64> = profile.queue_operations.iter().map(|q| q.submission).collect();
     let of_dispatches: Vec<u64> = profile.dispatches.iter().map(|d| d.submission).collect();
     ensure_eq!(of_dispatches, submissions, "each dispatch belongs to its execute");
+    let executed: Vec<Option<u64>> = profile.queue_operations.iter().map(|q| q.command_buffer).collect();
+    ensure_eq!(executed, vec![Some(cb.id()); 2], "each execute's record names its command buffer");
     for (op, d) in profile.queue_operations.iter().zip(&profile.dispatches) {
         ensure!(
             d.start + RESOLUTION >= op.start && d.end <= op.end + RESOLUTION,

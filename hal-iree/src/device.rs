@@ -11,6 +11,7 @@ use crate::executable::{self, Loaded};
 use crate::ffi::{self, code, iree_status_t, sys};
 use crate::file_io::{Direction, FileTransfer};
 use crate::pinned_pool::PinnedPool;
+use crate::profiling::{Origin, Profiling, Recording};
 use crate::{allocator, buffer, buffer_import, recorder, semaphore};
 
 /// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
@@ -43,6 +44,8 @@ pub(crate) struct Device {
     loaded: Loaded,
     /// Where its IREE buffers' memory comes from (shared with its allocator).
     memory: Arc<DeviceMemory>,
+    /// IREE's profiling sessions, over the HAL's.
+    profiling: Profiling,
     hal: hal::Device,
 }
 
@@ -58,6 +61,26 @@ impl Device {
 
     pub(crate) fn loaded(&self) -> &Loaded {
         &self.loaded
+    }
+
+    pub(crate) fn profiling(&self) -> &Profiling {
+        &self.profiling
+    }
+
+    /// Executes `hal_cb`, recorded from IREE commands; while profiling, after noting what it
+    /// stands for (`recording`).
+    fn execute_recorded(
+        &self,
+        queue: &hal::Queue,
+        waits: &[SemaphoreValue],
+        hal_cb: &hal::CommandBuffer,
+        recording: Option<Recording>,
+        signals: &[SemaphoreValue],
+    ) -> Result<(), hal::Error> {
+        if let Some(recording) = recording {
+            self.profiling.submitted(hal_cb.id(), recording)?;
+        }
+        queue.execute(waits, hal_cb, signals)
     }
 
     pub(crate) fn device_allocator(&self) -> *mut sys::iree_hal_allocator_t {
@@ -97,6 +120,7 @@ pub(crate) unsafe fn create(
         topology: sys::iree_hal_device_topology_info_t::default(),
         loaded: Loaded::default(),
         memory: memory.clone(),
+        profiling: Profiling::new(),
         hal,
     });
     device.device_allocator = allocator::create(memory.clone(), host_allocator);
@@ -841,13 +865,13 @@ unsafe extern "C" fn queue_dispatch(
     unsafe {
         submit("queue_dispatch", device, affinity, &waits, &signals, |device, queue, w, s| {
             let hal_cb = device.hal.create_command_buffer(hal::CommandBufferMode::OneShot)?;
-            let hal_cb = recorder::record_into(device, hal_cb, |target| {
+            let (hal_cb, recording) = recorder::record_into(device, hal_cb, Origin::QueueDispatch, |target| {
                 ffi::into_result(sys::iree_hal_command_buffer_dispatch(
                     target, executable, function, config, constants, bindings, flags,
                 ))
             })?;
             hal_cb.end()?;
-            queue.execute(w, &hal_cb, s)
+            device.execute_recorded(queue, w, &hal_cb, recording, s)
         })
     }
 }
@@ -871,11 +895,17 @@ unsafe extern "C" fn queue_execute(
                 return Err(hal::Error::invalid_argument("a command buffer another IREE driver created"));
             }
             let hal_cb = device.hal.create_command_buffer(hal::CommandBufferMode::OneShot)?;
-            let hal_cb = recorder::record_into(device, hal_cb, |target| {
+            let origin = Origin::CommandBuffer {
+                id: sys::iree_hal_command_buffer_profile_id(command_buffer),
+                mode: u64::from(sys::iree_hal_command_buffer_mode(command_buffer)),
+                categories: u64::from(sys::iree_hal_command_buffer_allowed_categories(command_buffer)),
+                affinity: sys::iree_hal_command_buffer_queue_affinity(command_buffer),
+            };
+            let (hal_cb, recording) = recorder::record_into(device, hal_cb, origin, |target| {
                 ffi::into_result(ffi::iree_hal_deferred_command_buffer_apply(command_buffer, target, binding_table))
             })?;
             hal_cb.end()?;
-            queue.execute(w, &hal_cb, s)
+            device.execute_recorded(queue, w, &hal_cb, recording, s)
         })
     }
 }
@@ -898,21 +928,30 @@ unsafe extern "C" fn queue_flush(
 }
 
 unsafe extern "C" fn profiling_begin(
-    _device: *mut sys::iree_hal_device_t,
-    _options: *const sys::iree_hal_device_profiling_options_t,
+    device: *mut sys::iree_hal_device_t,
+    options: *const sys::iree_hal_device_profiling_options_t,
 ) -> iree_status_t {
-    // Accepting and recording nothing would hand IREE's profiling sinks an empty profile.
-    ffi::unimplemented(
-        "IREE's profiling is not bridged (the HAL's own profiler records dispatches: Device::begin_profiling)",
-    )
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded("profiling_begin", || {
+        if options.is_null() {
+            return ffi::from_error(&hal::Error::invalid_argument("profiling options are NULL"));
+        }
+        // SAFETY: IREE's valid options (checked non-NULL).
+        ffi::from_result(unsafe { device.profiling.begin(&device.hal, &*options) })
+    })
 }
 
-unsafe extern "C" fn profiling_flush(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
-    ffi::ok()
+unsafe extern "C" fn profiling_flush(device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded("profiling_flush", || ffi::from_result(device.profiling.flush(&device.hal)))
 }
 
-unsafe extern "C" fn profiling_end(_device: *mut sys::iree_hal_device_t) -> iree_status_t {
-    ffi::ok()
+unsafe extern "C" fn profiling_end(device: *mut sys::iree_hal_device_t) -> iree_status_t {
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded("profiling_end", || ffi::from_result(device.profiling.end(&device.hal)))
 }
 
 unsafe extern "C" fn external_capture_begin(

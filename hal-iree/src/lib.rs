@@ -38,6 +38,7 @@ mod gpu_executable;
 pub mod npy;
 mod pinned_pool;
 mod poll_claim;
+mod profiling;
 mod recorder;
 pub mod runner;
 mod semaphore;

@@ -5,6 +5,7 @@
 //! `queue_execute` it is replayed here with the execute's binding table, so every buffer reference
 //! arrives resolved.
 
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 
 use hal::{BufferBinding, CommandBuffer, FillPattern};
@@ -13,6 +14,7 @@ use crate::buffer_import;
 use crate::device::Device;
 use crate::executable::EXTRA_CONSTANTS;
 use crate::ffi::{self, iree_status_t, sys};
+use crate::profiling::{DispatchInfo, Operation, OperationKind, Origin, Recording};
 
 /// An IREE command buffer recording into `hal`.
 #[repr(C)]
@@ -20,15 +22,63 @@ pub(crate) struct Recorder {
     base: sys::iree_hal_command_buffer_t,
     device: *const Device,
     hal: CommandBuffer,
+    /// IREE commands replayed so far: the next one's IREE command index.
+    iree_commands: Cell<u32>,
+    /// Commands recorded into `hal` so far: the next one's HAL command index.
+    hal_commands: Cell<u32>,
+    /// What each command became, kept while the device profiles.
+    recording: RefCell<Option<Recording>>,
+}
+
+/// What one IREE command put into the HAL command buffer.
+enum Recorded {
+    Nothing,
+    Command,
+    Dispatch(DispatchInfo),
+}
+
+impl Recorder {
+    /// Replays one IREE command of `kind`: `f` records it into the HAL command buffer.
+    fn command(&self, kind: OperationKind, f: impl FnOnce() -> Result<Recorded, hal::Error>) -> Result<(), hal::Error> {
+        let iree_index = self.iree_commands.get();
+        self.iree_commands.set(iree_index + 1);
+        let recorded = f()?;
+        let hal_index = match recorded {
+            Recorded::Nothing => None,
+            Recorded::Command | Recorded::Dispatch(_) => {
+                let index = self.hal_commands.get();
+                self.hal_commands.set(index + 1);
+                Some(index)
+            }
+        };
+        if let Some(recording) = self.recording.borrow_mut().as_mut() {
+            let dispatch = match recorded {
+                Recorded::Dispatch(info) => Some(info),
+                _ => None,
+            };
+            recording.operations.push(Operation { iree_index, hal_index, kind, dispatch });
+        }
+        Ok(())
+    }
 }
 
 /// Records IREE commands into `hal` for `device`: `f` gets the IREE command buffer to replay into.
+/// While the device profiles, also returns what each command became (`origin` says whose they are).
 pub(crate) fn record_into(
     device: &Device,
     hal: CommandBuffer,
+    origin: Origin,
     f: impl FnOnce(*mut sys::iree_hal_command_buffer_t) -> Result<(), hal::Error>,
-) -> Result<CommandBuffer, hal::Error> {
-    let mut recorder = Box::new(Recorder { base: sys::iree_hal_command_buffer_t::default(), device, hal });
+) -> Result<(CommandBuffer, Option<Recording>), hal::Error> {
+    let recording = device.profiling().is_active().then(|| Recording::new(origin));
+    let mut recorder = Box::new(Recorder {
+        base: sys::iree_hal_command_buffer_t::default(),
+        device,
+        hal,
+        iree_commands: Cell::new(0),
+        hal_commands: Cell::new(0),
+        recording: RefCell::new(recording),
+    });
     // SAFETY: `recorder.base` is writable; the vtable is static; the mode skips IREE's validation
     // (the deferred recording already ran it).
     unsafe {
@@ -46,7 +96,8 @@ pub(crate) fn record_into(
     }
     let base = (&raw mut recorder.base).cast();
     f(base)?;
-    Ok(recorder.hal)
+    let recorder = *recorder;
+    Ok((recorder.hal, recorder.recording.into_inner()))
 }
 
 static VTABLE: sys::iree_hal_command_buffer_vtable_t = sys::iree_hal_command_buffer_vtable_t {
@@ -120,17 +171,19 @@ unsafe extern "C" fn execution_barrier(
 ) -> iree_status_t {
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
-    run("barrier", || recorder.hal.barrier())
+    run("barrier", || recorder.command(OperationKind::Barrier, || recorder.hal.barrier().map(|()| Recorded::Command)))
 }
 
 unsafe extern "C" fn signal_event(
-    _base: *mut sys::iree_hal_command_buffer_t,
+    base: *mut sys::iree_hal_command_buffer_t,
     _event: *mut sys::iree_hal_event_t,
     _stage: sys::iree_hal_execution_stage_t,
 ) -> iree_status_t {
     // Also `reset_event`: the HAL queue keeps the order a later `wait_events` needs (see
     // `event.rs`), so neither records anything.
-    ffi::ok()
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("signal_event", || recorder.command(OperationKind::Other, || Ok(Recorded::Nothing)))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -147,26 +200,32 @@ unsafe extern "C" fn wait_events(
 ) -> iree_status_t {
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
-    run("wait_events", || recorder.hal.barrier())
+    run("wait_events", || {
+        recorder.command(OperationKind::Barrier, || recorder.hal.barrier().map(|()| Recorded::Command))
+    })
 }
 
 unsafe extern "C" fn advise_buffer(
-    _base: *mut sys::iree_hal_command_buffer_t,
+    base: *mut sys::iree_hal_command_buffer_t,
     _buffer_ref: sys::iree_hal_buffer_ref_t,
     _flags: sys::iree_hal_memory_advise_flags_t,
     _arg0: u64,
     _arg1: u64,
 ) -> iree_status_t {
     // Advice only: host memory has no caches to manage.
-    ffi::ok()
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("advise_buffer", || recorder.command(OperationKind::Other, || Ok(Recorded::Nothing)))
 }
 
 unsafe extern "C" fn flush_buffer(
-    _base: *mut sys::iree_hal_command_buffer_t,
+    base: *mut sys::iree_hal_command_buffer_t,
     _target: sys::iree_hal_buffer_ref_t,
 ) -> iree_status_t {
-    // cpu-sim memory is coherent with the host.
-    ffi::ok()
+    // Also `invalidate_buffer`: the HAL's host-visible memory is coherent with the host.
+    // SAFETY: IREE replays into the recorder `record_into` made.
+    let recorder = unsafe { recorder(base) };
+    run("flush_buffer", || recorder.command(OperationKind::Other, || Ok(Recorded::Nothing)))
 }
 
 /// `reference` imported into the recorder's device.
@@ -193,11 +252,13 @@ unsafe extern "C" fn fill_buffer(
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
     run("fill", || {
-        // SAFETY: IREE passes `pattern_length` readable bytes.
-        let pattern = unsafe { fill_pattern(pattern, pattern_length) }?;
-        // SAFETY: IREE passes a resolved, live buffer.
-        let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(()) };
-        recorder.hal.fill(&target.buffer, target.offset, target.length, pattern)
+        recorder.command(OperationKind::Fill, || {
+            // SAFETY: IREE passes `pattern_length` readable bytes.
+            let pattern = unsafe { fill_pattern(pattern, pattern_length) }?;
+            // SAFETY: IREE passes a resolved, live buffer.
+            let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(Recorded::Nothing) };
+            recorder.hal.fill(&target.buffer, target.offset, target.length, pattern).map(|()| Recorded::Command)
+        })
     })
 }
 
@@ -227,12 +288,14 @@ unsafe extern "C" fn update_buffer(
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
     run("update", || {
-        // SAFETY: IREE passes a resolved, live buffer.
-        let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(()) };
-        // SAFETY: IREE passes `source + source_offset .. + length` readable (its recording's copy).
-        let data =
-            unsafe { std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), target.length as usize) };
-        recorder.hal.update(&target.buffer, target.offset, data)
+        recorder.command(OperationKind::Update, || {
+            // SAFETY: IREE passes a resolved, live buffer.
+            let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(Recorded::Nothing) };
+            // SAFETY: IREE passes `source + source_offset .. + length` readable (its recording's copy).
+            let data =
+                unsafe { std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), target.length as usize) };
+            recorder.hal.update(&target.buffer, target.offset, data).map(|()| Recorded::Command)
+        })
     })
 }
 
@@ -245,18 +308,17 @@ unsafe extern "C" fn copy_buffer(
     // SAFETY: IREE replays into the recorder `record_into` made.
     let recorder = unsafe { recorder(base) };
     run("copy", || {
-        // SAFETY: IREE passes resolved, live buffers.
-        let (Some(source), Some(target)) = (unsafe { import(recorder, source) }?, unsafe { import(recorder, target) }?)
-        else {
-            return Ok(());
-        };
-        recorder.hal.copy(
-            &source.buffer,
-            source.offset,
-            &target.buffer,
-            target.offset,
-            target.length.min(source.length),
-        )
+        recorder.command(OperationKind::Copy, || {
+            // SAFETY: IREE passes resolved, live buffers.
+            let (Some(source), Some(target)) =
+                (unsafe { import(recorder, source) }?, unsafe { import(recorder, target) }?)
+            else {
+                return Ok(Recorded::Nothing);
+            };
+            let length = target.length.min(source.length);
+            recorder.hal.copy(&source.buffer, source.offset, &target.buffer, target.offset, length)?;
+            Ok(Recorded::Command)
+        })
     })
 }
 
@@ -294,6 +356,7 @@ unsafe extern "C" fn dispatch(
         ));
     }
     run("dispatch", || {
+        recorder.command(OperationKind::Dispatch, || {
         // SAFETY: the recorder's device outlives the replay.
         let device = unsafe { &*recorder.device };
         // SAFETY: IREE passes a live executable its cache made (this driver's).
@@ -352,14 +415,37 @@ unsafe extern "C" fn dispatch(
                 }
             }
         }
+        // Only while profiling: noting takes the session's lock.
+        let profile_id = if recorder.recording.borrow().is_some() {
+            // SAFETY: IREE passes a live executable.
+            unsafe { device.profiling().note_executable(executable) }
+        } else {
+            executable as u64
+        };
+        let info = DispatchInfo {
+            executable: profile_id,
+            function_ordinal: function.value as u32,
+            workgroup_count: config.workgroup_count,
+            // What the kernel runs with: its fixed block, or the dispatch's size (at least 1 each).
+            workgroup_size: if export.workgroup_constants || export.workgroup_size == [0; 3] {
+                config.workgroup_size.map(|n| n.max(1))
+            } else {
+                export.workgroup_size
+            },
+            binding_count: bindings.count as u32,
+            indirect: flags & indirect != 0,
+        };
         if flags & indirect == 0 {
-            return recorder.hal.dispatch(loaded, ordinal, config.workgroup_count, &all, &hal_bindings);
+            recorder.hal.dispatch(loaded, ordinal, config.workgroup_count, &all, &hal_bindings)?;
+            return Ok(Recorded::Dispatch(info));
         }
         // The workgroup count is read from the buffer when the dispatch runs (replay happens at
         // execute, so a static count, fixed by then, reads the same).
         // SAFETY: a resolved, live buffer.
         let count = unsafe { import(recorder, config.workgroup_count_ref) }?
             .ok_or_else(|| hal::Error::invalid_argument("an empty indirect workgroup-count reference"))?;
-        recorder.hal.dispatch_indirect(loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)
+        recorder.hal.dispatch_indirect(loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)?;
+        Ok(Recorded::Dispatch(info))
+    })
     })
 }

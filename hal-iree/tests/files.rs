@@ -8,7 +8,7 @@ mod common;
 use std::io::Write;
 use std::ptr::null_mut;
 
-use common::iree_device::{Opened, open, query, release, semaphore, timeout, with_lists};
+use common::iree_device::{Opened, allocate, open, query, release, semaphore, timeout, with_lists};
 use hal::StatusCode;
 use hal_iree::eerie_sys::runtime as sys;
 
@@ -61,14 +61,7 @@ fn device_buffer(device: &Opened, size: usize) -> *mut sys::iree_hal_buffer_t {
         type_: sys::iree_hal_memory_type_bits_t_IREE_HAL_MEMORY_TYPE_DEVICE_LOCAL,
         ..Default::default()
     };
-    let mut buffer = null_mut();
-    // SAFETY: a live device and a writable output.
-    unsafe {
-        let allocator = sys::iree_hal_device_allocator(device.device);
-        hal_iree::check(sys::iree_hal_allocator_allocate_buffer(allocator, params, size as _, &mut buffer))
-            .expect("a device buffer");
-    }
-    buffer
+    allocate(device, params, size)
 }
 
 /// `length` bytes of `buffer` at `offset`, read back by IREE's transfer.

@@ -313,6 +313,16 @@ impl CommandBuffer {
         mode: CommandBufferMode,
     ) -> Self {
         let id = NEXT_COMMAND_BUFFER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self::with_id(id, device, backend, limits, mode)
+    }
+
+    fn with_id(
+        id: u64,
+        device: DeviceId,
+        backend: Weak<dyn DeviceBackend>,
+        limits: DispatchLimits,
+        mode: CommandBufferMode,
+    ) -> Self {
         CommandBuffer {
             shared: Arc::new(Shared {
                 id,
@@ -757,7 +767,9 @@ impl CommandBuffer {
         let commands: Arc<[Command]> = Arc::from(commands);
         let prepared =
             backend.prepare_bound(&commands, &self.shared.binding_state).map_err(|e| e.context(format!("{}", self)))?;
-        let resolved = CommandBuffer::new(
+        // The same command buffer with its table applied: messages and profiles name this one.
+        let resolved = CommandBuffer::with_id(
+            self.shared.id,
             self.shared.device,
             self.shared.backend.clone(),
             self.shared.limits,

@@ -114,6 +114,8 @@ pub struct QueueOperationTiming {
     /// Its kind: `execute`, `fill`, `copy`, `update`, `write`, `read`, `alloca`, `dealloca`,
     /// `barrier`.
     pub operation: &'static str,
+    /// The executed command buffer's [`id`](crate::CommandBuffer::id), for an execute.
+    pub command_buffer: Option<u64>,
     /// When the stream started it.
     pub start: Instant,
     /// When it finished.
@@ -127,8 +129,14 @@ pub struct DispatchTiming {
     pub queue: usize,
     /// The submission (the execute) it belongs to.
     pub submission: u64,
+    /// The executed command buffer's [`id`](crate::CommandBuffer::id).
+    pub command_buffer: u64,
     /// Its position in the command buffer's recording.
     pub command_index: usize,
+    /// The dispatched executable's [`id`](crate::Executable::id).
+    pub executable: u64,
+    /// The entry point's index in that executable.
+    pub entry_point_index: u32,
     /// The entry point's name.
     pub entry_point: String,
     /// Its workgroup count; `None` for an indirect dispatch whose count the driver did not report.

@@ -66,7 +66,6 @@ DriverProfile ThalCpuSimProfile() {
   const char* no_queue_pools =
       "query_queue_pool_backend is not bridged (queue_alloca allocates from the device allocator), "
       "and this case needs a pool backend";
-  const char* no_profiling = "IREE's profiling sinks are not bridged (the HAL has its own profiling)";
   return {
       "thal-cpu-sim",
       {"async_queue", "events", "file_io", "host_calls", "mapping", "indirect"},
@@ -75,7 +74,6 @@ DriverProfile ThalCpuSimProfile() {
           {"QueueAllocaTest.Explicit*", no_queue_pools},
           {"SemaphoreSubmissionTest.CrossQueueWaitBeforeSignal", no_queue_pools},
           {"SemaphoreSubmissionTest.MultiQueueFanOutDifferentValuesBeforeSignal", no_queue_pools},
-          {"*Profil*", no_profiling},
       },
   };
 }

@@ -96,3 +96,15 @@ pub fn with_lists(
     // SAFETY: the status the call returned, ours to give up.
     unsafe { hal_iree::check(status) }
 }
+
+/// A buffer of `size` bytes from `device`'s allocator, with `params`.
+pub fn allocate(device: &Opened, params: sys::iree_hal_buffer_params_t, size: usize) -> *mut sys::iree_hal_buffer_t {
+    let mut buffer = null_mut();
+    // SAFETY: a live device and a writable output.
+    unsafe {
+        let allocator = sys::iree_hal_device_allocator(device.device);
+        hal_iree::check(sys::iree_hal_allocator_allocate_buffer(allocator, params, size as _, &mut buffer))
+            .expect("a buffer");
+    }
+    buffer
+}

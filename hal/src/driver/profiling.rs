@@ -43,8 +43,14 @@ impl ProfileSink {
 
     /// Adds `work`'s time on its stream.
     pub fn record_queue_operation(&self, work: &Work, start: Instant, end: Instant) {
-        let record =
-            QueueOperationTiming { queue: work.queue, submission: work.id, operation: work.op.kind(), start, end };
+        let record = QueueOperationTiming {
+            queue: work.queue,
+            submission: work.id,
+            operation: work.op.kind(),
+            command_buffer: executed(work),
+            start,
+            end,
+        };
         lock(&self.records).queue_operations.push(record);
     }
 
@@ -59,18 +65,21 @@ impl ProfileSink {
         start: Instant,
         end: Instant,
     ) {
-        let (entry_point, recorded) = match command {
+        let (executable, entry_point_index, recorded) = match command {
             Command::Dispatch { executable, entry_point, workgroups, .. } => {
-                (entry_name(executable, *entry_point), Some(*workgroups))
+                (executable, *entry_point, Some(*workgroups))
             }
-            Command::DispatchIndirect { executable, entry_point, .. } => (entry_name(executable, *entry_point), None),
+            Command::DispatchIndirect { executable, entry_point, .. } => (executable, *entry_point, None),
             _ => return,
         };
         let record = DispatchTiming {
             queue: work.queue,
             submission: work.id,
+            command_buffer: executed(work).unwrap_or_default(),
             command_index,
-            entry_point,
+            executable: executable.id(),
+            entry_point_index,
+            entry_point: entry_name(executable, entry_point_index),
             workgroups: workgroups.or(recorded),
             start,
             end,
@@ -83,6 +92,14 @@ impl ProfileSink {
         let mut records = lock(&self.records);
         let clock = records.clock.clone();
         std::mem::replace(&mut *records, Profile::new(clock))
+    }
+}
+
+/// The id of the command buffer `work` executes, if it is an execute.
+fn executed(work: &Work) -> Option<u64> {
+    match &work.op {
+        crate::driver::QueueOp::Execute { command_buffer, .. } => Some(command_buffer.id()),
+        _ => None,
     }
 }
 
