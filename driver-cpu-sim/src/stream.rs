@@ -417,6 +417,11 @@ impl StreamModel for CpuStreams {
         work.op.runs_nothing_on_a_stream()
     }
 
+    /// Such work has nothing to complete either.
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        op.runs_nothing_on_a_stream()
+    }
+
     /// Where the device allows it (`CpuSimOptions::light_work_at_issue`), work estimated under
     /// [`RUN_AT_ISSUE_LIMIT`] runs on the issuing thread: handing it to the stream thread and its
     /// completion to the completion thread costs two thread wake-ups, more than such work takes.

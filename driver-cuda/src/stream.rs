@@ -439,6 +439,11 @@ impl StreamModel for CudaStreams {
         !self.time_every_submission && work.op.runs_nothing_on_a_stream()
     }
 
+    /// Such work has nothing to complete either: no collective, timing, indirect run or staging.
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        !self.time_every_submission && op.runs_nothing_on_a_stream()
+    }
+
     fn complete(&self, work: &Work) -> Result<()> {
         // A collective (queued, or in an execute) whose communicator was aborted while it ran may
         // have returned early.

@@ -79,6 +79,10 @@ impl StreamModel for InlineStreams {
         work.op.runs_nothing_on_a_stream()
     }
 
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        op.runs_nothing_on_a_stream()
+    }
+
     /// Records cost nothing here: each submission gets its own event.
     fn leaves_marks_open(&self) -> bool {
         false

@@ -11,7 +11,7 @@ use hal::driver::scheduler::Scheduler;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::driver::{HostCall, QueueOp, Submission};
 use hal::{DeviceId, Error, HostCallFlags, Result, Semaphore, SemaphoreValue as SV, Timeout};
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Streams that run work at enqueue; events are complete once recorded.
 struct InlineStreams {
@@ -20,6 +20,9 @@ struct InlineStreams {
     /// Whether barriers run on the issuing thread where their queue is idle, as cpu-sim runs light
     /// work (`StreamModel::run_at_issue`).
     barriers_at_issue: bool,
+    /// Whether barriers retire at submission where they can (the queue-local fast path, as
+    /// cpu-sim's and CUDA's empty work does: `StreamModel::retires_at_submission`).
+    quiet_barriers: AtomicBool,
 }
 
 struct InlineEvent {
@@ -70,6 +73,9 @@ impl StreamModel for InlineStreams {
     fn run_at_issue(&self, _work: &Arc<Work>) {
         self.ran.fetch_add(1, Ordering::Relaxed);
     }
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        self.quiet_barriers.load(Ordering::Relaxed) && matches!(op, QueueOp::Barrier)
+    }
 }
 
 fn scheduler(queues: usize) -> Arc<Scheduler<InlineStreams>> {
@@ -82,7 +88,8 @@ fn scheduler_at_issue(queues: usize) -> Arc<Scheduler<InlineStreams>> {
 }
 
 fn scheduler_with(queues: usize, barriers_at_issue: bool) -> Arc<Scheduler<InlineStreams>> {
-    let model = InlineStreams { ran: Arc::new(AtomicUsize::new(0)), barriers_at_issue };
+    let model =
+        InlineStreams { ran: Arc::new(AtomicUsize::new(0)), barriers_at_issue, quiet_barriers: AtomicBool::new(false) };
     Arc::new(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }
 
@@ -123,19 +130,62 @@ fn assert_idle(s: &Scheduler<InlineStreams>) {
 /// The last wait of a held action is satisfied on one thread while another thread submits it.
 #[test]
 fn loom_last_wait_satisfied_while_submitting() {
+    builder().check(|| last_wait_satisfied_while_submitting(false));
+}
+
+/// The same with a barrier that may retire at submission (the queue-local fast path): whether its
+/// wait is reached when it looks or released later, it signals exactly once.
+#[test]
+fn loom_last_wait_satisfied_while_submitting_quiet_work() {
+    builder().check(|| last_wait_satisfied_while_submitting(true));
+}
+
+fn last_wait_satisfied_while_submitting(quiet: bool) {
+    let s = scheduler(1);
+    s.model().quiet_barriers.store(quiet, Ordering::Relaxed);
+    let gate = s.create_semaphore(0);
+    let done = s.create_semaphore(0);
+    let signaller = {
+        let gate = gate.clone();
+        loom::thread::spawn(move || gate.signal(1).unwrap())
+    };
+    s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
+    signaller.join().unwrap();
+    drain(&s, 1);
+    assert_eq!(done.query().unwrap(), 1, "released exactly once and completed");
+    let ran = s.model().ran.load(Ordering::Relaxed);
+    // Quiet work that retired at submission ran nothing on the stream.
+    assert!(ran == 1 || (quiet && ran == 0), "ran {ran} times");
+    assert_idle(&s);
+}
+
+/// A barrier that may retire at submission is submitted while an earlier barrier of its queue is in
+/// flight and a completion pass retires it: it never applies its signal before the earlier one's
+/// (a watcher that sees the later signal sees the earlier), and both land once.
+#[test]
+fn loom_quiet_submission_keeps_queue_order_against_retirement() {
     builder().check(|| {
         let s = scheduler(1);
-        let gate = s.create_semaphore(0);
-        let done = s.create_semaphore(0);
-        let signaller = {
-            let gate = gate.clone();
-            loom::thread::spawn(move || gate.signal(1).unwrap())
+        let (earlier, later) = (s.create_semaphore(0), s.create_semaphore(0));
+        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&earlier, 1)]).unwrap();
+        s.model().quiet_barriers.store(true, Ordering::Relaxed);
+        let retirer = spawn_retirer(&s, 0);
+        let watcher = {
+            let (earlier, later) = (earlier.clone(), later.clone());
+            loom::thread::spawn(move || {
+                if later.query().unwrap() == 1 {
+                    assert_eq!(earlier.query().unwrap(), 1, "the later barrier signalled first");
+                }
+            })
         };
-        s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
-        signaller.join().unwrap();
+        s.submit(0, QueueOp::Barrier, &[], &[SV::new(&later, 1)]).unwrap();
+        retirer.join().unwrap();
+        watcher.join().unwrap();
         drain(&s, 1);
-        assert_eq!(done.query().unwrap(), 1, "released exactly once and completed");
-        assert_eq!(s.model().ran.load(Ordering::Relaxed), 1);
+        drain(&s, 1);
+        assert_eq!((earlier.query().unwrap(), later.query().unwrap()), (1, 1));
+        let ran = s.model().ran.load(Ordering::Relaxed);
+        assert!(ran == 1 || ran == 2, "the later barrier ran on the stream or retired at submission: {ran}");
         assert_idle(&s);
     });
 }

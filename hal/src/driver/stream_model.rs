@@ -145,6 +145,16 @@ pub trait StreamModel: Send + Sync + 'static {
         false
     }
 
+    /// Whether `op`, submitted with every wait already reached and no profiling session, may retire
+    /// on the submitting thread when its queue has nothing in flight: no [`Work`], no issue, no
+    /// [`complete`](Self::complete) call (the scheduler's queue-local fast path). Only for ops that
+    /// put nothing on the stream and need nothing of `complete`. The default, `false`, sends every
+    /// submission through the issue path.
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        let _ = op;
+        false
+    }
+
     /// Whether the scheduler may leave a submission's stream point unrecorded until something
     /// observes it (see the scheduler's `seal` module): consecutive submissions of a busy queue then
     /// share one event. The default, `true`, suits backends whose records cost a driver call; a

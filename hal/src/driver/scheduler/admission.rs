@@ -121,6 +121,11 @@ impl<M: StreamModel> Default for Admission<M> {
 }
 
 impl<M: StreamModel> Admission<M> {
+    /// Whether nothing is in the list (no blocking call running or waiting, no work held).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
     /// The place of a submission of `queue` made now, on this thread.
     pub(crate) fn place(&self, device: u64, queue: usize) -> Place {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);

@@ -184,6 +184,24 @@ pub(super) fn retire_at_issue<M: StreamModel>(shared: &Shared<M>, entry: InFligh
     });
 }
 
+/// Retires a submission that never became work (see `quiet`): applies `signals` and prunes their
+/// event tables, the queue's retiring lock held until done.
+pub(super) fn retire_at_submission<M: StreamModel>(
+    shared: &Shared<M>,
+    signals: &[SemaphoreValue],
+    retiring: MutexGuard<'_, ()>,
+) {
+    in_retirement(|| {
+        apply_outcome(signals, Ok(()), 0);
+        for signal in signals {
+            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+                table.prune(signal.value);
+            }
+        }
+        drop(retiring);
+    });
+}
+
 crate::sync::thread_local! {
     #[allow(clippy::missing_const_for_thread_local)]
     /// How deep this thread is in retirements (see [`retiring_here`]).

@@ -2,6 +2,9 @@
 //! the CPU simulator) runs this code.
 //!
 //! The life of one submission (`Queue::execute` -> [`Scheduler::submit`]):
+//! 0. Work that puts nothing on the stream, whose waits are all reached, retires at once when its
+//!    queue has nothing in flight (the queue-local fast path, `quiet`): what step 3 would do for it,
+//!    without building anything.
 //! 1. Each wait is checked: reached on the host (nothing to do), covered by an event a device stream
 //!    recorded after the signalling work (a stream-wait will do), failed (the submission's signals
 //!    fail, nothing runs), or neither.
@@ -32,6 +35,7 @@ pub mod event_semaphore;
 mod host_calls;
 mod issue;
 mod pending_actions;
+mod quiet;
 mod report;
 mod seal;
 mod teardown;
@@ -344,12 +348,16 @@ impl<M: StreamModel> Scheduler<M> {
         if shared.shutting_down.load(Ordering::Acquire) {
             return Err(Error::cancelled(format!("{}: device is shutting down", shared.device)));
         }
+        let op = op.into();
+        if shared.retire_quiet_at_submission(queue, &op, waits, signals) {
+            return Ok(());
+        }
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         // Built where it stays until it is issued: the op is the largest part, and each move of it
         // is a copy on the submission path.
         let mut issue = Issue {
             queue,
-            op: op.into(),
+            op,
             signals: SemaphoreList::new(),
             covers: Covers::default(),
             place: shared.queues[queue].admission.place(shared.device.get(), queue),
