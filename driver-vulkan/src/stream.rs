@@ -509,6 +509,13 @@ impl StreamModel for VulkanStreams {
         Ok(())
     }
 
+    /// Work with nothing to run retires at submission where the scheduler can (its queue idle, its
+    /// waits reached on the host): the submit thread would only hand the device an empty submission
+    /// that signals the stream's timeline, and `complete` has nothing to do for it.
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        op.runs_nothing_on_a_stream()
+    }
+
     fn complete(&self, work: &Work) -> Result<()> {
         external::complete(&work.op)?;
         match self.finish(work) {
