@@ -223,16 +223,34 @@ impl Filter {
 
 /// The HAL's host-clock instants as the profile's device ticks (nanoseconds of IREE's monotonic
 /// clock, which is the clock `Instant` reads).
+#[derive(Clone, Copy)]
 struct Clock {
     anchor: Instant,
     anchor_ns: i64,
 }
 
 impl Clock {
+    /// The two clocks read together: the tightest of a few brackets of IREE's reads around an
+    /// `Instant` read, at its midpoint (a thread preempted between the reads would otherwise put
+    /// every tick of the session off by the preemption).
     fn now() -> Self {
-        // SAFETY: a plain clock read.
-        let anchor_ns = unsafe { sys::iree_time_now() };
-        Clock { anchor: Instant::now(), anchor_ns }
+        let read = || {
+            // SAFETY: plain clock reads.
+            let before = unsafe { sys::iree_time_now() };
+            let anchor = Instant::now();
+            // SAFETY: as above.
+            let after = unsafe { sys::iree_time_now() };
+            let width = after.saturating_sub(before);
+            (width, Clock { anchor, anchor_ns: before + width / 2 })
+        };
+        let (mut width, mut clock) = read();
+        for _ in 1..5 {
+            let (w, c) = read();
+            if w < width {
+                (width, clock) = (w, c);
+            }
+        }
+        clock
     }
 
     fn tick(&self, at: Instant) -> u64 {
@@ -252,6 +270,8 @@ struct Session {
     clock: Clock,
     queue_count: u32,
     next_sample: u64,
+    /// The first clock sample's tick: no profiled work started before it.
+    begin_tick: u64,
     next_event: u64,
     /// What the HAL command buffers executed in this session stand for, by their ids.
     recordings: HashMap<u64, Arc<Recording>>,
@@ -332,6 +352,7 @@ impl Profiling {
             clock: Clock::now(),
             queue_count: hal.queue_count() as u32,
             next_sample: 1,
+            begin_tick: 0,
             next_event: 1,
             recordings: HashMap::new(),
             executables: Vec::new(),
@@ -472,6 +493,9 @@ impl Session {
         // SAFETY: as above.
         let end = unsafe { sys::iree_time_now() };
         let tick = self.clock.tick(now);
+        if self.begin_tick == 0 {
+            self.begin_tick = tick;
+        }
         let flags = sys::iree_hal_profile_clock_correlation_flag_bits_t_IREE_HAL_PROFILE_CLOCK_CORRELATION_FLAG_DEVICE_TICK
             | sys::iree_hal_profile_clock_correlation_flag_bits_t_IREE_HAL_PROFILE_CLOCK_CORRELATION_FLAG_HOST_CPU_TIMESTAMP
             | sys::iree_hal_profile_clock_correlation_flag_bits_t_IREE_HAL_PROFILE_CLOCK_CORRELATION_FLAG_HOST_SYSTEM_TIMESTAMP
@@ -642,6 +666,15 @@ impl Session {
     fn write_profile(&mut self, profile: Option<&hal::Profile>) -> Result<(), hal::Error> {
         self.write_executables()?;
         let Some(profile) = profile else { return self.sample_clock() };
+        // The HAL maps device times onto the host's clock within `profile.clock.uncertainty`; the
+        // work ran after the session began and before these records were collected, so a mapped
+        // time outside that interval is brought to its edge (the next clock sample is later).
+        let (clock, first) = (self.clock, self.begin_tick);
+        let collected = clock.tick(Instant::now());
+        let span = move |start: Instant, end: Instant| {
+            let start = clock.tick(start).clamp(first, collected);
+            (start, clock.tick(end).clamp(start, collected))
+        };
         let mut dispatches = Vec::new();
         if self.families & DISPATCH_EVENTS != 0 {
             for timing in &profile.dispatches {
@@ -667,6 +700,7 @@ impl Session {
                 }
                 let workgroup_count =
                     if dispatch.indirect { timing.workgroups.unwrap_or([0; 3]) } else { dispatch.workgroup_count };
+                let (start_tick, end_tick) = span(timing.start, timing.end);
                 dispatches.push(sys::iree_hal_profile_dispatch_event_t {
                     record_length: record_length::<sys::iree_hal_profile_dispatch_event_t>(),
                     flags: flags as sys::iree_hal_profile_dispatch_event_flags_t,
@@ -678,8 +712,8 @@ impl Session {
                     function_ordinal: dispatch.function_ordinal,
                     workgroup_count,
                     workgroup_size: dispatch.workgroup_size,
-                    start_tick: self.clock.tick(timing.start),
-                    end_tick: self.clock.tick(timing.end).max(self.clock.tick(timing.start)),
+                    start_tick,
+                    end_tick,
                 });
             }
         }
@@ -698,6 +732,7 @@ impl Session {
                     None => 1,
                 };
                 let queue = timing.queue as u32;
+                let (start_tick, end_tick) = span(timing.start, timing.end);
                 let event = sys::iree_hal_profile_queue_device_event_t {
                     record_length: record_length::<sys::iree_hal_profile_queue_device_event_t>(),
                     type_: kind,
@@ -708,8 +743,8 @@ impl Session {
                     physical_device_ordinal: 0,
                     queue_ordinal: queue,
                     operation_count,
-                    start_tick: self.clock.tick(timing.start),
-                    end_tick: self.clock.tick(timing.end).max(self.clock.tick(timing.start)),
+                    start_tick,
+                    end_tick,
                     ..Default::default()
                 };
                 by_queue.entry(queue).or_default().push(event);
