@@ -240,7 +240,7 @@ impl<M: StreamModel> Shared<M> {
     #[inline(always)]
     pub(crate) fn admit(&self, id: u64, issue: Issue<M>, waits: &[SemaphoreValue]) {
         let blocking = issue.op.is_blocking_host_call();
-        if !blocking && self.queues[issue.queue].admission.count.load(Ordering::Acquire) == 0 {
+        if !blocking && self.queues[issue.queue].admission.is_empty() {
             self.issue(id, issue);
             return;
         }

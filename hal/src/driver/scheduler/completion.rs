@@ -192,14 +192,19 @@ pub(super) fn retire_at_submission<M: StreamModel>(
     retiring: MutexGuard<'_, ()>,
 ) {
     in_retirement(|| {
-        apply_outcome(signals, Ok(()), 0);
-        for signal in signals {
-            if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
-                table.prune(signal.value);
-            }
-        }
+        apply_and_prune(shared, signals, Ok(()), 0);
         drop(retiring);
     });
+}
+
+/// Applies `outcome` to `signals` and prunes the events this device published for the values.
+fn apply_and_prune<M: StreamModel>(shared: &Shared<M>, signals: &[SemaphoreValue], outcome: Result<()>, action: u64) {
+    apply_outcome(signals, outcome, action);
+    for signal in signals {
+        if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+            table.prune(signal.value);
+        }
+    }
 }
 
 crate::sync::thread_local! {
@@ -463,14 +468,7 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
             };
             shared.host_calls.run(job);
         }
-        None => {
-            apply_outcome(&signals, outcome, work.id);
-            for signal in &signals {
-                if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
-                    table.prune(signal.value);
-                }
-            }
-        }
+        None => apply_and_prune(shared, &signals, outcome, work.id),
     }
     drop(event);
     work.mark_retired();
