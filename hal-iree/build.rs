@@ -1,4 +1,4 @@
-//! Compiles `src/c/shim.c` against the IREE sources that `eerie-sys` vendors. eerie-sys declares no
+//! Compiles `src/c/shim.c` (and IREE's fixed-block pools, which eerie-sys's runtime lacks) against the IREE sources that `eerie-sys` vendors. eerie-sys declares no
 //! `links` key, so its headers are found through `cargo metadata` (its package directory).
 
 use std::path::PathBuf;
@@ -8,9 +8,14 @@ fn main() {
     println!("cargo:rerun-if-changed=src/c/shim.c");
     println!("cargo:rerun-if-changed=src/c/run_module.c");
     let iree = eerie_sys_dir().join("iree");
+    let runtime = iree.join("runtime/src/iree");
     cc::Build::new()
         .file("src/c/shim.c")
         .file("src/c/run_module.c")
+        // IREE's fixed-block pools, which eerie-sys's runtime archive does not carry: a caller
+        // builds them from a device's queue-pool backend.
+        .file(runtime.join("hal/memory/fixed_block_pool.c"))
+        .file(runtime.join("hal/memory/fixed_block_allocator.c"))
         .include(iree.join("runtime/src"))
         .include(iree.join("third_party/flatcc/include"))
         .define("IREE_ALLOCATOR_SYSTEM_CTL", "iree_allocator_libc_ctl")

@@ -56,10 +56,6 @@ const SUPPORT_CXX: &[&str] = &[
     "testing/temp_file.cc",
 ];
 
-/// C sources the CTS uses that eerie-sys's runtime archive does not carry, relative to
-/// `iree/runtime/src/iree`.
-const SUPPORT_C: &[&str] = &["hal/memory/fixed_block_pool.c", "hal/memory/fixed_block_allocator.c"];
-
 /// The defines IREE's CMake build compiles the runtime with (they shape its headers).
 const DEFINES: &[(&str, &str)] =
     &[("IREE_ALLOCATOR_SYSTEM_CTL", "iree_allocator_libc_ctl"), ("IREE_THREADING_ENABLE", "1")];
@@ -107,18 +103,9 @@ fn main() {
     println!("cargo:rerun-if-changed=cts/entry.h");
     cxx.compile("thal_iree_cts");
 
-    let mut c = cc::Build::new();
-    c.std("gnu11").include(&runtime_src).warnings(false).flag_if_supported("-w");
-    for (name, value) in DEFINES {
-        c.define(name, *value);
-    }
-    for file in SUPPORT_C {
-        c.file(iree_src.join(file));
-    }
-    c.compile("thal_iree_cts_support");
-
     // GoogleTest and GoogleMock (Debian's libgtest-dev and libgmock-dev ship static archives), after
-    // the archives that use them; eerie-sys's runtime archive follows, as our dependency.
+    // the archives that use them; eerie-sys's runtime archive (and hal-iree's, with IREE's
+    // fixed-block pools) follow, as our dependencies.
     if let Some(prefix) = &gtest_prefix {
         println!("cargo:rustc-link-search=native={}", prefix.join("lib").display());
     }

@@ -26,7 +26,7 @@ use crate::ffi::{self, iree_status_t, sys};
 use crate::pinned_pool::PinnedPool;
 
 /// IREE's memory-type, usage and compatibility bits this module reads and writes.
-mod bits {
+pub(crate) mod bits {
     use crate::ffi::sys;
 
     pub const OPTIMAL: u32 = sys::iree_hal_memory_type_bits_t_IREE_HAL_MEMORY_TYPE_OPTIMAL;
@@ -267,6 +267,18 @@ impl DeviceMemory {
             }
         };
         Ok(HalBuffer::create(&shape, memory, host))
+    }
+
+    /// A HAL buffer of `size` bytes of `memory_type`, allocated now (a queue pool's slab).
+    pub(crate) fn allocate_hal(&self, memory_type: MemoryType, size: u64) -> Result<hal::Buffer, hal::Error> {
+        self.device()?.allocate_buffer(hal_params(memory_type), size)
+    }
+
+    /// What IREE sees of a pool-placed buffer of `size` bytes for `params`: the memory of the pool's
+    /// slabs (device-local requests' memory), with the usage asked for.
+    pub(crate) fn slab_shape(&self, params: &sys::iree_hal_buffer_params_t, size: u64) -> Shape {
+        let slab = resolve(&self.memory_types, false, bits::DEVICE_LOCAL, params.usage);
+        self.shape(params, &slab, size, None)
     }
 
     /// A host-visible buffer of `size` bytes for staging a transfer through the host (a file's bytes

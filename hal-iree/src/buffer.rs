@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::ffi::{self, code, iree_status_t, sys};
 use crate::pinned_pool::{Block, PinnedPool};
+use crate::queue_pool::Reserved;
 
 /// Where an IREE buffer's bytes live.
 pub(crate) enum Memory {
@@ -25,8 +26,41 @@ pub(crate) enum Memory {
     /// Host memory IREE imported: the HAL import's release runs IREE's callback and frees this
     /// buffer's record, once IREE and every queued use have let go.
     Imported(hal::Buffer),
+    /// A range of a queue pool's slab (`queue_pool`).
+    Slab(Box<SlabView>),
     /// An imported buffer being destroyed (its record waits for the HAL's release).
     Gone,
+}
+
+/// An IREE buffer over a range of a queue pool's slab: a HAL subspan of the slab's buffer.
+pub(crate) struct SlabView {
+    buffer: hal::Buffer,
+    /// The pool's callback for when IREE lets go of the buffer (none for a view whose reservation
+    /// the queue gives back itself).
+    release: SendRelease,
+    /// The reservation a `queue_alloca` placed it in, until its dealloca.
+    reserved: std::sync::Mutex<Option<Reserved>>,
+}
+
+impl SlabView {
+    pub(crate) fn new(buffer: hal::Buffer, release: sys::iree_hal_buffer_release_callback_t) -> Self {
+        SlabView { buffer, release: SendRelease(release), reserved: std::sync::Mutex::new(None) }
+    }
+
+    /// Ties `reserved` to this buffer: its dealloca (or its destruction) gives it back.
+    pub(crate) fn hold(&self, reserved: Reserved) {
+        *hal::driver::lock(&self.reserved) = Some(reserved);
+    }
+
+    /// The reservation this buffer holds, taken by its dealloca.
+    pub(crate) fn take_reserved(&self) -> Option<Reserved> {
+        hal::driver::lock(&self.reserved).take()
+    }
+
+    /// Puts back a reservation a dealloca took and then could not submit.
+    pub(crate) fn put_back(&self, reserved: Reserved) {
+        self.hold(reserved);
+    }
 }
 
 /// An IREE buffer of this driver (see the module docs).
@@ -115,7 +149,16 @@ impl HalBuffer {
         match &self.memory {
             Memory::Hal(buffer) | Memory::Imported(buffer) => Ok(buffer.clone()),
             Memory::Pooled { pool, block } => pool.lend(device, block),
+            Memory::Slab(slab) => Ok(slab.buffer.clone()),
             Memory::Gone => Err(hal::Error::internal("an IREE buffer used after its destruction")),
+        }
+    }
+
+    /// The pool slab range this buffer is, if it is one.
+    pub(crate) fn slab_view(&self) -> Option<&SlabView> {
+        match &self.memory {
+            Memory::Slab(slab) => Some(slab),
+            _ => None,
         }
     }
 
@@ -190,6 +233,15 @@ unsafe extern "C" fn destroy(buffer: *mut sys::iree_hal_buffer_t) {
         // The HAL import's release frees the record (now, or once queued uses are done).
         Memory::Imported(hal) => return drop(hal),
         Memory::Pooled { pool, block } => pool.give_back(block),
+        Memory::Slab(slab) => {
+            let SlabView { buffer: view, release, reserved } = *slab;
+            if let Some(reserved) = reserved.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner) {
+                reserved.give_back_unused();
+            }
+            drop(view);
+            // SAFETY: the record is still allocated (freed below); the pool's callback for it.
+            unsafe { release.run(buffer) };
+        }
         Memory::Hal(_) | Memory::Gone => {}
     }
     // SAFETY: boxed by `create`; IREE holds no reference.

@@ -12,6 +12,7 @@ use crate::ffi::{self, code, iree_status_t, sys};
 use crate::file_io::{Direction, FileTransfer};
 use crate::pinned_pool::PinnedPool;
 use crate::profiling::{Origin, Profiling, Recording};
+use crate::queue_pool::QueuePools;
 use crate::{allocator, buffer, buffer_import, recorder, semaphore};
 
 /// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
@@ -46,6 +47,8 @@ pub(crate) struct Device {
     memory: Arc<DeviceMemory>,
     /// IREE's profiling sessions, over the HAL's.
     profiling: Profiling,
+    /// The queue-pool backend, made on the first query.
+    queue_pools: std::sync::Mutex<Option<Arc<QueuePools>>>,
     hal: hal::Device,
 }
 
@@ -86,6 +89,23 @@ impl Device {
     pub(crate) fn device_allocator(&self) -> *mut sys::iree_hal_allocator_t {
         self.device_allocator
     }
+
+    /// The queue-pool state, made on first use.
+    fn queue_pools(&self) -> Result<Arc<QueuePools>, hal::Error> {
+        let mut pools = hal::driver::lock(&self.queue_pools);
+        if let Some(pools) = &*pools {
+            return Ok(pools.clone());
+        }
+        let made = QueuePools::new(
+            &self.hal,
+            self.memory.clone(),
+            self.proactor,
+            self.host_allocator,
+            self.topology.frontier.base_axis,
+        )?;
+        *pools = Some(made.clone());
+        Ok(made)
+    }
 }
 
 /// Wraps `hal` as an IREE device named `identifier`, answering to IREE's `iree_kind` devices too.
@@ -121,6 +141,7 @@ pub(crate) unsafe fn create(
         loaded: Loaded::default(),
         memory: memory.clone(),
         profiling: Profiling::new(),
+        queue_pools: std::sync::Mutex::new(None),
         hal,
     });
     device.device_allocator = allocator::create(memory.clone(), host_allocator);
@@ -159,13 +180,16 @@ unsafe fn cast<'a>(device: *mut sys::iree_hal_device_t) -> &'a Device {
 unsafe extern "C" fn destroy(device: *mut sys::iree_hal_device_t) {
     // SAFETY: IREE calls this once, with the last reference to a device `create` boxed.
     let device = *unsafe { Box::from_raw(device.cast::<Device>()) };
-    let Device { hal, loaded, memory, device_allocator, block_pool, host_allocator, proactor_pool, .. } = device;
+    let Device {
+        hal, loaded, memory, device_allocator, block_pool, host_allocator, proactor_pool, queue_pools, ..
+    } = device;
     // The HAL side goes first: dropping the device's handle (and the executables made for IREE's)
     // drains its streams, so work in flight is done before the IREE objects it may touch go. The
     // allocator's memory lets go of its handle first (IREE's buffers and allocator may outlive the
     // device; their memory is freed when IREE frees them).
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         memory.close();
+        drop(queue_pools);
         drop(loaded);
         drop(hal);
     }));
@@ -473,11 +497,30 @@ unsafe extern "C" fn query_semaphore_compatibility(
 }
 
 unsafe extern "C" fn query_queue_pool_backend(
-    _device: *mut sys::iree_hal_device_t,
-    _affinity: sys::iree_hal_queue_affinity_t,
-    _out: *mut sys::iree_hal_queue_pool_backend_t,
+    device: *mut sys::iree_hal_device_t,
+    affinity: sys::iree_hal_queue_affinity_t,
+    out: *mut sys::iree_hal_queue_pool_backend_t,
 ) -> iree_status_t {
-    ffi::unimplemented("queue pools are not bridged (queue_alloca allocates from the device allocator)")
+    // SAFETY: IREE passes a live device of ours.
+    let device = unsafe { cast(device) };
+    ffi::guarded("query_queue_pool_backend", || {
+        let count = device.hal.queue_count() as u32;
+        let first = if affinity == u64::MAX { 0 } else { affinity.trailing_zeros() };
+        if affinity == 0 || first >= count {
+            return ffi::status(
+                code::INVALID_ARGUMENT,
+                &format!("{}: queue affinity {affinity:#x} names none of its {count} queues", device.identifier),
+            );
+        }
+        match device.queue_pools() {
+            Ok(pools) => {
+                // SAFETY: writable, per IREE's contract; the backend lives as long as the device.
+                unsafe { *out = pools.backend() };
+                ffi::ok()
+            }
+            Err(error) => ffi::from_error(&error.context(format!("{} queue pools", device.identifier))),
+        }
+    })
 }
 
 /// A semaphore list as HAL (semaphore, value) pairs; another driver's semaphore is refused.
@@ -542,12 +585,26 @@ unsafe extern "C" fn queue_alloca(
     affinity: sys::iree_hal_queue_affinity_t,
     waits: sys::iree_hal_semaphore_list_t,
     signals: sys::iree_hal_semaphore_list_t,
-    _pool: *mut sys::iree_hal_pool_t,
+    pool: *mut sys::iree_hal_pool_t,
     params: sys::iree_hal_buffer_params_t,
     size: sys::iree_device_size_t,
-    _flags: sys::iree_hal_alloca_flags_t,
+    flags: sys::iree_hal_alloca_flags_t,
     out: *mut *mut sys::iree_hal_buffer_t,
 ) -> iree_status_t {
+    if !pool.is_null() {
+        // A pool of the caller's, built from this device's queue-pool backend.
+        let mut made = std::ptr::null_mut();
+        // SAFETY: IREE's lists and live pool.
+        let status = unsafe {
+            submit("queue_alloca", device, affinity, &waits, &signals, |device, queue, w, s| {
+                made = device.queue_pools()?.alloca(queue, w, pool, &params, size as u64, flags, s)?;
+                Ok(())
+            })
+        };
+        // SAFETY: writable, per IREE's contract; the buffer is IREE's on success.
+        unsafe { *out = if status.is_null() { made } else { std::ptr::null_mut() } };
+        return status;
+    }
     // Memory the host need not map is the HAL's queue-ordered allocation. Memory it maps is
     // allocated now and handed out at once; a barrier orders the signals behind the waits.
     let mut made = std::ptr::null_mut();
@@ -588,6 +645,15 @@ unsafe extern "C" fn queue_dealloca(
     unsafe {
         let ours = if buffer.is_null() { None } else { buffer::cast(sys::iree_hal_buffer_allocated_buffer(buffer)) };
         submit("queue_dealloca", device, affinity, &waits, &signals, |_, queue, w, s| {
+            if let Some(slab) = ours.and_then(|b| b.slab_view())
+                && let Some(reserved) = slab.take_reserved()
+            {
+                // A pool's block goes back to its pool in queue order.
+                return reserved.pools().dealloca(queue, w, reserved, s).map_err(|(error, reserved)| {
+                    slab.put_back(reserved);
+                    error
+                });
+            }
             match ours.and_then(|b| b.transient()) {
                 Some(transient) => queue.dealloca(w, transient, s),
                 None => queue.barrier(w, s),

@@ -39,6 +39,7 @@ pub mod npy;
 mod pinned_pool;
 mod poll_claim;
 mod profiling;
+mod queue_pool;
 mod recorder;
 pub mod runner;
 mod semaphore;

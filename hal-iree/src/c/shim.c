@@ -151,3 +151,107 @@ iree_status_t thal_iree_file_from_handle(iree_hal_allocator_t* device_allocator,
                                          iree_hal_file_t** out_file) {
   return iree_hal_file_from_handle(device_allocator, affinity, access, handle, proactor, host_allocator, out_file);
 }
+
+#include "iree/hal/memory/slab_provider.h"
+
+// A slab provider whose slabs are the HAL's buffers (`src/queue_pool.rs`): IREE's pools (TLSF,
+// fixed-block, pass-through) place queue allocations in them. Each hook calls back into Rust with
+// the owner pointer it was created with; `drop_owner` runs once, when the provider is destroyed.
+typedef struct {
+  iree_status_t (*acquire)(void* owner, iree_device_size_t min_length, iree_hal_slab_t* out_slab);
+  void (*release)(void* owner, const iree_hal_slab_t* slab);
+  iree_status_t (*wrap)(void* owner, const iree_hal_slab_t* slab, iree_device_size_t offset,
+                        iree_device_size_t length, iree_hal_buffer_params_t params,
+                        iree_hal_buffer_release_callback_t release_callback, iree_hal_buffer_t** out_buffer);
+  void (*properties)(void* owner, iree_hal_memory_type_t* out_memory_type, iree_hal_buffer_usage_t* out_usage);
+  void (*drop_owner)(void* owner);
+} thal_iree_slab_hooks_t;
+
+typedef struct {
+  iree_hal_slab_provider_t base;
+  thal_iree_slab_hooks_t hooks;
+  void* owner;
+  iree_allocator_t host_allocator;
+} thal_iree_slab_provider_t;
+
+static thal_iree_slab_provider_t* thal_slab_provider_cast(const iree_hal_slab_provider_t* provider) {
+  return (thal_iree_slab_provider_t*)provider;
+}
+
+static void thal_slab_provider_destroy(iree_hal_slab_provider_t* base) {
+  thal_iree_slab_provider_t* provider = thal_slab_provider_cast(base);
+  provider->hooks.drop_owner(provider->owner);
+  iree_allocator_free(provider->host_allocator, provider);
+}
+
+static iree_status_t thal_slab_provider_acquire(iree_hal_slab_provider_t* base, iree_device_size_t min_length,
+                                                iree_hal_slab_t* out_slab) {
+  thal_iree_slab_provider_t* provider = thal_slab_provider_cast(base);
+  return provider->hooks.acquire(provider->owner, min_length, out_slab);
+}
+
+static void thal_slab_provider_release(iree_hal_slab_provider_t* base, const iree_hal_slab_t* slab) {
+  thal_iree_slab_provider_t* provider = thal_slab_provider_cast(base);
+  provider->hooks.release(provider->owner, slab);
+}
+
+static iree_status_t thal_slab_provider_wrap(iree_hal_slab_provider_t* base, const iree_hal_slab_t* slab,
+                                             iree_device_size_t offset, iree_device_size_t length,
+                                             iree_hal_buffer_params_t params,
+                                             iree_hal_buffer_release_callback_t release_callback,
+                                             iree_hal_buffer_t** out_buffer) {
+  thal_iree_slab_provider_t* provider = thal_slab_provider_cast(base);
+  return provider->hooks.wrap(provider->owner, slab, offset, length, params, release_callback, out_buffer);
+}
+
+// Slabs are committed when the HAL allocates them: nothing to fault in, nothing cached to trim.
+static void thal_slab_provider_prefault(iree_hal_slab_provider_t* base, iree_hal_slab_t* slab) {}
+static void thal_slab_provider_trim(iree_hal_slab_provider_t* base, iree_hal_slab_provider_trim_flags_t flags) {}
+static void thal_slab_provider_query_stats(const iree_hal_slab_provider_t* base,
+                                           iree_hal_slab_provider_visited_set_t* visited,
+                                           iree_hal_slab_provider_stats_t* out_stats) {
+  iree_hal_slab_provider_visited(visited, base);
+}
+
+static void thal_slab_provider_query_properties(const iree_hal_slab_provider_t* base,
+                                                iree_hal_memory_type_t* out_memory_type,
+                                                iree_hal_buffer_usage_t* out_supported_usage) {
+  thal_iree_slab_provider_t* provider = thal_slab_provider_cast(base);
+  provider->hooks.properties(provider->owner, out_memory_type, out_supported_usage);
+}
+
+static const iree_hal_slab_provider_vtable_t thal_slab_provider_vtable = {
+    .destroy = thal_slab_provider_destroy,
+    .acquire_slab = thal_slab_provider_acquire,
+    .release_slab = thal_slab_provider_release,
+    .wrap_buffer = thal_slab_provider_wrap,
+    .prefault = thal_slab_provider_prefault,
+    .trim = thal_slab_provider_trim,
+    .query_stats = thal_slab_provider_query_stats,
+    .query_properties = thal_slab_provider_query_properties,
+};
+
+// A slab provider over `hooks` and `owner` (one reference, the caller's). On failure `drop_owner`
+// has run.
+iree_status_t thal_iree_slab_provider_create(const thal_iree_slab_hooks_t* hooks, void* owner,
+                                             iree_allocator_t host_allocator,
+                                             iree_hal_slab_provider_t** out_provider) {
+  *out_provider = NULL;
+  thal_iree_slab_provider_t* provider = NULL;
+  iree_status_t status = iree_allocator_malloc(host_allocator, sizeof(*provider), (void**)&provider);
+  if (!iree_status_is_ok(status)) {
+    hooks->drop_owner(owner);
+    return status;
+  }
+  iree_hal_slab_provider_initialize(&thal_slab_provider_vtable, &provider->base);
+  provider->hooks = *hooks;
+  provider->owner = owner;
+  provider->host_allocator = host_allocator;
+  *out_provider = &provider->base;
+  return iree_ok_status();
+}
+
+void thal_iree_slab_provider_release(iree_hal_slab_provider_t* provider) {
+  iree_hal_slab_provider_release(provider);
+}
+
