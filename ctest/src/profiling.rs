@@ -81,7 +81,9 @@ fn in_order_within(
 
 /// A fill, an execute and a read chained on queue 0 give three queue-operation records in stream
 /// order (each starts after the previous one ended), with their kinds and submission numbers, on
-/// the host's clock between the first submit and the end of the wait.
+/// the host's clock between the first submit and the end of the wait; each says how many
+/// semaphores it waited on and signalled, the bytes it moved, and when it was submitted and became
+/// ready on the host (in that order, before it started).
 pub(crate) fn queue_operations_recorded_in_stream_order(cx: &Cx) -> CaseResult {
     let fill = cx.load(Kernel::FillU32)?;
     let out = cx.device_buffer(4 * ELEMENTWISE_WORKGROUP as u64)?;
@@ -104,6 +106,16 @@ pub(crate) fn queue_operations_recorded_in_stream_order(cx: &Cx) -> CaseResult {
     let ops = &profile.queue_operations;
     ensure!(ops.iter().all(|q| q.queue == queue.index()), "records name another queue: {profile}");
     ensure!(ops.windows(2).all(|w| w[0].submission < w[1].submission), "submission numbers out of order: {profile}");
+    let counts: Vec<(u32, u32, u64)> = ops.iter().map(|q| (q.wait_count, q.signal_count, q.payload_bytes)).collect();
+    ensure_eq!(counts, vec![(0, 1, 16), (1, 1, 0), (1, 1, 8)], "waits, signals and payload bytes");
+    let slack = profile.clock.uncertainty + RESOLUTION;
+    for q in ops {
+        ensure!(
+            before <= q.submitted && q.submitted <= q.ready && q.ready <= after && q.ready <= q.start + slack,
+            "{} was not submitted, ready and started in order within the host's interval: {profile}",
+            q.operation
+        );
+    }
     let spans: Vec<(String, Instant, Instant)> =
         ops.iter().map(|q| (q.operation.to_string(), q.start, q.end)).collect();
     in_order_within(&profile, &spans, before, after)?;

@@ -1004,7 +1004,7 @@ unsafe extern "C" fn profiling_begin(
             return ffi::from_error(&hal::Error::invalid_argument("profiling options are NULL"));
         }
         // SAFETY: IREE's valid options (checked non-NULL).
-        ffi::from_result(unsafe { device.profiling.begin(&device.hal, &*options) })
+        ffi::from_result(unsafe { device.profiling.begin(&device.hal, &*options, device.iree_kind == "local") })
     })
 }
 

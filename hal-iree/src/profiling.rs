@@ -3,9 +3,13 @@
 //! IREE's profile sink in IREE's profile schema.
 //!
 //! - Families: dispatch events (`DISPATCH_EVENTS`, the HAL's per-dispatch device times), device
-//!   queue events (`DEVICE_QUEUE_EVENTS`, its per-queue-operation device times) and executable
-//!   metadata. Host-side families (queue events at submission, host execution, memory events,
-//!   counters, traces) are `UNIMPLEMENTED`: the HAL does not record them.
+//!   queue events (`DEVICE_QUEUE_EVENTS`, its per-queue-operation device times), queue events
+//!   (`QUEUE_EVENTS`: when each queue operation was submitted and became ready on the host, its
+//!   wait and signal counts and payload, from the same HAL records), executable metadata, and on
+//!   cpu-sim, whose queues run their work on host threads, host execution events
+//!   (`HOST_EXECUTION_EVENTS`: the operations' spans, which there are host times). Host execution
+//!   on a GPU device, memory events, counters and traces are `UNIMPLEMENTED`. Queue events come
+//!   with the HAL's records of completed work, so an operation that failed or never ran has none.
 //! - Clock: the HAL puts device timestamps on the host's monotonic clock, so the profile's device
 //!   ticks are nanoseconds of that clock; each clock-correlation record samples it bracketed by
 //!   IREE's own host time (one at begin, one per flush, one at end).
@@ -28,7 +32,13 @@ const DEVICE_QUEUE_EVENTS: u64 =
     sys::iree_hal_device_profiling_data_family_bits_t_IREE_HAL_DEVICE_PROFILING_DATA_DEVICE_QUEUE_EVENTS as u64;
 const EXECUTABLE_METADATA: u64 =
     sys::iree_hal_device_profiling_data_family_bits_t_IREE_HAL_DEVICE_PROFILING_DATA_EXECUTABLE_METADATA as u64;
-const SUPPORTED: u64 = DISPATCH_EVENTS | DEVICE_QUEUE_EVENTS | EXECUTABLE_METADATA;
+const QUEUE_EVENTS: u64 =
+    sys::iree_hal_device_profiling_data_family_bits_t_IREE_HAL_DEVICE_PROFILING_DATA_QUEUE_EVENTS as u64;
+const HOST_EXECUTION_EVENTS: u64 =
+    sys::iree_hal_device_profiling_data_family_bits_t_IREE_HAL_DEVICE_PROFILING_DATA_HOST_EXECUTION_EVENTS as u64;
+const SUPPORTED: u64 = DISPATCH_EVENTS | DEVICE_QUEUE_EVENTS | QUEUE_EVENTS | EXECUTABLE_METADATA;
+/// The families of the HAL's per-queue-operation records.
+const QUEUE_OPERATIONS: u64 = DEVICE_QUEUE_EVENTS | QUEUE_EVENTS | HOST_EXECUTION_EVENTS;
 
 mod content {
     pub(super) const SESSION: &str = "application/vnd.iree.hal.profile.session";
@@ -41,6 +51,8 @@ mod content {
     pub(super) const CLOCK_CORRELATIONS: &str = "application/vnd.iree.hal.profile.clock-correlations";
     pub(super) const DISPATCH_EVENTS: &str = "application/vnd.iree.hal.profile.dispatch-events";
     pub(super) const QUEUE_DEVICE_EVENTS: &str = "application/vnd.iree.hal.profile.queue-device-events";
+    pub(super) const QUEUE_EVENTS: &str = "application/vnd.iree.hal.profile.queue-events";
+    pub(super) const HOST_EXECUTION_EVENTS: &str = "application/vnd.iree.hal.profile.host-execution-events";
 }
 
 /// The IREE command-operation type of each recorded command kind.
@@ -188,6 +200,17 @@ impl Filter {
         self.flags & bit != 0
     }
 
+    /// Whether work of `queue` (of physical device 0) is captured.
+    fn queue_matches(&self, queue: u32) -> bool {
+        let device_filtered = self.has(
+            sys::iree_hal_profile_capture_filter_flag_bits_t_IREE_HAL_PROFILE_CAPTURE_FILTER_FLAG_PHYSICAL_DEVICE_ORDINAL,
+        ) && self.physical_device_ordinal != 0;
+        let queue_filtered = self
+            .has(sys::iree_hal_profile_capture_filter_flag_bits_t_IREE_HAL_PROFILE_CAPTURE_FILTER_FLAG_QUEUE_ORDINAL)
+            && queue != self.queue_ordinal;
+        !device_filtered && !queue_filtered
+    }
+
     /// Whether a dispatch at this place, of a function named `name`, is captured. A queue
     /// dispatch has no command index and never matches a command-index filter.
     fn matches(&self, command_buffer_id: u64, command_index: Option<u32>, queue: u32, name: &str) -> bool {
@@ -296,7 +319,8 @@ impl Profiling {
         self.session.lock().map_err(|_| hal::Error::internal("the profiling session's lock is poisoned"))
     }
 
-    /// Begins a session for `options` on `hal`.
+    /// Begins a session for `options` on `hal`; `runs_on_host`: the device's queues run their work
+    /// on host threads (cpu-sim), so its operations' spans are host execution events.
     ///
     /// # Safety
     /// `options` is IREE's valid profiling options (its sink live or NULL, its pattern readable).
@@ -304,17 +328,24 @@ impl Profiling {
         &self,
         hal: &hal::Device,
         options: &sys::iree_hal_device_profiling_options_t,
+        runs_on_host: bool,
     ) -> Result<(), hal::Error> {
         let mut session = self.lock()?;
         if session.is_some() {
             return Err(hal::Error::failed_precondition("a profiling session is already in progress"));
         }
         let families = options.data_families;
-        if families & !SUPPORTED != 0 {
+        let supported = if runs_on_host { SUPPORTED | HOST_EXECUTION_EVENTS } else { SUPPORTED };
+        if families & !supported != 0 {
             return Err(hal::Error::unimplemented(format!(
-                "profiling data families {:#x}: only dispatch events, device queue events and executable \
-                 metadata are recorded (the HAL times work on the device, not on the host)",
-                families & !SUPPORTED
+                "profiling data families {:#x}: only dispatch events, device queue events, queue events{} and \
+                 executable metadata are recorded",
+                families & !supported,
+                if runs_on_host {
+                    ", host execution events"
+                } else {
+                    " (this device runs its work on the device, not on host threads)"
+                }
             )));
         }
         if options.counter_set_count != 0 {
@@ -325,7 +356,7 @@ impl Profiling {
         }
         // Filters are applied to the records (IREE's command indices are not the HAL's). A
         // session of executable metadata alone times nothing.
-        let hal_options = match (families & DISPATCH_EVENTS != 0, families & DEVICE_QUEUE_EVENTS != 0) {
+        let hal_options = match (families & DISPATCH_EVENTS != 0, families & QUEUE_OPERATIONS != 0) {
             (true, true) => Some(hal::ProfileOptions::everything()),
             (true, false) => Some(hal::ProfileOptions::dispatches()),
             (false, true) => Some(hal::ProfileOptions::queue_operations()),
@@ -471,7 +502,7 @@ impl Session {
 
     /// Whether the HAL times anything for this session.
     fn times_events(&self) -> bool {
-        self.families & (DISPATCH_EVENTS | DEVICE_QUEUE_EVENTS) != 0
+        self.families & (DISPATCH_EVENTS | QUEUE_OPERATIONS) != 0
     }
 
     /// Ends the sink's session with `code` (`None`: OK).
@@ -759,11 +790,112 @@ impl Session {
                 self.write(metadata, bytes_of(&events))?;
             }
         }
+        if self.families & (QUEUE_EVENTS | HOST_EXECUTION_EVENTS) != 0 {
+            self.write_host_events(profile)?;
+        }
         // Records of completed executes are not needed again.
         let done: HashSet<u64> = profile.queue_operations.iter().filter_map(|t| t.command_buffer).collect();
         self.recordings.retain(|id, _| !done.contains(id));
         self.sample_clock()
     }
+}
+
+impl Session {
+    /// Writes the host-side records of `profile`'s queue operations the session asked for: queue
+    /// events (submission and readiness) and host execution events (the operations' spans).
+    fn write_host_events(&mut self, profile: &hal::Profile) -> Result<(), hal::Error> {
+        let clock = self.clock;
+        let host_ns = move |at: Instant| i64::try_from(clock.tick(at)).unwrap_or(i64::MAX);
+        let mut queue_events: Vec<sys::iree_hal_profile_queue_event_t> = Vec::new();
+        let mut host_events: Vec<sys::iree_hal_profile_host_execution_event_t> = Vec::new();
+        for timing in &profile.queue_operations {
+            let recording = timing.command_buffer.and_then(|id| self.recordings.get(&id).cloned());
+            let Some(kind) = queue_event_type(timing.operation, recording.as_deref()) else { continue };
+            let queue = timing.queue as u32;
+            if !self.filter.queue_matches(queue) {
+                continue;
+            }
+            let operation_count = match recording.as_deref() {
+                Some(r) => r.operations.iter().filter(|op| op.kind.iree_type().is_some()).count().max(1) as u32,
+                None => 1,
+            };
+            let command_buffer_id = recording.as_deref().map_or(0, |r| match r.origin {
+                Origin::QueueDispatch => 0,
+                Origin::CommandBuffer { .. } => r.command_buffer_id(),
+            });
+            if self.families & QUEUE_EVENTS != 0 {
+                queue_events.push(sys::iree_hal_profile_queue_event_t {
+                    record_length: record_length::<sys::iree_hal_profile_queue_event_t>(),
+                    type_: kind,
+                    dependency_strategy: dependency_strategy(timing.wait_count),
+                    event_id: self.next_event_id(),
+                    host_time_ns: host_ns(timing.submitted),
+                    submission_id: timing.submission + 1,
+                    command_buffer_id,
+                    stream_id: u64::from(queue) + 1,
+                    physical_device_ordinal: 0,
+                    queue_ordinal: queue,
+                    wait_count: timing.wait_count,
+                    signal_count: timing.signal_count,
+                    operation_count,
+                    payload_length: timing.payload_bytes,
+                    ready_host_time_ns: host_ns(timing.ready),
+                    ..Default::default()
+                });
+            }
+            if self.families & HOST_EXECUTION_EVENTS != 0 {
+                // A queue dispatch's span is its one dispatch's.
+                let dispatch = recording
+                    .as_deref()
+                    .filter(|r| matches!(r.origin, Origin::QueueDispatch))
+                    .and_then(|r| r.operations.iter().find_map(|op| op.dispatch.as_ref()));
+                let start = host_ns(timing.start);
+                host_events.push(sys::iree_hal_profile_host_execution_event_t {
+                    record_length: record_length::<sys::iree_hal_profile_host_execution_event_t>(),
+                    type_: kind,
+                    status_code: 0,
+                    event_id: self.next_event_id(),
+                    submission_id: timing.submission + 1,
+                    command_buffer_id,
+                    executable_id: dispatch.map_or(0, |d| d.executable),
+                    stream_id: u64::from(queue) + 1,
+                    physical_device_ordinal: 0,
+                    queue_ordinal: queue,
+                    command_index: u32::MAX,
+                    function_ordinal: dispatch.map_or(u32::MAX, |d| d.function_ordinal),
+                    workgroup_count: dispatch.map_or([0; 3], |d| d.workgroup_count),
+                    workgroup_size: dispatch.map_or([0; 3], |d| d.workgroup_size),
+                    start_host_time_ns: start,
+                    end_host_time_ns: host_ns(timing.end).max(start),
+                    payload_length: timing.payload_bytes,
+                    operation_count,
+                    ..Default::default()
+                });
+            }
+        }
+        for (content_type, bytes) in
+            [(content::QUEUE_EVENTS, bytes_of(&queue_events)), (content::HOST_EXECUTION_EVENTS, bytes_of(&host_events))]
+        {
+            if !bytes.is_empty() {
+                let mut metadata = self.metadata(content_type);
+                metadata.physical_device_ordinal = 0;
+                self.write(metadata, bytes)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a queue operation's waits were met, in IREE's terms: on the device (a HAL queue waits on its
+/// semaphores' events, or on the host for another device's), or with nothing to wait for.
+fn dependency_strategy(wait_count: u32) -> sys::iree_hal_profile_queue_dependency_strategy_t {
+    let strategy = match wait_count {
+        0 => sys::iree_hal_profile_queue_dependency_strategy_e_IREE_HAL_PROFILE_QUEUE_DEPENDENCY_STRATEGY_NONE,
+        _ => {
+            sys::iree_hal_profile_queue_dependency_strategy_e_IREE_HAL_PROFILE_QUEUE_DEPENDENCY_STRATEGY_DEVICE_BARRIER
+        }
+    };
+    strategy as sys::iree_hal_profile_queue_dependency_strategy_t
 }
 
 /// The IREE queue event type of a HAL queue operation (`None`: one IREE has no type for).

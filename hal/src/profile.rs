@@ -116,6 +116,17 @@ pub struct QueueOperationTiming {
     pub operation: &'static str,
     /// The executed command buffer's [`id`](crate::CommandBuffer::id), for an execute.
     pub command_buffer: Option<u64>,
+    /// When it was submitted, on the host.
+    pub submitted: Instant,
+    /// When its waits were resolved and it was handed to its stream, on the host.
+    pub ready: Instant,
+    /// How many semaphores it waited on.
+    pub wait_count: u32,
+    /// How many semaphores it signalled.
+    pub signal_count: u32,
+    /// The bytes it moves or allocates (a fill's, copy's, update's, read's or write's length, an
+    /// alloca's or dealloca's buffer size); 0 for executes and barriers.
+    pub payload_bytes: u64,
     /// When the stream started it.
     pub start: Instant,
     /// When it finished.

@@ -432,6 +432,22 @@ impl QueueOp {
         }
     }
 
+    /// The bytes it moves or allocates, for profiles: a transfer's, read's or write's length, an
+    /// alloca's or dealloca's buffer size; 0 for the rest.
+    pub fn payload_bytes(&self) -> u64 {
+        match self {
+            QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => buffer.size(),
+            QueueOp::Transfer(command) => match &**command {
+                Command::Fill { length, .. } | Command::Copy { length, .. } => *length,
+                Command::Update { data, .. } => data.len() as u64,
+                _ => 0,
+            },
+            QueueOp::Write { data, .. } => data.len() as u64,
+            QueueOp::Read { length, .. } => *length,
+            QueueOp::Execute { .. } | QueueOp::Collective(_) | QueueOp::Barrier | QueueOp::Native(_) => 0,
+        }
+    }
+
     /// A short name for traces and reports.
     pub fn kind(&self) -> &'static str {
         match self {

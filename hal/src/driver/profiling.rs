@@ -43,11 +43,17 @@ impl ProfileSink {
 
     /// Adds `work`'s time on its stream.
     pub fn record_queue_operation(&self, work: &Work, start: Instant, end: Instant) {
+        let submitted = work.submitted();
         let record = QueueOperationTiming {
             queue: work.queue,
             submission: work.id,
             operation: work.op.kind(),
             command_buffer: executed(work),
+            submitted: submitted.map_or(start, |s| s.at),
+            ready: submitted.map_or(start, |s| s.ready),
+            wait_count: submitted.map_or(0, |s| s.waits),
+            signal_count: submitted.map_or(0, |s| s.signals),
+            payload_bytes: work.op.payload_bytes(),
             start,
             end,
         };
@@ -118,6 +124,11 @@ impl ProfileSwitch {
     /// Off.
     pub(crate) fn new() -> Self {
         ProfileSwitch { on: AtomicBool::new(false), sink: Mutex::new(None) }
+    }
+
+    /// Whether a session is in progress (one relaxed load).
+    pub(crate) fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
     }
 
     /// The sink submissions issued now record into.

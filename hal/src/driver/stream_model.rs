@@ -265,6 +265,18 @@ pub struct Work {
     device_time_ns: AtomicU64,
     /// Where its timings go when it was issued while the device profiled.
     profile: Option<Arc<ProfileSink>>,
+    /// When it was submitted and issued, for a profile (set with `profile`).
+    submitted: Option<Submitted>,
+}
+
+/// What a profile says of a submission besides its device time: when it was submitted and became
+/// ready on the host, and how many semaphores it waited on and signalled.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Submitted {
+    pub(crate) at: std::time::Instant,
+    pub(crate) ready: std::time::Instant,
+    pub(crate) waits: u32,
+    pub(crate) signals: u32,
 }
 
 /// `Work::device_time_ns` when nothing was measured.
@@ -284,6 +296,7 @@ impl Work {
             live_signals: AtomicU64::new(0),
             device_time_ns: AtomicU64::new(NO_DEVICE_TIME),
             profile: None,
+            submitted: None,
         }
     }
 
@@ -296,6 +309,16 @@ impl Work {
     /// Makes it record into `sink` (the scheduler, at issue, before the work is shared; tests).
     pub fn set_profile(&mut self, sink: Option<Arc<ProfileSink>>) {
         self.profile = sink;
+    }
+
+    /// When it was submitted and issued, where a profile asked (see `set_submitted`).
+    pub(crate) fn submitted(&self) -> Option<&Submitted> {
+        self.submitted.as_ref()
+    }
+
+    /// Notes when it was submitted and issued (the scheduler, at issue, for profiled work).
+    pub(crate) fn set_submitted(&mut self, submitted: Option<Submitted>) {
+        self.submitted = submitted;
     }
 
     /// Records how many semaphores it signals (before it is shared).
@@ -382,6 +405,7 @@ impl Work {
     pub(crate) fn clear_for_reuse(&mut self) {
         self.op = QueueOp::Barrier;
         self.profile = None;
+        self.submitted = None;
         get_mut(&mut self.upstream).clear();
     }
 
@@ -397,6 +421,7 @@ impl Work {
         self.cancel.store(false, Ordering::Relaxed);
         self.device_time_ns.store(NO_DEVICE_TIME, Ordering::Relaxed);
         self.profile = None;
+        self.submitted = None;
     }
 }
 

@@ -12,7 +12,7 @@ use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
 use super::wait_cover::Covers;
 use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
-use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::stream_model::{StreamModel, Submitted, Work};
 use crate::driver::{HostCall, Submission};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
@@ -41,7 +41,12 @@ impl<M: StreamModel> Shared<M> {
             self.cancel_issue(id, queue, issue.op, &signals);
             return;
         }
-        let (work, host_call) = self.new_work(&mut issuer.work, id, queue, issue.op, upstream);
+        let submitted = issue.profiled.map(|profiled| {
+            let (at, waits) = *profiled;
+            let signals = u32::try_from(signals.len()).unwrap_or(u32::MAX);
+            Submitted { at, ready: std::time::Instant::now(), waits, signals }
+        });
+        let (work, host_call) = self.new_work(&mut issuer.work, id, queue, issue.op, upstream, submitted);
         work.set_signal_count(signals.len());
         // Taken whatever happens next: only a successful enqueue (or share) below sets it again.
         let shareable = issuer.last_mark.take();

@@ -183,6 +183,9 @@ pub(crate) struct Issue<M: StreamModel> {
     pub(crate) covers: Covers<M>,
     /// Its place in its queue's order, taken at submission (see `admission`).
     pub(crate) place: admission::Place,
+    /// When it was submitted and how many semaphores it waits on, while the device profiles (boxed:
+    /// every submission carries the field).
+    pub(crate) profiled: Option<Box<(std::time::Instant, u32)>>,
 }
 
 impl<M: StreamModel> Issue<M> {
@@ -361,6 +364,10 @@ impl<M: StreamModel> Scheduler<M> {
             signals: SemaphoreList::new(),
             covers: Covers::default(),
             place: shared.queues[queue].admission.place(shared.device.get(), queue),
+            profiled: shared
+                .profiling
+                .is_on()
+                .then(|| Box::new((std::time::Instant::now(), u32::try_from(waits.len()).unwrap_or(u32::MAX)))),
         };
         let host_only = matches!(issue.op, Submission::HostCall(_));
         let ready = match issue.covers.resolve_waits(shared, queue, waits, host_only) {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::Shared;
-use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::stream_model::{StreamModel, Submitted, Work};
 use crate::driver::{HostCall, ProfileSink, QueueOp, Submission};
 use crate::sync::{lock, take_batch, try_lock};
 
@@ -25,11 +25,12 @@ impl<M: StreamModel> Shared<M> {
         queue: usize,
         op: Submission,
         upstream: SmallVec<[Arc<Work>; 2]>,
+        submitted: Option<Submitted>,
     ) -> (Arc<Work>, Option<HostCall>) {
         // Split where the op moves into the work: each move of it is a copy.
         match op {
             Submission::Stream(op) => {
-                let profile = self.profiling.current();
+                let profile = self.profiling.current().map(|sink| (sink, submitted));
                 (self.work_for(cache, id, queue, op, profile, upstream), None)
             }
             Submission::HostCall(call) => {
@@ -47,9 +48,10 @@ impl<M: StreamModel> Shared<M> {
         id: u64,
         queue: usize,
         op: QueueOp,
-        profile: Option<Arc<ProfileSink>>,
+        profile: Option<(Arc<ProfileSink>, Option<Submitted>)>,
         upstream: SmallVec<[Arc<Work>; 2]>,
     ) -> Arc<Work> {
+        let (profile, submitted) = profile.map_or((None, None), |(sink, submitted)| (Some(sink), submitted));
         if cache.is_empty() {
             take_batch(&self.spare_work, cache, REFILL);
         }
@@ -58,10 +60,12 @@ impl<M: StreamModel> Shared<M> {
         {
             reused.reset(id, queue, op, upstream);
             reused.set_profile(profile);
+            reused.set_submitted(submitted);
             return work;
         }
         let mut work = Work::new(id, queue, op, upstream);
         work.set_profile(profile);
+        work.set_submitted(submitted);
         Arc::new(work)
     }
 
