@@ -650,7 +650,9 @@ unsafe extern "C" fn queue_dealloca(
             {
                 // A pool's block goes back to its pool in queue order.
                 return reserved.pools().dealloca(queue, w, reserved, s).map_err(|(error, reserved)| {
-                    slab.put_back(reserved);
+                    if let Some(reserved) = reserved {
+                        slab.put_back(reserved);
+                    }
                     error
                 });
             }

@@ -9,8 +9,8 @@
 //!   index) whose epoch counts that queue's pool deallocas. A dealloca signals its epoch on the
 //!   queue's epoch semaphore, a HAL timeline semaphore, and returns its block to the pool at
 //!   submission, tagged with the frontier `{(queue, epoch)}`. Epoch signals of a queue are made in
-//!   order (each dealloca also waits for the epoch before its own), so the semaphore never steps
-//!   back.
+//!   order (a dealloca's epoch signal also waits for the epoch before), so the semaphore never
+//!   steps back; the caller's signals are a barrier of their own behind the caller's waits alone.
 //! - **Reservation.** An alloca asks the pool with its queue's frontier (the epoch of the last pool
 //!   dealloca submitted there) and waits for that epoch on the HAL (IREE's queues are in order, and
 //!   the memory it reuses may still be read by work that dealloca followed). A block whose death
@@ -331,35 +331,38 @@ impl QueuePools {
     }
 
     /// `queue_dealloca` of a buffer placed by [`alloca`](Self::alloca): the block goes back to its
-    /// pool tagged with this dealloca's epoch (see the module docs).
+    /// pool tagged with this dealloca's epoch (see the module docs). On an error the reservation
+    /// comes back when the block is still the caller's (`None`: it went back to the pool, and only
+    /// the caller's signals could not be submitted).
     pub(crate) fn dealloca(
         &self,
         queue: &hal::Queue,
         waits: &[SemaphoreValue],
         reserved: Reserved,
         signals: &[SemaphoreValue],
-    ) -> Result<(), (hal::Error, Reserved)> {
+    ) -> Result<(), (hal::Error, Option<Reserved>)> {
         let index = queue.index();
         let epochs = match self.epochs(index) {
             Ok(epochs) => epochs,
-            Err(error) => return Err((error, reserved)),
+            Err(error) => return Err((error, Some(reserved))),
         };
         let mut submitted = lock(&epochs.submitted);
         let epoch = *submitted + 1;
-        let mut all_waits = waits.to_vec();
+        // The caller's signals follow its waits alone: only the epoch signal waits for the epoch
+        // before (a dealloca is done once its waits are reached), so a dealloca held by an earlier
+        // one of its queue never holds work its own signals release.
+        let mut epoch_waits = waits.to_vec();
         if *submitted > 0 {
-            all_waits.push(SemaphoreValue::new(&epochs.semaphore, *submitted));
+            epoch_waits.push(SemaphoreValue::new(&epochs.semaphore, *submitted));
         }
-        let mut all_signals = signals.to_vec();
-        all_signals.push(SemaphoreValue::new(&epochs.semaphore, epoch));
-        if let Err(error) = queue.barrier(&all_waits, &all_signals) {
-            return Err((error, reserved));
+        if let Err(error) = queue.barrier(&epoch_waits, &[SemaphoreValue::new(&epochs.semaphore, epoch)]) {
+            return Err((error, Some(reserved)));
         }
         *submitted = epoch;
         drop(submitted);
         let death = OneEntryFrontier::new(self.axis(index), epoch);
         reserved.give_back(death.as_ptr());
-        Ok(())
+        queue.barrier(waits, signals).map_err(|error| (error, None))
     }
 
     fn epochs(&self, queue: usize) -> Result<&QueueEpochs, hal::Error> {

@@ -2,7 +2,8 @@
 //! each of the device's queues and for none past them; a pool block freed by one queue's dealloca
 //! and reused by another queue is not handed over before that dealloca ran; without the caller's
 //! leave to wait, such a block is `RESOURCE_EXHAUSTED` and stays in the pool; on one queue, reuse
-//! follows the queue's order without that leave.
+//! follows the queue's order without that leave; a dealloca's signals never wait for an earlier
+//! dealloca of its queue.
 
 mod common;
 
@@ -90,9 +91,14 @@ fn backend(device: &Grouped, affinity: u64) -> Result<sys::iree_hal_queue_pool_b
 
 /// A pool of one block of [`BLOCK`] bytes with no epoch query (reuse is decided by frontiers alone).
 fn one_block_pool(device: &Grouped) -> *mut sys::iree_hal_pool_t {
+    block_pool(device, 1)
+}
+
+/// A pool of `blocks` blocks of [`BLOCK`] bytes with no epoch query.
+fn block_pool(device: &Grouped, blocks: u32) -> *mut sys::iree_hal_pool_t {
     let backend = backend(device, 1).expect("queue 0 has a pool backend");
     let options = FixedBlockPoolOptions {
-        block_allocator_options: FixedBlockOptions { block_size: BLOCK, block_count: 1, frontier_capacity: 2 },
+        block_allocator_options: FixedBlockOptions { block_size: BLOCK, block_count: blocks, frontier_capacity: 2 },
         budget_limit: 0,
         trace_name: sys::iree_string_view_t { data: std::ptr::null(), size: 0 },
     };
@@ -299,6 +305,30 @@ fn on_one_queue_reuse_follows_the_queue_order_without_leave_to_wait() {
     assert_eq!(fill_and_read(&device, 3, reused, second, 0x3333_3333), 0x3333_3333);
     release_buffer(reused);
     release(&[first, gate, freed, second]);
+    // SAFETY: the test's pool.
+    unsafe { sys::iree_hal_pool_release(pool) };
+}
+
+#[test]
+fn a_dealloca_behind_a_held_one_of_its_queue_still_signals() {
+    let device = grouped();
+    let pool = block_pool(&device, 2);
+    let [first, second, gate, open, freed_first, freed_second] = [0; 6].map(|_| semaphore(&device.opened, 0));
+    let a = alloca(&device, 0, pool, 0, first).expect("a block");
+    let b = alloca(&device, 0, pool, 0, second).expect("another block");
+    wait(first, 10_000).expect("the first alloca ran");
+    wait(second, 10_000).expect("the second alloca ran");
+    signal(open);
+    // The first dealloca waits for `gate`; the second, on the same queue, for nothing.
+    dealloca(&device, 0, a, gate, freed_first);
+    dealloca(&device, 0, b, open, freed_second);
+    wait(freed_second, 10_000).expect("the second dealloca's signal does not wait for the first dealloca");
+    assert_eq!(query(freed_first).expect("a live semaphore"), 0);
+    signal(gate);
+    wait(freed_first, 10_000).expect("the first dealloca ran");
+    release_buffer(a);
+    release_buffer(b);
+    release(&[first, second, gate, open, freed_first, freed_second]);
     // SAFETY: the test's pool.
     unsafe { sys::iree_hal_pool_release(pool) };
 }
