@@ -144,6 +144,7 @@
 //! | `HAL_CUDA_POLL_US` | microseconds, 1 to 10000 (default 10) | [`CudaOptions::poll_interval`] |
 //! | `HAL_CUDA_POLL_BUDGET_US` | microseconds, 0 (default) to 10000; `poll` only | the budget of [`CompletionWait::PollThenSleep`] |
 //! | `HAL_CUDA_INDIRECT` | `device` (default), `host` | [`CudaOptions::indirect_on_device`] |
+//! | `HAL_CUDA_GRAPH_INSTANCES` | 1 to 64 (default 16) | [`CudaOptions::bound_graph_instances`] |
 //! | `HAL_CUDA_DEVRT` | path of `libcudadevrt.a` | where the updater of indirect dispatch nodes is linked from |
 //!
 //! An unknown value makes the driver answer every device request with `InvalidArgument` naming the

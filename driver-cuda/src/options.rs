@@ -26,7 +26,9 @@ pub struct CudaOptions {
     pub reusable_graph_min_commands: usize,
     /// Executable instances of one command buffer's graph kept for executes with binding tables:
     /// an execute whose table matches one launches it without node updates; otherwise the least
-    /// recently launched is updated in place. 1 updates a single instance every time.
+    /// recently launched is updated in place. 1 updates a single instance every time. The default,
+    /// 16, covers a runtime cycling its buffers over up to 16 tables (each instance holds the
+    /// graph's executable copy on the device).
     pub bound_graph_instances: usize,
     /// Time every submission on the device with a pair of timing events; the time appears as
     /// `device_ns` on the submission's `complete` span (see the crate docs, "Device timings per submission"). Costs two event
@@ -52,7 +54,7 @@ impl Default for CudaOptions {
             poll_interval: std::time::Duration::from_micros(10),
             graph_min_commands: 2,
             reusable_graph_min_commands: 1,
-            bound_graph_instances: 4,
+            bound_graph_instances: 16,
             submission_timings: false,
             indirect_on_device: true,
             completion_word: false,
@@ -80,6 +82,9 @@ pub const ENV_POLL_US: &str = "HAL_CUDA_POLL_US";
 /// 10000: how long a completion thread queries `poll_interval` apart before it sleeps between
 /// queries), for [`CudaOptions::from_env`]. It applies to the `poll` completion only.
 pub const ENV_POLL_BUDGET_US: &str = "HAL_CUDA_POLL_BUDGET_US";
+/// The environment variable that sets [`CudaOptions::bound_graph_instances`] (1 to 64), for
+/// [`CudaOptions::from_env`].
+pub const ENV_GRAPH_INSTANCES: &str = "HAL_CUDA_GRAPH_INSTANCES";
 
 impl CudaOptions {
     /// The defaults, changed by the environment: `HAL_CUDA_COMPLETION` = `poll` (the default),
@@ -87,7 +92,8 @@ impl CudaOptions {
     /// `HAL_CUDA_POLL_US` = microseconds between a completion thread's event queries (default 10);
     /// `HAL_CUDA_POLL_BUDGET_US` = microseconds a `poll` completion thread queries before it sleeps;
     /// `HAL_CUDA_INDIRECT` = `device` (the default) or `host`; `HAL_CUDA_COMPLETION_WORD` = `0` (the
-    /// default) or `1`.
+    /// default) or `1`; `HAL_CUDA_GRAPH_INSTANCES` = graph instances kept per command buffer for
+    /// executes with binding tables (1 to 64).
     /// [`crate::register`] and [`crate::create_device`] use it, so an embedding application can switch
     /// modes without a rebuild. An unknown value is an `InvalidArgument` naming the variable.
     pub fn from_env() -> Result<Self> {
@@ -140,6 +146,16 @@ impl CudaOptions {
                 other => {
                     return Err(Error::invalid_argument(format!(
                         "cuda: {ENV_INDIRECT}='{other}' is not device or host"
+                    )));
+                }
+            };
+        }
+        if let Some(value) = lookup(ENV_GRAPH_INSTANCES) {
+            options.bound_graph_instances = match value.parse::<usize>() {
+                Ok(count) if (1..=64).contains(&count) => count,
+                _ => {
+                    return Err(Error::invalid_argument(format!(
+                        "cuda: {ENV_GRAPH_INSTANCES}='{value}' is not a number of graph instances from 1 to 64"
                     )));
                 }
             };
@@ -231,6 +247,8 @@ mod tests {
         let other = options(&[(ENV_INDIRECT, "host"), (ENV_COMPLETION_WORD, "1")]).unwrap();
         assert!(!other.indirect_on_device && other.completion_word);
         assert!(options(&[(ENV_INDIRECT, "device"), (ENV_COMPLETION_WORD, "0")]).unwrap().indirect_on_device);
+        assert_eq!(options(&[(ENV_GRAPH_INSTANCES, "16")]).unwrap().bound_graph_instances, 16);
+        assert_eq!(options(&[(ENV_GRAPH_INSTANCES, "1")]).unwrap().bound_graph_instances, 1);
     }
 
     #[test]
@@ -240,6 +258,11 @@ mod tests {
         assert!(e.message().contains("HAL_CUDA_COMPLETION='callback'"), "{e}");
         let e = options(&[(ENV_TIMINGS, "yes")]).unwrap_err();
         assert!(e.message().contains("HAL_CUDA_TIMINGS='yes'"), "{e}");
+        for bad in ["0", "65", "many", "-1"] {
+            let e = options(&[(ENV_GRAPH_INSTANCES, bad)]).unwrap_err();
+            assert_eq!(e.code(), StatusCode::InvalidArgument);
+            assert!(e.message().contains(&format!("HAL_CUDA_GRAPH_INSTANCES='{bad}'")), "{e}");
+        }
         for bad in ["0", "10001", "fast", "-5"] {
             let e = options(&[(ENV_POLL_US, bad)]).unwrap_err();
             assert!(e.message().contains(&format!("HAL_CUDA_POLL_US='{bad}'")), "{e}");
