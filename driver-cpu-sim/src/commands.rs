@@ -383,26 +383,28 @@ fn dispatch(
         };
         outcome.and_then(|()| no_out_of_range_access(bindings)).map_err(WorkgroupStop::Kernel)
     };
-    // What one workgroup of this entry point took when one was last timed: a small grid that it
-    // shows heavy goes to the pool at once (timing its first workgroup alone would leave every
-    // other runner idle meanwhile: IREE's executables dispatch the same entry points every call).
+    // What one workgroup of this entry point took when one was last timed: a grid it shows heavy
+    // goes to the pool at once (timing its first workgroup alone would leave every other runner
+    // idle meanwhile: IREE's executables dispatch the same entry points every call), in chunks
+    // sized by it.
     let known_ns = workgroup_ns.load(Ordering::Relaxed);
     let heavy_as_known = known_ns > 0 && known_ns.saturating_mul(total) > POOL_WORTH.as_nanos() as u64;
-    let result = if total <= INLINE_WORKGROUPS && !heavy_as_known {
-        // Small grids run on the stream's own thread (no hand-off, no allocation), unless the
-        // first workgroup, timed, shows the rest is worth the pool (`POOL_WORTH`).
+    let small = total <= INLINE_WORKGROUPS;
+    let result = if (small && !heavy_as_known) || known_ns == 0 {
+        // The first workgroup runs timed on the stream's own thread (no hand-off, no allocation).
+        // Small grids stay there unless it shows the rest worth the pool (`POOL_WORTH`); an entry
+        // point not timed before learns its cost here, so that a heavy grid of any size calls
+        // every runner at once instead of working through its first chunk alone.
         let started = Instant::now();
-        let first = WorkgroupPool::run_inline(total.min(1), |index| {
-            run_one(index, constants, &native_bindings, kernel, cancel)
-        });
-        let took = started.elapsed();
-        workgroup_ns.store(u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1), Ordering::Relaxed);
-        let rest = total.saturating_sub(1);
-        let heavy = took.saturating_mul(u32::try_from(rest).unwrap_or(u32::MAX)) > POOL_WORTH;
+        let first = WorkgroupPool::run_inline(1, |index| run_one(index, constants, &native_bindings, kernel, cancel));
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        workgroup_ns.store(took, Ordering::Relaxed);
+        let rest = total - 1;
+        let heavy = took.saturating_mul(rest) > POOL_WORTH.as_nanos() as u64;
         match first {
             Err(failure) => Err(failure),
             Ok(()) if rest == 0 => Ok(()),
-            Ok(()) if !heavy => {
+            Ok(()) if small && !heavy => {
                 WorkgroupPool::run_inline(rest, |index| run_one(index + 1, constants, &native_bindings, kernel, cancel))
                     .map_err(|f| f.offset(1))
             }
@@ -410,8 +412,9 @@ fn dispatch(
                 let kernel = kernel.clone();
                 let constants: SmallVec<[u32; 16]> = constants.iter().copied().collect();
                 let cancel = cancel.clone();
-                pool.run_shared(rest, move |index| run_one(index + 1, &constants, &native_bindings, &kernel, &cancel))
-                    .map_err(|f| f.offset(1))
+                let call = if heavy { CallForHelp::AtOnce } else { CallForHelp::AfterFirstChunk };
+                let task = move |index| run_one(index + 1, &constants, &native_bindings, &kernel, &cancel);
+                pool.run_shared_with(rest, task, call, took).map_err(|f| f.offset(1))
             }
         }
     } else {
@@ -421,13 +424,11 @@ fn dispatch(
         let started = Instant::now();
         let call = if heavy_as_known { CallForHelp::AtOnce } else { CallForHelp::AfterFirstChunk };
         let task = move |index| run_one(index, &constants, &native_bindings, &kernel, &cancel);
-        let ran = pool.run_shared_with(total, task, call);
-        if heavy_as_known {
-            // Kept current: the grid's time spread over the runners that shared it.
-            let runners = (pool.thread_count() as u64 + 1).min(total);
-            let per_workgroup = started.elapsed().as_nanos().saturating_mul(u128::from(runners)) / u128::from(total);
-            workgroup_ns.store(u64::try_from(per_workgroup).unwrap_or(u64::MAX).max(1), Ordering::Relaxed);
-        }
+        let ran = pool.run_shared_with(total, task, call, known_ns);
+        // Kept current: the grid's time spread over the runners that shared it.
+        let runners = (pool.thread_count() as u64 + 1).min(total);
+        let per_workgroup = started.elapsed().as_nanos().saturating_mul(u128::from(runners)) / u128::from(total);
+        workgroup_ns.store(u64::try_from(per_workgroup).unwrap_or(u64::MAX).max(1), Ordering::Relaxed);
         ran
     };
     // Every workgroup has finished: the memory may go now.

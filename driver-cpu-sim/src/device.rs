@@ -90,7 +90,9 @@ impl CpuDevice {
         Ok(CpuDevice {
             id,
             info: device_info(options),
-            budget: Arc::new(MemoryBudget::with_limit(options.memory_limit)),
+            budget: Arc::new(
+                MemoryBudget::with_limit(options.memory_limit).with_transient_cache(options.transient_cache_bytes),
+            ),
             scheduler,
             channels: Default::default(),
             rules,
@@ -169,6 +171,13 @@ impl ScheduledDevice for CpuDevice {
         let broken = self.rules.log().count();
         usage.pools.push(PoolUsage::new(RULE_BREAKS_POOL, broken, broken));
         usage.memory_in_use = self.budget.in_use();
+        usage.memory_kept = self.budget.transients().kept();
+    }
+
+    /// Gives back the released transient memory kept for reuse.
+    fn trim(&self) -> Result<()> {
+        self.budget.transients().trim();
+        Ok(())
     }
 }
 

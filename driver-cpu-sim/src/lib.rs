@@ -61,6 +61,7 @@ mod memory;
 mod options;
 mod stream;
 mod stream_rules;
+mod transient_cache;
 mod workgroup_pool;
 
 use std::sync::Arc;

@@ -19,10 +19,14 @@ pub struct CpuSimOptions {
     /// Whether light work may run on the thread that submits it (see
     /// [`with_light_work_at_issue`](Self::with_light_work_at_issue)); off by default.
     pub light_work_at_issue: bool,
+    /// Bytes of released transient buffers (`queue_dealloca`) kept for later allocas of the same
+    /// size (see [`with_transient_cache`](Self::with_transient_cache)).
+    pub transient_cache_bytes: u64,
 }
 
 impl Default for CpuSimOptions {
-    /// 4 queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all.
+    /// 4 queues, one workgroup runner per core, allocations up to 4 GiB, 8 GiB in all, up to
+    /// 256 MiB of released transient memory kept for reuse.
     fn default() -> Self {
         CpuSimOptions {
             queue_count: 4,
@@ -30,6 +34,7 @@ impl Default for CpuSimOptions {
             max_allocation_size: 4 << 30,
             memory_limit: 8 << 30,
             light_work_at_issue: false,
+            transient_cache_bytes: 256 << 20,
         }
     }
 }
@@ -58,6 +63,16 @@ impl CpuSimOptions {
     /// The same options with at most `bytes` held by all the device's allocations at once.
     pub fn with_memory_limit(mut self, bytes: u64) -> Self {
         self.memory_limit = bytes;
+        self
+    }
+
+    /// The same options keeping up to `bytes` of released transient memory for reuse (0: none). A
+    /// `queue_alloca` of the size of a kept block takes it as it is, instead of zeroed memory from
+    /// the system allocator (the stream thread runs the alloca while the runners wait: a program
+    /// that allocates its intermediates every call pays for it every call). The kept bytes show as
+    /// the device's `memory_kept`, outside its memory limit, and `Device::trim` gives them back.
+    pub fn with_transient_cache(mut self, bytes: u64) -> Self {
+        self.transient_cache_bytes = bytes;
         self
     }
 

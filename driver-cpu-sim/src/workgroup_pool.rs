@@ -28,6 +28,19 @@ use crate::kernel_panics::catch_kernel_panic;
 /// Chunks per runner (pool threads plus caller) a job is split into, for load balance.
 const CHUNKS_PER_RUNNER: u64 = 4;
 
+/// At most about this much work in one chunk of a job whose cost per index is known: runners then
+/// finish within about this long of each other, where a chunk of several heavy indices (IREE's
+/// matmul workgroups take milliseconds each) would leave the others idle for its length. A claim
+/// costs tens of nanoseconds.
+const CHUNK_NS: u64 = 50_000;
+
+/// Indices per chunk of a job of `total` indices over `runners` runners, each index taking about
+/// `index_ns` (0: not known).
+fn chunk_size(total: u64, runners: u64, index_ns: u64) -> u64 {
+    let balanced = total.div_ceil(runners * CHUNKS_PER_RUNNER).max(1);
+    CHUNK_NS.checked_div(index_ns).map_or(balanced, |fit| balanced.min(fit.max(1)))
+}
+
 /// When a dispatch's caller calls the pool threads to help.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CallForHelp {
@@ -144,26 +157,24 @@ impl WorkgroupPool {
     /// ([`run_inline`](Self::run_inline)) when they fill the slots: queues that run dispatches side
     /// by side then already fill the cores, and each keeps its dispatch's data on its own thread
     /// instead of adding runners the cores cannot hold (a runner preempted mid-dispatch stalls that
-    /// dispatch for a time slice).
-    pub fn run_shared<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
-    where
-        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
-        E: Send + 'static,
-    {
-        self.run_shared_with(total, task, CallForHelp::AfterFirstChunk)
-    }
-
-    /// [`run_shared`](Self::run_shared), calling the pool threads as `call` says: for a grid
-    /// already known to be heavy, at once (its first chunk alone would leave the free runners idle
-    /// for a chunk's time).
-    pub fn run_shared_with<F, E>(&self, total: u64, task: F, call: CallForHelp) -> Result<(), JobFailure<E>>
+    /// dispatch for a time slice). The caller calls the pool threads as `call` says (for a grid
+    /// already known to be heavy, at once: its first chunk alone would leave the free runners idle
+    /// for a chunk's time); indices are claimed in chunks of about [`CHUNK_NS`] of work where each
+    /// is known to take about `index_ns` (0: not known).
+    pub fn run_shared_with<F, E>(
+        &self,
+        total: u64,
+        task: F,
+        call: CallForHelp,
+        index_ns: u64,
+    ) -> Result<(), JobFailure<E>>
     where
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
     {
         let others = self.shared.running.fetch_add(1, Ordering::AcqRel);
         let result = if others + 1 < self.shared.slots {
-            self.run_with(total, task, call)
+            self.run_with(total, task, call, index_ns)
         } else {
             Self::run_inline(total, task)
         };
@@ -216,11 +227,21 @@ impl WorkgroupPool {
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
     {
-        self.run_with(total, task, CallForHelp::AfterFirstChunk)
+        self.run_with(total, task, CallForHelp::AfterFirstChunk, 0)
     }
 
-    /// [`run`](Self::run), calling for help as `call` says.
-    fn run_with<F, E>(&self, total: u64, task: F, call: CallForHelp) -> Result<(), JobFailure<E>>
+    /// [`run_shared_with`](Self::run_shared_with) as a grid of unknown cost runs.
+    #[cfg(test)]
+    pub fn run_shared<F, E>(&self, total: u64, task: F) -> Result<(), JobFailure<E>>
+    where
+        F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
+        E: Send + 'static,
+    {
+        self.run_shared_with(total, task, CallForHelp::AfterFirstChunk, 0)
+    }
+
+    /// [`run`](Self::run), calling for help as `call` says, in chunks sized by `index_ns`.
+    fn run_with<F, E>(&self, total: u64, task: F, call: CallForHelp, index_ns: u64) -> Result<(), JobFailure<E>>
     where
         F: Fn(u64) -> Result<(), E> + Send + Sync + 'static,
         E: Send + 'static,
@@ -229,7 +250,7 @@ impl WorkgroupPool {
             return Ok(());
         }
         let runners = self.threads.len() as u64 + 1;
-        let chunk = total.div_ceil(runners * CHUNKS_PER_RUNNER).max(1);
+        let chunk = chunk_size(total, runners, index_ns);
         let job = Arc::new(Job {
             task,
             total,
@@ -493,6 +514,35 @@ mod tests {
     /// A dispatch that starts while others fill the runner slots (here 1 pool thread: 2 slots, one
     /// dispatch running) runs on its caller's thread alone, and every index still runs once; the
     /// pool helps the next lone dispatch again.
+    /// Chunks balance over the runners where the cost of an index is not known, and hold about
+    /// `CHUNK_NS` of work where it is: one index each for heavy ones.
+    #[test]
+    fn chunks_are_sized_by_known_index_cost() {
+        assert_eq!(chunk_size(512, 16, 0), 8);
+        assert_eq!(chunk_size(512, 16, 1_800_000), 1);
+        assert_eq!(chunk_size(100_000, 16, 100), 500);
+        assert_eq!(chunk_size(100, 16, 10), 2, "never more than the balanced size");
+        assert_eq!(chunk_size(1, 16, 0), 1);
+    }
+
+    /// A job of heavy indices whose cost is known is claimed one index at a time: with 2 runners
+    /// and 64 indices of 1 ms no runner takes a balanced chunk (8 indices) in one claim.
+    #[test]
+    fn heavy_known_indices_are_claimed_one_at_a_time() {
+        let pool = WorkgroupPool::with_threads(1).unwrap();
+        let ran_by = Arc::new(Mutex::new(vec![None; 64]));
+        let seen = ran_by.clone();
+        let task = move |index: u64| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            lock(&seen)[index as usize] = Some(std::thread::current().id());
+            Ok::<(), ()>(())
+        };
+        pool.run_shared_with(64, task, CallForHelp::AtOnce, 1_000_000).unwrap();
+        let ran_by: Vec<_> = lock(&ran_by).iter().map(|id| id.expect("every index ran")).collect();
+        let longest_run = ran_by.chunk_by(|a, b| a == b).map(<[_]>::len).max().unwrap();
+        assert!(longest_run < 8, "one runner ran {longest_run} consecutive indices");
+    }
+
     #[test]
     fn a_dispatch_beside_another_runs_on_its_callers_thread() {
         let pool = Arc::new(WorkgroupPool::with_threads(1).unwrap());

@@ -279,7 +279,8 @@ impl Queue {
     }
 
     /// Returns a buffer of `size` bytes whose memory is committed in queue order once `waits` are
-    /// reached, and usable by work that waits on `signals`. Never blocks the host.
+    /// reached, and usable by work that waits on `signals`. Never blocks the host. Its contents
+    /// are not defined: drivers reuse released memory as it is (as CUDA's stream-ordered pools do).
     pub fn alloca(
         &self,
         waits: &[SemaphoreValue],
