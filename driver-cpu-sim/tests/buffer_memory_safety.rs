@@ -19,8 +19,39 @@ const T: Timeout = Timeout::After(Duration::from_secs(10));
 /// so a use after free faults instead of passing quietly.
 const BIG: u64 = 1 << 20;
 
+/// A cpu-sim device that keeps no released transient memory: a freed block goes back to the system
+/// at once, where a use after free would fault.
 fn device() -> Device {
-    driver_cpu_sim::create_device().expect("cpu-sim device")
+    let options = driver_cpu_sim::CpuSimOptions::default().with_transient_cache(0);
+    hal::driver::Driver::create_device(&driver_cpu_sim::CpuSimDriver::with_options(options), 0).expect("cpu-sim device")
+}
+
+/// With the default options a released transient block is kept, shows as memory kept, is reused
+/// by the next alloca of its size, and `trim` gives it back.
+#[test]
+fn released_transient_memory_is_kept_reused_and_trimmed() {
+    let device = driver_cpu_sim::create_device().expect("cpu-sim device");
+    let queue = device.queue(0).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    let first = alloca(&queue, &done, BIG);
+    first.map(0, 8).unwrap().write(0, &[0x5A; 8]).unwrap();
+    queue.dealloca(&[], &first, &[SV::new(&done, 2)]).unwrap();
+    done.wait(2, T).unwrap();
+    let kept = device.resource_usage().memory_kept;
+    assert!(kept >= BIG, "{kept} bytes kept after the dealloca");
+    assert_eq!(memory_in_use(&device), 0);
+
+    let again = device.create_semaphore(0).unwrap();
+    let second = alloca(&queue, &again, BIG);
+    assert_eq!(device.resource_usage().memory_kept, 0, "the next alloca of the size took the block");
+    let mut head = [0u8; 8];
+    second.map(0, 8).unwrap().read(0, &mut head).unwrap();
+    assert_eq!(head, [0x5A; 8], "a reused block holds what its last user left");
+    queue.dealloca(&[], &second, &[SV::new(&again, 2)]).unwrap();
+    again.wait(2, T).unwrap();
+    assert!(device.resource_usage().memory_kept >= BIG);
+    device.trim().unwrap();
+    assert_eq!(device.resource_usage().memory_kept, 0, "trim gives it back");
 }
 
 fn memory_in_use(device: &Device) -> u64 {
