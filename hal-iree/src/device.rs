@@ -13,6 +13,7 @@ use crate::file_io::{Direction, FileTransfer};
 use crate::pinned_pool::PinnedPool;
 use crate::profiling::{Origin, Profiling, Recording};
 use crate::queue_pool::QueuePools;
+use crate::table_recording::TableRecordings;
 use crate::{allocator, buffer, buffer_import, recorder, semaphore};
 
 /// The device kind of IREE's CUDA targets (`--iree-hal-target-device=cuda`).
@@ -49,6 +50,8 @@ pub(crate) struct Device {
     profiling: Profiling,
     /// The queue-pool backend, made on the first query.
     queue_pools: std::sync::Mutex<Option<Arc<QueuePools>>>,
+    /// Its reusable command buffers, recorded once for binding tables.
+    table_recordings: TableRecordings,
     hal: hal::Device,
 }
 
@@ -142,6 +145,7 @@ pub(crate) unsafe fn create(
         memory: memory.clone(),
         profiling: Profiling::new(),
         queue_pools: std::sync::Mutex::new(None),
+        table_recordings: TableRecordings::default(),
         hal,
     });
     device.device_allocator = allocator::create(memory.clone(), host_allocator);
@@ -961,6 +965,17 @@ unsafe extern "C" fn queue_execute(
             }
             if !ffi::iree_hal_deferred_command_buffer_isa(command_buffer) {
                 return Err(hal::Error::invalid_argument("a command buffer another IREE driver created"));
+            }
+            // A reusable command buffer runs from its recording for tables, unless the device
+            // profiles (whose records come from each replay).
+            let one_shot = u64::from(sys::iree_hal_command_buffer_mode(command_buffer))
+                & u64::from(sys::iree_hal_command_buffer_mode_bits_t_IREE_HAL_COMMAND_BUFFER_MODE_ONE_SHOT)
+                != 0;
+            if !one_shot
+                && !device.profiling.is_active()
+                && device.table_recordings.execute(device, queue, w, command_buffer, binding_table, s)?
+            {
+                return Ok(());
             }
             let hal_cb = device.hal.create_command_buffer(hal::CommandBufferMode::OneShot)?;
             let origin = Origin::CommandBuffer {

@@ -43,6 +43,7 @@ mod queue_pool;
 mod recorder;
 pub mod runner;
 mod semaphore;
+mod table_recording;
 mod vulkan_executable;
 
 pub use eerie_sys;

@@ -3,12 +3,14 @@
 //!
 //! IREE's own deferred command buffer records (it resolves binding-table slots and validates); at
 //! `queue_execute` it is replayed here with the execute's binding table, so every buffer reference
-//! arrives resolved.
+//! arrives resolved. A reusable one is replayed once instead against a table of slot markers
+//! ([`record_for_table`]): a marker's references become the HAL command buffer's binding-table
+//! slots, and each execute passes its own table (`table_recording`).
 
 use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 
-use hal::{BufferBinding, CommandBuffer, FillPattern};
+use hal::{BindingRef, BufferBinding, BufferRef, CommandBuffer, FillPattern};
 
 use crate::buffer_import;
 use crate::device::Device;
@@ -28,6 +30,62 @@ pub(crate) struct Recorder {
     hal_commands: Cell<u32>,
     /// What each command became, kept while the device profiles.
     recording: RefCell<Option<Recording>>,
+    /// Whether buffer references may be slot markers (`record_for_table`).
+    slots: bool,
+}
+
+/// Slot markers: the buffer IREE's replay hands over for slot `n` of the table `record_for_table`
+/// passes is `SLOT_MARKERS[n]`'s address (never dereferenced: IREE only copies it, and the
+/// recorder's command buffer skips IREE's validation).
+static SLOT_MARKERS: [u8; MAX_SLOTS] = [0; MAX_SLOTS];
+
+/// The most slots a command buffer recorded for a table may have.
+pub(crate) const MAX_SLOTS: usize = 1024;
+
+/// The byte length of every marker slot: a reference to the whole of a slot (IREE's
+/// `IREE_HAL_WHOLE_BUFFER`) arrives as `MARKER_LENGTH - offset` bytes.
+const MARKER_LENGTH: u64 = 1 << 62;
+
+/// The marker table of `count` slots (at most [`MAX_SLOTS`]).
+pub(crate) fn marker_table(count: usize) -> Vec<sys::iree_hal_buffer_binding_t> {
+    (0..count.min(MAX_SLOTS))
+        .map(|n| sys::iree_hal_buffer_binding_t {
+            buffer: (&raw const SLOT_MARKERS[n]).cast_mut().cast(),
+            offset: 0,
+            length: MARKER_LENGTH as sys::iree_device_size_t,
+        })
+        .collect()
+}
+
+/// What a buffer reference names for the HAL command.
+enum Target {
+    /// An IREE buffer's range, as a HAL buffer's.
+    Buffer(buffer_import::Imported),
+    /// `length` bytes from `offset` of binding-table slot `slot`.
+    Slot { slot: u32, offset: u64, length: u64 },
+}
+
+impl Target {
+    fn buffer_ref(&self) -> (BufferRef, u64) {
+        match self {
+            Target::Buffer(imported) => (BufferRef::from(&imported.buffer), imported.offset),
+            Target::Slot { slot, offset, .. } => (BufferRef::slot(*slot), *offset),
+        }
+    }
+
+    fn length(&self) -> u64 {
+        match self {
+            Target::Buffer(imported) => imported.length,
+            Target::Slot { length, .. } => *length,
+        }
+    }
+
+    fn binding(&self) -> BindingRef {
+        match self {
+            Target::Buffer(imported) => BufferBinding::range(&imported.buffer, imported.offset, imported.length).into(),
+            Target::Slot { slot, offset, length } => BindingRef::slot(*slot, *offset, *length),
+        }
+    }
 }
 
 /// What one IREE command put into the HAL command buffer.
@@ -71,6 +129,28 @@ pub(crate) fn record_into(
     f: impl FnOnce(*mut sys::iree_hal_command_buffer_t) -> Result<(), hal::Error>,
 ) -> Result<(CommandBuffer, Option<Recording>), hal::Error> {
     let recording = device.profiling().is_active().then(|| Recording::new(origin));
+    record(device, hal, recording, false, f)
+}
+
+/// Records IREE commands into the reusable `hal` for `device`, with the references to slot
+/// markers ([`marker_table`]) as binding-table slots: `f` gets the IREE command buffer to replay
+/// into (with the marker table). An error where a command cannot be recorded so (a reference to
+/// the whole of a slot, whose length only the execute's table gives).
+pub(crate) fn record_for_table(
+    device: &Device,
+    hal: CommandBuffer,
+    f: impl FnOnce(*mut sys::iree_hal_command_buffer_t) -> Result<(), hal::Error>,
+) -> Result<CommandBuffer, hal::Error> {
+    record(device, hal, None, true, f).map(|(hal, _)| hal)
+}
+
+fn record(
+    device: &Device,
+    hal: CommandBuffer,
+    recording: Option<Recording>,
+    slots: bool,
+    f: impl FnOnce(*mut sys::iree_hal_command_buffer_t) -> Result<(), hal::Error>,
+) -> Result<(CommandBuffer, Option<Recording>), hal::Error> {
     let mut recorder = Box::new(Recorder {
         base: sys::iree_hal_command_buffer_t::default(),
         device,
@@ -78,6 +158,7 @@ pub(crate) fn record_into(
         iree_commands: Cell::new(0),
         hal_commands: Cell::new(0),
         recording: RefCell::new(recording),
+        slots,
     });
     // SAFETY: `recorder.base` is writable; the vtable is static; the mode skips IREE's validation
     // (the deferred recording already ran it).
@@ -228,18 +309,30 @@ unsafe extern "C" fn flush_buffer(
     run("flush_buffer", || recorder.command(OperationKind::Other, || Ok(Recorded::Nothing)))
 }
 
-/// `reference` imported into the recorder's device.
+/// What `reference` names: a slot, where it is a slot marker of a recording for a table, or else
+/// the IREE buffer's range imported into the recorder's device. `None` for an empty range.
 ///
 /// # Safety
-/// `reference.buffer` is NULL or a live IREE buffer.
-unsafe fn import(
-    recorder: &Recorder,
-    reference: sys::iree_hal_buffer_ref_t,
-) -> Result<Option<buffer_import::Imported>, hal::Error> {
-    // SAFETY: the recorder's device outlives the replay; the caller's contract for the buffer.
-    unsafe {
-        buffer_import::import(&*recorder.device, reference.buffer, reference.offset as u64, reference.length as u64)
+/// `reference.buffer` is NULL, a slot marker, or a live IREE buffer.
+unsafe fn import(recorder: &Recorder, reference: sys::iree_hal_buffer_ref_t) -> Result<Option<Target>, hal::Error> {
+    let (offset, length) = (reference.offset as u64, reference.length as u64);
+    let markers = SLOT_MARKERS.as_ptr_range();
+    let address = reference.buffer.cast::<u8>().cast_const();
+    if recorder.slots && markers.contains(&address) {
+        let slot = address as usize - markers.start as usize;
+        if offset.checked_add(length) == Some(MARKER_LENGTH) {
+            return Err(hal::Error::unimplemented(format!(
+                "slot {slot}: a reference to the rest of a slot (its length comes with the execute's table)"
+            )));
+        }
+        if length == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(Target::Slot { slot: slot as u32, offset, length }));
     }
+    // SAFETY: the recorder's device outlives the replay; the caller's contract for the buffer.
+    let imported = unsafe { buffer_import::import(&*recorder.device, reference.buffer, offset, length) }?;
+    Ok(imported.map(Target::Buffer))
 }
 
 unsafe extern "C" fn fill_buffer(
@@ -257,7 +350,8 @@ unsafe extern "C" fn fill_buffer(
             let pattern = unsafe { fill_pattern(pattern, pattern_length) }?;
             // SAFETY: IREE passes a resolved, live buffer.
             let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(Recorded::Nothing) };
-            recorder.hal.fill(&target.buffer, target.offset, target.length, pattern).map(|()| Recorded::Command)
+            let ((buffer, offset), length) = (target.buffer_ref(), target.length());
+            recorder.hal.fill(buffer, offset, length, pattern).map(|()| Recorded::Command)
         })
     })
 }
@@ -293,8 +387,9 @@ unsafe extern "C" fn update_buffer(
             let Some(target) = (unsafe { import(recorder, target) })? else { return Ok(Recorded::Nothing) };
             // SAFETY: IREE passes `source + source_offset .. + length` readable (its recording's copy).
             let data =
-                unsafe { std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), target.length as usize) };
-            recorder.hal.update(&target.buffer, target.offset, data).map(|()| Recorded::Command)
+                unsafe { std::slice::from_raw_parts(source.cast::<u8>().add(source_offset), target.length() as usize) };
+            let (buffer, offset) = target.buffer_ref();
+            recorder.hal.update(buffer, offset, data).map(|()| Recorded::Command)
         })
     })
 }
@@ -315,8 +410,9 @@ unsafe extern "C" fn copy_buffer(
             else {
                 return Ok(Recorded::Nothing);
             };
-            let length = target.length.min(source.length);
-            recorder.hal.copy(&source.buffer, source.offset, &target.buffer, target.offset, length)?;
+            let length = target.length().min(source.length());
+            let ((source, source_offset), (target, target_offset)) = (source.buffer_ref(), target.buffer_ref());
+            recorder.hal.copy(source, source_offset, target, target_offset, length)?;
             Ok(Recorded::Command)
         })
     })
@@ -404,13 +500,11 @@ unsafe extern "C" fn dispatch(
             let reference = unsafe { *bindings.values.add(i) };
             // SAFETY: resolved, live buffers.
             match unsafe { import(recorder, reference) }? {
-                Some(imported) => {
-                    hal_bindings.push(BufferBinding::range(&imported.buffer, imported.offset, imported.length))
-                }
+                Some(target) => hal_bindings.push(target.binding()),
                 None => {
                     // An empty binding still takes its place; a one-word buffer stands in.
                     let empty = device.hal().allocate_buffer(hal::BufferParams::host_visible(), 4)?;
-                    hal_bindings.push(BufferBinding::range(&empty, 0, 0));
+                    hal_bindings.push(BufferBinding::range(&empty, 0, 0).into());
                     scratch.push(empty);
                 }
             }
@@ -436,7 +530,7 @@ unsafe extern "C" fn dispatch(
             indirect: flags & indirect != 0,
         };
         if flags & indirect == 0 {
-            recorder.hal.dispatch(loaded, ordinal, config.workgroup_count, &all, &hal_bindings)?;
+            recorder.hal.dispatch_refs(loaded, ordinal, config.workgroup_count, &all, &hal_bindings)?;
             return Ok(Recorded::Dispatch(info));
         }
         // The workgroup count is read from the buffer when the dispatch runs (replay happens at
@@ -444,7 +538,8 @@ unsafe extern "C" fn dispatch(
         // SAFETY: a resolved, live buffer.
         let count = unsafe { import(recorder, config.workgroup_count_ref) }?
             .ok_or_else(|| hal::Error::invalid_argument("an empty indirect workgroup-count reference"))?;
-        recorder.hal.dispatch_indirect(loaded, ordinal, &count.buffer, count.offset, &all, &hal_bindings)?;
+        let (count, count_offset) = count.buffer_ref();
+        recorder.hal.dispatch_indirect_refs(loaded, ordinal, count, count_offset, &all, &hal_bindings)?;
         Ok(Recorded::Dispatch(info))
     })
     })
