@@ -13,8 +13,8 @@ use common::*;
 use driver_cuda::CudaPreparedCommands;
 use hal::driver::{BufferExt, CommandBufferExt};
 use hal::{
-    BufferBinding, BufferParams, CommandBufferMode, Error, ExecutableFormat, ExecutableSource, SemaphoreValue as SV,
-    StatusCode, Timeout,
+    BindingRef, BufferBinding, BufferParams, BufferRef, CommandBufferMode, Error, ExecutableFormat, ExecutableSource,
+    SemaphoreValue as SV, StatusCode, Timeout,
 };
 
 macro_rules! require_cuda {
@@ -615,4 +615,61 @@ fn host_visible_memory_kept_for_reuse_comes_back_zeroed_until_trimmed() {
     assert!(kept >= (3 << 20) + 4096, "{kept} bytes kept after dropping 3 MiB and 100 bytes of host memory");
     device.trim().unwrap();
     assert_eq!(device.resource_usage().memory_kept, 0);
+}
+
+/// A reusable buffer over binding slots whose first table holds a `queue_alloca` buffer replays
+/// through a graph built at that execute's issue (the alloca's address is known only once it is
+/// enqueued) and pointed at each later execute's buffers: transient ones at other addresses, and
+/// a device-local one.
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn slot_tables_of_alloca_buffers_replay_through_a_graph_built_at_issue() {
+    require_cuda!();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let q = device.queue(0).unwrap();
+    let n = 1024u32;
+    let bytes = 4 * u64::from(n);
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    cb.fill(BufferRef::slot(0), 0, bytes, 7u32).unwrap();
+    cb.barrier().unwrap();
+    let add_one = exe.entry_point("add_one_u32").unwrap();
+    cb.dispatch_refs(&exe, add_one, [n / 256, 1, 1], &[n], &[BindingRef::slot(0, 0, bytes)]).unwrap();
+    cb.barrier().unwrap();
+    cb.copy(BufferRef::slot(0), 0, BufferRef::slot(1), 0, bytes).unwrap();
+    cb.end().unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let mut v = 0u64;
+    let step = |v: &mut u64| {
+        *v += 1;
+        (SV::new(&s, *v - 1), SV::new(&s, *v))
+    };
+    for round in 0..12 {
+        let out = host_buffer(&device, bytes);
+        // Odd rounds hold another alloca meanwhile, so the scratch lands elsewhere in the pool.
+        let pad = (round % 2 == 1).then(|| {
+            let (wait, signal) = step(&mut v);
+            q.alloca(&[wait], BufferParams::device_local(), 3 * bytes, &[signal]).unwrap()
+        });
+        let transient = round % 4 != 3;
+        let (wait, signal) = step(&mut v);
+        let scratch = if transient {
+            q.alloca(&[wait], BufferParams::device_local(), bytes, &[signal]).unwrap()
+        } else {
+            q.barrier(&[wait], &[signal]).unwrap();
+            device_buffer(&device, bytes)
+        };
+        let (wait, signal) = step(&mut v);
+        let table = [BufferBinding::whole(&scratch), BufferBinding::whole(&out)];
+        q.execute_with_bindings(&[wait], &cb, &table, &[signal]).unwrap();
+        for buffer in pad.iter().chain(transient.then_some(&scratch)) {
+            let (wait, signal) = step(&mut v);
+            q.dealloca(&[wait], buffer, &[signal]).unwrap();
+        }
+        s.wait(v, T).unwrap();
+        assert_eq!(u32s(&out.read_to_vec().unwrap()), vec![8; n as usize], "round {round} (transient: {transient})");
+    }
 }

@@ -21,6 +21,10 @@
 //! A command buffer recorded against binding slots builds its graph at its first execute and shares
 //! it between all its executes: each brings its table's node parameters and the launch updates the
 //! changed nodes in place (see [`crate::commands::graph`]) instead of building and instantiating again.
+//! Where its commands touch `queue_alloca` buffers (a compiler runtime's per-call intermediates and
+//! results, in its table or recorded), the graph is built at the first execute's issue and each
+//! execute's node parameters are taken at its issue: by then every alloca it waits for has been
+//! enqueued, so the addresses are known.
 //!
 //! Update payloads are uploaded to one device allocation at `end()`, so an update replays as a
 //! device-to-device copy in both modes and never reads pageable host memory on the stream
@@ -68,7 +72,24 @@ enum Replay {
         shared: Arc<SharedGraph>,
         params: Vec<NodeParams>,
     },
+    /// The graph its command buffer's executes share, built at the first execute's issue and
+    /// pointed at each execute's buffers at its issue: the commands touch transient buffers.
+    BoundAtIssue {
+        shared: Arc<IssuedGraph>,
+        updater: Option<Arc<NodeUpdater>>,
+    },
     Direct,
+}
+
+/// What the executes of a command buffer recorded against binding slots share when their commands
+/// touch transient buffers (kept in its [`BindingState`]): the graph, built at the first issue
+/// whose transient buffers all had memory, and the update bytes its nodes read.
+struct IssuedGraph {
+    /// `None` until built; `Some(None)` when it could not be built (executes then replay directly).
+    graph: std::sync::Mutex<Option<Option<Arc<GraphExec>>>>,
+    payload: Arc<Payload>,
+    /// Instances the graph may keep.
+    instances: usize,
 }
 
 /// What the executes of a command buffer recorded against binding slots share (kept in its
@@ -199,11 +220,35 @@ impl CudaPreparedCommands {
         // the entry points are not looked up twice per execute.
         let indirect_nodes = updater.is_some();
         let direct = match &stored {
-            Some(shared) if shared.graph.is_some() => replays_directly(commands, context.ordinal(), indirect_nodes)?,
-            _ => check(commands, context.ordinal(), indirect_nodes)?,
+            Some(shared) if shared.graph.is_some() => direct_reasons(commands, context.ordinal(), indirect_nodes)?,
+            _ => {
+                check_entries(commands)?;
+                direct_reasons(commands, context.ordinal(), indirect_nodes)?
+            }
         };
-        if direct || work < graph_min_commands.max(1) {
+        if direct.other || work < graph_min_commands.max(1) {
             return Self::prepare(context, counter, commands, usize::MAX, None);
+        }
+        let issued = state.get::<IssuedGraph>();
+        if direct.transient || issued.is_some() {
+            let shared = match issued {
+                Some(shared) => Some(shared),
+                None => {
+                    let payload = Arc::new(upload(context, counter, commands)?);
+                    let made = Arc::new(IssuedGraph { graph: std::sync::Mutex::new(None), payload, instances });
+                    // `None` where an execute without transient buffers stored its graph first.
+                    state.set(made)
+                }
+            };
+            let Some(shared) = shared else { return Self::prepare(context, counter, commands, usize::MAX, None) };
+            return Ok(CudaPreparedCommands {
+                commands: commands.clone(),
+                payload: shared.payload.clone(),
+                replay: Replay::BoundAtIssue { shared, updater: updater.cloned() },
+                profiled: ProfiledGraph::default(),
+                context: context.clone(),
+                has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
+            });
         }
         let shared = match stored {
             Some(shared) => shared,
@@ -259,7 +304,7 @@ impl CudaPreparedCommands {
 
     /// Whether it replays through the graph its command buffer's executes share, updated in place.
     pub fn is_shared_graph(&self) -> bool {
-        matches!(self.replay, Replay::Bound { .. })
+        matches!(self.replay, Replay::Bound { .. } | Replay::BoundAtIssue { .. })
     }
 
     /// Graph nodes (0 in direct mode).
@@ -267,6 +312,9 @@ impl CudaPreparedCommands {
         match &self.replay {
             Replay::Graph(graph) => graph.node_count(),
             Replay::Bound { graph, .. } => graph.node_count(),
+            Replay::BoundAtIssue { shared, .. } => {
+                lock(&shared.graph).as_ref().and_then(|graph| graph.as_ref()).map_or(0, |graph| graph.node_count())
+            }
             Replay::Direct => 0,
         }
     }
@@ -300,8 +348,46 @@ impl CudaPreparedCommands {
                 // directly, in the same stream order.
                 self.enqueue_direct(bound, stream, work).map(|()| None)
             }
+            Replay::BoundAtIssue { shared, updater } => self.enqueue_at_issue(bound, stream, work, shared, updater),
             Replay::Direct => self.enqueue_direct(bound, stream, work).map(|()| None),
         }
+    }
+
+    /// [`enqueue`](Self::enqueue) through a graph built and pointed at its buffers now, at issue
+    /// (see [`Replay::BoundAtIssue`]). Where a transient buffer has no memory yet (the execute does
+    /// not wait for its alloca) or no graph can be built, the execute replays directly, which
+    /// reports what is wrong.
+    fn enqueue_at_issue(
+        &self,
+        bound: &Bound<'_>,
+        stream: &CudaStream,
+        work: &Arc<Work>,
+        shared: &IssuedGraph,
+        updater: &Option<Arc<NodeUpdater>>,
+    ) -> Result<Option<IndirectRun>> {
+        let Ok(params) = node_params(&self.commands, shared.payload.address(), &shared.payload.offsets) else {
+            return self.enqueue_direct(bound, stream, work).map(|()| None);
+        };
+        let graph = {
+            let mut graph = lock(&shared.graph);
+            graph
+                .get_or_insert_with(|| {
+                    match GraphExec::build(&self.context, self.recording(), shared.instances, &[], updater.as_ref()) {
+                        Ok(graph) => Some(Arc::new(graph)),
+                        Err(e) => {
+                            tracing::warn!(%e, commands = self.commands.len(), "building a CUDA graph failed; replaying directly");
+                            None
+                        }
+                    }
+                })
+                .clone()
+        };
+        if let Some(graph) = graph
+            && let Launched::Yes(run) = graph.launch_with(bound, stream, &params, self.recording(), &[])?
+        {
+            return Ok(run);
+        }
+        self.enqueue_direct(bound, stream, work).map(|()| None)
     }
 
     fn recording(&self) -> Recording<'_> {
@@ -328,7 +414,10 @@ impl CudaPreparedCommands {
         let graph = match &self.replay {
             Replay::Graph(_) => self.profiled.get(timed, build(1)),
             Replay::Bound { shared, .. } => shared.profiled.get(timed, build(shared.instances)),
-            Replay::Direct => return self.enqueue_direct_timed(bound, stream, work, timed, timer, out),
+            // Timed executes of a graph built at issue replay directly.
+            Replay::Direct | Replay::BoundAtIssue { .. } => {
+                return self.enqueue_direct_timed(bound, stream, work, timed, timer, out);
+            }
         };
         let graph = match graph {
             Ok(graph) => graph,
@@ -461,6 +550,12 @@ impl CudaPreparedCommands {
 /// Checks each dispatch's entry point; returns whether the commands must replay directly (see
 /// [`replays_directly`]).
 fn check(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<bool> {
+    check_entries(commands)?;
+    replays_directly(commands, ordinal, indirect_nodes)
+}
+
+/// Looks up every dispatch's entry point (an error names one that does not exist).
+fn check_entries(commands: &[Command]) -> Result<()> {
     for command in commands {
         if let Command::Dispatch { executable, entry_point, .. }
         | Command::DispatchIndirect { executable, entry_point, .. } = command
@@ -468,7 +563,7 @@ fn check(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<b
             CudaExecutable::of(executable)?.entry(*entry_point)?;
         }
     }
-    replays_directly(commands, ordinal, indirect_nodes)
+    Ok(())
 }
 
 /// Whether the commands must replay directly: one touches a transient buffer (its address is known
@@ -478,16 +573,30 @@ fn check(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<b
 /// (each execute's NCCL calls are enqueued on the stream in command order; NCCL calls could be
 /// captured into a graph with stream capture, which is not done here).
 fn replays_directly(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<bool> {
-    let mut direct = false;
+    let direct = direct_reasons(commands, ordinal, indirect_nodes)?;
+    Ok(direct.other || direct.transient)
+}
+
+/// Why commands would replay directly (see [`replays_directly`]).
+struct DirectReasons {
+    /// A command touches a transient buffer.
+    transient: bool,
+    /// Any other reason.
+    other: bool,
+}
+
+fn direct_reasons(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<DirectReasons> {
+    let mut reasons = DirectReasons { transient: false, other: false };
     for command in commands {
-        direct |= matches!(command, Command::Collective { .. })
+        reasons.other |= matches!(command, Command::Collective { .. })
             || (!indirect_nodes && matches!(command, Command::DispatchIndirect { .. }));
         for buffer in command.buffers() {
             let memory = CudaMemory::of(buffer)?;
-            direct |= memory.is_transient() || memory.context().ordinal() != ordinal;
+            reasons.transient |= memory.is_transient();
+            reasons.other |= memory.context().ordinal() != ordinal;
         }
     }
-    Ok(direct)
+    Ok(reasons)
 }
 
 impl PreparedCommands for CudaPreparedCommands {
