@@ -180,24 +180,11 @@ impl CudaPreparedCommands {
         let work = commands.iter().filter(|c| !matches!(c, Command::Barrier)).count();
         let replay = if work >= graph_min_commands.max(1) && !has_transient {
             let recording = Recording { commands, payload: payload.address(), offsets: &payload.offsets };
-            match GraphExec::build(context, recording, 1, &[], updater) {
-                Ok(graph) => Replay::Graph(graph),
-                Err(e) => {
-                    tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
-                    Replay::Direct
-                }
-            }
+            graph_or_direct(context, recording, 1, updater).map_or(Replay::Direct, Replay::Graph)
         } else {
             Replay::Direct
         };
-        Ok(CudaPreparedCommands {
-            commands: commands.clone(),
-            payload,
-            replay,
-            profiled: ProfiledGraph::default(),
-            context: context.clone(),
-            has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
-        })
+        Ok(Self::new(context, commands, payload, replay))
     }
 
     /// Prepares one execute of a command buffer recorded against binding slots (`commands`
@@ -241,27 +228,20 @@ impl CudaPreparedCommands {
                 }
             };
             let Some(shared) = shared else { return Self::prepare(context, counter, commands, usize::MAX, None) };
-            return Ok(CudaPreparedCommands {
-                commands: commands.clone(),
-                payload: shared.payload.clone(),
-                replay: Replay::BoundAtIssue { shared, updater: updater.cloned() },
-                profiled: ProfiledGraph::default(),
-                context: context.clone(),
-                has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
-            });
+            let payload = shared.payload.clone();
+            return Ok(Self::new(
+                context,
+                commands,
+                payload,
+                Replay::BoundAtIssue { shared, updater: updater.cloned() },
+            ));
         }
         let shared = match stored {
             Some(shared) => shared,
             None => {
                 let payload = Arc::new(upload(context, counter, commands)?);
                 let recording = Recording { commands, payload: payload.address(), offsets: &payload.offsets };
-                let graph = match GraphExec::build(context, recording, instances, &[], updater) {
-                    Ok(graph) => Some(Arc::new(graph)),
-                    Err(e) => {
-                        tracing::warn!(%e, commands = commands.len(), "building a CUDA graph failed; replaying directly");
-                        None
-                    }
-                };
+                let graph = graph_or_direct(context, recording, instances, updater).map(Arc::new);
                 let built = Arc::new(SharedGraph { graph, payload, instances, profiled: ProfiledGraph::default() });
                 // Two first executes may race: both use the graph that was stored.
                 state.set(built.clone()).unwrap_or(built)
@@ -275,14 +255,19 @@ impl CudaPreparedCommands {
             },
             None => Replay::Direct,
         };
-        Ok(CudaPreparedCommands {
+        Ok(Self::new(context, commands, shared.payload.clone(), replay))
+    }
+
+    /// The prepared form of `commands` that replays as `replay`, its update bytes in `payload`.
+    fn new(context: &Arc<Context>, commands: &Arc<[Command]>, payload: Arc<Payload>, replay: Replay) -> Self {
+        CudaPreparedCommands {
             commands: commands.clone(),
-            payload: shared.payload.clone(),
+            payload,
             replay,
             profiled: ProfiledGraph::default(),
             context: context.clone(),
             has_indirect: commands.iter().any(|c| matches!(c, Command::DispatchIndirect { .. })),
-        })
+        }
     }
 
     /// The prepared form of an ended `command_buffer`, borrowed from it (every execute reads it: no
@@ -372,13 +357,7 @@ impl CudaPreparedCommands {
             let mut graph = lock(&shared.graph);
             graph
                 .get_or_insert_with(|| {
-                    match GraphExec::build(&self.context, self.recording(), shared.instances, &[], updater.as_ref()) {
-                        Ok(graph) => Some(Arc::new(graph)),
-                        Err(e) => {
-                            tracing::warn!(%e, commands = self.commands.len(), "building a CUDA graph failed; replaying directly");
-                            None
-                        }
-                    }
+                    graph_or_direct(&self.context, self.recording(), shared.instances, updater.as_ref()).map(Arc::new)
                 })
                 .clone()
         };
@@ -549,6 +528,22 @@ impl CudaPreparedCommands {
 
 /// Checks each dispatch's entry point; returns whether the commands must replay directly (see
 /// [`replays_directly`]).
+/// The graph of `recording` (up to `instances` instances), or `None` where CUDA cannot build one: its
+/// executes then replay directly.
+fn graph_or_direct(
+    context: &Arc<Context>,
+    recording: Recording<'_>,
+    instances: usize,
+    updater: Option<&Arc<NodeUpdater>>,
+) -> Option<GraphExec> {
+    GraphExec::build(context, recording, instances, &[], updater)
+        .map_err(|e| {
+            let commands = recording.commands.len();
+            tracing::warn!(%e, commands, "building a CUDA graph failed; replaying directly");
+        })
+        .ok()
+}
+
 fn check(commands: &[Command], ordinal: usize, indirect_nodes: bool) -> Result<bool> {
     check_entries(commands)?;
     replays_directly(commands, ordinal, indirect_nodes)
