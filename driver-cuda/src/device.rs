@@ -391,9 +391,12 @@ impl ScheduledDevice for CudaDevice {
         usage.pools.push(PoolUsage::new("timing events", in_use, created));
         usage.memory_in_use = self.memory.in_use();
         usage.memory_kept = self.context.pinned_cache().kept_bytes() as u64;
+        let kept_modules = self.context.kept_modules().len();
+        usage.pools.push(PoolUsage::new("kept modules", 0, kept_modules));
     }
 
     fn trim(&self) -> Result<()> {
+        crate::sys::unloader::unload_kept(&self.context);
         let bound = self.context.bind()?;
         self.context.pinned_cache().free_all(&bound).map_err(|e| e.context(format!("{self:?}: trim")))
     }

@@ -294,11 +294,10 @@ impl ExecutableBackend for CudaExecutable {
 
 impl Drop for CudaExecutable {
     fn drop(&mut self) {
-        // SAFETY: the module is unloaded once, from here; every command buffer or submission that
-        // launches its functions holds the executable, so none is left. The unload waits for the
-        // whole device, so it is made on the unloader's thread, not this one (often a completion
-        // thread).
-        unsafe { crate::sys::unloader::unload(self.context.clone(), self.module) };
+        // SAFETY: the module is retired once, from here; every command buffer or submission that
+        // launches its functions holds the executable, so none is left. An unload waits for the
+        // whole device, so the context keeps the module (see `sys/unloader.rs`).
+        unsafe { crate::sys::unloader::retire(&self.context, self.module) };
     }
 }
 

@@ -167,3 +167,69 @@ fn a_retirement_that_drops_an_executable_holds_back_no_later_signal() {
     assert!(waited < Duration::from_millis(100), "q1's second signal took {waited:?}");
     assert!(u32s(&read_back(&device, &data)).iter().all(|&w| w == 2));
 }
+
+/// The kept-module count the device reports.
+fn kept_modules(device: &Device) -> usize {
+    let usage = device.resource_usage();
+    usage.pools.iter().find(|p| p.name == "kept modules").expect("a kept-module count").created
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn an_executable_dropped_between_rounds_holds_back_no_launch() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    let q0 = device.queue(0).unwrap();
+    let before = kept_modules(&device);
+    // Each round loads an executable, launches a 50 ms sleep from it and drops it once the sleep
+    // ends, and the next round starts at once: an unload of the last round's module made while
+    // this round's sleep runs held this round's execute until the sleep ended.
+    let rounds = 12;
+    let mut slowest = Duration::ZERO;
+    for round in 1..=rounds {
+        let Some(exe) = kernels(&device) else { return };
+        let s = device.create_semaphore(0).unwrap();
+        let start = Instant::now();
+        q0.execute(&[], &sleeper(&device, &exe, 50_000), &[SV::new(&s, 1)]).unwrap();
+        let took = start.elapsed();
+        slowest = slowest.max(took);
+        assert!(took < Duration::from_millis(25), "round {round}: the execute call took {took:?}");
+        drop(exe);
+        s.wait(1, T).unwrap();
+    }
+    assert_eq!(kept_modules(&device), before + rounds, "every dropped module is kept until trim");
+    device.trim().unwrap();
+    assert_eq!(kept_modules(&device), 0, "trim unloads the kept modules");
+    eprintln!("slowest execute call: {slowest:?}");
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn kept_modules_are_bounded() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    device.trim().unwrap();
+    for _ in 0..70 {
+        let Some(exe) = kernels(&device) else { return };
+        drop(exe);
+    }
+    assert_eq!(kept_modules(&device), 64, "the oldest kept modules are unloaded past the bound");
+    // The device still loads and runs executables after the unloads.
+    let Some(exe) = kernels(&device) else { return };
+    let data = device_buffer(&device, 64);
+    let s = device.create_semaphore(0).unwrap();
+    let q0 = device.queue(0).unwrap();
+    q0.fill(&[], &data, 0, 64, 0u8, &[SV::new(&s, 1)]).unwrap();
+    q0.execute(&[SV::new(&s, 1)], &add_one_cb(&device, &exe, &data, 16, CommandBufferMode::OneShot), &[SV::new(&s, 2)])
+        .unwrap();
+    s.wait(2, T).unwrap();
+    assert!(u32s(&read_back(&device, &data)).iter().take(16).all(|&w| w == 1));
+}

@@ -565,8 +565,9 @@ impl Device {
     ///
     /// On CUDA that memory is pinned host memory (dropped host-visible buffers'), and freeing it
     /// waits until every kernel running on the GPU has finished, holding back every thread's
-    /// submissions meanwhile: call it when the device is idle. Drivers that keep nothing do
-    /// nothing.
+    /// submissions meanwhile: call it when the device is idle. CUDA also unloads the modules of
+    /// dropped executables here (the `kept modules` pool), on a thread of its own. Drivers that keep
+    /// nothing do nothing.
     ///
     /// ```
     /// let device = driver_cpu_sim::create_device()?;

@@ -29,6 +29,7 @@ use hal::Result;
 use hal::driver::lock;
 
 use crate::sys::result;
+use crate::sys::unloader::KeptModules;
 
 /// The bytes of device memory zero-length dispatch bindings point to.
 pub(crate) const EMPTY_BINDING_BYTES: usize = 64 << 10;
@@ -45,6 +46,8 @@ pub struct Context {
     free_stream: CUstream,
     /// Pinned host blocks of dropped host-visible buffers, kept for reuse.
     pinned: PinnedCache,
+    /// Modules of dropped executables, kept loaded (see `unloader.rs`).
+    modules: KeptModules,
     /// Device memory of the context's own that zero-length dispatch bindings point to (see
     /// [`Context::empty_binding`]); 0 until made in `retain`.
     empty_binding: u64,
@@ -103,6 +106,7 @@ impl Context {
             raw,
             free_stream: std::ptr::null_mut(),
             pinned: PinnedCache::default(),
+            modules: KeptModules::default(),
             empty_binding: 0,
         };
         // The free stream is made before the context is shared; a failure drops `context`, which
@@ -173,11 +177,20 @@ impl Context {
     pub(crate) fn pinned_cache(&self) -> &PinnedCache {
         &self.pinned
     }
+
+    /// Modules of dropped executables not unloaded yet (`crate::sys::unloader` keeps and unloads
+    /// them): an unload can hold back launches until the device's running kernels end.
+    pub(crate) fn kept_modules(&self) -> &KeptModules {
+        &self.modules
+    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        let freed = self.bind().and_then(|bound| self.pinned.free_all(&bound));
+        let freed = self.bind().and_then(|bound| {
+            self.modules.unload_all(&bound);
+            self.pinned.free_all(&bound)
+        });
         if let Err(e) = freed {
             tracing::debug!(ordinal = self.ordinal, %e, "freeing kept pinned blocks failed");
         }
