@@ -81,11 +81,15 @@ impl CudaStreams {
     /// The model for `options.queue_count` queues of `context`'s device: completion threads wait as
     /// `options.completion_wait` says, and submissions are timed if `options.submission_timings`. Sets
     /// the device's default memory pool to keep freed memory for reuse (by default the pool gives it
-    /// back to the system at each synchronisation, making `queue_alloca` slow).
+    /// back to the system at each synchronisation, making `queue_alloca` slow), and never to make an
+    /// allocating stream wait for another stream's pending free: an alloca made on an idle stream
+    /// is then done when the call returns, and retires at submission
+    /// ([`retires_at_submission`](StreamModel::retires_at_submission)).
     pub fn new(context: &Arc<Context>, options: &CudaOptions, max_workgroup_count: [u32; 3]) -> Result<Self> {
         let bound = context.bind()?;
         let pool = result::device_get_default_mem_pool(&bound, context.device())?;
         result::mem_pool_set_release_threshold(&bound, pool, u64::MAX)?;
+        result::mem_pool_forbid_internal_dependencies(&bound, pool)?;
         let queue_count = options.queue_count;
         let staging = StagingPool::new(context);
         Ok(CudaStreams {
@@ -440,8 +444,29 @@ impl StreamModel for CudaStreams {
     }
 
     /// Such work has nothing to complete either: no collective, timing, indirect run or staging.
+    /// Nor have an alloca and a dealloca, whose one stream call (`cuMemAllocFromPoolAsync`,
+    /// `cuMemFreeAsync`) is done when it returns on an idle stream: the pool makes no stream wait
+    /// for another's free (see [`CudaStreams::new`]), and a free on an idle stream has nothing
+    /// before it to wait for.
     fn retires_at_submission(&self, op: &QueueOp) -> bool {
-        !self.time_every_submission && op.runs_nothing_on_a_stream()
+        !self.time_every_submission
+            && (op.runs_nothing_on_a_stream() || matches!(op, QueueOp::Alloca(_) | QueueOp::Dealloca(_)))
+    }
+
+    fn run_at_submission(&self, stream: &CudaStream, op: &QueueOp) -> Result<()> {
+        match op {
+            QueueOp::Alloca(buffer) => {
+                let bound = self.context.bind()?;
+                CudaMemory::of(buffer)?
+                    .commit_async(&bound, stream, self.pool)
+                    .map_err(|e| e.context(format!("{buffer}")))
+            }
+            QueueOp::Dealloca(buffer) => {
+                let bound = self.context.bind()?;
+                CudaMemory::of(buffer)?.release_async(&bound, stream).map_err(|e| e.context(format!("{buffer}")))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn complete(&self, work: &Work) -> Result<()> {

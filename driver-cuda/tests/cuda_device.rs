@@ -277,6 +277,26 @@ fn reusable_ten_dispatch_graph_runs_many_times() {
     device.resource_usage();
 }
 
+/// A buffer that fills the first 4 KiB of `t` with `value` words, adds one to each, and copies
+/// them into `out`.
+fn fill_add_one_copy(
+    device: &hal::Device,
+    exe: &hal::Executable,
+    mode: CommandBufferMode,
+    t: &hal::Buffer,
+    value: u32,
+    out: &hal::Buffer,
+) -> hal::CommandBuffer {
+    let cb = device.create_command_buffer(mode).unwrap();
+    cb.fill(t, 0, 4096, value).unwrap();
+    cb.barrier().unwrap();
+    cb.dispatch(exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[1024], &[BufferBinding::whole(t)]).unwrap();
+    cb.barrier().unwrap();
+    cb.copy(t, 0, out, 0, 4096).unwrap();
+    cb.end().unwrap();
+    cb
+}
+
 #[test]
 #[cfg_attr(
     not(any(hal_cuda_found, hal_cuda_required)),
@@ -292,14 +312,7 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     assert_eq!(t.size(), 4096);
     let out = device_buffer(&device, 4096);
     // Recorded before the alloca ran: the address is read at execute, so this replays directly.
-    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    cb.fill(&t, 0, 4096, 41u32).unwrap();
-    cb.barrier().unwrap();
-    cb.dispatch(&exe, exe.entry_point("add_one_u32").unwrap(), [4, 1, 1], &[1024], &[BufferBinding::whole(&t)])
-        .unwrap();
-    cb.barrier().unwrap();
-    cb.copy(&t, 0, &out, 0, 4096).unwrap();
-    cb.end().unwrap();
+    let cb = fill_add_one_copy(&device, &exe, CommandBufferMode::Reusable, &t, 41, &out);
     assert!(!is_graph(&cb), "transient buffers replay directly");
     q1.execute(&[SV::new(&s, 1)], &cb, &[SV::new(&s, 2)]).unwrap();
     q0.dealloca(&[SV::new(&s, 2)], &t, &[SV::new(&s, 3)]).unwrap();
@@ -342,6 +355,44 @@ fn alloca_dealloca_in_queue_order_and_direct_replay_of_transients() {
     }
     p.wait(1000, T).unwrap();
     println!("500 chained alloca+dealloca pairs of 1 MiB: {:?}", start.elapsed());
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn alloca_and_dealloca_on_an_idle_queue_are_done_at_submission() {
+    require_cuda!();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let s = device.create_semaphore(0).unwrap();
+    let t = q0.alloca(&[], BufferParams::device_local(), 4096, &[SV::new(&s, 1)]).unwrap();
+    assert_eq!(s.query().unwrap(), 1, "an alloca on an idle queue is done when the call returns");
+    assert_ne!(t.backend().device_address(), 0);
+    // Another queue uses the memory at once: the value was reached on the host, so its stream
+    // waits for nothing, and the memory must already be usable from every stream.
+    let out = device_buffer(&device, 4096);
+    let cb = fill_add_one_copy(&device, &exe, CommandBufferMode::OneShot, &t, 6, &out);
+    q1.execute(&[SV::new(&s, 1)], &cb, &[SV::new(&s, 2)]).unwrap();
+    s.wait(2, T).unwrap();
+    assert!(u32s(&read_back(&device, &out)).iter().all(|&w| w == 7));
+    // q1 retires its execute before q0 sees anything: q0 is idle, so the dealloca is done at once.
+    q0.dealloca(&[SV::new(&s, 2)], &t, &[SV::new(&s, 3)]).unwrap();
+    assert_eq!(s.query().unwrap(), 3, "a dealloca on an idle queue is done when the call returns");
+    assert_eq!(t.backend().device_address(), 0, "released at submission");
+    // Pairs chained on one semaphore stay on that path, and reuse the pool's memory.
+    let before = device.resource_usage().memory_in_use;
+    for i in 0..200u64 {
+        let b = q0
+            .alloca(&[SV::new(&s, 3 + 2 * i)], BufferParams::device_local(), 1 << 20, &[SV::new(&s, 4 + 2 * i)])
+            .unwrap();
+        assert_eq!(s.query().unwrap(), 4 + 2 * i);
+        q0.dealloca(&[SV::new(&s, 4 + 2 * i)], &b, &[SV::new(&s, 5 + 2 * i)]).unwrap();
+    }
+    assert_eq!(s.query().unwrap(), 403);
+    assert_eq!(device.resource_usage().memory_in_use, before, "every pair gave its memory back");
 }
 
 #[test]

@@ -11,7 +11,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::*;
-use hal::{Buffer, BufferBinding, CommandBuffer, CommandBufferMode, Device, Executable, SemaphoreValue as SV};
+use hal::{
+    Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, Executable, SemaphoreValue as SV,
+};
 
 macro_rules! require_cuda {
     () => {
@@ -232,4 +234,28 @@ fn kept_modules_are_bounded() {
         .unwrap();
     s.wait(2, T).unwrap();
     assert!(u32s(&read_back(&device, &data)).iter().take(16).all(|&w| w == 1));
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_cuda_found, hal_cuda_required)),
+    ignore = "no CUDA driver (libcuda.so.1) on the build machine; on a GPU: --include-ignored with HAL_REQUIRE_CUDA=1"
+)]
+fn an_alloca_behind_running_work_is_done_only_after_it() {
+    require_cuda!();
+    let _alone = alone();
+    let device = device();
+    let Some(exe) = kernels(&device) else { return };
+    let q0 = device.queue(0).unwrap();
+    let (slept, s) = (device.create_semaphore(0).unwrap(), device.create_semaphore(0).unwrap());
+    q0.execute(&[], &sleeper(&device, &exe, 100_000), &[SV::new(&slept, 1)]).unwrap();
+    let t = q0.alloca(&[], BufferParams::device_local(), 4096, &[SV::new(&s, 1)]).unwrap();
+    let early = s.query().unwrap();
+    let still_sleeping = slept.query().unwrap() == 0;
+    s.wait(1, T).unwrap();
+    assert!(still_sleeping, "the sleep ended before the alloca was judged");
+    assert_eq!(early, 0, "an alloca behind running work signalled before that work ended");
+    assert_eq!(slept.query().unwrap(), 1, "the alloca's value came before the work ahead of it ended");
+    q0.dealloca(&[SV::new(&s, 1)], &t, &[SV::new(&s, 2)]).unwrap();
+    s.wait(2, T).unwrap();
 }

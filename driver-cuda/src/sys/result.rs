@@ -521,6 +521,18 @@ pub(crate) fn mem_pool_set_release_threshold(_bound: &Bound<'_>, pool: CUmemoryP
     check(code, "cuMemPoolSetAttribute")
 }
 
+/// `cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, 0)`: an allocation
+/// never takes memory whose free is still pending on another stream by making its own stream wait
+/// for that free, so an allocation made on an idle stream is usable by every stream once the call
+/// returns.
+pub(crate) fn mem_pool_forbid_internal_dependencies(_bound: &Bound<'_>, pool: CUmemoryPool) -> Result<()> {
+    let mut allowed: i32 = 0;
+    let attribute = CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+    // SAFETY: `pool` is live; this attribute takes an int through the pointer, a live local.
+    let code = unsafe { sys::cuMemPoolSetAttribute(pool, attribute, (&mut allowed as *mut i32).cast()) };
+    check(code, "cuMemPoolSetAttribute")
+}
+
 /// `cuMemAllocFromPoolAsync`: `bytes` from `pool`, usable by work enqueued on `stream` after this.
 #[inline]
 pub(crate) fn mem_alloc_from_pool_async(

@@ -27,6 +27,8 @@ use crate::sync::{Mutex, get_mut, lock};
 /// | `create_event`, `record_event`, `wait_event`, `enqueue` | the issuing thread (a submitter, a thread whose signal released held work, a host-call thread) | the issue lock of the stream's queue: enqueue, wait and record on one stream never interleave |
 /// | `light_at_issue` | the issuing thread | the issue lock of the stream's queue |
 /// | `run_at_issue` | the issuing thread, only when every earlier submission of the queue has retired | the queue's issue lock and its retiring lock |
+/// | `retires_at_submission` | the submitting thread | none |
+/// | `run_at_submission` | the submitting thread, only when nothing of the queue is in flight | the queue's issue lock and its retiring lock |
 /// | `query_event`, `complete`, `discard` | the retiring thread (the queue's completion thread, or a host waiter retiring for itself) | the retiring lock of the event's queue |
 /// | `await_completion` | the queue's completion thread | none |
 /// | `host_wait`, `synchronize_event` (through the defaults) | a host thread in a semaphore wait, or the completion thread | none |
@@ -148,11 +150,21 @@ pub trait StreamModel: Send + Sync + 'static {
     /// Whether `op`, submitted with every wait already reached and no profiling session, may retire
     /// on the submitting thread when its queue has nothing in flight: no [`Work`], no issue, no
     /// [`complete`](Self::complete) call (the scheduler's queue-local fast path). Only for ops that
-    /// put nothing on the stream and need nothing of `complete`. The default, `false`, sends every
-    /// submission through the issue path.
+    /// need nothing of `complete` and either put nothing on the stream, or whose stream call
+    /// [`run_at_submission`](Self::run_at_submission) makes and which are done once that call
+    /// returns on an idle stream (nothing the device must run first or after). The default, `false`,
+    /// sends every submission through the issue path.
     fn retires_at_submission(&self, op: &QueueOp) -> bool {
         let _ = op;
         false
+    }
+
+    /// Makes the stream call of `op`, which [`retires_at_submission`](Self::retires_at_submission)
+    /// chose, on `stream` now: called with the queue's issue and retiring locks held and nothing in
+    /// flight on the queue. An error fails the op's signals with it. The default does nothing.
+    fn run_at_submission(&self, stream: &Self::Stream, op: &QueueOp) -> Result<()> {
+        let _ = (stream, op);
+        Ok(())
     }
 
     /// Whether the scheduler may leave a submission's stream point unrecorded until something

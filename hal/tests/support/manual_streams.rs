@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use hal::driver::QueueOp;
 use hal::driver::scheduler::Scheduler;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::{DeviceId, Error, Result};
@@ -35,6 +36,12 @@ pub struct ManualStreams {
     pub polling: AtomicBool,
     /// Queries made on the scheduler's completion threads.
     completion_queries: AtomicUsize,
+    /// When set, a barrier whose waits are reached retires at submission on an idle queue, its
+    /// stream call made there (`StreamModel::run_at_submission`, which fails while
+    /// `fail_enqueue` is set), as CUDA's allocas do.
+    pub barriers_run_at_submission: AtomicBool,
+    /// Calls of `run_at_submission`.
+    runs_at_submission: AtomicUsize,
 }
 
 pub struct ManualEvent {
@@ -62,6 +69,12 @@ impl ManualStreams {
     #[allow(dead_code)] // not every test counts them
     pub fn take_completion_queries(&self) -> usize {
         self.completion_queries.swap(0, Ordering::SeqCst)
+    }
+
+    /// Calls so far of `run_at_submission`.
+    #[allow(dead_code)] // not every test counts them
+    pub fn runs_at_submission(&self) -> usize {
+        self.runs_at_submission.load(Ordering::SeqCst)
     }
 
     /// Calls so far of the methods that are handed a `Work` (`enqueue`, `complete`, `discard`).
@@ -180,6 +193,16 @@ impl StreamModel for ManualStreams {
         self.work_calls.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
+    fn retires_at_submission(&self, op: &QueueOp) -> bool {
+        self.barriers_run_at_submission.load(Ordering::SeqCst) && matches!(op, QueueOp::Barrier)
+    }
+    fn run_at_submission(&self, _stream: &(), _op: &QueueOp) -> Result<()> {
+        self.runs_at_submission.fetch_add(1, Ordering::SeqCst);
+        if self.fail_enqueue.load(Ordering::SeqCst) {
+            return Err(Error::resource_exhausted("manual run-at-submission failure"));
+        }
+        Ok(())
+    }
     fn discard(&self, _work: &Work) {
         self.work_calls.fetch_add(1, Ordering::SeqCst);
     }
@@ -217,6 +240,8 @@ pub fn scheduler(queues: usize) -> Tested {
         gate: (Mutex::new(false), Condvar::new()),
         polling: AtomicBool::new(false),
         completion_queries: AtomicUsize::new(0),
+        barriers_run_at_submission: AtomicBool::new(false),
+        runs_at_submission: AtomicUsize::new(0),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }

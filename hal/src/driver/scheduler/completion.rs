@@ -189,10 +189,11 @@ pub(super) fn retire_at_issue<M: StreamModel>(shared: &Shared<M>, entry: InFligh
 pub(super) fn retire_at_submission<M: StreamModel>(
     shared: &Shared<M>,
     signals: &[SemaphoreValue],
+    outcome: Result<()>,
     retiring: MutexGuard<'_, ()>,
 ) {
     in_retirement(|| {
-        apply_and_prune(shared, signals, Ok(()), 0);
+        apply_and_prune(shared, signals, outcome, 0);
         drop(retiring);
     });
 }
