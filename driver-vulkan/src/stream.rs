@@ -511,9 +511,19 @@ impl StreamModel for VulkanStreams {
 
     /// Work with nothing to run retires at submission where the scheduler can (its queue idle, its
     /// waits reached on the host): the submit thread would only hand the device an empty submission
-    /// that signals the stream's timeline, and `complete` has nothing to do for it.
+    /// that signals the stream's timeline, and `complete` has nothing to do for it. So do an alloca
+    /// and a dealloca, which are host work the submit thread would run once the stream reached
+    /// them: on an idle queue it already has, and the call is made here
+    /// ([`run_at_submission`](StreamModel::run_at_submission)).
     fn retires_at_submission(&self, op: &QueueOp) -> bool {
-        op.runs_nothing_on_a_stream()
+        op.runs_nothing_on_a_stream() || matches!(op, QueueOp::Alloca(_) | QueueOp::Dealloca(_))
+    }
+
+    fn run_at_submission(&self, _stream: &VulkanStream, op: &QueueOp) -> Result<()> {
+        match op {
+            QueueOp::Alloca(_) | QueueOp::Dealloca(_) => run_on_host(op),
+            _ => Ok(()),
+        }
     }
 
     fn complete(&self, work: &Work) -> Result<()> {

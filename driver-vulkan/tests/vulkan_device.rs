@@ -1,6 +1,6 @@
-//! What the Vulkan driver does beyond the conformance suite: its storage-range limit, and a clean
-//! `Unavailable` where there is no Vulkan device. Where no device was found at build time the tests
-//! that need one are ignored (see `build.rs`).
+//! What the Vulkan driver does beyond the conformance suite: its storage-range limit, allocas done at
+//! submission on an idle queue, and a clean `Unavailable` where there is no Vulkan device. Where no
+//! device was found at build time the tests that need one are ignored (see `build.rs`).
 
 use std::process::Command;
 
@@ -388,4 +388,39 @@ fn pipelined_cross_queue_hops_complete_with_submissions_gathered() {
         std::mem::forget((device, queues, semaphores, empty));
         panic!("the hops did not complete within 30 s: {e}");
     }
+}
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn alloca_and_dealloca_on_an_idle_queue_are_done_at_submission() {
+    let device = device();
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1 % device.queue_count()).unwrap());
+    let s = device.create_semaphore(0).unwrap();
+    let sv = |value: u64| [hal::SemaphoreValue::new(&s, value)];
+    let transient = q0.alloca(&[], BufferParams::device_local(), 64, &sv(1)).unwrap();
+    assert_eq!(s.query().unwrap(), 1, "an alloca on an idle queue is done when the call returns");
+    // Another queue uses it at once.
+    q1.fill(&sv(1), &transient, 0, 64, 9u32, &sv(2)).unwrap();
+    let read = q1.read(&sv(2), &transient, 0, 8, &sv(3)).unwrap();
+    assert_eq!(read.wait_as::<u32>(hal::Timeout::Infinite).unwrap(), vec![9, 9]);
+    s.wait(3, hal::Timeout::Infinite).unwrap();
+    q0.dealloca(&sv(3), &transient, &sv(4)).unwrap();
+    assert_eq!(s.query().unwrap(), 4, "a dealloca on an idle queue is done when the call returns");
+    // Its memory is gone: a use after it fails that use, naming why.
+    let f = device.create_semaphore(0).unwrap();
+    q1.fill(&[], &transient, 0, 64, 0u32, &[hal::SemaphoreValue::new(&f, 1)]).unwrap();
+    let err = f.wait(1, hal::Timeout::Infinite).unwrap_err();
+    assert_eq!(err.code(), StatusCode::FailedPrecondition, "{err}");
+    // Behind work still held on the queue, the alloca waits its turn.
+    let gate = device.create_semaphore(0).unwrap();
+    q0.barrier(&[hal::SemaphoreValue::new(&gate, 1)], &sv(5)).unwrap();
+    let later = q0.alloca(&sv(5), BufferParams::device_local(), 64, &sv(6)).unwrap();
+    assert_eq!(s.query().unwrap(), 4, "an alloca waiting on held work ran early");
+    gate.signal(1).unwrap();
+    s.wait(6, hal::Timeout::Infinite).unwrap();
+    q0.dealloca(&sv(6), &later, &sv(7)).unwrap();
+    s.wait(7, hal::Timeout::Infinite).unwrap();
 }
