@@ -145,13 +145,18 @@ build_iree() {
   (
     cd hal-iree
     release=$(target_dir)/release
-    cargo test --release --workspace --no-run --message-format=json 2> /dev/null | python3 -c '
+    # A failed build says why (IREE's C runtime needs what hal-iree/ci.sh installs: CMake, libclang).
+    if ! cargo test --release --workspace --no-run --message-format=json 2> /tmp/kit-iree.err | python3 -c '
 import json, shutil, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("cuda_programs", "iree_cts"):
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"]); print(sys.argv[1] + "/" + m["target"]["name"])
-' "$dest"
+' "$dest"; then
+      echo "kit.sh: building hal-iree's tests failed:"
+      grep -E "^error|CMake|cmake" -A5 /tmp/kit-iree.err | head -30
+      exit 1
+    fi
     cargo build --release --bin thal-iree-run 2>&1 | tail -1
     cp "$release/thal-iree-run" "$dest/"
   )
