@@ -417,9 +417,24 @@ impl StreamModel for CpuStreams {
         work.op.runs_nothing_on_a_stream()
     }
 
-    /// Such work has nothing to complete either.
+    /// Such work has nothing to complete either. Nor has an alloca or a dealloca of at most
+    /// [`RUN_AT_ISSUE_BYTES`]: host work the stream thread would run at once on an idle queue, made
+    /// on the submitting thread instead ([`run_at_submission`](StreamModel::run_at_submission));
+    /// larger ones stay on the stream thread, where committing or freeing many pages does not hold
+    /// up the caller.
     fn retires_at_submission(&self, op: &QueueOp) -> bool {
-        op.runs_nothing_on_a_stream()
+        match op {
+            QueueOp::Alloca(buffer) | QueueOp::Dealloca(buffer) => buffer.size() <= RUN_AT_ISSUE_BYTES,
+            op => op.runs_nothing_on_a_stream(),
+        }
+    }
+
+    fn run_at_submission(&self, _stream: &CpuStream, op: &QueueOp) -> Result<()> {
+        match op {
+            QueueOp::Alloca(buffer) => commit_buffer(buffer),
+            QueueOp::Dealloca(buffer) => release_buffer(buffer),
+            _ => Ok(()),
+        }
     }
 
     /// Where the device allows it (`CpuSimOptions::light_work_at_issue`), work estimated under

@@ -1,6 +1,7 @@
 //! With `CpuSimOptions::with_light_work_at_issue`, light work on an idle queue runs on the
 //! submitting thread (`StreamModel::run_at_issue`): it is done, its signal applied, when the call
-//! returns. Without it (the default) everything goes through the stream. Work whose cost is not known yet, and work
+//! returns. Without it (the default) everything but small allocas and deallocas (the last test)
+//! goes through the stream. Work whose cost is not known yet, and work
 //! behind other work of its queue, still goes through the stream in order; a failure found at issue
 //! fails the signal as a stream's would.
 
@@ -216,4 +217,40 @@ fn threads_on_their_own_queues_each_run_their_light_work_and_every_result_counts
     for (q, data) in counters.iter().enumerate() {
         assert_eq!(data.read_to_vec().unwrap(), 500u32.to_le_bytes(), "counter {q}");
     }
+}
+
+/// On the default device too, an alloca or dealloca of at most 64 KiB whose waits are reached on an
+/// idle queue is made on the submitting thread (`StreamModel::run_at_submission`): its signal is
+/// applied when the call returns. Behind held work it waits its turn, and a larger one goes through
+/// the stream.
+#[test]
+fn small_allocas_on_an_idle_queue_are_done_at_submission() {
+    let device = driver_cpu_sim::create_device().unwrap();
+    let queue = device.queue(0).unwrap();
+    let s = device.create_semaphore(0).unwrap();
+    let sv = |value: u64| [SV::new(&s, value)];
+    let small = queue.alloca(&[], BufferParams::device_local(), 4096, &sv(1)).unwrap();
+    assert_eq!(s.query().unwrap(), 1, "a small alloca on an idle queue is done when the call returns");
+    queue.fill(&sv(1), &small, 0, 4096, 5u32, &sv(2)).unwrap();
+    let read = queue.read(&sv(2), &small, 0, 8, &sv(3)).unwrap();
+    assert_eq!(read.wait_as::<u32>(T).unwrap(), vec![5, 5]);
+    s.wait(3, T).unwrap();
+    queue.dealloca(&sv(3), &small, &sv(4)).unwrap();
+    assert_eq!(s.query().unwrap(), 4, "a small dealloca on an idle queue is done when the call returns");
+    // Behind a wait not reached yet, it waits its turn.
+    let gate = device.create_semaphore(0).unwrap();
+    queue.barrier(&[SV::new(&gate, 1)], &sv(5)).unwrap();
+    let held = queue.alloca(&sv(5), BufferParams::device_local(), 64, &sv(6)).unwrap();
+    assert_eq!(s.query().unwrap(), 4, "an alloca behind held work ran early");
+    gate.signal(1).unwrap();
+    s.wait(6, T).unwrap();
+    queue.dealloca(&sv(6), &held, &sv(7)).unwrap();
+    s.wait(7, T).unwrap();
+    // A large one commits on the stream thread, in order, all the same.
+    let large = queue.alloca(&sv(7), BufferParams::device_local(), 8 << 20, &sv(8)).unwrap();
+    queue.fill(&sv(8), &large, (8 << 20) - 4, 4, 9u32, &sv(9)).unwrap();
+    let read = queue.read(&sv(9), &large, (8 << 20) - 4, 4, &sv(10)).unwrap();
+    assert_eq!(read.wait_as::<u32>(T).unwrap(), vec![9]);
+    queue.dealloca(&sv(10), &large, &sv(11)).unwrap();
+    s.wait(11, T).unwrap();
 }
