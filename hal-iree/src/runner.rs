@@ -2,7 +2,7 @@
 //! crate's included: IREE's VM calls the function, as `iree-run-module` does.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use crate::ffi::{self, sys};
 
@@ -125,6 +125,13 @@ pub fn run_module_with(
         .map(|_| RawTensor { rank: 0, shape: [0; 8], data: std::ptr::null(), element_count: 0 })
         .collect();
     let mut output_count = 0usize;
+    // One run at a time in the process: each run makes an IREE runtime instance, and making one
+    // registers IREE's HAL types into process-wide variables (`iree_hal_buffer_registration`, ...)
+    // that the other instance's VM then checks its references against. Two runs side by side
+    // (tests on threads) failed with "ref type mismatch" or "ref is null", or hung in a fence
+    // wait, about once in 60 runs of `tests/programs.rs`, on IREE's own drivers as on ours.
+    static ONE_RUN_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _alone = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     // SAFETY: every pointer is valid for the call with the lengths given; the outputs the C side
     // fills are freed below.
     let status = unsafe {
