@@ -272,15 +272,29 @@ mod tests {
         }
     }
 
-    fn scratch(name: &str) -> PathBuf {
+    /// A fresh directory for one test's id file, removed with everything in it when dropped.
+    struct Scratch {
+        dir: PathBuf,
+        id: PathBuf,
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn scratch(name: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("hal-collective-job-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join("id")
+        Scratch { id: dir.join("id"), dir }
     }
 
     #[test]
     fn ranks_of_one_process_meet_through_the_id_file() {
-        let path = scratch("meet");
+        let dir = scratch("meet");
+        let path = dir.id.clone();
         let _ = std::fs::remove_file(&path);
         let reports: Vec<Report> = std::thread::scope(|s| {
             let ranks: Vec<_> = (0..3)
@@ -316,7 +330,8 @@ mod tests {
 
     #[test]
     fn a_rank_without_an_id_or_peers_fails_within_its_timeout() {
-        let path = scratch("alone");
+        let dir = scratch("alone");
+        let path = dir.id.clone();
         let _ = std::fs::remove_file(&path);
         let device = driver_cpu_sim::create_device().unwrap();
         let short = |rank| Job { timeout: Duration::from_millis(300), ..job(rank, 2, &path) };
@@ -332,7 +347,8 @@ mod tests {
     #[test]
     fn a_published_id_is_readable_by_its_owner_only_and_never_written_through_a_link() {
         use std::os::unix::fs::PermissionsExt;
-        let path = scratch("private");
+        let dir = scratch("private");
+        let path = dir.id.clone();
         let id = driver_cpu_sim::create_device().unwrap().create_channel_id().unwrap();
         // An id file an earlier run left readable by everyone is replaced, not reused.
         std::fs::write(&path, "old").unwrap();
@@ -353,7 +369,8 @@ mod tests {
 
     #[test]
     fn a_published_id_reads_back_whole() {
-        let path = scratch("publish");
+        let dir = scratch("publish");
+        let path = dir.id.clone();
         let id = driver_cpu_sim::create_device().unwrap().create_channel_id().unwrap();
         publish_id(&path, &id).unwrap();
         assert_eq!(await_id(&path, Instant::now(), Duration::ZERO).unwrap(), id);

@@ -156,12 +156,20 @@ fn piped_runs_draw_no_progress_bar() {
     }
 }
 
-/// A fresh directory for one test's files.
-fn scratch(name: &str) -> std::path::PathBuf {
+/// A fresh directory for one test's files, removed with everything in it when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("hal-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch directory");
-    dir
+    Scratch(dir)
 }
 
 /// Starts `hal` with `args` (see [`finish_within`]).
@@ -189,7 +197,8 @@ fn finish_within(mut child: std::process::Child, limit: std::time::Duration) -> 
 
 #[test]
 fn collective_runs_one_rank_per_process_through_an_id_file() {
-    let id_file = scratch("collective").join("id");
+    let dir = scratch("collective");
+    let id_file = dir.0.join("id");
     let id_file = id_file.to_str().unwrap();
     let limit = std::time::Duration::from_secs(60);
     // Rank 1 first: it waits for the file rank 0 writes.
@@ -215,7 +224,8 @@ fn collective_runs_one_rank_per_process_through_an_id_file() {
 
 #[test]
 fn collective_rank_whose_peers_never_come_fails_within_its_timeout() {
-    let id_file = scratch("collective-alone").join("id");
+    let dir = scratch("collective-alone");
+    let id_file = dir.0.join("id");
     let id_file = id_file.to_str().unwrap();
     let limit = std::time::Duration::from_secs(30);
     let started = std::time::Instant::now();
