@@ -213,6 +213,20 @@ impl CudaStreams {
         Err(Error::internal(format!("cuda: queue {} action {}: staging block missing", work.queue, work.id)))
     }
 
+    /// Enqueues an alloca (`cuMemAllocFromPoolAsync` from the device's pool) or a dealloca
+    /// (`cuMemFreeAsync`) on `stream`, a failure naming the buffer; nothing for any other op.
+    fn enqueue_memory_op(&self, bound: &Bound<'_>, stream: &CudaStream, op: &QueueOp) -> Result<()> {
+        match op {
+            QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
+                .commit_async(bound, stream, self.pool)
+                .map_err(|e| e.context(format!("{buffer}"))),
+            QueueOp::Dealloca(buffer) => {
+                CudaMemory::of(buffer)?.release_async(bound, stream).map_err(|e| e.context(format!("{buffer}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Enqueues `work`'s operation on `stream`: the plain enqueue. `dispatches`, for an execute
     /// that a profile times dispatches of, brackets each of those with timing events.
     fn enqueue_op(
@@ -237,12 +251,7 @@ impl CudaStreams {
                     }
                 }
             }
-            QueueOp::Alloca(buffer) => CudaMemory::of(buffer)?
-                .commit_async(bound, stream, self.pool)
-                .map_err(|e| e.context(format!("{}", buffer))),
-            QueueOp::Dealloca(buffer) => {
-                CudaMemory::of(buffer)?.release_async(bound, stream).map_err(|e| e.context(format!("{}", buffer)))
-            }
+            QueueOp::Alloca(_) | QueueOp::Dealloca(_) => self.enqueue_memory_op(bound, stream, &work.op),
             QueueOp::Transfer(command) => match &**command {
                 Command::Update { target, offset, data } => self.upload(bound, stream, work, data, target, *offset),
                 command => enqueue_command(bound, command, stream, None, None),
@@ -455,16 +464,7 @@ impl StreamModel for CudaStreams {
 
     fn run_at_submission(&self, stream: &CudaStream, op: &QueueOp) -> Result<()> {
         match op {
-            QueueOp::Alloca(buffer) => {
-                let bound = self.context.bind()?;
-                CudaMemory::of(buffer)?
-                    .commit_async(&bound, stream, self.pool)
-                    .map_err(|e| e.context(format!("{buffer}")))
-            }
-            QueueOp::Dealloca(buffer) => {
-                let bound = self.context.bind()?;
-                CudaMemory::of(buffer)?.release_async(&bound, stream).map_err(|e| e.context(format!("{buffer}")))
-            }
+            QueueOp::Alloca(_) | QueueOp::Dealloca(_) => self.enqueue_memory_op(&self.context.bind()?, stream, op),
             _ => Ok(()),
         }
     }
