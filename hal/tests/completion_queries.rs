@@ -238,3 +238,36 @@ fn waiters_and_completion_threads_share_events_without_losing_any() {
         assert!(reaches(semaphore, per_queue), "seed {seed}: queue {queue} stopped at {:?}", semaphore.query());
     }
 }
+
+#[test]
+fn a_burst_retired_in_one_pass_applies_every_signal_and_lets_go_of_every_event() {
+    let s = scheduler(1);
+    // More semaphores than a batch keeps prunes for, so some are pruned at once and some at the
+    // batch's end; more submissions than one batch takes off the queue.
+    let done = s.create_semaphore(0);
+    let each: Vec<hal::Semaphore> = (0..6).map(|_| s.create_semaphore(0)).collect();
+    let count = 40u64;
+    for i in 0..count {
+        let own = &each[(i % 6) as usize];
+        let signals = [SV::new(&done, i + 1), SV::new(own, i / 6 + 1)];
+        s.submit(0, QueueOp::Barrier, &[], &signals).unwrap();
+    }
+    let model = s.model();
+    model.take_queries();
+    model.complete_up_to(model.records());
+    let retired = s.poll_completions(0);
+    assert!(
+        retired + 1 >= count as usize,
+        "one pass retires the burst (the first may have retired at issue): {retired}"
+    );
+    assert!(model.take_queries() <= 2, "the newest event covers the burst");
+    assert_eq!(done.query().unwrap(), count);
+    for (k, own) in each.iter().enumerate() {
+        let last = (0..count).filter(|i| i % 6 == k as u64).map(|i| i / 6 + 1).max().unwrap();
+        assert_eq!(own.query().unwrap(), last, "semaphore {k}");
+    }
+    let usage = s.resource_usage();
+    let in_use = |name: &str| usage.pools.iter().find(|p| p.name == name).map_or(usize::MAX, |p| p.in_use);
+    assert_eq!(in_use("in-flight submissions"), 0, "{usage}");
+    assert_eq!(in_use("events"), 0, "every published event was pruned: {usage}");
+}

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::event_pool::EventRef;
 use super::event_semaphore::{Producer, SemaphoreEvents};
 use super::host_calls::Job;
@@ -178,7 +180,7 @@ pub(super) fn try_retire_completed<M: StreamModel>(shared: &Shared<M>, queue: us
 /// released, as after any retirement.
 pub(super) fn retire_at_issue<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, retiring: MutexGuard<'_, ()>) {
     in_retirement(|| {
-        let work = retire(shared, entry, Ok(()));
+        let work = retire(shared, entry, Ok(()), None);
         drop(retiring);
         shared.recycle_work_at_issue(work.queue, work);
     });
@@ -202,9 +204,7 @@ pub(super) fn retire_at_submission<M: StreamModel>(
 fn apply_and_prune<M: StreamModel>(shared: &Shared<M>, signals: &[SemaphoreValue], outcome: Result<()>, action: u64) {
     apply_outcome(signals, outcome, action);
     for signal in signals {
-        if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
-            table.prune(signal.value);
-        }
+        prune(shared, signal);
     }
 }
 
@@ -266,6 +266,19 @@ fn retire_completed_locked<M: StreamModel>(
         if matches!(until, Until::Retired(work) | Until::RetiredCompleted(work) if work.is_retired()) {
             break;
         }
+        // The completion thread's own passes retire a known-complete run from the front in
+        // batches: one lock of the FIFO and one prune of each semaphore's events a batch, instead
+        // of two locks and a prune an entry, each on lines the issuing threads use too. (Passes for
+        // a dependant stop at its producer, so they go one by one.)
+        if complete_prefix > 0 && matches!(until, Until::Open | Until::Nothing) {
+            let batch = retire_batch(shared, slot, complete_prefix);
+            if batch == 0 {
+                break;
+            }
+            complete_prefix -= batch;
+            retired += batch;
+            continue;
+        }
         let (id, front_event) = match lock(&slot.inflight).front() {
             Some(next) => (next.work.id, next.event.clone()),
             None => break,
@@ -288,6 +301,11 @@ fn retire_completed_locked<M: StreamModel>(
                     match event {
                         Err(status) => Err(status),
                         Ok(event) => match probe.front(shared, queue, id, &event) {
+                            Probed::Complete { covered } if matches!(until, Until::Open | Until::Nothing) => {
+                                // The front included: the batch above retires them.
+                                complete_prefix = covered;
+                                continue;
+                            }
                             Probed::Complete { covered } => {
                                 complete_prefix = covered - 1;
                                 Ok(())
@@ -300,11 +318,81 @@ fn retire_completed_locked<M: StreamModel>(
             }
         };
         let Some(entry) = pop_front(slot) else { break };
-        let work = retire(shared, entry, status);
+        let work = retire(shared, entry, status, None);
         shared.recycle_work(work);
         retired += 1;
     }
     retired
+}
+
+/// The most submissions [`retire_batch`] takes off the FIFO at once (kept on the stack, so a
+/// retirement allocates nothing).
+const RETIRE_BATCH: usize = 16;
+
+/// Retires up to `complete` (at most [`RETIRE_BATCH`]) submissions from the front of `slot`'s
+/// FIFO, all known to have completed, taken off it under one lock: their signals are applied in
+/// order, then each semaphore's published events pruned once, up to the largest value signalled
+/// (entries for values already reached only cost a lookup meanwhile: a wait finds the value first),
+/// and only then is the work recycled (a table entry still holds it until pruned). Returns how many
+/// it retired.
+fn retire_batch<M: StreamModel>(shared: &Shared<M>, slot: &QueueSlot<M>, complete: usize) -> usize {
+    let batch: SmallVec<[InFlight<M>; RETIRE_BATCH]> = {
+        let mut inflight = lock(&slot.inflight);
+        let count = complete.min(RETIRE_BATCH).min(inflight.len());
+        let batch = inflight.drain(..count).collect();
+        slot.watch.popped_many(count);
+        batch
+    };
+    let count = batch.len();
+    let mut prunes = Prunes::default();
+    let mut spent: SmallVec<[Arc<Work>; RETIRE_BATCH]> = SmallVec::new();
+    for entry in batch {
+        spent.push(retire(shared, entry, Ok(()), Some(&mut prunes)));
+    }
+    prunes.apply(shared);
+    for work in spent {
+        shared.recycle_work(work);
+    }
+    count
+}
+
+/// The event-table prunes a batch of retirements owes: per semaphore, the largest value signalled.
+#[derive(Default)]
+struct Prunes {
+    pending: SmallVec<[SemaphoreValue; PRUNES_KEPT]>,
+}
+
+/// How many semaphores a batch's prunes are kept for; the signals of any further one are pruned at
+/// once (so keeping them never allocates).
+const PRUNES_KEPT: usize = 4;
+
+impl Prunes {
+    /// Notes the prunes `signals` (just applied) owe, or prunes them now when the list is full.
+    fn note<M: StreamModel>(&mut self, shared: &Shared<M>, signals: &[SemaphoreValue]) {
+        for signal in signals {
+            if let Some(pending) = self.pending.iter_mut().find(|p| p.semaphore.same_as(&signal.semaphore)) {
+                pending.value = pending.value.max(signal.value);
+            } else if self.pending.len() < PRUNES_KEPT {
+                self.pending.push(signal.clone());
+            } else {
+                prune(shared, signal);
+            }
+        }
+    }
+
+    /// Prunes every semaphore noted.
+    fn apply<M: StreamModel>(self, shared: &Shared<M>) {
+        for signal in &self.pending {
+            prune(shared, signal);
+        }
+    }
+}
+
+/// Drops the events this device published on `signal`'s semaphore for values up to its value.
+fn prune<M: StreamModel>(shared: &Shared<M>, signal: &SemaphoreValue) {
+    if let Some(table) = SemaphoreEvents::<M>::of(&signal.semaphore, shared.device) {
+        table.prune(signal.value);
+    }
 }
 
 /// Pops the oldest in-flight entry, counting the pop (see `watch`).
@@ -422,7 +510,12 @@ fn stream_outcome<M: StreamModel>(shared: &Shared<M>, work: &Work, status: Resul
 
 /// Applies the outcome of one completed submission (a host call is handed to its thread, which
 /// applies the outcome once the call returns). Returns the work for recycling.
-fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result<()>) -> Arc<Work> {
+fn retire<M: StreamModel>(
+    shared: &Shared<M>,
+    entry: InFlight<M>,
+    status: Result<()>,
+    prunes: Option<&mut Prunes>,
+) -> Arc<Work> {
     let span = tracing::trace_span!(
         "complete",
         queue = entry.work.queue,
@@ -469,7 +562,13 @@ fn retire<M: StreamModel>(shared: &Shared<M>, entry: InFlight<M>, status: Result
             };
             shared.host_calls.run(job);
         }
-        None => apply_and_prune(shared, &signals, outcome, work.id),
+        None => match prunes {
+            Some(prunes) => {
+                apply_outcome(&signals, outcome, work.id);
+                prunes.note(shared, &signals);
+            }
+            None => apply_and_prune(shared, &signals, outcome, work.id),
+        },
     }
     drop(event);
     work.mark_retired();

@@ -52,7 +52,13 @@ impl Watch {
 
     /// Counts an entry popped off the in-flight FIFO (under its lock).
     pub(super) fn popped(&self) {
-        self.popped.store(self.popped.load(Ordering::Relaxed) + 1, Ordering::Release);
+        self.popped_many(1);
+    }
+
+    /// Counts `count` entries popped off the in-flight FIFO at once (under its lock).
+    pub(super) fn popped_many(&self, count: usize) {
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
+        self.popped.store(self.popped.load(Ordering::Relaxed).wrapping_add(count), Ordering::Release);
     }
 
     /// Entries popped so far (read under the FIFO's lock together with its front).
