@@ -521,6 +521,16 @@ impl Block {
         self.ptr.is_none()
     }
 
+    /// Whether the host may read or write the block's memory behind the device's back: it is mapped
+    /// here, or it is not the HAL's own allocation (host memory the embedder lent, an embedder's
+    /// buffer, memory shared with another API, which others may map). Device work that touches such
+    /// a block ends with a barrier that makes its writes visible to the host; the HAL's own
+    /// unmapped device memory is reached from the host only through device copies into mapped
+    /// staging, which carry that barrier themselves.
+    pub fn host_may_access(&self) -> bool {
+        self.ptr.is_some() || !matches!(self.backing, Backing::Allocated(_))
+    }
+
     /// The device the block is on.
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu

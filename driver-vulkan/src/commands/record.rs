@@ -186,6 +186,14 @@ impl<'a> Recorder<'a> {
         };
     }
 
+    /// Whether the host may see memory this recording touches (see [`Block::host_may_access`]):
+    /// so it needs [`host_barrier`](Self::host_barrier) at its end. A recording whose dispatches
+    /// take their buffers from sets written at each execute cannot tell, nor can one with count
+    /// checks (their scratch is read by the host): they always do.
+    pub fn host_may_access(&self) -> bool {
+        self.sets.is_some() || self.checks.is_some() || self.keep.blocks.iter().any(|block| block.host_may_access())
+    }
+
     /// Makes the device's writes visible to host reads after the submission completes.
     pub fn host_barrier(&mut self) {
         let barrier = vk::MemoryBarrier::default()
