@@ -30,6 +30,10 @@ pub const BINDING_TABLE_EXECUTES: &str = "binding_table_executes";
 /// HAL queues per device; they share the device's Vulkan queues round robin where it has fewer.
 pub const QUEUE_COUNT: usize = 4;
 
+/// Vulkan queues a logical device asks for (as many as its compute family has, up to this): enough
+/// for two HAL devices on one GPU to have queues of their own (see [`Gpu::first_queues`]).
+pub const VULKAN_QUEUES_WANTED: usize = 2 * QUEUE_COUNT;
+
 /// The memory types the driver offers: all are mapped memory underneath (see `memory`).
 pub fn memory_types() -> Vec<MemoryType> {
     vec![MemoryType::DEVICE_LOCAL, MemoryType::HOST_LOCAL | MemoryType::HOST_CACHED]
@@ -133,6 +137,8 @@ pub struct VulkanDevice {
     scheduler: Scheduler<VulkanStreams>,
     info: DeviceInfo,
     gpu: Arc<Gpu>,
+    /// Where its queues start among the GPU's Vulkan queues (see [`Gpu::first_queues`]).
+    first_queue: usize,
     memory: Arc<MemoryCounter>,
 }
 
@@ -152,22 +158,29 @@ impl VulkanDevice {
             entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
         };
         let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
+        let first_queue = gpu.first_queues(QUEUE_COUNT);
         let scheduler = Scheduler::new(
             id,
             VulkanStreams::new(
                 &gpu,
+                first_queue,
                 checker,
                 crate::host_waits::WaitTuning::from_env()?,
                 crate::submit_batch::limit_from_env()?,
             ),
             QUEUE_COUNT,
         )?;
-        Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })
+        Ok(VulkanDevice { scheduler, info, gpu, first_queue, memory: Arc::default() })
     }
 
     /// The logical device (for tools that record raw Vulkan beside the HAL, like the bench).
     pub fn gpu(&self) -> &Arc<Gpu> {
         &self.gpu
+    }
+
+    /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
+    pub fn queue_index(&self, queue: usize) -> u32 {
+        self.gpu.queue_index(self.first_queue, queue)
     }
 
     /// The count of its buffers' memory.

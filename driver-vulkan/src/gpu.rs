@@ -318,9 +318,12 @@ pub struct Gpu {
     /// external timepoint naming one holds it alive until its work retired.
     #[cfg(unix)]
     pub(crate) timelines: Mutex<Vec<Weak<crate::interop::shared::OwnedTimeline>>>,
-    /// The Vulkan queues; HAL queue `i` submits to `queues[i % len]` (a queue is externally
-    /// synchronized, hence the locks).
+    /// The Vulkan queues (a queue is externally synchronized, hence the locks); each HAL device
+    /// made on this one takes [`QUEUE_COUNT`](crate::device::QUEUE_COUNT) of them from
+    /// [`first_queues`](Self::first_queues), round robin.
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
+    /// Where the next HAL device's queues start in [`queues`](Self::queues).
+    next_first_queue: std::sync::atomic::AtomicUsize,
     /// `None` only while dropping (the allocator must go before the device).
     pub(crate) allocator: Mutex<Option<Allocator>>,
     /// The block zero-length dispatch bindings reach (`commands/record.rs`), while a submission
@@ -442,20 +445,30 @@ impl Gpu {
             #[cfg(unix)]
             timelines: Mutex::new(Vec::new()),
             queues,
+            next_first_queue: std::sync::atomic::AtomicUsize::new(0),
             allocator: Mutex::new(Some(allocator)),
             empty_binding: Mutex::new(Weak::new()),
             one_shot: Mutex::new(None),
         }))
     }
 
-    /// The Vulkan queue HAL queue `queue` submits to.
-    pub fn queue(&self, queue: usize) -> &Mutex<vk::Queue> {
-        &self.queues[self.queue_index(queue) as usize]
+    /// Where the queues of a HAL device made now start: each device takes the next `count` Vulkan
+    /// queues after the last device's, wrapping around, so two HAL devices on one GPU submit to
+    /// queues of their own while it has enough (a hop between them then crosses Vulkan queues as it
+    /// does between two queues of one device, instead of queueing behind itself on one).
+    pub fn first_queues(&self, count: usize) -> usize {
+        self.next_first_queue.fetch_add(count, std::sync::atomic::Ordering::Relaxed) % self.queues.len()
     }
 
-    /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
-    pub fn queue_index(&self, queue: usize) -> u32 {
-        (queue % self.queues.len()) as u32
+    /// The Vulkan queue at `index` in [`queue_index`](Self::queue_index)'s numbering.
+    pub fn queue(&self, index: u32) -> &Mutex<vk::Queue> {
+        &self.queues[index as usize % self.queues.len()]
+    }
+
+    /// The index in its family of the Vulkan queue the `queue`th HAL queue of a device whose queues
+    /// start at `first` (from [`first_queues`](Self::first_queues)) submits to.
+    pub fn queue_index(&self, first: usize, queue: usize) -> u32 {
+        ((first + queue) % self.queues.len()) as u32
     }
 
     /// The allocator (`FailedPrecondition` while the device is being dropped).

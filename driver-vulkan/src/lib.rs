@@ -135,7 +135,7 @@ impl Driver for VulkanDriver {
             .into_iter()
             .nth(ordinal)
             .ok_or_else(|| Error::out_of_range(format!("vulkan: device {ordinal} does not exist (it has {count})")))?;
-        let gpu = gpu::shared(instance, physical, device::QUEUE_COUNT)?;
+        let gpu = gpu::shared(instance, physical, device::VULKAN_QUEUES_WANTED)?;
         let id = DeviceId::next();
         let backend = Arc::new(VulkanDevice::new(id, ordinal, gpu)?);
         // SAFETY: `id` is fresh and names this device only, and the backend tags every buffer,

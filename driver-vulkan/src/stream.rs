@@ -198,6 +198,8 @@ struct Items {
 pub(crate) struct StreamShared {
     pub(crate) gpu: Arc<Gpu>,
     queue: usize,
+    /// The index of the Vulkan queue it submits to (see [`Gpu::queue_index`]).
+    vk_queue: u32,
     pub(crate) timeline: Arc<Timeline>,
     items: Mutex<Items>,
     items_changed: Condvar,
@@ -215,7 +217,7 @@ pub(crate) struct StreamShared {
 impl StreamShared {
     /// The Vulkan queue the stream submits to, locked (it is externally synchronized).
     pub(crate) fn lock_queue(&self) -> std::sync::MutexGuard<'_, vk::Queue> {
-        lock(self.gpu.queue(self.queue))
+        lock(self.gpu.queue(self.vk_queue))
     }
 
     /// Takes work `id`'s entry out of the submissions in flight (its command buffer goes back as
@@ -300,7 +302,7 @@ impl Drop for VulkanStream {
         // command buffers after a waiter saw the value, and destroying them then crashed it. An
         // idle queue has finished with both. Every submission on the queue completes (each was
         // submitted only behind signals already issued), so this wait is bounded.
-        let queue = lock(self.shared.gpu.queue(self.shared.queue));
+        let queue = lock(self.shared.gpu.queue(self.shared.vk_queue));
         // SAFETY: the queue is locked (it is externally synchronized).
         if let Err(e) = unsafe { self.shared.gpu.device.queue_wait_idle(*queue) } {
             tracing::error!(queue = self.shared.queue, %e, "vulkan: vkQueueWaitIdle at a stream's teardown");
@@ -323,6 +325,8 @@ impl VulkanEvent {
 /// Streams on one Vulkan device.
 pub struct VulkanStreams {
     gpu: Arc<Gpu>,
+    /// Where the device's queues start among the GPU's Vulkan queues.
+    first_queue: usize,
     /// The indirect count checker ([`crate::commands::CHECK_COUNT_WGSL`]).
     checker: Arc<VulkanExecutable>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
@@ -338,8 +342,15 @@ pub struct VulkanStreams {
 
 impl VulkanStreams {
     /// The model of `gpu`; `checker` checks indirect dispatches' counts.
-    pub(crate) fn new(gpu: &Arc<Gpu>, checker: Arc<VulkanExecutable>, tuning: WaitTuning, batch_limit: usize) -> Self {
+    pub(crate) fn new(
+        gpu: &Arc<Gpu>,
+        first_queue: usize,
+        checker: Arc<VulkanExecutable>,
+        tuning: WaitTuning,
+        batch_limit: usize,
+    ) -> Self {
         VulkanStreams {
+            first_queue,
             tuning,
             batch_limit,
             gpu: gpu.clone(),
@@ -435,6 +446,7 @@ impl StreamModel for VulkanStreams {
         let shared = Arc::new(StreamShared {
             gpu: self.gpu.clone(),
             queue,
+            vk_queue: self.gpu.queue_index(self.first_queue, queue),
             timeline,
             items: Mutex::new(Items::default()),
             items_changed: Condvar::new(),

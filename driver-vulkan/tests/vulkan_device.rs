@@ -2,6 +2,8 @@
 //! submission on an idle queue, and a clean `Unavailable` where there is no Vulkan device. Where no
 //! device was found at build time the tests that need one are ignored (see `build.rs`).
 
+mod common;
+
 use std::process::Command;
 
 use ctest::kernels::wgsl::SpirvCatalogue;
@@ -281,15 +283,7 @@ fn f16_kernels_run_where_the_device_has_16_bit_floats_and_are_refused_elsewhere(
 fn device_local_buffers_the_host_cannot_map_move_through_staging() {
     // Run in a child with device memory unmapped, as on a GPU whose video memory the host cannot
     // see (lavapipe's memory is all host-visible).
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let output = Command::new(exe)
-        .args(["unmapped_device_memory_in_child", "--exact", "--include-ignored", "--nocapture"])
-        .env(driver_vulkan::DEVICE_MEMORY_ENV, "0")
-        .output()
-        .expect("run this test binary");
-    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    assert!(output.status.success(), "{text}");
-    assert!(text.contains("1 passed"), "the child did not run: {text}");
+    common::run_in_child("unmapped_device_memory_in_child", &[(driver_vulkan::DEVICE_MEMORY_ENV, "0")]);
 }
 
 #[test]

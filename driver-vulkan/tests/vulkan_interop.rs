@@ -838,3 +838,66 @@ fn an_exported_timeline_imports_as_another_semaphore_that_orders_queues() {
     drop(original);
     drop(device);
 }
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn two_devices_on_one_gpu_submit_to_vulkan_queues_of_their_own_where_the_family_has_enough() {
+    if common::vulkan_fixture().unavailable().is_some() {
+        eprintln!("not run: vulkan_interop::two_devices_on_one_gpu_submit_to_vulkan_queues_of_their_own: no device");
+        return;
+    }
+    // In a child: the devices other tests make at the same time would take queues in between.
+    common::run_in_child("two_devices_take_their_queues_in_child", &[]);
+}
+
+#[test]
+#[ignore = "run by two_devices_on_one_gpu_submit_to_vulkan_queues_of_their_own_where_the_family_has_enough, in a child"]
+fn two_devices_take_their_queues_in_child() {
+    let Some((first, embedder)) = setup("two_devices_take_their_queues_in_child") else { return };
+    let second = common::vulkan_fixture().create_device().expect("a second Vulkan device");
+    let vk = embedder.vk();
+    // SAFETY: read only.
+    assert_eq!(unsafe { interop::logical_device(&second) }.unwrap(), vk.handle(), "one VkDevice for both");
+    let count = embedder.native.queue_count();
+    // SAFETY: read only.
+    let families = unsafe {
+        embedder.native.instance().get_physical_device_queue_family_properties(embedder.native.physical_device())
+    };
+    let family_queues = families[embedder.native.queue_family_index() as usize].queue_count;
+    assert_eq!(count, family_queues.min(8), "VkQueues asked for: two devices' worth where the family has them");
+    let indices = |device: &hal::Device| -> Vec<u32> {
+        (0..device.info().queue_count)
+            .map(|q| {
+                // SAFETY: read only.
+                let native = unsafe { interop::queue(&device.queue(q).unwrap()) }.unwrap();
+                assert!(native.index < count, "queue {q}: index {} of {count}", native.index);
+                // SAFETY: the queue was created with the device; reading its handle changes nothing.
+                let handle = unsafe { vk.get_device_queue(native.family_index, native.index) };
+                assert_eq!(native.queue, handle, "queue {q}: the handle of VkQueue {}", native.index);
+                native.index
+            })
+            .collect()
+    };
+    let (a, b) = (indices(&first), indices(&second));
+    let distinct = |set: &[u32]| set.iter().collect::<std::collections::BTreeSet<_>>().len();
+    let per_device = a.len().min(count as usize);
+    assert_eq!(distinct(&a), per_device, "the first device's queues {a:?} of {count}");
+    assert_eq!(distinct(&b), per_device, "the second device's queues {b:?} of {count}");
+    if count as usize >= a.len() + b.len() {
+        let both: Vec<u32> = a.iter().chain(&b).copied().collect();
+        assert_eq!(distinct(&both), both.len(), "queues shared between the devices: {a:?} and {b:?} of {count}");
+    }
+    // A hop each way between them on the device.
+    let s = first.create_semaphore(0).unwrap();
+    let empty = |device: &hal::Device| {
+        let cb = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
+        cb.end().unwrap();
+        cb
+    };
+    first.queue(0).unwrap().execute(&[SV::new(&s, 0)], &empty(&first), &[SV::new(&s, 1)]).unwrap();
+    second.queue(0).unwrap().execute(&[SV::new(&s, 1)], &empty(&second), &[SV::new(&s, 2)]).unwrap();
+    s.wait(2, T).unwrap();
+}

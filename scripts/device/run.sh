@@ -12,7 +12,8 @@ suites:
   cts           the conformance suite: cuda (cts, one child process per case), vulkan (vulkan_cts),
                 cpu-sim (cpu_sim_cts); --sanitizers adds compute-sanitizer runs (cuda)
   driver-tests  the driver's own tests: cuda_device, cuda_completion_modes, cuda_fault, cuda_indirect,
-                cuda_stalls (cuda); vulkan_vulkan_device, vulkan_binding_tables, vulkan_spirv_mutants
+                cuda_stalls (cuda); vulkan_vulkan_device, vulkan_binding_tables, vulkan_spirv_mutants,
+                vulkan_vulkan_interop
   fuzz          the contract fuzzer (contract_fuzz, or vulkan_contract_fuzz) for --seconds
   bench         the bench (--json into $OUT); --quick, --scaling; with --gpus 2+ also the
                 cross-device hop between GPUs 0 and 1; --examples adds completion_modes, chain_costs,
@@ -167,7 +168,7 @@ suite_driver_tests() {
   driver_env
   case $DRIVER in
     cuda) names=(cuda_device cuda_completion_modes cuda_fault cuda_indirect cuda_stalls) ;;
-    vulkan) names=(vulkan_vulkan_device vulkan_binding_tables vulkan_spirv_mutants) ;;
+    vulkan) names=(vulkan_vulkan_device vulkan_binding_tables vulkan_spirv_mutants vulkan_vulkan_interop) ;;
     cpu-sim) echo "driver-tests: cpu-sim's tests run here with cargo test"; return ;;
   esac
   [ -n "$ONLY" ] && IFS=, read -r -a names <<< "$ONLY"

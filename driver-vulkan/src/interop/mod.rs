@@ -44,8 +44,8 @@
 //!   submission made to the HAL queue's `VkQueue` before the `wait_external` call: drivers that
 //!   run a queue's submissions in order (Mesa's common code, lavapipe) do not start a later
 //!   submission to a `VkQueue` while an earlier one waits. HAL queues share the device's `VkQueue`s
-//!   round robin ([`queue`] names the one), so where there are fewer than four (lavapipe has one)
-//!   other HAL queues wait behind the value too.
+//!   round robin ([`queue`] names the one), so where there are fewer than the HAL devices on it
+//!   have queues (lavapipe has one) other HAL queues wait behind the value too.
 //! - **A value that never comes**: host waits on the wait's HAL signals end at their timeouts.
 //!   Dropping the device releases the wait: Vulkan cannot take back a submitted wait, and a
 //!   `VkDevice` cannot be destroyed (nor its queues drained) while a submission on it waits, so the
@@ -270,8 +270,8 @@ impl VulkanHandles {
         self.gpu.physical.queue_family
     }
 
-    /// How many `VkQueue`s of that family the device was created with (HAL queues share them round
-    /// robin).
+    /// How many `VkQueue`s of that family the device was created with (the HAL devices on it take
+    /// four each, round robin, sharing them where there are fewer).
     pub fn queue_count(&self) -> u32 {
         self.gpu.queues.len() as u32
     }
@@ -299,20 +299,17 @@ pub struct NativeQueue {
 }
 
 /// The `VkQueue` HAL queue `queue` submits to, with its family and index. HAL queues share the
-/// device's `VkQueue`s round robin where it has fewer than the HAL's four (lavapipe has one).
+/// device's `VkQueue`s round robin where it has fewer than its HAL devices' queues (lavapipe has
+/// one).
 ///
 /// # Safety
 /// The handle is valid while the queue's device lives (or a [`VulkanHandles`] of it). A `VkQueue`
 /// is externally synchronized: the caller must not submit to it, wait for it to idle or bind
 /// sparse memory on it other than inside [`with_queue`], which holds the driver's lock.
 pub unsafe fn queue(queue: &Queue) -> Result<NativeQueue> {
-    let gpu = vulkan_device(queue.device())?.gpu();
-    let index = queue.index();
-    Ok(NativeQueue {
-        queue: *lock(gpu.queue(index)),
-        family_index: gpu.physical.queue_family,
-        index: gpu.queue_index(index),
-    })
+    let device = vulkan_device(queue.device())?;
+    let (gpu, index) = (device.gpu(), device.queue_index(queue.index()));
+    Ok(NativeQueue { queue: *lock(gpu.queue(index)), family_index: gpu.physical.queue_family, index })
 }
 
 /// Runs `f` with the `VkQueue` of HAL queue `queue`, holding the lock the driver holds around its
@@ -331,8 +328,8 @@ pub unsafe fn queue(queue: &Queue) -> Result<NativeQueue> {
 /// the queue to idle), no use of HAL buffers' `VkBuffer`s that is not ordered with the HAL's uses.
 /// The `VkQueue` must not be used after `f` returns.
 pub unsafe fn with_queue<R>(queue: &Queue, f: impl FnOnce(vk::Queue) -> R) -> Result<R> {
-    let gpu = vulkan_device(queue.device())?.gpu();
-    let locked = lock(gpu.queue(queue.index()));
+    let device = vulkan_device(queue.device())?;
+    let locked = lock(device.gpu().queue(device.queue_index(queue.index())));
     Ok(f(*locked))
 }
 
