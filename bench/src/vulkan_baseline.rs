@@ -397,16 +397,36 @@ impl RawVulkan {
     /// `ops` hops of a 1-dispatch submission alternating between two queues (one queue where the
     /// device has one), each waiting for the previous one, on one timeline a queue.
     pub fn ping_pong(&self, ops: u64) -> Result<Duration> {
+        self.hops(ops, false)
+    }
+
+    /// [`Self::ping_pong`] with each submission also waiting for its own queue's previous one, as
+    /// a stream that orders its own submissions does (Vulkan does not order separate submissions of
+    /// one queue): the HAL's hop has this second wait.
+    pub fn ping_pong_ordered(&self, ops: u64) -> Result<Duration> {
+        self.hops(ops, true)
+    }
+
+    fn hops(&self, ops: u64, ordered: bool) -> Result<Duration> {
         let cb = self.cb(1)?;
         // One timeline a queue, each signalled by its own queue only, as a hand-written hop does.
         let timelines = [self.timeline(0)?, self.timeline(0)?];
         let start = Instant::now();
         for i in 0..ops {
             let (this, other) = ((i % 2) as usize, ((i + 1) % 2) as usize);
-            // Hop i is this queue's (i / 2 + 1)-th; it waits for the other queue's hop i - 1.
-            let wait = (i > 0).then(|| [(timelines[other].semaphore, (i - 1) / 2 + 1)]);
-            let wait = wait.as_ref().map_or(&[][..], |w| &w[..]);
-            self.submit_between(self.queues[this], cb, wait, (timelines[this].semaphore, i / 2 + 1))?;
+            // Hop i is this queue's (i / 2 + 1)-th; it waits for the other queue's hop i - 1 (and,
+            // ordered, for this queue's hop i - 2).
+            let mut waits = [(vk::Semaphore::null(), 0); 2];
+            let mut count = 0;
+            if i > 0 {
+                waits[count] = (timelines[other].semaphore, (i - 1) / 2 + 1);
+                count += 1;
+            }
+            if ordered && i > 1 {
+                waits[count] = (timelines[this].semaphore, i / 2);
+                count += 1;
+            }
+            self.submit_between(self.queues[this], cb, &waits[..count], (timelines[this].semaphore, i / 2 + 1))?;
         }
         if ops > 0 {
             let last = ops - 1;

@@ -38,6 +38,11 @@ impl RawVulkan {
         match *self {}
     }
 
+    /// See the Vulkan build's `ping_pong_ordered`.
+    pub fn ping_pong_ordered(&self, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
+
     /// See the Vulkan build's `round_trip`.
     pub fn round_trip(&self, _dispatches: usize, _ops: u64) -> Result<Duration> {
         match *self {}

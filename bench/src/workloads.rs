@@ -639,9 +639,16 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     };
     let (hal, note) = tr.hal_split(n, |ops| ping_pong(env, &one, ops))?;
     rows.push(
-        Row::new(format!("cross-queue ping-pong hop, 1 dispatch{note}"), "us/hop", hal, base)
+        Row::new(format!("cross-queue ping-pong hop, 1 dispatch{note}"), "us/hop", hal.clone(), base)
             .with_target(cuda(targets::PING_PONG)),
     );
+    if let Baselines::Vulkan(raw) = &baselines {
+        // The HAL's stream also waits on its own previous submission: the same raw hop with it.
+        let ordered = tr.cuda("vkQueueSubmit alternating 2 queues, also waiting on its own queue", n, |ops| {
+            raw.ping_pong_ordered(ops)
+        })?;
+        rows.push(Row::new("cross-queue ping-pong hop vs raw ordering each queue", "us/hop", hal, ordered));
+    }
 
     if let Some(peer) = &env.peer {
         progress("cross-device ping-pong");

@@ -901,3 +901,41 @@ fn two_devices_take_their_queues_in_child() {
     second.queue(0).unwrap().execute(&[SV::new(&s, 1)], &empty(&second), &[SV::new(&s, 2)]).unwrap();
     s.wait(2, T).unwrap();
 }
+
+/// Work of a queue stays behind the queue's earlier work even when its wait on another queue's
+/// value would let it start (the driver leaves a queue's own order out only where a wait shows it):
+/// queue 0 waits on the device for an embedder's value, queue 1 fills a large buffer, and queue 0's
+/// next work waits on that fill. Where queue 1 has a `VkQueue` of its own the fill completes while
+/// queue 0 is held; on one shared `VkQueue` (lavapipe) everything waits behind the value.
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn work_stays_behind_its_queues_held_work_when_its_other_wait_is_reached() {
+    let Some((device, embedder)) = setup("work_stays_behind_its_queues_held_work_when_its_other_wait_is_reached")
+    else {
+        return;
+    };
+    let (q0, q1) = (device.queue(0).unwrap(), device.queue(1).unwrap());
+    let theirs = embedder.timeline(0);
+    let (held, filled, behind) =
+        (device.create_semaphore(0).unwrap(), device.create_semaphore(0).unwrap(), device.create_semaphore(0).unwrap());
+    let large = device.allocate_buffer(BufferParams::device_local(), 64 << 20).unwrap();
+    let later = device.allocate_buffer(BufferParams::host_visible(), 4).unwrap();
+    later.write_values(0, &[0u32]).unwrap();
+    // SAFETY: the semaphore outlives the signals (destroyed after the device).
+    unsafe { q0.wait_external(&[], timeline(theirs, 1), &[SV::new(&held, 1)]) }.unwrap();
+    q1.fill(&[], &large, 0, 64 << 20, 3u32, &[SV::new(&filled, 1)]).unwrap();
+    q0.fill(&[SV::new(&filled, 1)], &later, 0, 4, 9u32, &[SV::new(&behind, 1)]).unwrap();
+    let own_queue = filled.wait(1, Timeout::After(Duration::from_secs(1))).is_ok();
+    let early = behind.wait(1, Timeout::After(Duration::from_millis(100))).expect_err("queue 0 is held");
+    assert_eq!(early.code(), StatusCode::DeadlineExceeded, "{early}");
+    assert_eq!(later.read_as::<u32>().unwrap(), vec![0], "ran before the held work (fill done: {own_queue})");
+    embedder.signal(theirs, 1);
+    behind.wait(1, T).unwrap();
+    assert_eq!(later.read_as::<u32>().unwrap(), vec![9]);
+    assert_eq!(held.query().unwrap(), 1);
+    drop(device);
+    embedder.destroy_semaphore(theirs);
+}
