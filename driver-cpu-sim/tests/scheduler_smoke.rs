@@ -420,5 +420,11 @@ fn a_heavy_entry_point_dispatched_again_starts_its_workgroups_together() {
         !overlapped_first(1),
         "the first grid of an entry point never timed ran its first workgroup alongside others"
     );
-    assert!(overlapped_first(2), "a heavy entry point's second grid timed its first workgroup alone again");
+    // Its workgroups start together only once a pool thread has woken, which a loaded machine can
+    // delay past a 30 ms workgroup (CI saw it once): one grid in three is enough; without the
+    // estimate every grid runs its first workgroup alone.
+    assert!(
+        (2..=4).any(overlapped_first),
+        "a heavy entry point's later grids timed their first workgroup alone again, three times"
+    );
 }
