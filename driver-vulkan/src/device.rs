@@ -137,8 +137,6 @@ pub struct VulkanDevice {
     scheduler: Scheduler<VulkanStreams>,
     info: DeviceInfo,
     gpu: Arc<Gpu>,
-    /// Where its queues start among the GPU's Vulkan queues (see [`Gpu::first_queues`]).
-    first_queue: usize,
     memory: Arc<MemoryCounter>,
 }
 
@@ -158,19 +156,18 @@ impl VulkanDevice {
             entry_points: vec![hal::EntryPointInfo::new("check_count", 1, 2, 4)],
         };
         let checker = Arc::new(VulkanExecutable::load(&gpu, &checker, &info)?);
-        let first_queue = gpu.first_queues(QUEUE_COUNT);
         let scheduler = Scheduler::new(
             id,
             VulkanStreams::new(
                 &gpu,
-                first_queue,
+                gpu.first_queues(QUEUE_COUNT),
                 checker,
                 crate::host_waits::WaitTuning::from_env()?,
                 crate::submit_batch::limit_from_env()?,
             ),
             QUEUE_COUNT,
         )?;
-        Ok(VulkanDevice { scheduler, info, gpu, first_queue, memory: Arc::default() })
+        Ok(VulkanDevice { scheduler, info, gpu, memory: Arc::default() })
     }
 
     /// The logical device (for tools that record raw Vulkan beside the HAL, like the bench).
@@ -180,7 +177,7 @@ impl VulkanDevice {
 
     /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
     pub fn queue_index(&self, queue: usize) -> u32 {
-        self.gpu.queue_index(self.first_queue, queue)
+        self.scheduler.model().queue_index(queue)
     }
 
     /// The count of its buffers' memory.

@@ -1,9 +1,9 @@
 //! The stream model on Vulkan. Each HAL queue is a stream with a timeline `VkSemaphore` of its own
 //! and a submit thread: work enqueued on the stream gets the next timeline value, and the thread
-//! submits it in order, waiting on the stream's previous value (submissions to one `VkQueue` are not
-//! ordered otherwise, and a timeline's signals must rise) unless another stream's value it waits
-//! on shows that reached (`WaitLog`), and on the other streams' values the scheduler asked for. An event is a
-//! (timeline, value) pair; its completion is the timeline's counter reaching the value.
+//! submits it in order, waiting on the other streams' values the scheduler asked for and on the
+//! stream's previous value (submissions to one `VkQueue` are not ordered otherwise, and a timeline's
+//! signals must rise), unless one of those other values shows it reached (`WaitLog`). An event is
+//! a (timeline, value) pair; its completion is the timeline's counter reaching the value.
 //!
 //! Vulkan never sees a wait before its signal: the submit thread submits a wait on another stream's
 //! value only once that stream's thread issued the signal (queued it on a `VkQueue` or signalled
@@ -438,6 +438,11 @@ impl VulkanStreams {
         }
     }
 
+    /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
+    pub(crate) fn queue_index(&self, queue: usize) -> u32 {
+        self.gpu.queue_index(self.first_queue, queue)
+    }
+
     /// The waits on embedders' timeline values (for the device's teardown).
     pub(crate) fn externals(&self) -> &ExternalWaits {
         &self.externals
@@ -523,7 +528,7 @@ impl StreamModel for VulkanStreams {
         let shared = Arc::new(StreamShared {
             gpu: self.gpu.clone(),
             queue,
-            vk_queue: self.gpu.queue_index(self.first_queue, queue),
+            vk_queue: self.queue_index(queue),
             timeline,
             items: Mutex::new(Items::default()),
             items_changed: Condvar::new(),
