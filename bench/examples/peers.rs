@@ -136,10 +136,11 @@ fn header(device: &Device, ordinal: usize, plan: &Plan) {
 
 fn run_cuda(ordinal: usize, plan: &Plan) -> Result<()> {
     let device = driver_cuda::create_device(ordinal)?;
-    let env = Env::new(device.clone())?;
+    let raw = RawCuda::new(ordinal, 2, &SIZES)?;
+    // The HAL's kernels write the word the raw side's write (declared after `raw`, dropped first).
+    let env = Env::new(device.clone())?.sharing_raw_data(&raw)?;
     let one = env.dispatches(1)?;
     let buffers = SIZES.iter().map(|&n| env.dispatches(n)).collect::<Result<Vec<_>>>()?;
-    let raw = RawCuda::new(ordinal, 2, &SIZES)?;
     let mut patterns = hal_patterns(&device, &one, &buffers, ["hal_submissions", "hal_command_buffer"])?;
     patterns.push(("raw_launches", Box::new(|_, n, calls| raw.launches_sync(n, calls))));
     patterns.push(("raw_graph", Box::new(|_, n, calls| raw.graph_sync(n, calls))));

@@ -13,7 +13,8 @@
 //! returns `Unavailable` and makes no cudarc call.
 
 use std::ffi::{CString, c_void};
-use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{
@@ -22,7 +23,7 @@ use cudarc::driver::sys::{
 };
 use driver_cuda::error::check;
 use hal::driver::Driver;
-use hal::{Error, Result};
+use hal::{Buffer, BufferParams, Device, Error, ExternalMemory, Result};
 
 use crate::workloads::TOUCH_PTX;
 
@@ -82,7 +83,13 @@ pub struct RawCuda {
     /// One 1-kernel graph per thread of [`threaded_graph_chains`](RawCuda::threaded_graph_chains)
     /// (owned by `graphs`): launches of one graph are ordered behind each other, on any stream.
     thread_graphs: Vec<CUgraphExec>,
+    /// Imports of `data` into HAL devices ([`share_data`](RawCuda::share_data)) not yet released:
+    /// `data` is freed only once none is left.
+    data_imports: Arc<AtomicUsize>,
 }
+
+/// Bytes of the memory the raw kernels write (word 0).
+const DATA_BYTES: usize = 4096;
 
 const DISABLE_TIMING: u32 = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
 const NON_BLOCKING: u32 = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
@@ -112,6 +119,7 @@ impl RawCuda {
             events: Vec::new(),
             graphs: Vec::new(),
             thread_graphs: Vec::new(),
+            data_imports: Arc::new(AtomicUsize::new(0)),
         };
         raw.bind()?;
         let image = CString::new(TOUCH_PTX).map_err(|_| Error::internal("TOUCH_PTX contains a NUL byte"))?;
@@ -131,7 +139,7 @@ impl RawCuda {
         // SAFETY: the module is loaded in the current context; `name` is NUL-terminated.
         check(unsafe { sys::cuModuleGetFunction(&mut raw.touch, raw.module, name.as_ptr()) }, "cuModuleGetFunction")?;
         // SAFETY: the context is current; the out-pointer is a field of a live value.
-        check(unsafe { sys::cuMemAlloc_v2(&mut raw.data, 4096) }, "cuMemAlloc")?;
+        check(unsafe { sys::cuMemAlloc_v2(&mut raw.data, DATA_BYTES) }, "cuMemAlloc")?;
         // SAFETY: `device` is valid; the out-pointer is a field of a live value.
         check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut raw.pool, device) }, "cuDeviceGetDefaultMemPool")?;
         for _ in 0..streams.max(2) {
@@ -148,6 +156,26 @@ impl RawCuda {
             raw.add_graph(kernels)?;
         }
         Ok(raw)
+    }
+
+    /// The word its kernels write, as a buffer of `device` (a CUDA device of the same GPU): a HAL
+    /// workload whose kernels write it, as the raw side's do, is timed over the same memory. A
+    /// one-thread kernel's time moves with the page it writes (on an H200, a 100-kernel graph took
+    /// 59.3 or 69.5 us by the 4 KiB page its kernels wrote, the same page always the same), so two
+    /// sides writing memory of their own compare their pages as much as their submission paths.
+    /// `data` is freed only after every such buffer is released.
+    pub fn share_data(&self, device: &Device) -> Result<Buffer> {
+        self.data_imports.fetch_add(1, Ordering::AcqRel);
+        let imports = self.data_imports.clone();
+        let memory = ExternalMemory::CudaDevicePointer { address: self.data, length: DATA_BYTES as u64 };
+        // SAFETY: `data` stays allocated until every import's release has run (`Drop` frees it only
+        // when `data_imports` is back to 0, and otherwise leaves it allocated). The raw side and the
+        // HAL use it in turn, each waiting for its own work before the other starts.
+        unsafe {
+            device.import_external_memory(memory, BufferParams::device_local(), move || {
+                imports.fetch_sub(1, Ordering::AcqRel);
+            })
+        }
     }
 
     /// Streams (and events) it has.
@@ -572,6 +600,21 @@ struct Shared<'a>(&'a RawCuda);
 // their own event and synchronize, all thread-safe driver calls, and `self` outlives them (scoped).
 unsafe impl Sync for Shared<'_> {}
 
+impl RawCuda {
+    /// Whether every HAL import of `data` has been released, waiting up to a second for the last
+    /// ones (a release runs once the HAL's queued uses of the buffer are done).
+    fn data_released(&self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.data_imports.load(Ordering::Acquire) != 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+}
+
 impl Drop for RawCuda {
     fn drop(&mut self) {
         // Teardown errors are ignored: nothing can be done about them here, and a faulted context
@@ -597,7 +640,7 @@ impl Drop for RawCuda {
             for &stream in &self.streams {
                 sys::cuStreamDestroy_v2(stream);
             }
-            if self.data != 0 {
+            if self.data != 0 && self.data_released() {
                 sys::cuMemFree_v2(self.data);
             }
             if !self.module.is_null() {
@@ -639,5 +682,22 @@ mod tests {
                 assert_eq!(e.code(), hal::StatusCode::Unavailable);
             }
         }
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU: on one, run with --include-ignored"]
+    fn a_shared_word_is_the_one_the_raw_kernels_write_and_is_freed_after_its_release() {
+        let raw = RawCuda::new(0, 2, &[]).expect("a CUDA GPU");
+        let device = driver_cuda::create_device(0).expect("the GPU the raw side found");
+        let shared = raw.share_data(&device).expect("import of the raw word");
+        assert_eq!(shared.size(), DATA_BYTES as u64);
+        assert_eq!(raw.data_imports.load(Ordering::Acquire), 1);
+        // The raw side's last launch writes 6 to word 0; the HAL reads it through its buffer.
+        raw.launches(7).expect("raw launches");
+        let read = device.queue(0).and_then(|q| q.read(&[], &shared, 0, 4, &[])).expect("read");
+        let bytes = read.wait(hal::Timeout::Infinite).expect("read back");
+        assert_eq!(u32::from_ne_bytes(bytes[..4].try_into().expect("4 bytes")), 6);
+        drop(shared);
+        assert!(raw.data_released(), "the import was never released");
     }
 }

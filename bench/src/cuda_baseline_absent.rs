@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hal::{Error, Result};
+use hal::{Buffer, Device, Error, Result};
 
 /// The raw-CUDA baselines, absent from this build: no value of this type exists.
 #[derive(Debug)]
@@ -16,6 +16,11 @@ impl RawCuda {
         Err(Error::unavailable(
             "the raw-CUDA baselines are not built in (the bench was built without its `cuda` feature)",
         ))
+    }
+
+    /// See the CUDA build's `share_data`.
+    pub fn share_data(&self, _device: &Device) -> Result<Buffer> {
+        match *self {}
     }
 
     /// Streams in use (never called: no value exists).

@@ -110,6 +110,7 @@ pub const TOUCH_PTX: &str = include_str!("touch.ptx");
 pub const CUDA_DRIVER: &str = "cuda";
 
 /// The device and the objects every workload reuses.
+#[derive(Clone)]
 pub struct Env {
     /// The device.
     pub device: Device,
@@ -187,6 +188,18 @@ impl Env {
         Ok(Env { device, buffer, executable, empty, peer: None })
     }
 
+    /// This environment with its kernels (and, where the peer device is on the same GPU, the
+    /// peer's) writing the raw baselines' memory instead of buffers of its own.
+    pub fn sharing_raw_data(&self, raw: &RawCuda) -> Result<Env> {
+        let mut shared = Env { buffer: raw.share_data(&self.device)?, ..self.clone() };
+        if let Some(peer) = &self.peer
+            && peer.device.info().ordinal == self.device.info().ordinal
+        {
+            shared.peer = Some(Box::new(Env { buffer: raw.share_data(&peer.device)?, ..(**peer).clone() }));
+        }
+        Ok(shared)
+    }
+
     /// Adds `peer`, a second device of the same driver (on CUDA it may be the same GPU): the bench
     /// then also measures hops between the two devices.
     pub fn with_peer(mut self, peer: Device) -> Result<Env> {
@@ -207,14 +220,19 @@ impl Env {
         Ok(cb)
     }
 
-    /// A command buffer of `dispatches` dependent `touch` dispatches on `buffer`, recorded now.
-    pub fn dispatches_on(&self, buffer: &Buffer, dispatches: usize, mode: CommandBufferMode) -> Result<CommandBuffer> {
+    /// A command buffer of `dispatches` dependent `touch` dispatches on `binding`, recorded now.
+    pub fn dispatches_on(
+        &self,
+        binding: &BufferBinding,
+        dispatches: usize,
+        mode: CommandBufferMode,
+    ) -> Result<CommandBuffer> {
         let cb = self.device.create_command_buffer(mode)?;
         for i in 0..dispatches {
             if i > 0 {
                 cb.barrier()?;
             }
-            cb.dispatch(&self.executable, 0, [1, 1, 1], &[i as u32], &[BufferBinding::range(buffer, 0, 4)])?;
+            cb.dispatch(&self.executable, 0, [1, 1, 1], &[i as u32], std::slice::from_ref(binding))?;
         }
         cb.end()?;
         Ok(cb)
@@ -260,6 +278,11 @@ pub const GRAPH_SIZES: [usize; 3] = [1, 10, 100];
 /// Binding tables the cycling binding-table row goes through (each a different buffer).
 pub const TABLE_CYCLE: usize = 16;
 
+/// Bytes between the words the binding-table rows' tables bind: a cache line each, at Vulkan's
+/// largest allowed storage-buffer offset alignment, so the 16 fit in the 4 KiB page the fixed
+/// bindings write.
+const TABLE_WORD_STRIDE: u64 = 256;
+
 /// Size of each `queue_alloca` (and raw stream-ordered allocation).
 pub const ALLOCA_BYTES: u64 = 4096;
 
@@ -302,14 +325,14 @@ pub fn chain_with_tables(env: &Env, cb: &CommandBuffer, tables: &[[BufferBinding
 }
 
 /// N calls as a runtime without binding tables makes them: each records the 10-dispatch function
-/// anew for the next of `buffers` (a reusable buffer: prepared, on CUDA a graph instantiated, as a
+/// anew for the next of `bindings` (a reusable buffer: prepared, on CUDA a graph instantiated, as a
 /// function recorded once would be) and executes it once, chained as in [`chain`].
-pub fn chain_rerecorded(env: &Env, buffers: &[Buffer], ops: u64) -> Result<Timing> {
+pub fn chain_rerecorded(env: &Env, bindings: &[BufferBinding], ops: u64) -> Result<Timing> {
     let q = env.device.queue(0)?;
     let s = env.semaphore()?;
     let start = Instant::now();
     for i in 0..ops {
-        let cb = env.dispatches_on(&buffers[i as usize % buffers.len()], 10, CommandBufferMode::Reusable)?;
+        let cb = env.dispatches_on(&bindings[i as usize % bindings.len()], 10, CommandBufferMode::Reusable)?;
         q.execute(&[SV::new(&s, i)], &cb, &[SV::new(&s, i + 1)])?;
     }
     let submit = start.elapsed();
@@ -584,6 +607,16 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
     } else {
         Baselines::Host
     };
+    // On CUDA the HAL's kernels write the word the raw side's write (see `RawCuda::share_data`).
+    // Declared after `baselines`, so dropped first: the raw side frees that memory.
+    let shared;
+    let env = match &baselines {
+        Baselines::Cuda(raw) => {
+            shared = env.sharing_raw_data(raw)?;
+            &shared
+        }
+        Baselines::Host | Baselines::Vulkan(_) => env,
+    };
     let cuda = |target: f64| match baselines {
         Baselines::Cuda(_) => Some(target),
         Baselines::Host | Baselines::Vulkan(_) => None,
@@ -813,15 +846,16 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             // The same function with a new binding table every execute, against fixed
             // bindings (the HAL's own row above) as the baseline.
             let slotted = env.dispatches_on_slot(10)?;
-            let mut tables = vec![[BufferBinding::range(&env.buffer, 0, 4)]];
-            for _ in 1..TABLE_CYCLE {
-                let other = env.device.allocate_buffer(BufferParams::device_local(), 4)?;
-                tables.push([BufferBinding::whole(&other)]);
-            }
+            // Each table a word of its own, on a cache line of its own, of the 4 KiB the fixed
+            // bindings write: a kernel's time moves with the page it writes (see `Env::new`), so
+            // tables over buffers of their own would compare pages, not tables.
+            let tables: Vec<[BufferBinding; 1]> = (0..TABLE_CYCLE as u64)
+                .map(|table| [BufferBinding::range(&env.buffer, table * TABLE_WORD_STRIDE, 4)])
+                .collect();
             let table_row_base = rows.len();
             for (cycle, what) in [
                 (2, "new binding table per execute"),
-                (TABLE_CYCLE, "binding table cycling over 16 buffers"),
+                (TABLE_CYCLE, "binding table cycling over 16 bindings"),
                 (1, "the same binding table every execute"),
             ] {
                 let tables = &tables[..cycle];
@@ -835,9 +869,9 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             }
             // What a runtime without tables pays: the function recorded (and, on CUDA, a graph
             // instantiated) for every call, against the first table row.
-            let buffers: Vec<Buffer> = tables.iter().take(2).map(|[entry]| entry.buffer.clone()).collect();
+            let bindings: Vec<BufferBinding> = tables.iter().take(2).map(|[entry]| entry.clone()).collect();
             let rerecord_ops = (ops / 10).max(20);
-            let (rerecorded, note) = tr.hal_split(rerecord_ops, |ops| chain_rerecorded(env, &buffers, ops))?;
+            let (rerecorded, note) = tr.hal_split(rerecord_ops, |ops| chain_rerecorded(env, &bindings, ops))?;
             let tabled = rows[table_row_base].hal.clone();
             rows.push(Row::new(
                 format!("10-dispatch function re-recorded per call, no tables{note}"),
