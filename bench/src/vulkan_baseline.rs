@@ -181,8 +181,7 @@ impl RawVulkan {
         unsafe {
             self.buffer = d.create_buffer(&buffer_info, None).map_err(vk_err("vkCreateBuffer"))?;
             let needs = d.get_buffer_memory_requirements(self.buffer);
-            let type_index = (0..memory_types.memory_type_count)
-                .find(|&i| needs.memory_type_bits & (1 << i) != 0)
+            let type_index = storage_memory_type(memory_types, needs.memory_type_bits)
                 .ok_or_else(|| Error::unavailable("raw vulkan: no memory type for a storage buffer"))?;
             let alloc = vk::MemoryAllocateInfo::default().allocation_size(needs.size).memory_type_index(type_index);
             self.memory = d.allocate_memory(&alloc, None).map_err(vk_err("vkAllocateMemory"))?;
@@ -497,6 +496,17 @@ impl RawVulkan {
     }
 }
 
+/// The memory type a storage buffer the device's kernels write goes in, of those `allowed` (a
+/// bit per type): device-local where one is allowed, as the HAL's device-local buffers are (the
+/// first allowed type may be one in host memory: NVIDIA lists a type with no property flags in the
+/// system-memory heap first), else the first allowed.
+fn storage_memory_type(memory_types: &vk::PhysicalDeviceMemoryProperties, allowed: u32) -> Option<u32> {
+    let allowed_types = || (0..memory_types.memory_type_count).filter(move |&i| allowed & (1 << i) != 0);
+    let device_local =
+        |&i: &u32| memory_types.memory_types[i as usize].property_flags.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL);
+    allowed_types().find(device_local).or_else(|| allowed_types().next())
+}
+
 impl Drop for RawVulkan {
     fn drop(&mut self) {
         let d = &self.device;
@@ -559,5 +569,22 @@ mod tests {
         let e = RawVulkan::new(1000, &spirv, &[1]).err().expect("no physical device 1000");
         assert_eq!(e.code(), hal::StatusCode::NotFound, "{e}");
         assert!(e.message().contains("1000"), "{e}");
+    }
+
+    #[test]
+    fn kernel_memory_is_device_local_where_a_device_local_type_is_allowed() {
+        let mut types = vk::PhysicalDeviceMemoryProperties { memory_type_count: 3, ..Default::default() };
+        // As NVIDIA lists them: a type with no flags (in the host heap) first.
+        types.memory_types[0] = vk::MemoryType { property_flags: vk::MemoryPropertyFlags::empty(), heap_index: 1 };
+        types.memory_types[1] = vk::MemoryType { property_flags: vk::MemoryPropertyFlags::DEVICE_LOCAL, heap_index: 0 };
+        types.memory_types[2] = vk::MemoryType {
+            property_flags: vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
+            heap_index: 1,
+        };
+        assert_eq!(storage_memory_type(&types, 0b111), Some(1));
+        assert_eq!(storage_memory_type(&types, 0b101), Some(0), "no device-local type allowed: the first allowed");
+        assert_eq!(storage_memory_type(&types, 0b100), Some(2));
+        assert_eq!(storage_memory_type(&types, 0), None);
+        assert_eq!(storage_memory_type(&types, 0b1000), None, "a bit past the types");
     }
 }
