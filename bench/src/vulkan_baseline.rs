@@ -477,6 +477,36 @@ impl RawVulkan {
         Ok(start.elapsed())
     }
 
+    /// Queues it submits to (at least two entries; a one-queue device's queue twice).
+    pub fn queue_count(&self) -> usize {
+        self.queues.len()
+    }
+
+    /// `ops` times: the `dispatches`-dispatch command buffer submitted to queue `queue` (modulo the
+    /// queues), then a host wait for it that polls the timeline's counter
+    /// (`vkGetSemaphoreCounterValue` in a loop) where `polled`, else blocks in `vkWaitSemaphores`.
+    pub fn round_trip_on(&self, queue: usize, dispatches: usize, polled: bool, ops: u64) -> Result<Duration> {
+        let cb = self.cb(dispatches)?;
+        let t = self.timeline(0)?;
+        let queue = self.queues[queue % self.queues.len()];
+        let start = Instant::now();
+        for i in 0..ops {
+            self.submit(queue, cb, t.semaphore, None, i + 1)?;
+            if !polled {
+                self.wait(t.semaphore, i + 1)?;
+                continue;
+            }
+            // SAFETY (the loop): the semaphore is a live timeline semaphore of this device.
+            while unsafe { self.device.get_semaphore_counter_value(t.semaphore) }
+                .map_err(vk_err("vkGetSemaphoreCounterValue"))?
+                < i + 1
+            {
+                std::hint::spin_loop();
+            }
+        }
+        Ok(start.elapsed())
+    }
+
     /// `ops` times: a 1-dispatch submission waiting for a value the host then signals
     /// (`vkSignalSemaphore`), and a host wait for its own signal.
     pub fn deferred_release(&self, ops: u64) -> Result<Duration> {
