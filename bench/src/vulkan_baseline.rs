@@ -486,12 +486,23 @@ impl RawVulkan {
     /// queues), then a host wait for it that polls the timeline's counter
     /// (`vkGetSemaphoreCounterValue` in a loop) where `polled`, else blocks in `vkWaitSemaphores`.
     pub fn round_trip_on(&self, queue: usize, dispatches: usize, polled: bool, ops: u64) -> Result<Duration> {
+        self.round_trips(queue, dispatches, polled, false, ops)
+    }
+
+    /// [`round_trip_on`](Self::round_trip_on) with each submission also waiting on the previous
+    /// one's value (reached by then), as a HAL stream's submissions wait on their stream's
+    /// previous value.
+    pub fn round_trip_ordered_on(&self, queue: usize, dispatches: usize, polled: bool, ops: u64) -> Result<Duration> {
+        self.round_trips(queue, dispatches, polled, true, ops)
+    }
+
+    fn round_trips(&self, queue: usize, dispatches: usize, polled: bool, ordered: bool, ops: u64) -> Result<Duration> {
         let cb = self.cb(dispatches)?;
         let t = self.timeline(0)?;
         let queue = self.queues[queue % self.queues.len()];
         let start = Instant::now();
         for i in 0..ops {
-            self.submit(queue, cb, t.semaphore, None, i + 1)?;
+            self.submit(queue, cb, t.semaphore, ordered.then_some(i), i + 1)?;
             if !polled {
                 self.wait(t.semaphore, i + 1)?;
                 continue;
