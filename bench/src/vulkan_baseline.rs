@@ -467,14 +467,7 @@ impl RawVulkan {
 
     /// `ops` round trips: a `dispatches`-dispatch submission, then `vkWaitSemaphores` for it.
     pub fn round_trip(&self, dispatches: usize, ops: u64) -> Result<Duration> {
-        let cb = self.cb(dispatches)?;
-        let t = self.timeline(0)?;
-        let start = Instant::now();
-        for i in 0..ops {
-            self.submit(self.queues[0], cb, t.semaphore, None, i + 1)?;
-            self.wait(t.semaphore, i + 1)?;
-        }
-        Ok(start.elapsed())
+        self.round_trips(0, dispatches, false, false, ops)
     }
 
     /// Queues it submits to (at least two entries; a one-queue device's queue twice).
