@@ -1,7 +1,8 @@
 //! Host round trips of one dispatch on each queue of a Vulkan device, in one process: the HAL's
 //! (execute, then a semaphore wait with no deadline) beside raw Vulkan's, both with a host wait
 //! that blocks in `vkWaitSemaphores` and with one that polls the timeline's counter, and polled
-//! with each submission also waiting on the previous one's (reached) value, as the HAL's do. It tells
+//! with each submission also waiting on the previous one's (reached) value, as the HAL's do, and
+//! that again with the submission made by a second thread, as the HAL's submit thread does. It tells
 //! whether a slow round trip is the HAL's or the driver's: a poll of the counter sees the work
 //! done as soon as the driver shows it to the host.
 //!
@@ -35,7 +36,7 @@ fn main() -> Result<(), String> {
         let one = env.dispatches(1)?;
         let raw = RawVulkan::new(ordinal, &touch_spirv()?, &[1])?;
         println!("us per round trip of one dispatch (median of {TRIALS} trials of {ops}); raw on {}", raw.name);
-        println!("queue  hal   raw-polled  raw-blocking  raw-polled-ordered");
+        println!("queue  hal   raw-polled  raw-blocking  raw-polled-ordered  raw-handed-off");
         let queues = device.info().queue_count.min(raw.queue_count());
         for index in 0..queues {
             let queue = device.queue(index)?;
@@ -55,7 +56,8 @@ fn main() -> Result<(), String> {
             let polled = median(|| raw.round_trip_on(index, 1, true, ops), ops)?;
             let blocking = median(|| raw.round_trip_on(index, 1, false, ops), ops)?;
             let ordered = median(|| raw.round_trip_ordered_on(index, 1, true, ops), ops)?;
-            println!("{index:5} {hal:6.2} {polled:10.2} {blocking:12.2} {ordered:18.2}");
+            let handed_off = median(|| raw.round_trip_handed_off_on(index, 1, ops), ops)?;
+            println!("{index:5} {hal:6.2} {polled:10.2} {blocking:12.2} {ordered:18.2} {handed_off:15.2}");
         }
         Ok(())
     };

@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ash::vk;
@@ -509,6 +511,59 @@ impl RawVulkan {
             }
         }
         Ok(start.elapsed())
+    }
+
+    /// [`round_trip_ordered_on`](Self::round_trip_ordered_on), polled, with each submission made by
+    /// a second thread that watches for it (yielding between looks, as a HAL stream's submit thread
+    /// does): what handing a submission to another thread adds to a round trip.
+    pub fn round_trip_handed_off_on(&self, queue: usize, dispatches: usize, ops: u64) -> Result<Duration> {
+        let cb = self.cb(dispatches)?;
+        let t = self.timeline(0)?;
+        let queue = self.queues[queue % self.queues.len()];
+        let requested = AtomicU64::new(0);
+        let failed = Mutex::new(None);
+        let stop = AtomicBool::new(false);
+        let elapsed = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let mut submitted = 0;
+                while submitted < ops && !stop.load(Ordering::Acquire) {
+                    if requested.load(Ordering::Acquire) == submitted {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    if let Err(e) = self.submit(queue, cb, t.semaphore, Some(submitted), submitted + 1) {
+                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        stop.store(true, Ordering::Release);
+                        return;
+                    }
+                    submitted += 1;
+                }
+            });
+            let start = Instant::now();
+            for i in 0..ops {
+                requested.store(i + 1, Ordering::Release);
+                loop {
+                    // SAFETY: the semaphore is a live timeline semaphore of this device.
+                    match unsafe { self.device.get_semaphore_counter_value(t.semaphore) } {
+                        Ok(reached) if reached > i => break,
+                        Ok(_) if stop.load(Ordering::Acquire) => return None,
+                        Ok(_) => std::hint::spin_loop(),
+                        Err(e) => {
+                            stop.store(true, Ordering::Release);
+                            *failed.lock().unwrap_or_else(|p| p.into_inner()) =
+                                Some(vk_err("vkGetSemaphoreCounterValue")(e));
+                            return None;
+                        }
+                    }
+                }
+            }
+            Some(start.elapsed())
+        });
+        match (elapsed, failed.into_inner().unwrap_or_else(|p| p.into_inner())) {
+            (_, Some(e)) => Err(e),
+            (Some(elapsed), None) => Ok(elapsed),
+            (None, None) => Err(Error::internal("raw vulkan: the submitting thread stopped")),
+        }
     }
 
     /// `ops` times: a 1-dispatch submission waiting for a value the host then signals
