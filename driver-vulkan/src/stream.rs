@@ -894,7 +894,7 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
             if let (Some(prepared), None, Body::Commands(commands)) = (prepared, &timing, &body)
                 && let Some(replays) = &prepared.replays
             {
-                let lease = match replays.lease(&stream.pool, stream.timeline.value()?, item.value)? {
+                let lease = match replays.lease(&stream.pool, || stream.timeline.value(), item.value)? {
                     Some(lease) => lease,
                     None => replays.add(record_for_replay(stream, commands, prepared.bound)?, item.value),
                 };
@@ -903,8 +903,9 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
                     // Not pending: the lease saw the recording's last submission complete.
                     sets.write(commands, &mut keep)?;
                 }
-                let (cmd, checks) = (lease.recording().cmd, lease.recording().checks.clone());
-                let submitted = Submitted { keep, checks, lease: Some(lease), ..Submitted::default() };
+                let recording = lease.recording();
+                let (cmd, checks, wait_stages) = (recording.cmd, recording.checks.clone(), recording.wait_stages);
+                let submitted = Submitted { keep, checks, wait_stages, lease: Some(lease), ..Submitted::default() };
                 return submit(stream, item, Some(cmd), submitted, batch);
             }
             let mut keep = Keep::default();
@@ -918,15 +919,18 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
                 let recorder = Recorder::new(&stream.gpu, cmd, &mut keep);
                 record(stream, cmd, recorder, body, timing.as_ref(), checks.as_ref())
             });
-            if let Err(e) = recorded {
-                stream.pool.release_failed(cmd);
-                return Err(e);
-            }
+            let wait_stages = match recorded {
+                Ok(stages) => stages,
+                Err(e) => {
+                    stream.pool.release_failed(cmd);
+                    return Err(e);
+                }
+            };
             submit(
                 stream,
                 item,
                 Some(cmd),
-                Submitted { keep, timing, checks, read_back, ..Submitted::default() },
+                Submitted { keep, timing, checks, read_back, wait_stages, ..Submitted::default() },
                 batch,
             )
         }
@@ -1018,11 +1022,13 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], b
         }
         record(stream, cmd, recorder, Body::Commands(commands), None, checks.as_ref())
     });
-    if let Err(e) = recorded {
-        stream.pool.release_failed(cmd);
-        return Err(e);
+    match recorded {
+        Ok(wait_stages) => Ok(Recording::new(stream.pool.clone(), cmd, keep, checks, sets, wait_stages)),
+        Err(e) => {
+            stream.pool.release_failed(cmd);
+            Err(e)
+        }
     }
-    Ok(Recording::new(stream.pool.clone(), cmd, keep, checks, sets))
 }
 
 /// Begins recording `cmd`, an idle buffer of the stream's pool.
@@ -1033,7 +1039,8 @@ fn begin(stream: &StreamShared, cmd: vk::CommandBuffer, flags: vk::CommandBuffer
     unsafe { stream.gpu.device.begin_command_buffer(cmd, &begin) }.map_err(|e| from_vk("vkBeginCommandBuffer", e))
 }
 
-/// Records `body` with `recorder`, whose command buffer `cmd` was begun.
+/// Records `body` with `recorder`, whose command buffer `cmd` was begun: the stages its
+/// submissions wait at (see `Recorder::wait_stages`).
 fn record<'a>(
     stream: &'a StreamShared,
     cmd: vk::CommandBuffer,
@@ -1041,7 +1048,7 @@ fn record<'a>(
     body: Body<'_>,
     timing: Option<&'a SubmissionTiming>,
     checks: Option<&(Arc<Block>, Vec<usize>)>,
-) -> Result<()> {
+) -> Result<vk::PipelineStageFlags> {
     let device = &stream.gpu.device;
     if let Some((scratch, _)) = checks {
         let pipeline = stream.checker.pipelines.first().ok_or_else(|| Error::internal("vulkan: no count checker"))?;
@@ -1066,8 +1073,10 @@ fn record<'a>(
     if recorder.host_may_access() {
         recorder.host_barrier();
     }
+    let wait_stages = recorder.wait_stages();
     // SAFETY: `cmd` is recording.
-    unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))
+    unsafe { device.end_command_buffer(cmd) }.map_err(|e| from_vk("vkEndCommandBuffer", e))?;
+    Ok(wait_stages)
 }
 
 /// What a recorded submission keeps until it completes, and the embedder's value it waits on or
@@ -1083,6 +1092,23 @@ struct Submitted {
     read_back: Option<Arc<Block>>,
     /// An embedder's timeline value the submission also waits on or signals.
     external: Option<Arc<Point>>,
+    /// The stages its command buffer runs, which its waits hold back (empty: no command buffer,
+    /// and the waits name `ALL_COMMANDS`).
+    wait_stages: vk::PipelineStageFlags,
+}
+
+impl Submitted {
+    /// Whether the submission holds anything until it retires (an entry in `in_flight`): a replay
+    /// of a kept recording for simultaneous use, with no timestamps, count checks or read-back,
+    /// holds nothing (its work holds the command buffer, which keeps the recording).
+    fn holds_anything(&self) -> bool {
+        self.lease.as_ref().is_none_or(Lease::needs_holding)
+            || !self.keep.blocks.is_empty()
+            || !self.keep.executables.is_empty()
+            || self.timing.is_some()
+            || self.checks.is_some()
+            || self.read_back.is_some()
+    }
 }
 
 /// Builds the submission of `cmd` (or nothing) behind the item's waits, signalling its value, into
@@ -1127,9 +1153,11 @@ fn submit(
             timeline.wait_forever(*value)?;
         }
     }
-    let stages: SubmitList<vk::PipelineStageFlags> = smallvec![vk::PipelineStageFlags::ALL_COMMANDS; waits.len()];
+    let stage =
+        if submitted.wait_stages.is_empty() { vk::PipelineStageFlags::ALL_COMMANDS } else { submitted.wait_stages };
+    let stages: SubmitList<vk::PipelineStageFlags> = smallvec![stage; waits.len()];
     let mut in_flight = None;
-    if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some()) {
+    if let Some(work) = item.work.as_ref().filter(|_| cmd.is_some() && submitted.holds_anything()) {
         lock(&stream.in_flight).insert(
             work.id,
             InFlight {

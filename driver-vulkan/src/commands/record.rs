@@ -46,6 +46,8 @@ pub struct Recorder<'a> {
     /// The layout and buffers pushed last to set 0: a dispatch pushing the same ones does not push
     /// again (pushing with another layout replaces this).
     pushed: Option<PushedSet>,
+    /// The pipeline stages of the commands recorded so far (see [`Self::wait_stages`]).
+    stages: vk::PipelineStageFlags,
 }
 
 /// A push-descriptor set as pushed: the layout, and each binding's buffer, offset and range.
@@ -54,7 +56,18 @@ type PushedSet = (vk::PipelineLayout, Vec<(vk::Buffer, u64, u64)>);
 impl<'a> Recorder<'a> {
     /// A recorder of `cmd` (begun), keeping what it uses in `keep`.
     pub fn new(gpu: &'a Arc<Gpu>, cmd: vk::CommandBuffer, keep: &'a mut Keep) -> Self {
-        Recorder { gpu, cmd, keep, timed: None, checks: None, sets: None, at: 0, bound: None, pushed: None }
+        Recorder {
+            gpu,
+            cmd,
+            keep,
+            timed: None,
+            checks: None,
+            sets: None,
+            at: 0,
+            bound: None,
+            pushed: None,
+            stages: vk::PipelineStageFlags::empty(),
+        }
     }
 
     /// Binds each dispatch's buffers through a set of `sets` (written per execute), not pushed.
@@ -76,8 +89,19 @@ impl<'a> Recorder<'a> {
         self
     }
 
+    /// The stages a submission of this recording waits at: those of the commands it recorded, so
+    /// that a wait holds back only what the recording runs. A wait at `ALL_COMMANDS` cost NVIDIA
+    /// about 1.5 us more between submit and completion than one at `COMPUTE_SHADER`
+    /// (`docs/decisions.md#vulkan-wait-stages`). `ALL_COMMANDS` for a recording that runs nothing (a
+    /// batch's signal then still follows its waits) or writes timestamps (the first one must not
+    /// run ahead of the waits).
+    pub fn wait_stages(&self) -> vk::PipelineStageFlags {
+        if self.stages.is_empty() { vk::PipelineStageFlags::ALL_COMMANDS } else { self.stages }
+    }
+
     /// Writes timestamp `query` once every earlier command finished.
     pub fn timestamp(&mut self, pool: vk::QueryPool, query: u32) {
+        self.stages |= vk::PipelineStageFlags::ALL_COMMANDS;
         // SAFETY: `cmd` is recording; the pool holds `query` (sized by the caller) and was reset
         // at the start of this command buffer.
         unsafe { self.gpu.device.cmd_write_timestamp(self.cmd, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, query) };
@@ -137,6 +161,7 @@ impl<'a> Recorder<'a> {
                 self.bind(executable, *entry_point, constants, bindings)?;
                 // SAFETY: `cmd` is recording, with a compute pipeline and its descriptors bound.
                 unsafe { self.gpu.device.cmd_dispatch(self.cmd, workgroups[0], workgroups[1], workgroups[2]) };
+                self.stages |= vk::PipelineStageFlags::COMPUTE_SHADER;
                 Ok(())
             }
             Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
@@ -151,6 +176,7 @@ impl<'a> Recorder<'a> {
                 self.bind(executable, *entry_point, constants, bindings)?;
                 // SAFETY: as above; the checked count lies inside the scratch buffer.
                 unsafe { self.gpu.device.cmd_dispatch_indirect(self.cmd, checked, checked_at) };
+                self.stages |= vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::DRAW_INDIRECT;
                 Ok(())
             }
             Command::Barrier => {
@@ -236,6 +262,7 @@ impl<'a> Recorder<'a> {
         // SAFETY: `cmd` is recording; the regions lie inside both buffers (ranges checked by the
         // HAL when recorded or submitted; staging sized to fit).
         unsafe { self.gpu.device.cmd_copy_buffer(self.cmd, from, to, regions) };
+        self.stages |= vk::PipelineStageFlags::TRANSFER;
     }
 
     fn update(&mut self, target: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
@@ -308,6 +335,7 @@ impl<'a> Recorder<'a> {
         ]);
         // SAFETY: `cmd` is recording; the aligned range lies inside the buffer.
         unsafe { self.gpu.device.cmd_fill_buffer(self.cmd, block.buffer, first_word, last_word - first_word, word) };
+        self.stages |= vk::PipelineStageFlags::TRANSFER;
         let head: Vec<u8> = (start..first_word).map(byte_at).collect();
         let tail: Vec<u8> = (last_word..end).map(byte_at).collect();
         if head.is_empty() && tail.is_empty() {
@@ -470,6 +498,7 @@ impl<'a> Recorder<'a> {
         self.bind_pipeline(pipeline, &infos, &[((at - bound) / 4) as u32, limits[0], limits[1], limits[2]])?;
         // SAFETY: `cmd` is recording with the checker bound.
         unsafe { self.gpu.device.cmd_dispatch(self.cmd, 1, 1, 1) };
+        self.stages |= vk::PipelineStageFlags::COMPUTE_SHADER;
         self.barrier_between(Side::Compute, Side::IndirectCount);
         Ok((scratch.buffer, slot * CHECK_SLOT_BYTES))
     }

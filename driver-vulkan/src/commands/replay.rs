@@ -38,16 +38,20 @@ pub struct Recording {
     /// Recorded for simultaneous use: nothing in it changes per execute (no count checks, no sets),
     /// so it may be pending several times at once and every execute replays it.
     simultaneous: bool,
+    /// The stages its submissions wait at (see `Recorder::wait_stages`).
+    pub(crate) wait_stages: vk::PipelineStageFlags,
 }
 
 impl Recording {
-    /// `cmd`, recorded on `pool` for replay, keeping `keep`, `checks` and the `sets` it binds.
+    /// `cmd`, recorded on `pool` for replay, keeping `keep`, `checks` and the `sets` it binds; its
+    /// submissions wait at `wait_stages`.
     pub fn new(
         pool: Arc<CommandPool>,
         cmd: vk::CommandBuffer,
         keep: Keep,
         checks: Option<(Arc<Block>, Vec<usize>)>,
         sets: Option<BoundSets>,
+        wait_stages: vk::PipelineStageFlags,
     ) -> Self {
         let simultaneous = Self::simultaneous_use(checks.as_ref(), sets.as_ref());
         Recording {
@@ -59,6 +63,7 @@ impl Recording {
             submitted_at: AtomicU64::new(0),
             busy: AtomicBool::new(false),
             simultaneous,
+            wait_stages,
         }
     }
 
@@ -68,7 +73,8 @@ impl Recording {
         checks.is_none() && sets.is_none()
     }
 
-    /// Leases the recording for the submission of stream value `value`, if it is idle at `reached`.
+    /// Leases the recording (one [`Replays`] keeps) for the submission of stream value `value`, if
+    /// it is idle at `reached`.
     fn try_lease(self: &Arc<Self>, reached: u64, value: u64) -> Option<Lease> {
         if !self.simultaneous && self.submitted_at.load(Ordering::Acquire) > reached {
             return None;
@@ -77,7 +83,7 @@ impl Recording {
             return None;
         }
         self.submitted_at.store(value, Ordering::Release);
-        Some(Lease(self.clone()))
+        Some(Lease { recording: self.clone(), kept: true })
     }
 }
 
@@ -89,19 +95,30 @@ impl Drop for Recording {
 }
 
 /// A recording replayed by one submission, held until it retires.
-pub struct Lease(Arc<Recording>);
+pub struct Lease {
+    recording: Arc<Recording>,
+    /// Whether its [`Replays`] keeps the recording (past the bound, the lease alone holds it).
+    kept: bool,
+}
 
 impl Lease {
     /// The leased recording.
     pub fn recording(&self) -> &Recording {
-        &self.0
+        &self.recording
+    }
+
+    /// Whether the submission must hold the lease until it retires: not for a recording made for
+    /// simultaneous use that its [`Replays`] keeps, which lives as long as the command buffer the
+    /// submission's work holds and has no per-submission state to hand back.
+    pub fn needs_holding(&self) -> bool {
+        !(self.kept && self.recording.simultaneous)
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.0.checks.is_some() {
-            self.0.busy.store(false, Ordering::Release);
+        if self.recording.checks.is_some() {
+            self.recording.busy.store(false, Ordering::Release);
         }
     }
 }
@@ -135,13 +152,24 @@ impl Replays {
         Some(Replays::default())
     }
 
-    /// A recording made on `pool` that may be submitted now, its stream's timeline having reached
-    /// `reached`, leased for the submission of `value`: one for simultaneous use, or an idle one.
-    /// `None`: record one (past the bound, [`Self::add`] does not keep it). The submit thread never
-    /// waits for the device here: the stream's other work would wait behind it.
-    pub fn lease(&self, pool: &Arc<CommandPool>, reached: u64, value: u64) -> Result<Option<Lease>> {
+    /// A recording made on `pool` that may be submitted now, leased for the submission of `value`:
+    /// one for simultaneous use, or one idle at the value `reached()` says the stream's timeline
+    /// reached (asked only for recordings not made for simultaneous use: on NVIDIA the query took
+    /// a few hundred nanoseconds of the submit thread's). `None`: record one (past the bound,
+    /// [`Self::add`] does not keep it). The submit thread never waits for the device here: the
+    /// stream's other work would wait behind it.
+    pub fn lease(
+        &self,
+        pool: &Arc<CommandPool>,
+        reached: impl FnOnce() -> Result<u64>,
+        value: u64,
+    ) -> Result<Option<Lease>> {
         let kept = lock(&self.kept);
-        Ok(kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool)).find_map(|r| r.try_lease(reached, value)))
+        let ours = || kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool));
+        let Some(first) = ours().next() else { return Ok(None) };
+        // The recordings of one command buffer are alike: all for simultaneous use, or none.
+        let reached = if first.simultaneous { 0 } else { reached()? };
+        Ok(ours().find_map(|r| r.try_lease(reached, value)))
     }
 
     /// Leases `recording`, just made, for the submission of `value`, and keeps it while its pool
@@ -152,10 +180,11 @@ impl Replays {
         recording.busy.store(recording.checks.is_some(), Ordering::Release);
         let recording = Arc::new(recording);
         let mut kept = lock(&self.kept);
-        if kept.iter().filter(|r| Arc::ptr_eq(&r.pool, &recording.pool)).count() < KEPT_RECORDINGS {
+        let keep = kept.iter().filter(|r| Arc::ptr_eq(&r.pool, &recording.pool)).count() < KEPT_RECORDINGS;
+        if keep {
             kept.push(recording.clone());
         }
-        Lease(recording)
+        Lease { recording, kept: keep }
     }
 
     /// How many times the commands were recorded.
