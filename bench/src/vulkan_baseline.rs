@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -502,15 +501,26 @@ impl RawVulkan {
                 self.wait(t.semaphore, i + 1)?;
                 continue;
             }
-            // SAFETY (the loop): the semaphore is a live timeline semaphore of this device.
-            while unsafe { self.device.get_semaphore_counter_value(t.semaphore) }
-                .map_err(vk_err("vkGetSemaphoreCounterValue"))?
-                < i + 1
-            {
-                std::hint::spin_loop();
-            }
+            self.poll_until(t.semaphore, i + 1, &AtomicBool::new(false))?;
         }
         Ok(start.elapsed())
+    }
+
+    /// Polls `timeline`'s counter (`vkGetSemaphoreCounterValue`) until it reaches `value` (true)
+    /// or `stop` is set (false).
+    fn poll_until(&self, timeline: vk::Semaphore, value: u64, stop: &AtomicBool) -> Result<bool> {
+        loop {
+            // SAFETY: the semaphore is a live timeline semaphore of this device.
+            let reached = unsafe { self.device.get_semaphore_counter_value(timeline) }
+                .map_err(vk_err("vkGetSemaphoreCounterValue"))?;
+            if reached >= value {
+                return Ok(true);
+            }
+            if stop.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// [`round_trip_ordered_on`](Self::round_trip_ordered_on), polled, with each submission made by
@@ -521,49 +531,37 @@ impl RawVulkan {
         let t = self.timeline(0)?;
         let queue = self.queues[queue % self.queues.len()];
         let requested = AtomicU64::new(0);
-        let failed = Mutex::new(None);
+        // Set when either side fails or is done, so the other does not wait for it forever.
         let stop = AtomicBool::new(false);
-        let elapsed = std::thread::scope(|scope| {
-            scope.spawn(|| {
-                let mut submitted = 0;
-                while submitted < ops && !stop.load(Ordering::Acquire) {
-                    if requested.load(Ordering::Acquire) == submitted {
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    if let Err(e) = self.submit(queue, cb, t.semaphore, Some(submitted), submitted + 1) {
-                        *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                        stop.store(true, Ordering::Release);
-                        return;
-                    }
-                    submitted += 1;
-                }
-            });
-            let start = Instant::now();
-            for i in 0..ops {
-                requested.store(i + 1, Ordering::Release);
-                loop {
-                    // SAFETY: the semaphore is a live timeline semaphore of this device.
-                    match unsafe { self.device.get_semaphore_counter_value(t.semaphore) } {
-                        Ok(reached) if reached > i => break,
-                        Ok(_) if stop.load(Ordering::Acquire) => return None,
-                        Ok(_) => std::hint::spin_loop(),
-                        Err(e) => {
-                            stop.store(true, Ordering::Release);
-                            *failed.lock().unwrap_or_else(|p| p.into_inner()) =
-                                Some(vk_err("vkGetSemaphoreCounterValue")(e));
-                            return None;
+        std::thread::scope(|scope| {
+            let submitter = scope.spawn(|| -> Result<()> {
+                for submitted in 0..ops {
+                    while requested.load(Ordering::Acquire) == submitted {
+                        if stop.load(Ordering::Acquire) {
+                            return Ok(());
                         }
+                        std::thread::yield_now();
+                    }
+                    self.submit(queue, cb, t.semaphore, Some(submitted), submitted + 1)
+                        .inspect_err(|_| stop.store(true, Ordering::Release))?;
+                }
+                Ok(())
+            });
+            let waited = (|| -> Result<Duration> {
+                let start = Instant::now();
+                for i in 0..ops {
+                    requested.store(i + 1, Ordering::Release);
+                    if !self.poll_until(t.semaphore, i + 1, &stop)? {
+                        break;
                     }
                 }
-            }
-            Some(start.elapsed())
-        });
-        match (elapsed, failed.into_inner().unwrap_or_else(|p| p.into_inner())) {
-            (_, Some(e)) => Err(e),
-            (Some(elapsed), None) => Ok(elapsed),
-            (None, None) => Err(Error::internal("raw vulkan: the submitting thread stopped")),
-        }
+                Ok(start.elapsed())
+            })();
+            stop.store(true, Ordering::Release);
+            let submitted =
+                submitter.join().unwrap_or_else(|_| Err(Error::internal("raw vulkan: the submitting thread panicked")));
+            submitted.and(waited)
+        })
     }
 
     /// `ops` times: a 1-dispatch submission waiting for a value the host then signals

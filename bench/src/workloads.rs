@@ -209,15 +209,7 @@ impl Env {
 
     /// A reusable command buffer of `dispatches` dependent `touch` dispatches.
     pub fn dispatches(&self, dispatches: usize) -> Result<CommandBuffer> {
-        let cb = self.device.create_command_buffer(CommandBufferMode::Reusable)?;
-        for i in 0..dispatches {
-            if i > 0 {
-                cb.barrier()?;
-            }
-            cb.dispatch(&self.executable, 0, [1, 1, 1], &[i as u32], &[BufferBinding::range(&self.buffer, 0, 4)])?;
-        }
-        cb.end()?;
-        Ok(cb)
+        self.dispatches_on(&BufferBinding::range(&self.buffer, 0, 4), dispatches, CommandBufferMode::Reusable)
     }
 
     /// A command buffer of `dispatches` dependent `touch` dispatches on `binding`, recorded now.
