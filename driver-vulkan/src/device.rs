@@ -180,6 +180,11 @@ impl VulkanDevice {
         self.scheduler.model().queue_index(queue)
     }
 
+    /// How many submissions were issued on the submitting thread instead of a submit thread.
+    pub fn submissions_issued_by_callers(&self) -> u64 {
+        self.scheduler.model().issued_by_callers()
+    }
+
     /// The count of its buffers' memory.
     pub(crate) fn memory_counter(&self) -> &Arc<MemoryCounter> {
         &self.memory

@@ -158,6 +158,14 @@ pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
     prepared.replays.as_ref().map(|replays| replays.recorded())
 }
 
+/// How many submissions `device`, a Vulkan device, issued on the submitting thread instead of
+/// handing them to its queue's submit thread (a submission whose queue the host saw reach its
+/// previous value); `None` for a device of another driver.
+#[doc(hidden)]
+pub fn submissions_issued_by_callers(device: &Device) -> Option<u64> {
+    device.backend_as::<VulkanDevice>().map(VulkanDevice::submissions_issued_by_callers)
+}
+
 /// Registers the Vulkan driver.
 pub fn register(registry: &mut Registry) {
     registry.register(Arc::new(VulkanDriver));

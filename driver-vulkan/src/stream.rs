@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use ash::vk;
 use hal::driver::stream_model::{StreamModel, Work};
 use hal::driver::{CommandBufferExt, QueueOp};
-use hal::driver::{lock, wait};
+use hal::driver::{lock, try_lock, wait};
 use hal::{Error, Result};
 use smallvec::{SmallVec, smallvec};
 
@@ -54,6 +54,9 @@ pub struct Timeline {
     /// `issued.value`, read without the lock by threads watching for it.
     issued_value: AtomicU64,
     issued_changed: Condvar,
+    /// The highest value the host has seen the device reach (a counter query or a wait that
+    /// returned), read without a lock to decide where a submission is issued.
+    seen_reached: AtomicU64,
     /// How long a thread waiting for a value's signal to be issued watches before it sleeps.
     watch: Duration,
     /// What the submissions of recent values waited on (see [`WaitLog`]).
@@ -138,6 +141,7 @@ impl Timeline {
             issued: Mutex::new(Issued::default()),
             issued_value: AtomicU64::new(0),
             issued_changed: Condvar::new(),
+            seen_reached: AtomicU64::new(0),
             watch,
             waited: Mutex::default(),
             key: {
@@ -150,8 +154,22 @@ impl Timeline {
     /// The value the device reached.
     pub fn value(&self) -> Result<u64> {
         // SAFETY: the semaphore is a live timeline semaphore of this device.
-        unsafe { self.gpu.device.get_semaphore_counter_value(self.semaphore) }
-            .map_err(|e| from_vk("vkGetSemaphoreCounterValue", e))
+        let reached = unsafe { self.gpu.device.get_semaphore_counter_value(self.semaphore) }
+            .map_err(|e| from_vk("vkGetSemaphoreCounterValue", e))?;
+        self.saw_reached(reached);
+        Ok(reached)
+    }
+
+    /// Keeps that the host saw the device reach `value`.
+    fn saw_reached(&self, value: u64) {
+        if value > self.seen_reached.load(Ordering::Relaxed) {
+            self.seen_reached.fetch_max(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the host has seen the device reach `value`.
+    fn seen_reached(&self, value: u64) -> bool {
+        self.seen_reached.load(Ordering::Relaxed) >= value
     }
 
     /// Waits up to `timeout` for `value`: whether it was reached.
@@ -162,7 +180,10 @@ impl Timeline {
         let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: the semaphore is live; the info's arrays outlive the call.
         match unsafe { self.gpu.device.wait_semaphores(&info, nanos) } {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.saw_reached(value);
+                Ok(true)
+            }
             Err(vk::Result::TIMEOUT) => Ok(false),
             Err(e) => Err(from_vk("vkWaitSemaphores", e)),
         }
@@ -283,8 +304,12 @@ pub(crate) struct StreamShared {
     /// Items pushed so far: the idle submit thread watches it without the lock (see `host_waits`).
     pushed: AtomicU64,
     tuning: WaitTuning,
-    /// Items one `vkQueueSubmit` takes at most.
-    batch_limit: usize,
+    /// The submissions built and not yet handed to `vkQueueSubmit`, held by the thread issuing on
+    /// the stream: its submit thread while it takes items, or a submitter issuing its own (see
+    /// [`VulkanStream::issue_here`]). The command pool is used only under it.
+    issuer: Mutex<Batch>,
+    /// Submissions the device's submitters issued on their own threads (a diagnostic).
+    issued_by_callers: Arc<AtomicU64>,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
@@ -349,6 +374,8 @@ impl VulkanStream {
         state.enqueued += 1;
         let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits) };
         let value = item.value;
+        // Under the stream's state lock: no later value is handed out meanwhile.
+        let Err(item) = self.issue_here(item) else { return value };
         let mut items = lock(&self.shared.items);
         items.queue.push_back(item);
         self.shared.pushed.fetch_add(1, Ordering::Release);
@@ -357,6 +384,69 @@ impl VulkanStream {
         }
         value
     }
+
+    /// Issues `item` on the calling thread when the submit thread would only add a hand-off: the
+    /// host has seen the stream reach the previous value (so nothing is queued or gathered before
+    /// it, and a chain of submissions, which the submit thread gathers into one call, goes there
+    /// instead), nobody else is issuing on the stream, the item's waits are issued on this
+    /// `VkDevice`, and it is recorded work or an empty submission (host work waits for the device
+    /// first). `Err(item)`: the submit thread takes it.
+    fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
+        let stream = &self.shared;
+        if !stream.timeline.seen_reached(item.value - 1) || !issues_without_blocking(stream, &item) {
+            return Err(item);
+        }
+        let Some(mut batch) = try_lock(&stream.issuer) else { return Err(item) };
+        // Items queued (or gathered) before it go first: the submit thread takes it after them.
+        if !batch.is_empty() || !lock(&stream.items).queue.is_empty() {
+            return Err(item);
+        }
+        stream.issued_by_callers.fetch_add(1, Ordering::Relaxed);
+        if !item.waits.is_empty() {
+            stream.timeline.log_waits(item.value, &item.waits);
+        }
+        match issue(stream, &item, &mut batch) {
+            Ok(()) => {
+                if let Err(item) = batch.attach(item) {
+                    stream.timeline.set_issued(item.value);
+                }
+            }
+            Err(e) => {
+                // Failed before anything was gathered: an empty submission still reaches its
+                // value behind its waits, on the device, without blocking this thread.
+                if let Some(work) = &item.work {
+                    work.fail(e);
+                }
+                match submit(stream, &item, None, Submitted::default(), &mut batch) {
+                    Ok(()) => {
+                        if let Err(item) = batch.attach(item) {
+                            stream.timeline.set_issued(item.value);
+                        }
+                    }
+                    Err(e) => fail_item(stream, &item, e),
+                }
+            }
+        }
+        batch.flush(stream);
+        Ok(())
+    }
+}
+
+/// Whether issuing `item` can never block its thread: its waits are issued, on timelines of the
+/// stream's `VkDevice` (a wait on another's goes through the host), and it is an empty submission
+/// or recorded work (host work and embedders' points wait on the host or register first).
+fn issues_without_blocking(stream: &StreamShared, item: &Item) -> bool {
+    let waits_issued = item
+        .waits
+        .iter()
+        .all(|(timeline, value)| Arc::ptr_eq(&timeline.gpu, &stream.gpu) && timeline.is_issued(*value));
+    let recorded = match item.work.as_ref().map(|work| &work.op) {
+        None => true,
+        Some(QueueOp::Execute { collectives, .. }) => collectives.is_empty(),
+        Some(QueueOp::Transfer(_)) => true,
+        Some(_) => false,
+    };
+    waits_issued && recorded
 }
 
 impl Drop for VulkanStream {
@@ -415,6 +505,8 @@ pub struct VulkanStreams {
     tuning: WaitTuning,
     /// Items one `vkQueueSubmit` takes at most.
     batch_limit: usize,
+    /// Submissions issued on their submitters' threads (see [`VulkanStream::issue_here`]).
+    issued_by_callers: Arc<AtomicU64>,
 }
 
 impl VulkanStreams {
@@ -435,7 +527,14 @@ impl VulkanStreams {
             in_flight: Arc::default(),
             anchor: Mutex::new(None),
             externals: ExternalWaits::new(gpu),
+            issued_by_callers: Arc::default(),
         }
+    }
+
+    /// How many submissions were issued on their submitters' threads rather than the submit
+    /// threads' (a diagnostic for tests).
+    pub(crate) fn issued_by_callers(&self) -> u64 {
+        self.issued_by_callers.load(Ordering::Relaxed)
     }
 
     /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
@@ -534,7 +633,8 @@ impl StreamModel for VulkanStreams {
             items_changed: Condvar::new(),
             pushed: AtomicU64::new(0),
             tuning: self.tuning,
-            batch_limit: self.batch_limit,
+            issuer: Mutex::new(Batch::new(self.batch_limit)),
+            issued_by_callers: self.issued_by_callers.clone(),
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
@@ -674,31 +774,19 @@ impl StreamModel for VulkanStreams {
     }
 }
 
-/// The submit thread: takes items in order and issues each, gathering those already queued into
-/// one `vkQueueSubmit` (see `submit_batch`).
+/// The submit thread: waits for items without the issuer lock (a submitter may issue its own
+/// meanwhile), then takes them in order under it, gathering those already queued into one
+/// `vkQueueSubmit` (see `submit_batch`), and hands the batch over before letting go of the lock.
 fn submit_thread(stream: &StreamShared) {
     let mut contention = host_waits::Contention::default();
-    let mut batch = Batch::new(stream.batch_limit);
     let mut taken = 0u64;
     loop {
-        let item = {
+        {
             let mut items = lock(&stream.items);
             let mut watched = false;
-            loop {
-                if let Some(item) = items.queue.pop_front() {
-                    break item;
-                }
+            while items.queue.is_empty() {
                 if items.closing {
-                    drop(items);
-                    batch.flush(stream);
                     return;
-                }
-                // Nothing more to gather.
-                if !batch.is_empty() {
-                    drop(items);
-                    batch.flush(stream);
-                    items = lock(&stream.items);
-                    continue;
                 }
                 if !watched {
                     // Watch for the next item before sleeping: a submitter then pays no wake-up.
@@ -715,32 +803,44 @@ fn submit_thread(stream: &StreamShared) {
                 items = wait(&stream.items_changed, items);
                 items.sleeping = false;
             }
-        };
-        taken += 1;
-        if !item.waits.is_empty() {
-            stream.timeline.log_waits(item.value, &item.waits);
         }
-        if item.waits.iter().any(|(timeline, value)| !timeline.is_issued(*value)) {
-            // The stream that issues it may be waiting for one of the values gathered here.
-            batch.flush(stream);
-        }
-        for (timeline, value) in &item.waits {
-            timeline.wait_issued(*value);
-        }
-        match issue(stream, &item, &mut batch) {
-            Ok(()) => {
-                if let Err(item) = batch.attach(item) {
-                    // Finished on the host: its value was signalled there.
-                    stream.timeline.set_issued(item.value);
-                }
-            }
-            Err(e) => {
+        let mut batch = lock(&stream.issuer);
+        loop {
+            let Some(item) = lock(&stream.items).queue.pop_front() else { break };
+            taken += 1;
+            take(stream, item, &mut batch);
+            if batch.is_full() || stream.pushed.load(Ordering::Acquire) == taken {
                 batch.flush(stream);
-                fail_item(stream, &item, e);
             }
         }
-        if batch.is_full() || stream.pushed.load(Ordering::Acquire) == taken {
+        // Nothing more to gather.
+        batch.flush(stream);
+    }
+}
+
+/// Issues `item` on the submit thread into `batch`: waits for its waits' signals to be issued
+/// first, handing over what was gathered if it must.
+fn take(stream: &StreamShared, item: Item, batch: &mut Batch) {
+    if !item.waits.is_empty() {
+        stream.timeline.log_waits(item.value, &item.waits);
+    }
+    if item.waits.iter().any(|(timeline, value)| !timeline.is_issued(*value)) {
+        // The stream that issues it may be waiting for one of the values gathered here.
+        batch.flush(stream);
+    }
+    for (timeline, value) in &item.waits {
+        timeline.wait_issued(*value);
+    }
+    match issue(stream, &item, batch) {
+        Ok(()) => {
+            if let Err(item) = batch.attach(item) {
+                // Finished on the host: its value was signalled there.
+                stream.timeline.set_issued(item.value);
+            }
+        }
+        Err(e) => {
             batch.flush(stream);
+            fail_item(stream, &item, e);
         }
     }
 }

@@ -210,7 +210,10 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
         .unwrap();
     refused.end().unwrap();
     let failed = device.create_semaphore(0).unwrap();
+    let issued_here = driver_vulkan::submissions_issued_by_callers(&device).unwrap();
     queue.execute(&[], &refused, &[hal::SemaphoreValue::new(&failed, 1)]).unwrap();
+    // Its idle queue had reached its previous value: the refusal came on this thread.
+    assert_eq!(driver_vulkan::submissions_issued_by_callers(&device), Some(issued_here + 1));
     let e = failed.wait(1, hal::Timeout::Infinite).unwrap_err();
     assert_eq!(e.code(), StatusCode::FailedPrecondition, "{e}");
     assert!(e.message().contains("command 1") && e.message().contains("has no memory"), "{e}");
@@ -226,6 +229,41 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
         done.wait(value, hal::Timeout::Infinite).unwrap();
     }
     assert_eq!(data.read_as::<u32>().unwrap()[0], 10);
+}
+
+/// A submission whose queue the host saw reach its previous value is issued on the submitting
+/// thread, with no hand-off to the queue's submit thread; submissions behind unfinished ones (a
+/// chain) go through the submit thread. Both run, in order.
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn round_trips_are_issued_on_the_submitting_thread_and_chains_behind_them_keep_their_order() {
+    let device = device();
+    let (data, open_gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 1]));
+    let cb = bump_command_buffer(&device, &data, &open_gate, 2);
+    let queue = device.queue(0).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    let issued_here = || driver_vulkan::submissions_issued_by_callers(&device).unwrap();
+    let before = issued_here();
+    const ROUND_TRIPS: u64 = 20;
+    for value in 1..=ROUND_TRIPS {
+        queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, hal::Timeout::Infinite).unwrap();
+    }
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![2 * ROUND_TRIPS as u32], "every round trip ran");
+    let direct = issued_here() - before;
+    // One can go to the submit thread when it still held the stream after the previous value
+    // was reached; most cannot.
+    assert!(direct >= ROUND_TRIPS / 2, "{direct} of {ROUND_TRIPS} round trips were issued on the submitting thread");
+    const CHAIN: u64 = 50;
+    for value in ROUND_TRIPS + 1..=ROUND_TRIPS + CHAIN {
+        let wait = [hal::SemaphoreValue::new(&done, value - 1)];
+        queue.execute(&wait, &cb, &[hal::SemaphoreValue::new(&done, value)]).unwrap();
+    }
+    done.wait(ROUND_TRIPS + CHAIN, hal::Timeout::Infinite).unwrap();
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![2 * (ROUND_TRIPS + CHAIN) as u32], "every chained execute ran");
 }
 
 /// Multiplies each f16 of `data` by 1.5 in f16.
