@@ -30,6 +30,10 @@ pub const HOST_POLL_ENV: &str = "HAL_VULKAN_HOST_POLL_US";
 /// `0`: it sleeps at once).
 pub const SUBMIT_WATCH_ENV: &str = "HAL_VULKAN_SUBMIT_WATCH_US";
 
+/// `0` hands every submission to its queue's submit thread; otherwise (the default) a submission
+/// whose queue the host saw reach its previous value is issued on the submitting thread.
+pub const ISSUE_ON_CALLER_ENV: &str = "HAL_VULKAN_ISSUE_ON_CALLER";
+
 /// The default of [`HOST_POLL_ENV`]: as long as the CUDA driver's host waiters spin.
 pub const DEFAULT_HOST_POLL: Duration = Duration::from_micros(200);
 
@@ -50,6 +54,8 @@ const CONTENDED_PAUSE: Duration = Duration::from_millis(100);
 pub(crate) struct WaitTuning {
     pub(crate) host_poll: Duration,
     pub(crate) submit_watch: Duration,
+    /// Whether a submitter may issue its own submission (see [`ISSUE_ON_CALLER_ENV`]).
+    pub(crate) issue_on_caller: bool,
 }
 
 impl WaitTuning {
@@ -59,7 +65,17 @@ impl WaitTuning {
         Ok(WaitTuning {
             host_poll: micros_from_env(HOST_POLL_ENV, DEFAULT_HOST_POLL)?,
             submit_watch: micros_from_env(SUBMIT_WATCH_ENV, DEFAULT_SUBMIT_WATCH)?,
+            issue_on_caller: switch_from_env(ISSUE_ON_CALLER_ENV)?,
         })
+    }
+}
+
+/// `false` for `0`, `true` for `1` or where unset; `InvalidArgument` naming anything else.
+fn switch_from_env(name: &str) -> Result<bool> {
+    match std::env::var(name).as_deref().map(str::trim) {
+        Err(_) | Ok("") | Ok("1") => Ok(true),
+        Ok("0") => Ok(false),
+        Ok(text) => Err(Error::invalid_argument(format!("vulkan: {name}='{text}' is neither 0 nor 1"))),
     }
 }
 
@@ -234,5 +250,19 @@ mod tests {
         unsafe { std::env::set_var("HAL_VULKAN_TEST_KNOB", "soon") };
         let e = micros_from_env("HAL_VULKAN_TEST_KNOB", Duration::ZERO).unwrap_err();
         assert!(e.to_string().contains("HAL_VULKAN_TEST_KNOB='soon'"), "{e}");
+    }
+
+    #[test]
+    fn a_switch_is_on_unless_zero_and_names_a_bad_value() {
+        assert!(switch_from_env("HAL_VULKAN_TEST_UNSET_SWITCH").unwrap());
+        for (text, on) in [("0", false), ("1", true), (" 0 ", false), ("", true)] {
+            // SAFETY: this test alone uses this variable.
+            unsafe { std::env::set_var("HAL_VULKAN_TEST_SWITCH", text) };
+            assert_eq!(switch_from_env("HAL_VULKAN_TEST_SWITCH").unwrap(), on, "{text:?}");
+        }
+        // SAFETY: as above.
+        unsafe { std::env::set_var("HAL_VULKAN_TEST_SWITCH", "yes") };
+        let e = switch_from_env("HAL_VULKAN_TEST_SWITCH").unwrap_err();
+        assert!(e.to_string().contains("HAL_VULKAN_TEST_SWITCH='yes'"), "{e}");
     }
 }

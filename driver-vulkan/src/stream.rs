@@ -393,7 +393,10 @@ impl VulkanStream {
     /// first). `Err(item)`: the submit thread takes it.
     fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
-        if !stream.timeline.seen_reached(item.value - 1) || !issues_without_blocking(stream, &item) {
+        if !stream.tuning.issue_on_caller
+            || !stream.timeline.seen_reached(item.value - 1)
+            || !issues_without_blocking(stream, &item)
+        {
             return Err(item);
         }
         let Some(mut batch) = try_lock(&stream.issuer) else { return Err(item) };
