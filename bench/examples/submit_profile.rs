@@ -53,6 +53,10 @@ fn main() -> Result<(), String> {
         per(timing.submit),
         start.elapsed().as_secs_f64()
     );
+    #[cfg(feature = "vulkan")]
+    if let Some(issued) = driver_vulkan::submissions_issued_by_callers(&env.device) {
+        println!("  issued on the submitting thread (warm-up included): {issued}");
+    }
     Ok(())
 }
 

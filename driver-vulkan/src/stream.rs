@@ -388,14 +388,20 @@ impl VulkanStream {
     /// Issues `item` on the calling thread when the submit thread would only add a hand-off: the
     /// host has seen the stream reach the previous value (so nothing is queued or gathered before
     /// it, and a chain of submissions, which the submit thread gathers into one call, goes there
-    /// instead), nobody else is issuing on the stream, the item's waits are issued on this
-    /// `VkDevice`, and it is recorded work or an empty submission (host work waits for the device
-    /// first). `Err(item)`: the submit thread takes it.
+    /// instead), nobody else is issuing on the stream, the item waits on no other stream, and it is
+    /// recorded work or an empty submission (host work waits for the device first). `Err(item)`:
+    /// the submit thread takes it.
+    ///
+    /// Items with waits on other streams stay with the submit thread: issued here, right after
+    /// the submission they wait on was issued from the same thread, they left about one NVIDIA
+    /// process in three with every fan-out/fan-in round twice as long for its whole life (see
+    /// `docs/decisions.md#vulkan-issue-on-the-caller`).
     fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
         if !stream.tuning.issue_on_caller
+            || !item.waits.is_empty()
             || !stream.timeline.seen_reached(item.value - 1)
-            || !issues_without_blocking(stream, &item)
+            || !is_recorded_or_empty(&item)
         {
             return Err(item);
         }
@@ -405,9 +411,6 @@ impl VulkanStream {
             return Err(item);
         }
         stream.issued_by_callers.fetch_add(1, Ordering::Relaxed);
-        if !item.waits.is_empty() {
-            stream.timeline.log_waits(item.value, &item.waits);
-        }
         match issue(stream, &item, &mut batch) {
             Ok(()) => {
                 if let Err(item) = batch.attach(item) {
@@ -416,7 +419,7 @@ impl VulkanStream {
             }
             Err(e) => {
                 // Failed before anything was gathered: an empty submission still reaches its
-                // value behind its waits, on the device, without blocking this thread.
+                // value in the stream's order, on the device, without blocking this thread.
                 if let Some(work) = &item.work {
                     work.fail(e);
                 }
@@ -435,21 +438,14 @@ impl VulkanStream {
     }
 }
 
-/// Whether issuing `item` can never block its thread: its waits are issued, on timelines of the
-/// stream's `VkDevice` (a wait on another's goes through the host), and it is an empty submission
-/// or recorded work (host work and embedders' points wait on the host or register first).
-fn issues_without_blocking(stream: &StreamShared, item: &Item) -> bool {
-    let waits_issued = item
-        .waits
-        .iter()
-        .all(|(timeline, value)| Arc::ptr_eq(&timeline.gpu, &stream.gpu) && timeline.is_issued(*value));
-    let recorded = match item.work.as_ref().map(|work| &work.op) {
-        None => true,
+/// Whether `item` is an empty submission or recorded work (host work, and embedders' points,
+/// wait on the host or register first).
+fn is_recorded_or_empty(item: &Item) -> bool {
+    match item.work.as_ref().map(|work| &work.op) {
+        None | Some(QueueOp::Transfer(_)) => true,
         Some(QueueOp::Execute { collectives, .. }) => collectives.is_empty(),
-        Some(QueueOp::Transfer(_)) => true,
         Some(_) => false,
-    };
-    waits_issued && recorded
+    }
 }
 
 impl Drop for VulkanStream {
