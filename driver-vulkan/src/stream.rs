@@ -19,7 +19,7 @@
 //! `VkQueue` before it (see the `interop` module docs for what that asks of the embedder).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -310,6 +310,9 @@ pub(crate) struct StreamShared {
     issuer: Mutex<Batch>,
     /// Submissions the device's submitters issued on their own threads (a diagnostic).
     issued_by_callers: Arc<AtomicU64>,
+    /// Set once the submit thread made the stream's first `vkQueueSubmit`: until then every item
+    /// goes to it (see [`VulkanStream::issue_here`]).
+    thread_submitted: AtomicBool,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
@@ -392,13 +395,14 @@ impl VulkanStream {
     /// recorded work or an empty submission (host work waits for the device first). `Err(item)`:
     /// the submit thread takes it.
     ///
-    /// Items with waits on other streams stay with the submit thread: issued here, right after
-    /// the submission they wait on was issued from the same thread, they left about one NVIDIA
-    /// process in three with every fan-out/fan-in round twice as long for its whole life (see
+    /// The stream's first submission, and items with waits on other streams, stay with the submit
+    /// thread: NVIDIA processes whose queues were first submitted to from one thread often ran
+    /// every fan-out/fan-in round about twice as long for their whole life (see
     /// `docs/decisions.md#vulkan-issue-on-the-caller`).
     fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
         if !stream.tuning.issue_on_caller
+            || !stream.thread_submitted.load(Ordering::Acquire)
             || !item.waits.is_empty()
             || !stream.timeline.seen_reached(item.value - 1)
             || !is_recorded_or_empty(&item)
@@ -634,6 +638,7 @@ impl StreamModel for VulkanStreams {
             tuning: self.tuning,
             issuer: Mutex::new(Batch::new(self.batch_limit)),
             issued_by_callers: self.issued_by_callers.clone(),
+            thread_submitted: AtomicBool::new(false),
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
@@ -814,6 +819,7 @@ fn submit_thread(stream: &StreamShared) {
         }
         // Nothing more to gather.
         batch.flush(stream);
+        stream.thread_submitted.store(true, Ordering::Release);
     }
 }
 

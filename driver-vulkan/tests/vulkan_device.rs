@@ -209,6 +209,12 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
         .dispatch(&bump, 0, [1, 1, 1], &[1], &[BufferBinding::whole(&transient), BufferBinding::whole(&open_gate)])
         .unwrap();
     refused.end().unwrap();
+    // A first execute (a queue's first submission goes through its submit thread), waited for.
+    let warm = device.create_semaphore(0).unwrap();
+    queue
+        .execute(&[], &bump_command_buffer(&device, &data, &open_gate, 0), &[hal::SemaphoreValue::new(&warm, 1)])
+        .unwrap();
+    warm.wait(1, hal::Timeout::Infinite).unwrap();
     let failed = device.create_semaphore(0).unwrap();
     let issued_here = driver_vulkan::submissions_issued_by_callers(&device).unwrap();
     queue.execute(&[], &refused, &[hal::SemaphoreValue::new(&failed, 1)]).unwrap();
@@ -231,9 +237,10 @@ fn a_recording_refused_part_way_leaves_its_queue_able_to_record_again() {
     assert_eq!(data.read_as::<u32>().unwrap()[0], 10);
 }
 
-/// A submission whose queue the host saw reach its previous value is issued on the submitting
-/// thread, with no hand-off to the queue's submit thread; submissions behind unfinished ones (a
-/// chain) go through the submit thread. Both run, in order.
+/// A submission whose queue the host saw reach its previous value, and that waits on no other
+/// queue, is issued on the submitting thread, with no hand-off to the queue's submit thread (but
+/// the queue's first); submissions behind unfinished ones (a chain) go through the submit thread.
+/// Both run, in order.
 #[test]
 #[cfg_attr(
     not(any(hal_vulkan_found, hal_vulkan_required)),
