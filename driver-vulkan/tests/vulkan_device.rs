@@ -446,7 +446,10 @@ fn work_stays_behind_its_queues_running_work_when_its_other_wait_does_not_order_
     let [first, other, second] = [(); 3].map(|()| device.create_semaphore(0).unwrap());
     let sv = hal::SemaphoreValue::new;
     let seconds = |n| hal::Timeout::After(std::time::Duration::from_secs(n));
-    q0.execute(&[], &bump_command_buffer(&device, &data, &closed, 1), &[sv(&first, 1)]).unwrap();
+    // Everything is allocated and recorded before the gated dispatch runs: on NVIDIA a new memory
+    // allocation waited for the GPU, held by that dispatch, so the test hung before opening it.
+    let gated = bump_command_buffer(&device, &data, &closed, 1);
+    let behind = bump_command_buffer(&device, &data, &open, 10);
     // Slow enough that queue 0's next submission waits for it on the device.
     let slow = device.create_command_buffer(CommandBufferMode::OneShot).unwrap();
     let large = device.allocate_buffer(BufferParams::device_local(), 64 << 20).unwrap();
@@ -466,8 +469,9 @@ fn work_stays_behind_its_queues_running_work_when_its_other_wait_does_not_order_
     )
     .unwrap();
     slow.end().unwrap();
+    q0.execute(&[], &gated, &[sv(&first, 1)]).unwrap();
     q1.execute(&[], &slow, &[sv(&other, 1)]).unwrap();
-    q0.execute(&[sv(&other, 1)], &bump_command_buffer(&device, &data, &open, 10), &[sv(&second, 1)]).unwrap();
+    q0.execute(&[sv(&other, 1)], &behind, &[sv(&second, 1)]).unwrap();
     // Where the device runs both queues' work in one hardware stream, queue 1's work waits behind
     // the held dispatch until the gate opens: the case cannot be set up there.
     let other_ran = other.wait(1, seconds(10)).is_ok();
