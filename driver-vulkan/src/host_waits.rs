@@ -16,6 +16,10 @@
 //!
 //! Both yield between looks. A submit thread whose watches keep being cut short by late yields (the
 //! cores are wanted elsewhere) sleeps at once for a while.
+//!
+//! A submission that needs no hand-off at all (its stream idle and seen to have reached its previous
+//! value, no waits on other streams) is issued on the submitting thread unless [`ISSUE_ON_CALLER_ENV`]
+//! is `0` (see `VulkanStream::issue_here`).
 
 use std::time::{Duration, Instant};
 

@@ -5,6 +5,11 @@
 //! signals must rise), unless one of those other values shows it reached (`WaitLog`). An event is
 //! a (timeline, value) pair; its completion is the timeline's counter reaching the value.
 //!
+//! A submission that waits on no other stream, whose stream the host has seen reach the previous
+//! value and has nothing queued, is issued on the submitting thread instead
+//! (`VulkanStream::issue_here`): a round trip then pays no hand-off. Whichever thread issues holds
+//! the stream's issuer lock, so values are issued in order and the command pool has one user.
+//!
 //! Vulkan never sees a wait before its signal: the submit thread submits a wait on another stream's
 //! value only once that stream's thread issued the signal (queued it on a `VkQueue` or signalled
 //! it from the host). Two HAL queues sharing one `VkQueue` (lavapipe has one) therefore cannot

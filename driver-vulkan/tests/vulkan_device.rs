@@ -472,8 +472,8 @@ fn work_stays_behind_its_queues_running_work_when_its_other_wait_does_not_order_
     q0.execute(&[], &gated, &[sv(&first, 1)]).unwrap();
     q1.execute(&[], &slow, &[sv(&other, 1)]).unwrap();
     q0.execute(&[sv(&other, 1)], &behind, &[sv(&second, 1)]).unwrap();
-    // Where the device runs both queues' work in one hardware stream, queue 1's work waits behind
-    // the held dispatch until the gate opens: the case cannot be set up there.
+    // Where the device runs both queues' work in one hardware queue, queue 1's work waits behind
+    // the held dispatch until the gate opens: the case cannot be set up there (lavapipe has one).
     let other_ran = other.wait(1, seconds(10)).is_ok();
     if other_ran {
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -626,9 +626,9 @@ fn empty_binding(near: &Arc<Block>) -> Result<Arc<Block>> {
 const EMPTY_BINDING_BYTES: u64 = 16;
 
 /// A stream's command pool. Vulkan allows one thread at a time on a pool and its command
-/// buffers, so only the stream's submit thread calls Vulkan with it; a completed submission (or a
-/// dropped replay recording) hands its command buffer back through `idle`, and the submit thread
-/// records into it again.
+/// buffers, so only the thread issuing on the stream (holding its issuer lock) calls Vulkan with
+/// it; a completed submission (or a dropped replay recording) hands its command buffer back
+/// through `idle`, and an issuing thread records into it again.
 pub(crate) struct CommandPool {
     gpu: Arc<Gpu>,
     pool: vk::CommandPool,
@@ -641,7 +641,7 @@ impl CommandPool {
         CommandPool { gpu, pool, idle: Mutex::new(Vec::new()) }
     }
 
-    /// A command buffer to record into (submit thread only).
+    /// A command buffer to record into (the issuing thread only).
     pub(crate) fn acquire(&self) -> Result<vk::CommandBuffer> {
         if let Some(cmd) = lock(&self.idle).pop() {
             return Ok(cmd);
@@ -650,7 +650,7 @@ impl CommandPool {
             .command_pool(self.pool)
             .level(vk::CommandBufferLevel::PRIMARY)
             .command_buffer_count(1);
-        // SAFETY: only the submit thread uses the pool.
+        // SAFETY: only the thread holding the stream's issuer lock uses the pool.
         let buffers = unsafe { self.gpu.device.allocate_command_buffers(&info) }
             .map_err(|e| from_vk("vkAllocateCommandBuffers", e))?;
         Ok(buffers[0])
@@ -661,11 +661,11 @@ impl CommandPool {
         lock(&self.idle).push(cmd);
     }
 
-    /// Hands back `cmd`, whose recording failed part-way (submit thread only). It is reset first:
+    /// Hands back `cmd`, whose recording failed part-way (the issuing thread only). It is reset first:
     /// a command buffer left in the recording state cannot be begun again.
     pub(crate) fn release_failed(&self, cmd: vk::CommandBuffer) {
         // SAFETY: `cmd` is a buffer of this pool (which allows resetting one buffer), not pending,
-        // and only the submit thread uses the pool.
+        // and only the thread holding the stream's issuer lock uses the pool.
         match unsafe { self.gpu.device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()) } {
             Ok(()) => self.release(cmd),
             // Not handed back: it is freed with the pool.
