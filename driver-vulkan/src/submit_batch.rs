@@ -32,7 +32,8 @@ pub(crate) struct Entry {
     pub(crate) stages: SubmitList<vk::PipelineStageFlags>,
     pub(crate) signals: SubmitList<vk::Semaphore>,
     pub(crate) signal_values: SubmitList<u64>,
-    pub(crate) cmd: Option<vk::CommandBuffer>,
+    /// Its command buffers, in order (none for an empty submission).
+    pub(crate) cmds: SubmitList<vk::CommandBuffer>,
     /// An embedder's value it signals, settled once submitted.
     pub(crate) external_signal: Option<Arc<Point>>,
     /// The work whose `in_flight` entry goes if the call fails.
@@ -134,7 +135,7 @@ impl Batch {
                 vk::SubmitInfo::default()
                     .wait_semaphores(&entry.waits)
                     .wait_dst_stage_mask(&entry.stages)
-                    .command_buffers(entry.cmd.as_slice())
+                    .command_buffers(&entry.cmds)
                     .signal_semaphores(&entry.signals)
                     .push_next(timeline)
             })
@@ -175,7 +176,7 @@ mod tests {
             stages: SubmitList::new(),
             signals: SubmitList::new(),
             signal_values: SubmitList::new(),
-            cmd: None,
+            cmds: SubmitList::new(),
             external_signal: None,
             in_flight: None,
             item: None,
