@@ -277,16 +277,13 @@ pub(crate) struct Item {
     work: Option<Arc<Work>>,
     pub(crate) value: u64,
     waits: Marks,
-    /// Set when the host saw the stream reach the previous value before the item was issued: its
-    /// order behind that value is then a barrier, not a semaphore wait (see `submit`).
-    previous_seen: bool,
 }
 
 #[cfg(test)]
 impl Item {
     /// An item with no work, for tests of the submit path's bookkeeping.
     pub(crate) fn for_test(value: u64) -> Item {
-        Item { work: None, value, waits: Marks::new(), previous_seen: false }
+        Item { work: None, value, waits: Marks::new() }
     }
 }
 
@@ -322,10 +319,6 @@ pub(crate) struct StreamShared {
     /// goes to it (see [`VulkanStream::issue_here`]).
     thread_submitted: AtomicBool,
     pool: Arc<CommandPool>,
-    /// A command buffer of `pool` holding one barrier from all earlier work's memory writes to all
-    /// later accesses, put ahead of a submission the host saw the stream's previous value reached
-    /// for (see `submit`); recorded once, for simultaneous use.
-    after_reached: vk::CommandBuffer,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
     checker: Arc<VulkanExecutable>,
     externals: Arc<ExternalWaits>,
@@ -387,7 +380,7 @@ impl VulkanStream {
     fn push(&self, work: Option<Arc<Work>>) -> u64 {
         let mut state = lock(&self.state);
         state.enqueued += 1;
-        let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits), previous_seen: false };
+        let item = Item { work, value: state.enqueued, waits: std::mem::take(&mut state.waits) };
         let value = item.value;
         // Under the stream's state lock: no later value is handed out meanwhile.
         let Err(item) = self.issue_here(item) else { return value };
@@ -411,7 +404,7 @@ impl VulkanStream {
     /// thread: NVIDIA processes whose queues were first submitted to from one thread often ran
     /// every fan-out/fan-in round about twice as long for their whole life (see
     /// `docs/decisions.md#vulkan-issue-on-the-caller`).
-    fn issue_here(&self, mut item: Item) -> std::result::Result<(), Item> {
+    fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
         if !stream.tuning.issue_on_caller
             || !stream.thread_submitted.load(Ordering::Acquire)
@@ -427,7 +420,6 @@ impl VulkanStream {
             return Err(item);
         }
         stream.issued_by_callers.fetch_add(1, Ordering::Relaxed);
-        item.previous_seen = true;
         match issue(stream, &item, &mut batch) {
             Ok(()) => {
                 if let Err(item) = batch.attach(item) {
@@ -640,9 +632,6 @@ impl StreamModel for VulkanStreams {
         // SAFETY: a valid create info; destroyed when the stream drops.
         let pool = unsafe { self.gpu.device.create_command_pool(&info, None) }
             .map_err(|e| from_vk("vkCreateCommandPool", e))?;
-        // Destroys the pool, and the barrier's command buffer with it, if anything below fails.
-        let pool = Arc::new(CommandPool::new(self.gpu.clone(), pool));
-        let after_reached = record_after_reached(&self.gpu, &pool)?;
         let shared = Arc::new(StreamShared {
             gpu: self.gpu.clone(),
             queue,
@@ -655,8 +644,7 @@ impl StreamModel for VulkanStreams {
             issuer: Mutex::new(Batch::new(self.batch_limit)),
             issued_by_callers: self.issued_by_callers.clone(),
             thread_submitted: AtomicBool::new(false),
-            pool,
-            after_reached,
+            pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
             checker: self.checker.clone(),
             externals: self.externals.clone(),
@@ -1153,32 +1141,6 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], b
     }
 }
 
-/// Records the barrier ahead of a submission whose previous value the host saw reached (see
-/// [`StreamShared::after_reached`]) into a new command buffer of `pool`.
-fn record_after_reached(gpu: &Gpu, pool: &CommandPool) -> Result<vk::CommandBuffer> {
-    let cmd = pool.acquire()?;
-    let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
-    let barrier = vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::MEMORY_WRITE)
-        .dst_access_mask(vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE);
-    // SAFETY: `cmd` is a new buffer of `pool`, which no other thread uses yet (the stream is being
-    // made); the barrier's arrays outlive the call.
-    unsafe {
-        gpu.device.begin_command_buffer(cmd, &begin).map_err(|e| from_vk("vkBeginCommandBuffer", e))?;
-        gpu.device.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::PipelineStageFlags::ALL_COMMANDS,
-            vk::DependencyFlags::empty(),
-            &[barrier],
-            &[],
-            &[],
-        );
-        gpu.device.end_command_buffer(cmd).map_err(|e| from_vk("vkEndCommandBuffer", e))?;
-    }
-    Ok(cmd)
-}
-
 /// Begins recording `cmd`, an idle buffer of the stream's pool.
 fn begin(stream: &StreamShared, cmd: vk::CommandBuffer, flags: vk::CommandBufferUsageFlags) -> Result<()> {
     let begin = vk::CommandBufferBeginInfo::default().flags(flags);
@@ -1270,23 +1232,14 @@ fn submit(
 ) -> Result<()> {
     let mut waits: SubmitList<vk::Semaphore> = SubmitList::new();
     let mut wait_values: SubmitList<u64> = SubmitList::new();
-    // Behind the stream's previous value: a semaphore wait, unless a value it waits on shows that
-    // reached (its signal is issued by now), or the host saw it reached before this was issued. Its
-    // signal then comes after that value's anyway, and a barrier ahead of its commands orders their
-    // memory accesses after that work's: on NVIDIA the wait cost about 0.9 us of device time a
-    // round trip (see `docs/decisions.md#vulkan-issue-on-the-caller`).
+    // Behind the stream's previous value, unless a value it waits on shows that reached (its
+    // signal is issued by now).
     let previous = item.value - 1;
-    let ordered = item.previous_seen
-        || item.waits.iter().any(|(timeline, value)| timeline.shows_reached(*value, &stream.timeline, previous));
+    let ordered = item.waits.iter().any(|(timeline, value)| timeline.shows_reached(*value, &stream.timeline, previous));
     if !ordered {
         waits.push(stream.timeline.semaphore);
         wait_values.push(previous);
     }
-    let mut cmds: SubmitList<vk::CommandBuffer> = SubmitList::new();
-    if item.previous_seen && cmd.is_some() {
-        cmds.push(stream.after_reached);
-    }
-    cmds.extend(cmd);
     let mut signals: SubmitList<vk::Semaphore> = smallvec![stream.timeline.semaphore];
     let mut signal_values: SubmitList<u64> = smallvec![item.value];
     if let Some(point) = &submitted.external {
@@ -1336,7 +1289,7 @@ fn submit(
         stages,
         signals,
         signal_values,
-        cmds,
+        cmd,
         external_signal,
         in_flight,
         item: None,

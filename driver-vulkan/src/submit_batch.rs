@@ -32,8 +32,7 @@ pub(crate) struct Entry {
     pub(crate) stages: SubmitList<vk::PipelineStageFlags>,
     pub(crate) signals: SubmitList<vk::Semaphore>,
     pub(crate) signal_values: SubmitList<u64>,
-    /// Its command buffers, in order (none for an empty submission).
-    pub(crate) cmds: SubmitList<vk::CommandBuffer>,
+    pub(crate) cmd: Option<vk::CommandBuffer>,
     /// An embedder's value it signals, settled once submitted.
     pub(crate) external_signal: Option<Arc<Point>>,
     /// The work whose `in_flight` entry goes if the call fails.
@@ -135,7 +134,7 @@ impl Batch {
                 vk::SubmitInfo::default()
                     .wait_semaphores(&entry.waits)
                     .wait_dst_stage_mask(&entry.stages)
-                    .command_buffers(&entry.cmds)
+                    .command_buffers(entry.cmd.as_slice())
                     .signal_semaphores(&entry.signals)
                     .push_next(timeline)
             })
@@ -176,7 +175,7 @@ mod tests {
             stages: SubmitList::new(),
             signals: SubmitList::new(),
             signal_values: SubmitList::new(),
-            cmds: SubmitList::new(),
+            cmd: None,
             external_signal: None,
             in_flight: None,
             item: None,
