@@ -273,6 +273,125 @@ fn round_trips_are_issued_on_the_submitting_thread_and_chains_behind_them_keep_t
     assert_eq!(data.read_as::<u32>().unwrap(), vec![2 * (ROUND_TRIPS + CHAIN) as u32], "every chained execute ran");
 }
 
+/// Replays [`submissions_from_many_threads_keep_each_queues_order_under_random_mixes`] with this seed.
+const ISSUE_STRESS_SEED_ENV: &str = "HAL_ISSUE_STRESS_SEED";
+
+/// Threads sharing two queues, each running a random mix of round trips (issued on the submitting
+/// thread where the queue is idle), chains (the submit thread's), work a host signal releases, and
+/// work on the other queue behind its last value: every execute runs once, in each thread's order,
+/// and nothing hangs. The seed is printed; [`ISSUE_STRESS_SEED_ENV`] replays one.
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn submissions_from_many_threads_keep_each_queues_order_under_random_mixes() {
+    let seed = std::env::var(ISSUE_STRESS_SEED_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+    });
+    println!("seed {seed} ({ISSUE_STRESS_SEED_ENV}={seed} replays)");
+    let device = device();
+    let open_gate = host_buffer(&device, &[0, 1]);
+    const THREADS: u64 = 6;
+    const OPS: u64 = 200;
+    let before = driver_vulkan::submissions_issued_by_callers(&device).unwrap();
+    let outcomes: Vec<Result<(u32, u32), String>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (device, open_gate) = (&device, &open_gate);
+                scope.spawn(move || stress_thread(device, open_gate, seed.wrapping_add(thread), OPS))
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err("the thread panicked".into()))).collect()
+    });
+    for (thread, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            Ok((ran, expected)) => assert_eq!(ran, expected, "thread {thread}: executes that ran (seed {seed})"),
+            Err(e) => {
+                // Dropping the device would wait for streams that may never finish: leave it.
+                std::mem::forget(device);
+                panic!("thread {thread}: {e} (seed {seed})");
+            }
+        }
+    }
+    let issued_here = driver_vulkan::submissions_issued_by_callers(&device).unwrap() - before;
+    if std::env::var(driver_vulkan::ISSUE_ON_CALLER_ENV).as_deref() == Ok("0") {
+        assert_eq!(issued_here, 0, "issued on submitting threads with {}=0", driver_vulkan::ISSUE_ON_CALLER_ENV);
+    } else {
+        assert!(issued_here > 0, "no submission was issued on its submitting thread (seed {seed})");
+    }
+}
+
+/// One thread of the stress test: `ops` random operations on its own counter, each waited for
+/// before the next; (the counter's value, the executes made).
+fn stress_thread(device: &hal::Device, open_gate: &hal::Buffer, seed: u64, ops: u64) -> Result<(u32, u32), String> {
+    let mut rng = seed | 1;
+    let mut next = move |bound: u64| {
+        // xorshift64*
+        rng ^= rng >> 12;
+        rng ^= rng << 25;
+        rng ^= rng >> 27;
+        rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound
+    };
+    let data = host_buffer(device, &[0]);
+    let cb = bump_command_buffer(device, &data, open_gate, 1);
+    let queues = [device.queue(0).unwrap(), device.queue(1 % device.queue_count()).unwrap()];
+    let done = device.create_semaphore(0).unwrap();
+    let sv = hal::SemaphoreValue::new;
+    let limit = hal::Timeout::After(std::time::Duration::from_secs(30));
+    let (mut value, mut executes) = (0u64, 0u32);
+    for op in 0..ops {
+        let queue = &queues[next(2) as usize];
+        match next(4) {
+            // A round trip.
+            0 => {
+                value += 1;
+                queue.execute(&[], &cb, &[sv(&done, value)]).map_err(|e| format!("op {op}: {e}"))?;
+                executes += 1;
+            }
+            // A chain of up to 8, each behind the one before.
+            1 => {
+                for _ in 0..=next(8) {
+                    value += 1;
+                    queue
+                        .execute(&[sv(&done, value - 1)], &cb, &[sv(&done, value)])
+                        .map_err(|e| format!("op {op}: {e}"))?;
+                    executes += 1;
+                }
+            }
+            // Work a host signal releases, after a short spin.
+            2 => {
+                let gate = hal::Semaphore::new(0);
+                value += 1;
+                queue.execute(&[sv(&gate, 1)], &cb, &[sv(&done, value)]).map_err(|e| format!("op {op}: {e}"))?;
+                executes += 1;
+                let spin = std::time::Instant::now();
+                while spin.elapsed() < std::time::Duration::from_micros(next(200)) {
+                    std::hint::spin_loop();
+                }
+                gate.signal(1).map_err(|e| format!("op {op}: {e}"))?;
+            }
+            // Work on each queue, the second behind the first.
+            _ => {
+                value += 2;
+                queues[0]
+                    .execute(&[sv(&done, value - 2)], &cb, &[sv(&done, value - 1)])
+                    .map_err(|e| format!("op {op}: {e}"))?;
+                queues[1]
+                    .execute(&[sv(&done, value - 1)], &cb, &[sv(&done, value)])
+                    .map_err(|e| format!("op {op}: {e}"))?;
+                executes += 2;
+            }
+        }
+        done.wait(value, limit).map_err(|e| format!("op {op}: waiting for value {value}: {e}"))?;
+        let ran = data.read_as::<u32>().map_err(|e| e.to_string())?[0];
+        if ran != executes {
+            return Err(format!("op {op}: {ran} executes ran of {executes} made"));
+        }
+    }
+    Ok((data.read_as::<u32>().map_err(|e| e.to_string())?[0], executes))
+}
+
 /// Multiplies each f16 of `data` by 1.5 in f16.
 const HALF_WGSL: &str = r#"
 enable f16;
