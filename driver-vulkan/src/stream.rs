@@ -315,8 +315,8 @@ pub(crate) struct StreamShared {
     issuer: Mutex<Batch>,
     /// Submissions the device's submitters issued on their own threads (a diagnostic).
     issued_by_callers: Arc<AtomicU64>,
-    /// Set once the submit thread made the stream's first `vkQueueSubmit`: until then every item
-    /// goes to it (see [`VulkanStream::issue_here`]).
+    /// Set once the submit thread has issued the stream's first items: until then every item goes
+    /// to it (see [`VulkanStream::issue_here`]).
     thread_submitted: AtomicBool,
     pool: Arc<CommandPool>,
     in_flight: Arc<Mutex<HashMap<u64, InFlight>>>,
@@ -400,9 +400,10 @@ impl VulkanStream {
     /// recorded work or an empty submission (host work waits for the device first). `Err(item)`:
     /// the submit thread takes it.
     ///
-    /// The stream's first submission, and items with waits on other streams, stay with the submit
-    /// thread: NVIDIA processes whose queues were first submitted to from one thread often ran
-    /// every fan-out/fan-in round about twice as long for their whole life (see
+    /// Items with waits on other streams stay with the submit thread: issued here too, they left
+    /// NVIDIA processes far more often with every fan-out/fan-in round about twice as long for
+    /// their whole life. The stream's first submission stays there too, on a guess (not confirmed)
+    /// that first submissions of several queues from one thread bring that on (see
     /// `docs/decisions.md#vulkan-issue-on-the-caller`).
     fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
