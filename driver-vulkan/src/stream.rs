@@ -422,11 +422,7 @@ impl VulkanStream {
         }
         stream.issued_by_callers.fetch_add(1, Ordering::Relaxed);
         match issue(stream, &item, &mut batch) {
-            Ok(()) => {
-                if let Err(item) = batch.attach(item) {
-                    stream.timeline.set_issued(item.value);
-                }
-            }
+            Ok(()) => attach(stream, &mut batch, item),
             Err(e) => {
                 // Failed before anything was gathered: an empty submission still reaches its
                 // value in the stream's order, on the device, without blocking this thread.
@@ -434,11 +430,7 @@ impl VulkanStream {
                     work.fail(e);
                 }
                 match submit(stream, &item, None, Submitted::default(), &mut batch) {
-                    Ok(()) => {
-                        if let Err(item) = batch.attach(item) {
-                            stream.timeline.set_issued(item.value);
-                        }
-                    }
+                    Ok(()) => attach(stream, &mut batch, item),
                     Err(e) => fail_item(stream, &item, e),
                 }
             }
@@ -843,16 +835,19 @@ fn take(stream: &StreamShared, item: Item, batch: &mut Batch) {
         timeline.wait_issued(*value);
     }
     match issue(stream, &item, batch) {
-        Ok(()) => {
-            if let Err(item) = batch.attach(item) {
-                // Finished on the host: its value was signalled there.
-                stream.timeline.set_issued(item.value);
-            }
-        }
+        Ok(()) => attach(stream, batch, item),
         Err(e) => {
             batch.flush(stream);
             fail_item(stream, &item, e);
         }
+    }
+}
+
+/// Hands an issued item to the entry its issue gathered into `batch`; one its issue finished on
+/// the host (its value signalled there) is issued already.
+fn attach(stream: &StreamShared, batch: &mut Batch, item: Item) {
+    if let Err(item) = batch.attach(item) {
+        stream.timeline.set_issued(item.value);
     }
 }
 
