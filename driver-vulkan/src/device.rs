@@ -185,6 +185,11 @@ impl VulkanDevice {
         self.scheduler.model().issued_by_callers()
     }
 
+    /// What the host threads of its streams did so far (a diagnostic).
+    pub fn host_thread_counts(&self) -> crate::HostThreadCounts {
+        self.scheduler.model().thread_counts()
+    }
+
     /// The count of its buffers' memory.
     pub(crate) fn memory_counter(&self) -> &Arc<MemoryCounter> {
         &self.memory

@@ -60,6 +60,9 @@ pub(crate) struct WaitTuning {
     pub(crate) submit_watch: Duration,
     /// Whether a submitter may issue its own submission (see [`ISSUE_ON_CALLER_ENV`]).
     pub(crate) issue_on_caller: bool,
+    /// Whether the submit threads keep off the CPUs that take the GPU's interrupts (see
+    /// `interrupt_cpus`).
+    pub(crate) avoid_interrupt_cpus: bool,
 }
 
 impl WaitTuning {
@@ -70,12 +73,13 @@ impl WaitTuning {
             host_poll: micros_from_env(HOST_POLL_ENV, DEFAULT_HOST_POLL)?,
             submit_watch: micros_from_env(SUBMIT_WATCH_ENV, DEFAULT_SUBMIT_WATCH)?,
             issue_on_caller: switch_from_env(ISSUE_ON_CALLER_ENV)?,
+            avoid_interrupt_cpus: switch_from_env(crate::interrupt_cpus::AVOID_INTERRUPT_CPUS_ENV)?,
         })
     }
 }
 
 /// `false` for `0`, `true` for `1` or where unset; `InvalidArgument` naming anything else.
-fn switch_from_env(name: &str) -> Result<bool> {
+pub(crate) fn switch_from_env(name: &str) -> Result<bool> {
     match std::env::var(name).as_deref().map(str::trim) {
         Err(_) | Ok("") | Ok("1") => Ok(true),
         Ok("0") => Ok(false),
@@ -122,6 +126,8 @@ pub(crate) struct Contention {
     late_watches: u32,
     /// Until when the thread sleeps at once instead of watching.
     pause_until: Option<Instant>,
+    /// Watches a late yield cut short, in all.
+    cut_short: u64,
 }
 
 /// Watches `changed()` for up to `watch` before a thread sleeps; whether it changed. A yield that
@@ -153,12 +159,19 @@ pub(crate) fn watch(watch: Duration, contention: &mut Contention, changed: impl 
 }
 
 impl Contention {
-    fn paused(&self) -> bool {
+    /// Whether the thread sleeps at once for now instead of watching.
+    pub(crate) fn paused(&self) -> bool {
         self.pause_until.is_some_and(|until| Instant::now() < until)
     }
 
     /// A late yield cut a watch short: the streak grows, and pauses watching once long enough.
+    /// Watches a late yield cut short, in all.
+    pub(crate) fn cut_short_count(&self) -> u64 {
+        self.cut_short
+    }
+
     fn cut_short(&mut self) {
+        self.cut_short += 1;
         self.late_watches += 1;
         if self.late_watches >= LATE_WATCHES {
             self.late_watches = 0;

@@ -68,6 +68,7 @@ mod gpu;
 mod host_waits;
 mod instance;
 pub mod interop;
+mod interrupt_cpus;
 mod memory;
 mod one_shot;
 mod spirv;
@@ -75,6 +76,9 @@ mod spirv_bitcasts;
 mod spirv_conversions;
 mod stream;
 mod submit_batch;
+mod thread_counts;
+#[doc(hidden)]
+pub use thread_counts::HostThreadCounts;
 pub mod timing;
 #[cfg(feature = "wgsl")]
 pub mod wgsl;
@@ -164,6 +168,14 @@ pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
 #[doc(hidden)]
 pub fn submissions_issued_by_callers(device: &Device) -> Option<u64> {
     device.backend_as::<VulkanDevice>().map(VulkanDevice::submissions_issued_by_callers)
+}
+
+/// What the host threads of `device`, a Vulkan device, did so far (see [`HostThreadCounts`]);
+/// `None` for a device of another driver. A diagnostic: a process whose rounds run slow shows here
+/// whether its threads slept between hand-offs or its `vkQueueSubmit` calls took longer.
+#[doc(hidden)]
+pub fn host_thread_counts(device: &Device) -> Option<HostThreadCounts> {
+    device.backend_as::<VulkanDevice>().map(VulkanDevice::host_thread_counts)
 }
 
 /// Registers the Vulkan driver.

@@ -47,6 +47,7 @@ use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::{Block, Placement};
 use crate::memory::{VulkanMemory, resolve};
 use crate::submit_batch::{Batch, Entry};
+use crate::thread_counts::{HostThreadCounts, ThreadCounters};
 use crate::timing::{ClockAnchor, QueryPool, SubmissionTiming};
 
 /// A timeline and how far its stream has got.
@@ -64,6 +65,8 @@ pub struct Timeline {
     seen_reached: AtomicU64,
     /// How long a thread waiting for a value's signal to be issued watches before it sleeps.
     watch: Duration,
+    /// Where its sleeps are counted (a diagnostic).
+    counts: Arc<ThreadCounters>,
     /// What the submissions of recent values waited on (see [`WaitLog`]).
     waited: Mutex<WaitLog>,
     /// Names it in other timelines' [`WaitLog`]s: unique in the process, unlike a handle or an
@@ -133,7 +136,7 @@ impl WaitLog {
 }
 
 impl Timeline {
-    fn new(gpu: &Arc<Gpu>, watch: Duration) -> Result<Timeline> {
+    fn new(gpu: &Arc<Gpu>, watch: Duration, counts: Arc<ThreadCounters>) -> Result<Timeline> {
         let mut kind =
             vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
@@ -148,6 +151,7 @@ impl Timeline {
             issued_changed: Condvar::new(),
             seen_reached: AtomicU64::new(0),
             watch,
+            counts,
             waited: Mutex::default(),
             key: {
                 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
@@ -235,10 +239,18 @@ impl Timeline {
     /// a wake-up on every cross-queue hop.
     fn wait_issued(&self, value: u64) {
         let issued = || self.is_issued(value);
-        if issued() || host_waits::watch(self.watch, &mut host_waits::Contention::default(), issued) {
+        let mut contention = host_waits::Contention::default();
+        let seen = issued() || host_waits::watch(self.watch, &mut contention, issued);
+        if contention.cut_short_count() > 0 {
+            self.counts.watch_cut_short();
+        }
+        if seen {
             return;
         }
         let mut state = lock(&self.issued);
+        if state.value < value {
+            self.counts.signal_wait_slept();
+        }
         while state.value < value {
             state.sleepers += 1;
             state = wait(&self.issued_changed, state);
@@ -313,8 +325,8 @@ pub(crate) struct StreamShared {
     /// the stream: its submit thread while it takes items, or a submitter issuing its own (see
     /// [`VulkanStream::issue_here`]). The command pool is used only under it.
     issuer: Mutex<Batch>,
-    /// Submissions the device's submitters issued on their own threads (a diagnostic).
-    issued_by_callers: Arc<AtomicU64>,
+    /// What the device's host threads did (a diagnostic).
+    counts: Arc<ThreadCounters>,
     /// Set once the submit thread has issued the stream's first items: until then every item goes
     /// to it (see [`VulkanStream::issue_here`]).
     thread_submitted: AtomicBool,
@@ -325,6 +337,11 @@ pub(crate) struct StreamShared {
 }
 
 impl StreamShared {
+    /// Where what its threads do is counted (a diagnostic).
+    pub(crate) fn counts(&self) -> &ThreadCounters {
+        &self.counts
+    }
+
     /// The Vulkan queue the stream submits to, locked (it is externally synchronized).
     pub(crate) fn lock_queue(&self) -> std::sync::MutexGuard<'_, vk::Queue> {
         lock(self.gpu.queue(self.vk_queue))
@@ -402,8 +419,9 @@ impl VulkanStream {
     ///
     /// Items with waits on other streams stay with the submit thread: issued here too, they left
     /// NVIDIA processes far more often with every fan-out/fan-in round about twice as long for
-    /// their whole life. The stream's first submission stays there too, on a guess (not confirmed)
-    /// that first submissions of several queues from one thread bring that on (see
+    /// their whole life. The stream's first submission stays there too. Both rules predate
+    /// finding that slow state's cause (a submit thread on the CPU taking the GPU's interrupts, see
+    /// `interrupt_cpus`) and were not measured again since (see
     /// `docs/decisions.md#vulkan-issue-on-the-caller`).
     fn issue_here(&self, item: Item) -> std::result::Result<(), Item> {
         let stream = &self.shared;
@@ -420,7 +438,7 @@ impl VulkanStream {
         if !batch.is_empty() || !lock(&stream.items).queue.is_empty() {
             return Err(item);
         }
-        stream.issued_by_callers.fetch_add(1, Ordering::Relaxed);
+        stream.counts.issued_by_caller();
         match issue(stream, &item, &mut batch) {
             Ok(()) => attach(stream, &mut batch, item),
             Err(e) => {
@@ -506,8 +524,8 @@ pub struct VulkanStreams {
     tuning: WaitTuning,
     /// Items one `vkQueueSubmit` takes at most.
     batch_limit: usize,
-    /// Submissions issued on their submitters' threads (see [`VulkanStream::issue_here`]).
-    issued_by_callers: Arc<AtomicU64>,
+    /// What the host threads of its streams did (a diagnostic).
+    counts: Arc<ThreadCounters>,
 }
 
 impl VulkanStreams {
@@ -528,14 +546,19 @@ impl VulkanStreams {
             in_flight: Arc::default(),
             anchor: Mutex::new(None),
             externals: ExternalWaits::new(gpu),
-            issued_by_callers: Arc::default(),
+            counts: Arc::default(),
         }
     }
 
     /// How many submissions were issued on their submitters' threads rather than the submit
     /// threads' (a diagnostic for tests).
     pub(crate) fn issued_by_callers(&self) -> u64 {
-        self.issued_by_callers.load(Ordering::Relaxed)
+        self.counts.issued_by_callers()
+    }
+
+    /// What the host threads of its streams did (a diagnostic).
+    pub(crate) fn thread_counts(&self) -> HostThreadCounts {
+        self.counts.snapshot()
     }
 
     /// The index in its family of the Vulkan queue HAL queue `queue` submits to.
@@ -618,7 +641,7 @@ impl StreamModel for VulkanStreams {
     const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
 
     fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
-        let timeline = Arc::new(Timeline::new(&self.gpu, self.tuning.submit_watch)?);
+        let timeline = Arc::new(Timeline::new(&self.gpu, self.tuning.submit_watch, self.counts.clone())?);
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(self.gpu.physical.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
@@ -635,7 +658,7 @@ impl StreamModel for VulkanStreams {
             pushed: AtomicU64::new(0),
             tuning: self.tuning,
             issuer: Mutex::new(Batch::new(self.batch_limit)),
-            issued_by_callers: self.issued_by_callers.clone(),
+            counts: self.counts.clone(),
             thread_submitted: AtomicBool::new(false),
             pool: Arc::new(CommandPool::new(self.gpu.clone(), pool)),
             in_flight: self.in_flight.clone(),
@@ -780,6 +803,13 @@ impl StreamModel for VulkanStreams {
 /// meanwhile), then takes them in order under it, gathering those already queued into one
 /// `vkQueueSubmit` (see `submit_batch`), and hands the batch over before letting go of the lock.
 fn submit_thread(stream: &StreamShared) {
+    if stream.tuning.avoid_interrupt_cpus {
+        let left_out = crate::interrupt_cpus::keep_this_thread_off();
+        if !left_out.is_empty() {
+            stream.counts.thread_kept_off_interrupts();
+            tracing::debug!(queue = stream.queue, ?left_out, "vulkan: submit thread kept off the GPU's interrupt cpus");
+        }
+    }
     let mut contention = host_waits::Contention::default();
     let mut taken = 0u64;
     loop {
@@ -793,14 +823,22 @@ fn submit_thread(stream: &StreamShared) {
                 if !watched {
                     // Watch for the next item before sleeping: a submitter then pays no wake-up.
                     watched = true;
+                    if contention.paused() {
+                        stream.counts.watch_paused();
+                    }
                     let seen = stream.pushed.load(Ordering::Acquire);
                     drop(items);
+                    let cut_before = contention.cut_short_count();
                     host_waits::watch(stream.tuning.submit_watch, &mut contention, || {
                         stream.pushed.load(Ordering::Acquire) != seen
                     });
+                    if contention.cut_short_count() > cut_before {
+                        stream.counts.watch_cut_short();
+                    }
                     items = lock(&stream.items);
                     continue;
                 }
+                stream.counts.submit_thread_slept();
                 items.sleeping = true;
                 items = wait(&stream.items_changed, items);
                 items.sleeping = false;

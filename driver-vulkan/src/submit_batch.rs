@@ -9,6 +9,7 @@
 //! for a value, host-side work, and sleeping for new items.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use ash::vk;
 use hal::{Error, Result};
@@ -139,12 +140,16 @@ impl Batch {
                     .push_next(timeline)
             })
             .collect();
+        let asked = Instant::now();
         let queue = stream.lock_queue();
+        let started = Instant::now();
+        stream.counts().waited_for_queue(started - asked);
         // SAFETY: the queue is locked; every wait's signal was issued before (see the stream
         // module's docs), but an embedder's, which the embedder issues (`crate::interop`); each
         // command buffer is recorded and its resources are held in `in_flight` until completion;
         // the arrays the infos point at live in `self.entries` through the call.
         let result = unsafe { stream.gpu.device.queue_submit(*queue, &submits, vk::Fence::null()) };
+        stream.counts().submitted(started.elapsed());
         drop(queue);
         result.map_err(|e| from_vk("vkQueueSubmit", e))
     }

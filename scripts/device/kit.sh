@@ -15,7 +15,7 @@ Builds the device kit into devbin/ (release, stripped):
   vulkan_<test>                 driver-vulkan's test binaries (vulkan_cts, vulkan_vulkan_device, ...)
   cpu_sim_cts                   the CTS on cpu-sim (ctest's cpu_sim test)
   examples                      completion_modes, chain_costs, submit_profile, allreduce_sweep,
-                                peers, triton_kernels
+                                peers, triton_kernels, vulkan_round_trips, vulkan_process_state
   capi/                         libthal.so, thal_tests (finds libthal.so beside itself), the cpu-sim
                                 kernel library, kernels.cu, c_overhead, TESTS (the C tests' names)
   run.sh ab.sh profile.sh hang-backtrace.sh summarize.py lib.sh vulkan-env.sh
@@ -109,7 +109,8 @@ build_main() {
   fi
   if part bench; then
     local ex
-    for ex in completion_modes chain_costs triton_kernels submit_profile allreduce_sweep peers; do
+    for ex in completion_modes chain_costs triton_kernels submit_profile allreduce_sweep peers \
+      vulkan_round_trips vulkan_process_state; do
       cp "$release/examples/$ex" "$OUTDIR/"
     done
     cp "$release/bench" "$release/hal" "$OUTDIR/"
