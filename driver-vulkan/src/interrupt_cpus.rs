@@ -8,7 +8,7 @@
 //! placed there runs cross-queue work at about half speed for its whole life (fan-out rounds of
 //! 103-123 us instead of 45-46 on an H200, where raw Vulkan in the same process took 46), because the
 //! scheduler sees nothing to balance. So each submit thread narrows its own CPU set to leave those
-//! CPUs out, where any CPU is left; [`AVOID_INTERRUPT_CPUS_ENV`] `=0` leaves it where it is.
+//! CPUs out, where at least two CPUs are left; [`AVOID_INTERRUPT_CPUS_ENV`] `=0` leaves it where it is.
 //!
 //! The CPUs are those the kernel currently routes the GPU driver's interrupt lines to
 //! (`/proc/interrupts` names the lines, `/proc/irq/N/effective_affinity_list` gives their CPUs),
@@ -58,11 +58,15 @@ pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
     Some(cpus)
 }
 
+/// The fewest CPUs a submit thread keeps: with fewer, a device's submit threads would crowd one CPU,
+/// which costs more than the interrupts do.
+const CPUS_KEPT: usize = 2;
+
 /// Which of `allowed` (the CPUs a thread may run on) to leave out to keep off `avoid`: `None` where
-/// none of them is in `avoid`, or every one is (a thread never loses its last CPU).
+/// none of them is in `avoid`, or fewer than [`CPUS_KEPT`] would be left.
 pub(crate) fn cpus_to_leave_out(allowed: &[usize], avoid: &[usize]) -> Option<Vec<usize>> {
     let left_out: Vec<usize> = allowed.iter().copied().filter(|cpu| avoid.contains(cpu)).collect();
-    (!left_out.is_empty() && left_out.len() < allowed.len()).then_some(left_out)
+    (!left_out.is_empty() && allowed.len() - left_out.len() >= CPUS_KEPT).then_some(left_out)
 }
 
 /// The CPUs the GPU driver's interrupts go to now, read once per process.
@@ -89,7 +93,7 @@ fn interrupt_cpus() -> &'static [usize] {
 }
 
 /// Narrows the calling thread's CPU set to leave out the CPUs that take the GPU driver's
-/// interrupts, unless that would leave none; returns the CPUs left out. Failures leave the thread
+/// interrupts, unless that would leave fewer than [`CPUS_KEPT`]; returns the CPUs left out. Failures leave the thread
 /// as it was (placement is a matter of speed, never of correctness).
 #[cfg(target_os = "linux")]
 pub(crate) fn keep_this_thread_off() -> Vec<usize> {
@@ -160,6 +164,8 @@ NMI:          0          0          0          0   Non-maskable interrupts
         assert_eq!(cpus_to_leave_out(&[0, 1, 2, 3], &[1, 3, 9]), Some(vec![1, 3]));
         assert_eq!(cpus_to_leave_out(&[0, 1], &[5]), None, "none of its cpus takes them");
         assert_eq!(cpus_to_leave_out(&[14], &[14]), None, "its only cpu takes them");
+        assert_eq!(cpus_to_leave_out(&[0, 14], &[14]), None, "one cpu would be left");
+        assert_eq!(cpus_to_leave_out(&[0, 1, 14], &[14]), Some(vec![14]));
         assert_eq!(cpus_to_leave_out(&[3, 14], &[3, 14]), None, "every cpu takes them");
         assert_eq!(cpus_to_leave_out(&[0, 1], &[]), None);
     }

@@ -264,6 +264,11 @@ fn round_trips_are_issued_on_the_submitting_thread_and_chains_behind_them_keep_t
     // One can go to the submit thread when it still held the stream after the previous value
     // was reached; most cannot.
     assert!(direct >= ROUND_TRIPS / 2, "{direct} of {ROUND_TRIPS} round trips were issued on the submitting thread");
+    // The driver's tallies agree: each round trip was one vkQueueSubmit of its own, wherever issued.
+    let counts = driver_vulkan::host_thread_counts(&device).unwrap();
+    assert_eq!(counts.issued_by_callers, issued_here());
+    assert!(counts.submit_calls >= ROUND_TRIPS, "{counts:?}");
+    assert!(counts.submit_time > std::time::Duration::ZERO, "{counts:?}");
     const CHAIN: u64 = 50;
     for value in ROUND_TRIPS + 1..=ROUND_TRIPS + CHAIN {
         let wait = [hal::SemaphoreValue::new(&done, value - 1)];
