@@ -22,7 +22,7 @@ pub(crate) struct ThreadCounters {
     threads_kept_off_interrupts: AtomicU64,
 }
 
-/// A snapshot of a device's [`ThreadCounters`].
+/// What a device's host threads did so far, as [`crate::host_thread_counts`] reads it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HostThreadCounts {
     /// Submissions issued on their submitters' threads rather than a submit thread.
