@@ -164,12 +164,12 @@ impl Contention {
         self.pause_until.is_some_and(|until| Instant::now() < until)
     }
 
-    /// A late yield cut a watch short: the streak grows, and pauses watching once long enough.
     /// Watches a late yield cut short, in all.
     pub(crate) fn cut_short_count(&self) -> u64 {
         self.cut_short
     }
 
+    /// A late yield cut a watch short: the streak grows, and pauses watching once long enough.
     fn cut_short(&mut self) {
         self.cut_short += 1;
         self.late_watches += 1;

@@ -35,13 +35,14 @@ pub struct HostThreadCounts {
     pub queue_wait: Duration,
     /// Times a submit thread found nothing to do after watching and slept.
     pub submit_thread_sleeps: u64,
-    /// Times a submit thread slept until another stream issued the signal its next item waits on.
+    /// Times a submit thread slept until another stream issued the signal its next item waits on
+    /// (counted on the device whose timeline it waited on, where HAL devices share a `VkDevice`).
     pub signal_wait_sleeps: u64,
     /// Times a submit thread slept at once, without watching, because late yields had shown the
     /// cores wanted elsewhere.
     pub paused_watches: u64,
-    /// Watches (for the next item, or for another stream's signal) a yield that came back late
-    /// cut short.
+    /// Watches (for the next item, or for another stream's signal, counted as the sleeps are) a
+    /// yield that came back late cut short.
     pub cut_short_watches: u64,
     /// Submit threads that left the CPUs taking the GPU's interrupts out of their CPU sets.
     pub threads_kept_off_interrupts: u64,
