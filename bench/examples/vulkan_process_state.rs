@@ -37,7 +37,7 @@ fn per_op(elapsed: Duration, ops: u64) -> f64 {
 /// 36 fields later).
 fn threads() -> Vec<(String, bool, u32)> {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
-    let mut running = Vec::new();
+    let mut threads = Vec::new();
     for task in tasks.flatten() {
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
@@ -45,10 +45,10 @@ fn threads() -> Vec<(String, bool, u32)> {
         let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
         let (Some(state), Some(cpu)) = (fields.first(), fields.get(36).and_then(|c| c.parse().ok())) else { continue };
         if name != "sampler" {
-            running.push((name, *state == "R", cpu));
+            threads.push((name, *state == "R", cpu));
         }
     }
-    running
+    threads
 }
 
 /// Samples which threads run where until `stop`: the share of samples in which two running threads
@@ -113,14 +113,7 @@ fn main() -> Result<(), String> {
         for _ in 0..TRIALS {
             let before = counts(&device);
             hal_fan.push(per_op(fan_out_in(&env, &one, CONSUMERS, rounds)?.total, rounds));
-            let after = counts(&device);
-            fan.submit_calls += after.submit_calls - before.submit_calls;
-            fan.submit_time += after.submit_time - before.submit_time;
-            fan.queue_wait += after.queue_wait - before.queue_wait;
-            fan.submit_thread_sleeps += after.submit_thread_sleeps - before.submit_thread_sleeps;
-            fan.signal_wait_sleeps += after.signal_wait_sleeps - before.signal_wait_sleeps;
-            fan.paused_watches += after.paused_watches - before.paused_watches;
-            fan.cut_short_watches += after.cut_short_watches - before.cut_short_watches;
+            fan = fan.plus(&counts(&device).since(&before));
             raw_fan.push(per_op(raw.fan_out_in(CONSUMERS, rounds)?, rounds));
             hal_chain.push(per_op(chain(&env, &one, chained)?.total, chained));
             raw_chain.push(per_op(raw.chain(1, chained)?, chained));

@@ -48,6 +48,37 @@ pub struct HostThreadCounts {
     pub threads_kept_off_interrupts: u64,
 }
 
+impl HostThreadCounts {
+    /// What happened between `earlier` (a snapshot of the same device) and this snapshot.
+    pub fn since(&self, earlier: &HostThreadCounts) -> HostThreadCounts {
+        self.zip(earlier, u64::saturating_sub, Duration::saturating_sub)
+    }
+
+    /// Both tallies together (the counts of several stretches summed).
+    pub fn plus(&self, other: &HostThreadCounts) -> HostThreadCounts {
+        self.zip(other, u64::saturating_add, Duration::saturating_add)
+    }
+
+    fn zip(
+        &self,
+        other: &HostThreadCounts,
+        count: fn(u64, u64) -> u64,
+        time: fn(Duration, Duration) -> Duration,
+    ) -> HostThreadCounts {
+        HostThreadCounts {
+            issued_by_callers: count(self.issued_by_callers, other.issued_by_callers),
+            submit_calls: count(self.submit_calls, other.submit_calls),
+            submit_time: time(self.submit_time, other.submit_time),
+            queue_wait: time(self.queue_wait, other.queue_wait),
+            submit_thread_sleeps: count(self.submit_thread_sleeps, other.submit_thread_sleeps),
+            signal_wait_sleeps: count(self.signal_wait_sleeps, other.signal_wait_sleeps),
+            paused_watches: count(self.paused_watches, other.paused_watches),
+            cut_short_watches: count(self.cut_short_watches, other.cut_short_watches),
+            threads_kept_off_interrupts: count(self.threads_kept_off_interrupts, other.threads_kept_off_interrupts),
+        }
+    }
+}
+
 impl ThreadCounters {
     pub(crate) fn issued_by_caller(&self) {
         self.issued_by_callers.fetch_add(1, Ordering::Relaxed);
@@ -132,5 +163,23 @@ mod tests {
                 threads_kept_off_interrupts: 1,
             }
         );
+    }
+
+    #[test]
+    fn stretches_subtract_and_add() {
+        let counters = ThreadCounters::default();
+        counters.submitted(Duration::from_micros(3));
+        let before = counters.snapshot();
+        counters.submitted(Duration::from_micros(4));
+        counters.signal_wait_slept();
+        let stretch = counters.snapshot().since(&before);
+        assert_eq!(
+            (stretch.submit_calls, stretch.submit_time, stretch.signal_wait_sleeps),
+            (1, Duration::from_micros(4), 1)
+        );
+        let twice = stretch.plus(&stretch);
+        assert_eq!((twice.submit_calls, twice.submit_time, twice.signal_wait_sleeps), (2, Duration::from_micros(8), 2));
+        let backwards = before.since(&counters.snapshot());
+        assert_eq!(backwards, HostThreadCounts::default(), "saturates at zero, never wraps");
     }
 }
