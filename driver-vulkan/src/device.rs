@@ -180,11 +180,6 @@ impl VulkanDevice {
         self.scheduler.model().queue_index(queue)
     }
 
-    /// How many submissions were issued on the submitting thread instead of a submit thread.
-    pub fn submissions_issued_by_callers(&self) -> u64 {
-        self.scheduler.model().issued_by_callers()
-    }
-
     /// What the host threads of its streams did so far (a diagnostic).
     pub fn host_thread_counts(&self) -> crate::HostThreadCounts {
         self.scheduler.model().thread_counts()

@@ -167,7 +167,7 @@ pub fn recordings_of(command_buffer: &hal::CommandBuffer) -> Option<u64> {
 /// previous value); `None` for a device of another driver.
 #[doc(hidden)]
 pub fn submissions_issued_by_callers(device: &Device) -> Option<u64> {
-    device.backend_as::<VulkanDevice>().map(VulkanDevice::submissions_issued_by_callers)
+    host_thread_counts(device).map(|counts| counts.issued_by_callers)
 }
 
 /// What the host threads of `device`, a Vulkan device, did so far (see [`HostThreadCounts`]);

@@ -550,12 +550,6 @@ impl VulkanStreams {
         }
     }
 
-    /// How many submissions were issued on their submitters' threads rather than the submit
-    /// threads' (a diagnostic for tests).
-    pub(crate) fn issued_by_callers(&self) -> u64 {
-        self.counts.issued_by_callers()
-    }
-
     /// What the host threads of its streams did (a diagnostic).
     pub(crate) fn thread_counts(&self) -> HostThreadCounts {
         self.counts.snapshot()

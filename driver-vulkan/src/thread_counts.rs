@@ -113,13 +113,9 @@ impl ThreadCounters {
         self.threads_kept_off_interrupts.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn issued_by_callers(&self) -> u64 {
-        self.issued_by_callers.load(Ordering::Relaxed)
-    }
-
     pub(crate) fn snapshot(&self) -> HostThreadCounts {
         HostThreadCounts {
-            issued_by_callers: self.issued_by_callers(),
+            issued_by_callers: self.issued_by_callers.load(Ordering::Relaxed),
             submit_calls: self.submit_calls.load(Ordering::Relaxed),
             submit_time: Duration::from_nanos(self.submit_nanos.load(Ordering::Relaxed)),
             queue_wait: Duration::from_nanos(self.queue_wait_nanos.load(Ordering::Relaxed)),
