@@ -12,6 +12,8 @@ use std::process::Command;
 
 use hal::{BindingRef, BufferBinding, BufferParams, BufferRef, CommandBufferMode, SemaphoreValue, StatusCode, Timeout};
 
+mod common;
+
 fn device() -> hal::Device {
     let mut registry = hal::Registry::new();
     driver_vulkan::register(&mut registry);
@@ -55,53 +57,31 @@ fn in_child(name: &str, replay: bool) {
     println!("{text}");
 }
 
-/// Writes word 0 of `input` plus its constant to word 0 of `output`; spins first while word 0 of
-/// `gate` is 0. It reads the gate with an atomic add of 0, which a compiler cannot take out of the
-/// loop: with an atomic load, llvmpipe ran three executes' 4e9-step spins on a closed gate within
-/// 0.17 s. The spin is bounded, so a lost gate write cannot hang the test; a kernel that gave up on
-/// a closed gate writes [`GATE_GAVE_UP`] instead, so a test can tell that it never was pending when
-/// it meant it to be.
+/// Writes word 0 of `input` plus its constant to word 0 of `output`.
 const ADD_WGSL: &str = r#"
 @group(0) @binding(0) var<storage, read_write> input: array<u32>;
 @group(0) @binding(1) var<storage, read_write> output: array<u32>;
-@group(0) @binding(2) var<storage, read_write> gate: array<atomic<u32>>;
 struct Constants { add: u32 }
 var<immediate> c: Constants;
 @compute @workgroup_size(1)
 fn add() {
-    var spins = 0u;
-    while atomicAdd(&gate[0], 0u) == 0u && spins < 4000000000u {
-        spins += 1u;
-    }
-    if atomicAdd(&gate[0], 0u) == 0u {
-        output[0] = 0xDEADu;
-    } else {
-        output[0] = input[0] + c.add;
-    }
+    output[0] = input[0] + c.add;
 }
 "#;
-
-/// What the kernel writes when its spin ran out with the gate still closed.
-const GATE_GAVE_UP: u32 = 0xDEAD;
 
 /// The constant the kernel adds.
 const ADD: u32 = 7;
 
-/// How many times `child_executes_in_flight_together` sets its case up before it fails.
-const ATTEMPTS: u32 = 8;
-
-/// A reusable command buffer adding [`ADD`] to slot 0's first word into slot 1's, gated by `gate`
-/// (a buffer named when recorded, beside the slots).
-fn add_command_buffer(device: &hal::Device, gate: &hal::Buffer) -> hal::CommandBuffer {
+/// A reusable command buffer adding [`ADD`] to slot 0's first word into slot 1's.
+fn add_command_buffer(device: &hal::Device) -> hal::CommandBuffer {
     let source = hal::ExecutableSource::Bytes {
         format: hal::ExecutableFormat::Spirv,
         data: std::sync::Arc::from(driver_vulkan::wgsl::compile(ADD_WGSL, "add").unwrap()),
-        entry_points: vec![hal::EntryPointInfo::new("add", 1, 3, 1)],
+        entry_points: vec![hal::EntryPointInfo::new("add", 1, 2, 1)],
     };
     let add = device.load_executable(&source).unwrap();
     let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
-    let bindings = [BindingRef::slot(0, 0, 4), BindingRef::slot(1, 0, 4), BufferBinding::whole(gate).into()];
-    cb.dispatch_refs(&add, 0, [1, 1, 1], &[ADD], &bindings).unwrap();
+    cb.dispatch_refs(&add, 0, [1, 1, 1], &[ADD], &[BindingRef::slot(0, 0, 4), BindingRef::slot(1, 0, 4)]).unwrap();
     cb.end().unwrap();
     cb
 }
@@ -128,8 +108,7 @@ fn word_at_256(device: &hal::Device, value: u32) -> hal::Buffer {
 /// 20 executes, one after another, each with buffers of its own: each result right, and the
 /// number of times the command buffer was recorded into Vulkan.
 fn twenty_executes_with_their_own_buffers(device: &hal::Device) -> Option<u64> {
-    let gate = host_buffer(device, &[1]);
-    let cb = add_command_buffer(device, &gate);
+    let cb = add_command_buffer(device);
     let done = device.create_semaphore(0).unwrap();
     let queue = device.queue(0).unwrap();
     for call in 1..=20u32 {
@@ -185,47 +164,30 @@ vulkan_test! {
 #[ignore = "run in a child process by binding_table_executes_in_flight_together_each_see_their_own_buffers"]
 fn child_executes_in_flight_together() {
     let device = device();
-    // The first execute spins on the closed gate, so the second is issued while it is pending.
-    // Where the first gave up spinning before the second was issued, the premise did not hold: that
-    // attempt counts for nothing. On lavapipe (two cores) the first execute completed 2-5 ms after
-    // its submission with the gate still closed in every attempt sampled, also with the gate read
-    // through an atomic add of a run-time zero and with a lower bound on the spin: there the case
-    // holds only where the gate opens before lavapipe starts the kernel, which failed up to five
-    // attempts in a row. So an attempt whose first execute completed stops waiting at once, and
-    // there are `ATTEMPTS` of them.
-    for attempt in 1..=ATTEMPTS {
-        let gate = host_buffer(&device, &[0]);
-        let cb = add_command_buffer(&device, &gate);
-        let done = device.create_semaphore(0).unwrap();
-        let queue = device.queue(0).unwrap();
-        let (first_in, first_out) = (word_at_256(&device, 1000), word_at_256(&device, 0));
-        let (second_in, second_out) = (word_at_256(&device, 2000), word_at_256(&device, 0));
-        let first = [at_256(&first_in), at_256(&first_out)];
-        queue.execute_with_bindings(&[], &cb, &first, &[SemaphoreValue::new(&done, 1)]).unwrap();
-        let second = [at_256(&second_in), at_256(&second_out)];
-        queue.execute_with_bindings(&[], &cb, &second, &[SemaphoreValue::new(&done, 2)]).unwrap();
-        let want = expected(&device, 2);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while driver_vulkan::recordings_of(&cb) != want
-            && std::time::Instant::now() < deadline
-            && done.query().unwrap() == 0
-        {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        let in_flight = driver_vulkan::recordings_of(&cb);
-        gate.write_values(0, &[1u32]).unwrap();
-        done.wait(2, Timeout::Infinite).unwrap();
-        let first_word = first_out.read_as::<u32>().unwrap()[64];
-        if first_word == GATE_GAVE_UP {
-            println!("attempt {attempt}: the first execute gave up on its gate before the second was issued");
-            continue;
-        }
-        assert_eq!(first_word, 1000 + ADD, "the first execute wrote its own output");
-        assert_eq!(second_out.read_as::<u32>().unwrap()[64], 2000 + ADD, "the second execute wrote its own output");
-        assert_eq!(in_flight, want, "two executes in flight need two recordings");
-        return;
+    let cb = add_command_buffer(&device);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    // The first execute is held on the device until the second was issued.
+    let mut gate = common::DeviceGate::on(&device, &queue);
+    let (first_in, first_out) = (word_at_256(&device, 1000), word_at_256(&device, 0));
+    let (second_in, second_out) = (word_at_256(&device, 2000), word_at_256(&device, 0));
+    let first = [at_256(&first_in), at_256(&first_out)];
+    let behind_gate = [SemaphoreValue::new(gate.passed(), 1)];
+    queue.execute_with_bindings(&behind_gate, &cb, &first, &[SemaphoreValue::new(&done, 1)]).unwrap();
+    let second = [at_256(&second_in), at_256(&second_out)];
+    queue.execute_with_bindings(&[], &cb, &second, &[SemaphoreValue::new(&done, 2)]).unwrap();
+    let want = expected(&device, 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while driver_vulkan::recordings_of(&cb) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    panic!("in {ATTEMPTS} attempts the first execute was never still pending when the second was issued");
+    let in_flight = driver_vulkan::recordings_of(&cb);
+    assert_eq!(done.query().unwrap(), 0, "nothing completed before the gate opened");
+    gate.open();
+    done.wait(2, Timeout::Infinite).unwrap();
+    assert_eq!(first_out.read_as::<u32>().unwrap()[64], 1000 + ADD, "the first execute wrote its own output");
+    assert_eq!(second_out.read_as::<u32>().unwrap()[64], 2000 + ADD, "the second execute wrote its own output");
+    assert_eq!(in_flight, want, "two executes in flight need two recordings");
 }
 
 vulkan_test! {
@@ -238,8 +200,7 @@ vulkan_test! {
 #[ignore = "run in a child process by a_table_offset_off_the_binding_alignment_is_refused_at_the_execute_and_later_executes_still_run"]
 fn child_misaligned_table_offset() {
     let device = device();
-    let gate = host_buffer(&device, &[1]);
-    let cb = add_command_buffer(&device, &gate);
+    let cb = add_command_buffer(&device);
     let queue = device.queue(0).unwrap();
     let (input, output) = (word_at_256(&device, 5), word_at_256(&device, 0));
     // Replayed first, so the refused execute leases the recording the next one replays.

@@ -152,18 +152,20 @@ fn a_reusable_command_buffer_executed_many_times_is_recorded_once() {
 )]
 fn executes_in_flight_together_replay_one_recording_made_for_simultaneous_use() {
     let device = device();
-    let (data, gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 0]));
-    let cb = bump_command_buffer(&device, &data, &gate, 1);
+    let (data, open_gate) = (host_buffer(&device, &[0]), host_buffer(&device, &[0, 1]));
+    let cb = bump_command_buffer(&device, &data, &open_gate, 1);
     let done = device.create_semaphore(0).unwrap();
     let queue = device.queue(0).unwrap();
-    // The first execute spins on the closed gate, so the second is submitted while it is pending:
+    // The first execute is held on the device, so the second is submitted while it is pending:
     // nothing in the recording changes per execute, so it is pending twice, never recorded again
     // (and the submit thread never waits for the first to finish before submitting the second).
-    queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
+    let mut gate = common::DeviceGate::on(&device, &queue);
+    queue.execute(&[hal::SemaphoreValue::new(gate.passed(), 1)], &cb, &[hal::SemaphoreValue::new(&done, 1)]).unwrap();
     queue.execute(&[], &cb, &[hal::SemaphoreValue::new(&done, 2)]).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(50));
     let in_flight = driver_vulkan::recordings_of(&cb);
-    gate.write_values(1, &[1u32]).unwrap();
+    assert_eq!(done.query().unwrap(), 0, "nothing completed before the gate opened");
+    gate.open();
     done.wait(2, hal::Timeout::Infinite).unwrap();
     assert_eq!(in_flight, Some(1), "two executes in flight replay one recording");
     for value in 3..=6u64 {
