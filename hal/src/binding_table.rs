@@ -77,8 +77,9 @@ impl From<&BufferBinding> for BindingRef {
     }
 }
 
-/// Makes a recorded command concrete for one execute's table.
-pub(crate) type Template = Arc<dyn Fn(&[BufferBinding]) -> Result<Command> + Send + Sync>;
+/// Makes a recorded command concrete for one execute's table, pushing it onto the execute's
+/// commands (where it stays: each move of a command is a 176-byte copy).
+pub(crate) type Template = Arc<dyn Fn(&[BufferBinding], &mut Vec<Command>) -> Result<()> + Send + Sync>;
 
 /// A recorded command: concrete, or waiting for a table.
 #[derive(Clone)]

@@ -212,18 +212,20 @@ impl Command {
         }
     }
 
-    /// The buffers the command touches.
-    pub fn buffers(&self) -> SmallVec<[&Buffer; 4]> {
-        match self {
-            Command::Fill { target, .. } | Command::Update { target, .. } => smallvec::smallvec![target],
-            Command::Copy { source, target, .. } => smallvec::smallvec![source, target],
-            Command::Dispatch { bindings, .. } => bindings.iter().map(|b| &b.buffer).collect(),
-            Command::DispatchIndirect { bindings, count, .. } => {
-                bindings.iter().map(|b| &b.buffer).chain(std::iter::once(count)).collect()
-            }
-            Command::Barrier => SmallVec::new(),
-            Command::Collective { args, .. } => args.send.iter().chain(&args.recv).map(|b| &b.buffer).collect(),
-        }
+    /// The buffers the command touches, in the order its fields name them. An iterator, not a
+    /// collection: an execute with a binding table walks every command's buffers once, and
+    /// collecting them was a tenth of its cost.
+    pub fn buffers(&self) -> impl Iterator<Item = &Buffer> {
+        let none: &[BufferBinding] = &[];
+        let (bindings, more, own): (&[BufferBinding], &[BufferBinding], [Option<&Buffer>; 2]) = match self {
+            Command::Fill { target, .. } | Command::Update { target, .. } => (none, none, [Some(target), None]),
+            Command::Copy { source, target, .. } => (none, none, [Some(source), Some(target)]),
+            Command::Dispatch { bindings, .. } => (bindings, none, [None, None]),
+            Command::DispatchIndirect { bindings, count, .. } => (bindings, none, [Some(count), None]),
+            Command::Barrier => (none, none, [None, None]),
+            Command::Collective { args, .. } => (args.send.as_slice(), args.recv.as_slice(), [None, None]),
+        };
+        bindings.iter().chain(more).map(|b| &b.buffer).chain(own.into_iter().flatten())
     }
 }
 
@@ -256,6 +258,14 @@ pub struct CommandBuffer {
 /// Refuses `command` if it names a buffer of a device other than `device`, unless it is a copy and
 /// the device's driver copies with that buffer (`DeviceBackend::copies_with`).
 fn check_devices(device: DeviceId, backend: &Weak<dyn DeviceBackend>, command: &Command) -> Result<()> {
+    // Every execute with a binding table asks this of each command: the common answer first.
+    let all_here = match command {
+        Command::Dispatch { bindings, .. } => bindings.iter().all(|b| b.buffer.device() == device),
+        _ => command.buffers().all(|b| b.device() == device),
+    };
+    if all_here {
+        return Ok(());
+    }
     for buffer in command.buffers() {
         if buffer.device() == device {
             continue;
@@ -386,10 +396,11 @@ impl CommandBuffer {
         resolve: impl Fn(&[BufferBinding]) -> Result<Command> + Send + Sync + 'static,
     ) -> Result<()> {
         let (device, backend) = (self.shared.device, self.shared.backend.clone());
-        let template: Template = Arc::new(move |table| {
+        let template: Template = Arc::new(move |table, commands| {
             let command = resolve(table)?;
             check_devices(device, &backend, &command).map_err(|e| e.context("binding table"))?;
-            Ok(command)
+            commands.push(command);
+            Ok(())
         });
         self.record_recorded(Recorded::Template { template, slots })
     }
@@ -698,7 +709,7 @@ impl CommandBuffer {
                 check_binding(&buffer, offset, binding.length)
                     .and_then(|()| check_binding_alignment(&buffer, offset, alignment))
                     .map_err(|e| e.context(what()))?;
-                resolved.push(BufferBinding::range(&buffer, offset, binding.length));
+                resolved.push(BufferBinding { buffer, offset, length: binding.length });
             }
             let count = match &grid {
                 Grid::Indirect(count, count_offset) => {
@@ -716,7 +727,8 @@ impl CommandBuffer {
                 }
                 Grid::Direct(_) => None,
             };
-            Ok(concrete(executable.clone(), constants.clone(), resolved, count))
+            // `from_slice`: a copy of the words, where `clone` pushed them one by one.
+            Ok(concrete(executable.clone(), SmallVec::from_slice(&constants), resolved, count))
         })
     }
 
@@ -748,10 +760,12 @@ impl CommandBuffer {
         // every 176-byte command several times, a measurable part of an execute).
         let mut commands = Vec::with_capacity(template.len());
         for recorded in template.iter() {
-            commands.push(match recorded {
-                Recorded::Ready(command) => command.clone(),
-                Recorded::Template { template, .. } => template(table).map_err(|e| e.context(format!("{}", self)))?,
-            });
+            match recorded {
+                Recorded::Ready(command) => commands.push(command.clone()),
+                Recorded::Template { template, .. } => {
+                    template(table, &mut commands).map_err(|e| e.context(format!("{}", self)))?
+                }
+            }
         }
         Ok(commands)
     }
