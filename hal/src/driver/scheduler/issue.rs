@@ -278,9 +278,20 @@ fn split_upstream<M: StreamModel>(
     if upstream.is_empty() {
         return (SmallVec::new(), upstream);
     }
-    let checked =
-        if M::CHECKS_UPSTREAM_FAULTS { upstream.iter().map(|p| p.work.clone()).collect() } else { SmallVec::new() };
-    let producers = upstream.into_iter().filter(|p| p.scheduler.is_some() || p.work.queue != queue).collect();
+    // Loops of pushes: a collect into a `SmallVec` takes its general path, several times the cost
+    // for the one or two items a submission has (every issue runs this).
+    let mut checked = SmallVec::new();
+    if M::CHECKS_UPSTREAM_FAULTS {
+        for producer in &upstream {
+            checked.push(producer.work.clone());
+        }
+    }
+    let mut producers = SmallVec::new();
+    for producer in upstream {
+        if producer.scheduler.is_some() || producer.work.queue != queue {
+            producers.push(producer);
+        }
+    }
     (checked, producers)
 }
 
@@ -290,7 +301,11 @@ fn event_tables<M: StreamModel>(
     signals: &[SemaphoreValue],
     device: crate::device::DeviceId,
 ) -> SmallVec<[Option<&SemaphoreEvents<M>>; 4]> {
-    signals.iter().map(|signal| SemaphoreEvents::<M>::of(&signal.semaphore, device)).collect()
+    let mut tables = SmallVec::new();
+    for signal in signals {
+        tables.push(SemaphoreEvents::<M>::of(&signal.semaphore, device));
+    }
+    tables
 }
 
 /// Fails `work`, which could not be put on its stream, and its signals with `status`.

@@ -381,7 +381,9 @@ impl<M: StreamModel> Scheduler<M> {
                 return Ok(());
             }
         };
-        issue.signals.extend(signals.iter().cloned());
+        for signal in signals {
+            issue.signals.push(signal.clone());
+        }
         let blocking = issue.op.is_blocking_host_call();
         if ready.iter().all(|&ready| ready) {
             shared.admit(id, issue, waits);

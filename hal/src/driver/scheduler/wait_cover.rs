@@ -100,7 +100,9 @@ impl<M: StreamModel> Covers<M> {
         match table.cover(wait.value, shared.device, queue, M::CHECKS_UPSTREAM_FAULTS) {
             Some(Cover::InStreamOrder(producer)) => {
                 self.waited.push(wait.clone());
-                self.upstream.extend(producer.map(Producer::local));
+                if let Some(producer) = producer {
+                    self.upstream.push(Producer::local(producer));
+                }
                 WaitStatus::Covered
             }
             // An open mark is sealed now: a stream of this device is going to wait on it.
