@@ -86,6 +86,15 @@ fn add_command_buffer(device: &hal::Device) -> hal::CommandBuffer {
     cb
 }
 
+/// A device, an [`add_command_buffer`], a semaphore at 0 and queue 0: what most tests start with.
+fn add_setup() -> (hal::Device, hal::CommandBuffer, hal::Semaphore, hal::Queue) {
+    let device = device();
+    let cb = add_command_buffer(&device);
+    let done = device.create_semaphore(0).unwrap();
+    let queue = device.queue(0).unwrap();
+    (device, cb, done, queue)
+}
+
 fn host_buffer(device: &hal::Device, words: &[u32]) -> hal::Buffer {
     let buffer = device.allocate_buffer(BufferParams::host_visible(), 4 * words.len() as u64).unwrap();
     buffer.write_values(0, words).unwrap();
@@ -163,10 +172,7 @@ vulkan_test! {
 #[test]
 #[ignore = "run in a child process by binding_table_executes_in_flight_together_each_see_their_own_buffers"]
 fn child_executes_in_flight_together() {
-    let device = device();
-    let cb = add_command_buffer(&device);
-    let done = device.create_semaphore(0).unwrap();
-    let queue = device.queue(0).unwrap();
+    let (device, cb, done, queue) = add_setup();
     // The first execute is held on the device until the second was issued.
     let mut gate = common::DeviceGate::on(&device, &queue);
     let (first_in, first_out) = (word_at_256(&device, 1000), word_at_256(&device, 0));
@@ -222,6 +228,56 @@ fn child_misaligned_table_offset() {
     done.wait(2, Timeout::Infinite).unwrap();
     assert_eq!(output.read_as::<u32>().unwrap()[64], 9 + ADD);
     assert_eq!(driver_vulkan::recordings_of(&cb), expected(&device, 1));
+}
+
+vulkan_test! {
+    fn executes_repeating_alternating_and_replacing_tables_each_see_their_own_buffers() {
+        in_child("child_repeated_and_alternating_tables", true);
+    }
+}
+
+/// One after another on one recording: the same table again (whose descriptors the recording
+/// holds already), two tables alternating, a table changing one of its two entries, and a table
+/// of buffers allocated after another table's were freed (perhaps in the very same place).
+#[test]
+#[ignore = "run in a child process by executes_repeating_alternating_and_replacing_tables_each_see_their_own_buffers"]
+fn child_repeated_and_alternating_tables() {
+    let (device, cb, done, queue) = add_setup();
+    let (a_in, a_out) = (word_at_256(&device, 0), word_at_256(&device, 0));
+    let mut value = 0u64;
+    let mut run = |input: &hal::Buffer, output: &hal::Buffer, word: u32| {
+        input.write_values(64, &[word]).unwrap();
+        output.write_values(64, &[0u32]).unwrap();
+        value += 1;
+        let table = [at_256(input), at_256(output)];
+        queue.execute_with_bindings(&[], &cb, &table, &[SemaphoreValue::new(&done, value)]).unwrap();
+        done.wait(value, Timeout::Infinite).unwrap();
+        assert_eq!(output.read_as::<u32>().unwrap()[64], word + ADD, "execute {value} (input {word})");
+    };
+    {
+        let (b_in, b_out) = (word_at_256(&device, 0), word_at_256(&device, 0));
+        for (n, (input, output)) in
+            [(&a_in, &a_out), (&a_in, &a_out), (&b_in, &b_out), (&a_in, &a_out), (&b_in, &b_out), (&b_in, &b_out)]
+                .into_iter()
+                .enumerate()
+        {
+            run(input, output, 10 + n as u32);
+        }
+        // One entry changes, the other stays.
+        run(&a_in, &b_out, 30);
+        run(&b_in, &b_out, 31);
+    }
+    // B's buffers are gone; new ones may take their memory.
+    let (c_in, c_out) = (word_at_256(&device, 0), word_at_256(&device, 0));
+    run(&c_in, &c_out, 40);
+    run(&a_in, &a_out, 41);
+    run(&c_in, &c_out, 42);
+    run(&c_in, &c_out, 43);
+    assert_eq!(
+        driver_vulkan::recordings_of(&cb),
+        expected(&device, 1),
+        "executes one after another replay one recording"
+    );
 }
 
 vulkan_test! {

@@ -10,10 +10,10 @@
 //! fills, updates, copies and indirect counts into the command stream, so an execute whose table
 //! moves one of those (or names a transient buffer there) is recorded at its issue as before.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use ash::vk;
-use hal::driver::{BindingState, Command};
+use hal::driver::{BindingState, Command, lock};
 use hal::{Error, Result};
 
 use super::record::{Keep, descriptor_info};
@@ -91,6 +91,26 @@ pub struct BoundSets {
     /// Null when no dispatch has bindings.
     pool: vk::DescriptorPool,
     sets: Vec<(usize, vk::DescriptorSet)>,
+    /// What each descriptor of the sets holds, set by set and binding by binding (empty until the
+    /// first write): an execute writes only the descriptors its table changes, and none when it
+    /// passes the table the recording's last execute passed.
+    written: Mutex<Vec<Option<Written>>>,
+}
+
+/// A descriptor as written: the buffer's block (weakly: the sets do not keep memory alive) and the
+/// range. While this `Weak` lives no other block can take its address, so an execute whose block
+/// is at that address has the very block the descriptor names, alive (the execute holds it).
+struct Written {
+    block: Weak<Block>,
+    offset: u64,
+    range: u64,
+}
+
+impl Written {
+    /// Whether the descriptor already holds `info` of `block`.
+    fn holds(&self, block: &Arc<Block>, info: &vk::DescriptorBufferInfo) -> bool {
+        std::ptr::eq(self.block.as_ptr(), Arc::as_ptr(block)) && self.offset == info.offset && self.range == info.range
+    }
 }
 
 impl BoundSets {
@@ -105,7 +125,12 @@ impl BoundSets {
                 descriptors += bindings.len() as u64;
             }
         }
-        let mut bound = BoundSets { gpu: gpu.clone(), pool: vk::DescriptorPool::null(), sets: Vec::new() };
+        let mut bound = BoundSets {
+            gpu: gpu.clone(),
+            pool: vk::DescriptorPool::null(),
+            sets: Vec::new(),
+            written: Mutex::new(Vec::new()),
+        };
         if sets == 0 {
             return Ok(bound);
         }
@@ -143,43 +168,54 @@ impl BoundSets {
     }
 
     /// Writes the dispatch bindings of `commands` (this execute's, resolved for its table) into
-    /// the sets, keeping their memory in `keep`. The recording must not be pending.
+    /// the sets, keeping their memory in `keep`: only the descriptors that do not hold them
+    /// already. The recording must not be pending.
     pub fn write(&self, commands: &[Command], keep: &mut Keep) -> Result<()> {
-        let mut infos = Vec::with_capacity(self.sets.len());
-        for &(at, _) in &self.sets {
+        if self.sets.is_empty() {
+            return Ok(());
+        }
+        // Every descriptor first (each can fail), so a failed execute leaves `written` as the sets are.
+        let mut infos = Vec::new();
+        for &(at, set) in &self.sets {
             let bindings = match commands.get(at) {
                 Some(Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. }) => bindings,
                 _ => return Err(Error::internal(format!("vulkan: command {at} of a replayed execute is no dispatch"))),
             };
-            let command = bindings
-                .iter()
-                .enumerate()
-                .map(|(index, binding)| descriptor_info(&self.gpu, index, binding, keep))
-                .collect::<Result<Vec<_>>>()
-                .map_err(|e| e.context(format!("command {at}")))?;
-            infos.push(command);
+            for (binding, buffer) in bindings.iter().enumerate() {
+                let info = descriptor_info(&self.gpu, binding, buffer, keep)
+                    .map_err(|e| e.context(format!("command {at}")))?;
+                // `descriptor_info` keeps the block the descriptor names last.
+                let block = keep.blocks.last().cloned().ok_or_else(|| Error::internal("vulkan: no block kept"))?;
+                infos.push((set, binding as u32, info, block));
+            }
         }
-        if self.sets.is_empty() {
+        let mut written = lock(&self.written);
+        if written.len() != infos.len() {
+            written.clear();
+            written.resize_with(infos.len(), || None);
+        }
+        let mut changed = Vec::new();
+        for ((set, binding, info, block), held) in infos.iter().zip(written.iter_mut()) {
+            if held.as_ref().is_some_and(|held| held.holds(block, info)) {
+                continue;
+            }
+            *held = Some(Written { block: Arc::downgrade(block), offset: info.offset, range: info.range });
+            changed.push(
+                vk::WriteDescriptorSet::default()
+                    .dst_set(*set)
+                    .dst_binding(*binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(std::slice::from_ref(info)),
+            );
+        }
+        if changed.is_empty() {
             return Ok(());
         }
-        let writes: Vec<vk::WriteDescriptorSet<'_>> = self
-            .sets
-            .iter()
-            .zip(&infos)
-            .flat_map(|(&(_, set), command)| {
-                command.iter().enumerate().map(move |(binding, info)| {
-                    vk::WriteDescriptorSet::default()
-                        .dst_set(set)
-                        .dst_binding(binding as u32)
-                        .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                        .buffer_info(std::slice::from_ref(info))
-                })
-            })
-            .collect();
         // SAFETY: the sets are live and not in use by a pending submission (the recording's lease
         // saw its last submission complete); their bindings are update-after-bind, so writing them
-        // leaves the recording valid. The buffers are kept with this submission.
-        unsafe { self.gpu.device.update_descriptor_sets(&writes, &[]) };
+        // leaves the recording valid. The buffers are kept with this submission, and so are those
+        // of the descriptors left as they were (same blocks, alive).
+        unsafe { self.gpu.device.update_descriptor_sets(&changed, &[]) };
         Ok(())
     }
 }
