@@ -91,6 +91,8 @@ pub struct BoundSets {
     /// Null when no dispatch has bindings.
     pool: vk::DescriptorPool,
     sets: Vec<(usize, vk::DescriptorSet)>,
+    /// How many descriptors the sets hold, all together.
+    descriptors: usize,
     /// What each descriptor of the sets holds, set by set and binding by binding (empty until the
     /// first write): an execute writes only the descriptors its table changes, and none when it
     /// passes the table the recording's last execute passed.
@@ -128,7 +130,8 @@ impl BoundSets {
         let mut bound = BoundSets {
             gpu: gpu.clone(),
             pool: vk::DescriptorPool::null(),
-            sets: Vec::new(),
+            sets: Vec::with_capacity(usize::try_from(sets).unwrap_or(0)),
+            descriptors: usize::try_from(descriptors).unwrap_or(0),
             written: Mutex::new(Vec::new()),
         };
         if sets == 0 {
@@ -175,7 +178,8 @@ impl BoundSets {
             return Ok(());
         }
         // Every descriptor first (each can fail), so a failed execute leaves `written` as the sets are.
-        let mut infos = Vec::new();
+        let mut infos = Vec::with_capacity(self.descriptors);
+        keep.blocks.reserve(self.descriptors);
         for &(at, set) in &self.sets {
             let bindings = match commands.get(at) {
                 Some(Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. }) => bindings,
@@ -200,6 +204,9 @@ impl BoundSets {
                 continue;
             }
             *held = Some(Written { block: Arc::downgrade(block), offset: info.offset, range: info.range });
+            if changed.is_empty() {
+                changed.reserve_exact(infos.len());
+            }
             changed.push(
                 vk::WriteDescriptorSet::default()
                     .dst_set(*set)
