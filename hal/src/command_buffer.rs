@@ -258,12 +258,10 @@ pub struct CommandBuffer {
 /// Refuses `command` if it names a buffer of a device other than `device`, unless it is a copy and
 /// the device's driver copies with that buffer (`DeviceBackend::copies_with`).
 fn check_devices(device: DeviceId, backend: &Weak<dyn DeviceBackend>, command: &Command) -> Result<()> {
-    // Every execute with a binding table asks this of each command: the common answer first.
-    let all_here = match command {
-        Command::Dispatch { bindings, .. } => bindings.iter().all(|b| b.buffer.device() == device),
-        _ => command.buffers().all(|b| b.device() == device),
-    };
-    if all_here {
+    // Every execute with a binding table asks this of each dispatch: its bindings straight away.
+    if let Command::Dispatch { bindings, .. } = command
+        && bindings.iter().all(|b| b.buffer.device() == device)
+    {
         return Ok(());
     }
     for buffer in command.buffers() {

@@ -189,8 +189,7 @@ impl BoundSets {
                 let info = descriptor_info(&self.gpu, binding, buffer, keep)
                     .map_err(|e| e.context(format!("command {at}")))?;
                 // `descriptor_info` keeps the block the descriptor names last.
-                let block = keep.blocks.last().cloned().ok_or_else(|| Error::internal("vulkan: no block kept"))?;
-                infos.push((set, binding as u32, info, block));
+                infos.push((set, binding as u32, info, keep.blocks.len() - 1));
             }
         }
         let mut written = lock(&self.written);
@@ -199,7 +198,8 @@ impl BoundSets {
             written.resize_with(infos.len(), || None);
         }
         let mut changed = Vec::new();
-        for ((set, binding, info, block), held) in infos.iter().zip(written.iter_mut()) {
+        for ((set, binding, info, kept), held) in infos.iter().zip(written.iter_mut()) {
+            let block = &keep.blocks[*kept];
             if held.as_ref().is_some_and(|held| held.holds(block, info)) {
                 continue;
             }

@@ -135,17 +135,9 @@ impl Replays {
     /// known at issue (a transient buffer, a binding table's slot) or a collective.
     pub fn for_commands(commands: &[Command]) -> Option<Replays> {
         for command in commands {
-            let buffers: Vec<&hal::Buffer> = match command {
-                Command::Fill { target, .. } | Command::Update { target, .. } => vec![target],
-                Command::Copy { source, target, .. } => vec![source, target],
-                Command::Dispatch { bindings, .. } => bindings.iter().map(|b| &b.buffer).collect(),
-                Command::DispatchIndirect { count, bindings, .. } => {
-                    std::iter::once(count).chain(bindings.iter().map(|b| &b.buffer)).collect()
-                }
-                Command::Barrier => Vec::new(),
-                Command::Collective { .. } => return None,
-            };
-            if !buffers.iter().all(|buffer| VulkanMemory::of(buffer).is_ok_and(|memory| !memory.is_transient())) {
+            if matches!(command, Command::Collective { .. })
+                || !command.buffers().all(|buffer| VulkanMemory::of(buffer).is_ok_and(|memory| !memory.is_transient()))
+            {
                 return None;
             }
         }

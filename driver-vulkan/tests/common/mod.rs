@@ -80,12 +80,17 @@ impl DeviceGate {
 
     /// Opens the gate (`vkSignalSemaphore`); a second call does nothing.
     pub fn open(&mut self) {
+        self.signal().expect("vkSignalSemaphore");
+    }
+
+    /// Signals the semaphore to 1 unless that was done: `open` and `drop`.
+    fn signal(&mut self) -> ash::prelude::VkResult<()> {
         if std::mem::replace(&mut self.open, true) {
-            return;
+            return Ok(());
         }
         let info = ash::vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(1);
         // SAFETY: a live timeline semaphore at 0 that nothing else signals.
-        unsafe { self.native.device().signal_semaphore(&info) }.expect("vkSignalSemaphore");
+        unsafe { self.native.device().signal_semaphore(&info) }
     }
 }
 
@@ -94,13 +99,8 @@ impl Drop for DeviceGate {
     /// semaphore; a queue that never passes it (a device lost) leaks it rather than destroy a
     /// semaphore a submission may still wait on.
     fn drop(&mut self) {
-        if !self.open {
-            self.open = true;
-            let info = ash::vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(1);
-            // SAFETY: as in `open`.
-            if unsafe { self.native.device().signal_semaphore(&info) }.is_err() {
-                return;
-            }
+        if self.signal().is_err() {
+            return;
         }
         let passed = self.passed.wait(1, hal::Timeout::After(std::time::Duration::from_secs(60)));
         if passed.is_ok() {
