@@ -196,6 +196,90 @@ fn child_executes_in_flight_together() {
     assert_eq!(in_flight, want, "two executes in flight need two recordings");
 }
 
+/// An input and an output buffer for each of `executes` executes, the input's word `100 * n` for
+/// execute `n` (from 1).
+fn buffers_for(device: &hal::Device, executes: u32) -> Vec<(hal::Buffer, hal::Buffer)> {
+    (1..=executes).map(|n| (word_at_256(device, 100 * n), word_at_256(device, 0))).collect()
+}
+
+/// Checks that execute `n` (from 1) of [`buffers_for`]'s buffers wrote its own output.
+fn check_outputs(buffers: &[(hal::Buffer, hal::Buffer)]) {
+    for (n, (_, output)) in (1..).zip(buffers) {
+        assert_eq!(output.read_as::<u32>().unwrap()[64], 100 * n + ADD, "execute {n} saw its own buffers");
+    }
+}
+
+/// Executes `cb` once per pair of `buffers` in a chain, signalling `done` to `start + 1`, `start +
+/// 2`, ...: the first execute waits on `first`, each later one on the one before.
+fn execute_chain(
+    queue: &hal::Queue,
+    cb: &hal::CommandBuffer,
+    done: &hal::Semaphore,
+    buffers: &[(hal::Buffer, hal::Buffer)],
+    start: u64,
+    first: SemaphoreValue,
+) {
+    let mut wait = first;
+    for (value, (input, output)) in (start..).zip(buffers) {
+        let table = [at_256(input), at_256(output)];
+        queue.execute_with_bindings(&[wait], cb, &table, &[SemaphoreValue::new(done, value + 1)]).unwrap();
+        wait = SemaphoreValue::new(done, value + 1);
+    }
+}
+
+vulkan_test! {
+    fn a_chain_deeper_than_the_kept_recordings_has_each_execute_see_its_own_buffers() {
+        in_child("child_deep_chain", true);
+    }
+}
+
+/// 64 executes chained without a host wait, each with buffers of its own, after one waited
+/// execute: past the kept recordings, executes replay those that came free and record others.
+#[test]
+#[ignore = "run in a child process by a_chain_deeper_than_the_kept_recordings_has_each_execute_see_its_own_buffers"]
+fn child_deep_chain() {
+    let (device, cb, done, queue) = add_setup();
+    let warm = buffers_for(&device, 1);
+    let table = [at_256(&warm[0].0), at_256(&warm[0].1)];
+    queue.execute_with_bindings(&[], &cb, &table, &[SemaphoreValue::new(&done, 1)]).unwrap();
+    done.wait(1, Timeout::Infinite).unwrap();
+    let buffers = buffers_for(&device, 64);
+    execute_chain(&queue, &cb, &done, &buffers, 1, SemaphoreValue::new(&done, 1));
+    done.wait(65, Timeout::Infinite).unwrap();
+    check_outputs(&buffers);
+    let recorded = driver_vulkan::recordings_of(&cb);
+    assert_eq!(recorded.is_some(), replays(&device), "recorded {recorded:?}");
+    assert!(recorded.is_none_or(|recorded| (1..=65).contains(&recorded)), "recorded {recorded:?}");
+}
+
+vulkan_test! {
+    fn a_chain_deeper_than_the_kept_recordings_held_behind_a_gate_records_the_rest_and_runs_once_opened() {
+        in_child("child_deep_chain_behind_a_gate", true);
+    }
+}
+
+/// 40 executes chained behind a gate that opens only once all were recorded: the submit thread,
+/// whose kept recordings all wait on the gate, records the rest without waiting for them.
+#[test]
+#[ignore = "run in a child process by a_chain_deeper_than_the_kept_recordings_held_behind_a_gate_records_the_rest_and_runs_once_opened"]
+fn child_deep_chain_behind_a_gate() {
+    let (device, cb, done, queue) = add_setup();
+    let buffers = buffers_for(&device, 40);
+    let mut gate = common::DeviceGate::on(&device, &queue);
+    execute_chain(&queue, &cb, &done, &buffers, 0, SemaphoreValue::new(gate.passed(), 1));
+    let want = expected(&device, 40);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while driver_vulkan::recordings_of(&cb) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let recorded = driver_vulkan::recordings_of(&cb);
+    assert_eq!(done.query().unwrap(), 0, "nothing completed before the gate opened");
+    gate.open();
+    done.wait(40, Timeout::Infinite).unwrap();
+    check_outputs(&buffers);
+    assert_eq!(recorded, want, "every execute behind the closed gate was recorded while it was closed");
+}
+
 vulkan_test! {
     fn a_table_offset_off_the_binding_alignment_is_refused_at_the_execute_and_later_executes_still_run() {
         in_child("child_misaligned_table_offset", true);
