@@ -37,7 +37,7 @@ use smallvec::{SmallVec, smallvec};
 
 use crate::commands::bound::BoundSets;
 use crate::commands::record::{CommandPool, CountChecks, Keep, Recorder};
-use crate::commands::replay::{Lease, Recording};
+use crate::commands::replay::{Lease, Recording, Replays};
 use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
@@ -1032,15 +1032,8 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
             if let (Some(prepared), None, Body::Commands(commands)) = (prepared, &timing, &body)
                 && let Some(replays) = &prepared.replays
             {
-                let lease = match replays.lease(&stream.pool, || stream.timeline.value(), item.value)? {
-                    Some(lease) => lease,
-                    None => replays.add(record_for_replay(stream, commands, prepared.bound)?, item.value),
-                };
                 let mut keep = Keep::default();
-                if let Some(sets) = &lease.recording().sets {
-                    // Not pending: the lease saw the recording's last submission complete.
-                    sets.write(commands, &mut keep)?;
-                }
+                let lease = lease_recording(stream, replays, commands, prepared.bound, item.value, &mut keep)?;
                 let recording = lease.recording();
                 let (cmd, checks, wait_stages) = (recording.cmd, recording.checks.clone(), recording.wait_stages);
                 let submitted = Submitted { keep, checks, wait_stages, lease: Some(lease), ..Submitted::default() };
@@ -1083,6 +1076,44 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
             stream.timeline.signal(item.value)
         }
     }
+}
+
+/// The recording the execute of `commands` (for `value`) replays: for a binding-table command
+/// buffer, one whose sets hold its table already, pending or not; else one whose last submission
+/// completed, its sets given the table's descriptors that differ; else one recorded now (kept
+/// below the bound). The descriptors' memory goes into `keep`.
+fn lease_recording(
+    stream: &StreamShared,
+    replays: &Replays,
+    commands: &[hal::driver::Command],
+    bound: bool,
+    value: u64,
+    keep: &mut Keep,
+) -> Result<Lease> {
+    // The execute's descriptors, resolved once for every recording it looks at.
+    let first = replays.first(&stream.pool);
+    let wanted = match first.as_ref().and_then(|first| first.sets.as_ref()) {
+        Some(sets) => Some(sets.descriptors(commands, keep)?),
+        None => None,
+    };
+    if let Some(wanted) = &wanted
+        && let Some(lease) = replays.lease_holding(&stream.pool, wanted, keep, value)
+    {
+        return Ok(lease);
+    }
+    let lease = match replays.lease(&stream.pool, || stream.timeline.value(), value)? {
+        Some(lease) => lease,
+        None => replays.add(record_for_replay(stream, commands, bound)?, value),
+    };
+    if let Some(sets) = &lease.recording().sets {
+        let wanted = match wanted {
+            Some(wanted) => wanted,
+            None => sets.descriptors(commands, keep)?,
+        };
+        // Not pending: the lease saw the recording's last submission complete (or it is new).
+        sets.write(&wanted, keep);
+    }
+    Ok(lease)
 }
 
 /// Keeps a host-side queue operation's time (from `start` to now) for its retirement, when its
@@ -1148,7 +1179,7 @@ fn record_for_replay(stream: &StreamShared, commands: &[hal::driver::Command], b
     let checks = count_checks_for(stream, commands)?;
     let mut sets = bound.then(|| BoundSets::new(&stream.gpu, commands)).transpose()?;
     let cmd = stream.pool.acquire()?;
-    let usage = if Recording::simultaneous_use(checks.as_ref(), sets.as_ref()) {
+    let usage = if Recording::simultaneous_use(checks.as_ref()) {
         vk::CommandBufferUsageFlags::SIMULTANEOUS_USE
     } else {
         vk::CommandBufferUsageFlags::empty()
@@ -1237,7 +1268,7 @@ struct Submitted {
 
 impl Submitted {
     /// Whether the submission holds anything until it retires (an entry in `in_flight`): a replay
-    /// of a kept recording for simultaneous use, with no timestamps, count checks or read-back,
+    /// of a kept recording without per-execute state, with no timestamps, count checks or read-back,
     /// holds nothing (its work holds the command buffer, which keeps the recording).
     fn holds_anything(&self) -> bool {
         self.lease.as_ref().is_none_or(Lease::needs_holding)

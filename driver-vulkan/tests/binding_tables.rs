@@ -281,6 +281,38 @@ fn child_deep_chain_behind_a_gate() {
 }
 
 vulkan_test! {
+    fn executes_in_flight_together_with_tables_a_recording_holds_replay_it_while_it_is_pending() {
+        in_child("child_pending_recordings_replayed_for_their_tables", true);
+    }
+}
+
+/// 40 executes behind a gate, chained, alternating two tables that pass a word back and forth
+/// (A to B, then B to A), each adding to it: a recording whose sets hold an execute's table is
+/// replayed while pending, so two recordings serve all 40, and each execute still sees the one
+/// before it.
+#[test]
+#[ignore = "run in a child process by executes_in_flight_together_with_tables_a_recording_holds_replay_it_while_it_is_pending"]
+fn child_pending_recordings_replayed_for_their_tables() {
+    let (device, cb, done, queue) = add_setup();
+    let (a, b) = (word_at_256(&device, 5), word_at_256(&device, 0));
+    let (forth, back) = ([at_256(&a), at_256(&b)], [at_256(&b), at_256(&a)]);
+    let mut gate = common::DeviceGate::on(&device, &queue);
+    let mut wait = SemaphoreValue::new(gate.passed(), 1);
+    for value in 0..40u64 {
+        let table = if value % 2 == 0 { &forth } else { &back };
+        queue.execute_with_bindings(&[wait], &cb, table, &[SemaphoreValue::new(&done, value + 1)]).unwrap();
+        wait = SemaphoreValue::new(&done, value + 1);
+    }
+    // Time for the queue to issue them all while the gate holds the first.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(done.query().unwrap(), 0, "nothing completed before the gate opened");
+    gate.open();
+    done.wait(40, Timeout::Infinite).unwrap();
+    assert_eq!(a.read_as::<u32>().unwrap()[64], 5 + 40 * ADD, "every execute added to the word the one before left");
+    assert_eq!(driver_vulkan::recordings_of(&cb), expected(&device, 2), "one recording per table");
+}
+
+vulkan_test! {
     fn a_table_offset_off_the_binding_alignment_is_refused_at_the_execute_and_later_executes_still_run() {
         in_child("child_misaligned_table_offset", true);
     }

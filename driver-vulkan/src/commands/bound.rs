@@ -170,17 +170,13 @@ impl BoundSets {
         Ok(set)
     }
 
-    /// Writes the dispatch bindings of `commands` (this execute's, resolved for its table) into
-    /// the sets, keeping their memory in `keep`: only the descriptors that do not hold them
-    /// already. The recording must not be pending.
-    pub fn write(&self, commands: &[Command], keep: &mut Keep) -> Result<()> {
-        if self.sets.is_empty() {
-            return Ok(());
-        }
-        // Every descriptor first (each can fail), so a failed execute leaves `written` as the sets are.
-        let mut infos = Vec::with_capacity(self.descriptors);
+    /// The descriptors the dispatch bindings of `commands` (an execute's, resolved for its table)
+    /// put in the sets, keeping their memory in `keep`. Every recording of one command buffer has
+    /// sets alike, so one recording's answer serves them all.
+    pub fn descriptors(&self, commands: &[Command], keep: &mut Keep) -> Result<Descriptors> {
+        let mut entries = Vec::with_capacity(self.descriptors);
         keep.blocks.reserve(self.descriptors);
-        for &(at, set) in &self.sets {
+        for (index, &(at, _)) in self.sets.iter().enumerate() {
             let bindings = match commands.get(at) {
                 Some(Command::Dispatch { bindings, .. } | Command::DispatchIndirect { bindings, .. }) => bindings,
                 _ => return Err(Error::internal(format!("vulkan: command {at} of a replayed execute is no dispatch"))),
@@ -189,42 +185,76 @@ impl BoundSets {
                 let info = descriptor_info(&self.gpu, binding, buffer, keep)
                     .map_err(|e| e.context(format!("command {at}")))?;
                 // `descriptor_info` keeps the block the descriptor names last.
-                infos.push((set, binding as u32, info, keep.blocks.len() - 1));
+                entries.push(Descriptor { set: index, binding: binding as u32, info, kept: keep.blocks.len() - 1 });
             }
         }
+        Ok(Descriptors { entries })
+    }
+
+    /// Whether the sets hold every descriptor of `wanted` (whose memory `keep` holds) already: an
+    /// execute with that table writes nothing, so it may replay the recording even while it is
+    /// pending.
+    pub fn holds(&self, wanted: &Descriptors, keep: &Keep) -> bool {
+        let written = lock(&self.written);
+        written.len() == wanted.entries.len()
+            && wanted.entries.iter().zip(written.iter()).all(|(descriptor, held)| {
+                held.as_ref().is_some_and(|held| held.holds(&keep.blocks[descriptor.kept], &descriptor.info))
+            })
+    }
+
+    /// Writes into the sets the descriptors of `wanted` (whose memory `keep` holds) that they do
+    /// not hold already. The recording must not be pending.
+    pub fn write(&self, wanted: &Descriptors, keep: &Keep) {
         let mut written = lock(&self.written);
-        if written.len() != infos.len() {
+        if written.len() != wanted.entries.len() {
             written.clear();
-            written.resize_with(infos.len(), || None);
+            written.resize_with(wanted.entries.len(), || None);
         }
         let mut changed = Vec::new();
-        for ((set, binding, info, kept), held) in infos.iter().zip(written.iter_mut()) {
-            let block = &keep.blocks[*kept];
-            if held.as_ref().is_some_and(|held| held.holds(block, info)) {
+        for (descriptor, held) in wanted.entries.iter().zip(written.iter_mut()) {
+            let block = &keep.blocks[descriptor.kept];
+            if held.as_ref().is_some_and(|held| held.holds(block, &descriptor.info)) {
                 continue;
             }
-            *held = Some(Written { block: Arc::downgrade(block), offset: info.offset, range: info.range });
+            *held = Some(Written {
+                block: Arc::downgrade(block),
+                offset: descriptor.info.offset,
+                range: descriptor.info.range,
+            });
             if changed.is_empty() {
-                changed.reserve_exact(infos.len());
+                changed.reserve_exact(wanted.entries.len());
             }
             changed.push(
                 vk::WriteDescriptorSet::default()
-                    .dst_set(*set)
-                    .dst_binding(*binding)
+                    .dst_set(self.sets[descriptor.set].1)
+                    .dst_binding(descriptor.binding)
                     .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(std::slice::from_ref(info)),
+                    .buffer_info(std::slice::from_ref(&descriptor.info)),
             );
         }
         if changed.is_empty() {
-            return Ok(());
+            return;
         }
         // SAFETY: the sets are live and not in use by a pending submission (the recording's lease
         // saw its last submission complete); their bindings are update-after-bind, so writing them
         // leaves the recording valid. The buffers are kept with this submission, and so are those
         // of the descriptors left as they were (same blocks, alive).
         unsafe { self.gpu.device.update_descriptor_sets(&changed, &[]) };
-        Ok(())
     }
+}
+
+/// An execute's descriptors for a binding-table command buffer's sets, in the sets' order.
+pub struct Descriptors {
+    entries: Vec<Descriptor>,
+}
+
+/// One descriptor: which set (by its place among the recording's) and binding, what it names, and
+/// where in the execute's `Keep` its block is.
+struct Descriptor {
+    set: usize,
+    binding: u32,
+    info: vk::DescriptorBufferInfo,
+    kept: usize,
 }
 
 impl Drop for BoundSets {

@@ -1,10 +1,12 @@
 //! Reusable command buffers recorded once. A reusable HAL command buffer whose buffers are all
-//! known when it ends keeps a few recorded `VkCommandBuffer`s ([`Recording`]s) per stream; an
-//! execute replays one whose last submission completed (its stream's timeline reached the value it
-//! was submitted at), or records a new one. A recording with nothing that changes per execute (no
-//! indirect count checks, no binding-table sets) is made for simultaneous use and replayed by every
-//! execute, pending or not. Others are pending once at a time, so executes in flight together
-//! replay a recording each; past the bound, an execute records one that is not kept.
+//! known when it ends keeps a few recorded `VkCommandBuffer`s ([`Recording`]s) per stream. A
+//! recording with nothing that changes per execute (no indirect count checks, no binding-table
+//! sets) is replayed by every execute, pending or not. One with binding-table sets is replayed,
+//! pending or not, by an execute whose table its sets already hold (nothing is written); an
+//! execute with another table writes it into a recording whose last submission completed (its
+//! stream's timeline reached the value it was submitted at), or records a new one. Both are
+//! recorded for simultaneous use. A recording with count checks is pending once at a time (its
+//! scratch is read at retirement). Past the bound, an execute records one that is not kept.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,7 +15,7 @@ use ash::vk;
 use hal::Result;
 use hal::driver::{Command, lock};
 
-use super::bound::BoundSets;
+use super::bound::{BoundSets, Descriptors};
 use super::record::{CommandPool, Keep};
 use crate::memory::{Block, VulkanMemory};
 
@@ -35,8 +37,9 @@ pub struct Recording {
     /// Held from the submit until the submission retired, for a recording with count checks (the
     /// scratch is read at retirement).
     busy: AtomicBool,
-    /// Recorded for simultaneous use: nothing in it changes per execute (no count checks, no sets),
-    /// so it may be pending several times at once and every execute replays it.
+    /// Nothing in it changes per execute (no count checks, no sets): every execute replays it.
+    fixed: bool,
+    /// Recorded for simultaneous use (no count checks): it may be pending several times at once.
     simultaneous: bool,
     /// The stages its submissions wait at (see `Recorder::wait_stages`).
     pub(crate) wait_stages: vk::PipelineStageFlags,
@@ -53,7 +56,8 @@ impl Recording {
         sets: Option<BoundSets>,
         wait_stages: vk::PipelineStageFlags,
     ) -> Self {
-        let simultaneous = Self::simultaneous_use(checks.as_ref(), sets.as_ref());
+        let fixed = checks.is_none() && sets.is_none();
+        let simultaneous = Self::simultaneous_use(checks.as_ref());
         Recording {
             pool,
             cmd,
@@ -62,21 +66,25 @@ impl Recording {
             sets,
             submitted_at: AtomicU64::new(0),
             busy: AtomicBool::new(false),
+            fixed,
             simultaneous,
             wait_stages,
         }
     }
 
-    /// Whether a recording with these count checks and sets is recorded for simultaneous use
-    /// (`VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT`): only one without per-execute state.
-    pub fn simultaneous_use(checks: Option<&(Arc<Block>, Vec<usize>)>, sets: Option<&BoundSets>) -> bool {
-        checks.is_none() && sets.is_none()
+    /// Whether a recording with these count checks is recorded for simultaneous use
+    /// (`VK_COMMAND_BUFFER_USAGE_SIMULTANEOUS_USE_BIT`): one without them. A binding-table
+    /// recording is, so that executes passing the table its sets hold replay it while it is
+    /// pending: on an H200 a chain of such executes over recordings pending once at a time took
+    /// the device about 3.5 us longer an execute than one recording for simultaneous use.
+    pub fn simultaneous_use(checks: Option<&(Arc<Block>, Vec<usize>)>) -> bool {
+        checks.is_none()
     }
 
     /// Leases the recording (one [`Replays`] keeps) for the submission of stream value `value`, if
     /// it is idle at `reached`.
     fn try_lease(self: &Arc<Self>, reached: u64, value: u64) -> Option<Lease> {
-        if !self.simultaneous && self.submitted_at.load(Ordering::Acquire) > reached {
+        if !self.fixed && self.submitted_at.load(Ordering::Acquire) > reached {
             return None;
         }
         if self.checks.is_some() && self.busy.swap(true, Ordering::AcqRel) {
@@ -107,11 +115,11 @@ impl Lease {
         &self.recording
     }
 
-    /// Whether the submission must hold the lease until it retires: not for a recording made for
-    /// simultaneous use that its [`Replays`] keeps, which lives as long as the command buffer the
+    /// Whether the submission must hold the lease until it retires: not for a recording without
+    /// per-execute state that its [`Replays`] keeps, which lives as long as the command buffer the
     /// submission's work holds and has no per-submission state to hand back.
     pub fn needs_holding(&self) -> bool {
-        !(self.kept && self.recording.simultaneous)
+        !(self.kept && self.recording.fixed)
     }
 }
 
@@ -145,8 +153,8 @@ impl Replays {
     }
 
     /// A recording made on `pool` that may be submitted now, leased for the submission of `value`:
-    /// one for simultaneous use, or one idle at the value `reached()` says the stream's timeline
-    /// reached (asked only for recordings not made for simultaneous use: on NVIDIA the query took
+    /// one without per-execute state, or one idle at the value `reached()` says the stream's
+    /// timeline reached (asked only for recordings with per-execute state: on NVIDIA the query took
     /// a few hundred nanoseconds of the submit thread's). `None`: record one (past the bound,
     /// [`Self::add`] does not keep it). The submit thread never waits for the device here: the
     /// stream's other work would wait behind it.
@@ -159,9 +167,33 @@ impl Replays {
         let kept = lock(&self.kept);
         let ours = || kept.iter().filter(|r| Arc::ptr_eq(&r.pool, pool));
         let Some(first) = ours().next() else { return Ok(None) };
-        // The recordings of one command buffer are alike: all for simultaneous use, or none.
-        let reached = if first.simultaneous { 0 } else { reached()? };
+        // The recordings of one command buffer are alike: all without per-execute state, or none.
+        let reached = if first.fixed { 0 } else { reached()? };
         Ok(ours().find_map(|r| r.try_lease(reached, value)))
+    }
+
+    /// The first recording made on `pool`, if one is kept: its sets tell an execute's descriptors
+    /// (see [`BoundSets::descriptors`]).
+    pub fn first(&self, pool: &Arc<CommandPool>) -> Option<Arc<Recording>> {
+        lock(&self.kept).iter().find(|r| Arc::ptr_eq(&r.pool, pool)).cloned()
+    }
+
+    /// A kept recording made on `pool` for simultaneous use whose sets hold `wanted` (the
+    /// execute's descriptors, their memory in `keep`), pending or not, leased for the submission
+    /// of `value`: replaying it writes nothing a pending submission reads.
+    pub fn lease_holding(
+        &self,
+        pool: &Arc<CommandPool>,
+        wanted: &Descriptors,
+        keep: &Keep,
+        value: u64,
+    ) -> Option<Lease> {
+        let kept = lock(&self.kept);
+        let recording = kept.iter().find(|r| {
+            Arc::ptr_eq(&r.pool, pool) && r.simultaneous && r.sets.as_ref().is_some_and(|sets| sets.holds(wanted, keep))
+        })?;
+        recording.submitted_at.fetch_max(value, Ordering::AcqRel);
+        Some(Lease { recording: recording.clone(), kept: true })
     }
 
     /// Leases `recording`, just made, for the submission of `value`, and keeps it while its pool
