@@ -10,12 +10,15 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Rng;
 use ctest::Kernel;
 use ctest::kernels::wgsl::wgsl_source;
 use hal::{
     BufferBinding, BufferParams, CommandBufferMode, Device, ExecutableFormat, ExecutableSource, SemaphoreValue,
     StatusCode, Timeout,
 };
+
+mod common;
 
 const CHILD_ENV: &str = "HAL_SPIRV_MUTANT_CHILD";
 const SEED_ENV: &str = "HAL_SPIRV_MUTANT_SEED";
@@ -48,26 +51,6 @@ fn modules() -> Vec<(String, Vec<u8>)> {
         modules.push((name.clone(), driver_vulkan::wgsl::compile(source, &name).expect("the catalogue compiles")));
     }
     modules
-}
-
-/// A seedable xorshift64* stream: the same seed makes the same mutants.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
 }
 
 /// One hostile module: which real module, and how it was changed.
@@ -113,9 +96,7 @@ fn to_bytes(words: &[u32]) -> Vec<u8> {
 }
 
 fn seed() -> u64 {
-    std::env::var(SEED_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
-    })
+    common::seed_from(SEED_ENV)
 }
 
 fn per_module() -> usize {

@@ -109,3 +109,36 @@ impl Drop for DeviceGate {
         }
     }
 }
+
+/// A seedable xorshift64* stream for the randomized tests: the same seed draws the same
+/// operations (the SPIR-V mutants, the binding-table stress).
+pub struct Rng(u64);
+
+impl Rng {
+    /// The stream of `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+}
+
+/// The seed a randomized test runs with: `env`'s value where it is set, else one from the clock.
+/// The test prints it, so a failure can be replayed.
+pub fn seed_from(env: &str) -> u64 {
+    match std::env::var(env) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("{env}='{text}' is not a whole number")),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    }
+}
