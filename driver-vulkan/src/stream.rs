@@ -1090,12 +1090,9 @@ fn lease_recording(
     value: u64,
     keep: &mut Keep,
 ) -> Result<Lease> {
-    // The execute's descriptors, resolved once for every recording it looks at.
-    let first = replays.first(&stream.pool);
-    let wanted = match first.as_ref().and_then(|first| first.sets.as_ref()) {
-        Some(sets) => Some(sets.descriptors(commands, keep)?),
-        None => None,
-    };
+    // The execute's descriptors, resolved once for every recording it looks at (a fixed-binding
+    // command buffer has none to resolve, and skips this).
+    let wanted = if bound { replays.descriptors(&stream.pool, commands, keep)? } else { None };
     if let Some(wanted) = &wanted
         && let Some(lease) = replays.lease_holding(&stream.pool, wanted, keep, value)
     {

@@ -172,10 +172,20 @@ impl Replays {
         Ok(ours().find_map(|r| r.try_lease(reached, value)))
     }
 
-    /// The first recording made on `pool`, if one is kept: its sets tell an execute's descriptors
-    /// (see [`BoundSets::descriptors`]).
-    pub fn first(&self, pool: &Arc<CommandPool>) -> Option<Arc<Recording>> {
-        lock(&self.kept).iter().find(|r| Arc::ptr_eq(&r.pool, pool)).cloned()
+    /// The descriptors `commands` (an execute's, resolved for its table) put in the sets of the
+    /// recordings kept on `pool`, their memory kept in `keep` (see [`BoundSets::descriptors`]);
+    /// `None` where none with sets is kept yet.
+    pub fn descriptors(
+        &self,
+        pool: &Arc<CommandPool>,
+        commands: &[Command],
+        keep: &mut Keep,
+    ) -> Result<Option<Descriptors>> {
+        let kept = lock(&self.kept);
+        match kept.iter().find(|r| Arc::ptr_eq(&r.pool, pool)).and_then(|r| r.sets.as_ref()) {
+            Some(sets) => sets.descriptors(commands, keep).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// A kept recording made on `pool` for simultaneous use whose sets hold `wanted` (the
