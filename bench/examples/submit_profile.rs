@@ -4,15 +4,19 @@
 //! submissions), of an empty command buffer, one dispatch or one indirect dispatch; or chained `queue_alloca` +
 //! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused); or a
 //! dependent chain of 8-byte all-reduces on a channel of one rank (`collective`, the buffer kind
-//! unused): the HAL's cost of a collective submission, beside the driver's collective call.
+//! unused): the HAL's cost of a collective submission, beside the driver's collective call; or
+//! THREADS threads (default 16), each a dependent chain on a queue of its own, as the bench's
+//! own-queue scaling table runs them (`threads`, N counts all threads' submissions; on a second
+//! device of the driver with a queue per thread where the first has too few).
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca|collective] [empty|dispatch|indirect] [N]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca|collective|threads] [empty|dispatch|indirect] [N] [THREADS]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
 
 use hal::{BufferParams, CollectiveArgs, CollectiveOp, ElementType, ReduceOp, SemaphoreValue as SV, Timeout};
 
+use bench::scaling::{Placement, hal_chains};
 use bench::workloads::{Env, Timing, alloca_dealloca, chain, fan_out_in, ping_pong, round_trip};
 
 fn main() -> Result<(), String> {
@@ -20,8 +24,22 @@ fn main() -> Result<(), String> {
     let arg = |i: usize, default: &str| args.get(i).cloned().unwrap_or_else(|| default.to_string());
     let (driver, workload, kind) = (arg(0, "cpu-sim"), arg(1, "chain"), arg(2, "empty"));
     let ops: u64 = arg(3, "200000").parse().map_err(|e| format!("N: {e}"))?;
-    let device = bench::registry().create_device(&driver, 0).map_err(|e| e.to_string())?;
+    let threads: usize = arg(4, "16").parse().map_err(|e| format!("THREADS: {e}"))?;
+    let mut device = bench::registry().create_device(&driver, 0).map_err(|e| e.to_string())?;
+    if workload == "threads" && device.info().queue_count < threads {
+        // As the scaling tables do: a second device of the driver, with a queue per thread.
+        match bench::device_with_queues(device.info(), threads) {
+            Some(wider) => device = wider.map_err(|e| e.to_string())?,
+            None => return Err(format!("{driver}: {threads} threads need {threads} queues")),
+        }
+    }
     let env = Env::new(device).map_err(|e| e.to_string())?;
+    let thread_cbs = match workload.as_str() {
+        "threads" => {
+            (0..threads).map(|_| env.dispatches(1)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?
+        }
+        _ => Vec::new(),
+    };
     let cb = match kind.as_str() {
         "empty" => env.empty.clone(),
         "dispatch" => env.dispatches(1).map_err(|e| e.to_string())?,
@@ -37,10 +55,12 @@ fn main() -> Result<(), String> {
         }
         "alloca" => alloca_dealloca(&env, 4096, ops / 2),
         "collective" => collective_chain(&env, ops),
+        "threads" => hal_chains(&env, &thread_cbs, Placement::OwnQueue, ops / threads.max(1) as u64)
+            .map(|total| Timing { total, submit: std::time::Duration::ZERO }),
         "roundtrip" => round_trip(&env, &cb, hal::Timeout::Infinite, ops)
             .map(|(total, _)| Timing { total, submit: std::time::Duration::ZERO }),
         other => Err(hal::Error::invalid_argument(format!(
-            "unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca|collective)"
+            "unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca|collective|threads)"
         ))),
     };
     run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled

@@ -10,10 +10,12 @@ usage() {
 usage: devbin/profile.sh [TARGET] [ARGS...] [--completion MODE]
 
 targets:
-  submit [WORKLOAD] [KIND] [N]   submit_profile_sym cuda WORKLOAD KIND N (default: chain dispatch
-                                 1000000; WORKLOAD chain|hop|roundtrip|fanout|alloca|collective,
-                                 KIND empty|dispatch|indirect): the submitting thread's and the
-                                 completion threads' costs, by symbol and by caller (the default target)
+  submit [WORKLOAD] [KIND] [N] [THREADS]
+                                 submit_profile_sym cuda WORKLOAD KIND N THREADS (default: chain
+                                 dispatch 1000000; WORKLOAD chain|hop|roundtrip|fanout|alloca|
+                                 collective|threads, KIND empty|dispatch|indirect, THREADS for
+                                 threads, default 16): the submitting threads' and the completion
+                                 threads' costs, by symbol and by caller (the default target)
   bench [BENCH ARGS]             a flat profile of bench_sym (default: --driver cuda --scaling
                                  --max-threads 8), by symbol and by thread
   allreduce [RANKS] [MAX_BYTES]  allreduce_sweep_sym (default 2 ranks, up to 4096 bytes) with call
@@ -54,13 +56,13 @@ mkdir -p "$OUT"
 
 case $TARGET in
   submit)
-    W=${1:-chain} K=${2:-dispatch} N=${3:-1000000} tag=submit-${1:-chain}-${2:-dispatch}
+    W=${1:-chain} K=${2:-dispatch} N=${3:-1000000} T=${4:-16} tag=submit-${1:-chain}-${2:-dispatch}
     # Keep perf's output off a pipe that closes early: perf finishes its file only at exit.
     timeout "$(left 200)" "$P" record -F 1500 -e cpu-clock --call-graph dwarf,8192 -o /tmp/cg.data \
-      "$KIT/submit_profile_sym" cuda "$W" "$K" "$N" > "$OUT/record-$tag.log" 2>&1 || echo "perf record exit $?"
+      "$KIT/submit_profile_sym" cuda "$W" "$K" "$N" "$T" > "$OUT/record-$tag.log" 2>&1 || echo "perf record exit $?"
     cat "$OUT/record-$tag.log"
     timeout "$(left 100)" "$P" record -F 10000 -e cpu-clock -o "$OUT/flat-$tag.data" \
-      "$KIT/submit_profile_sym" cuda "$W" "$K" $((N / 5)) > /dev/null 2>&1 || echo "flat record exit $?"
+      "$KIT/submit_profile_sym" cuda "$W" "$K" $((N / 5)) "$T" > /dev/null 2>&1 || echo "flat record exit $?"
     R=("$P" report -i /tmp/cg.data --stdio)
     "${R[@]}" --children --comm submit_profile_ --sort sym -g none --percent-limit 0.3 > "$OUT/submitter-children-$tag.txt" 2>&1 || true
     "${R[@]}" --no-children --comm submit_profile_ --sort dso,sym -g caller,0.5,callee,function,percent --percent-limit 1 \

@@ -42,6 +42,10 @@ pub struct ManualStreams {
     pub barriers_run_at_submission: AtomicBool,
     /// Calls of `run_at_submission`.
     runs_at_submission: AtomicUsize,
+    /// While set, `enqueue` blocks (its issue holding the queue's issue lock) until it is cleared;
+    /// `enqueues_held` counts the enqueues that blocked so far.
+    hold_enqueues: (Mutex<bool>, Condvar),
+    enqueues_held: AtomicUsize,
 }
 
 pub struct ManualEvent {
@@ -87,6 +91,20 @@ impl ManualStreams {
     pub fn open_gate(&self) {
         self.complete_up_to(u64::MAX);
         self.release_completion_threads();
+        self.hold_enqueues(false);
+    }
+
+    /// Makes every enqueue from now on block until this is called with `false`.
+    #[allow(dead_code)] // not every test holds enqueues
+    pub fn hold_enqueues(&self, hold: bool) {
+        *self.hold_enqueues.0.lock().unwrap_or_else(|p| p.into_inner()) = hold;
+        self.hold_enqueues.1.notify_all();
+    }
+
+    /// Enqueues that blocked in [`hold_enqueues`](Self::hold_enqueues) so far.
+    #[allow(dead_code)] // not every test holds enqueues
+    pub fn enqueues_held(&self) -> usize {
+        self.enqueues_held.load(Ordering::SeqCst)
     }
 
     /// Lets the completion threads wait for (and retire) work as it completes.
@@ -178,6 +196,14 @@ impl StreamModel for ManualStreams {
     }
     fn enqueue(&self, _stream: &(), _work: &Arc<Work>) -> Result<()> {
         self.work_calls.fetch_add(1, Ordering::SeqCst);
+        let mut held = self.hold_enqueues.0.lock().unwrap_or_else(|p| p.into_inner());
+        if *held {
+            self.enqueues_held.fetch_add(1, Ordering::SeqCst);
+            while *held {
+                held = self.hold_enqueues.1.wait(held).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        drop(held);
         if self.fail_enqueue.load(Ordering::SeqCst) {
             return Err(Error::resource_exhausted("manual enqueue failure"));
         }
@@ -242,6 +268,8 @@ pub fn scheduler(queues: usize) -> Tested {
         completion_queries: AtomicUsize::new(0),
         barriers_run_at_submission: AtomicBool::new(false),
         runs_at_submission: AtomicUsize::new(0),
+        hold_enqueues: (Mutex::new(false), Condvar::new()),
+        enqueues_held: AtomicUsize::new(0),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }

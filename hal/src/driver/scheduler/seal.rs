@@ -25,6 +25,7 @@
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use super::event_pool::EventRef;
 use super::{IssuerCache, Shared};
@@ -44,6 +45,11 @@ pub(crate) const RECORD_EVERY: u32 = 16;
 /// stream of submissions allocates no seals however deep its pipeline; the most it keeps is a few
 /// tens of kilobytes.
 const SPARE_SEALS: usize = 1024;
+
+/// How long a completion thread whose oldest submission is open watches for the issue holding the
+/// queue's issue lock to let go (or to fill the seal) before it blocks on the lock. A submitting
+/// thread that issues back to back holds the lock for a few microseconds at a time.
+const SEAL_WATCH: Duration = Duration::from_micros(20);
 
 /// Where a submission's work ends on its stream.
 pub(crate) enum StreamMark<M: StreamModel> {
@@ -254,13 +260,17 @@ impl<M: StreamModel> Shared<M> {
     }
 
     /// The event a completion thread waits on for a submission marked `mark`. An open mark is
-    /// sealed here if the queue's issue lock is free; while an issue holds it, the thread asks that
-    /// issue (or the next) to record, and tries again: a completion thread blocking on the lock
-    /// would make the submitting thread pay a wake-up system call when it lets go.
+    /// sealed here if the queue's issue lock is free. While an issue holds it, the thread asks that
+    /// issue (or the next) to record and watches for the seal for up to [`SEAL_WATCH`]: a completion
+    /// thread blocking on the lock at once would make the submitting thread pay a wake-up system
+    /// call when it lets go. An issue that keeps the lock longer is itself waiting (for a driver
+    /// lock other threads' launches hold, or for a core), so the thread then blocks on the lock
+    /// instead of keeping a core busy that the issue may need.
     pub(super) fn event_for_completion(&self, queue: usize, mark: &StreamMark<M>) -> Result<EventRef<M>> {
         let StreamMark::Open(seal) = mark else { return mark.sealed(self) };
         let slot = &self.queues[queue];
         let mut tries = 0u32;
+        let mut watching_since: Option<Instant> = None;
         loop {
             if let Some(outcome) = seal.outcome() {
                 return outcome;
@@ -272,9 +282,14 @@ impl<M: StreamModel> Shared<M> {
             tries += 1;
             if tries < 64 {
                 crate::sync::spin_hint();
-            } else {
-                crate::sync::yield_now();
+                continue;
             }
+            if watching_since.get_or_insert_with(Instant::now).elapsed() < SEAL_WATCH {
+                crate::sync::yield_now();
+                continue;
+            }
+            let mut issuer = lock(&slot.issuer);
+            return self.seal_locked(seal, &mut issuer);
         }
     }
 }
