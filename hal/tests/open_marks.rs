@@ -13,6 +13,8 @@ use hal::{SemaphoreValue as SV, Timeout};
 
 #[path = "support/manual_streams.rs"]
 mod manual_streams;
+#[path = "support/splitmix.rs"]
+mod splitmix;
 use manual_streams::{Tested, scheduler};
 
 const SECOND: Timeout = Timeout::After(Duration::from_secs(5));
@@ -162,4 +164,60 @@ fn a_seal_that_cannot_record_fails_the_submissions_it_marks() {
     assert_eq!(s.poll_completions(0), 4, "the recorded one retires, the three open ones fail");
     let failure = done.query().unwrap_err();
     assert!(failure.message().contains("manual record failure"), "{failure}");
+}
+
+/// The seed of [`random_slow_issues_never_stall_the_completion_threads`]: `HAL_SEAL_STRESS_SEED`,
+/// or the clock.
+fn stress_seed() -> u64 {
+    match std::env::var("HAL_SEAL_STRESS_SEED") {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| panic!("HAL_SEAL_STRESS_SEED={text:?} is not a u64")),
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    }
+}
+
+#[test]
+fn random_slow_issues_never_stall_the_completion_threads() {
+    // Four threads chain barriers on two queues whose marks stay open; the seed makes some issues
+    // hold the issue lock for tens of microseconds (as a launch waiting on CUDA's lock does) and
+    // some submissions be waited for on the host at once. The completion threads, retiring as work
+    // completes, keep meeting open fronts whose issue lock a slow issue holds: each must get its
+    // seal (by the slow issue's record or its own) and every chain must reach its end.
+    let seed = stress_seed();
+    let s = with_open_marks(2, true);
+    let model = s.model();
+    model.polling.store(true, Ordering::SeqCst);
+    model.complete_up_to(u64::MAX);
+    model.release_completion_threads();
+    const LINKS: u64 = 300;
+    let outcome = std::thread::scope(|scope| {
+        let chains: Vec<_> = (0..4u64)
+            .map(|thread| {
+                let s = &s;
+                scope.spawn(move || -> Result<(), String> {
+                    let mut rng = splitmix::Rng::fork(seed, thread);
+                    let queue = (thread % 2) as usize;
+                    let chain = s.create_semaphore(0);
+                    for value in 1..=LINKS {
+                        let sleep = if rng.below(3) == 0 { 30 + rng.below(120) } else { 0 };
+                        s.model().enqueue_sleep_us.store(sleep, Ordering::SeqCst);
+                        s.submit(queue, QueueOp::Barrier, &[SV::new(&chain, value - 1)], &[SV::new(&chain, value)])
+                            .map_err(|e| format!("thread {thread} submission {value}: {e}"))?;
+                        if rng.below(16) == 0 {
+                            chain.wait(value, SECOND).map_err(|e| format!("thread {thread} host wait {value}: {e}"))?;
+                        }
+                    }
+                    chain.wait(LINKS, SECOND).map_err(|e| format!("thread {thread} end of its chain: {e}"))
+                })
+            })
+            .collect();
+        chains
+            .into_iter()
+            .map(|c| c.join().unwrap_or_else(|_| Err("a chain panicked".into())))
+            .collect::<Result<Vec<_>, _>>()
+    });
+    model.enqueue_sleep_us.store(0, Ordering::SeqCst);
+    if let Err(failure) = outcome {
+        panic!("seed {seed} (replay with HAL_SEAL_STRESS_SEED={seed}): {failure}");
+    }
+    assert!(model.records() < 4 * LINKS, "seed {seed}: {} records for {} submissions", model.records(), 4 * LINKS);
 }

@@ -46,6 +46,8 @@ pub struct ManualStreams {
     /// `enqueues_held` counts the enqueues that blocked so far.
     hold_enqueues: (Mutex<bool>, Condvar),
     enqueues_held: AtomicUsize,
+    /// Microseconds every enqueue sleeps (its issue holding the queue's issue lock); 0: none.
+    pub enqueue_sleep_us: AtomicU64,
 }
 
 pub struct ManualEvent {
@@ -204,6 +206,10 @@ impl StreamModel for ManualStreams {
             }
         }
         drop(held);
+        let sleep = self.enqueue_sleep_us.load(Ordering::SeqCst);
+        if sleep > 0 {
+            std::thread::sleep(Duration::from_micros(sleep));
+        }
         if self.fail_enqueue.load(Ordering::SeqCst) {
             return Err(Error::resource_exhausted("manual enqueue failure"));
         }
@@ -270,6 +276,7 @@ pub fn scheduler(queues: usize) -> Tested {
         runs_at_submission: AtomicUsize::new(0),
         hold_enqueues: (Mutex::new(false), Condvar::new()),
         enqueues_held: AtomicUsize::new(0),
+        enqueue_sleep_us: AtomicU64::new(0),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }
