@@ -1,7 +1,8 @@
 #!/bin/bash
 # A/B (or A/B/C...) runs on one machine: the same command for several builds, alternating round by
 # round so every build sees the same GPU and host, then per build the median, min and max of each
-# bench row (and peers `row` lines, `wall time` lines) over its processes (summarize.py ab).
+# bench row (and peers `row` lines, `wall time` lines, the scaling tables' rows) over its processes
+# (summarize.py ab).
 set -euo pipefail
 
 usage() {

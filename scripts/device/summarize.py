@@ -31,6 +31,10 @@ BENCH_ROW = re.compile(
     r"\s+(?:(?P<base>[\d.]+) \[\d+\]|-)\s+(?:(?P<ratio>[\d.]+)x|-)")
 PEERS_ROW = re.compile(r"^row (\S+) (\d+) ([\d.]+) ([\d.]+) ([\d.]+)")
 WALL = re.compile(r"wall time: +([\d.]+)")
+# The bench's scaling tables: a section line, then per thread count the HAL's thousands of
+# submissions a second (p10-p90) and, further on, the speedup and (with a raw side) HAL/raw.
+SCALING_SECTION = re.compile(r"^submission throughput, (each thread on its own queue|all threads on one queue)")
+SCALING_ROW = re.compile(r"^\s+(\d+)\s+([\d.]+) \([\d.]+-[\d.]+\)\s+(.*)$")
 # The parts of a row's name that are measurements of that run (the submit cost, the waiter's CPU):
 # left out so that one row of several runs is one row.
 MEASURED_IN_NAME = re.compile(r"\s*\(submit [\d.]+\)|,? ?waiter CPU \d+%|\s*\(\s*\)")
@@ -69,10 +73,21 @@ def other_rows(path):
     """{name: value} from peers `row` lines (name N, median us) and `wall time` lines."""
     rows = {}
     walls = []
+    section = None
     for line in open(path, errors="replace"):
         m = PEERS_ROW.match(line)
         if m:
             rows[f"peers {m.group(1)} N={m.group(2)}"] = float(m.group(3))
+        h = SCALING_SECTION.match(line)
+        if h:
+            section = "own queues" if h.group(1).startswith("each") else "one queue"
+        r = SCALING_ROW.match(line) if section else None
+        if r:
+            name = f"scaling, {section}, {r.group(1)} threads, ksub/s"
+            rows[name] = float(r.group(2))
+            ratios = re.findall(r"\b([\d.]+)x\b", r.group(3))
+            if len(ratios) >= 2:  # the speedup, then HAL/raw
+                rows[f"{name} (ratio)"] = float(ratios[1])
         w = WALL.search(line)
         if w:
             walls.append(float(w.group(1)))
@@ -164,9 +179,10 @@ def cmd_ab(folder, pattern=None):
         first = labels[0]
         print(f"median ratio of each build to {first} (rows both have):")
         for lb in labels[1:]:
+            # Times only: a scaling row is a rate (higher is better) and would pull the other way.
             r = [st.median(by[lb]) / st.median(by[first]) for name, by in data.items()
                  if first in by and lb in by and st.median(by[first]) > 0 and not name.endswith("(ratio)")
-                 and (not rx or rx.search(name))]
+                 and not name.startswith("scaling, ") and (not rx or rx.search(name))]
             if r:
                 print(f"  {lb}: {st.median(r):.3f}x over {len(r)} rows (min {min(r):.3f}x, max {max(r):.3f}x)")
 
