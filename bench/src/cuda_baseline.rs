@@ -13,8 +13,8 @@
 //! returns `Unavailable` and makes no cudarc call.
 
 use std::ffi::{CString, c_void};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{
@@ -386,35 +386,19 @@ impl RawCuda {
             )));
         }
         let raw = Shared(self);
-        let start = Barrier::new(threads);
-        let spans = std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (raw, start, step) = (&raw, &start, &step);
-                    scope.spawn(move || -> Result<(Instant, Instant)> {
-                        let raw = raw.0;
-                        let stream = if shared { 0 } else { t };
-                        let bound = raw.bind();
-                        // Every thread reaches the barrier, also one that failed to bind: the
-                        // others would wait for it forever.
-                        start.wait();
-                        bound?;
-                        let began = Instant::now();
-                        for i in 0..ops {
-                            step(raw, t, stream, i)?;
-                            raw.record(t, stream)?;
-                        }
-                        raw.sync(stream)?;
-                        Ok((began, Instant::now()))
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("raw CUDA chain thread panicked"))))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        crate::scaling::span(&spans)
+        crate::scaling::together(
+            threads,
+            |_| raw.get().bind(),
+            |t, ()| {
+                let raw = raw.get();
+                let stream = if shared { 0 } else { t };
+                for i in 0..ops {
+                    step(raw, t, stream, i)?;
+                    raw.record(t, stream)?;
+                }
+                raw.sync(stream)
+            },
+        )
     }
 
     /// A dependent chain alternating between two streams: launch, record, and the other stream
@@ -599,6 +583,14 @@ struct Shared<'a>(&'a RawCuda);
 // it has made their context current (each thread binds it first); the threads only launch, record
 // their own event and synchronize, all thread-safe driver calls, and `self` outlives them (scoped).
 unsafe impl Sync for Shared<'_> {}
+
+impl<'a> Shared<'a> {
+    /// The baseline lent (a method, so that closures capture the whole `Shared`, which is `Sync`,
+    /// rather than its field).
+    fn get(&self) -> &'a RawCuda {
+        self.0
+    }
+}
 
 impl RawCuda {
     /// Whether every HAL import of `data` has been released, waiting up to a second for the last

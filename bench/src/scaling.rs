@@ -1,8 +1,9 @@
 //! Submission throughput as submitting threads are added: 1, 2, 4, ... threads each run a dependent
 //! chain of single-dispatch executes (the dependent-chain row's pattern, one semaphore per thread),
 //! either each to its own queue or all to one queue. Each table row is the total submissions per
-//! second beside the raw-CUDA baseline doing the same with one stream per thread (or one shared
-//! stream), measured in the same run.
+//! second beside the raw baseline doing the same, measured in the same run: on CUDA with one stream
+//! per thread (or one shared stream), on Vulkan with one `VkQueue` per thread (or one shared queue
+//! behind a mutex).
 //!
 //! A thread count the device has too few queues for is reported in its row of the own-queue table,
 //! not run with threads sharing queues.
@@ -14,7 +15,8 @@ use hal::{CommandBuffer, Error, Result, SemaphoreValue as SV};
 
 use crate::cuda_baseline::RawCuda;
 use crate::stats::Samples;
-use crate::workloads::{CUDA_DRIVER, Env, LONG, VULKAN_DRIVER};
+use crate::vulkan_baseline::RawVulkan;
+use crate::workloads::{CUDA_DRIVER, Env, LONG, VULKAN_DRIVER, touch_spirv};
 
 /// The least parallel efficiency (speedup over threads) a HAL row must reach, where the machine has
 /// a core for every thread and raw CUDA reaches it too.
@@ -206,50 +208,67 @@ pub(crate) fn span(spans: &[(Instant, Instant)]) -> Result<Duration> {
     }
 }
 
-/// One thread per entry of `cbs`, each executing its command buffer `ops` times as a dependent
-/// chain on its own semaphore, to the queue `placement` gives it; the time from the threads' common
-/// start to the last one's host wait returning.
-pub fn hal_chains(env: &Env, cbs: &[CommandBuffer], placement: Placement, ops: u64) -> Result<Duration> {
-    let start = Barrier::new(cbs.len());
+/// Runs `threads` threads at once: thread t first prepares with `ready(t)`, then every thread waits
+/// on one barrier (also one whose preparation failed: the others would wait for it forever) and
+/// runs `body(t, prepared)`, which returns once its chain is done. The span from the earliest
+/// start to the latest end (the HAL's and both raw sides' threaded chains use it).
+pub(crate) fn together<P>(
+    threads: usize,
+    ready: impl Fn(usize) -> Result<P> + Sync,
+    body: impl Fn(usize, P) -> Result<()> + Sync,
+) -> Result<Duration> {
+    let start = Barrier::new(threads);
     let spans = std::thread::scope(|scope| {
-        let workers: Vec<_> = cbs
-            .iter()
-            .enumerate()
-            .map(|(t, cb)| {
-                let start = &start;
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, ready, body) = (&start, &ready, &body);
                 scope.spawn(move || -> Result<(Instant, Instant)> {
-                    let index = match placement {
-                        Placement::OwnQueue => t,
-                        Placement::OneQueue => 0,
-                    };
-                    let ready = env.device.queue(index).and_then(|q| Ok((q, env.device.create_semaphore(0)?)));
-                    // Every thread reaches the barrier, also one that failed to get ready: the
-                    // others would wait for it forever.
+                    let prepared = ready(t);
                     start.wait();
-                    let (q, s) = ready?;
+                    let prepared = prepared?;
                     let began = Instant::now();
-                    for i in 0..ops {
-                        q.execute(&[SV::new(&s, i)], cb, &[SV::new(&s, i + 1)])?;
-                    }
-                    s.wait(ops, LONG)?;
+                    body(t, prepared)?;
                     Ok((began, Instant::now()))
                 })
             })
             .collect();
         workers
             .into_iter()
-            .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("scaling thread panicked"))))
+            .map(|w| w.join().unwrap_or_else(|_| Err(Error::internal("a threaded chain's thread panicked"))))
             .collect::<Result<Vec<_>>>()
     })?;
     span(&spans)
+}
+
+/// One thread per entry of `cbs`, each executing its command buffer `ops` times as a dependent
+/// chain on its own semaphore, to the queue `placement` gives it; the time from the threads' common
+/// start to the last one's host wait returning.
+pub fn hal_chains(env: &Env, cbs: &[CommandBuffer], placement: Placement, ops: u64) -> Result<Duration> {
+    together(
+        cbs.len(),
+        |t| {
+            let index = match placement {
+                Placement::OwnQueue => t,
+                Placement::OneQueue => 0,
+            };
+            let q = env.device.queue(index)?;
+            Ok((q, env.device.create_semaphore(0)?))
+        },
+        |t, (q, s)| {
+            for i in 0..ops {
+                q.execute(&[SV::new(&s, i)], &cbs[t], &[SV::new(&s, i + 1)])?;
+            }
+            s.wait(ops, LONG)
+        },
+    )
 }
 
 /// The raw side of the tables.
 enum Raw {
     /// Raw CUDA, with a stream per thread.
     Cuda(RawCuda),
-    /// A driver whose raw baseline is not written for these tables.
-    NotMeasured,
+    /// Raw Vulkan, with a queue per thread.
+    Vulkan(Box<RawVulkan>),
     /// A driver with no raw baseline (cpu-sim).
     None,
 }
@@ -260,8 +279,9 @@ pub fn cores() -> usize {
 }
 
 /// Both tables ([`Placement::ALL`]) on `env`'s device, with `sizes`; `progress` is told each row
-/// as it starts. On CUDA the raw baseline is measured beside every row; on Vulkan it is reported as
-/// not measured; on cpu-sim there is none.
+/// as it starts. On CUDA and Vulkan the raw baseline is measured beside every row (on Vulkan an
+/// own-queue row with more threads than the GPU's compute family has queues reports its raw cell
+/// as not run); on cpu-sim there is none.
 pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Result<Vec<ScalingTable>> {
     let info = env.device.info();
     let counts = sizes.thread_counts();
@@ -271,7 +291,9 @@ pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Re
         raw.add_thread_graphs(most)?;
         Raw::Cuda(raw)
     } else if info.driver == VULKAN_DRIVER {
-        Raw::NotMeasured
+        let mut raw = RawVulkan::new(info.ordinal, &touch_spirv()?, &[])?;
+        raw.add_thread_buffers(most)?;
+        Raw::Vulkan(Box::new(raw))
     } else {
         Raw::None
     };
@@ -301,7 +323,16 @@ pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Re
                     Some(Cell::Measured(collect(threads, &mut || raw.threaded_chains(threads, shared, ops))?)),
                     Some(Cell::Measured(collect(threads, &mut || raw.threaded_graph_chains(threads, shared, ops))?)),
                 ),
-                Raw::NotMeasured => (Some(Cell::Skipped("not measured".to_string())), None),
+                Raw::Vulkan(raw) if !shared && threads > raw.distinct_queues() => (
+                    Some(Cell::Skipped(match raw.distinct_queues() {
+                        1 => "not run: the GPU has 1 queue".to_string(),
+                        n => format!("not run: the GPU has {n} queues"),
+                    })),
+                    None,
+                ),
+                Raw::Vulkan(raw) => {
+                    (Some(Cell::Measured(collect(threads, &mut || raw.threaded_chains(threads, shared, ops))?)), None)
+                }
                 Raw::None => (None, None),
             };
             rows.push(ScalingRow { threads, hal, raw, raw_graph });
@@ -311,7 +342,12 @@ pub fn run(env: &Env, sizes: ScalingSizes, progress: &mut dyn FnMut(&str)) -> Re
                 "raw CUDA: cuLaunchKernel + cuEventRecord per op, a stream per thread"
             }
             (Raw::Cuda(_), Placement::OneQueue) => "raw CUDA: cuLaunchKernel + cuEventRecord per op, all on one stream",
-            (Raw::NotMeasured, _) => "raw baseline not measured on this driver",
+            (Raw::Vulkan(_), Placement::OwnQueue) => {
+                "raw Vulkan: vkQueueSubmit recorded cb, timeline wait+signal, a queue per thread"
+            }
+            (Raw::Vulkan(_), Placement::OneQueue) => {
+                "raw Vulkan: vkQueueSubmit recorded cb, timeline wait+signal, all on one queue behind a mutex"
+            }
             (Raw::None, _) => "no raw baseline on this driver",
         };
         tables.push(ScalingTable {

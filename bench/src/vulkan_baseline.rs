@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CStr;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,8 @@ pub struct RawVulkan {
     /// Up to [`MAX_QUEUES`] queues of the compute family, and at least two entries (its one queue
     /// twice where it has one).
     queues: Vec<vk::Queue>,
+    /// How many of `queues` are distinct Vulkan queues.
+    distinct_queues: usize,
     pool: vk::CommandPool,
     memory: vk::DeviceMemory,
     buffer: vk::Buffer,
@@ -38,6 +41,9 @@ pub struct RawVulkan {
     /// one command buffer pending on several queues at the same time faulted NVIDIA's H200 (Xid 13,
     /// `SKEDCHECK22_INVALIDATE_ACTIVE_QMD`, then `VK_ERROR_DEVICE_LOST`) in the full run.
     fan_out: Vec<vk::CommandBuffer>,
+    /// A 1-dispatch command buffer per thread of [`RawVulkan::threaded_chains`] (see
+    /// [`RawVulkan::add_thread_buffers`]), for the reason `fan_out` has one per queue.
+    thread_buffers: Vec<vk::CommandBuffer>,
     /// The name of the physical device.
     pub name: String,
 }
@@ -93,11 +99,13 @@ impl RawVulkan {
                 return Err(e);
             }
         };
+        let distinct_queues = if queues.len() == 2 && queues[0] == queues[1] { 1 } else { queues.len() };
         let mut raw = RawVulkan {
             _entry: entry,
             instance,
             device,
             queues,
+            distinct_queues,
             pool: vk::CommandPool::null(),
             memory: vk::DeviceMemory::null(),
             buffer: vk::Buffer::null(),
@@ -109,6 +117,7 @@ impl RawVulkan {
             set: vk::DescriptorSet::null(),
             recorded: HashMap::new(),
             fan_out: Vec::new(),
+            thread_buffers: Vec::new(),
             name,
         };
         // From here `raw`'s Drop destroys whatever was made (null handles are ignored).
@@ -227,48 +236,115 @@ impl RawVulkan {
 
             let pool = vk::CommandPoolCreateInfo::default().queue_family_index(family);
             self.pool = d.create_command_pool(&pool, None).map_err(vk_err("vkCreateCommandPool"))?;
-            // The dispatch counts asked for, then one 1-dispatch buffer per fan-out queue.
-            let counts = dispatch_counts.iter().map(|&count| (count, false)).chain((0..MAX_QUEUES).map(|_| (1, true)));
-            for (count, fan_out) in counts {
-                let allocate = vk::CommandBufferAllocateInfo::default()
-                    .command_pool(self.pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1);
-                let cb = d.allocate_command_buffers(&allocate).map_err(vk_err("vkAllocateCommandBuffers"))?[0];
-                if fan_out {
-                    self.fan_out.push(cb);
-                } else {
-                    self.recorded.insert(count, cb);
-                }
-                // Simultaneous use: the patterns below resubmit a command buffer while its previous
-                // submission is still pending (ordered behind it by the timeline, on one queue or
-                // alternating two). Without the flag that is invalid usage.
-                let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
-                d.begin_command_buffer(cb, &begin).map_err(vk_err("vkBeginCommandBuffer"))?;
-                d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
-                d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, self.layout, 0, &[self.set], &[]);
-                for i in 0..count {
-                    if i > 0 {
-                        let barrier = [vk::MemoryBarrier::default()
-                            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-                        d.cmd_pipeline_barrier(
-                            cb,
-                            vk::PipelineStageFlags::COMPUTE_SHADER,
-                            vk::PipelineStageFlags::COMPUTE_SHADER,
-                            vk::DependencyFlags::empty(),
-                            &barrier,
-                            &[],
-                            &[],
-                        );
-                    }
-                    d.cmd_push_constants(cb, self.layout, vk::ShaderStageFlags::COMPUTE, 0, &(i as u32).to_le_bytes());
-                    d.cmd_dispatch(cb, 1, 1, 1);
-                }
-                d.end_command_buffer(cb).map_err(vk_err("vkEndCommandBuffer"))?;
-            }
+        }
+        // The dispatch counts asked for, then one 1-dispatch buffer per fan-out queue.
+        for &count in dispatch_counts {
+            let cb = self.record(count)?;
+            self.recorded.insert(count, cb);
+        }
+        for _ in 0..MAX_QUEUES {
+            let cb = self.record(1)?;
+            self.fan_out.push(cb);
         }
         Ok(())
+    }
+
+    /// Allocates a command buffer from the pool (freed with it) and records `count` dispatches of
+    /// the pipeline into it, a compute barrier between each two.
+    fn record(&mut self, count: usize) -> Result<vk::CommandBuffer> {
+        let d = &self.device;
+        let allocate = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool, pipeline, layout and set are live handles of `d`; `&mut self` keeps
+        // every other use of the pool out while this records; the create infos outlive the calls.
+        unsafe {
+            let cb = d.allocate_command_buffers(&allocate).map_err(vk_err("vkAllocateCommandBuffers"))?[0];
+            // Simultaneous use: the patterns below resubmit a command buffer while its previous
+            // submission is still pending (ordered behind it by the timeline, on one queue or
+            // alternating two). Without the flag that is invalid usage.
+            let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::SIMULTANEOUS_USE);
+            d.begin_command_buffer(cb, &begin).map_err(vk_err("vkBeginCommandBuffer"))?;
+            d.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, self.pipeline);
+            d.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, self.layout, 0, &[self.set], &[]);
+            for i in 0..count {
+                if i > 0 {
+                    let barrier = [vk::MemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+                    d.cmd_pipeline_barrier(
+                        cb,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::DependencyFlags::empty(),
+                        &barrier,
+                        &[],
+                        &[],
+                    );
+                }
+                d.cmd_push_constants(cb, self.layout, vk::ShaderStageFlags::COMPUTE, 0, &(i as u32).to_le_bytes());
+                d.cmd_dispatch(cb, 1, 1, 1);
+            }
+            d.end_command_buffer(cb).map_err(vk_err("vkEndCommandBuffer"))?;
+            Ok(cb)
+        }
+    }
+
+    /// Records one 1-dispatch command buffer per thread for
+    /// [`threaded_chains`](Self::threaded_chains) (`threads` in all; call before sharing the
+    /// baseline between threads).
+    pub fn add_thread_buffers(&mut self, threads: usize) -> Result<()> {
+        while self.thread_buffers.len() < threads {
+            let cb = self.record(1)?;
+            self.thread_buffers.push(cb);
+        }
+        Ok(())
+    }
+
+    /// Distinct Vulkan queues [`threaded_chains`](Self::threaded_chains) can give a thread each.
+    pub fn distinct_queues(&self) -> usize {
+        self.distinct_queues
+    }
+
+    /// `threads` threads, started together, each submitting its own 1-dispatch command buffer `ops`
+    /// times as a dependent chain on its own timeline (each submission waits for the thread's
+    /// previous value), then waiting on the host for its last value: thread t on queue t, or all on
+    /// queue 0 with `shared` (a mutex around `vkQueueSubmit` there, which a queue used by several
+    /// threads needs). The span from the first thread's start to the last one's wait returning.
+    pub fn threaded_chains(&self, threads: usize, shared: bool, ops: u64) -> Result<Duration> {
+        if threads == 0 || threads > self.thread_buffers.len() {
+            return Err(Error::invalid_argument(format!(
+                "raw vulkan threaded chains: {threads} threads, {} command buffers recorded for them",
+                self.thread_buffers.len()
+            )));
+        }
+        if !shared && threads > self.distinct_queues {
+            return Err(Error::invalid_argument(format!(
+                "raw vulkan threaded chains: {threads} threads on queues of their own, the device has {}",
+                self.distinct_queues
+            )));
+        }
+        // Made and destroyed here, not on the threads: destroying one waits for the device to be
+        // idle, which must not race another thread's submission.
+        let timelines = (0..threads).map(|_| self.timeline(0)).collect::<Result<Vec<_>>>()?;
+        let one_queue = Mutex::new(());
+        crate::scaling::together(
+            threads,
+            |_| Ok(()),
+            |t, ()| {
+                let (cb, semaphore) = (Some(self.thread_buffers[t]), timelines[t].semaphore);
+                for i in 0..ops {
+                    if shared {
+                        let _queue = one_queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        self.submit(self.queues[0], cb, semaphore, Some(i), i + 1)?;
+                    } else {
+                        self.submit(self.queues[t], cb, semaphore, Some(i), i + 1)?;
+                    }
+                }
+                self.wait(semaphore, ops)
+            },
+        )
     }
 
     fn timeline(&self, initial: u64) -> Result<Timeline<'_>> {
@@ -645,6 +721,22 @@ mod tests {
         assert!(raw.deferred_release(3).unwrap() > Duration::ZERO);
         let e = raw.chain(2, 1).unwrap_err();
         assert!(e.message().contains("no 2-dispatch command buffer"), "{e}");
+    }
+
+    #[test]
+    fn threaded_chains_run_every_thread_to_its_last_value_and_refuse_what_they_lack() {
+        let Some(mut raw) = raw(&[]) else { return };
+        raw.add_thread_buffers(3).unwrap();
+        assert!(raw.threaded_chains(3, true, 20).unwrap() > Duration::ZERO);
+        let own = raw.distinct_queues().min(3);
+        assert!(raw.threaded_chains(own, false, 20).unwrap() > Duration::ZERO);
+        let e = raw.threaded_chains(4, true, 1).unwrap_err();
+        assert!(e.message().contains("4 threads, 3 command buffers"), "{e}");
+        if raw.distinct_queues() < 3 {
+            let e = raw.threaded_chains(3, false, 1).unwrap_err();
+            assert!(e.message().contains("queues of their own"), "{e}");
+        }
+        assert_eq!(raw.threaded_chains(0, true, 1).unwrap_err().code(), hal::StatusCode::InvalidArgument);
     }
 
     #[test]

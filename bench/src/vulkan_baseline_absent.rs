@@ -52,4 +52,19 @@ impl RawVulkan {
     pub fn deferred_release(&self, _ops: u64) -> Result<Duration> {
         match *self {}
     }
+
+    /// See the Vulkan build's `add_thread_buffers`.
+    pub fn add_thread_buffers(&mut self, _threads: usize) -> Result<()> {
+        match *self {}
+    }
+
+    /// See the Vulkan build's `distinct_queues`.
+    pub fn distinct_queues(&self) -> usize {
+        match *self {}
+    }
+
+    /// See the Vulkan build's `threaded_chains`.
+    pub fn threaded_chains(&self, _threads: usize, _shared: bool, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
 }
