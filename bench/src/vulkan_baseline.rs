@@ -641,8 +641,19 @@ impl RawVulkan {
     }
 
     /// `ops` times: a 1-dispatch submission waiting for a value the host then signals
-    /// (`vkSignalSemaphore`), and a host wait for its own signal.
+    /// (`vkSignalSemaphore`), and a host wait for its own signal (`vkWaitSemaphores`); the time from
+    /// each signal to its wait returning, summed.
     pub fn deferred_release(&self, ops: u64) -> Result<Duration> {
+        self.deferred_releases(false, ops)
+    }
+
+    /// [`deferred_release`](Self::deferred_release) with the host waiting by polling the timeline's
+    /// counter (`vkGetSemaphoreCounterValue` in a loop), as the HAL's waiter does.
+    pub fn deferred_release_polled(&self, ops: u64) -> Result<Duration> {
+        self.deferred_releases(true, ops)
+    }
+
+    fn deferred_releases(&self, polled: bool, ops: u64) -> Result<Duration> {
         let cb = self.cb(1)?;
         let t = self.timeline(0)?;
         let mut elapsed = Duration::ZERO;
@@ -652,7 +663,11 @@ impl RawVulkan {
             let info = vk::SemaphoreSignalInfo::default().semaphore(t.semaphore).value(2 * i + 1);
             // SAFETY: the semaphore is live and the value is ahead of its current one.
             unsafe { self.device.signal_semaphore(&info) }.map_err(vk_err("vkSignalSemaphore"))?;
-            self.wait(t.semaphore, 2 * i + 2)?;
+            if polled {
+                self.poll_until(t.semaphore, 2 * i + 2, &AtomicBool::new(false))?;
+            } else {
+                self.wait(t.semaphore, 2 * i + 2)?;
+            }
             elapsed += start.elapsed();
         }
         Ok(elapsed)
@@ -719,6 +734,7 @@ mod tests {
         raw.independent(5).unwrap();
         raw.ping_pong(5).unwrap();
         assert!(raw.deferred_release(3).unwrap() > Duration::ZERO);
+        assert!(raw.deferred_release_polled(3).unwrap() > Duration::ZERO);
         let e = raw.chain(2, 1).unwrap_err();
         assert!(e.message().contains("no 2-dispatch command buffer"), "{e}");
     }

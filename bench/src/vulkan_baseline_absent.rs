@@ -53,6 +53,11 @@ impl RawVulkan {
         match *self {}
     }
 
+    /// See the Vulkan build's `deferred_release_polled`.
+    pub fn deferred_release_polled(&self, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
+
     /// See the Vulkan build's `add_thread_buffers`.
     pub fn add_thread_buffers(&mut self, _threads: usize) -> Result<()> {
         match *self {}
