@@ -22,6 +22,7 @@ pub mod alloc_count;
 pub mod baseline;
 #[cfg_attr(not(feature = "cuda"), path = "cuda_baseline_absent.rs")]
 pub mod cuda_baseline;
+pub mod gpu_clock;
 pub mod output_file;
 pub mod provenance;
 pub mod report;

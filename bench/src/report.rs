@@ -64,6 +64,28 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The GPU's SM clock while the rows ran (`device` names where it was read, or why it was not):
+/// the highest seen, then each row that ran below it at some point, with its least and most.
+pub fn clock_lines(rows: &[Row], device: &str) -> String {
+    let highest = rows.iter().filter_map(|r| r.sm_clock_mhz.map(|(_, high)| high)).max();
+    let Some(highest) = highest else {
+        return format!("GPU SM clock: {device}");
+    };
+    let lowered: Vec<&Row> = rows.iter().filter(|r| r.sm_clock_mhz.is_some_and(|(low, _)| low < highest)).collect();
+    let mut out = format!("GPU SM clock ({device}): at most {highest} MHz");
+    if lowered.is_empty() {
+        out.push_str(", in every row");
+        return out;
+    }
+    out.push_str("; rows that ran below it (least-most MHz while their trials ran):");
+    for row in lowered {
+        if let Some((low, high)) = row.sm_clock_mhz {
+            let _ = write!(out, "\n  {low}-{high}  {}", row.name);
+        }
+    }
+    out
+}
+
 /// `text` in lines of at most `width` characters, broken between words (a longer word stays
 /// whole); the lines after the first are indented by two, so they have two fewer.
 fn wrap(text: &str, width: usize) -> Vec<String> {
@@ -250,6 +272,9 @@ pub fn json(
                 row.hal.median() / b.median()
             );
         }
+        if let Some((low, high)) = row.sm_clock_mhz {
+            let _ = write!(out, ", \"sm_clock_mhz\": [{low}, {high}]");
+        }
         if let Some(target) = row.target {
             let _ = write!(out, ", \"target\": {target:.2}");
             if let Some(met) = row.meets_target() {
@@ -401,6 +426,30 @@ mod tests {
 
     fn samples(us: f64) -> Samples {
         Samples::from_values(vec![us * 0.9, us, us * 1.1])
+    }
+
+    #[test]
+    fn clock_lines_name_the_rows_that_ran_below_the_highest_clock() {
+        let mut rows = rows();
+        assert_eq!(clock_lines(&rows, "not read: no NVML"), "GPU SM clock: not read: no NVML");
+        rows[0].sm_clock_mhz = Some((1980, 1980));
+        rows[1].sm_clock_mhz = Some((345, 1980));
+        rows[3].sm_clock_mhz = Some((345, 345));
+        let text = clock_lines(&rows, "NVML device 0 'GPU'");
+        assert!(
+            text.starts_with("GPU SM clock (NVML device 0 'GPU'): at most 1980 MHz; rows that ran below"),
+            "{text}"
+        );
+        assert!(text.contains("\n  345-1980  host signal -> released 1-dispatch work done"), "{text}");
+        assert!(text.contains("\n  345-345  host round trip"), "{text}");
+        assert!(!text.contains("binding table"), "a row at the highest clock is not listed: {text}");
+        let json = json(&[], "d", &rows, &[], &[]);
+        assert!(json.contains("\"sm_clock_mhz\": [345, 1980]"), "{json}");
+        assert_eq!(json.matches("sm_clock_mhz").count(), 3, "only the rows with a clock: {json}");
+        serde_json::from_str::<serde_json::Value>(&json).expect("valid JSON");
+        rows[1].sm_clock_mhz = Some((1980, 1980));
+        rows[3].sm_clock_mhz = None;
+        assert!(clock_lines(&rows, "d").ends_with("at most 1980 MHz, in every row"));
     }
 
     fn rows() -> Vec<Row> {

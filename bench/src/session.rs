@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use hal::{Device, SemaphoreValue as SV, Timeout};
 
 use crate::alloc_count;
+use crate::gpu_clock;
 use crate::output_file::OutputFile;
 use crate::provenance;
 use crate::report;
@@ -118,7 +119,22 @@ pub fn run(
     ];
     let mut rows = Vec::new();
     if !options.scaling {
+        // The GPU's clock during each row (see `gpu_clock`), on the drivers of GPUs.
+        let info = env.device.info();
+        let gpu = info.driver == workloads::CUDA_DRIVER || info.driver == workloads::VULKAN_DRIVER;
+        let clock = gpu.then(|| gpu_clock::ClockWatch::start(info.ordinal));
         rows = workloads::run_all(&env, sizes, &mut *progress).map_err(failed("benchmark failed"))?;
+        let clock_note = match &clock {
+            Some(Ok(watch)) => {
+                for row in &mut rows {
+                    row.sm_clock_mhz = row.timed().and_then(|(from, to)| watch.range(from, to));
+                }
+                Some(watch.device.clone())
+            }
+            Some(Err(why)) => Some(format!("not read: {why}")),
+            None => None,
+        };
+        drop(clock);
         let allocations = if alloc_count::installed() {
             progress("allocations per submission");
             let (allocs, polling) = allocations_per_submission(&env).map_err(failed("counting allocations"))?;
@@ -129,6 +145,10 @@ pub fn run(
         progress("long run");
         let long = long_run(&env, if options.quick { 50_000 } else { 1_000_000 }).map_err(failed("the long run"))?;
         writeln!(out, "{}", report::table(&rows))?;
+        if let Some(note) = clock_note {
+            writeln!(out, "{}", report::clock_lines(&rows, &note))?;
+            extra.push(("sm_clock".to_string(), note));
+        }
         match &allocations {
             Some((allocs, polling)) => writeln!(
                 out,

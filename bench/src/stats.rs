@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 pub struct Samples {
     /// One value per trial, in microseconds per operation.
     pub us_per_op: Vec<f64>,
+    /// When the first timed trial began and the last one ended (none for values given as such).
+    pub timed: Option<(Instant, Instant)>,
 }
 
 impl Samples {
@@ -16,8 +18,9 @@ impl Samples {
         for _ in 0..warmup {
             trial(ops);
         }
+        let began = Instant::now();
         let us_per_op = (0..trials).map(|_| trial(ops).as_secs_f64() * 1e6 / ops as f64).collect();
-        Samples { us_per_op }
+        Samples { us_per_op, timed: Some((began, Instant::now())) }
     }
 
     /// Like [`Samples::collect`] for a trial that can fail: the first error ends the run and is
@@ -32,15 +35,16 @@ impl Samples {
             trial(ops)?;
         }
         let mut us_per_op = Vec::with_capacity(trials);
+        let began = Instant::now();
         for _ in 0..trials {
             us_per_op.push(trial(ops)?.as_secs_f64() * 1e6 / ops as f64);
         }
-        Ok(Samples { us_per_op })
+        Ok(Samples { us_per_op, timed: Some((began, Instant::now())) })
     }
 
     /// Like `collect`, for a trial that times itself per operation (e.g. only the latency part).
     pub fn from_values(values: Vec<f64>) -> Samples {
-        Samples { us_per_op: values }
+        Samples { us_per_op: values, timed: None }
     }
 
     fn sorted(&self) -> Vec<f64> {

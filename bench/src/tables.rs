@@ -177,11 +177,15 @@ pub fn render(file: &Value) -> Result<String, String> {
     }
     let workloads = file["workloads"].as_array().map(Vec::as_slice).unwrap_or_default();
     if !workloads.is_empty() {
+        // The GPU's SM clock during each row, where the run read it.
+        let clocks = workloads.iter().any(|w| w.get("sm_clock_mhz").is_some());
         out.push('\n');
         out.push_str(
-            "| workload | unit | HAL median (p10-p90), us | baseline | baseline median, us | ratio | target |\n",
+            "| workload | unit | HAL median (p10-p90), us | baseline | baseline median, us | ratio | target |",
         );
-        out.push_str("| --- | --- | ---: | --- | ---: | ---: | --- |\n");
+        out.push_str(if clocks { " SM clock, MHz |\n" } else { "\n" });
+        out.push_str("| --- | --- | ---: | --- | ---: | ---: | --- |");
+        out.push_str(if clocks { " ---: |\n" } else { "\n" });
         for w in workloads {
             let f2 = |key: &str| number(w, key).map_or("-".to_string(), |x| format!("{x:.2}"));
             let target = match (number(w, "target"), w.get("meets_target").and_then(Value::as_bool)) {
@@ -190,9 +194,15 @@ pub fn render(file: &Value) -> Result<String, String> {
                 (Some(t), None) => format!("<= {t:.2}x"),
                 (None, _) => String::new(),
             };
+            let clock = match w.get("sm_clock_mhz").and_then(Value::as_array).map(Vec::as_slice) {
+                Some([low, high]) if low == high => format!(" {low} |"),
+                Some([low, high]) => format!(" {low}-{high} |"),
+                _ if clocks => " - |".to_string(),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} ({}-{}) | {} | {} | {} | {} |",
+                "| {} | {} | {} ({}-{}) | {} | {} | {} | {} |{clock}",
                 cell(text(w, "name")),
                 cell(text(w, "unit")),
                 f2("median"),
@@ -219,6 +229,10 @@ pub fn render(file: &Value) -> Result<String, String> {
     }
     if !long_run.is_empty() {
         let _ = writeln!(out, "- long run: {}", cell(long_run));
+    }
+    let clock = text(file, "sm_clock");
+    if !clock.is_empty() {
+        let _ = writeln!(out, "- SM clock read from: {}", cell(clock));
     }
     for table in file.get("scaling").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
         render_scaling(&mut out, table);
@@ -375,6 +389,21 @@ mod tests {
         );
         assert!(text.contains("| c | us/op | 3.00 (3.00-3.00) | - | - | - |  |"), "{text}");
         assert!(text.contains("| 1 | 2.0 | - | 1.00x | 1.00 | - | - |  |"), "{text}");
+    }
+
+    #[test]
+    fn rows_with_an_sm_clock_get_its_column() {
+        let mut f = file();
+        f["workloads"][0]["sm_clock_mhz"] = json!([345, 1980]);
+        f["sm_clock"] = json!("NVML device 0 'GPU'");
+        let text = render(&f).unwrap();
+        assert!(text.contains("| ratio | target | SM clock, MHz |\n| --- |"), "{text}");
+        assert!(text.contains("| 2.00x | <= 1.25x **missed** | 345-1980 |"), "{text}");
+        assert!(text.contains("| c | us/op | 3.00 (3.00-3.00) | - | - | - |  | - |"), "{text}");
+        assert!(text.contains("- SM clock read from: NVML device 0 'GPU'"), "{text}");
+        f["workloads"][1]["sm_clock_mhz"] = json!([1980, 1980]);
+        assert!(render(&f).unwrap().contains("|  | 1980 |"), "one value where the clock held");
+        assert!(!render(&file()).unwrap().contains("SM clock"), "a file without clocks has no column");
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct Row {
     pub baseline: Option<(&'static str, Samples)>,
     /// The most the ratio may be (the CUDA driver's targets), where one is set.
     pub target: Option<f64>,
+    /// The least and the most SM clock of the GPU, in MHz, while the row's trials ran (see
+    /// [`crate::gpu_clock`]), where it was read.
+    pub sm_clock_mhz: Option<(u32, u32)>,
 }
 
 impl Row {
@@ -65,13 +68,19 @@ impl Row {
         hal: Samples,
         baseline: Option<(&'static str, Samples)>,
     ) -> Self {
-        Row { name: name.into(), unit, hal, baseline, target: None }
+        Row { name: name.into(), unit, hal, baseline, target: None, sm_clock_mhz: None }
     }
 
     /// The same row with `target` as the most its ratio may be.
     pub fn with_target(mut self, target: Option<f64>) -> Self {
         self.target = target;
         self
+    }
+
+    /// From the first of the row's timed trials (HAL or baseline) to the last one's end.
+    pub fn timed(&self) -> Option<(Instant, Instant)> {
+        let spans = [self.hal.timed, self.baseline.as_ref().and_then(|(_, b)| b.timed)];
+        spans.into_iter().flatten().reduce(|a, b| (a.0.min(b.0), a.1.max(b.1)))
     }
 
     /// HAL median over baseline median.
