@@ -31,8 +31,7 @@ fn main() {
     let dirty = commit.as_ref().and(git(&status)).map(|s| !s.is_empty());
     println!("cargo:rustc-env=BENCH_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
     println!("cargo:rustc-env=BENCH_COMMIT_DIRTY={}", dirty.map_or("unknown".to_string(), |d| d.to_string()));
-    // Run again when HEAD moves (checkout, commit) or the index changes (add, status refresh);
-    // without these lines cargo would run it again on any change in the package only.
+    // Run again when HEAD moves (checkout, commit) or the index changes (add, status refresh).
     for path in ["HEAD", "index"] {
         if let Some(p) = git(&["rev-parse", "--git-path", path]) {
             println!("cargo:rerun-if-changed={p}");
@@ -42,6 +41,26 @@ fn main() {
         && let Some(p) = git(&["rev-parse", "--git-path", &reference])
     {
         println!("cargo:rerun-if-changed={p}");
+    }
+    // And when a source the binary is built from changes without a commit or a `git add`: the
+    // dirty flag is worked out here, so it must be worked out again then (cargo scans a directory
+    // for any change).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for source in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "hal/src",
+        "driver-cpu-sim/src",
+        "driver-cuda/src",
+        "driver-vulkan/src",
+        "bench/src",
+        "bench/examples",
+        "bench/Cargo.toml",
+    ] {
+        let path = root.join(source);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
     }
     println!("cargo:rerun-if-changed=build.rs");
 }

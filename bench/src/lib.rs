@@ -24,6 +24,7 @@ pub mod baseline;
 pub mod cuda_baseline;
 pub mod gpu_clock;
 pub mod output_file;
+pub mod placement;
 pub mod provenance;
 pub mod report;
 pub mod scaling;

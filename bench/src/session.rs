@@ -11,6 +11,7 @@ use hal::{Device, SemaphoreValue as SV, Timeout};
 use crate::alloc_count;
 use crate::gpu_clock;
 use crate::output_file::OutputFile;
+use crate::placement;
 use crate::provenance;
 use crate::report;
 use crate::scaling::{self, Placement, ScalingSizes, ScalingTable};
@@ -37,12 +38,23 @@ pub struct Options {
     /// Also plot the latencies against their baselines as SVG to FILE
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// Leave the threads on every CPU the process may use (on Vulkan they are otherwise kept off
+    /// the CPUs that take the GPU's interrupts)
+    #[arg(long)]
+    pub all_cpus: bool,
 }
 
 impl Default for Options {
     /// The full run with the command line's defaults.
     fn default() -> Self {
-        Options { quick: false, scaling: false, max_threads: scaling::DEFAULT_MAX_THREADS, json: None, svg: None }
+        Options {
+            quick: false,
+            scaling: false,
+            max_threads: scaling::DEFAULT_MAX_THREADS,
+            json: None,
+            svg: None,
+            all_cpus: false,
+        }
     }
 }
 
@@ -91,6 +103,8 @@ pub fn run(
     let json = json.map_err(Failure::Bench)?;
     let svg = options.svg.as_deref().map(|path| OutputFile::create(path, "the SVG file")).transpose();
     let svg = svg.map_err(Failure::Bench)?;
+    // Before anything else runs: the threads started from here on inherit the placement.
+    let placement = placement::place(&device.info().driver, options);
     let description = format!("{} '{}'", device.info().driver, device.info().name);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let head = [
@@ -110,6 +124,9 @@ pub fn run(
     if !properties.is_empty() {
         writeln!(out, "device properties: {properties}")?;
     }
+    if let Some(placement) = &placement {
+        writeln!(out, "{placement}")?;
+    }
     out.flush()?;
     let started = Instant::now();
     let mut extra = vec![
@@ -117,6 +134,9 @@ pub fn run(
         ("mode".to_string(), mode.to_string()),
         ("properties".to_string(), properties),
     ];
+    if let Some(placement) = placement {
+        extra.push(("placement".to_string(), placement));
+    }
     let mut rows = Vec::new();
     if !options.scaling {
         // The GPU's clock during each row (see `gpu_clock`), on the drivers of GPUs.

@@ -230,6 +230,10 @@ pub fn render(file: &Value) -> Result<String, String> {
     if !long_run.is_empty() {
         let _ = writeln!(out, "- long run: {}", cell(long_run));
     }
+    let placement = text(file, "placement");
+    if !placement.is_empty() {
+        let _ = writeln!(out, "- {}", cell(placement));
+    }
     let clock = text(file, "sm_clock");
     if !clock.is_empty() {
         let _ = writeln!(out, "- SM clock read from: {}", cell(clock));
@@ -396,11 +400,13 @@ mod tests {
         let mut f = file();
         f["workloads"][0]["sm_clock_mhz"] = json!([345, 1980]);
         f["sm_clock"] = json!("NVML device 0 'GPU'");
+        f["placement"] = json!("threads: kept off CPUs 14 (they take the GPU's interrupts)");
         let text = render(&f).unwrap();
         assert!(text.contains("| ratio | target | SM clock, MHz |\n| --- |"), "{text}");
         assert!(text.contains("| 2.00x | <= 1.25x **missed** | 345-1980 |"), "{text}");
         assert!(text.contains("| c | us/op | 3.00 (3.00-3.00) | - | - | - |  | - |"), "{text}");
         assert!(text.contains("- SM clock read from: NVML device 0 'GPU'"), "{text}");
+        assert!(text.contains("- threads: kept off CPUs 14 (they take the GPU's interrupts)"), "{text}");
         f["workloads"][1]["sm_clock_mhz"] = json!([1980, 1980]);
         assert!(render(&f).unwrap().contains("|  | 1980 |"), "one value where the clock held");
         assert!(!render(&file()).unwrap().contains("SM clock"), "a file without clocks has no column");

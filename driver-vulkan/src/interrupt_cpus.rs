@@ -97,15 +97,55 @@ fn interrupt_cpus() -> &'static [usize] {
 /// as it was (placement is a matter of speed, never of correctness).
 #[cfg(target_os = "linux")]
 pub(crate) fn keep_this_thread_off() -> Vec<usize> {
+    keep_thread_off(0, interrupt_cpus())
+}
+
+/// Moves every thread of this process off the CPUs that take the GPU driver's interrupts (each
+/// keeping at least two CPUs, as a submit thread does; threads started later inherit their
+/// creator's set), and returns the CPUs left out of any thread's set: what `taskset` leaving those
+/// CPUs out would do, from inside the process.
+///
+/// Not only the HAL's threads run slower there. On an H200 with NVIDIA's Vulkan driver, where one
+/// CPU took all of the GPU's interrupts, 5 of 15 processes of the bench's quick run ran some rows
+/// two to four times slower for the HAL and raw Vulkan alike (one-dispatch chains, fan-out, round
+/// trips of about 50 us instead of 16), and none of 16 run with every thread kept off the
+/// interrupts' CPUs. An application whose own threads submit or wait for the GPU may call this
+/// once, best before it creates a device. Linux only; elsewhere, and where the interrupt lines
+/// cannot be read, it does nothing and returns no CPUs.
+#[cfg(target_os = "linux")]
+pub fn keep_process_off_interrupt_cpus() -> Vec<usize> {
     let avoid = interrupt_cpus();
     if avoid.is_empty() {
         return Vec::new();
     }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    let mut left_out: Vec<usize> = tasks
+        .filter_map(|task| task.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .flat_map(|tid| keep_thread_off(tid, avoid))
+        .collect();
+    left_out.sort_unstable();
+    left_out.dedup();
+    left_out
+}
+
+/// Elsewhere than Linux the threads stay where they are.
+#[cfg(not(target_os = "linux"))]
+pub fn keep_process_off_interrupt_cpus() -> Vec<usize> {
+    Vec::new()
+}
+
+/// Narrows thread `tid`'s CPU set (0: the calling thread) to leave out `avoid`, unless that would
+/// leave fewer than [`CPUS_KEPT`]; the CPUs left out (none where nothing changed or a call failed).
+#[cfg(target_os = "linux")]
+fn keep_thread_off(tid: libc::pid_t, avoid: &[usize]) -> Vec<usize> {
+    if avoid.is_empty() {
+        return Vec::new();
+    }
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size
-    // into it, for the calling thread (pid 0).
+    // into it, for thread `tid` (a thread that ended since is an error return).
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: as above: the set is ours and its size is passed.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+    if unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
         return Vec::new();
     }
     let limit = libc::CPU_SETSIZE as usize;
@@ -116,8 +156,8 @@ pub(crate) fn keep_this_thread_off() -> Vec<usize> {
         // SAFETY: CPU_CLR clears a bit of the set, the index below CPU_SETSIZE.
         unsafe { libc::CPU_CLR(cpu, &mut set) };
     }
-    // SAFETY: the set is ours, its size is passed; it applies to the calling thread only.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+    // SAFETY: the set is ours, its size is passed; it applies to thread `tid` only.
+    if unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
         return Vec::new();
     }
     left_out
@@ -168,5 +208,45 @@ NMI:          0          0          0          0   Non-maskable interrupts
         assert_eq!(cpus_to_leave_out(&[0, 1, 14], &[14]), Some(vec![14]));
         assert_eq!(cpus_to_leave_out(&[3, 14], &[3, 14]), None, "every cpu takes them");
         assert_eq!(cpus_to_leave_out(&[0, 1], &[]), None);
+    }
+
+    /// The CPUs thread `tid` may run on.
+    #[cfg(target_os = "linux")]
+    fn cpus_of(tid: libc::pid_t) -> Vec<usize> {
+        // SAFETY: as in `keep_thread_off`.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the set is ours and its size is passed.
+        assert_eq!(unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+        // SAFETY: each index is below CPU_SETSIZE.
+        (0..libc::CPU_SETSIZE as usize).filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) }).collect()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn another_thread_is_moved_off_the_cpus_given_keeping_two() {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            done_rx.recv().unwrap();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let before = cpus_of(tid);
+        let avoid = [before[0]];
+        let left_out = keep_thread_off(tid, &avoid);
+        if before.len() > CPUS_KEPT {
+            assert_eq!(left_out, avoid);
+            let after = cpus_of(tid);
+            assert_eq!(after.len(), before.len() - 1);
+            assert!(!after.contains(&avoid[0]), "{after:?}");
+        } else {
+            assert!(left_out.is_empty(), "{} cpus: it keeps them all", before.len());
+            assert_eq!(cpus_of(tid), before);
+        }
+        assert_eq!(cpus_of(0), before, "the calling thread is left where it was");
+        assert!(keep_thread_off(tid, &[]).is_empty());
+        done_tx.send(()).unwrap();
+        other.join().unwrap();
     }
 }

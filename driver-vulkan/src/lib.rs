@@ -96,6 +96,7 @@ pub use executable::entry_point_sizes as spirv_entry_points;
 pub use gpu::{DEVICE_MEMORY_ENV, UPDATE_AFTER_BIND_ENV};
 pub use host_waits::{DEFAULT_HOST_POLL, DEFAULT_SUBMIT_WATCH, HOST_POLL_ENV, ISSUE_ON_CALLER_ENV, SUBMIT_WATCH_ENV};
 pub use instance::VALIDATION_ENV;
+pub use interrupt_cpus::{AVOID_INTERRUPT_CPUS_ENV, keep_process_off_interrupt_cpus};
 pub use submit_batch::{DEFAULT_SUBMIT_BATCH, SUBMIT_BATCH_ENV};
 
 /// The name the driver is registered under.
