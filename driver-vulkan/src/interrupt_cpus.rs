@@ -106,9 +106,9 @@ pub(crate) fn keep_this_thread_off() -> Vec<usize> {
 /// CPUs out would do, from inside the process.
 ///
 /// Not only the HAL's threads run slower there. On an H200 with NVIDIA's Vulkan driver, where one
-/// CPU took all of the GPU's interrupts, 5 of 15 processes of the bench's quick run ran some rows
+/// CPU took all of the GPU's interrupts, 9 of 25 processes of the bench's quick run ran some rows
 /// two to four times slower for the HAL and raw Vulkan alike (one-dispatch chains, fan-out, round
-/// trips of about 50 us instead of 16), and none of 16 run with every thread kept off the
+/// trips of about 50 us instead of 16), and none of 28 runs (three of them full) with every thread kept off the
 /// interrupts' CPUs. An application whose own threads submit or wait for the GPU may call this
 /// once, best before it creates a device. Linux only; elsewhere, and where the interrupt lines
 /// cannot be read, it does nothing and returns no CPUs.
