@@ -1,5 +1,5 @@
 //! `bench`: `cargo run --release -p bench -- [--driver NAME] [--quick] [--scaling] [--max-threads N]
-//! [--json FILE] [--svg FILE] [--peer-ordinal N]`, the same bench and options as `hal bench` (which
+//! [--json FILE] [--svg FILE] [--peer-ordinal N] [--all-cpus]`, the same bench and options as `hal bench` (which
 //! also picks a device by ordinal).
 //!
 //! Without a GPU, `--driver cuda` prints the driver's `Unavailable` reason on one line and exits
