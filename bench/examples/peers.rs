@@ -22,7 +22,11 @@
 //! `peers.py` reads. `PEERS_QUICK=1` runs 3 trials of a tenth of the calls (a software Vulkan
 //! device such as lavapipe, or a smoke run).
 //!
-//! `cargo run --release -p bench --example peers -- [--driver cuda|vulkan] [ORDINAL]`
+//! On Vulkan the process's threads are kept off the CPUs that take the GPU's interrupts, as the
+//! bench keeps them (`bench::placement`; `--all-cpus` leaves them where the kernel puts them), and
+//! a `threads:` line says where they ran.
+//!
+//! `cargo run --release -p bench --example peers -- [--driver cuda|vulkan] [--all-cpus] [ORDINAL]`
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -148,7 +152,13 @@ fn run_cuda(ordinal: usize, plan: &Plan) -> Result<()> {
     measure(plan, &mut patterns)
 }
 
-fn run_vulkan(ordinal: usize, plan: &Plan) -> Result<()> {
+fn run_vulkan(ordinal: usize, plan: &Plan, all_cpus: bool) -> Result<()> {
+    // Before the devices start their threads, which inherit the placement.
+    let placement = if all_cpus {
+        "threads: on every CPU (--all-cpus)".to_string()
+    } else {
+        bench::placement::keep_off_interrupt_cpus()
+    };
     let device = bench::registry().create_device(VULKAN_DRIVER, ordinal)?;
     // `Env` loads the SPIR-V compiled from the WGSL `touch` kernel on a Vulkan device; the raw side
     // loads the same bytes.
@@ -161,12 +171,14 @@ fn run_vulkan(ordinal: usize, plan: &Plan) -> Result<()> {
     patterns.push(("raw_vulkan_command_buffer", Box::new(|_, n, calls| raw.round_trip(n, calls))));
     header(&device, ordinal, plan);
     println!("raw vulkan on {}", raw.name);
+    println!("{placement}");
     measure(plan, &mut patterns)
 }
 
 fn main() -> ExitCode {
     let mut driver = "cuda".to_string();
     let mut ordinal = 0usize;
+    let mut all_cpus = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -174,6 +186,7 @@ fn main() -> ExitCode {
                 Some(name) => driver = name,
                 None => return usage("--driver needs a name"),
             },
+            "--all-cpus" => all_cpus = true,
             _ => match arg.parse() {
                 Ok(n) => ordinal = n,
                 Err(_) => return usage(&format!("unknown argument '{arg}'")),
@@ -183,7 +196,7 @@ fn main() -> ExitCode {
     let plan = Plan::from_env();
     let result = match driver.as_str() {
         "cuda" => run_cuda(ordinal, &plan),
-        "vulkan" => run_vulkan(ordinal, &plan),
+        "vulkan" => run_vulkan(ordinal, &plan, all_cpus),
         other => return usage(&format!("unknown driver '{other}'")),
     };
     match result {
@@ -196,6 +209,6 @@ fn main() -> ExitCode {
 }
 
 fn usage(problem: &str) -> ExitCode {
-    eprintln!("peers: {problem}\nusage: peers [--driver cuda|vulkan] [ORDINAL]");
+    eprintln!("peers: {problem}\nusage: peers [--driver cuda|vulkan] [--all-cpus] [ORDINAL]");
     ExitCode::from(2)
 }

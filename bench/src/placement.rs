@@ -16,13 +16,19 @@ pub fn place(driver: &str, options: &Options) -> Option<String> {
     if options.all_cpus {
         return Some("threads: on every CPU (--all-cpus)".to_string());
     }
-    Some(match left_out() {
+    Some(keep_off_interrupt_cpus())
+}
+
+/// Moves every thread of the process off the CPUs that take the GPU's interrupts (Vulkan builds;
+/// nothing otherwise) and says what was done, in a line for a report.
+pub fn keep_off_interrupt_cpus() -> String {
+    match left_out() {
         cpus if cpus.is_empty() => "threads: on every CPU (no GPU interrupt lines to keep off)".to_string(),
         cpus => {
             let cpus: Vec<String> = cpus.iter().map(usize::to_string).collect();
             format!("threads: kept off CPUs {} (they take the GPU's interrupts)", cpus.join(","))
         }
-    })
+    }
 }
 
 #[cfg(feature = "vulkan")]
