@@ -152,6 +152,18 @@ def cmd_bench(files):
         print(f"{name[:70]:70} {spread(hal)}  {spread(ratio) if ratio else '-'}")
 
 
+def process_notes(path):
+    """(whether some rows ran below the run's highest SM clock, or None where the clock was not
+    read; the `threads:` placement line, or None) of one bench output."""
+    lowered = placement = None
+    for line in open(path, errors="replace"):
+        if line.startswith("GPU SM clock ("):
+            lowered = "rows that ran below it" in line
+        elif line.startswith("threads: "):
+            placement = line.strip()
+    return lowered, placement
+
+
 def cmd_ab(folder, pattern=None):
     labels = sorted(d for d in os.listdir(folder) if os.path.isdir(f"{folder}/{d}"))
     order = os.path.join(folder, "ORDER")
@@ -175,6 +187,15 @@ def cmd_ab(folder, pattern=None):
             continue
         cells = [spread(by[lb]) if lb in by else f"{'-':>26}" for lb in labels]
         print(f"{name[:64]:64} " + " ".join(f"{c:>26}" for c in cells))
+    # Where the processes' threads ran and whether the GPU lowered its clock during some rows
+    # (docs/benchmarks.md, "Where the threads run" and "The GPU's clock").
+    for label in labels:
+        notes = [process_notes(f) for f in sorted(glob.glob(f"{folder}/{label}/*.txt"))]
+        read = [lowered for lowered, _ in notes if lowered is not None]
+        placements = sorted({p for _, p in notes if p})
+        if read or placements:
+            clock = f"{sum(read)} of {len(read)} processes had rows below the highest SM clock" if read else "SM clock not read"
+            print(f"{label}: {clock}; {'; '.join(placements) or 'threads: not reported'}")
     if len(labels) >= 2:
         first = labels[0]
         print(f"median ratio of each build to {first} (rows both have):")
