@@ -154,11 +154,7 @@ fn run_cuda(ordinal: usize, plan: &Plan) -> Result<()> {
 
 fn run_vulkan(ordinal: usize, plan: &Plan, all_cpus: bool) -> Result<()> {
     // Before the devices start their threads, which inherit the placement.
-    let placement = if all_cpus {
-        "threads: on every CPU (--all-cpus)".to_string()
-    } else {
-        bench::placement::keep_off_interrupt_cpus()
-    };
+    let placement = bench::placement::place_on_vulkan(all_cpus);
     let device = bench::registry().create_device(VULKAN_DRIVER, ordinal)?;
     // `Env` loads the SPIR-V compiled from the WGSL `touch` kernel on a Vulkan device; the raw side
     // loads the same bytes.

@@ -69,7 +69,8 @@ impl Nvml {
         if status != 0 {
             return Err(format!("NVML: nvmlInit_v2 returned {status}"));
         }
-        let nvml = Nvml { _library: library, shutdown, clock_info, device: std::ptr::null_mut() };
+        // From here `Drop` balances the initialisation.
+        let mut nvml = Nvml { _library: library, shutdown, clock_info, device: std::ptr::null_mut() };
         let mut devices: c_uint = 0;
         // SAFETY: `devices` is a valid out-pointer.
         let status = unsafe { count(&mut devices) };
@@ -77,7 +78,6 @@ impl Nvml {
             return Err(format!("NVML: {devices} devices (nvmlDeviceGetCount_v2 returned {status})"));
         }
         let index = if devices == 1 { 0 } else { ordinal as c_uint };
-        let mut nvml = nvml;
         // SAFETY: `nvml.device` is a valid out-pointer; an index past the count is an error return.
         let status = unsafe { by_index(index, &mut nvml.device) };
         if status != 0 {

@@ -10,18 +10,15 @@ use crate::workloads::VULKAN_DRIVER;
 /// Keeps the process's threads off the GPU's interrupt CPUs where `driver` and `options` ask for
 /// it; a line for the report saying what was done, or nothing where placement does not apply.
 pub fn place(driver: &str, options: &Options) -> Option<String> {
-    if driver != VULKAN_DRIVER {
-        return None;
-    }
-    if options.all_cpus {
-        return Some("threads: on every CPU (--all-cpus)".to_string());
-    }
-    Some(keep_off_interrupt_cpus())
+    (driver == VULKAN_DRIVER).then(|| place_on_vulkan(options.all_cpus))
 }
 
-/// Moves every thread of the process off the CPUs that take the GPU's interrupts (Vulkan builds;
-/// nothing otherwise) and says what was done, in a line for a report.
-pub fn keep_off_interrupt_cpus() -> String {
+/// Moves every thread of the process off the CPUs that take the GPU's interrupts, unless
+/// `all_cpus` (Vulkan builds; nothing otherwise), and says what was done, in a line for a report.
+pub fn place_on_vulkan(all_cpus: bool) -> String {
+    if all_cpus {
+        return "threads: on every CPU (--all-cpus)".to_string();
+    }
     match left_out() {
         cpus if cpus.is_empty() => "threads: on every CPU (no GPU interrupt lines to keep off)".to_string(),
         cpus => {
