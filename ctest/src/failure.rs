@@ -300,7 +300,13 @@ pub(crate) fn repeated_faults(cx: &Cx) -> CaseResult {
 
 /// Waits for `semaphore` to fail with the status of `cause`; reaching `value` instead is a failure
 /// that says so.
-fn expect_carried_failure(cx: &Cx, semaphore: &hal::Semaphore, value: u64, cause: &Error, what: &str) -> CaseResult {
+pub(crate) fn expect_carried_failure(
+    cx: &Cx,
+    semaphore: &hal::Semaphore,
+    value: u64,
+    cause: &Error,
+    what: &str,
+) -> CaseResult {
     match semaphore.wait(value, Timeout::After(LONG)) {
         Ok(()) => Err(CaseError::Fail(format!(
             "{what}: semaphore {} reached {value} (success) although the work waited on a semaphore that failed \

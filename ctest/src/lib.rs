@@ -40,6 +40,7 @@ mod dispatch;
 mod executable;
 mod failure;
 mod host_io;
+mod host_signal_only;
 mod imported_memory;
 mod indirect_dispatch;
 mod interop;
@@ -231,6 +232,14 @@ macro_rules! __cts_case_list {
                 async_wait_many,
                 wait_all_mixed_device_and_host,
                 wait_any_mixed_device_and_host,
+            }
+            host_signal_only {
+                queue_signals_refused,
+                host_signal_releases_waiting_work,
+                host_paced_chain,
+                host_calls_and_other_devices_wait_for_it,
+                failure_fails_waiting_work,
+                device_dropped_while_work_waits,
             }
             submission {
                 execute_empty_lists,

@@ -65,6 +65,7 @@ mod device;
 pub mod error;
 mod executable;
 mod gpu;
+mod host_gate;
 mod host_waits;
 mod instance;
 pub mod interop;

@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ash::vk;
-use hal::driver::stream_model::{StreamModel, Work};
+use hal::driver::stream_model::{HostGate, StreamModel, Work};
 use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, try_lock, wait};
 use hal::{Error, Result};
@@ -42,6 +42,7 @@ use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
+use crate::host_gate::VulkanGate;
 use crate::host_waits::{self, WaitTuning};
 use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::{Block, Placement};
@@ -136,9 +137,10 @@ impl WaitLog {
 }
 
 impl Timeline {
-    fn new(gpu: &Arc<Gpu>, watch: Duration, counts: Arc<ThreadCounters>) -> Result<Timeline> {
+    /// A timeline at `initial`.
+    pub(crate) fn new(gpu: &Arc<Gpu>, initial: u64, watch: Duration, counts: Arc<ThreadCounters>) -> Result<Timeline> {
         let mut kind =
-            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(initial);
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
         // SAFETY: a valid create info; destroyed in `Drop`.
         let semaphore =
@@ -149,7 +151,7 @@ impl Timeline {
             issued: Mutex::new(Issued::default()),
             issued_value: AtomicU64::new(0),
             issued_changed: Condvar::new(),
-            seen_reached: AtomicU64::new(0),
+            seen_reached: AtomicU64::new(initial),
             watch,
             counts,
             waited: Mutex::default(),
@@ -259,7 +261,7 @@ impl Timeline {
     }
 
     /// Signals `value` from the host.
-    fn signal(&self, value: u64) -> Result<()> {
+    pub(crate) fn signal(&self, value: u64) -> Result<()> {
         let info = vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(value);
         // SAFETY: the semaphore is live and `value` is above its current value (values only grow
         // on this stream, and its previous value was reached before this is called).
@@ -493,6 +495,8 @@ impl Drop for VulkanStream {
         if let Err(e) = unsafe { self.shared.gpu.device.queue_wait_idle(*queue) } {
             tracing::error!(queue = self.shared.queue, %e, "vulkan: vkQueueWaitIdle at a stream's teardown");
         }
+        drop(queue);
+        self.shared.gpu.count_stream(self.shared.vk_queue, false);
     }
 }
 
@@ -503,6 +507,11 @@ pub struct VulkanEvent {
 }
 
 impl VulkanEvent {
+    /// An event as if recorded at `timeline`'s `value` (a host gate's).
+    pub(crate) fn at(timeline: Arc<Timeline>, value: u64) -> VulkanEvent {
+        VulkanEvent { mark: Mutex::new(Some((timeline, value))) }
+    }
+
     fn mark(&self) -> Option<Mark> {
         lock(&self.mark).clone()
     }
@@ -548,6 +557,21 @@ impl VulkanStreams {
             externals: ExternalWaits::new(gpu),
             counts: Arc::default(),
         }
+    }
+
+    /// A timeline at `initial` on this device, watched as the streams' are.
+    pub(crate) fn new_timeline(&self, initial: u64) -> Result<Timeline> {
+        Timeline::new(&self.gpu, initial, self.tuning.submit_watch, self.counts.clone())
+    }
+
+    /// The GPU the streams submit to.
+    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Where the device's queues start among the GPU's Vulkan queues.
+    pub(crate) fn first_queue(&self) -> usize {
+        self.first_queue
     }
 
     /// What the host threads of its streams did (a diagnostic).
@@ -635,7 +659,7 @@ impl StreamModel for VulkanStreams {
     const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
 
     fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
-        let timeline = Arc::new(Timeline::new(&self.gpu, self.tuning.submit_watch, self.counts.clone())?);
+        let timeline = Arc::new(Timeline::new(&self.gpu, 0, self.tuning.submit_watch, self.counts.clone())?);
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(self.gpu.physical.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
@@ -664,6 +688,7 @@ impl StreamModel for VulkanStreams {
             .name(format!("hal-vulkan-q{queue}"))
             .spawn(move || submit_thread(&runner))
             .map_err(|e| Error::resource_exhausted(format!("vulkan: starting queue {queue}'s submit thread: {e}")))?;
+        self.gpu.count_stream(shared.vk_queue, true);
         Ok(VulkanStream { shared, state: Mutex::new(StreamState::default()), thread: Some(thread) })
     }
 
@@ -785,6 +810,12 @@ impl StreamModel for VulkanStreams {
         sink.widen_uncertainty(anchor.uncertainty);
         *lock(&self.anchor) = Some(anchor);
         Ok(())
+    }
+
+    /// A timeline of the driver's own that the host's signals reach: waits on the semaphore are
+    /// submitted ahead, on queues that have their Vulkan queue to themselves (`host_gate`).
+    fn create_host_gate(&self, initial: u64) -> Result<Option<Box<dyn HostGate<Self>>>> {
+        Ok(Some(Box::new(VulkanGate::new(self, initial)?)))
     }
 
     fn synchronize_stream(&self, stream: &VulkanStream) -> Result<()> {

@@ -685,3 +685,58 @@ fn alloca_and_dealloca_on_an_idle_queue_are_done_at_submission() {
     q0.dealloca(&sv(6), &later, &sv(7)).unwrap();
     s.wait(7, hal::Timeout::Infinite).unwrap();
 }
+
+#[test]
+#[cfg_attr(
+    not(any(hal_vulkan_found, hal_vulkan_required)),
+    ignore = "no Vulkan device on the build machine; with one: --include-ignored with HAL_REQUIRE_VULKAN=1"
+)]
+fn work_waiting_on_a_host_signal_only_semaphore_is_submitted_ahead() {
+    // In a child: the devices other tests open at the same time would share Vulkan queues with this
+    // one, and a wait is submitted ahead only on a Vulkan queue that one stream has to itself.
+    common::run_in_child("host_signal_only_in_child", &[]);
+}
+
+#[test]
+#[ignore = "run by work_waiting_on_a_host_signal_only_semaphore_is_submitted_ahead, in a child"]
+fn host_signal_only_in_child() {
+    let device = device();
+    // SAFETY: only the queue count is read.
+    let vk_queues = unsafe { driver_vulkan::interop::handles(&device) }.unwrap().queue_count();
+    if (vk_queues as usize) <= device.queue_count() {
+        // The four HAL queues and the driver's own submissions do not each get a Vulkan queue.
+        println!("not run: {vk_queues} Vulkan queue(s); queue 0 shares its own, so waits stay on the host");
+        return;
+    }
+    let gate = device.create_semaphore_with(0, hal::SemaphoreFlags::HOST_SIGNAL_ONLY).unwrap();
+    let done = device.create_semaphore(0).unwrap();
+    let data = host_buffer(&device, &[0, 0]);
+    let cb = device.create_command_buffer(CommandBufferMode::Reusable).unwrap();
+    cb.fill(&data, 0, 8, 9u32).unwrap();
+    cb.end().unwrap();
+    let queue = device.queue(0).unwrap();
+    let submits = || driver_vulkan::host_thread_counts(&device).unwrap().submit_calls;
+    for round in 1..=3u64 {
+        let before = submits();
+        queue
+            .execute(&[hal::SemaphoreValue::new(&gate, round)], &cb, &[hal::SemaphoreValue::new(&done, round)])
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while submits() == before {
+            assert!(std::time::Instant::now() < deadline, "round {round}: the waiting work was not submitted ahead");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let ahead = submits();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(done.query().unwrap(), round - 1, "round {round}: the work ran before the host's signal");
+        gate.signal(round).unwrap();
+        done.wait(round, hal::Timeout::After(std::time::Duration::from_secs(10))).unwrap();
+        assert_eq!(submits(), ahead, "round {round}: the host's signal needed another vkQueueSubmit");
+    }
+    assert_eq!(data.read_as::<u32>().unwrap(), vec![9, 9]);
+    // A failure lets the device wait through; the work's signal carries it.
+    queue.execute(&[hal::SemaphoreValue::new(&gate, 10)], &cb, &[hal::SemaphoreValue::new(&done, 10)]).unwrap();
+    gate.fail(hal::Error::aborted("test: given up"));
+    let e = done.wait(10, hal::Timeout::After(std::time::Duration::from_secs(10))).unwrap_err();
+    assert_eq!(e.code(), StatusCode::Aborted, "{e}");
+}

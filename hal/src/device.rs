@@ -16,7 +16,7 @@ use crate::executable_kind::ExecutableKind;
 use crate::external::ExternalMemory;
 use crate::profile::{Profile, ProfileOptions};
 use crate::queue::Queue;
-use crate::semaphore::{Semaphore, SemaphoreValue, WaitMode, wait_semaphores};
+use crate::semaphore::{Semaphore, SemaphoreFlags, SemaphoreValue, WaitMode, wait_semaphores};
 use crate::timeout::Timeout;
 
 /// Identifies a created device (unique in the process), so objects can tell whose they are.
@@ -471,6 +471,32 @@ impl Device {
     /// A timeline semaphore at `initial` that this device's queues wait on and signal device-side.
     pub fn create_semaphore(&self, initial: u64) -> Result<Semaphore> {
         self.shared.backend.create_semaphore(initial)
+    }
+
+    /// A timeline semaphore at `initial` with `flags` (see [`SemaphoreFlags`]); with none, the same
+    /// as [`create_semaphore`](Self::create_semaphore). With
+    /// [`SemaphoreFlags::HOST_SIGNAL_ONLY`] only the host signals it, and this device's queues may
+    /// wait for it on the device: the Vulkan driver submits work waiting on it ahead of the
+    /// signal, so the host's signal releases that work without a submission after it.
+    ///
+    /// ```
+    /// use hal::{SemaphoreFlags, SemaphoreValue, Timeout};
+    ///
+    /// let device = driver_cpu_sim::create_device()?;
+    /// let gate = device.create_semaphore_with(0, SemaphoreFlags::HOST_SIGNAL_ONLY)?;
+    /// let done = device.create_semaphore(0)?;
+    /// let queue = device.queue(0)?;
+    /// queue.barrier(&[SemaphoreValue::new(&gate, 1)], &[SemaphoreValue::new(&done, 1)])?;
+    /// assert!(queue.barrier(&[], &[SemaphoreValue::new(&gate, 2)]).is_err(), "queues never signal it");
+    /// gate.signal(1)?;
+    /// done.wait(1, Timeout::Infinite)?;
+    /// # Ok::<(), hal::Error>(())
+    /// ```
+    pub fn create_semaphore_with(&self, initial: u64, flags: SemaphoreFlags) -> Result<Semaphore> {
+        if flags.is_empty() {
+            return self.create_semaphore(initial);
+        }
+        self.shared.backend.create_semaphore_with(initial, flags)
     }
 
     /// Loads an executable.

@@ -88,7 +88,7 @@ pub use profile::{ClockCorrelation, DispatchTiming, Profile, ProfileOptions, Que
 pub use queue::{HostCallFlags, Queue};
 pub use readback::{Readback, ReadbackAsFuture, ReadbackFuture};
 pub use registry::{DEFAULT_DRIVER, DriverListing, Registry};
-pub use semaphore::{Semaphore, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
+pub use semaphore::{Semaphore, SemaphoreFlags, SemaphoreList, SemaphoreValue, WaitFuture, WaitMode, wait_semaphores};
 pub use timeout::Timeout;
 
 /// The embedding guide: the life of a program from choosing a driver to handling a failure, the

@@ -76,6 +76,13 @@ impl Queue {
     /// itself waits for on that semaphore.
     fn check_signals(&self, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {
         for (at, entry) in signals.iter().enumerate() {
+            if entry.semaphore.is_host_signal_only() {
+                return Err(Error::invalid_argument(format!(
+                    "queue {}: {} is signalled by the host only (SemaphoreFlags::HOST_SIGNAL_ONLY); a queue \
+                     cannot signal it (to {})",
+                    self.index, entry.semaphore, entry.value
+                )));
+            }
             if let Some(earlier) = signals[..at].iter().find(|e| e.semaphore.same_as(&entry.semaphore)) {
                 return Err(Error::invalid_argument(format!(
                     "queue {}: {} appears twice in the signal list (to {} and to {}); signal it \

@@ -90,6 +90,12 @@ pub trait DeviceBackend: Send + Sync {
     /// A semaphore this device can signal and wait on from its queues.
     fn create_semaphore(&self, initial: u64) -> Result<Semaphore>;
 
+    /// A semaphore with `flags` (not empty; checked by the caller). The default makes a host
+    /// semaphore with those flags: a backend that does something with a flag overrides this.
+    fn create_semaphore_with(&self, initial: u64, flags: crate::SemaphoreFlags) -> Result<Semaphore> {
+        Ok(Semaphore::with_flags(initial, flags))
+    }
+
     /// Loads an executable. `source` names its entry points; the driver checks they exist.
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>>;
 

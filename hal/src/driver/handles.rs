@@ -192,7 +192,7 @@ pub trait SemaphoreExt: sealed::Sealed {
 
 impl SemaphoreExt for Semaphore {
     fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn SemaphoreDriverData>) -> Self {
-        Semaphore::with_driver_data(initial, owner, data)
+        Semaphore::with_driver_data(initial, owner, data, crate::SemaphoreFlags::empty())
     }
 
     fn driver_data(&self) -> Option<&dyn Any> {

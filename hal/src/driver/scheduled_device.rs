@@ -167,6 +167,10 @@ impl<D: ScheduledDevice + 'static> DeviceBackend for D {
         Ok(self.scheduler().create_semaphore(initial))
     }
 
+    fn create_semaphore_with(&self, initial: u64, flags: crate::SemaphoreFlags) -> Result<Semaphore> {
+        self.scheduler().create_semaphore_with(initial, flags)
+    }
+
     fn load_executable(&self, source: &ExecutableSource) -> Result<Arc<dyn ExecutableBackend>> {
         ScheduledDevice::load_executable(self, source)
     }
@@ -243,6 +247,9 @@ pub trait QueueScheduler: Send + Sync {
     /// See [`Scheduler::create_semaphore`].
     fn create_semaphore(&self, initial: u64) -> Semaphore;
 
+    /// See [`Scheduler::create_semaphore_with`].
+    fn create_semaphore_with(&self, initial: u64, flags: crate::SemaphoreFlags) -> Result<Semaphore>;
+
     /// See [`Scheduler::submit`].
     fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()>;
 
@@ -265,6 +272,10 @@ pub trait QueueScheduler: Send + Sync {
 impl<M: StreamModel> QueueScheduler for Scheduler<M> {
     fn create_semaphore(&self, initial: u64) -> Semaphore {
         Scheduler::create_semaphore(self, initial)
+    }
+
+    fn create_semaphore_with(&self, initial: u64, flags: crate::SemaphoreFlags) -> Result<Semaphore> {
+        Scheduler::create_semaphore_with(self, initial, flags)
     }
 
     fn submit(&self, queue: usize, op: Submission, waits: &[SemaphoreValue], signals: &[SemaphoreValue]) -> Result<()> {

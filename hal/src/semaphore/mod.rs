@@ -38,6 +38,23 @@ pub use wait::{WaitMode, wait_semaphores};
 /// outlast a whole device round trip on some.
 const SPIN_TIME: std::time::Duration = std::time::Duration::from_micros(1);
 
+bitflags::bitflags! {
+    /// How a semaphore may be used, fixed when it is created
+    /// ([`Device::create_semaphore_with`](crate::Device::create_semaphore_with),
+    /// [`Semaphore::with_flags`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+    pub struct SemaphoreFlags: u32 {
+        /// Only the host signals it ([`Semaphore::signal`]); a queue operation that would signal
+        /// it is refused with `InvalidArgument`. A device that knows this may hand work waiting
+        /// on it to the device ahead of the signal, so that the host's signal releases the work
+        /// without another submission (the Vulkan driver waits on a timeline `VkSemaphore` of
+        /// its own that the host signals). Such work then holds back the work submitted after it
+        /// on its queue until the value is reached, as a stream wait does: the host must not
+        /// wait for that later work before it signals.
+        const HOST_SIGNAL_ONLY = 1 << 0;
+    }
+}
+
 /// A timeline semaphore. Cheap to clone; clones are the same semaphore.
 ///
 /// ```
@@ -66,6 +83,7 @@ struct Shared {
     state: Mutex<TimelineState>,
     owner: Option<DeviceId>,
     driver_data: Option<Arc<dyn SemaphoreDriverData>>,
+    flags: SemaphoreFlags,
     label: Label,
 }
 
@@ -85,8 +103,18 @@ pub trait SemaphoreDriverData: Send + Sync + 'static {
     }
 
     /// Called once, when the semaphore fails: work in flight that would signal it has lost its
-    /// purpose, and a driver may ask it to stop early (see `Work::request_cancel`).
+    /// purpose, and a driver may ask it to stop early (see `Work::request_cancel`), and work on
+    /// the device waiting for it (see `signalled_from_host`) must be let through.
     fn failed(&self) {}
+
+    /// Called for a [`SemaphoreFlags::HOST_SIGNAL_ONLY`] semaphore when the host signals `value`,
+    /// under the semaphore's lock, after the signal was checked and before the value is set: a
+    /// driver that waits for such values on the device passes the signal on there. An `Err` fails
+    /// the signal and leaves the value as it was.
+    fn signalled_from_host(&self, value: u64) -> Result<()> {
+        let _ = value;
+        Ok(())
+    }
 }
 
 /// Hands out semaphore ids for messages ("semaphore 7"). Plain std: naming is not a race we check.
@@ -95,16 +123,31 @@ static NEXT_SEMAPHORE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::Atom
 impl Semaphore {
     /// A host semaphore at `initial`, owned by no device (every device waits on it from the host).
     pub fn new(initial: u64) -> Self {
-        Self::build(initial, None, None)
+        Self::build(initial, None, None, SemaphoreFlags::empty())
+    }
+
+    /// A host semaphore at `initial` with `flags` (see [`SemaphoreFlags`]).
+    pub fn with_flags(initial: u64, flags: SemaphoreFlags) -> Self {
+        Self::build(initial, None, None, flags)
     }
 
     /// A semaphore owned by `owner`, carrying the driver's per-semaphore data (e.g. the events its
     /// device recorded for pending signals). Drivers call this from `create_semaphore`.
-    pub(crate) fn with_driver_data(initial: u64, owner: DeviceId, data: Arc<dyn SemaphoreDriverData>) -> Self {
-        Self::build(initial, Some(owner), Some(data))
+    pub(crate) fn with_driver_data(
+        initial: u64,
+        owner: DeviceId,
+        data: Arc<dyn SemaphoreDriverData>,
+        flags: SemaphoreFlags,
+    ) -> Self {
+        Self::build(initial, Some(owner), Some(data), flags)
     }
 
-    fn build(initial: u64, owner: Option<DeviceId>, driver_data: Option<Arc<dyn SemaphoreDriverData>>) -> Self {
+    fn build(
+        initial: u64,
+        owner: Option<DeviceId>,
+        driver_data: Option<Arc<dyn SemaphoreDriverData>>,
+        flags: SemaphoreFlags,
+    ) -> Self {
         let id = NEXT_SEMAPHORE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Semaphore {
             shared: Arc::new(Shared {
@@ -115,6 +158,7 @@ impl Semaphore {
                 state: Mutex::new(TimelineState::owned_by(id, initial)),
                 owner,
                 driver_data,
+                flags,
                 label: Label::default(),
             }),
         }
@@ -141,6 +185,16 @@ impl Semaphore {
     /// The device that created it, if any.
     pub fn owner(&self) -> Option<DeviceId> {
         self.shared.owner
+    }
+
+    /// The flags it was created with.
+    pub fn flags(&self) -> SemaphoreFlags {
+        self.shared.flags
+    }
+
+    /// Whether only the host may signal it ([`SemaphoreFlags::HOST_SIGNAL_ONLY`]).
+    pub fn is_host_signal_only(&self) -> bool {
+        self.shared.flags.contains(SemaphoreFlags::HOST_SIGNAL_ONLY)
     }
 
     /// The driver's data attached at creation, if any.
@@ -185,6 +239,13 @@ impl Semaphore {
     pub fn signal(&self, value: u64) -> Result<()> {
         let resolved = {
             let mut state = lock(&self.shared.state);
+            if self.is_host_signal_only()
+                && let Some(data) = &self.shared.driver_data
+            {
+                // Checked first, so the driver passes on only a signal the semaphore takes.
+                state.check_signal(value, &self.name())?;
+                data.signalled_from_host(value)?;
+            }
             let resolved = state.signal(value, &self.name())?;
             self.shared.value.store(value, Ordering::Release);
             resolved

@@ -62,7 +62,7 @@ use crate::driver::stream_model::{StreamModel, Work};
 use crate::driver::{HostCall, ProfileSink, ProfileSwitch, Submission};
 use crate::error::{Error, Result};
 use crate::profile::{Profile, ProfileOptions};
-use crate::semaphore::{Semaphore, SemaphoreList, SemaphoreValue};
+use crate::semaphore::{Semaphore, SemaphoreFlags, SemaphoreList, SemaphoreValue};
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{CachePadded, Condvar, MODEL_CHECKED, Mutex, lock, try_lock};
 
@@ -333,7 +333,24 @@ impl<M: StreamModel> Scheduler<M> {
     /// events that this device's waits use directly.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
         let events = SemaphoreEvents::<M>::new(self.shared.device, Arc::downgrade(&self.shared));
-        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events))
+        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), SemaphoreFlags::empty())
+    }
+
+    /// A semaphore of this device with `flags`. One only the host signals
+    /// (`SemaphoreFlags::HOST_SIGNAL_ONLY`) gets the stream model's host gate, where it has one
+    /// ([`StreamModel::create_host_gate`]): this device's streams then wait for its values on the
+    /// device.
+    pub fn create_semaphore_with(&self, initial: u64, flags: SemaphoreFlags) -> Result<Semaphore> {
+        let scheduler = Arc::downgrade(&self.shared);
+        let gate = match flags.contains(SemaphoreFlags::HOST_SIGNAL_ONLY) {
+            true => self.shared.model.create_host_gate(initial)?,
+            false => None,
+        };
+        let events = match gate {
+            Some(gate) => SemaphoreEvents::<M>::gated(self.shared.device, scheduler, gate),
+            None => SemaphoreEvents::<M>::new(self.shared.device, scheduler),
+        };
+        Ok(Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), flags))
     }
 
     /// Submits `op` on `queue`; see the module docs. Never blocks on device progress.
