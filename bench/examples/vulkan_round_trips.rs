@@ -2,7 +2,9 @@
 //! (execute, then a semaphore wait with no deadline) beside raw Vulkan's, both with a host wait
 //! that blocks in `vkWaitSemaphores` and with one that polls the timeline's counter, and polled
 //! with each submission also waiting on the previous one's (reached) value, as the HAL's do, and
-//! that again with the submission made by a second thread, as the HAL's submit thread does. It tells
+//! that again with the submission made by a second thread, as the HAL's submit thread does; then
+//! host-released work, the HAL's with a host semaphore and a host-signal-only one beside raw
+//! Vulkan's variants (`RawVulkan::deferred_release_gated`). It tells
 //! whether a slow round trip is the HAL's or the driver's: a poll of the counter sees the work
 //! done as soon as the driver shows it to the host.
 //!
@@ -12,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use bench::vulkan_baseline::RawVulkan;
-use bench::workloads::{Env, VULKAN_DRIVER, touch_spirv};
+use bench::workloads::{Env, VULKAN_DRIVER, deferred_release, touch_spirv};
 use hal::{SemaphoreValue as SV, Timeout};
 
 const TRIALS: usize = 5;
@@ -59,6 +61,16 @@ fn main() -> Result<(), String> {
             let handed_off = median(|| raw.round_trip_handed_off_on(index, 1, ops), ops)?;
             println!("{index:5} {hal:6.2} {polled:10.2} {blocking:12.2} {ordered:18.2} {handed_off:15.2}");
         }
+        println!(
+            "us per host signal -> released one-dispatch work seen done, queue 0 (median of {TRIALS} trials of {ops})"
+        );
+        println!("hal-host-semaphore  hal-host-signal-only  raw-polled  raw-gated-polled  raw-gated-blocked-waiter");
+        let hal_host = median(|| deferred_release(&env, &one, false, ops), ops)?;
+        let hal_gated = median(|| deferred_release(&env, &one, true, ops), ops)?;
+        let raw_polled = median(|| raw.deferred_release_polled(ops), ops)?;
+        let raw_gated = median(|| raw.deferred_release_gated(false, ops), ops)?;
+        let raw_blocked = median(|| raw.deferred_release_gated(true, ops), ops)?;
+        println!("{hal_host:18.2} {hal_gated:21.2} {raw_polled:11.2} {raw_gated:17.2} {raw_blocked:25.2}");
         Ok(())
     };
     run().map_err(|e| e.to_string())

@@ -653,6 +653,44 @@ impl RawVulkan {
         self.deferred_releases(true, ops)
     }
 
+    /// [`deferred_release_polled`](Self::deferred_release_polled) with the value the host signals
+    /// on a semaphore of its own, as a HAL queue waits on a host-signal-only semaphore: each
+    /// submission waits for the gate's value and for its queue timeline's previous value, and
+    /// signals the timeline. With `blocked_waiter`, a second thread waits in `vkWaitSemaphores` for
+    /// each submission's value meanwhile, as the HAL's completion thread does.
+    pub fn deferred_release_gated(&self, blocked_waiter: bool, ops: u64) -> Result<Duration> {
+        let cb = self.cb(1)?;
+        let gate = self.timeline(0)?;
+        let t = self.timeline(0)?;
+        let mut elapsed = Duration::ZERO;
+        std::thread::scope(|scope| -> Result<()> {
+            let waiter = blocked_waiter.then(|| {
+                let semaphore = t.semaphore;
+                scope.spawn(move || (1..=ops).try_for_each(|value| self.wait(semaphore, value)))
+            });
+            for i in 1..=ops {
+                self.submit_between(
+                    self.queues[0],
+                    cb,
+                    &[(gate.semaphore, i), (t.semaphore, i - 1)],
+                    (t.semaphore, i),
+                )?;
+                let start = Instant::now();
+                let info = vk::SemaphoreSignalInfo::default().semaphore(gate.semaphore).value(i);
+                // SAFETY: the semaphore is live and the value is ahead of its current one.
+                unsafe { self.device.signal_semaphore(&info) }.map_err(vk_err("vkSignalSemaphore"))?;
+                self.poll_until(t.semaphore, i, &AtomicBool::new(false))?;
+                elapsed += start.elapsed();
+            }
+            match waiter.map(|w| w.join()) {
+                Some(Err(_)) => Err(Error::internal("raw vulkan: the waiting thread panicked")),
+                Some(Ok(waited)) => waited,
+                None => Ok(()),
+            }
+        })?;
+        Ok(elapsed)
+    }
+
     fn deferred_releases(&self, polled: bool, ops: u64) -> Result<Duration> {
         let cb = self.cb(1)?;
         let t = self.timeline(0)?;

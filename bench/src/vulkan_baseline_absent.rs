@@ -48,6 +48,11 @@ impl RawVulkan {
         match *self {}
     }
 
+    /// See the Vulkan build's `deferred_release_gated`.
+    pub fn deferred_release_gated(&self, _blocked_waiter: bool, _ops: u64) -> Result<Duration> {
+        match *self {}
+    }
+
     /// See the Vulkan build's `deferred_release`.
     pub fn deferred_release(&self, _ops: u64) -> Result<Duration> {
         match *self {}

@@ -222,6 +222,12 @@ impl Timeline {
         lock(&self.waited).shows(value, other.key, reached)
     }
 
+    /// Whether this is a host gate's timeline (`host_gate`): every value counts as issued, since
+    /// only the host signals it.
+    fn is_host_gate(&self) -> bool {
+        self.issued_value.load(Ordering::Relaxed) == u64::MAX
+    }
+
     /// Whether the signal of `value` was issued.
     fn is_issued(&self, value: u64) -> bool {
         self.issued_value.load(Ordering::Acquire) >= value
@@ -416,8 +422,10 @@ impl VulkanStream {
     /// host has seen the stream reach the previous value (so nothing is queued or gathered before
     /// it, and a chain of submissions, which the submit thread gathers into one call, goes there
     /// instead), nobody else is issuing on the stream, the item waits on no other stream, and it is
-    /// recorded work or an empty submission (host work waits for the device first). `Err(item)`:
-    /// the submit thread takes it.
+    /// recorded work or an empty submission (host work waits for the device first). Waits on a host
+    /// gate (`host_gate`) are no waits on other streams: nothing is watched for, and issued here
+    /// the work is on the device before the host's signal can come. `Err(item)`: the submit thread
+    /// takes it.
     ///
     /// Items with waits on other streams stay with the submit thread: issued here too, they left
     /// NVIDIA processes far more often with every fan-out/fan-in round about twice as long for
@@ -429,7 +437,7 @@ impl VulkanStream {
         let stream = &self.shared;
         if !stream.tuning.issue_on_caller
             || !stream.thread_submitted.load(Ordering::Acquire)
-            || !item.waits.is_empty()
+            || !item.waits.iter().all(|(timeline, _)| timeline.is_host_gate())
             || !stream.timeline.seen_reached(item.value - 1)
             || !is_recorded_or_empty(&item)
         {
