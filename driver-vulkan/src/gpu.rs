@@ -54,9 +54,6 @@ pub struct PhysicalInfo {
     /// Vulkan says a failed import leaves it with the application): the driver must not close it
     /// again.
     pub(crate) closes_refused_fds: bool,
-    /// `maxTimelineSemaphoreValueDifference`: how far apart a timeline's value and its pending
-    /// waits and signals may be.
-    pub(crate) max_timeline_difference: u64,
     /// Whether device-local memory is mapped where it is host-visible (see [`DEVICE_MEMORY_ENV`]).
     pub(crate) map_device_memory: bool,
     /// The device's memory types, each as its property flags and its heap's size: what
@@ -237,7 +234,6 @@ fn describe(instance: &Instance, physical: vk::PhysicalDevice) -> Result<Option<
         max_allocation: maintenance3.max_memory_allocation_size.min(heap_bytes),
         fd_sharing,
         closes_refused_fds: properties12.driver_id == vk::DriverId::MESA_LLVMPIPE,
-        max_timeline_difference: properties12.max_timeline_semaphore_value_difference,
         map_device_memory: map_device_memory()?,
         memory_types,
     }))
@@ -326,8 +322,6 @@ pub struct Gpu {
     /// made on this one takes [`QUEUE_COUNT`](crate::device::QUEUE_COUNT) of them from
     /// [`first_queues`](Self::first_queues), round robin.
     pub(crate) queues: Vec<Mutex<vk::Queue>>,
-    /// How many streams submit to each of [`queues`](Self::queues) now.
-    stream_users: Vec<std::sync::atomic::AtomicUsize>,
     /// Where the next HAL device's queues start in [`queues`](Self::queues).
     next_first_queue: std::sync::atomic::AtomicUsize,
     /// `None` only while dropping (the allocator must go before the device).
@@ -403,7 +397,7 @@ impl Gpu {
         // features were checked to exist in `describe`.
         let device = unsafe { instance.instance.create_device(physical.physical, &create, None) }
             .map_err(|e| from_vk("vkCreateDevice", e))?;
-        let queues: Vec<_> = (0..queue_count)
+        let queues = (0..queue_count)
             // SAFETY: the queues were requested at creation.
             .map(|i| Mutex::new(unsafe { device.get_device_queue(physical.queue_family, i) }))
             .collect();
@@ -450,7 +444,6 @@ impl Gpu {
             semaphore_fd,
             #[cfg(unix)]
             timelines: Mutex::new(Vec::new()),
-            stream_users: queues.iter().map(|_| std::sync::atomic::AtomicUsize::new(0)).collect(),
             queues,
             next_first_queue: std::sync::atomic::AtomicUsize::new(0),
             allocator: Mutex::new(Some(allocator)),
@@ -476,28 +469,6 @@ impl Gpu {
     /// start at `first` (from [`first_queues`](Self::first_queues)) submits to.
     pub fn queue_index(&self, first: usize, queue: usize) -> u32 {
         ((first + queue) % self.queues.len()) as u32
-    }
-
-    /// The Vulkan queue the driver's own submit-and-wait submissions use (`one_shot`): the last.
-    pub fn one_shot_queue(&self) -> u32 {
-        (self.queues.len() - 1) as u32
-    }
-
-    /// Counts a stream that submits to queue `index` from now on (`false`: one no longer does).
-    pub fn count_stream(&self, index: u32, starts: bool) {
-        let users = &self.stream_users[index as usize % self.queues.len()];
-        if starts {
-            users.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            users.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// Whether queue `index` has one stream submitting to it and no submissions of the driver's
-    /// own: a wait submitted there holds back nothing else.
-    pub fn queue_has_one_stream(&self, index: u32) -> bool {
-        index != self.one_shot_queue()
-            && self.stream_users[index as usize % self.queues.len()].load(std::sync::atomic::Ordering::Relaxed) == 1
     }
 
     /// The allocator (`FailedPrecondition` while the device is being dropped).

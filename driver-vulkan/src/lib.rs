@@ -65,7 +65,6 @@ mod device;
 pub mod error;
 mod executable;
 mod gpu;
-mod host_gate;
 mod host_waits;
 mod instance;
 pub mod interop;

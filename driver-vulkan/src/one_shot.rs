@@ -1,8 +1,7 @@
 //! Small submissions the driver makes for itself and waits for at once, outside any HAL queue's
 //! order: zeroing new device-local memory the host cannot map, and the clock anchor of profiling.
 //! They share a command pool and a fence of the device's, apart from every stream's; they wait on
-//! nothing, so each completes once the device reaches it. They go to the last Vulkan queue, where no
-//! stream waits for a host-signalled value on the device (`host_gate`).
+//! nothing, so each completes once the device reaches it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,7 +88,7 @@ pub fn run(gpu: &Arc<Gpu>, what: &str, record: impl FnOnce(vk::CommandBuffer)) -
     let cmds = [cmd];
     let submit = vk::SubmitInfo::default().command_buffers(&cmds);
     let before = Instant::now();
-    let queue = lock(gpu.queue(gpu.one_shot_queue()));
+    let queue = lock(gpu.queue(0));
     // SAFETY: the queue is locked; the command buffer is recorded and waits on nothing.
     let submitted = unsafe { device.queue_submit(*queue, &[submit], fence) };
     drop(queue);

@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use ash::vk;
-use hal::driver::stream_model::{HostGate, StreamModel, Work};
+use hal::driver::stream_model::{StreamModel, Work};
 use hal::driver::{CommandBufferExt, QueueOp};
 use hal::driver::{lock, try_lock, wait};
 use hal::{Error, Result};
@@ -42,7 +42,6 @@ use crate::commands::{CHECK_SLOT_BYTES, VulkanPreparedCommands};
 use crate::error::from_vk;
 use crate::executable::VulkanExecutable;
 use crate::gpu::Gpu;
-use crate::host_gate::VulkanGate;
 use crate::host_waits::{self, WaitTuning};
 use crate::interop::external::{self, ExternalOp, ExternalWaits, Point};
 use crate::memory::{Block, Placement};
@@ -137,10 +136,9 @@ impl WaitLog {
 }
 
 impl Timeline {
-    /// A timeline at `initial`.
-    pub(crate) fn new(gpu: &Arc<Gpu>, initial: u64, watch: Duration, counts: Arc<ThreadCounters>) -> Result<Timeline> {
+    fn new(gpu: &Arc<Gpu>, watch: Duration, counts: Arc<ThreadCounters>) -> Result<Timeline> {
         let mut kind =
-            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(initial);
+            vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
         // SAFETY: a valid create info; destroyed in `Drop`.
         let semaphore =
@@ -151,7 +149,7 @@ impl Timeline {
             issued: Mutex::new(Issued::default()),
             issued_value: AtomicU64::new(0),
             issued_changed: Condvar::new(),
-            seen_reached: AtomicU64::new(initial),
+            seen_reached: AtomicU64::new(0),
             watch,
             counts,
             waited: Mutex::default(),
@@ -222,12 +220,6 @@ impl Timeline {
         lock(&self.waited).shows(value, other.key, reached)
     }
 
-    /// Whether this is a host gate's timeline (`host_gate`): every value counts as issued, since
-    /// only the host signals it.
-    fn is_host_gate(&self) -> bool {
-        self.issued_value.load(Ordering::Relaxed) == u64::MAX
-    }
-
     /// Whether the signal of `value` was issued.
     fn is_issued(&self, value: u64) -> bool {
         self.issued_value.load(Ordering::Acquire) >= value
@@ -267,7 +259,7 @@ impl Timeline {
     }
 
     /// Signals `value` from the host.
-    pub(crate) fn signal(&self, value: u64) -> Result<()> {
+    fn signal(&self, value: u64) -> Result<()> {
         let info = vk::SemaphoreSignalInfo::default().semaphore(self.semaphore).value(value);
         // SAFETY: the semaphore is live and `value` is above its current value (values only grow
         // on this stream, and its previous value was reached before this is called).
@@ -422,10 +414,8 @@ impl VulkanStream {
     /// host has seen the stream reach the previous value (so nothing is queued or gathered before
     /// it, and a chain of submissions, which the submit thread gathers into one call, goes there
     /// instead), nobody else is issuing on the stream, the item waits on no other stream, and it is
-    /// recorded work or an empty submission (host work waits for the device first). Waits on a host
-    /// gate (`host_gate`) are no waits on other streams: nothing is watched for, and issued here
-    /// the work is on the device before the host's signal can come. `Err(item)`: the submit thread
-    /// takes it.
+    /// recorded work or an empty submission (host work waits for the device first). `Err(item)`:
+    /// the submit thread takes it.
     ///
     /// Items with waits on other streams stay with the submit thread: issued here too, they left
     /// NVIDIA processes far more often with every fan-out/fan-in round about twice as long for
@@ -437,7 +427,7 @@ impl VulkanStream {
         let stream = &self.shared;
         if !stream.tuning.issue_on_caller
             || !stream.thread_submitted.load(Ordering::Acquire)
-            || !item.waits.iter().all(|(timeline, _)| timeline.is_host_gate())
+            || !item.waits.is_empty()
             || !stream.timeline.seen_reached(item.value - 1)
             || !is_recorded_or_empty(&item)
         {
@@ -503,8 +493,6 @@ impl Drop for VulkanStream {
         if let Err(e) = unsafe { self.shared.gpu.device.queue_wait_idle(*queue) } {
             tracing::error!(queue = self.shared.queue, %e, "vulkan: vkQueueWaitIdle at a stream's teardown");
         }
-        drop(queue);
-        self.shared.gpu.count_stream(self.shared.vk_queue, false);
     }
 }
 
@@ -515,11 +503,6 @@ pub struct VulkanEvent {
 }
 
 impl VulkanEvent {
-    /// An event as if recorded at `timeline`'s `value` (a host gate's).
-    pub(crate) fn at(timeline: Arc<Timeline>, value: u64) -> VulkanEvent {
-        VulkanEvent { mark: Mutex::new(Some((timeline, value))) }
-    }
-
     fn mark(&self) -> Option<Mark> {
         lock(&self.mark).clone()
     }
@@ -565,21 +548,6 @@ impl VulkanStreams {
             externals: ExternalWaits::new(gpu),
             counts: Arc::default(),
         }
-    }
-
-    /// A timeline at `initial` on this device, watched as the streams' are.
-    pub(crate) fn new_timeline(&self, initial: u64) -> Result<Timeline> {
-        Timeline::new(&self.gpu, initial, self.tuning.submit_watch, self.counts.clone())
-    }
-
-    /// The GPU the streams submit to.
-    pub(crate) fn gpu(&self) -> &Arc<Gpu> {
-        &self.gpu
-    }
-
-    /// Where the device's queues start among the GPU's Vulkan queues.
-    pub(crate) fn first_queue(&self) -> usize {
-        self.first_queue
     }
 
     /// What the host threads of its streams did (a diagnostic).
@@ -667,7 +635,7 @@ impl StreamModel for VulkanStreams {
     const SHARES_EVENTS_ACROSS_DEVICES: bool = true;
 
     fn create_stream(&self, queue: usize) -> Result<VulkanStream> {
-        let timeline = Arc::new(Timeline::new(&self.gpu, 0, self.tuning.submit_watch, self.counts.clone())?);
+        let timeline = Arc::new(Timeline::new(&self.gpu, self.tuning.submit_watch, self.counts.clone())?);
         let info = vk::CommandPoolCreateInfo::default()
             .queue_family_index(self.gpu.physical.queue_family)
             .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER | vk::CommandPoolCreateFlags::TRANSIENT);
@@ -696,7 +664,6 @@ impl StreamModel for VulkanStreams {
             .name(format!("hal-vulkan-q{queue}"))
             .spawn(move || submit_thread(&runner))
             .map_err(|e| Error::resource_exhausted(format!("vulkan: starting queue {queue}'s submit thread: {e}")))?;
-        self.gpu.count_stream(shared.vk_queue, true);
         Ok(VulkanStream { shared, state: Mutex::new(StreamState::default()), thread: Some(thread) })
     }
 
@@ -818,12 +785,6 @@ impl StreamModel for VulkanStreams {
         sink.widen_uncertainty(anchor.uncertainty);
         *lock(&self.anchor) = Some(anchor);
         Ok(())
-    }
-
-    /// A timeline of the driver's own that the host's signals reach: waits on the semaphore are
-    /// submitted ahead, on queues that have their Vulkan queue to themselves (`host_gate`).
-    fn create_host_gate(&self, initial: u64) -> Result<Option<Box<dyn HostGate<Self>>>> {
-        Ok(Some(Box::new(VulkanGate::new(self, initial)?)))
     }
 
     fn synchronize_stream(&self, stream: &VulkanStream) -> Result<()> {

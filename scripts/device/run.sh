@@ -393,7 +393,7 @@ suite_stencil() {
 }
 
 suite_probes() {
-  local src=$ROOT/bench/probes p names=(submit_cost_probe round_trip_probe free_stall_probe h2h_probe) inc=/usr/local/cuda/include lib=/usr/local/cuda/lib64
+  local src=$ROOT/bench/probes p names=(submit_cost_probe round_trip_probe free_stall_probe h2h_probe host_gate_probe) inc=/usr/local/cuda/include lib=/usr/local/cuda/lib64
   [ -n "$ONLY" ] && IFS=, read -r -a names <<< "$ONLY"
   mkdir -p "$OUT/probes" /tmp/probes
   export PATH="$PATH:/usr/local/cuda/bin"
