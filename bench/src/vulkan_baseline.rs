@@ -654,7 +654,8 @@ impl RawVulkan {
     }
 
     /// [`deferred_release_polled`](Self::deferred_release_polled) with the value the host signals
-    /// on a semaphore of its own, as a HAL queue waits on a host-signal-only semaphore: each
+    /// on a semaphore of its own, submitted before the signal (what the HAL does not do: such a
+    /// wait holds back everything after it on the queue): each
     /// submission waits for the gate's value and for its queue timeline's previous value, and
     /// signals the timeline. With `blocked_waiter`, a second thread waits in `vkWaitSemaphores` for
     /// each submission's value meanwhile, as the HAL's completion thread does.

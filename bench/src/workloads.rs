@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use hal::{
     Buffer, BufferBinding, BufferParams, CommandBuffer, CommandBufferMode, Device, DeviceInfo, EntryPointInfo, Error,
     Executable, ExecutableFormat, ExecutableKind, ExecutableSource, NativeEntryPoint, NativeInvocation, Result,
-    Semaphore, SemaphoreFlags, SemaphoreValue as SV, Timeout, WaitMode,
+    Semaphore, SemaphoreValue as SV, Timeout, WaitMode,
 };
 
 use crate::baseline;
@@ -433,14 +433,10 @@ pub fn round_trip(env: &Env, cb: &CommandBuffer, timeout: Timeout, ops: u64) -> 
 
 /// Work (`cb`) submitted against a value the host signals later: time from the host's signal to
 /// the work's completion being visible (a wait with no deadline), summed over the releases. The
-/// gate is a host semaphore, or with `host_signal_only` one of the device's made with
-/// `SemaphoreFlags::HOST_SIGNAL_ONLY` (which a driver may wait for on the device).
-pub fn deferred_release(env: &Env, cb: &CommandBuffer, host_signal_only: bool, ops: u64) -> Result<Duration> {
+/// gate is a host semaphore.
+pub fn deferred_release(env: &Env, cb: &CommandBuffer, ops: u64) -> Result<Duration> {
     let q = env.device.queue(0)?;
-    let gate = match host_signal_only {
-        true => env.device.create_semaphore_with(0, SemaphoreFlags::HOST_SIGNAL_ONLY)?,
-        false => Semaphore::new(0),
-    };
+    let gate = Semaphore::new(0);
     let done = env.semaphore()?;
     let mut total = Duration::ZERO;
     for i in 1..=ops {
@@ -811,20 +807,8 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
         }
         Baselines::Host => tr.host("mutex+condvar round trip", rt, baseline::round_trip),
     };
-    let hal_release = tr.hal(rt, |ops| deferred_release(env, &one, false, ops))?;
-    rows.push(Row::new(
-        "host signal -> released 1-dispatch work done",
-        "us/release",
-        hal_release.clone(),
-        base.clone(),
-    ));
-    let hal_host_only = tr.hal(rt, |ops| deferred_release(env, &one, true, ops))?;
-    rows.push(Row::new(
-        "host signal -> released 1-dispatch work done, host-signal-only gate",
-        "us/release",
-        hal_host_only.clone(),
-        base,
-    ));
+    let hal_release = tr.hal(rt, |ops| deferred_release(env, &one, ops))?;
+    rows.push(Row::new("host signal -> released 1-dispatch work done", "us/release", hal_release.clone(), base));
     if let Baselines::Vulkan(raw) = &baselines {
         // As for the round trip: the raw waiter that polls is the faster one on NVIDIA's driver.
         let polled =
@@ -835,12 +819,6 @@ pub fn run_all(env: &Env, sizes: Sizes, mut progress: impl FnMut(&str)) -> Resul
             "host signal -> released 1-dispatch work done vs raw polling",
             "us/release",
             hal_release,
-            polled.clone(),
-        ));
-        rows.push(Row::new(
-            "host signal -> released 1-dispatch work done, host-signal-only gate, vs raw polling",
-            "us/release",
-            hal_host_only,
             polled,
         ));
     }

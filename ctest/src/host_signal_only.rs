@@ -102,6 +102,78 @@ pub(crate) fn host_paced_chain(cx: &Cx) -> CaseResult {
     Ok(())
 }
 
+/// Waits for `done >= 1` while work waits for `gate`; if it does not come, signals the gate so
+/// nothing stays held, and fails naming `what`.
+fn expect_done_before_signal(cx: &Cx, gate: &Semaphore, done: &Semaphore, what: &str) -> CaseResult {
+    if let Err(e) = done.wait(1, Timeout::After(LONG)) {
+        let report = cx.device().report();
+        let _ = gate.signal(u64::MAX);
+        return Err(CaseError::Fail(format!("{what} did not complete before the host's signal: {e}\n{report}")));
+    }
+    Ok(())
+}
+
+/// Work waiting on it holds back nothing else on its queue: later work with no waits, and later
+/// work waiting for a smaller value the host signals first, complete while it still waits (a
+/// host whose signal comes only after that later work must never hang).
+pub(crate) fn later_work_on_its_queue_is_not_held(cx: &Cx) -> CaseResult {
+    let gate = gate(cx, 0)?;
+    let buffer = cx.host_buffer(16)?;
+    buffer.write(0, &[0; 16]).ctx("clear")?;
+    let cb = cx.command_buffer(CommandBufferMode::Reusable)?;
+    cb.fill(&buffer, 0, 8, 0x33u8).ctx("record a fill")?;
+    cb.end().ctx("end")?;
+    for queue in 0..cx.device().queue_count() {
+        let q = cx.queue(queue);
+        let (waiting, later, smaller) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+        let base = gate.query().ctx("query")?;
+        q.execute(&[sv(&gate, base + 2)], &cb, &[sv(&waiting, 1)]).ctx(format!("execute on queue {queue}"))?;
+        q.fill(&[], &buffer, 8, 8, 0x44u8, &[sv(&later, 1)]).ctx(format!("later fill on queue {queue}"))?;
+        expect_done_before_signal(cx, &gate, &later, &format!("a fill with no waits after it on queue {queue}"))?;
+        q.barrier(&[sv(&gate, base + 1)], &[sv(&smaller, 1)]).ctx(format!("barrier on queue {queue}"))?;
+        gate.signal(base + 1).ctx("signal the smaller value")?;
+        expect_done_before_signal(
+            cx,
+            &gate,
+            &smaller,
+            &format!("a barrier waiting for a smaller value on queue {queue}"),
+        )?;
+        cx.still_pending(&waiting, 1, "the execute before its value")?;
+        gate.signal(base + 2).ctx("signal its value")?;
+        cx.wait(&waiting, 1)?;
+    }
+    ensure_eq!(cx.bytes(&buffer)?, [[0x33; 8], [0x44; 8]].concat(), "the buffer");
+    Ok(())
+}
+
+/// Work chained on work that waits on it (through another semaphore, on another queue) holds back
+/// nothing else either: work after it on that queue, and on the first queue, completes first.
+pub(crate) fn chained_work_holds_no_queue(cx: &Cx) -> CaseResult {
+    let gate = gate(cx, 0)?;
+    let last = cx.device().queue_count() - 1;
+    let (first, chained, after_first, after_chained) = (cx.sem(0)?, cx.sem(0)?, cx.sem(0)?, cx.sem(0)?);
+    cx.queue(0).barrier(&[sv(&gate, 1)], &[sv(&first, 1)]).ctx("barrier waiting on the semaphore")?;
+    let buffer = cx.host_buffer(16)?;
+    let cb = cx.command_buffer(CommandBufferMode::OneShot)?;
+    cb.fill(&buffer, 0, 16, 0x55u8).ctx("record a fill")?;
+    cb.end().ctx("end")?;
+    cx.queue(last).execute(&[sv(&first, 1)], &cb, &[sv(&chained, 1)]).ctx("execute chained on it")?;
+    cx.queue(last).barrier(&[], &[sv(&after_chained, 1)]).ctx("barrier after the chained execute")?;
+    cx.queue(0).barrier(&[], &[sv(&after_first, 1)]).ctx("barrier after the waiting one")?;
+    expect_done_before_signal(
+        cx,
+        &gate,
+        &after_chained,
+        &format!("a barrier after the chained execute (queue {last})"),
+    )?;
+    expect_done_before_signal(cx, &gate, &after_first, "a barrier after the waiting one (queue 0)")?;
+    cx.still_pending(&chained, 1, "the chained execute before the host's signal")?;
+    gate.signal(1).ctx("signal(1)")?;
+    cx.wait(&chained, 1)?;
+    ensure_eq!(cx.bytes(&buffer)?, vec![0x55; 16], "the buffer after the chained execute");
+    Ok(())
+}
+
 /// Host calls and another device's queues wait for it too (on the host, where the driver cannot
 /// wait on the device).
 pub(crate) fn host_calls_and_other_devices_wait_for_it(cx: &Cx) -> CaseResult {

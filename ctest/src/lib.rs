@@ -237,6 +237,8 @@ macro_rules! __cts_case_list {
                 queue_signals_refused,
                 host_signal_releases_waiting_work,
                 host_paced_chain,
+                later_work_on_its_queue_is_not_held,
+                chained_work_holds_no_queue,
                 host_calls_and_other_devices_wait_for_it,
                 failure_fails_waiting_work,
                 device_dropped_while_work_waits,

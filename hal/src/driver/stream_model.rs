@@ -208,40 +208,6 @@ pub trait StreamModel: Send + Sync + 'static {
 
     /// Blocks until everything enqueued on `stream` completed (teardown only).
     fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()>;
-
-    /// A device-side gate for a semaphore created with `SemaphoreFlags::HOST_SIGNAL_ONLY` at
-    /// `initial`: lets streams wait for its values on the device, which the host's signals then
-    /// reach (see [`HostGate`]). The default, `None`, leaves work waiting on such a semaphore held
-    /// on the host until the signal, as for any host semaphore.
-    fn create_host_gate(&self, initial: u64) -> Result<Option<Box<dyn HostGate<Self>>>>
-    where
-        Self: Sized,
-    {
-        let _ = initial;
-        Ok(None)
-    }
-}
-
-/// The device side of a semaphore only the host signals: a value the device can wait for, which
-/// the host reaches by signalling the semaphore. Work waiting on such a semaphore is then issued
-/// before the host's signal, its stream waiting on [`event_at`](Self::event_at), so the signal
-/// releases it on the device.
-///
-/// `signal` and `release` are called under the semaphore's lock (a leaf lock for the gate: it must
-/// not call into the HAL); `event_at` by an issuing thread, under no lock of the scheduler.
-pub trait HostGate<M: StreamModel>: Send + Sync {
-    /// An event, as if recorded, that completes once the host signalled `value` (or the gate was
-    /// released), for `queue`'s stream to wait on. `None` where that stream should not wait for it
-    /// on the device (it shares its device queue with another stream, which the wait would hold
-    /// back; a value too far ahead for the device): the work is then held on the host.
-    fn event_at(&self, queue: usize, value: u64) -> Option<M::Event>;
-
-    /// The host signalled `value` (above every value signalled before): device waits for it pass.
-    fn signal(&self, value: u64) -> Result<()>;
-
-    /// The semaphore failed: every device wait handed out passes (the work it held runs, and its
-    /// signals carry the failure).
-    fn release(&self);
 }
 
 /// Where a running operation reports a failure found after it was enqueued.

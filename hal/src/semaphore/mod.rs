@@ -45,12 +45,9 @@ bitflags::bitflags! {
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
     pub struct SemaphoreFlags: u32 {
         /// Only the host signals it ([`Semaphore::signal`]); a queue operation that would signal
-        /// it is refused with `InvalidArgument`. A device that knows this may hand work waiting
-        /// on it to the device ahead of the signal, so that the host's signal releases the work
-        /// without another submission (the Vulkan driver waits on a timeline `VkSemaphore` of
-        /// its own that the host signals). Such work then holds back the work submitted after it
-        /// on its queue until the value is reached, as a stream wait does: the host must not
-        /// wait for that later work before it signals.
+        /// it is refused with `InvalidArgument`, naming it. Work waiting on it is held on the host
+        /// until the signal, as for any value nobody has signalled yet, so it holds back nothing
+        /// else on its queue.
         const HOST_SIGNAL_ONLY = 1 << 0;
     }
 }
@@ -103,18 +100,8 @@ pub trait SemaphoreDriverData: Send + Sync + 'static {
     }
 
     /// Called once, when the semaphore fails: work in flight that would signal it has lost its
-    /// purpose, and a driver may ask it to stop early (see `Work::request_cancel`), and work on
-    /// the device waiting for it (see `signalled_from_host`) must be let through.
+    /// purpose, and a driver may ask it to stop early (see `Work::request_cancel`).
     fn failed(&self) {}
-
-    /// Called for a [`SemaphoreFlags::HOST_SIGNAL_ONLY`] semaphore when the host signals `value`,
-    /// under the semaphore's lock, after the signal was checked and before the value is set: a
-    /// driver that waits for such values on the device passes the signal on there. An `Err` fails
-    /// the signal and leaves the value as it was.
-    fn signalled_from_host(&self, value: u64) -> Result<()> {
-        let _ = value;
-        Ok(())
-    }
 }
 
 /// Hands out semaphore ids for messages ("semaphore 7"). Plain std: naming is not a race we check.
@@ -239,13 +226,6 @@ impl Semaphore {
     pub fn signal(&self, value: u64) -> Result<()> {
         let resolved = {
             let mut state = lock(&self.shared.state);
-            if self.is_host_signal_only()
-                && let Some(data) = &self.shared.driver_data
-            {
-                // Checked first, so the driver passes on only a signal the semaphore takes.
-                state.check_signal(value, &self.name())?;
-                data.signalled_from_host(value)?;
-            }
             let resolved = state.signal(value, &self.name())?;
             self.shared.value.store(value, Ordering::Release);
             resolved

@@ -48,28 +48,6 @@ pub struct ManualStreams {
     enqueues_held: AtomicUsize,
     /// Microseconds every enqueue sleeps (its issue holding the queue's issue lock); 0: none.
     pub enqueue_sleep_us: AtomicU64,
-    /// What the host gates of semaphores made with `HOST_SIGNAL_ONLY` were asked, in order
-    /// ("event q0 v1", "signal 1", "release"): shared with each gate.
-    pub gate_log: Arc<Mutex<Vec<String>>>,
-}
-
-/// A host gate that logs what it is asked; its events are complete at once.
-struct ManualGate {
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl hal::driver::stream_model::HostGate<ManualStreams> for ManualGate {
-    fn event_at(&self, queue: usize, value: u64) -> Option<ManualEvent> {
-        self.log.lock().unwrap().push(format!("event q{queue} v{value}"));
-        Some(ManualEvent { record: AtomicU64::new(0) })
-    }
-    fn signal(&self, value: u64) -> Result<()> {
-        self.log.lock().unwrap().push(format!("signal {value}"));
-        Ok(())
-    }
-    fn release(&self) {
-        self.log.lock().unwrap().push("release".to_owned());
-    }
 }
 
 pub struct ManualEvent {
@@ -260,9 +238,6 @@ impl StreamModel for ManualStreams {
     fn discard(&self, _work: &Work) {
         self.work_calls.fetch_add(1, Ordering::SeqCst);
     }
-    fn create_host_gate(&self, _initial: u64) -> Result<Option<Box<dyn hal::driver::stream_model::HostGate<Self>>>> {
-        Ok(Some(Box::new(ManualGate { log: self.gate_log.clone() })))
-    }
 }
 
 /// The scheduler under test. Dropping it (also when an assertion fails) first lets its completion
@@ -302,7 +277,6 @@ pub fn scheduler(queues: usize) -> Tested {
         hold_enqueues: (Mutex::new(false), Condvar::new()),
         enqueues_held: AtomicUsize::new(0),
         enqueue_sleep_us: AtomicU64::new(0),
-        gate_log: Arc::default(),
     };
     Tested(Scheduler::new(DeviceId::next(), model, queues).unwrap())
 }

@@ -105,11 +105,6 @@ impl<M: StreamModel> EventPool<M> {
 }
 
 impl<M: StreamModel> EventRef<M> {
-    /// A reference to an event of no pool (a host gate's): destroyed with its last reference.
-    pub(crate) fn unpooled(event: M::Event) -> Self {
-        EventRef { entry: Arc::new(PooledEvent { event, refs: AtomicUsize::new(1), pool: Weak::new() }) }
-    }
-
     /// The event.
     pub fn event(&self) -> &M::Event {
         &self.entry.event

@@ -20,10 +20,9 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::Shared;
-use super::event_pool::EventRef;
 use super::seal::StreamMark;
 use crate::device::DeviceId;
-use crate::driver::stream_model::{HostGate, StreamModel, Work};
+use crate::driver::stream_model::{StreamModel, Work};
 use crate::semaphore::{Semaphore, SemaphoreDriverData};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::{Mutex, lock};
@@ -42,9 +41,6 @@ pub struct SemaphoreEvents<M: StreamModel> {
     waited_elsewhere: AtomicBool,
     /// The device that created the semaphore (first in `publishers`).
     creator: DeviceId,
-    /// For a semaphore only the host signals, where the creator's stream model waits for its
-    /// values on the device: covers the creator's waits (see [`HostGate`]).
-    gate: Option<Box<dyn HostGate<M>>>,
 }
 
 /// The schedulers that published into a table, by device.
@@ -90,9 +86,6 @@ pub(crate) enum Cover<M: StreamModel> {
     /// Recorded on another queue's stream (of this device, or of another whose scheduler comes
     /// along): the waiting stream must wait on the event.
     Event(SignalEvent<M>, Option<Weak<Shared<M>>>),
-    /// A value only the host signals, which the waiting stream waits for on the device through
-    /// the semaphore's [`HostGate`] (no producer: the host's signal reaches it).
-    Gate(EventRef<M>),
 }
 
 impl<M: StreamModel> Clone for SignalEvent<M> {
@@ -116,13 +109,7 @@ impl<M: StreamModel> SemaphoreEvents<M> {
             publishers: Mutex::new(publishers),
             waited_elsewhere: AtomicBool::new(false),
             creator: device,
-            gate: None,
         }
-    }
-
-    /// The table of a semaphore only the host signals, whose waits `gate` covers on `device`.
-    pub(crate) fn gated(device: DeviceId, scheduler: Weak<Shared<M>>, gate: Box<dyn HostGate<M>>) -> Self {
-        SemaphoreEvents { gate: Some(gate), ..Self::new(device, scheduler) }
     }
 
     /// The table of `semaphore` that `device` publishes into and covers its waits from: the
@@ -176,14 +163,6 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         queue: usize,
         same_queue_producer: bool,
     ) -> Option<Cover<M>> {
-        if let Some(gate) = &self.gate {
-            // Queues never signal such a semaphore: the table stays empty.
-            return if device == self.creator {
-                gate.event_at(queue, value).map(|event| Cover::Gate(EventRef::unpooled(event)))
-            } else {
-                None
-            };
-        }
         let entry = self.with_covering(value, |entry| {
             if entry.device == device && entry.queue == queue {
                 Err(same_queue_producer.then(|| entry.producer.clone()))
@@ -248,16 +227,6 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
     fn failed(&self) {
         for entry in lock(&self.table).iter() {
             entry.producer.signal_failed();
-        }
-        if let Some(gate) = &self.gate {
-            gate.release();
-        }
-    }
-
-    fn signalled_from_host(&self, value: u64) -> crate::error::Result<()> {
-        match &self.gate {
-            Some(gate) => gate.signal(value),
-            None => Ok(()),
         }
     }
 

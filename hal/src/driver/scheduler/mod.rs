@@ -336,20 +336,13 @@ impl<M: StreamModel> Scheduler<M> {
         Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), SemaphoreFlags::empty())
     }
 
-    /// A semaphore of this device with `flags`. One only the host signals
-    /// (`SemaphoreFlags::HOST_SIGNAL_ONLY`) gets the stream model's host gate, where it has one
-    /// ([`StreamModel::create_host_gate`]): this device's streams then wait for its values on the
-    /// device.
+    /// A semaphore of this device with `flags` (see [`SemaphoreFlags`]), event-backed as
+    /// [`create_semaphore`](Self::create_semaphore)'s. Work waiting on one only the host signals is
+    /// held on the host until the signal, as for any value nobody has signalled yet: a stream wait
+    /// for it would hold back every later submission of its queue, and work chained on it, until
+    /// the host signals (`docs/decisions.md#host-signalled-work-held-on-the-host`).
     pub fn create_semaphore_with(&self, initial: u64, flags: SemaphoreFlags) -> Result<Semaphore> {
-        let scheduler = Arc::downgrade(&self.shared);
-        let gate = match flags.contains(SemaphoreFlags::HOST_SIGNAL_ONLY) {
-            true => self.shared.model.create_host_gate(initial)?,
-            false => None,
-        };
-        let events = match gate {
-            Some(gate) => SemaphoreEvents::<M>::gated(self.shared.device, scheduler, gate),
-            None => SemaphoreEvents::<M>::new(self.shared.device, scheduler),
-        };
+        let events = SemaphoreEvents::<M>::new(self.shared.device, Arc::downgrade(&self.shared));
         Ok(Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), flags))
     }
 

@@ -14,7 +14,6 @@ use super::pending_actions::Action;
 use super::{Shared, completion, on_scheduler_thread};
 use crate::driver::stream_model::StreamModel;
 use crate::error::Error;
-use crate::semaphore::SemaphoreList;
 use crate::sync::atomic::Ordering;
 use crate::sync::lock;
 
@@ -40,24 +39,10 @@ pub(super) fn shut_down<M: StreamModel>(shared: &Arc<Shared<M>>, completion_thre
     }
     // Work on the streams is abandoned too: a driver that can stop it early does (cpu-sim between
     // workgroups), so teardown never waits for work nobody can observe any more.
-    // Work issued to wait on the device for a value only the host signals (a host gate) would
-    // hold its stream forever if that value never comes: such a semaphore fails with `Cancelled`,
-    // which lets the device wait through and makes the work's signals carry the failure.
-    let mut gates = SemaphoreList::new();
     for slot in &shared.queues {
         for entry in lock(&slot.inflight).iter() {
             entry.work.request_cancel();
-            let unreached = entry.waited.iter().filter(|w| {
-                w.semaphore.is_host_signal_only() && w.semaphore.query().is_ok_and(|value| value < w.value)
-            });
-            gates.extend(unreached.cloned());
         }
-    }
-    for wait in gates {
-        wait.semaphore.fail(Error::cancelled(format!(
-            "{}: device destroyed while its queues waited on the device for {} to reach {}",
-            shared.device, wait.semaphore, wait.value
-        )));
     }
     let may_wait = !on_scheduler_thread() && !completion::retiring_here();
     for (queue, slot) in shared.queues.iter().enumerate() {

@@ -115,11 +115,6 @@ impl<M: StreamModel> Covers<M> {
                 }
                 Err(status) => WaitStatus::Unsealable(status),
             },
-            Some(Cover::Gate(event)) => {
-                self.waited.push(wait.clone());
-                self.events.push(event);
-                WaitStatus::Covered
-            }
             None => WaitStatus::Open,
         }
     }
