@@ -475,9 +475,8 @@ impl Device {
 
     /// A timeline semaphore at `initial` with `flags` (see [`SemaphoreFlags`]); with none, the same
     /// as [`create_semaphore`](Self::create_semaphore). With
-    /// [`SemaphoreFlags::HOST_SIGNAL_ONLY`] only the host signals it, and this device's queues may
-    /// wait for it on the device: the Vulkan driver submits work waiting on it ahead of the
-    /// signal, so the host's signal releases that work without a submission after it.
+    /// [`SemaphoreFlags::HOST_SIGNAL_ONLY`] only the host signals it: a queue operation that would
+    /// signal it is refused, and work waiting on it is held on the host until the signal.
     ///
     /// ```
     /// use hal::{SemaphoreFlags, SemaphoreValue, Timeout};
