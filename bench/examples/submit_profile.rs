@@ -1,7 +1,9 @@
 //! One workload alone, for a profiler: a dependent chain of executes on queue 0 (`chain`),
 //! alternating between queues 0 and 1 (`hop`), each execute followed by a host wait without a
 //! deadline (`roundtrip`), fan-out/fan-in rounds over every queue (`fanout`, N counts
-//! submissions), of an empty command buffer, one dispatch or one indirect dispatch; or chained `queue_alloca` +
+//! submissions), work held on a host semaphore and released by the host's signal, timed from the
+//! signal to the work's completion seen by a waiter (`release`), of an empty command buffer, one
+//! dispatch or one indirect dispatch; or chained `queue_alloca` +
 //! `queue_dealloca` pairs of 4 KiB (`alloca`, N counts submissions, the buffer kind unused); or a
 //! dependent chain of 8-byte all-reduces on a channel of one rank (`collective`, the buffer kind
 //! unused): the HAL's cost of a collective submission, beside the driver's collective call; or
@@ -9,7 +11,7 @@
 //! own-queue scaling table runs them (`threads`, N counts all threads' submissions; on a second
 //! device of the driver with a queue per thread where the first has too few).
 //!
-//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|fanout|alloca|collective|threads] [empty|dispatch|indirect] [N] [THREADS]`
+//! `cargo run --release -p bench --example submit_profile -- [cpu-sim|cuda] [chain|hop|roundtrip|release|fanout|alloca|collective|threads] [empty|dispatch|indirect] [N] [THREADS]`
 //! then, e.g., `perf record -g target/release/examples/submit_profile cpu-sim chain empty 2000000`.
 
 use std::time::Instant;
@@ -17,7 +19,7 @@ use std::time::Instant;
 use hal::{BufferParams, CollectiveArgs, CollectiveOp, ElementType, ReduceOp, SemaphoreValue as SV, Timeout};
 
 use bench::scaling::{Placement, hal_chains};
-use bench::workloads::{Env, Timing, alloca_dealloca, chain, fan_out_in, ping_pong, round_trip};
+use bench::workloads::{Env, Timing, alloca_dealloca, chain, deferred_release, fan_out_in, ping_pong, round_trip};
 
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -59,8 +61,9 @@ fn main() -> Result<(), String> {
             .map(|total| Timing { total, submit: std::time::Duration::ZERO }),
         "roundtrip" => round_trip(&env, &cb, hal::Timeout::Infinite, ops)
             .map(|(total, _)| Timing { total, submit: std::time::Duration::ZERO }),
+        "release" => deferred_release(&env, &cb, ops).map(|total| Timing { total, submit: std::time::Duration::ZERO }),
         other => Err(hal::Error::invalid_argument(format!(
-            "unknown workload '{other}' (chain|hop|roundtrip|fanout|alloca|collective|threads)"
+            "unknown workload '{other}' (chain|hop|roundtrip|release|fanout|alloca|collective|threads)"
         ))),
     };
     run(ops / 10).map_err(|e| e.to_string())?; // warm-up: pools filled

@@ -7,12 +7,12 @@ set -euo pipefail
 
 usage() {
   cat <<'USAGE'
-usage: devbin/profile.sh [TARGET] [ARGS...] [--completion MODE]
+usage: devbin/profile.sh [TARGET] [ARGS...] [--completion MODE] [--driver D]
 
 targets:
   submit [WORKLOAD] [KIND] [N] [THREADS]
-                                 submit_profile_sym cuda WORKLOAD KIND N THREADS (default: chain
-                                 dispatch 1000000; WORKLOAD chain|hop|roundtrip|fanout|alloca|
+                                 submit_profile_sym DRIVER WORKLOAD KIND N THREADS (default: chain
+                                 dispatch 1000000; WORKLOAD chain|hop|roundtrip|release|fanout|alloca|
                                  collective|threads, KIND empty|dispatch|indirect, THREADS for
                                  threads, default 16): the submitting threads' and the completion
                                  threads' costs, by symbol and by caller (the default target)
@@ -24,6 +24,8 @@ targets:
 
 options:
   --completion MODE   HAL_CUDA_COMPLETION for the profiled process (see run.sh --help)
+  --driver D          submit: the driver submit_profile runs on, cuda (default) or vulkan (needs .gl/
+                      carried, as run.sh vulkan does)
   -h, --help          this text
 
 Needs devperf/ carried beside devbin/ and the kit's *_sym binaries (both from kit.sh --perf). Afterwards, here:
@@ -31,11 +33,12 @@ Needs devperf/ carried beside devbin/ and the kit's *_sym binaries (both from ki
 USAGE
 }
 
-ARGS=() MODE=""
+ARGS=() MODE="" DRIVER=cuda
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
     --completion) MODE=$2; shift ;;
+    --driver) DRIVER=$2; shift ;;
     *) ARGS+=("$1") ;;
   esac
   shift
@@ -51,18 +54,21 @@ cd "$ROOT"
 export LD_LIBRARY_PATH="$ROOT/devperf/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0
 [ -n "$MODE" ] && export HAL_CUDA_COMPLETION=$MODE
+# shellcheck source=/dev/null
+[ "$DRIVER" = vulkan ] && source "$KIT/vulkan-env.sh"
 P=$ROOT/devperf/perf
 mkdir -p "$OUT"
 
 case $TARGET in
   submit)
     W=${1:-chain} K=${2:-dispatch} N=${3:-1000000} T=${4:-16} tag=submit-${1:-chain}-${2:-dispatch}
+    [ "$DRIVER" = cuda ] || tag=$tag-$DRIVER
     # Keep perf's output off a pipe that closes early: perf finishes its file only at exit.
     timeout "$(left 200)" "$P" record -F 1500 -e cpu-clock --call-graph dwarf,8192 -o /tmp/cg.data \
-      "$KIT/submit_profile_sym" cuda "$W" "$K" "$N" "$T" > "$OUT/record-$tag.log" 2>&1 || echo "perf record exit $?"
+      "$KIT/submit_profile_sym" "$DRIVER" "$W" "$K" "$N" "$T" > "$OUT/record-$tag.log" 2>&1 || echo "perf record exit $?"
     cat "$OUT/record-$tag.log"
     timeout "$(left 100)" "$P" record -F 10000 -e cpu-clock -o "$OUT/flat-$tag.data" \
-      "$KIT/submit_profile_sym" cuda "$W" "$K" $((N / 5)) "$T" > /dev/null 2>&1 || echo "flat record exit $?"
+      "$KIT/submit_profile_sym" "$DRIVER" "$W" "$K" $((N / 5)) "$T" > /dev/null 2>&1 || echo "flat record exit $?"
     R=("$P" report -i /tmp/cg.data --stdio)
     "${R[@]}" --children --comm submit_profile_ --sort sym -g none --percent-limit 0.3 > "$OUT/submitter-children-$tag.txt" 2>&1 || true
     "${R[@]}" --no-children --comm submit_profile_ --sort dso,sym -g caller,0.5,callee,function,percent --percent-limit 1 \
