@@ -137,19 +137,6 @@ impl TimelineState {
     /// current value; the failure itself is returned when the semaphore has failed. `who` names the
     /// semaphore in the message.
     pub fn signal(&mut self, new_value: u64, who: &dyn std::fmt::Display) -> Result<Resolved> {
-        self.check_signal(new_value, who)?;
-        self.value = new_value;
-        self.enqueued = self.enqueued.max(new_value);
-        let reached = self.timepoints.partition_point(|t| t.value <= new_value);
-        if reached == 0 {
-            // Usually nobody waits for this value: no drain to set up and tear down.
-            return Ok(Resolved::new());
-        }
-        Ok(self.timepoints.drain(..reached).collect())
-    }
-
-    /// Whether [`signal`](Self::signal) to `new_value` would be taken: its refusal if not.
-    pub fn check_signal(&self, new_value: u64, who: &dyn std::fmt::Display) -> Result<()> {
         if let Some(failure) = &self.failure {
             return Err(failure.clone());
         }
@@ -159,7 +146,14 @@ impl TimelineState {
                 self.value
             )));
         }
-        Ok(())
+        self.value = new_value;
+        self.enqueued = self.enqueued.max(new_value);
+        let reached = self.timepoints.partition_point(|t| t.value <= new_value);
+        if reached == 0 {
+            // Usually nobody waits for this value: no drain to set up and tear down.
+            return Ok(Resolved::new());
+        }
+        Ok(self.timepoints.drain(..reached).collect())
     }
 
     /// Fails the semaphore for good with `status` and returns every waiting timepoint. A semaphore

@@ -332,8 +332,7 @@ impl<M: StreamModel> Scheduler<M> {
     /// A semaphore of this device, event-backed: its signals from this device's queues publish
     /// events that this device's waits use directly.
     pub fn create_semaphore(&self, initial: u64) -> Semaphore {
-        let events = SemaphoreEvents::<M>::new(self.shared.device, Arc::downgrade(&self.shared));
-        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), SemaphoreFlags::empty())
+        self.semaphore(initial, SemaphoreFlags::empty())
     }
 
     /// A semaphore of this device with `flags` (see [`SemaphoreFlags`]), event-backed as
@@ -342,8 +341,12 @@ impl<M: StreamModel> Scheduler<M> {
     /// for it would hold back every later submission of its queue, and work chained on it, until
     /// the host signals (`docs/decisions.md#host-signalled-work-held-on-the-host`).
     pub fn create_semaphore_with(&self, initial: u64, flags: SemaphoreFlags) -> Result<Semaphore> {
+        Ok(self.semaphore(initial, flags))
+    }
+
+    fn semaphore(&self, initial: u64, flags: SemaphoreFlags) -> Semaphore {
         let events = SemaphoreEvents::<M>::new(self.shared.device, Arc::downgrade(&self.shared));
-        Ok(Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), flags))
+        Semaphore::with_driver_data(initial, self.shared.device, Arc::new(events), flags)
     }
 
     /// Submits `op` on `queue`; see the module docs. Never blocks on device progress.
