@@ -250,6 +250,14 @@ impl FaultSlot {
     }
 }
 
+/// How many waits of one submission its per-wait records (the waits the device goes past, the
+/// events its stream waits on, the work those follow) hold without a heap allocation: a join of
+/// four producers. A submission with more waits allocates for them.
+pub const INLINE_WAITS: usize = 4;
+
+/// One entry per wait of a submission, the first [`INLINE_WAITS`] inline.
+pub type PerWait<T> = SmallVec<[T; INLINE_WAITS]>;
+
 /// One issued operation, shared by the scheduler and the stream that runs it. The scheduler reuses
 /// these allocations once a submission retires (see `Work::recycle`).
 pub struct Work {
@@ -263,7 +271,7 @@ pub struct Work {
     pub fault: FaultSlot,
     /// The operations whose events this one waits on: if one faulted, this one must not run. Cleared
     /// when this one retires, so long dependency chains do not keep each other alive.
-    upstream: Mutex<SmallVec<[Arc<Work>; 2]>>,
+    upstream: Mutex<PerWait<Arc<Work>>>,
     /// Set once the scheduler retired it (outcome applied to its signals).
     retired: AtomicBool,
     /// Set when the work should stop early (device teardown, a failed signal semaphore); backends
@@ -296,7 +304,7 @@ const NO_DEVICE_TIME: u64 = u64::MAX;
 
 impl Work {
     /// A new operation.
-    pub fn new(id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) -> Self {
+    pub fn new(id: u64, queue: usize, op: QueueOp, upstream: PerWait<Arc<Work>>) -> Self {
         Work {
             id,
             queue,
@@ -388,11 +396,11 @@ impl Work {
     }
 
     /// The first fault among the upstream producers. Backends call it once, when the work is about
-    /// to run (every producer has finished by then); it lets go of the producers so their allocations
-    /// can be reused.
+    /// to run (every producer has finished by then). The producers stay referenced until this work
+    /// retires: the scheduler then takes their allocations back for reuse, which a backend's thread
+    /// dropping the last reference would free instead.
     pub fn take_upstream_fault(&self) -> Option<Error> {
-        let producers = std::mem::take(&mut *lock(&self.upstream));
-        producers.iter().find_map(|w| w.fault.get())
+        lock(&self.upstream).iter().find_map(|w| w.fault.get())
     }
 
     /// Records that running this work failed with `error` (named after this submission). Backends
@@ -406,23 +414,24 @@ impl Work {
         error.context(format!("queue {} action {} ({})", self.queue, self.id, self.op.describe()))
     }
 
-    /// Drops the references to upstream work (at retirement).
-    pub(crate) fn release_upstream(&self) {
-        let released = std::mem::take(&mut *lock(&self.upstream));
-        drop(released);
+    /// Lets go of the references to upstream work (at retirement), returned so that the caller can
+    /// take back the allocations it held last.
+    pub(crate) fn release_upstream(&self) -> PerWait<Arc<Work>> {
+        std::mem::take(&mut *lock(&self.upstream))
     }
 
     /// Lets go of what the finished operation held (its op, profile and upstream references), so
-    /// the allocation can wait for reuse holding nothing. `&mut self`: ours alone, so no lock.
-    pub(crate) fn clear_for_reuse(&mut self) {
+    /// the allocation can wait for reuse holding nothing. `&mut self`: ours alone, so no lock. The
+    /// upstream references are returned, as by [`release_upstream`](Self::release_upstream).
+    pub(crate) fn clear_for_reuse(&mut self) -> PerWait<Arc<Work>> {
         self.op = QueueOp::Barrier;
         self.profile = None;
         self.submitted = None;
-        get_mut(&mut self.upstream).clear();
+        std::mem::take(get_mut(&mut self.upstream))
     }
 
     /// Reuses this allocation for another operation.
-    pub(crate) fn reset(&mut self, id: u64, queue: usize, op: QueueOp, upstream: SmallVec<[Arc<Work>; 2]>) {
+    pub(crate) fn reset(&mut self, id: u64, queue: usize, op: QueueOp, upstream: PerWait<Arc<Work>>) {
         self.id = id;
         self.queue = queue;
         self.op = op;

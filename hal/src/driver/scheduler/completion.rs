@@ -529,7 +529,7 @@ fn retire<M: StreamModel>(
     // fault says the producers completed too.
     let after_producers = event.is_some() && host_call.is_none() && status.is_ok();
     retire_producers_first(shared, &producers, after_producers);
-    drop(producers);
+    shared.reclaim_producers(producers.into_iter().map(|producer| producer.work));
     // A host call put nothing on a stream: the backend has nothing to complete for it.
     let mut outcome = match host_call {
         Some(_) => status,

@@ -62,6 +62,15 @@ pub struct SignalEvent<M: StreamModel> {
     pub device: DeviceId,
 }
 
+/// What a host waiter takes from the entry covering its value (see
+/// [`SemaphoreEvents::covering_mark`]).
+pub(crate) struct CoveringMark<M: StreamModel> {
+    event: StreamMark<M>,
+    queue: usize,
+    device: DeviceId,
+    action: u64,
+}
+
 /// Work whose event a submission's stream waits on. `scheduler` is set when it is another device's
 /// work: that device's scheduler retires it.
 pub(crate) struct Producer<M: StreamModel> {
@@ -149,9 +158,17 @@ impl<M: StreamModel> SemaphoreEvents<M> {
         table.get(at).map(f)
     }
 
-    /// The event of the smallest published value `>= value`.
-    pub fn covering(&self, value: u64) -> Option<SignalEvent<M>> {
-        self.with_covering(value, SignalEvent::clone)
+    /// Where the smallest published value `>= value` ends on its stream, with the queue, device and
+    /// action id of the work that signals it: what a host waiter needs, and no reference to the work
+    /// itself. (One held through the waiter's retirement of that work would keep it out of the work
+    /// pool, so the next submission would allocate another.)
+    pub(crate) fn covering_mark(&self, value: u64) -> Option<CoveringMark<M>> {
+        self.with_covering(value, |entry| CoveringMark {
+            event: entry.event.clone(),
+            queue: entry.queue,
+            device: entry.device,
+            action: entry.producer.id,
+        })
     }
 
     /// How a wait for `value` by `queue`'s stream of `device` is covered, if a published event
@@ -235,7 +252,7 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
     /// submissions on this thread, so the waiter wakes straight from the device instead of through
     /// the completion thread.
     fn assist_wait(&self, semaphore: &Semaphore, value: u64, deadline: Option<Instant>) -> bool {
-        let Some(entry) = self.covering(value) else { return false };
+        let Some(entry) = self.covering_mark(value) else { return false };
         let Some(shared) = self.scheduler_of(entry.device).and_then(|s| s.upgrade()) else { return false };
         let reached_otherwise = || semaphore.check_fast(value).is_some();
         // An open mark is sealed now: this waiter observes it.
@@ -251,7 +268,7 @@ impl<M: StreamModel> SemaphoreDriverData for SemaphoreEvents<M> {
             Err(status) => Err(status),
         };
         drop(entry.event);
-        shared.retire_from_waiter(entry.queue, entry.producer.id, status);
+        shared.retire_from_waiter(entry.queue, entry.action, status);
         true
     }
 }

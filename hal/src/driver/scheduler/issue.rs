@@ -12,7 +12,7 @@ use super::event_semaphore::{Producer, SemaphoreEvents, SignalEvent};
 use super::seal::{RECORD_EVERY, Seal, StreamMark};
 use super::wait_cover::Covers;
 use super::{InFlight, Issue, IssuerCache, QueueSlot, Shared};
-use crate::driver::stream_model::{StreamModel, Submitted, Work};
+use crate::driver::stream_model::{PerWait, StreamModel, Submitted, Work};
 use crate::driver::{HostCall, Submission};
 use crate::error::{Error, Result};
 use crate::semaphore::{SemaphoreList, SemaphoreValue};
@@ -190,8 +190,8 @@ impl<M: StreamModel> Shared<M> {
         queue: usize,
         issuer: &mut IssuerCache<M>,
         work: &Arc<Work>,
-        wait_events: SmallVec<[EventRef<M>; 2]>,
-        producers: SmallVec<[Producer<M>; 2]>,
+        wait_events: PerWait<EventRef<M>>,
+        producers: PerWait<Producer<M>>,
         status: &Error,
     ) {
         let Ok(fence) = self.record_now(queue, issuer) else { return };
@@ -202,7 +202,7 @@ impl<M: StreamModel> Shared<M> {
             host_call: None,
             event: Some(StreamMark::Recorded(fence)),
             signals: SemaphoreList::new(),
-            waited: SemaphoreList::new(),
+            waited: PerWait::new(),
             _wait_events: wait_events,
             producers,
         };
@@ -265,7 +265,7 @@ enum Route<'q, M: StreamModel> {
 type Published = SmallVec<[SemaphoreValue; 2]>;
 
 /// The producers whose faults a backend checks before running work (`Work::take_upstream_fault`).
-type UpstreamWork = SmallVec<[Arc<Work>; 2]>;
+type UpstreamWork = PerWait<Arc<Work>>;
 
 /// Splits the work a submission's waits follow into what its `Work` carries (the producers whose
 /// faults the backend checks, only where it does) and the producers it retires after: those on
@@ -273,8 +273,8 @@ type UpstreamWork = SmallVec<[Arc<Work>; 2]>;
 #[inline]
 fn split_upstream<M: StreamModel>(
     queue: usize,
-    upstream: SmallVec<[Producer<M>; 2]>,
-) -> (UpstreamWork, SmallVec<[Producer<M>; 2]>) {
+    upstream: PerWait<Producer<M>>,
+) -> (UpstreamWork, PerWait<Producer<M>>) {
     if upstream.is_empty() {
         return (SmallVec::new(), upstream);
     }

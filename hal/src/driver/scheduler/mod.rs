@@ -47,8 +47,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use smallvec::SmallVec;
-
 use self::admission::Admission;
 use self::event_pool::{EventCache, EventPool, EventRef};
 use self::event_semaphore::{Producer, SemaphoreEvents};
@@ -58,7 +56,7 @@ use self::seal::{SealHandle, SealSpares, StreamMark};
 use self::wait_cover::Covers;
 use self::watch::Watch;
 use crate::device::{DeviceId, PoolUsage, ResourceUsage};
-use crate::driver::stream_model::{StreamModel, Work};
+use crate::driver::stream_model::{PerWait, StreamModel, Work};
 use crate::driver::{HostCall, ProfileSink, ProfileSwitch, Submission};
 use crate::error::{Error, Result};
 use crate::profile::{Profile, ProfileOptions};
@@ -165,13 +163,13 @@ struct InFlight<M: StreamModel> {
     signals: SemaphoreList,
     /// The waits the device went past on an event (not reached on the host at issue): if one fails
     /// before it is reached, the signals carry that failure (see `completion::retire`).
-    waited: SemaphoreList,
+    waited: PerWait<SemaphoreValue>,
     /// Events this submission's stream waits on, held until it retires (see `event_pool`).
-    _wait_events: SmallVec<[EventRef<M>; 2]>,
+    _wait_events: PerWait<EventRef<M>>,
     /// The submissions on other queues (of this device or another) whose events this one's stream
     /// waits on. They completed on the device before this one, and are retired on the host before
     /// it too (see `completion`).
-    producers: SmallVec<[Producer<M>; 2]>,
+    producers: PerWait<Producer<M>>,
 }
 
 /// Everything needed to issue a submission whose waits are all resolved.

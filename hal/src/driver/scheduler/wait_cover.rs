@@ -10,20 +10,20 @@ use smallvec::SmallVec;
 use super::Shared;
 use super::event_pool::EventRef;
 use super::event_semaphore::{Cover, Producer, SemaphoreEvents};
-use crate::driver::stream_model::StreamModel;
+use crate::driver::stream_model::{PerWait, StreamModel};
 use crate::error::Error;
-use crate::semaphore::{SemaphoreList, SemaphoreValue};
+use crate::semaphore::SemaphoreValue;
 
 /// What device events cover a submission's waits: collected while its waits resolve, used when it
 /// is issued.
 pub(crate) struct Covers<M: StreamModel> {
     /// The covered (not reached) waits: if one fails before it is reached, the signals carry that
     /// failure (see `InFlight::waited`).
-    pub(crate) waited: SemaphoreList,
+    pub(crate) waited: PerWait<SemaphoreValue>,
     /// The events the dispatch stream waits on.
-    pub(crate) events: SmallVec<[EventRef<M>; 2]>,
+    pub(crate) events: PerWait<EventRef<M>>,
     /// The work those events (or stream order) follow.
-    pub(crate) upstream: SmallVec<[Producer<M>; 2]>,
+    pub(crate) upstream: PerWait<Producer<M>>,
 }
 
 impl<M: StreamModel> Default for Covers<M> {
@@ -57,7 +57,7 @@ pub(crate) enum WaitStatus {
 }
 
 /// The readiness of every wait of a list, in order, once none has failed.
-pub(crate) type Readiness = SmallVec<[bool; 2]>;
+pub(crate) type Readiness = PerWait<bool>;
 
 impl<M: StreamModel> Covers<M> {
     /// Resolves every wait of `queue`'s submission: which are ready (reached or covered), or the

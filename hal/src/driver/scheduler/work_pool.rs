@@ -5,10 +5,8 @@
 
 use std::sync::Arc;
 
-use smallvec::SmallVec;
-
 use super::Shared;
-use crate::driver::stream_model::{StreamModel, Submitted, Work};
+use crate::driver::stream_model::{PerWait, StreamModel, Submitted, Work};
 use crate::driver::{HostCall, ProfileSink, QueueOp, Submission};
 use crate::sync::{lock, take_batch, try_lock};
 
@@ -24,7 +22,7 @@ impl<M: StreamModel> Shared<M> {
         id: u64,
         queue: usize,
         op: Submission,
-        upstream: SmallVec<[Arc<Work>; 2]>,
+        upstream: PerWait<Arc<Work>>,
         submitted: Option<Submitted>,
     ) -> (Arc<Work>, Option<HostCall>) {
         // Split where the op moves into the work: each move of it is a copy.
@@ -49,7 +47,7 @@ impl<M: StreamModel> Shared<M> {
         queue: usize,
         op: QueueOp,
         profile: Option<(Arc<ProfileSink>, Option<Submitted>)>,
-        upstream: SmallVec<[Arc<Work>; 2]>,
+        upstream: PerWait<Arc<Work>>,
     ) -> Arc<Work> {
         let (profile, submitted) = profile.map_or((None, None), |(sink, submitted)| (Some(sink), submitted));
         if cache.is_empty() {
@@ -70,21 +68,40 @@ impl<M: StreamModel> Shared<M> {
     }
 
     /// Takes back a retired `Work` if nothing else refers to it (onto the device-wide list, from
-    /// which issuers refill their queue's cache); its op is dropped now either way.
+    /// which issuers refill their queue's cache); its op is dropped now either way. So are the
+    /// producers it referred to (work whose faults it checked) that it held last.
     pub(crate) fn recycle_work(&self, work: Arc<Work>) {
-        if let Some(spent) = spent(work) {
+        let (spent, upstream) = spent(work);
+        if let Some(spent) = spent {
             self.keep_spare(spent);
         }
+        self.reclaim_producers(upstream);
     }
 
     /// Takes back a `Work` retired on the thread that just issued it (see
     /// `completion::retire_at_issue`): into its queue's issuer cache when the issue lock is free, so
     /// the next issue on this thread neither locks the device-wide list nor refills from it.
     pub(crate) fn recycle_work_at_issue(&self, queue: usize, work: Arc<Work>) {
-        let Some(spent) = spent(work) else { return };
+        let (spent, upstream) = spent(work);
+        self.reclaim_producers(upstream);
+        let Some(spent) = spent else { return };
         match try_lock(&self.queues[queue].issuer) {
             Some(mut issuer) if issuer.work.len() < REFILL => issuer.work.push(spent),
             _ => self.keep_spare(spent),
+        }
+    }
+
+    /// Takes back the producers a retired submission referred to that nothing else refers to any
+    /// more. A producer retires before its dependants, so while a dependant on another queue (or
+    /// one whose backend checks upstream faults) holds it, its own retirement cannot; without this
+    /// the dependant's retirement would free it, and a later issue allocate another. (A producer's
+    /// own upstream references went when it retired.)
+    pub(crate) fn reclaim_producers(&self, producers: impl IntoIterator<Item = Arc<Work>>) {
+        for mut work in producers {
+            if let Some(spent) = Arc::get_mut(&mut work) {
+                drop(spent.clear_for_reuse());
+                self.keep_spare(work);
+            }
         }
     }
 
@@ -98,17 +115,21 @@ impl<M: StreamModel> Shared<M> {
     }
 }
 
+/// The references to upstream work a retired `Work` let go of.
+type Released = PerWait<Arc<Work>>;
+
 /// `work` emptied for reuse if nothing else refers to it; otherwise it only lets go of its upstream
-/// references (the last holder drops the rest).
-fn spent(mut work: Arc<Work>) -> Option<Arc<Work>> {
+/// references (the last holder drops the rest). Either way the upstream references are returned,
+/// for [`Shared::reclaim_producers`].
+fn spent(mut work: Arc<Work>) -> (Option<Arc<Work>>, Released) {
     match Arc::get_mut(&mut work) {
         Some(spent) => {
-            spent.clear_for_reuse();
-            Some(work)
+            let upstream = spent.clear_for_reuse();
+            (Some(work), upstream)
         }
         None => {
-            work.release_upstream();
-            None
+            let upstream = work.release_upstream();
+            (None, upstream)
         }
     }
 }
