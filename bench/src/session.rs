@@ -158,7 +158,9 @@ pub fn run(
         let allocations = if alloc_count::installed() {
             progress("allocations per submission");
             let (allocs, polling) = allocations_per_submission(&env).map_err(failed("counting allocations"))?;
-            Some((format!("{allocs:.2}"), polling))
+            let by_workload = allocations_by_workload(&env).map_err(failed("counting allocations"))?;
+            let by_workload: Vec<String> = by_workload.iter().map(|(name, n)| format!("{name} {n:.2}")).collect();
+            Some((format!("{allocs:.2}"), polling, by_workload.join(", ")))
         } else {
             None
         };
@@ -170,10 +172,11 @@ pub fn run(
             extra.push(("sm_clock".to_string(), note));
         }
         match &allocations {
-            Some((allocs, polling)) => writeln!(
+            Some((allocs, polling, by_workload)) => writeln!(
                 out,
                 "heap allocations per steady-state submission (reused command buffer, inline lists): {allocs} \
-                 (the bench's own idle polling made {polling}, left out)"
+                 (the bench's own idle polling made {polling}, left out); in bursts waited on by the host: \
+                 {by_workload}"
             )?,
             None => {
                 writeln!(out, "heap allocations per submission: not counted (this binary has no counting allocator)")?
@@ -181,9 +184,10 @@ pub fn run(
         }
         writeln!(out, "{long}")?;
         out.flush()?;
-        if let Some((allocs, polling)) = allocations {
+        if let Some((allocs, polling, by_workload)) = allocations {
             extra.push(("allocations_per_submission".to_string(), allocs));
             extra.push(("allocations_by_idle_polling_left_out".to_string(), polling.to_string()));
+            extra.push(("allocations_by_workload".to_string(), by_workload));
         }
         extra.push(("long_run".to_string(), long));
     }
@@ -270,6 +274,29 @@ pub fn scaling_tables(
 /// frequent allocation sites of its counted round to stderr (each allocation's backtrace is kept:
 /// the round runs slower, and its count is unchanged).
 pub const ALLOCATION_SITES_ENV: &str = "HAL_BENCH_ALLOCATION_SITES";
+
+/// Submissions counted for each of [`allocations_by_workload`]'s figures.
+const COUNTED: u64 = 2_000;
+
+/// Heap allocations per submission in host round trips, cross-queue hops and fan-out/fan-in rounds
+/// ([`workloads::Bursts`]), each counted on every thread over 2 000 submissions after as many to
+/// warm up: `workload figure` pairs, a workload the device has too few queues for left out.
+pub fn allocations_by_workload(env: &Env) -> hal::Result<Vec<(&'static str, f64)>> {
+    let mut figures = Vec::new();
+    let workloads = [
+        ("round trip", Some(workloads::Bursts::round_trips(env)?)),
+        ("cross-queue hop", workloads::Bursts::hops(env)?),
+        ("fan-out/fan-in", workloads::Bursts::fan_out_in(env)?),
+    ];
+    for (name, bursts) in workloads {
+        let Some(mut bursts) = bursts else { continue };
+        bursts.run(COUNTED)?;
+        let before = alloc_count::total();
+        bursts.run(COUNTED)?;
+        figures.push((name, (alloc_count::total() - before) as f64 / COUNTED as f64));
+    }
+    Ok(figures)
+}
 
 /// Heap allocations per submission over 1 000 chained executes of a reused one-dispatch command
 /// buffer on `env`'s queue 0, after three warm-up rounds, until the device is idle again (with a

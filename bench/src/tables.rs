@@ -226,6 +226,10 @@ pub fn render(file: &Value) -> Result<String, String> {
             "- heap allocations per steady-state submission: {allocations} (the bench's own idle polling, {}, left out)",
             text(file, "allocations_by_idle_polling_left_out")
         );
+        let by_workload = text(file, "allocations_by_workload");
+        if !by_workload.is_empty() {
+            let _ = writeln!(out, "- heap allocations per submission in bursts the host waits for: {by_workload}");
+        }
     }
     if !long_run.is_empty() {
         let _ = writeln!(out, "- long run: {}", cell(long_run));

@@ -414,6 +414,99 @@ pub fn fan_out_in(env: &Env, cb: &CommandBuffer, consumers: usize, rounds: u64) 
     Ok(Timing { total: start.elapsed(), submit })
 }
 
+/// Submissions a burst in [`Bursts`]: the host waits for each burst, so the backlog (and with it
+/// the pools) is the same from one burst to the next.
+pub const BURST: u64 = 20;
+
+/// Steady-state workloads for counting allocations: each call submits about `submissions` in
+/// bursts of [`BURST`] and waits for each burst on the host, reusing its semaphores across calls.
+pub struct Bursts {
+    shape: Shape,
+    env_cb: CommandBuffer,
+    queues: Vec<hal::Queue>,
+    semaphores: Vec<Semaphore>,
+    value: u64,
+}
+
+impl Bursts {
+    /// Host round trips on queue 0 (submit, wait, repeat).
+    pub fn round_trips(env: &Env) -> Result<Bursts> {
+        Bursts::new(env, Shape::RoundTrips, 1, 1)
+    }
+
+    /// A chain alternating between queues 0 and 1; `None` with fewer queues.
+    pub fn hops(env: &Env) -> Result<Option<Bursts>> {
+        if env.device.info().queue_count < 2 { Ok(None) } else { Bursts::new(env, Shape::Hops, 2, 1).map(Some) }
+    }
+
+    /// Rounds of fan-out from queue 0 to queues 1-3 and fan-in back on queue 0 (five submissions
+    /// a round, the join waiting on three semaphores); `None` with fewer than four queues.
+    pub fn fan_out_in(env: &Env) -> Result<Option<Bursts>> {
+        if env.device.info().queue_count < 4 { Ok(None) } else { Bursts::new(env, Shape::FanOutIn, 4, 5).map(Some) }
+    }
+
+    fn new(env: &Env, shape: Shape, queues: usize, semaphores: usize) -> Result<Bursts> {
+        Ok(Bursts {
+            shape,
+            env_cb: env.dispatches(1)?,
+            queues: (0..queues).map(|k| env.device.queue(k)).collect::<Result<_>>()?,
+            semaphores: (0..semaphores).map(|_| env.semaphore()).collect::<Result<_>>()?,
+            value: 0,
+        })
+    }
+
+    /// Submits about `submissions` (whole bursts) and waits for them.
+    pub fn run(&mut self, submissions: u64) -> Result<()> {
+        let cb = &self.env_cb;
+        match (self.shape, self.semaphores.as_slice()) {
+            (Shape::RoundTrips, [s]) => {
+                for _ in 0..submissions {
+                    self.queues[0].execute(&[SV::new(s, self.value)], cb, &[SV::new(s, self.value + 1)])?;
+                    self.value += 1;
+                    s.wait(self.value, LONG)?;
+                }
+            }
+            (Shape::Hops, [s]) => {
+                for _ in 0..submissions / BURST {
+                    for _ in 0..BURST {
+                        let queue = &self.queues[(self.value % 2) as usize];
+                        queue.execute(&[SV::new(s, self.value)], cb, &[SV::new(s, self.value + 1)])?;
+                        self.value += 1;
+                    }
+                    s.wait(self.value, LONG)?;
+                }
+            }
+            (Shape::FanOutIn, [produced, joined, consumed @ ..]) => {
+                let mut joins = Vec::with_capacity(consumed.len());
+                for _ in 0..submissions / 5 / BURST {
+                    for _ in 0..BURST {
+                        let r = self.value + 1;
+                        self.queues[0].execute(&[SV::new(joined, r - 1)], cb, &[SV::new(produced, r)])?;
+                        for (q, c) in self.queues[1..].iter().zip(consumed) {
+                            q.execute(&[SV::new(produced, r)], cb, &[SV::new(c, r)])?;
+                        }
+                        joins.clear();
+                        joins.extend(consumed.iter().map(|c| SV::new(c, r)));
+                        self.queues[0].execute(&joins, cb, &[SV::new(joined, r)])?;
+                        self.value = r;
+                    }
+                    joined.wait(self.value, LONG)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// What a [`Bursts`] submits.
+#[derive(Clone, Copy)]
+enum Shape {
+    RoundTrips,
+    Hops,
+    FanOutIn,
+}
+
 /// Submit `cb`, then wait on the host with `timeout`, N times; also returns the CPU time the host
 /// thread burned. (`Timeout::Infinite` lets a driver wait on its device event on the waiting
 /// thread; a finite deadline waits for the driver's completion path.)

@@ -4,10 +4,9 @@
 
 use bench::alloc_count::{self, CountingAllocator};
 use bench::session;
-use bench::workloads::{self, Env};
+use bench::workloads::{Bursts, Env};
 use driver_cpu_sim::{CpuSimDriver, CpuSimOptions};
 use hal::driver::Driver;
-use hal::{SemaphoreValue as SV, Timeout};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -53,16 +52,16 @@ fn environment(queues: usize) -> Env {
     Env::new(device).expect("bench environment")
 }
 
-/// Runs `submissions` once to warm the pools, then again counting every thread's allocations; fails
-/// with the allocation sites if there was one for every 20 submissions or more.
-fn assert_allocation_free(what: &str, mut submissions: impl FnMut()) {
+/// Runs `bursts` once to warm the pools, then again counting every thread's allocations; fails with
+/// the allocation sites if there was one for every 20 submissions or more.
+fn assert_allocation_free(what: &str, mut bursts: Bursts) {
     // The count is process-wide: the tests of this file take turns.
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     assert!(alloc_count::installed());
-    submissions();
+    bursts.run(COUNTED).expect("warm-up");
     let (allocations, sites) = alloc_count::record_sites(8, 4, || {
         let before = alloc_count::total();
-        submissions();
+        bursts.run(COUNTED).expect("counted submissions");
         alloc_count::total() - before
     });
     assert!(
@@ -77,15 +76,8 @@ fn assert_allocation_free(what: &str, mut submissions: impl FnMut()) {
 #[test]
 fn host_round_trips_reuse_their_work_records() {
     let env = environment(1);
-    let cb = env.dispatches(1).expect("a one-dispatch command buffer");
-    assert_allocation_free("host round trips", || {
-        workloads::round_trip(&env, &cb, Timeout::Infinite, COUNTED).expect("round trips");
-    });
+    assert_allocation_free("host round trips", Bursts::round_trips(&env).expect("round trips"));
 }
-
-/// Submissions a burst: the host waits for each burst, so the backlog (and with it the pools) is
-/// the same from burst to burst.
-const BURST: u64 = 20;
 
 /// Work that another queue's stream waited on is held by that dependant until the dependant
 /// retires, after the producer's own retirement: the dependant's retirement takes the producer's
@@ -93,49 +85,15 @@ const BURST: u64 = 20;
 #[test]
 fn cross_queue_hops_reuse_their_producers_records() {
     let env = environment(2);
-    let cb = env.dispatches(1).expect("a one-dispatch command buffer");
-    let queues = [env.device.queue(0).expect("queue 0"), env.device.queue(1).expect("queue 1")];
-    let hops = env.device.create_semaphore(0).expect("a semaphore");
-    let mut value = 0u64;
-    assert_allocation_free("cross-queue hops", || {
-        for _ in 0..COUNTED / BURST {
-            for _ in 0..BURST {
-                let queue = &queues[(value % 2) as usize];
-                queue.execute(&[SV::new(&hops, value)], &cb, &[SV::new(&hops, value + 1)]).expect("a hop");
-                value += 1;
-            }
-            hops.wait(value, Timeout::Infinite).expect("the burst's last hop");
-        }
-    });
+    let hops = Bursts::hops(&env).expect("hops").expect("two queues");
+    assert_allocation_free("cross-queue hops", hops);
 }
 
 /// A join waiting on three queues keeps its per-wait records (the events its stream waits on, the
 /// work they follow) inline: rounds of a fan-out and fan-in allocate nothing once warm.
 #[test]
 fn fan_out_and_in_keeps_its_waits_inline() {
-    const CONSUMERS: usize = 3;
-    let env = environment(CONSUMERS + 1);
-    let cb = env.dispatches(1).expect("a one-dispatch command buffer");
-    let queues: Vec<_> = (0..=CONSUMERS).map(|k| env.device.queue(k).expect("a queue")).collect();
-    let produced = env.device.create_semaphore(0).expect("a semaphore");
-    let joined = env.device.create_semaphore(0).expect("a semaphore");
-    let consumed: Vec<_> = (0..CONSUMERS).map(|_| env.device.create_semaphore(0).expect("a semaphore")).collect();
-    let mut joins = Vec::with_capacity(CONSUMERS);
-    let mut round = 0u64;
-    // Five submissions a round.
-    assert_allocation_free("fan-out/fan-in submissions", || {
-        for _ in 0..COUNTED / 5 / BURST {
-            for _ in 0..BURST {
-                round += 1;
-                queues[0].execute(&[SV::new(&joined, round - 1)], &cb, &[SV::new(&produced, round)]).expect("fan-out");
-                for (queue, consumed) in queues[1..].iter().zip(&consumed) {
-                    queue.execute(&[SV::new(&produced, round)], &cb, &[SV::new(consumed, round)]).expect("a consumer");
-                }
-                joins.clear();
-                joins.extend(consumed.iter().map(|c| SV::new(c, round)));
-                queues[0].execute(&joins, &cb, &[SV::new(&joined, round)]).expect("fan-in");
-            }
-            joined.wait(round, Timeout::Infinite).expect("the burst's last join");
-        }
-    });
+    let env = environment(4);
+    let rounds = Bursts::fan_out_in(&env).expect("fan-out/fan-in").expect("four queues");
+    assert_allocation_free("fan-out/fan-in submissions", rounds);
 }
