@@ -101,10 +101,20 @@ fn builder() -> loom::model::Builder {
     builder
 }
 
+/// Stack for the model's threads. Loom runs each on a coroutine whose default stack (32 KiB) is far
+/// below a real thread's; a retirement that retires a producer on another device first nests two
+/// retirements, and with a submission's per-wait records inline that passes 32 KiB.
+const THREAD_STACK: usize = 1 << 18;
+
+/// `loom::thread::spawn` with [`THREAD_STACK`].
+fn spawn<F: FnOnce() + Send + 'static>(f: F) -> loom::thread::JoinHandle<()> {
+    loom::thread::Builder::new().stack_size(THREAD_STACK).spawn(f).expect("spawn a model thread")
+}
+
 /// A thread that retires what has completed on `queue` (a completion thread's pass).
 fn spawn_retirer(s: &Arc<Scheduler<InlineStreams>>, queue: usize) -> loom::thread::JoinHandle<()> {
     let s = s.clone();
-    loom::thread::spawn(move || {
+    spawn(move || {
         s.poll_completions(queue);
     })
 }
@@ -112,7 +122,7 @@ fn spawn_retirer(s: &Arc<Scheduler<InlineStreams>>, queue: usize) -> loom::threa
 /// A thread that submits a barrier on `queue` signalling `signal` to 1.
 fn spawn_barrier(s: &Arc<Scheduler<InlineStreams>>, queue: usize, signal: &Semaphore) -> loom::thread::JoinHandle<()> {
     let (s, signal) = (s.clone(), signal.clone());
-    loom::thread::spawn(move || s.submit(queue, QueueOp::Barrier, &[], &[SV::new(&signal, 1)]).unwrap())
+    spawn(move || s.submit(queue, QueueOp::Barrier, &[], &[SV::new(&signal, 1)]).unwrap())
 }
 
 /// Retires everything on every queue; returns when nothing is in flight.
@@ -147,7 +157,7 @@ fn last_wait_satisfied_while_submitting(quiet: bool) {
     let done = s.create_semaphore(0);
     let signaller = {
         let gate = gate.clone();
-        loom::thread::spawn(move || gate.signal(1).unwrap())
+        spawn(move || gate.signal(1).unwrap())
     };
     s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
     signaller.join().unwrap();
@@ -172,7 +182,7 @@ fn loom_quiet_submission_keeps_queue_order_against_retirement() {
         let retirer = spawn_retirer(&s, 0);
         let watcher = {
             let (earlier, later) = (earlier.clone(), later.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 if later.query().unwrap() == 1 {
                     assert_eq!(earlier.query().unwrap(), 1, "the later barrier signalled first");
                 }
@@ -246,7 +256,7 @@ fn loom_failure_races_submission() {
         let done = s.create_semaphore(0);
         let failer = {
             let gate = gate.clone();
-            loom::thread::spawn(move || gate.fail(hal::Error::aborted("upstream")))
+            spawn(move || gate.fail(hal::Error::aborted("upstream")))
         };
         s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&done, 1)]).unwrap();
         failer.join().unwrap();
@@ -278,7 +288,7 @@ fn loom_cross_device_producer_retires_first() {
         let a_retirer = spawn_retirer(&a, 0);
         let b_retirer = {
             let (b, produced, consumed) = (b.clone(), produced.clone(), consumed.clone());
-            loom::thread::spawn(move || {
+            spawn(move || {
                 b.poll_completions(0);
                 if consumed.query().unwrap() == 1 {
                     assert_eq!(produced.query().unwrap(), 1, "B's signal is visible before A's producer retired");
@@ -419,9 +429,7 @@ fn loom_work_whose_waits_include_a_waiting_calls_waits_for_its_return() {
         s.submit(0, Submission::HostCall(call), &[SV::new(&gate, 1)], &[SV::new(&called, 1)]).unwrap();
         let submitter = {
             let (s, gate, after) = (s.clone(), gate.clone(), after.clone());
-            loom::thread::spawn(move || {
-                s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&after, 1)]).unwrap()
-            })
+            spawn(move || s.submit(0, QueueOp::Barrier, &[SV::new(&gate, 1)], &[SV::new(&after, 1)]).unwrap())
         };
         gate.signal(1).unwrap();
         submitter.join().unwrap();
