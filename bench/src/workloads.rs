@@ -434,6 +434,12 @@ impl Bursts {
         Bursts::new(env, Shape::RoundTrips, 1, 1)
     }
 
+    /// The same workload executing `cb` instead of a one-dispatch command buffer.
+    pub fn executing(mut self, cb: CommandBuffer) -> Bursts {
+        self.env_cb = cb;
+        self
+    }
+
     /// A chain alternating between queues 0 and 1; `None` with fewer queues.
     pub fn hops(env: &Env) -> Result<Option<Bursts>> {
         if env.device.info().queue_count < 2 { Ok(None) } else { Bursts::new(env, Shape::Hops, 2, 1).map(Some) }

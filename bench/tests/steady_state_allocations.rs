@@ -79,6 +79,16 @@ fn host_round_trips_reuse_their_work_records() {
     assert_allocation_free("host round trips", Bursts::round_trips(&env).expect("round trips"));
 }
 
+/// An indirect dispatch reads its workgroup count when it runs and allocates nothing for it (the
+/// name an error would give is formatted only for the error).
+#[test]
+fn indirect_dispatches_allocate_nothing() {
+    let env = environment(1);
+    let cb = env.indirect_dispatch().expect("an indirect dispatch");
+    let round_trips = Bursts::round_trips(&env).expect("round trips").executing(cb);
+    assert_allocation_free("indirect dispatches waited for", round_trips);
+}
+
 /// Work that another queue's stream waited on is held by that dependant until the dependant
 /// retires, after the producer's own retirement: the dependant's retirement takes the producer's
 /// record back, or each hop allocates a new one.

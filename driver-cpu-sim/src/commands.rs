@@ -27,7 +27,7 @@ use hal::{BufferBinding, BufferUsage, Error, Executable, NativeBinding, NativeIn
 
 use crate::collective::CpuChannel;
 use crate::executable::NativeExecutable;
-use crate::memory::{HostRange, host_range, read_buffer, write_buffer};
+use crate::memory::{HostRange, host_range, write_buffer};
 use crate::workgroup_pool::{CallForHelp, JobFailure, WorkgroupPool};
 
 /// Bindings kept inline (no allocation) per dispatch.
@@ -192,8 +192,11 @@ fn run_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -
         Command::DispatchIndirect { executable, entry_point, count, count_offset, constants, bindings } => {
             // Read now, in stream order: what earlier commands and queue work wrote.
             let mut bytes = [0u8; 12];
-            bytes.copy_from_slice(&read_buffer(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?);
-            let who = format!("indirect dispatch of entry point {entry_point} of {executable}");
+            let src = host_range(count, *count_offset, hal::driver::INDIRECT_COUNT_BYTES)?;
+            // SAFETY: `src` addresses the 12 count bytes of `count` (checked) and keeps them
+            // allocated; racing accesses are atomic, as this copy is.
+            unsafe { hal::driver::shared_memory::load(src.ptr, &mut bytes) };
+            let who = IndirectDispatch { executable, entry_point: *entry_point };
             let limits = crate::executable::MAX_WORKGROUP_COUNT;
             match hal::driver::indirect_workgroups(bytes, limits, &who)? {
                 Some(workgroups) => {
@@ -207,6 +210,19 @@ fn run_command(command: &Command, pool: &WorkgroupPool, cancel: &CancelSignal) -
         Command::Collective { .. } => {
             Err(Error::internal("cpu-sim: a collective command outside an execute's command list"))
         }
+    }
+}
+
+/// Names an indirect dispatch in an error, formatted only then (a dispatch that runs allocates
+/// nothing for it).
+struct IndirectDispatch<'a, E: std::fmt::Display> {
+    executable: &'a E,
+    entry_point: u32,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for IndirectDispatch<'_, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "indirect dispatch of entry point {} of {}", self.entry_point, self.executable)
     }
 }
 
@@ -479,7 +495,7 @@ impl PreparedCommands for CpuPreparedCommands {
 mod tests {
     use super::*;
     use crate::executable::tests::example_library_path;
-    use crate::memory::{HostMemory, MemoryBudget};
+    use crate::memory::{HostMemory, MemoryBudget, read_buffer};
     use hal::driver::{BufferBackend, BufferExt, ExecutableBackend};
     use hal::{
         Buffer, BufferParams, DeviceId, EntryPointInfo, ExecutableSource, NativeEntryPoint, NativeKernel, StatusCode,

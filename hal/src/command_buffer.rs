@@ -140,8 +140,8 @@ pub const INDIRECT_COUNT_BYTES: u64 = 12;
 
 /// What an indirect dispatch runs for the count bytes it read (three little-endian `u32`s): `None`
 /// when an axis is zero (a no-op), the count when it fits `limits`, `OutOfRange` naming `who` and the
-/// count otherwise. Drivers call it when the dispatch runs.
-pub fn indirect_workgroups(bytes: [u8; 12], limits: [u32; 3], who: &str) -> Result<Option<[u32; 3]>> {
+/// count otherwise. Drivers call it when the dispatch runs; `who` is formatted only for the error.
+pub fn indirect_workgroups(bytes: [u8; 12], limits: [u32; 3], who: &dyn std::fmt::Display) -> Result<Option<[u32; 3]>> {
     let word = |i: usize| u32::from_le_bytes([bytes[4 * i], bytes[4 * i + 1], bytes[4 * i + 2], bytes[4 * i + 3]]);
     let count = [word(0), word(1), word(2)];
     if count.contains(&0) {
