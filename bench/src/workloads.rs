@@ -425,6 +425,8 @@ pub struct Bursts {
     env_cb: CommandBuffer,
     queues: Vec<hal::Queue>,
     semaphores: Vec<Semaphore>,
+    /// The fan-in's waits, rebuilt each round in the same vector.
+    joins: Vec<SV>,
     value: u64,
 }
 
@@ -457,6 +459,7 @@ impl Bursts {
             env_cb: env.dispatches(1)?,
             queues: (0..queues).map(|k| env.device.queue(k)).collect::<Result<_>>()?,
             semaphores: (0..semaphores).map(|_| env.semaphore()).collect::<Result<_>>()?,
+            joins: Vec::with_capacity(semaphores),
             value: 0,
         })
     }
@@ -483,7 +486,7 @@ impl Bursts {
                 }
             }
             (Shape::FanOutIn, [produced, joined, consumed @ ..]) => {
-                let mut joins = Vec::with_capacity(consumed.len());
+                let joins = &mut self.joins;
                 for _ in 0..submissions / 5 / BURST {
                     for _ in 0..BURST {
                         let r = self.value + 1;
@@ -493,7 +496,7 @@ impl Bursts {
                         }
                         joins.clear();
                         joins.extend(consumed.iter().map(|c| SV::new(c, r)));
-                        self.queues[0].execute(&joins, cb, &[SV::new(joined, r)])?;
+                        self.queues[0].execute(joins, cb, &[SV::new(joined, r)])?;
                         self.value = r;
                     }
                     joined.wait(self.value, LONG)?;

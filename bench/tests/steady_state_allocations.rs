@@ -107,3 +107,30 @@ fn fan_out_and_in_keeps_its_waits_inline() {
     let rounds = Bursts::fan_out_in(&env).expect("fan-out/fan-in").expect("four queues");
     assert_allocation_free("fan-out/fan-in submissions", rounds);
 }
+
+/// A host thread that parks wait after wait (each value comes from another thread, later than the
+/// waiter's spin) reuses its parker: the waiting thread allocates nothing once warm. (Waking it
+/// allocates on the signalling thread: the list of timepoints a signal resolves.)
+#[test]
+fn parked_host_waits_reuse_their_parker() {
+    const WAITS: u64 = 200;
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let semaphore = hal::Semaphore::new(0);
+    let signaller = {
+        let semaphore = semaphore.clone();
+        std::thread::spawn(move || {
+            for value in 1..=WAITS {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                semaphore.signal(value).expect("signal");
+            }
+        })
+    };
+    semaphore.wait(1, hal::Timeout::Infinite).expect("the first wait");
+    let before = alloc_count::on_this_thread();
+    for value in 2..=WAITS {
+        semaphore.wait(value, hal::Timeout::Infinite).expect("a wait");
+    }
+    let made = alloc_count::on_this_thread() - before;
+    signaller.join().expect("the signalling thread");
+    assert!(made * 20 < WAITS, "the waiting thread made {made} allocations in {} parked waits", WAITS - 1);
+}

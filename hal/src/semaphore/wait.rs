@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 use super::core::{Registration, TimepointId, TimepointListener};
 use super::{SPIN_TIME, Semaphore, SemaphoreValue};
 use crate::error::{Error, Result};
-use crate::sync::{Condvar, MODEL_CHECKED, Mutex, lock, spin_hint, wait, wait_timeout};
+use crate::sync::{Condvar, MODEL_CHECKED, Mutex, get_mut, lock, spin_hint, wait, wait_timeout};
 use crate::timeout::Timeout;
 
 /// Whether a multi-semaphore wait needs every entry reached or any one.
@@ -133,17 +133,64 @@ pub(super) fn wait_one(semaphore: &Semaphore, value: u64, timeout: Timeout) -> R
     if let Some(outcome) = spin(semaphore, value) {
         return outcome;
     }
-    let parker = Arc::new(Parker::new(WaitMode::All, 1));
-    let id = match semaphore.register(value, parker.clone(), 0) {
-        Registration::Resolved(outcome) => return outcome,
-        Registration::Pending(id) => id,
+    let parker = take_parker(WaitMode::All, 1);
+    let outcome = match semaphore.register(value, parker.clone(), 0) {
+        Registration::Resolved(outcome) => outcome,
+        Registration::Pending(id) => match parker.park(deadline) {
+            Some(outcome) => outcome,
+            None if semaphore.cancel(id) => Err(timed_out_one(semaphore, value)),
+            // It resolved between the timeout and the cancel: the state now says how.
+            None => settled(semaphore, value),
+        },
     };
-    match parker.park(deadline) {
-        Some(outcome) => outcome,
-        None if semaphore.cancel(id) => Err(timed_out_one(semaphore, value)),
-        // It resolved between the timeout and the cancel: the state now says how.
-        None => settled(semaphore, value),
+    keep_parker(parker);
+    outcome
+}
+
+/// How many parkers a thread keeps for its next waits. Two: the one its last wait used may still
+/// be held for a moment by the thread that woke it (dropping its reference after the wake-up), the
+/// one before that no longer is.
+const SPARE_PARKERS: usize = 2;
+
+crate::sync::thread_local! {
+    #[allow(clippy::missing_const_for_thread_local)]
+    /// The parkers of this thread's last parked waits, oldest first, for its next ones.
+    static SPARES: std::cell::RefCell<SmallVec<[Arc<Parker>; SPARE_PARKERS]>> =
+        std::cell::RefCell::new(SmallVec::new());
+}
+
+/// A parker for a wait in `mode` on `remaining` entries: one of this thread's spares that nothing
+/// else refers to any more, so that a thread that parks wait after wait allocates nothing; else a
+/// new one. No timepoint can hold a parker nothing else refers to, so no late notification reaches
+/// the wait that reuses it.
+fn take_parker(mode: WaitMode, remaining: usize) -> Arc<Parker> {
+    let reused = SPARES
+        .try_with(|spares| {
+            let mut spares = spares.borrow_mut();
+            let free = spares.iter_mut().position(|parker| Arc::get_mut(parker).is_some())?;
+            Some(spares.remove(free))
+        })
+        .ok()
+        .flatten();
+    if let Some(mut parker) = reused
+        && let Some(spare) = Arc::get_mut(&mut parker)
+    {
+        spare.mode = mode;
+        *get_mut(&mut spare.state) = ParkState { remaining, outcome: None };
+        return parker;
     }
+    Arc::new(Parker::new(mode, remaining))
+}
+
+/// Keeps `parker` among this thread's spares (see [`take_parker`]), in place of the oldest.
+fn keep_parker(parker: Arc<Parker>) {
+    let _ = SPARES.try_with(|spares| {
+        let mut spares = spares.borrow_mut();
+        if spares.len() == SPARE_PARKERS {
+            spares.remove(0);
+        }
+        spares.push(parker);
+    });
 }
 
 /// The outcome for an entry whose timepoint already resolved.
@@ -193,7 +240,7 @@ pub fn wait_semaphores(mode: WaitMode, list: &[SemaphoreValue], timeout: Timeout
         return Err(timed_out_list(mode, list));
     }
     let deadline = timeout.deadline();
-    let parker = Arc::new(Parker::new(mode, list.len()));
+    let parker = take_parker(mode, list.len());
     let mut registered: SmallVec<[(usize, TimepointId); 8]> = SmallVec::new();
     for (index, entry) in list.iter().enumerate() {
         match entry.semaphore.register(entry.value, parker.clone(), index as u64) {
@@ -209,6 +256,7 @@ pub fn wait_semaphores(mode: WaitMode, list: &[SemaphoreValue], timeout: Timeout
     for &(index, id) in &registered {
         cancelled_all &= list[index].semaphore.cancel(id);
     }
+    keep_parker(parker);
     match outcome {
         Some(outcome) => outcome,
         None if cancelled_all => Err(timed_out_list(mode, list)),
