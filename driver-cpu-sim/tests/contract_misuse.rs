@@ -56,10 +56,14 @@ fn thread_count() -> usize {
     thread_names().iter().filter(|name| name.starts_with("hal-") || name.starts_with("cpu-sim-")).count()
 }
 
-/// Waits up to five seconds (a loaded machine) for the HAL's thread count to come back to `baseline`.
+/// Waits up to five seconds (a loaded machine) for the HAL's thread count to come back to `baseline`
+/// and stay there for three readings in a row: listing `/proc/self/task` while other threads exit
+/// can skip a thread that is still alive, so one low reading proves nothing.
 fn assert_threads_back_to(baseline: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while thread_count() > baseline && Instant::now() < deadline {
+    let mut low_readings = 0;
+    while low_readings < 3 && Instant::now() < deadline {
+        low_readings = if thread_count() <= baseline { low_readings + 1 } else { 0 };
         std::thread::sleep(Duration::from_millis(5));
     }
     assert!(
