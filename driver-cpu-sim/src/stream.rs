@@ -199,7 +199,7 @@ fn run_stream(shared: &StreamShared, pool: &WorkgroupPool) {
             Item::Run(work) => {
                 // Work behind a faulted producer does not run and carries the producer's status;
                 // cancelled work does not start.
-                match work.take_upstream_fault() {
+                match work.upstream_fault() {
                     Some(upstream) => {
                         abandon_collective(&work, &upstream);
                         work.fault.set(upstream);

@@ -55,7 +55,7 @@ impl StreamModel for InlineStreams {
     fn enqueue(&self, _stream: &(), work: &Arc<Work>) -> Result<()> {
         // A failure while running is the work's fault (its signals fail with it), not a refusal to
         // enqueue; work behind a faulted producer does not run and carries the producer's status.
-        let outcome = match work.take_upstream_fault() {
+        let outcome = match work.upstream_fault() {
             Some(upstream) => Err(upstream),
             None if work.cancel_requested() => Err(Error::cancelled("cancelled before it started")),
             None => run_timed(work),

@@ -959,7 +959,7 @@ fn issue(stream: &StreamShared, item: &Item, batch: &mut Batch) -> Result<()> {
     let external = external_op.map(ExternalOp::point);
     // Work that will not run still signals an embedder's value (on the device, in order).
     let failed = Submitted { external: external.filter(|point| !point.is_wait()).cloned(), ..Submitted::default() };
-    if let Some(fault) = work.take_upstream_fault() {
+    if let Some(fault) = work.upstream_fault() {
         work.fault.set(fault);
         return submit(stream, item, None, failed, batch);
     }

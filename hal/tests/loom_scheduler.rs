@@ -58,7 +58,7 @@ impl StreamModel for InlineStreams {
         Ok(())
     }
     fn enqueue(&self, _stream: &(), work: &Arc<Work>) -> Result<()> {
-        if let Some(fault) = work.take_upstream_fault() {
+        if let Some(fault) = work.upstream_fault() {
             work.fault.set(fault);
         }
         self.ran.fetch_add(1, Ordering::Relaxed);

@@ -77,7 +77,7 @@ pub trait StreamModel: Send + Sync + 'static {
         Some(self.synchronize_event(event))
     }
 
-    /// Whether the backend checks `Work::take_upstream_fault` before running work. Backends whose
+    /// Whether the backend checks `Work::upstream_fault` before running work. Backends whose
     /// faults are sticky for the whole device (CUDA) say `false`: later work fails anyway, and the
     /// scheduler then hands the work no upstream references (it still keeps the producers on other
     /// queues with the submission, to retire them first: see `completion`).
@@ -111,7 +111,7 @@ pub trait StreamModel: Send + Sync + 'static {
     }
 
     /// Enqueues the device work of `work.op` on `stream`. A failure found while the work runs later is
-    /// stored in `work.fault`; work whose upstream producers faulted (`Work::take_upstream_fault`) must
+    /// stored in `work.fault`; work whose upstream producers faulted (`Work::upstream_fault`) must
     /// be skipped with their status (backends with sticky faults, like CUDA, get this for free).
     fn enqueue(&self, stream: &Self::Stream, work: &Arc<Work>) -> Result<()>;
 
@@ -399,7 +399,7 @@ impl Work {
     /// to run (every producer has finished by then). The producers stay referenced until this work
     /// retires: the scheduler then takes their allocations back for reuse, which a backend's thread
     /// dropping the last reference would free instead.
-    pub fn take_upstream_fault(&self) -> Option<Error> {
+    pub fn upstream_fault(&self) -> Option<Error> {
         lock(&self.upstream).iter().find_map(|w| w.fault.get())
     }
 

@@ -550,7 +550,7 @@ fn retire<M: StreamModel>(
     }
     match host_call {
         Some(call) => {
-            let outcome = outcome.and_then(|()| work.take_upstream_fault().map_or(Ok(()), Err));
+            let outcome = outcome.and_then(|()| work.upstream_fault().map_or(Ok(()), Err));
             let job = Job {
                 device: shared.device.get(),
                 queue: work.queue,

@@ -264,7 +264,7 @@ enum Route<'q, M: StreamModel> {
 /// once the issue lock is released).
 type Published = SmallVec<[SemaphoreValue; 2]>;
 
-/// The producers whose faults a backend checks before running work (`Work::take_upstream_fault`).
+/// The producers whose faults a backend checks before running work (`Work::upstream_fault`).
 type UpstreamWork = PerWait<Arc<Work>>;
 
 /// Splits the work a submission's waits follow into what its `Work` carries (the producers whose
